@@ -1,0 +1,294 @@
+// Package engine defines Tally's store: the operations of the product
+// (like, comment, follow, markRead, sendMessage, ...) and the types they
+// speak in. It owns the contract every backend obeys; the product rules of
+// API.md's Semantics section are stated here once and proven for every
+// backend by the conformance suite in engine/enginetest.
+//
+// Backends:
+//   - engine/embedded: the default, in-process engine (packed tables, log).
+//   - engine/redisstore: the same operations on Redis / Redis Cluster.
+//
+// Authorisation that depends on stored state (group membership, the
+// sender-only rule for receipts) is a product rule and lives in the
+// backends behind this interface, reported as ErrForbidden. Authorisation
+// that depends only on the caller's token (signed in, admin) is checked by
+// the GraphQL layer before an operation reaches the engine.
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// UserID, PostID, GroupID, MessageID and NotificationID are unsigned 64-bit
+// ids. Post, message and notification ids are snowflake-layout (see
+// engine/snowflake); user ids come from the app's own auth.
+type (
+	UserID         uint64
+	PostID         uint64
+	GroupID        uint64
+	MessageID      uint64
+	NotificationID uint64
+)
+
+// Limits shared by every backend and the GraphQL layer.
+const (
+	MaxIDsPerCall    = 100  // posts(ids), recordViews, markMessagesRead, member lists
+	MaxMentions      = 100  // mentions on one comment, repost or message
+	MaxTextBytes     = 4096 // message text, notification body
+	MaxTitleBytes    = 256  // notification title
+	MaxIdemKeyBytes  = 128  // idempotency key
+	MaxGroupMembers  = 1 << 20
+	DefaultPageSize  = 20
+	MaxPageSize      = 100
+	IdempotencyTTL   = 24 * time.Hour
+	DefaultCursorTTL = 30 * 24 * time.Hour
+)
+
+// Counts are the five counters of one post. A post that has none reads as
+// the zero value and costs no memory.
+type Counts struct {
+	Likes, Comments, Reposts, Views, Favorites int64
+}
+
+// IsZero reports whether every counter is zero.
+func (c Counts) IsZero() bool { return c == Counts{} }
+
+// PostInfo is what the registry of posts knows about one post.
+type PostInfo struct {
+	Exists bool
+	Author UserID // 0 for a post imported without its author
+}
+
+// UserCounts are the per-user counters shown on a profile.
+type UserCounts struct {
+	Posts, Followers, Following int64
+}
+
+// UnreadKind names one badge.
+type UnreadKind uint8
+
+const (
+	Mentions UnreadKind = iota + 1
+	Comments
+	Likes
+	Messages
+	System
+	Feed
+)
+
+func (k UnreadKind) String() string {
+	switch k {
+	case Mentions:
+		return "MENTIONS"
+	case Comments:
+		return "COMMENTS"
+	case Likes:
+		return "LIKES"
+	case Messages:
+		return "MESSAGES"
+	case System:
+		return "SYSTEM"
+	case Feed:
+		return "FEED"
+	}
+	return "UNKNOWN"
+}
+
+// Unread is a viewer's badge state.
+type Unread struct {
+	Mentions, Comments, Likes, Messages, System, Feed int64
+	RedDot                                            bool
+}
+
+// Total is the sum of the six counts.
+func (u Unread) Total() int64 {
+	return u.Mentions + u.Comments + u.Likes + u.Messages + u.System + u.Feed
+}
+
+// Notification is one entry of the shared system-notification list.
+type Notification struct {
+	ID        NotificationID
+	Title     string
+	Body      string
+	CreatedAt time.Time
+}
+
+// Group lists a group's current members (not those who quit), in join
+// (mapid) order.
+type Group struct {
+	ID      GroupID
+	Members []UserID
+}
+
+// Message is one group message.
+type Message struct {
+	ID     MessageID
+	Group  GroupID
+	Sender UserID
+	Text   string
+	SentAt time.Time
+}
+
+// Receipts are a message's read receipts. Counted members are those whose
+// mapid is at most the message's maxid, who had not quit when it was sent,
+// and who are not its sender. Readers and Unreaders are in mapid order and
+// hold at most the limit passed to Receipts.
+type Receipts struct {
+	ReadCount, UnreadCount int
+	Readers, Unreaders     []UserID
+}
+
+// Errors every backend returns; the GraphQL layer maps them to
+// extensions.code. Wrap them with fmt.Errorf("...: %w", ErrX) to add detail:
+// the wrapped message is shown to the client, so it must not leak internals.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrForbidden   = errors.New("forbidden")
+	ErrInvalid     = errors.New("invalid input")
+	ErrUnavailable = errors.New("the store is unavailable")
+)
+
+// EventKind says what changed.
+type EventKind uint8
+
+const (
+	// UnreadChanged: the unread badges or red dot of Users changed.
+	UnreadChanged EventKind = iota + 1
+	// AuthorPosted: Author's post count grew, so the feed unread of every
+	// follower of Author changed. Subscribers resolve which of them are
+	// connected; the engine never enumerates followers for this.
+	AuthorPosted
+	// Broadcast: a system notification or red-dot push changed every
+	// user's badges at once. O(1) to publish.
+	Broadcast
+	// ReceiptsChanged: the read receipts of Message changed.
+	ReceiptsChanged
+	// FollowsChanged: Users[0] followed or unfollowed Author, which changes
+	// both their feed badge and which AuthorPosted events concern them.
+	FollowsChanged
+)
+
+// Event reports a change to subscribers. Events are delivered at most once,
+// to subscribers connected when they happen; they carry no state, so a
+// subscriber re-reads what it shows.
+type Event struct {
+	Kind    EventKind
+	Users   []UserID
+	Author  UserID
+	Message MessageID
+}
+
+// Store is Tally's engine. Every method is safe for concurrent use. Every
+// mutation that returns nil is durable (as the backend's durability setting
+// promises) and applied exactly once, even when retried with the same
+// idempotency key. Methods taking a viewer act as that signed-in user.
+type Store interface {
+	// Posts. CreatePost registers a post by viewer; id 0 asks the engine for
+	// a fresh snowflake id. Supplying an existing post's id is ErrInvalid
+	// unless it is a retry with the same idempotency key.
+	CreatePost(ctx context.Context, viewer UserID, id PostID, idemKey string) (PostID, error)
+	// Posts returns the registry entries of ids, in order.
+	Posts(ctx context.Context, ids []PostID) ([]PostInfo, error)
+	// Counts returns the counters of ids, in order; unknown posts read zero.
+	Counts(ctx context.Context, ids []PostID) ([]Counts, error)
+	// Liked and Favorited report, in order, whether viewer liked /
+	// favorited each post.
+	Liked(ctx context.Context, viewer UserID, ids []PostID) ([]bool, error)
+	Favorited(ctx context.Context, viewer UserID, ids []PostID) ([]bool, error)
+	// Like adds viewer's like once (repeats change nothing) and bumps the
+	// author's unread likes when viewer is not the author. Unlike removes it
+	// and leaves the author's unread alone. Favorite/Unfavorite likewise,
+	// without unread effects. Unknown posts are ErrNotFound.
+	Like(ctx context.Context, viewer UserID, post PostID) error
+	Unlike(ctx context.Context, viewer UserID, post PostID) error
+	Favorite(ctx context.Context, viewer UserID, post PostID) error
+	Unfavorite(ctx context.Context, viewer UserID, post PostID) error
+	// Comment counts one comment on post, bumps the author's unread
+	// comments (if viewer is not the author) and each mentioned user's
+	// unread mentions (not viewer's; duplicates count once).
+	Comment(ctx context.Context, viewer UserID, post PostID, mentions []UserID, idemKey string) error
+	// Repost counts one repost on post, creates a new post by viewer and
+	// returns its id; mentions as for Comment.
+	Repost(ctx context.Context, viewer UserID, post PostID, mentions []UserID, idemKey string) (PostID, error)
+	// RecordViews adds one view to each known post in ids (unknown ids are
+	// ignored: views arrive from clients in bulk and are best-effort).
+	RecordViews(ctx context.Context, ids []PostID) error
+
+	// Users.
+	UserCounts(ctx context.Context, ids []UserID) ([]UserCounts, error)
+	// Follow starts viewer's feed snapshot of target at target's current
+	// post count; following oneself is ErrInvalid; a repeat changes nothing.
+	Follow(ctx context.Context, viewer, target UserID) error
+	Unfollow(ctx context.Context, viewer, target UserID) error
+
+	// Badges. Unread reads (and, for a user seen for the first time, sets
+	// up) the viewer's badges.
+	Unread(ctx context.Context, viewer UserID) (Unread, error)
+	MarkRead(ctx context.Context, viewer UserID, kind UnreadKind) error
+	ClickRedDot(ctx context.Context, viewer UserID) error
+	PushRedDot(ctx context.Context) error
+	PublishNotification(ctx context.Context, title, body, idemKey string) (Notification, error)
+	// Notifications lists the shared list newest first, at most first
+	// entries, starting after the id after (0 = from the newest).
+	Notifications(ctx context.Context, first int, after NotificationID) ([]Notification, error)
+
+	// Groups. Membership-dependent calls return ErrForbidden for
+	// non-members and ErrNotFound for unknown groups/messages.
+	CreateGroup(ctx context.Context, viewer UserID, members []UserID) (GroupID, error)
+	AddGroupMembers(ctx context.Context, viewer UserID, group GroupID, users []UserID) error
+	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) error
+	Group(ctx context.Context, viewer UserID, group GroupID) (Group, error)
+	SendMessage(ctx context.Context, viewer UserID, group GroupID, text string, mentions []UserID, idemKey string) (Message, error)
+	// Message returns a message for a member of its group.
+	Message(ctx context.Context, viewer UserID, id MessageID) (Message, error)
+	// MarkMessagesRead marks each message read by viewer (a member of its
+	// group); it returns them in order.
+	MarkMessagesRead(ctx context.Context, viewer UserID, ids []MessageID) ([]Message, error)
+	// Receipts returns a message's receipts to its sender only, listing at
+	// most limit readers and unreaders.
+	Receipts(ctx context.Context, viewer UserID, id MessageID, limit int) (Receipts, error)
+
+	// Subscribe calls fn for every event from now until cancel is called.
+	// fn must not block; it runs on the engine's delivery goroutine.
+	Subscribe(fn func(Event)) (cancel func())
+	// Followees lists whom viewer follows (used by subscribers to index
+	// AuthorPosted events by author).
+	Followees(ctx context.Context, viewer UserID) ([]UserID, error)
+
+	// Ready reports whether the store can serve (nil) or why not.
+	Ready(ctx context.Context) error
+	// Stats reports sizes for /metrics.
+	Stats() Stats
+	// Close flushes and releases resources.
+	Close() error
+}
+
+// Stats are sizes reported on /metrics.
+type Stats struct {
+	Posts         int64 // posts in the registry
+	CountedPosts  int64 // posts with at least one non-zero counter
+	Users         int64 // users with any state
+	Groups        int64
+	Messages      int64
+	Notifications int64
+	MemoryBytes   int64 // bytes held by the backend's tables, where known
+}
+
+// ImportRow is one post's counts from an existing system (tally import).
+type ImportRow struct {
+	Post   PostID
+	Author UserID // 0 when the source has no author column
+	Counts Counts
+}
+
+// Importer is implemented by backends that can bulk-load existing counts.
+// Import registers each post (with its author, or with none when Author is 0
+// and a count is non-zero; a row with neither is skipped) and replaces —
+// does not add to — its five counts. A post newly registered with an author
+// adds one to that author's post count (a re-import does not). Import is
+// durable when it returns.
+type Importer interface {
+	Import(ctx context.Context, rows []ImportRow) error
+}
