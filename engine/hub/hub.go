@@ -1,0 +1,200 @@
+// Package hub routes engine events to connected subscribers. It owns the
+// question "which open subscriptions does this change concern?" and answers
+// it without touching users who are not connected: a broadcast wakes the
+// connected badge subscribers only, and a post by an author with millions of
+// followers wakes only the connected ones, found through an index of each
+// connected viewer's followees (built when they subscribe, kept current by
+// FollowsChanged events) rather than by enumerating followers.
+//
+// Wake-ups are level-triggered and coalesced: a subscriber holds a
+// one-slot signal channel, so a burst of changes costs one re-read. Events
+// carry no state; the subscriber re-reads what it shows.
+package hub
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// Hub fans engine events out to watchers. Safe for concurrent use.
+type Hub struct {
+	store  engine.Store
+	cancel func()
+
+	mu        sync.Mutex
+	byUser    map[engine.UserID]map[*watcher]struct{}
+	byAuthor  map[engine.UserID]map[*watcher]struct{}
+	byMessage map[engine.MessageID]map[*watcher]struct{}
+	// unread holds every badge watcher, for broadcasts.
+	unread map[*watcher]struct{}
+}
+
+type watcher struct {
+	user      engine.UserID
+	followees []engine.UserID // sorted; unread watchers only
+	signal    chan struct{}
+}
+
+func (w *watcher) wake() {
+	select {
+	case w.signal <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// New subscribes to s's events. Close releases the subscription.
+func New(s engine.Store) *Hub {
+	h := &Hub{
+		store:     s,
+		byUser:    map[engine.UserID]map[*watcher]struct{}{},
+		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
+		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
+		unread:    map[*watcher]struct{}{},
+	}
+	h.cancel = s.Subscribe(h.dispatch)
+	return h
+}
+
+// Close stops receiving events.
+func (h *Hub) Close() { h.cancel() }
+
+// WatchUnread returns a channel that receives a value whenever viewer's
+// badges may have changed, until ctx ends.
+func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan struct{}, error) {
+	followees, err := h.store.Followees(ctx, viewer)
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{user: viewer, followees: sortedCopy(followees), signal: make(chan struct{}, 1)}
+	h.mu.Lock()
+	add(h.byUser, viewer, w)
+	for _, f := range w.followees {
+		add(h.byAuthor, f, w)
+	}
+	h.unread[w] = struct{}{}
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		remove(h.byUser, viewer, w)
+		for _, f := range w.followees {
+			remove(h.byAuthor, f, w)
+		}
+		delete(h.unread, w)
+	})
+	return w.signal, nil
+}
+
+// WatchReceipts returns a channel that receives a value whenever message's
+// receipts may have changed, until ctx ends.
+func (h *Hub) WatchReceipts(ctx context.Context, message engine.MessageID) <-chan struct{} {
+	w := &watcher{signal: make(chan struct{}, 1)}
+	h.mu.Lock()
+	add(h.byMessage, message, w)
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		remove(h.byMessage, message, w)
+	})
+	return w.signal
+}
+
+// Watchers reports how many subscriptions are open, for /metrics.
+func (h *Hub) Watchers() (unread, receipts int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ws := range h.byMessage {
+		receipts += len(ws)
+	}
+	return len(h.unread), receipts
+}
+
+// dispatch runs on the store's delivery goroutine; it must not block.
+func (h *Hub) dispatch(e engine.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch e.Kind {
+	case engine.UnreadChanged:
+		for _, u := range e.Users {
+			wakeAll(h.byUser[u])
+		}
+	case engine.AuthorPosted:
+		wakeAll(h.byAuthor[e.Author])
+	case engine.Broadcast:
+		wakeAll(h.unread)
+	case engine.ReceiptsChanged:
+		wakeAll(h.byMessage[e.Message])
+	case engine.FollowsChanged:
+		for _, u := range e.Users {
+			for w := range h.byUser[u] {
+				h.refollow(w, e.Author)
+				w.wake()
+			}
+		}
+	default:
+		slog.Debug("hub: unknown event", "kind", e.Kind)
+	}
+}
+
+// refollow moves w in or out of author's index after its user followed or
+// unfollowed author. The event does not say which, so ask the store, off
+// the delivery goroutine; until it answers, w stays indexed as it was,
+// which at worst costs a spurious wake-up.
+func (h *Hub) refollow(w *watcher, author engine.UserID) {
+	go func() {
+		followees, err := h.store.Followees(context.Background(), w.user)
+		if err != nil {
+			return
+		}
+		follows := slices.Contains(followees, author)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, live := h.unread[w]; !live {
+			return
+		}
+		i, had := slices.BinarySearch(w.followees, author)
+		switch {
+		case follows && !had:
+			w.followees = slices.Insert(w.followees, i, author)
+			add(h.byAuthor, author, w)
+		case !follows && had:
+			w.followees = slices.Delete(w.followees, i, i+1)
+			remove(h.byAuthor, author, w)
+		}
+	}()
+}
+
+func wakeAll(ws map[*watcher]struct{}) {
+	for w := range ws {
+		w.wake()
+	}
+}
+
+func add[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {
+	set := m[k]
+	if set == nil {
+		set = map[*watcher]struct{}{}
+		m[k] = set
+	}
+	set[w] = struct{}{}
+}
+
+func remove[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {
+	if set := m[k]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+func sortedCopy(ids []engine.UserID) []engine.UserID {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

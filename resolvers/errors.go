@@ -1,0 +1,146 @@
+package resolvers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/resolvers/auth"
+)
+
+// Error codes of API.md, carried in extensions.code.
+const (
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	CodeForbidden       = "FORBIDDEN"
+	CodeNotFound        = "NOT_FOUND"
+	CodeBadUserInput    = "BAD_USER_INPUT"
+	CodeRateLimited     = "RATE_LIMITED"
+	CodeInternal        = "INTERNAL"
+)
+
+// codeError is an error the resolvers raise with an explicit code.
+type codeError struct {
+	code string
+	msg  string
+}
+
+func (e *codeError) Error() string { return e.msg }
+
+func errCode(code, format string, args ...any) error {
+	return &codeError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// gqlgen's own codes for requests that never reach a resolver: all of them
+// are the client's mistake.
+var badRequestCodes = map[string]bool{
+	errcode.ParseFailed:             true,
+	errcode.ValidationFailed:        true,
+	"COMPLEXITY_LIMIT_EXCEEDED":     true,
+	"PERSISTED_QUERY_NOT_FOUND":     true,
+	"PERSISTED_QUERY_NOT_SUPPORTED": true,
+}
+
+// presentError gives every error one of API.md's codes. Engine errors keep
+// their message (they are written for clients); anything unexpected is
+// logged in full and shown as a bare "internal error", so no Go error text,
+// path or stack reaches a client.
+func presentError(ctx context.Context, err error) *gqlerror.Error {
+	gerr := graphql.DefaultErrorPresenter(ctx, err)
+	var ce *codeError
+	switch {
+	case errors.As(err, &ce):
+		setCode(gerr, ce.code)
+	case errors.Is(err, auth.ErrBadToken):
+		setCode(gerr, CodeUnauthenticated)
+	case errors.Is(err, engine.ErrNotFound):
+		setCode(gerr, CodeNotFound)
+	case errors.Is(err, engine.ErrForbidden):
+		setCode(gerr, CodeForbidden)
+	case errors.Is(err, engine.ErrInvalid):
+		setCode(gerr, CodeBadUserInput)
+	case errors.Is(err, engine.ErrUnavailable):
+		slog.Warn("store unavailable", "path", gerr.Path, "err", err)
+		setCode(gerr, CodeInternal)
+		gerr.Message = err.Error()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		setCode(gerr, CodeInternal)
+		gerr.Message = "request cancelled or timed out"
+	default:
+		var g *gqlerror.Error
+		if errors.As(err, &g) && g.Err == nil {
+			// Raised by gqlgen itself (parsing, validation, coercion).
+			code, _ := g.Extensions["code"].(string)
+			if code == "" || badRequestCodes[code] {
+				setCode(gerr, CodeBadUserInput)
+			}
+			if code != "" && code != CodeBadUserInput {
+				gerr.Extensions["reason"] = code
+			}
+			return gerr
+		}
+		slog.Error("internal error", "path", gerr.Path, "err", err)
+		setCode(gerr, CodeInternal)
+		gerr.Message = "internal error"
+	}
+	return gerr
+}
+
+func setCode(e *gqlerror.Error, code string) {
+	if e.Extensions == nil {
+		e.Extensions = map[string]any{}
+	}
+	e.Extensions["code"] = code
+}
+
+// recoverPanic turns a resolver panic into an INTERNAL error; the stack goes
+// to the log only.
+func recoverPanic(ctx context.Context, p any) error {
+	slog.Error("panic in resolver", "panic", p, "stack", string(debug.Stack()))
+	return errCode(CodeInternal, "internal error")
+}
+
+// parseID reads a GraphQL ID holding an unsigned 64-bit decimal integer.
+func parseID[T ~uint64](what, s string) (T, error) {
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || v == 0 {
+		return 0, errCode(CodeBadUserInput, "%s must be a positive 64-bit decimal integer, got %q", what, truncate(s))
+	}
+	return T(v), nil
+}
+
+func parseIDs[T ~uint64](what string, ss []string) ([]T, error) {
+	if len(ss) > engine.MaxIDsPerCall {
+		return nil, errCode(CodeBadUserInput, "at most %d %ss per call, got %d", engine.MaxIDsPerCall, what, len(ss))
+	}
+	out := make([]T, len(ss))
+	for i, s := range ss {
+		v, err := parseID[T](what, s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

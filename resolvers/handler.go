@@ -1,0 +1,175 @@
+package resolvers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/hub"
+	"github.com/tally-dev/tally/graph"
+	"github.com/tally-dev/tally/loaders"
+	"github.com/tally-dev/tally/resolvers/auth"
+)
+
+// Config is what the GraphQL endpoint needs.
+type Config struct {
+	Store engine.Store
+	Hub   *hub.Hub
+	Keys  *auth.Keys
+	// Metrics registers request metrics; nil skips them.
+	Metrics prometheus.Registerer
+	// ComplexityLimit bounds a query's cost (each field 1, lists multiplied
+	// by their size argument where the schema has one). 0 means 5000.
+	ComplexityLimit int
+	// MaxBodyBytes bounds a request body; 0 means 1 MiB.
+	MaxBodyBytes int64
+	// OriginPatterns are the extra host patterns allowed to open WebSockets
+	// from a browser (same-origin is always allowed).
+	OriginPatterns []string
+	// RateLimit is mutations per second per user (0 = unlimited), with
+	// bursts of RateBurst.
+	RateLimit float64
+	RateBurst int
+}
+
+// NewHandler returns the /query endpoint: GraphQL over POST and GET, and
+// subscriptions over WebSocket (graphql-transport-ws).
+func NewHandler(cfg Config) http.Handler {
+	if cfg.ComplexityLimit == 0 {
+		cfg.ComplexityLimit = 5000
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	res := &Resolver{Store: cfg.Store, Hub: cfg.Hub}
+	gc := graph.Config{Resolvers: res}
+	gc.Directives.Auth = func(ctx context.Context, _ any, next graphql.Resolver) (any, error) {
+		if p, _ := auth.From(ctx); p.User == 0 {
+			return nil, errCode(CodeUnauthenticated, "sign in: this field needs Authorization: Bearer <token>")
+		}
+		return next(ctx)
+	}
+	gc.Directives.Admin = func(ctx context.Context, _ any, next graphql.Resolver) (any, error) {
+		p, _ := auth.From(ctx)
+		if p.User == 0 {
+			return nil, errCode(CodeUnauthenticated, "sign in: this field needs an admin token")
+		}
+		if !p.Admin {
+			return nil, errCode(CodeForbidden, "this field needs an admin token")
+		}
+		return next(ctx)
+	}
+	setComplexity(&gc)
+
+	srv := handler.New(graph.NewExecutableSchema(gc))
+	srv.AddTransport(transport.Websocket{
+		Implementation: transport.CoderWebsocketImplementation{AcceptOptions: websocket.AcceptOptions{
+			OriginPatterns: cfg.OriginPatterns,
+		}},
+		InitTimeout:      10 * time.Second,
+		PingPongInterval: 20 * time.Second,
+		InitFunc: func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+			pr, _, err := cfg.Keys.FromHeader(p.Authorization())
+			if err != nil {
+				return ctx, nil, err // gqlgen closes the socket with the error as the reason
+			}
+			return auth.With(ctx, pr, nil), nil, nil
+		},
+	})
+	srv.AddTransport(transport.Options{})
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.SetParserTokenLimit(15000)
+	srv.SetErrorPresenter(presentError)
+	srv.SetRecoverFunc(recoverPanic)
+	srv.Use(extension.Introspection{})
+	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	srv.Use(extension.FixedComplexityLimit(cfg.ComplexityLimit))
+	if cfg.Metrics != nil {
+		srv.Use(newMetrics(cfg.Metrics))
+	}
+	limiter := newRateLimiter(cfg.RateLimit, cfg.RateBurst)
+
+	// A presented but bad token fails the whole operation, even one that
+	// would be allowed anonymously: the client should learn its token is
+	// wrong rather than silently see a signed-out view.
+	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		p, err := auth.From(ctx)
+		if err != nil {
+			return graphql.OneShot(errorResponse(CodeUnauthenticated, err.Error()))
+		}
+		op := graphql.GetOperationContext(ctx).Operation
+		if op != nil && op.Operation == ast.Mutation && p.User != 0 && !limiter.allow(p.User) {
+			return graphql.OneShot(errorResponse(CodeRateLimited, "too many mutations; slow down"))
+		}
+		return next(ctx)
+	})
+	// Loaders live for one response: one query or mutation, or one event of
+	// a subscription (a WebSocket's context outlives any single read).
+	srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+		p, _ := auth.From(ctx)
+		return next(loaders.With(ctx, loaders.New(cfg.Store, p.User)))
+	})
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
+		ctx := auth.With(r.Context(), p, err)
+		if r.ContentLength > cfg.MaxBodyBytes {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			json.NewEncoder(w).Encode(errorResponse(CodeBadUserInput,
+				fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, cfg.MaxBodyBytes)))
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes)
+		}
+		srv.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func errorResponse(code, msg string) *graphql.Response {
+	return &graphql.Response{Errors: gqlerror.List{{
+		Message:    msg,
+		Extensions: map[string]any{"code": code},
+	}}}
+}
+
+// setComplexity makes list fields cost what they can return, so a deep or
+// wide query is refused before it runs.
+func setComplexity(gc *graph.Config) {
+	c := &gc.Complexity
+	c.Query.Posts = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
+	c.Query.SystemNotifications = func(child int, first *int, _ *string) int {
+		n := engine.DefaultPageSize
+		if first != nil {
+			n = *first
+		}
+		return 1 + child*max(min(n, engine.MaxPageSize), 1)
+	}
+	c.ReadReceipts.Readers = func(child int, first *int) int { return 1 + child*limitOr(first, 50) }
+	c.ReadReceipts.Unreaders = func(child int, first *int) int { return 1 + child*limitOr(first, 50) }
+	c.Group.Members = func(child int) int { return 1 + child*50 }
+	c.Mutation.MarkMessagesRead = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
+}
+
+func limitOr(first *int, def int) int {
+	if first == nil {
+		return def
+	}
+	return max(min(*first, 1000), 1)
+}

@@ -1,0 +1,76 @@
+// Package model holds the Go types gqlgen binds the schema's object types
+// to. They carry engine ids; everything else is resolved (and batched) by
+// the resolvers and loaders.
+package model
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// Post is a post known to Tally.
+type Post struct {
+	PostID engine.PostID
+	// Author is known when the post was loaded from the registry, so
+	// Post.author needs no second lookup.
+	Author engine.UserID
+}
+
+func (p *Post) ID() string { return FormatID(p.PostID) }
+
+// CreatedAt decodes the time from the snowflake id.
+func (p *Post) CreatedAt() time.Time { return snowflake.Time(uint64(p.PostID)) }
+
+// User is any user id; its counters are resolved through a loader.
+type User struct{ UserID engine.UserID }
+
+func (u *User) ID() string { return FormatID(u.UserID) }
+
+// Viewer is the signed-in user.
+type Viewer struct{ UserID engine.UserID }
+
+func (v *Viewer) ID() string { return FormatID(v.UserID) }
+
+// SystemNotification wraps an engine notification.
+type SystemNotification struct{ N engine.Notification }
+
+func (n *SystemNotification) ID() string           { return FormatID(n.N.ID) }
+func (n *SystemNotification) Title() string        { return n.N.Title }
+func (n *SystemNotification) Body() string         { return n.N.Body }
+func (n *SystemNotification) CreatedAt() time.Time { return n.N.CreatedAt }
+
+// Group wraps an engine group.
+type Group struct{ G engine.Group }
+
+func (g *Group) ID() string       { return FormatID(g.G.ID) }
+func (g *Group) MemberCount() int { return len(g.G.Members) }
+func (g *Group) Members() []*User {
+	out := make([]*User, len(g.G.Members))
+	for i, m := range g.G.Members {
+		out[i] = &User{UserID: m}
+	}
+	return out
+}
+
+// Message wraps an engine message.
+type Message struct{ M engine.Message }
+
+func (m *Message) ID() string        { return FormatID(m.M.ID) }
+func (m *Message) Text() string      { return m.M.Text }
+func (m *Message) SentAt() time.Time { return m.M.SentAt }
+
+// ReadReceipts is one message's receipts as read for its sender.
+type ReadReceipts struct {
+	Message engine.MessageID
+	Viewer  engine.UserID
+	R       engine.Receipts
+}
+
+func (r *ReadReceipts) ReadCount() int   { return r.R.ReadCount }
+func (r *ReadReceipts) UnreadCount() int { return r.R.UnreadCount }
+
+// FormatID renders an id as the decimal string GraphQL clients see.
+func FormatID[T ~uint64](id T) string { return strconv.FormatUint(uint64(id), 10) }

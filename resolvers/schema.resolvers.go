@@ -1,0 +1,559 @@
+package resolvers
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/graph-gophers/dataloader/v7"
+
+	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/graph"
+	gmodel "github.com/tally-dev/tally/graph/model"
+	"github.com/tally-dev/tally/loaders"
+	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/model"
+)
+
+func (r *Resolver) Query() graph.QueryResolver               { return (*queryResolver)(r) }
+func (r *Resolver) Mutation() graph.MutationResolver         { return (*mutationResolver)(r) }
+func (r *Resolver) Subscription() graph.SubscriptionResolver { return (*subscriptionResolver)(r) }
+func (r *Resolver) Post() graph.PostResolver                 { return (*postResolver)(r) }
+func (r *Resolver) User() graph.UserResolver                 { return (*userResolver)(r) }
+func (r *Resolver) Viewer() graph.ViewerResolver             { return (*viewerResolver)(r) }
+func (r *Resolver) Message() graph.MessageResolver           { return (*messageResolver)(r) }
+func (r *Resolver) ReadReceipts() graph.ReadReceiptsResolver { return (*readReceiptsResolver)(r) }
+
+type (
+	queryResolver        Resolver
+	mutationResolver     Resolver
+	subscriptionResolver Resolver
+	postResolver         Resolver
+	userResolver         Resolver
+	viewerResolver       Resolver
+	messageResolver      Resolver
+	readReceiptsResolver Resolver
+)
+
+// viewerOf returns the signed-in user; the @auth directive has already
+// rejected anonymous callers where one is required.
+func viewerOf(ctx context.Context) engine.UserID {
+	p, _ := auth.From(ctx)
+	return p.User
+}
+
+// ---- Query ----
+
+func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
+	return &model.Viewer{UserID: viewerOf(ctx)}, nil
+}
+
+func (r *queryResolver) Post(ctx context.Context, id string) (*model.Post, error) {
+	pid, err := parseID[engine.PostID]("post id", id)
+	if err != nil {
+		return nil, err
+	}
+	posts, err := loadPage(ctx, []engine.PostID{pid})
+	if err != nil {
+		return nil, err
+	}
+	return posts[0], nil
+}
+
+func (r *queryResolver) Posts(ctx context.Context, ids []string) ([]*model.Post, error) {
+	pids, err := parseIDs[engine.PostID]("post id", ids)
+	if err != nil {
+		return nil, err
+	}
+	return loadPage(ctx, pids)
+}
+
+// loadPage resolves a page of posts (nil for unknown ids). It reads what
+// the selection needs for the whole page up front — the registry, and the
+// counts and flags when asked for — as one engine multi-get per kind, run
+// concurrently, and primes the response's loaders with the results, so the
+// per-post field resolvers never reach the engine and a page costs the same
+// number of calls whatever the scheduler does.
+func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
+	l := loaders.For(ctx)
+	var wantCounts, wantLiked, wantFavorited, wantAuthorCounts bool
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		switch f.Name {
+		case "counts":
+			wantCounts = true
+		case "viewerHasLiked":
+			wantLiked = true
+		case "viewerHasFavorited":
+			wantFavorited = true
+		case "author":
+			for _, af := range graphql.CollectFields(graphql.GetOperationContext(ctx), f.Selections, []string{"User"}) {
+				wantAuthorCounts = wantAuthorCounts || af.Name != "id" && af.Name != "__typename"
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	prime := func(want bool, load func() error) *error {
+		err := new(error)
+		if want {
+			wg.Go(func() { *err = load() })
+		}
+		return err
+	}
+	countsErr := prime(wantCounts, func() error { return primeMany(ctx, l.Counts, ids, l.Store.Counts) })
+	likedErr := prime(wantLiked, func() error { return primeMany(ctx, l.Liked, ids, l.LikedBy) })
+	favErr := prime(wantFavorited, func() error { return primeMany(ctx, l.Favorited, ids, l.FavoritedBy) })
+	infos, err := l.Store.Posts(ctx, ids)
+	wg.Wait()
+	for _, e := range []error{err, *countsErr, *likedErr, *favErr} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	out := make([]*model.Post, len(ids))
+	var authors []engine.UserID
+	for i, info := range infos {
+		l.Posts.Prime(ctx, ids[i], info)
+		if !info.Exists {
+			continue
+		}
+		out[i] = &model.Post{PostID: ids[i], Author: info.Author}
+		if wantAuthorCounts && info.Author != 0 && !slices.Contains(authors, info.Author) {
+			authors = append(authors, info.Author)
+		}
+	}
+	if len(authors) > 0 {
+		if err := primeMany(ctx, l.UserCounts, authors, l.Store.UserCounts); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// primeMany reads keys with one call to get and primes loader with them.
+func primeMany[K comparable, V any](ctx context.Context, loader *dataloader.Loader[K, V], keys []K, get func(context.Context, []K) ([]V, error)) error {
+	vals, err := get(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i, k := range keys {
+		loader.Prime(ctx, k, vals[i])
+	}
+	return nil
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *queryResolver) User(ctx context.Context, id string) (*model.User, error) {
+	uid, err := parseID[engine.UserID]("user id", id)
+	if err != nil {
+		return nil, err
+	}
+	return &model.User{UserID: uid}, nil
+}
+
+func (r *queryResolver) Message(ctx context.Context, id string) (*model.Message, error) {
+	mid, err := parseID[engine.MessageID]("message id", id)
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.Store.Message(ctx, viewerOf(ctx), mid)
+	if err != nil {
+		return nil, err
+	}
+	return &model.Message{M: m}, nil
+}
+
+func (r *queryResolver) Group(ctx context.Context, id string) (*model.Group, error) {
+	gid, err := parseID[engine.GroupID]("group id", id)
+	if err != nil {
+		return nil, err
+	}
+	return (*Resolver)(r).group(ctx, gid)
+}
+
+func (r *Resolver) group(ctx context.Context, id engine.GroupID) (*model.Group, error) {
+	g, err := r.Store.Group(ctx, viewerOf(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	return &model.Group{G: g}, nil
+}
+
+func (r *queryResolver) SystemNotifications(ctx context.Context, first *int, after *string) ([]model.SystemNotification, error) {
+	n := engine.DefaultPageSize
+	if first != nil {
+		n = *first
+	}
+	var cursor engine.NotificationID
+	if after != nil {
+		var err error
+		if cursor, err = parseID[engine.NotificationID]("after", *after); err != nil {
+			return nil, err
+		}
+	}
+	list, err := r.Store.Notifications(ctx, n, cursor)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]model.SystemNotification, len(list))
+	for i, n := range list {
+		out[i] = model.SystemNotification{N: n}
+	}
+	return out, nil
+}
+
+// ---- Post, User, Viewer ----
+
+func (r *postResolver) Author(ctx context.Context, p *model.Post) (*model.User, error) {
+	if p.Author == 0 {
+		return nil, nil
+	}
+	return &model.User{UserID: p.Author}, nil
+}
+
+func (r *postResolver) Counts(ctx context.Context, p *model.Post) (*engine.Counts, error) {
+	c, err := loaders.For(ctx).Counts.Load(ctx, p.PostID)()
+	return &c, err
+}
+
+func (r *postResolver) ViewerHasLiked(ctx context.Context, p *model.Post) (bool, error) {
+	return loaders.For(ctx).Liked.Load(ctx, p.PostID)()
+}
+
+func (r *postResolver) ViewerHasFavorited(ctx context.Context, p *model.Post) (bool, error) {
+	return loaders.For(ctx).Favorited.Load(ctx, p.PostID)()
+}
+
+func (r *userResolver) userCounts(ctx context.Context, u *model.User) (engine.UserCounts, error) {
+	return loaders.For(ctx).UserCounts.Load(ctx, u.UserID)()
+}
+
+func (r *userResolver) PostCount(ctx context.Context, u *model.User) (int64, error) {
+	c, err := r.userCounts(ctx, u)
+	return c.Posts, err
+}
+
+func (r *userResolver) FollowerCount(ctx context.Context, u *model.User) (int64, error) {
+	c, err := r.userCounts(ctx, u)
+	return c.Followers, err
+}
+
+func (r *userResolver) FollowingCount(ctx context.Context, u *model.User) (int64, error) {
+	c, err := r.userCounts(ctx, u)
+	return c.Following, err
+}
+
+func (r *viewerResolver) User(ctx context.Context, v *model.Viewer) (*model.User, error) {
+	return &model.User{UserID: v.UserID}, nil
+}
+
+func (r *viewerResolver) Unread(ctx context.Context, v *model.Viewer) (*engine.Unread, error) {
+	u, err := loaders.For(ctx).Unread.Load(ctx, v.UserID)()
+	return &u, err
+}
+
+func (r *viewerResolver) RedDot(ctx context.Context, v *model.Viewer) (bool, error) {
+	u, err := loaders.For(ctx).Unread.Load(ctx, v.UserID)()
+	return u.RedDot, err
+}
+
+// ---- Groups and messages ----
+
+func (r *messageResolver) Group(ctx context.Context, m *model.Message) (*model.Group, error) {
+	return (*Resolver)(r).group(ctx, m.M.Group)
+}
+
+func (r *messageResolver) Sender(ctx context.Context, m *model.Message) (*model.User, error) {
+	return &model.User{UserID: m.M.Sender}, nil
+}
+
+func (r *messageResolver) ReadReceipts(ctx context.Context, m *model.Message) (*model.ReadReceipts, error) {
+	return (*Resolver)(r).receipts(ctx, m.M.ID)
+}
+
+// receipts reads a message's receipts with as many readers and unreaders
+// as the selection asks for (the largest `first` among them).
+func (r *Resolver) receipts(ctx context.Context, id engine.MessageID) (*model.ReadReceipts, error) {
+	limit := 0
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		if f.Name != "readers" && f.Name != "unreaders" {
+			continue
+		}
+		n := 50
+		if arg := f.Arguments.ForName("first"); arg != nil {
+			v, err := arg.Value.Value(graphql.GetOperationContext(ctx).Variables)
+			if err != nil {
+				return nil, errCode(CodeBadUserInput, "first: %v", err)
+			}
+			if i, ok := v.(int64); ok {
+				n = int(i)
+			}
+		}
+		limit = max(limit, min(n, engine.MaxGroupMembers))
+	}
+	viewer := viewerOf(ctx)
+	rec, err := r.Store.Receipts(ctx, viewer, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &model.ReadReceipts{Message: id, Viewer: viewer, R: rec}, nil
+}
+
+func (r *readReceiptsResolver) Readers(ctx context.Context, rr *model.ReadReceipts, first *int) ([]model.User, error) {
+	return usersOf(rr.R.Readers, first)
+}
+
+func (r *readReceiptsResolver) Unreaders(ctx context.Context, rr *model.ReadReceipts, first *int) ([]model.User, error) {
+	return usersOf(rr.R.Unreaders, first)
+}
+
+func usersOf(ids []engine.UserID, first *int) ([]model.User, error) {
+	n := len(ids)
+	if first != nil {
+		if *first < 0 {
+			return nil, errCode(CodeBadUserInput, "first must not be negative")
+		}
+		n = min(n, *first)
+	}
+	out := make([]model.User, n)
+	for i := range out {
+		out[i] = model.User{UserID: ids[i]}
+	}
+	return out, nil
+}
+
+// ---- Mutations ----
+
+// post returns a known post after a mutation, or NOT_FOUND.
+func (r *mutationResolver) post(ctx context.Context, id engine.PostID) (*model.Post, error) {
+	posts, err := loadPage(ctx, []engine.PostID{id})
+	if err != nil {
+		return nil, err
+	}
+	if posts[0] == nil {
+		return nil, errCode(CodeNotFound, "post %d not found", id)
+	}
+	return posts[0], nil
+}
+
+// postOp runs a mutation on one existing post and returns the post.
+func (r *mutationResolver) postOp(ctx context.Context, postID string, op func(context.Context, engine.UserID, engine.PostID) error) (*model.Post, error) {
+	pid, err := parseID[engine.PostID]("postId", postID)
+	if err != nil {
+		return nil, err
+	}
+	if err := op(ctx, viewerOf(ctx), pid); err != nil {
+		return nil, err
+	}
+	return r.post(ctx, pid)
+}
+
+func (r *mutationResolver) CreatePost(ctx context.Context, id *string, idempotencyKey *string) (*model.Post, error) {
+	var pid engine.PostID
+	if id != nil {
+		var err error
+		if pid, err = parseID[engine.PostID]("id", *id); err != nil {
+			return nil, err
+		}
+	}
+	pid, err := r.Store.CreatePost(ctx, viewerOf(ctx), pid, deref(idempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	return r.post(ctx, pid)
+}
+
+func (r *mutationResolver) LikePost(ctx context.Context, postID string) (*model.Post, error) {
+	return r.postOp(ctx, postID, r.Store.Like)
+}
+
+func (r *mutationResolver) UnlikePost(ctx context.Context, postID string) (*model.Post, error) {
+	return r.postOp(ctx, postID, r.Store.Unlike)
+}
+
+func (r *mutationResolver) FavoritePost(ctx context.Context, postID string) (*model.Post, error) {
+	return r.postOp(ctx, postID, r.Store.Favorite)
+}
+
+func (r *mutationResolver) UnfavoritePost(ctx context.Context, postID string) (*model.Post, error) {
+	return r.postOp(ctx, postID, r.Store.Unfavorite)
+}
+
+func (r *mutationResolver) CommentOnPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model.Post, error) {
+	users, err := parseIDs[engine.UserID]("mention", mentions)
+	if err != nil {
+		return nil, err
+	}
+	return r.postOp(ctx, postID, func(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+		return r.Store.Comment(ctx, viewer, post, users, deref(idempotencyKey))
+	})
+}
+
+func (r *mutationResolver) RepostPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model.Post, error) {
+	pid, err := parseID[engine.PostID]("postId", postID)
+	if err != nil {
+		return nil, err
+	}
+	users, err := parseIDs[engine.UserID]("mention", mentions)
+	if err != nil {
+		return nil, err
+	}
+	repost, err := r.Store.Repost(ctx, viewerOf(ctx), pid, users, deref(idempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	return r.post(ctx, repost)
+}
+
+func (r *mutationResolver) RecordViews(ctx context.Context, postIds []string) (bool, error) {
+	pids, err := parseIDs[engine.PostID]("post id", postIds)
+	if err != nil {
+		return false, err
+	}
+	return true, r.Store.RecordViews(ctx, pids)
+}
+
+func (r *mutationResolver) viewerOp(ctx context.Context, op func(engine.UserID) error) (*model.Viewer, error) {
+	v := viewerOf(ctx)
+	if err := op(v); err != nil {
+		return nil, err
+	}
+	return &model.Viewer{UserID: v}, nil
+}
+
+func (r *mutationResolver) Follow(ctx context.Context, userID string) (*model.Viewer, error) {
+	target, err := parseID[engine.UserID]("userId", userID)
+	if err != nil {
+		return nil, err
+	}
+	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.Follow(ctx, v, target) })
+}
+
+func (r *mutationResolver) Unfollow(ctx context.Context, userID string) (*model.Viewer, error) {
+	target, err := parseID[engine.UserID]("userId", userID)
+	if err != nil {
+		return nil, err
+	}
+	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.Unfollow(ctx, v, target) })
+}
+
+var unreadKinds = map[gmodel.UnreadKind]engine.UnreadKind{
+	gmodel.UnreadKindMentions: engine.Mentions,
+	gmodel.UnreadKindComments: engine.Comments,
+	gmodel.UnreadKindLikes:    engine.Likes,
+	gmodel.UnreadKindMessages: engine.Messages,
+	gmodel.UnreadKindSystem:   engine.System,
+	gmodel.UnreadKindFeed:     engine.Feed,
+}
+
+func (r *mutationResolver) MarkRead(ctx context.Context, kind gmodel.UnreadKind) (*model.Viewer, error) {
+	k, ok := unreadKinds[kind]
+	if !ok {
+		return nil, errCode(CodeBadUserInput, "unknown UnreadKind %q", kind)
+	}
+	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.MarkRead(ctx, v, k) })
+}
+
+func (r *mutationResolver) ClickRedDot(ctx context.Context) (*model.Viewer, error) {
+	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.ClickRedDot(ctx, v) })
+}
+
+func (r *mutationResolver) PublishSystemNotification(ctx context.Context, title string, body string, idempotencyKey *string) (*model.SystemNotification, error) {
+	n, err := r.Store.PublishNotification(ctx, title, body, deref(idempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	return &model.SystemNotification{N: n}, nil
+}
+
+func (r *mutationResolver) PushRedDot(ctx context.Context) (bool, error) {
+	return true, r.Store.PushRedDot(ctx)
+}
+
+func (r *mutationResolver) CreateGroup(ctx context.Context, memberIds []string) (*model.Group, error) {
+	users, err := parseIDs[engine.UserID]("member id", memberIds)
+	if err != nil {
+		return nil, err
+	}
+	id, err := r.Store.CreateGroup(ctx, viewerOf(ctx), users)
+	if err != nil {
+		return nil, err
+	}
+	return (*Resolver)(r).group(ctx, id)
+}
+
+func (r *mutationResolver) AddGroupMembers(ctx context.Context, groupID string, userIds []string) (*model.Group, error) {
+	gid, err := parseID[engine.GroupID]("groupId", groupID)
+	if err != nil {
+		return nil, err
+	}
+	users, err := parseIDs[engine.UserID]("user id", userIds)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Store.AddGroupMembers(ctx, viewerOf(ctx), gid, users); err != nil {
+		return nil, err
+	}
+	return (*Resolver)(r).group(ctx, gid)
+}
+
+// LeaveGroup returns the group as it is after the viewer left (its
+// remaining members), read by the engine on the caller's behalf even though
+// the caller is no longer a member.
+func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*model.Group, error) {
+	gid, err := parseID[engine.GroupID]("groupId", groupID)
+	if err != nil {
+		return nil, err
+	}
+	v := viewerOf(ctx)
+	before, err := r.Store.Group(ctx, v, gid)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Store.LeaveGroup(ctx, v, gid); err != nil {
+		return nil, err
+	}
+	before.Members = slices.DeleteFunc(before.Members, func(u engine.UserID) bool { return u == v })
+	return &model.Group{G: before}, nil
+}
+
+func (r *mutationResolver) SendMessage(ctx context.Context, groupID string, text string, mentions []string, idempotencyKey *string) (*model.Message, error) {
+	gid, err := parseID[engine.GroupID]("groupId", groupID)
+	if err != nil {
+		return nil, err
+	}
+	users, err := parseIDs[engine.UserID]("mention", mentions)
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.Store.SendMessage(ctx, viewerOf(ctx), gid, text, users, deref(idempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	return &model.Message{M: m}, nil
+}
+
+func (r *mutationResolver) MarkMessagesRead(ctx context.Context, messageIds []string) ([]model.Message, error) {
+	ids, err := parseIDs[engine.MessageID]("message id", messageIds)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := r.Store.MarkMessagesRead(ctx, viewerOf(ctx), ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]model.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = model.Message{M: m}
+	}
+	return out, nil
+}

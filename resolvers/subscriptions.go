@@ -1,0 +1,86 @@
+package resolvers
+
+import (
+	"context"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/resolvers/model"
+)
+
+// UnreadChanged sends the viewer's state at once, then again whenever the
+// hub says it may have changed and a re-read shows that it did. The value
+// sent carries only the viewer id: its fields are resolved afresh, with new
+// loaders, for every event.
+func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model.Viewer, error) {
+	viewer := viewerOf(ctx)
+	signal, err := r.Hub.WatchUnread(ctx, viewer)
+	if err != nil {
+		return nil, err
+	}
+	last, err := r.Store.Unread(ctx, viewer)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *model.Viewer, 1)
+	out <- &model.Viewer{UserID: viewer}
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-signal:
+			}
+			now, err := r.Store.Unread(ctx, viewer)
+			if err != nil || now == last {
+				continue // a wake-up that changed nothing visible, or a store hiccup: the next event re-reads
+			}
+			last = now
+			select {
+			case out <- &model.Viewer{UserID: viewer}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// ReadReceiptsChanged is for the message's sender only: the first read
+// enforces that (FORBIDDEN otherwise) before anything is sent.
+func (r *subscriptionResolver) ReadReceiptsChanged(ctx context.Context, messageID string) (<-chan *model.ReadReceipts, error) {
+	id, err := parseID[engine.MessageID]("messageId", messageID)
+	if err != nil {
+		return nil, err
+	}
+	res := (*Resolver)(r)
+	signal := r.Hub.WatchReceipts(ctx, id)
+	first, err := res.receipts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *model.ReadReceipts, 1)
+	out <- first
+	go func() {
+		defer close(out)
+		last := first.R
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-signal:
+			}
+			rr, err := res.receipts(ctx, id)
+			if err != nil || (rr.R.ReadCount == last.ReadCount && rr.R.UnreadCount == last.UnreadCount) {
+				continue
+			}
+			last = rr.R
+			select {
+			case out <- rr:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
