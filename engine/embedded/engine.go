@@ -1,0 +1,1079 @@
+// Package embedded is Tally's default, in-process engine: every rule of
+// engine.Store over packed, pointer-free tables, made durable by an
+// append-only log.
+//
+// It owns the engine's state and its log records. It is built as a
+// deterministic state machine: a mutation is validated against the state,
+// turned into one op record carrying every non-deterministic input (the
+// time, generated ids), appended to the log and applied, all under one
+// lock; replaying the records in log order rebuilds the same state. A like
+// is one record, and its de-duplication and the author's badge bump are
+// both consequences of applying it, so a replay can neither lose one nor
+// apply it twice. Validation failures, repeats that change nothing and
+// idempotent retries are not logged.
+//
+// # Commit path
+//
+//	lock → idempotency lookup → prepare (validate; decide ids) → time →
+//	encode → wal.AppendAsync (log order = apply order) → apply → unlock →
+//	wal.Wait (group commit: concurrent commits share one fsync) → events
+//
+// A mutation returns only after its record is as durable as Options.Sync
+// promises. Anything that returns nil without logging (a repeated like, a
+// retry) first waits until everything logged before it is durable, so a
+// nil never vouches for state that could still vanish. If the log fails
+// (disk full, read-only), that mutation and every later one return an
+// error wrapping engine.ErrUnavailable and Ready reports it; reads keep
+// working. The failed record was already applied in memory, so readers may
+// see it until the restart, which drops it: it was never acknowledged.
+//
+// # Time
+//
+// Each record's time is the engine clock in Unix nanoseconds, forced to
+// increase by at least 1 ns per record so that "a push after a click"
+// stays true within one clock tick. Idempotency keys expire by record time
+// (every apply forgets keys older than engine.IdempotencyTTL), so replay
+// forgets exactly what the live engine had forgotten.
+//
+// # System cursors
+//
+// A user's cursor counts while they were active within Options.CursorTTL
+// (activity kept per day). Expiry is decided on read: a cursor past its
+// TTL reads as absent (0 system unread) and the read records a touch op
+// that restarts it at the newest notification. Separately, a periodic
+// sweep op (Options.SweepInterval) drops expired cursors from memory; it
+// changes no answer, only memory. The sweep walks every badge record under
+// the write lock: about 10 ns a user, so it runs rarely.
+//
+// # Events
+//
+// Each subscriber has its own goroutine and a buffered channel of
+// SubscriberBuffer events. Commits hand events over without blocking: when
+// a subscriber's buffer is full (its fn is stuck) the event is dropped for
+// that subscriber only and counted in DroppedEvents. Events are published
+// after the mutation is durable, never during replay.
+//
+// # Concurrency
+//
+// One sync.RWMutex guards the state: reads (Counts, Liked, Unread, ...)
+// share it and never wait for each other; mutations hold it exclusively
+// for validation and apply only (microseconds), never across the fsync.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/wal"
+)
+
+// MaxImportBatch is the most rows one Import call takes (one log record).
+const MaxImportBatch = 10000
+
+// DefaultSweepInterval is how often idle system cursors are swept.
+const DefaultSweepInterval = time.Hour
+
+// SubscriberBuffer is how many events may wait for one subscriber before
+// further events to it are dropped.
+const SubscriberBuffer = 4096
+
+// Options configure an Engine.
+type Options struct {
+	// Dir is the data directory; the log's segments (wal-*.log) live
+	// directly in it, snapshots will sit beside them. "" keeps state in
+	// memory only (nothing survives Close).
+	Dir string
+	// Sync is the log's durability mode (wal.SyncAlways by default).
+	Sync wal.SyncMode
+	// BatchWindow bounds, under wal.SyncBatch, how long a written record
+	// waits for its fsync; zero means wal.DefaultBatchWindow.
+	BatchWindow time.Duration
+	// Now is the clock; nil means time.Now. Tests pass a fake one.
+	Now func() time.Time
+	// CursorTTL is how long an idle user keeps their system cursor; zero
+	// means engine.DefaultCursorTTL.
+	CursorTTL time.Duration
+	// SweepInterval is how often expired cursors are dropped from memory;
+	// zero means DefaultSweepInterval, negative never.
+	SweepInterval time.Duration
+	// Node is the snowflake node of the ids this engine makes.
+	Node uint64
+	// Logger receives operational messages; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine is the embedded engine.Store. Safe for concurrent use.
+type Engine struct {
+	now    func() time.Time
+	ttl    int64 // cursor TTL, ns
+	logger *slog.Logger
+
+	mu        sync.RWMutex
+	st        *state
+	gen       snowflake.Generator
+	lastTime  int64 // time of the last record
+	log       *wal.Log
+	lastIndex uint64 // index of the last record appended to log
+	buf       []byte // record encoding buffer, reused under mu (the log copies)
+	closed    bool
+	// tap, when set (tests), sees every record committed, under mu.
+	tap func(rec []byte)
+
+	failed atomic.Pointer[error] // the log failure that made the engine read-only
+
+	subsMu  sync.Mutex
+	subs    atomic.Pointer[[]*subscriber]
+	dropped atomic.Uint64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+var _ engine.Store = (*Engine)(nil)
+var _ engine.Importer = (*Engine)(nil)
+
+// Open starts an engine. With opts.Dir set it opens (or creates) the log
+// there and replays it; a damaged log stops Open with an error naming the
+// file and offset (see package wal).
+func Open(opts Options) (*Engine, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.CursorTTL <= 0 {
+		opts.CursorTTL = engine.DefaultCursorTTL
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Node > snowflake.MaxNode {
+		return nil, fmt.Errorf("embedded: node %d exceeds %d", opts.Node, snowflake.MaxNode)
+	}
+	e := &Engine{
+		now:    opts.Now,
+		ttl:    int64(opts.CursorTTL),
+		logger: opts.Logger,
+		st:     newState(),
+		stop:   make(chan struct{}),
+	}
+	e.gen.Node, e.gen.Now = opts.Node, opts.Now
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("embedded: %w", err)
+		}
+		l, err := wal.Open(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow, Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("embedded: open log: %w", err)
+		}
+		start := time.Now()
+		n, err := e.replay(l)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		e.log = l
+		opts.Logger.Info("embedded: log replayed", "dir", opts.Dir, "records", n, "took", time.Since(start))
+	}
+	if opts.SweepInterval > 0 {
+		e.wg.Add(1)
+		go e.sweeper(opts.SweepInterval)
+	}
+	return e, nil
+}
+
+// replay applies every record of l to the (empty) state, without events.
+func (e *Engine) replay(l *wal.Log) (int, error) {
+	n := 0
+	err := l.Replay(l.FirstIndex(), func(index uint64, payload []byte) error {
+		o, err := decodeOp(payload)
+		if err != nil {
+			return fmt.Errorf("embedded: log record %d: %w", index, err)
+		}
+		e.st.apply(&o, nil)
+		e.lastTime = max(e.lastTime, o.time)
+		e.lastIndex = index
+		// Ids made here must stay above every id made before the restart,
+		// even if the clock stepped back: notification ids order the list.
+		switch o.kind {
+		case opRepost, opSendMessage:
+			e.gen.Observe(o.b)
+		case opPublish, opCreateGroup:
+			e.gen.Observe(o.a)
+		}
+		n++
+		return nil
+	})
+	return n, err
+}
+
+func (e *Engine) sweeper(every time.Duration) {
+	defer e.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if _, err := e.commit(&op{kind: opSweepCursors, a: uint64(e.ttl)}); err != nil {
+				e.logger.Warn("embedded: cursor sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// errWrite is what clients see when the log cannot write; the cause (with
+// file names) goes to the operator's log only.
+var errWrite = fmt.Errorf("%w: the store cannot write to disk", engine.ErrUnavailable)
+
+var errClosed = fmt.Errorf("%w: the store is closed", engine.ErrUnavailable)
+
+// fail makes the engine read-only after a log failure.
+func (e *Engine) fail(err error) error {
+	if e.failed.CompareAndSwap(nil, &err) {
+		e.logger.Error("embedded: the log failed; mutations are refused until restart", "err", err)
+	}
+	return errWrite
+}
+
+// waitDurable waits until record index (0: none) is durable.
+func (e *Engine) waitDurable(index uint64) error {
+	if e.log == nil || index == 0 {
+		return nil
+	}
+	if err := e.log.Wait(index); err != nil {
+		return e.fail(err)
+	}
+	return nil
+}
+
+// commit runs o through the write path (see the package doc) and returns
+// its result: the id it made or, for an idempotent retry, the id the first
+// attempt made.
+func (e *Engine) commit(o *op) (uint64, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return 0, errClosed
+	}
+	if e.failed.Load() != nil {
+		e.mu.Unlock()
+		return 0, errWrite
+	}
+	now := e.now().UnixNano()
+	res, done, err := e.prepare(o, now)
+	if err != nil || done {
+		seen := e.lastIndex
+		e.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return res, e.waitDurable(seen)
+	}
+	o.time = max(now, e.lastTime+1)
+	var index uint64
+	if e.log != nil || e.tap != nil {
+		e.buf = appendOp(e.buf[:0], o)
+		if e.log != nil {
+			if index, err = e.log.AppendAsync(e.buf); err != nil {
+				e.mu.Unlock()
+				return 0, e.fail(err)
+			}
+			e.lastIndex = index
+		}
+		if e.tap != nil {
+			e.tap(e.buf)
+		}
+	}
+	e.lastTime = o.time
+	var evs []engine.Event
+	e.st.apply(o, &evs)
+	e.mu.Unlock()
+	if err := e.waitDurable(index); err != nil {
+		return 0, err
+	}
+	e.publish(evs)
+	return res, nil
+}
+
+// newID returns a fresh snowflake id that taken does not know. Client
+// supplied post ids share the id space, so a generated one can collide.
+func (e *Engine) newID(taken func(uint64) bool) uint64 {
+	for {
+		if id := e.gen.Next(); !taken(id) {
+			return id
+		}
+	}
+}
+
+// prepare validates o against the state and completes it (generated ids,
+// lists reduced to what will change). done means o changes nothing and
+// needs no record; res is then the answer to return.
+func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
+	st := e.st
+	if o.idem != (idemKey{}) {
+		if r, ok := st.idemLookup(o.idem, now); ok {
+			return r, true, nil
+		}
+	}
+	exists := func(p uint64) bool { _, ok := st.posts.Get(p); return ok }
+	switch o.kind {
+	case opCreatePost:
+		if o.a == 0 {
+			o.a = e.newID(exists)
+		} else if exists(o.a) {
+			return 0, false, fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, o.a)
+		}
+	case opLike, opUnlike, opFavorite, opUnfavorite:
+		if !exists(o.a) {
+			return 0, false, errPostNotFound(o.a)
+		}
+		set := st.likes
+		if o.kind == opFavorite || o.kind == opUnfavorite {
+			set = st.favs
+		}
+		_, present := set.Get(pair{o.viewer, o.a})
+		adding := o.kind == opLike || o.kind == opFavorite
+		if present == adding {
+			return 0, true, nil
+		}
+	case opComment:
+		if !exists(o.a) {
+			return 0, false, errPostNotFound(o.a)
+		}
+	case opRepost:
+		if !exists(o.a) {
+			return 0, false, errPostNotFound(o.a)
+		}
+		o.b = e.newID(exists)
+	case opViews:
+		o.list = slices.DeleteFunc(o.list, func(p uint64) bool { return !exists(p) })
+		if len(o.list) == 0 {
+			return 0, true, nil
+		}
+	case opFollow, opUnfollow:
+		if following := st.followIndex(o.viewer, o.a) >= 0; following == (o.kind == opFollow) {
+			return 0, true, nil
+		}
+	case opTouch:
+		r, ok := st.users.Get(o.viewer)
+		live := ok && cursorLive(&r, now, e.ttl)
+		if live && r.day == day(now) {
+			return 0, true, nil
+		}
+		if !live {
+			o.a, o.b = st.newestNotif(), 1
+		}
+	case opPublish:
+		newest := st.newestNotif()
+		o.a = e.newID(func(id uint64) bool { return id <= newest })
+	case opCreateGroup:
+		o.a = e.newID(func(id uint64) bool { _, ok := st.groups.Get(id); return ok })
+		o.list = slices.DeleteFunc(o.list, func(u uint64) bool { return u == o.viewer })
+	case opAddMembers:
+		g, err := e.memberGroup(o.a, o.viewer)
+		if err != nil {
+			return 0, false, err
+		}
+		o.list = slices.DeleteFunc(o.list, func(u uint64) bool { _, cur := st.memberOf(g, u); return cur })
+		if len(o.list) == 0 {
+			return 0, true, nil
+		}
+		fresh := 0
+		for _, u := range o.list {
+			if _, ok := st.members.Get(pair{g.id, u}); !ok {
+				fresh++
+			}
+		}
+		if len(g.byMap)+fresh > engine.MaxGroupMembers {
+			return 0, false, fmt.Errorf("%w: a group holds at most %d members", engine.ErrInvalid, engine.MaxGroupMembers)
+		}
+	case opLeaveGroup:
+		g, ok := st.group(o.a)
+		if !ok {
+			return 0, false, errGroupNotFound(o.a)
+		}
+		mapid, cur := st.memberOf(g, o.viewer)
+		if mapid == 0 {
+			return 0, false, errNotMember
+		}
+		if !cur {
+			return 0, true, nil // left already
+		}
+	case opSendMessage:
+		if _, err := e.memberGroup(o.a, o.viewer); err != nil {
+			return 0, false, err
+		}
+		o.b = e.newID(func(id uint64) bool { _, ok := st.msgs.Get(id); return ok })
+	case opMarkMessagesRead:
+		changes := false
+		for _, id := range o.list {
+			m, ok := st.message(id)
+			if !ok {
+				return 0, false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+			}
+			g, _ := st.group(m.group)
+			mapid, cur := st.memberOf(g, o.viewer)
+			if !cur {
+				return 0, false, errNotMember
+			}
+			changes = changes || (m.rc.Counted(mapid) && !m.rc.IsRead(mapid))
+		}
+		if !changes {
+			return 0, true, nil
+		}
+	}
+	return opResult(o), false, nil
+}
+
+var errNotMember = fmt.Errorf("%w: not a member of the group", engine.ErrForbidden)
+
+func errPostNotFound(id uint64) error {
+	return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+}
+
+func errGroupNotFound(id uint64) error {
+	return fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
+}
+
+// memberGroup returns group id if viewer is a current member of it.
+func (e *Engine) memberGroup(id, viewer uint64) (*group, error) {
+	g, ok := e.st.group(id)
+	if !ok {
+		return nil, errGroupNotFound(id)
+	}
+	if _, cur := e.st.memberOf(g, viewer); !cur {
+		return nil, errNotMember
+	}
+	return g, nil
+}
+
+// makeIdemKey hashes an idempotency key with the op kind and the viewer:
+// a key is scoped to one viewer and one kind of mutation, so reusing a key
+// for a different mutation performs it instead of answering with an id of
+// the wrong kind.
+func makeIdemKey(kind opKind, viewer uint64, key string) idemKey {
+	if key == "" {
+		return idemKey{}
+	}
+	h := fnv.New128a()
+	var b [9]byte
+	b[0] = byte(kind)
+	for i := range 8 {
+		b[1+i] = byte(viewer >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(key))
+	var sum [16]byte
+	h.Sum(sum[:0])
+	k := idemKey{}
+	for i := range 8 {
+		k[0] |= uint64(sum[i]) << (8 * i)
+		k[1] |= uint64(sum[8+i]) << (8 * i)
+	}
+	if k == (idemKey{}) {
+		k[0] = 1 // zero means "no key"
+	}
+	return k
+}
+
+func nsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// ids converts a list of ids to the record's []uint64.
+func ids[T ~uint64](in []T) []uint64 {
+	out := make([]uint64, len(in))
+	for i, v := range in {
+		out[i] = uint64(v)
+	}
+	return out
+}
+
+func users(in []uint64) []engine.UserID {
+	out := make([]engine.UserID, len(in))
+	for i, v := range in {
+		out[i] = engine.UserID(v)
+	}
+	return out
+}
+
+// checkMutation runs the checks every mutation by a viewer shares.
+func checkMutation(ctx context.Context, viewer engine.UserID, idemKey string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	return engine.CheckIdemKey(idemKey)
+}
+
+// CreatePost implements engine.Store.
+func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
+	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+		return 0, err
+	}
+	if id != 0 {
+		if err := engine.CheckPostID(id, e.now()); err != nil {
+			return 0, err
+		}
+	}
+	res, err := e.commit(&op{kind: opCreatePost, viewer: uint64(viewer), a: uint64(id),
+		idem: makeIdemKey(opCreatePost, uint64(viewer), idemKey)})
+	return engine.PostID(res), err
+}
+
+// Posts implements engine.Store.
+func (e *Engine) Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostInfo, error) {
+	if err := readCheck(ctx, ids); err != nil {
+		return nil, err
+	}
+	out := make([]engine.PostInfo, len(ids))
+	e.mu.RLock()
+	for i, id := range ids {
+		a, ok := e.st.posts.Get(uint64(id))
+		out[i] = engine.PostInfo{Exists: ok, Author: engine.UserID(a)}
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+func readCheck[T ~uint64](ctx context.Context, ids []T) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return engine.CheckIDs(ids)
+}
+
+// Counts implements engine.Store.
+func (e *Engine) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Counts, error) {
+	if err := readCheck(ctx, ids); err != nil {
+		return nil, err
+	}
+	out := make([]engine.Counts, len(ids))
+	e.mu.RLock()
+	for i, id := range ids {
+		out[i] = e.st.counts.Get(uint64(id))
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+// Liked implements engine.Store.
+func (e *Engine) Liked(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return e.inSet(ctx, false, viewer, ids)
+}
+
+// Favorited implements engine.Store.
+func (e *Engine) Favorited(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return e.inSet(ctx, true, viewer, ids)
+}
+
+func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	if err := readCheck(ctx, ids); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	e.mu.RLock()
+	set := e.st.likes
+	if favs {
+		set = e.st.favs
+	}
+	for i, id := range ids {
+		_, out[i] = set.Get(pair{uint64(viewer), uint64(id)})
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+func (e *Engine) likeOp(ctx context.Context, kind opKind, viewer engine.UserID, post engine.PostID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	_, err := e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(post)})
+	return err
+}
+
+// Like implements engine.Store.
+func (e *Engine) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return e.likeOp(ctx, opLike, viewer, post)
+}
+
+// Unlike implements engine.Store.
+func (e *Engine) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return e.likeOp(ctx, opUnlike, viewer, post)
+}
+
+// Favorite implements engine.Store.
+func (e *Engine) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return e.likeOp(ctx, opFavorite, viewer, post)
+}
+
+// Unfavorite implements engine.Store.
+func (e *Engine) Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return e.likeOp(ctx, opUnfavorite, viewer, post)
+}
+
+// Comment implements engine.Store.
+func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+	_, err := e.postWithMentions(ctx, opComment, viewer, post, mentions, idemKey)
+	return err
+}
+
+// Repost implements engine.Store.
+func (e *Engine) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
+	id, err := e.postWithMentions(ctx, opRepost, viewer, post, mentions, idemKey)
+	return engine.PostID(id), err
+}
+
+func (e *Engine) postWithMentions(ctx context.Context, kind opKind, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (uint64, error) {
+	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+		return 0, err
+	}
+	m, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return 0, err
+	}
+	return e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(post), list: ids(m),
+		idem: makeIdemKey(kind, uint64(viewer), idemKey)})
+}
+
+// RecordViews implements engine.Store.
+func (e *Engine) RecordViews(ctx context.Context, posts []engine.PostID) error {
+	if err := readCheck(ctx, posts); err != nil {
+		return err
+	}
+	if len(posts) == 0 {
+		return nil
+	}
+	_, err := e.commit(&op{kind: opViews, list: ids(posts)})
+	return err
+}
+
+// UserCounts implements engine.Store.
+func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.UserCounts, error) {
+	if err := readCheck(ctx, us); err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserCounts, len(us))
+	e.mu.RLock()
+	for i, u := range us {
+		p, _ := e.st.profiles.Get(uint64(u))
+		out[i] = engine.UserCounts{Posts: p.posts, Followers: p.followers,
+			Following: int64(len(e.st.follows[uint64(u)]))}
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+// Follow implements engine.Store.
+func (e *Engine) Follow(ctx context.Context, viewer, target engine.UserID) error {
+	return e.followOp(ctx, opFollow, viewer, target)
+}
+
+// Unfollow implements engine.Store.
+func (e *Engine) Unfollow(ctx context.Context, viewer, target engine.UserID) error {
+	return e.followOp(ctx, opUnfollow, viewer, target)
+}
+
+func (e *Engine) followOp(ctx context.Context, kind opKind, viewer, target engine.UserID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	if err := engine.CheckViewer(target); err != nil {
+		return err
+	}
+	if viewer == target {
+		return fmt.Errorf("%w: cannot follow oneself", engine.ErrInvalid)
+	}
+	_, err := e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(target)})
+	return err
+}
+
+// Followees implements engine.Store.
+func (e *Engine) Followees(ctx context.Context, viewer engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	fs := e.st.follows[uint64(viewer)]
+	out := make([]engine.UserID, len(fs))
+	for i, f := range fs {
+		out[i] = engine.UserID(f.user)
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+// Unread implements engine.Store. A first visit, an expired cursor or the
+// first visit of a day records a touch (at most one write per user per day
+// from polling); every other call is a pure read.
+func (e *Engine) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Unread{}, err
+	}
+	if err := engine.CheckViewer(viewer); err != nil {
+		return engine.Unread{}, err
+	}
+	e.mu.RLock()
+	u, touch := e.st.unread(uint64(viewer), e.now().UnixNano(), e.ttl)
+	e.mu.RUnlock()
+	if !touch {
+		return u, nil
+	}
+	if _, err := e.commit(&op{kind: opTouch, viewer: uint64(viewer)}); err != nil {
+		// A read-only engine still answers: what was read is right,
+		// only the bookkeeping of the visit is lost.
+		if errors.Is(err, engine.ErrUnavailable) {
+			return u, nil
+		}
+		return engine.Unread{}, err
+	}
+	e.mu.RLock()
+	u, _ = e.st.unread(uint64(viewer), e.now().UnixNano(), e.ttl)
+	e.mu.RUnlock()
+	return u, nil
+}
+
+// MarkRead implements engine.Store.
+func (e *Engine) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	if kind < engine.Mentions || kind > engine.Feed {
+		return fmt.Errorf("%w: unknown unread kind %d", engine.ErrInvalid, kind)
+	}
+	_, err := e.commit(&op{kind: opMarkRead, viewer: uint64(viewer), a: uint64(kind)})
+	return err
+}
+
+// ClickRedDot implements engine.Store.
+func (e *Engine) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	_, err := e.commit(&op{kind: opClickRedDot, viewer: uint64(viewer)})
+	return err
+}
+
+// PushRedDot implements engine.Store: one timestamp, O(1).
+func (e *Engine) PushRedDot(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := e.commit(&op{kind: opPushRedDot})
+	return err
+}
+
+// PublishNotification implements engine.Store: one append, O(1). Its
+// idempotency keys have no viewer (publishing is an admin act).
+func (e *Engine) PublishNotification(ctx context.Context, title, body, idemKey string) (engine.Notification, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Notification{}, err
+	}
+	if err := engine.CheckNotification(title, body); err != nil {
+		return engine.Notification{}, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return engine.Notification{}, err
+	}
+	id, err := e.commit(&op{kind: opPublish, s1: title, s2: body, idem: makeIdemKey(opPublish, 0, idemKey)})
+	if err != nil {
+		return engine.Notification{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	i := sort.Search(len(e.st.notifs), func(i int) bool { return e.st.notifs[i].id >= id })
+	return e.st.notification(&e.st.notifs[i]), nil
+}
+
+// Notifications implements engine.Store.
+func (e *Engine) Notifications(ctx context.Context, first int, after engine.NotificationID) ([]engine.Notification, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	first, err := engine.ClampPage(first)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	ns := e.st.notifs
+	end := len(ns)
+	if after != 0 {
+		end = sort.Search(len(ns), func(i int) bool { return ns[i].id >= uint64(after) })
+	}
+	out := make([]engine.Notification, 0, min(first, end))
+	for i := end - 1; i >= 0 && len(out) < first; i-- {
+		out = append(out, e.st.notification(&ns[i]))
+	}
+	return out, nil
+}
+
+// CreateGroup implements engine.Store.
+func (e *Engine) CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return 0, err
+	}
+	ms, err := engine.NormalizeUsers(members)
+	if err != nil {
+		return 0, err
+	}
+	id, err := e.commit(&op{kind: opCreateGroup, viewer: uint64(viewer), list: ids(ms)})
+	return engine.GroupID(id), err
+}
+
+// AddGroupMembers implements engine.Store.
+func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g engine.GroupID, us []engine.UserID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	ms, err := engine.NormalizeUsers(us)
+	if err != nil {
+		return err
+	}
+	_, err = e.commit(&op{kind: opAddMembers, viewer: uint64(viewer), a: uint64(g), list: ids(ms)})
+	return err
+}
+
+// LeaveGroup implements engine.Store. Leaving again is a no-op; a user who
+// never joined gets ErrForbidden.
+func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.GroupID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	_, err := e.commit(&op{kind: opLeaveGroup, viewer: uint64(viewer), a: uint64(g)})
+	return err
+}
+
+// Group implements engine.Store.
+func (e *Engine) Group(ctx context.Context, viewer engine.UserID, id engine.GroupID) (engine.Group, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Group{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	g, err := e.memberGroup(uint64(id), uint64(viewer))
+	if err != nil {
+		return engine.Group{}, err
+	}
+	out := engine.Group{ID: id, Members: make([]engine.UserID, 0, g.current)}
+	for i, u := range g.byMap {
+		if !g.hasQuit(uint32(i + 1)) {
+			out.Members = append(out.Members, engine.UserID(u))
+		}
+	}
+	return out, nil
+}
+
+// SendMessage implements engine.Store.
+func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
+	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+		return engine.Message{}, err
+	}
+	if err := engine.CheckText(text); err != nil {
+		return engine.Message{}, err
+	}
+	m, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	id, err := e.commit(&op{kind: opSendMessage, viewer: uint64(viewer), a: uint64(g), list: ids(m), s1: text,
+		idem: makeIdemKey(opSendMessage, uint64(viewer), idemKey)})
+	if err != nil {
+		return engine.Message{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	msg, _ := e.st.message(id)
+	return e.st.messageOut(msg), nil
+}
+
+// memberMessage returns message id if viewer is a current member of its
+// group. Caller holds mu.
+func (e *Engine) memberMessage(id, viewer uint64) (*message, error) {
+	m, ok := e.st.message(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	if _, err := e.memberGroup(m.group, viewer); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Message implements engine.Store.
+func (e *Engine) Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Message{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, err := e.memberMessage(uint64(id), uint64(viewer))
+	if err != nil {
+		return engine.Message{}, err
+	}
+	return e.st.messageOut(m), nil
+}
+
+// MarkMessagesRead implements engine.Store.
+func (e *Engine) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ms []engine.MessageID) ([]engine.Message, error) {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckIDs(ms); err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return []engine.Message{}, nil
+	}
+	if _, err := e.commit(&op{kind: opMarkMessagesRead, viewer: uint64(viewer), list: ids(ms)}); err != nil {
+		return nil, err
+	}
+	out := make([]engine.Message, len(ms))
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for i, id := range ms {
+		m, _ := e.st.message(uint64(id))
+		out[i] = e.st.messageOut(m)
+	}
+	return out, nil
+}
+
+// Receipts implements engine.Store.
+func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Receipts{}, err
+	}
+	limit, err := engine.ClampPage(limit)
+	if err != nil {
+		return engine.Receipts{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, ok := e.st.message(uint64(id))
+	if !ok {
+		return engine.Receipts{}, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	if m.sender != uint64(viewer) {
+		return engine.Receipts{}, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
+	}
+	g, _ := e.st.group(m.group)
+	var r engine.Receipts
+	r.ReadCount, r.UnreadCount = m.rc.Counts()
+	if limit > 0 {
+		r.Readers = make([]engine.UserID, 0, min(limit, r.ReadCount))
+		m.rc.Readers(limit, func(mapid uint32) { r.Readers = append(r.Readers, engine.UserID(g.byMap[mapid-1])) })
+		r.Unreaders = make([]engine.UserID, 0, min(limit, r.UnreadCount))
+		m.rc.Unreaders(limit, func(mapid uint32) { r.Unreaders = append(r.Unreaders, engine.UserID(g.byMap[mapid-1])) })
+	}
+	return r, nil
+}
+
+// Import implements engine.Importer: at most MaxImportBatch rows per call,
+// one log record.
+func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(rows) > MaxImportBatch {
+		return fmt.Errorf("%w: at most %d rows per import batch", engine.ErrInvalid, MaxImportBatch)
+	}
+	list := make([]uint64, 0, len(rows)*importStride)
+	for _, r := range rows {
+		c := r.Counts
+		if r.Post == 0 {
+			return fmt.Errorf("%w: post id 0", engine.ErrInvalid)
+		}
+		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
+			return fmt.Errorf("%w: post %d has a negative count", engine.ErrInvalid, r.Post)
+		}
+		list = append(list, uint64(r.Post), uint64(r.Author), uint64(c.Likes), uint64(c.Comments),
+			uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites))
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	_, err := e.commit(&op{kind: opImport, list: list})
+	return err
+}
+
+// Ready implements engine.Store.
+func (e *Engine) Ready(ctx context.Context) error {
+	if p := e.failed.Load(); p != nil {
+		return errWrite
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// Stats implements engine.Store.
+func (e *Engine) Stats() engine.Stats {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	st := e.st
+	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes() + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
+		st.users.MemoryBytes() + st.profiles.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
+		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
+		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
+	mem += st.nfollows*int(sizeofFollowee) + st.rcBytes
+	for i := range st.groupList {
+		g := &st.groupList[i]
+		mem += 8*cap(g.byMap) + 8*cap(g.quit)
+	}
+	return engine.Stats{
+		Posts:         int64(st.posts.Len()),
+		CountedPosts:  int64(st.counts.Len()),
+		Users:         st.nusers,
+		Groups:        int64(len(st.groupList)),
+		Messages:      int64(len(st.msgList)),
+		Notifications: int64(len(st.notifs)),
+		MemoryBytes:   int64(mem),
+	}
+}
+
+// DroppedEvents returns how many events were dropped because a
+// subscriber's buffer was full.
+func (e *Engine) DroppedEvents() uint64 { return e.dropped.Load() }
+
+// Close stops the sweeper and event delivery and closes the log, after
+// which every record acknowledged so far is on disk.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	close(e.stop)
+	e.wg.Wait()
+	e.subsMu.Lock()
+	if subs := e.subs.Load(); subs != nil {
+		for _, s := range *subs {
+			s.close()
+		}
+	}
+	e.subs.Store(nil)
+	e.subsMu.Unlock()
+	if e.log != nil {
+		return e.log.Close()
+	}
+	return nil
+}

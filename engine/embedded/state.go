@@ -1,0 +1,685 @@
+package embedded
+
+import (
+	"math/bits"
+	"slices"
+	"sort"
+	"unsafe"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/receipts"
+	"github.com/tally-dev/tally/engine/table"
+)
+
+// idemKey is a 128-bit hash of (op kind, viewer, idempotency key). The
+// record carries the hash rather than the key, which keeps records small
+// and makes the key's length irrelevant to the state.
+type idemKey [2]uint64
+
+// pair keys the (user, post) like and favorite sets and the (group, user)
+// membership table.
+type pair [2]uint64
+
+func hashU64(k uint64) uint64   { return table.Mix64(k) }
+func hashPair(k pair) uint64    { return table.HashPair(k[0], k[1]) }
+func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
+
+// userRec is one user's badge state, packed (56 bytes, no pointers).
+// Counters are 64-bit because a celebrity's unread likes can pass 2^32 in
+// a day, and the badge must stay exact.
+type userRec struct {
+	mentions, comments, likes, messages int64
+	click                               int64  // Unix ns of the last red-dot click; 0: never
+	cursor                              uint64 // last system notification seen, if flagCursor
+	day                                 uint32 // last active, in days since the Unix epoch
+	flags                               uint32
+}
+
+// flagCursor: the user has a system cursor. Without one the user is new
+// (or was idle long enough to be forgotten) and reads 0 system unread.
+const flagCursor = 1
+
+// profile is one user's public counters. Following is not stored: it is
+// the length of the user's followee list.
+type profile struct {
+	posts, followers int64
+}
+
+// followee is one entry of a viewer's feed snapshot: whom they follow and
+// that user's post count when the viewer last caught up.
+type followee struct {
+	user uint64
+	snap int64
+}
+
+// notif is one system notification; its title and body live in
+// state.notifText so that the list holds no pointers.
+type notif struct {
+	id                uint64
+	time              int64
+	off               uint64
+	titleLen, bodyLen uint32
+}
+
+// group maps mapids to users. mapid i+1 belongs to byMap[i] forever;
+// leaving only sets the quit bit, so old messages' bitmaps stay readable
+// and a returning member gets their old mapid back (seeds/004).
+type group struct {
+	id      uint64
+	byMap   []uint64
+	quit    []uint64 // bit i: mapid i+1 has quit
+	current int      // members who have not quit
+}
+
+func (g *group) hasQuit(mapid uint32) bool {
+	i := mapid - 1
+	return g.quit[i/64]&(1<<(i%64)) != 0
+}
+
+func (g *group) setQuit(mapid uint32, q bool) {
+	i := mapid - 1
+	if q {
+		g.quit[i/64] |= 1 << (i % 64)
+	} else {
+		g.quit[i/64] &^= 1 << (i % 64)
+	}
+}
+
+// quitters yields the mapids that have quit, in order.
+func (g *group) quitters(yield func(uint32) bool) {
+	for w, word := range g.quit {
+		for word != 0 {
+			if !yield(uint32(w*64+bits.TrailingZeros64(word)) + 1) {
+				return
+			}
+			word &= word - 1
+		}
+	}
+}
+
+// join gives u the next mapid.
+func (g *group) join(u uint64) uint32 {
+	g.byMap = append(g.byMap, u)
+	if len(g.byMap) > len(g.quit)*64 {
+		g.quit = append(g.quit, 0)
+	}
+	g.current++
+	return uint32(len(g.byMap))
+}
+
+// message is one group message; its text lives in state.msgText.
+type message struct {
+	id, group, sender uint64
+	time              int64
+	off               uint64
+	textLen           uint32
+	rc                receipts.Receipt
+}
+
+type idemVal struct {
+	result uint64
+	time   int64
+}
+
+type idemExpiry struct {
+	time int64
+	key  idemKey
+}
+
+// state is everything the engine knows, changed only by apply. It holds no
+// pointers between its parts (ids and slice indices only), so it can be
+// serialized and rebuilt. Not safe for concurrent use: the engine locks.
+type state struct {
+	posts  *table.Table[uint64, uint64] // post → author (0: imported without one)
+	counts *counters.Table
+	likes  *table.Table[pair, struct{}] // (user, post)
+	favs   *table.Table[pair, struct{}]
+
+	users    *table.Table[uint64, userRec]
+	profiles *table.Table[uint64, profile]
+	// follows is each viewer's followee list with snapshots. A map of
+	// slices is fine while follow lists are counted in thousands of users;
+	// at Weibo scale it becomes a packed (viewer, followee) → snapshot
+	// table plus per-viewer ranges.
+	follows  map[uint64][]followee
+	nfollows int   // entries in follows, for MemoryBytes
+	nusers   int64 // distinct users in users ∪ profiles ∪ follows
+
+	notifs    []notif // sorted by id
+	notifText []byte
+	push      int64 // Unix ns of the last red-dot push; 0: never
+
+	groups    *table.Table[uint64, uint32] // group → index in groupList
+	groupList []group
+	members   *table.Table[pair, uint32]   // (group, user) → mapid
+	msgs      *table.Table[uint64, uint32] // message → index in msgList
+	msgList   []message
+	msgText   []byte
+	rcBytes   int // receipts' SizeBytes summed, for MemoryBytes
+
+	idem  *table.Table[idemKey, idemVal]
+	idemQ []idemExpiry // in time order; idemQ[idemHead:] are live
+	// idemHead is where the queue's live part starts.
+	idemHead int
+}
+
+func newState() *state {
+	return &state{
+		posts:    table.New[uint64, uint64](hashU64, 1024),
+		counts:   counters.New(1024),
+		likes:    table.New[pair, struct{}](hashPair, 1024),
+		favs:     table.New[pair, struct{}](hashPair, 256),
+		users:    table.New[uint64, userRec](hashU64, 1024),
+		profiles: table.New[uint64, profile](hashU64, 1024),
+		follows:  map[uint64][]followee{},
+		groups:   table.New[uint64, uint32](hashU64, 64),
+		members:  table.New[pair, uint32](hashPair, 256),
+		msgs:     table.New[uint64, uint32](hashU64, 256),
+		idem:     table.New[idemKey, idemVal](hashIdem, 256),
+	}
+}
+
+// known reports whether u has any state, for the Users statistic.
+func (st *state) known(u uint64) bool {
+	if _, ok := st.users.Get(u); ok {
+		return true
+	}
+	if _, ok := st.profiles.Get(u); ok {
+		return true
+	}
+	_, ok := st.follows[u]
+	return ok
+}
+
+// user returns u's badge record, creating it. The pointer is valid until
+// the next insert into or delete from st.users.
+func (st *state) user(u uint64) *userRec {
+	if r, ok := st.users.Ref(u); ok {
+		return r
+	}
+	if !st.known(u) {
+		st.nusers++
+	}
+	return st.users.Upsert(u)
+}
+
+// profile returns u's public counters, creating them; valid as user's.
+func (st *state) profile(u uint64) *profile {
+	if p, ok := st.profiles.Ref(u); ok {
+		return p
+	}
+	if !st.known(u) {
+		st.nusers++
+	}
+	return st.profiles.Upsert(u)
+}
+
+func (st *state) postCount(u uint64) int64 {
+	p, _ := st.profiles.Get(u)
+	return p.posts
+}
+
+// followIndex returns the index of target in viewer's followee list, or -1.
+func (st *state) followIndex(viewer, target uint64) int {
+	return slices.IndexFunc(st.follows[viewer], func(f followee) bool { return f.user == target })
+}
+
+// newestNotif returns the id of the newest system notification, 0 if none.
+func (st *state) newestNotif() uint64 {
+	if n := len(st.notifs); n > 0 {
+		return st.notifs[n-1].id
+	}
+	return 0
+}
+
+// notifsAfter counts the notifications newer than id: binary search, so a
+// badge read costs O(log n) however long the list.
+func (st *state) notifsAfter(id uint64) int {
+	i := sort.Search(len(st.notifs), func(i int) bool { return st.notifs[i].id > id })
+	return len(st.notifs) - i
+}
+
+func (st *state) notification(n *notif) engine.Notification {
+	t := st.notifText[n.off : n.off+uint64(n.titleLen)+uint64(n.bodyLen)]
+	return engine.Notification{
+		ID:        engine.NotificationID(n.id),
+		Title:     string(t[:n.titleLen]),
+		Body:      string(t[n.titleLen:]),
+		CreatedAt: nsTime(n.time),
+	}
+}
+
+func (st *state) group(id uint64) (*group, bool) {
+	i, ok := st.groups.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return &st.groupList[i], true
+}
+
+// memberOf returns u's mapid in g and whether u is a current member.
+func (st *state) memberOf(g *group, u uint64) (mapid uint32, current bool) {
+	mapid, ok := st.members.Get(pair{g.id, u})
+	if !ok {
+		return 0, false
+	}
+	return mapid, !g.hasQuit(mapid)
+}
+
+func (st *state) message(id uint64) (*message, bool) {
+	i, ok := st.msgs.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return &st.msgList[i], true
+}
+
+func (st *state) messageOut(m *message) engine.Message {
+	return engine.Message{
+		ID:     engine.MessageID(m.id),
+		Group:  engine.GroupID(m.group),
+		Sender: engine.UserID(m.sender),
+		Text:   string(st.msgText[m.off : m.off+uint64(m.textLen)]),
+		SentAt: nsTime(m.time),
+	}
+}
+
+// idemLookup returns the result of the op logged under k, if it is younger
+// than engine.IdempotencyTTL at now.
+func (st *state) idemLookup(k idemKey, now int64) (uint64, bool) {
+	v, ok := st.idem.Get(k)
+	if !ok || v.time <= now-int64(engine.IdempotencyTTL) {
+		return 0, false
+	}
+	return v.result, true
+}
+
+// expireIdem forgets idempotency keys older than the TTL at time now. It
+// runs at the start of every apply, with the op's own time, so replay
+// forgets exactly what the live engine forgot.
+func (st *state) expireIdem(now int64) {
+	cut := now - int64(engine.IdempotencyTTL)
+	q := st.idemQ
+	h := st.idemHead
+	for h < len(q) && q[h].time <= cut {
+		// A key re-logged later (after it expired) has a newer time in the
+		// table; only the entry this queue slot put there is removed.
+		if v, ok := st.idem.Get(q[h].key); ok && v.time == q[h].time {
+			st.idem.Delete(q[h].key)
+		}
+		h++
+	}
+	// Compact once the dead prefix is the larger half, keeping the queue
+	// amortised O(1) per key.
+	if h > 1024 && h > len(q)/2 {
+		n := copy(q, q[h:])
+		q, h = q[:n], 0
+	}
+	st.idemQ, st.idemHead = q, h
+}
+
+// day returns the day number of a Unix-ns time.
+func day(ns int64) uint32 { return uint32(ns / nsPerDay) }
+
+const nsPerDay = int64(24 * 60 * 60 * 1e9)
+
+// cursorLive reports whether r's system cursor still counts at now: a user
+// last active on day d keeps it until ttl after the end of that day. The
+// day granularity means a poll writes at most once a day, and rounding up
+// means nobody is forgotten before being idle for the full TTL.
+func cursorLive(r *userRec, now, ttl int64) bool {
+	return r.flags&flagCursor != 0 && now < (int64(r.day)+1)*nsPerDay+ttl
+}
+
+// unread computes viewer's badges at now. It also reports whether the
+// viewer needs a touch op: a first visit (set the cursor), a cursor that
+// has expired (set it again), or a new day of activity.
+func (st *state) unread(viewer uint64, now, ttl int64) (u engine.Unread, touch bool) {
+	r, ok := st.users.Get(viewer)
+	if ok {
+		u.Mentions, u.Comments, u.Likes, u.Messages = r.mentions, r.comments, r.likes, r.messages
+	}
+	live := ok && cursorLive(&r, now, ttl)
+	if live {
+		u.System = int64(st.notifsAfter(r.cursor))
+	}
+	for _, f := range st.follows[viewer] {
+		// As engine.FeedUnread: a count below the snapshot (an import
+		// replaced it) adds nothing rather than subtracting.
+		if d := st.postCount(f.user) - f.snap; d > 0 {
+			u.Feed += d
+		}
+	}
+	u.RedDot = st.push > r.click
+	return u, !live || r.day != day(now)
+}
+
+// apply performs o on the state. It is deterministic: the result depends
+// only on the state and o, so replaying the log rebuilds the state
+// exactly. It never fails; prepare has rejected ops that would. When out
+// is non-nil (live commits, not replay) apply appends the events o causes.
+func (st *state) apply(o *op, out *[]engine.Event) {
+	st.expireIdem(o.time)
+	switch o.kind {
+	case opCreatePost:
+		st.addPost(o.a, o.viewer, out)
+	case opLike:
+		st.setLike(st.likes, counters.Likes, o, out)
+	case opUnlike:
+		st.clearLike(st.likes, counters.Likes, o)
+	case opFavorite:
+		st.setLike(st.favs, counters.Favorites, o, out)
+	case opUnfavorite:
+		st.clearLike(st.favs, counters.Favorites, o)
+	case opComment:
+		st.counts.Add(o.a, counters.Comments, 1)
+		var bumped []engine.UserID
+		if a, _ := st.posts.Get(o.a); a != 0 && a != o.viewer {
+			st.user(a).comments++
+			bumped = append(bumped, engine.UserID(a))
+		}
+		emitUnread(out, st.mention(o.list, bumped, out != nil))
+	case opRepost:
+		st.counts.Add(o.a, counters.Reposts, 1)
+		st.addPost(o.b, o.viewer, out)
+		emitUnread(out, st.mention(o.list, nil, out != nil))
+	case opViews:
+		for _, p := range o.list {
+			st.counts.Add(p, counters.Views, 1)
+		}
+	case opFollow:
+		if st.followIndex(o.viewer, o.a) >= 0 {
+			return
+		}
+		if _, ok := st.follows[o.viewer]; !ok && !st.known(o.viewer) {
+			st.nusers++
+		}
+		st.follows[o.viewer] = append(st.follows[o.viewer], followee{o.a, st.postCount(o.a)})
+		st.nfollows++
+		st.profile(o.a).followers++
+		emitFollows(out, o)
+	case opUnfollow:
+		fs := st.follows[o.viewer]
+		i := st.followIndex(o.viewer, o.a)
+		if i < 0 {
+			return
+		}
+		// The list keeps its slot in the map even when empty, so the user
+		// stays known for the Users statistic.
+		st.follows[o.viewer] = slices.Delete(fs, i, i+1)
+		st.nfollows--
+		st.profile(o.a).followers--
+		emitFollows(out, o)
+	case opTouch:
+		r := st.user(o.viewer)
+		r.day = day(o.time)
+		if o.b != 0 {
+			r.cursor, r.flags = o.a, r.flags|flagCursor
+		}
+	case opMarkRead:
+		r := st.user(o.viewer)
+		r.day = day(o.time)
+		switch engine.UnreadKind(o.a) {
+		case engine.Mentions:
+			r.mentions = 0
+		case engine.Comments:
+			r.comments = 0
+		case engine.Likes:
+			r.likes = 0
+		case engine.Messages:
+			r.messages = 0
+		case engine.System:
+			r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
+		case engine.Feed:
+			fs := st.follows[o.viewer]
+			for i := range fs {
+				fs[i].snap = st.postCount(fs[i].user)
+			}
+		}
+		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+	case opClickRedDot:
+		r := st.user(o.viewer)
+		r.day = day(o.time)
+		r.click = o.time
+		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+	case opPushRedDot:
+		st.push = o.time
+		emitBroadcast(out)
+	case opPublish:
+		off := uint64(len(st.notifText))
+		st.notifText = append(append(st.notifText, o.s1...), o.s2...)
+		st.notifs = append(st.notifs, notif{id: o.a, time: o.time, off: off,
+			titleLen: uint32(len(o.s1)), bodyLen: uint32(len(o.s2))})
+		emitBroadcast(out)
+	case opCreateGroup:
+		st.groups.Put(o.a, uint32(len(st.groupList)))
+		st.groupList = append(st.groupList, group{id: o.a})
+		g := &st.groupList[len(st.groupList)-1]
+		st.members.Put(pair{o.a, o.viewer}, g.join(o.viewer))
+		for _, u := range o.list {
+			st.addMember(g, u)
+		}
+	case opAddMembers:
+		if g, ok := st.group(o.a); ok {
+			for _, u := range o.list {
+				st.addMember(g, u)
+			}
+		}
+	case opLeaveGroup:
+		if g, ok := st.group(o.a); ok {
+			if mapid, cur := st.memberOf(g, o.viewer); cur {
+				g.setQuit(mapid, true)
+				g.current--
+			}
+		}
+	case opSendMessage:
+		st.sendMessage(o, out)
+	case opMarkMessagesRead:
+		for _, id := range o.list {
+			m, ok := st.message(id)
+			if !ok {
+				continue
+			}
+			g, _ := st.group(m.group)
+			mapid, cur := st.memberOf(g, o.viewer)
+			if !cur {
+				continue
+			}
+			size := m.rc.SizeBytes()
+			if !m.rc.MarkRead(mapid) {
+				continue
+			}
+			st.rcBytes += m.rc.SizeBytes() - size
+			if out != nil {
+				*out = append(*out, engine.Event{Kind: engine.ReceiptsChanged,
+					Message: engine.MessageID(m.id), Users: []engine.UserID{engine.UserID(m.sender)}})
+			}
+		}
+	case opSweepCursors:
+		st.sweepCursors(o.time, int64(o.a))
+	case opImport:
+		for row := range slices.Chunk(o.list, importStride) {
+			st.importRow(row)
+		}
+	}
+	if o.idem != (idemKey{}) {
+		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time})
+		st.idemQ = append(st.idemQ, idemExpiry{o.time, o.idem})
+	}
+}
+
+// opResult is what a retry of o with the same idempotency key returns.
+func opResult(o *op) uint64 {
+	switch o.kind {
+	case opRepost, opSendMessage:
+		return o.b
+	}
+	return o.a
+}
+
+func (st *state) addPost(post, author uint64, out *[]engine.Event) {
+	st.posts.Put(post, author)
+	st.profile(author).posts++
+	if out != nil {
+		*out = append(*out, engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(author)})
+	}
+}
+
+// setLike adds (viewer, post) to set; the like's count and the author's
+// badge move only if it was not there, so one record carries the whole
+// de-duplicated effect.
+func (st *state) setLike(set *table.Table[pair, struct{}], f counters.Field, o *op, out *[]engine.Event) {
+	k := pair{o.viewer, o.a}
+	if _, ok := set.Get(k); ok {
+		return
+	}
+	set.Put(k, struct{}{})
+	st.counts.Add(o.a, f, 1)
+	if f != counters.Likes {
+		return
+	}
+	if a, _ := st.posts.Get(o.a); a != 0 && a != o.viewer {
+		st.user(a).likes++
+		emitUnread(out, []engine.UserID{engine.UserID(a)})
+	}
+}
+
+func (st *state) clearLike(set *table.Table[pair, struct{}], f counters.Field, o *op) {
+	if set.Delete(pair{o.viewer, o.a}) {
+		st.counts.Add(o.a, f, -1)
+	}
+}
+
+// mention bumps the unread mentions of users (already normalised) and,
+// when collecting events, returns bumped with them appended.
+func (st *state) mention(users []uint64, bumped []engine.UserID, collect bool) []engine.UserID {
+	for _, u := range users {
+		st.user(u).mentions++
+		if collect {
+			bumped = append(bumped, engine.UserID(u))
+		}
+	}
+	return bumped
+}
+
+// addMember makes u a current member of g: a returning member gets their
+// old mapid back, a new one the next mapid.
+func (st *state) addMember(g *group, u uint64) {
+	mapid, cur := st.memberOf(g, u)
+	switch {
+	case cur:
+	case mapid != 0:
+		g.setQuit(mapid, false)
+		g.current++
+	default:
+		st.members.Put(pair{g.id, u}, g.join(u))
+	}
+}
+
+func (st *state) sendMessage(o *op, out *[]engine.Event) {
+	g, ok := st.group(o.a)
+	if !ok {
+		return
+	}
+	senderMap, _ := st.memberOf(g, o.viewer)
+	maxID := uint32(len(g.byMap))
+	off := uint64(len(st.msgText))
+	st.msgText = append(st.msgText, o.s1...)
+	st.msgs.Put(o.b, uint32(len(st.msgList)))
+	rc := receipts.New(maxID, senderMap, g.quitters)
+	st.rcBytes += rc.SizeBytes()
+	st.msgList = append(st.msgList, message{id: o.b, group: o.a, sender: o.viewer, time: o.time,
+		off: off, textLen: uint32(len(o.s1)), rc: rc})
+
+	// Every other current member gets +1 message; this is O(members) per
+	// message, which groups (unlike followers) can afford.
+	var bumped []engine.UserID
+	if out != nil {
+		bumped = make([]engine.UserID, 0, g.current)
+	}
+	for i, u := range g.byMap {
+		if u == o.viewer || g.hasQuit(uint32(i+1)) {
+			continue
+		}
+		st.user(u).messages++
+		if out != nil {
+			bumped = append(bumped, engine.UserID(u))
+		}
+	}
+	for _, u := range o.list {
+		if _, cur := st.memberOf(g, u); cur {
+			st.user(u).mentions++
+		}
+	}
+	emitUnread(out, bumped)
+}
+
+// sweepCursors drops the system cursors that expired at now, and the
+// badge records left holding nothing. A dropped cursor reads exactly as an
+// expired one (cursorLive), so the sweep changes memory, never answers.
+func (st *state) sweepCursors(now, ttl int64) {
+	var expired []uint64
+	st.users.Range(func(u uint64, r userRec) bool {
+		if r.flags&flagCursor != 0 && !cursorLive(&r, now, ttl) {
+			expired = append(expired, u)
+		}
+		return true
+	})
+	for _, u := range expired {
+		r, _ := st.users.Ref(u)
+		r.flags &^= flagCursor
+		r.cursor = 0
+		if (*r == userRec{day: r.day}) {
+			st.users.Delete(u)
+			if !st.known(u) {
+				st.nusers--
+			}
+		}
+	}
+}
+
+// importRow registers a post and replaces its counts (engine.Importer).
+func (st *state) importRow(row []uint64) {
+	post, author := row[0], row[1]
+	c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
+		Views: int64(row[5]), Favorites: int64(row[6])}
+	old, exists := st.posts.Get(post)
+	switch {
+	case !exists && author == 0 && c.IsZero():
+		return
+	case !exists || (old == 0 && author != 0):
+		st.posts.Put(post, author)
+		if author != 0 {
+			st.profile(author).posts++
+		}
+	}
+	st.counts.Set(post, c)
+}
+
+// Record sizes for MemoryBytes.
+const (
+	sizeofNotif      = unsafe.Sizeof(notif{})
+	sizeofIdemExpiry = unsafe.Sizeof(idemExpiry{})
+	sizeofMessage    = unsafe.Sizeof(message{})
+	sizeofFollowee   = unsafe.Sizeof(followee{})
+)
+
+func emitUnread(out *[]engine.Event, users []engine.UserID) {
+	if out != nil && len(users) > 0 {
+		*out = append(*out, engine.Event{Kind: engine.UnreadChanged, Users: users})
+	}
+}
+
+func emitBroadcast(out *[]engine.Event) {
+	if out != nil {
+		*out = append(*out, engine.Event{Kind: engine.Broadcast})
+	}
+}
+
+func emitFollows(out *[]engine.Event, o *op) {
+	if out != nil {
+		*out = append(*out, engine.Event{Kind: engine.FollowsChanged,
+			Users: []engine.UserID{engine.UserID(o.viewer)}, Author: engine.UserID(o.a)})
+	}
+}
