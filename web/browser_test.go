@@ -1,0 +1,573 @@
+package web_test
+
+// Browser tests: the real tally binary, seeded with `tally demo-seed`, on a
+// loopback port in dev mode (no TALLY_JWT_SECRET), driven by Debian's
+// headless Chromium through chromedp. Every page fails its test on a
+// console error, an uncaught exception or a request that leaves loopback.
+// Screenshots go to $TALLY_TEST_OUT/<test> when set, else to the test's
+// artifact directory (kept with `go test -artifacts -outputdir DIR`).
+//
+// Without /usr/bin/chromium the tests skip, unless TALLY_REQUIRE_BROWSER is
+// set. GraphiQL's test needs web/vendor (scripts/web-assets) at build time.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+const chromium = "/usr/bin/chromium"
+
+// The demo users of the tests (see web/demoseed): Maya (1) owns posts that
+// Ana (3) has not liked; Maya and Sam (4) are in the group chat.
+const (
+	maya = "1"
+	ana  = "3"
+	sam  = "4"
+)
+
+var (
+	setupOnce sync.Once
+	setupErr  error
+	env       struct {
+		tmp     string
+		root    string // repo root
+		base    string // http://127.0.0.1:PORT
+		server  *exec.Cmd
+		logPath string
+		browser context.Context
+		stop    []func()
+	}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for i := len(env.stop) - 1; i >= 0; i-- {
+		env.stop[i]()
+	}
+	os.Exit(code)
+}
+
+// setup builds tally, seeds a data directory, starts the server and the
+// browser, once for all the browser tests of the run.
+func setup(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		if os.Getenv("TALLY_REQUIRE_BROWSER") != "" {
+			t.Fatalf("TALLY_REQUIRE_BROWSER is set but %s is missing: apt-get install -y chromium", chromium)
+		}
+		t.Skipf("%s is missing (apt-get install -y chromium); set TALLY_REQUIRE_BROWSER to make this a failure", chromium)
+	}
+	setupOnce.Do(func() { setupErr = start() })
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+}
+
+func start() error {
+	tmp, err := os.MkdirTemp("", "tally-browser-")
+	if err != nil {
+		return err
+	}
+	env.tmp = tmp
+	env.stop = append(env.stop, func() { os.RemoveAll(tmp) })
+
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" {
+		return fmt.Errorf("finding the repo root with go env GOMOD: %v", err)
+	}
+	env.root = filepath.Dir(strings.TrimSpace(string(gomod)))
+
+	bin := filepath.Join(tmp, "tally")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = env.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+
+	data := filepath.Join(tmp, "data")
+	seed := exec.Command(bin, "demo-seed", "-data", data)
+	seed.Env = devEnv()
+	if out, err := seed.CombinedOutput(); err != nil {
+		return fmt.Errorf("tally demo-seed: %v\n%s", err, out)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	env.base = "http://" + addr
+	env.logPath = filepath.Join(tmp, "server.log")
+	logf, err := os.Create(env.logPath)
+	if err != nil {
+		return err
+	}
+	srv := exec.Command(bin, "-addr", addr, "-data", data)
+	srv.Env = devEnv()
+	srv.Stdout, srv.Stderr = logf, logf
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	env.server = srv
+	env.stop = append(env.stop, func() {
+		srv.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			srv.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(env.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("tally did not come up on %s: %v\n%s", addr, err, serverLog())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	var world struct{ Posts, Groups []any }
+	if err := fetchJSON(env.base+"/demo/world", &world); err != nil {
+		return err
+	}
+	if len(world.Posts) == 0 || len(world.Groups) == 0 {
+		return fmt.Errorf("the demo world is empty after tally demo-seed: it must save the world (demoseed.Summary.Save) " +
+			"into the data directory and the server must pass that directory as web.Options.DataDir")
+	}
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		chromedp.Flag("metrics-recording-only", true),
+		chromedp.Flag("safebrowsing-disable-auto-update", true),
+		chromedp.Flag("password-store", "basic"),
+		chromedp.UserDataDir(filepath.Join(tmp, "chromium-profile")),
+		chromedp.WindowSize(1280, 900),
+	)
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	env.stop = append(env.stop, cancelAlloc, cancelBrowser)
+	if err := chromedp.Do(browser); err != nil {
+		return fmt.Errorf("starting %s: %v", chromium, err)
+	}
+	env.browser = browser
+	return nil
+}
+
+// devEnv is the environment minus Tally's settings: no TALLY_JWT_SECRET,
+// so the server runs in dev mode.
+func devEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TALLY_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func serverLog() string {
+	b, _ := os.ReadFile(env.logPath)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// outDir is where a test's screenshots go.
+func outDir(t *testing.T) string {
+	if d := os.Getenv("TALLY_TEST_OUT"); d != "" {
+		d = filepath.Join(d, t.Name())
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.ArtifactDir()
+}
+
+// page is one browser tab in its own browser context (its own cookies and
+// storage), as a separate person's window.
+type page struct {
+	t    *testing.T
+	name string
+	ctx  context.Context
+
+	mu       sync.Mutex
+	problems []string
+}
+
+func openPage(t *testing.T, name, path string) *page {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(env.browser, chromedp.WithNewBrowserContext())
+	p := &page{t: t, name: name, ctx: ctx}
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("%s: opening a tab: %v", name, err)
+	}
+	// Console errors and uncaught exceptions.
+	go func() {
+		for m, err := range chromedp.Console(ctx) {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				p.problem("console %s: %s (%s:%d)", m.Type, m.Text, m.URL, m.Line)
+			}
+		}
+	}()
+	// Every request stays on loopback.
+	if err := chromedp.Listen(ctx, func(ev any) {
+		var raw string
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			raw = ev.Request.URL
+		case *network.EventWebSocketCreated:
+			raw = ev.URL
+		default:
+			return
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			p.problem("unparsable request URL %q", raw)
+			return
+		}
+		switch u.Scheme {
+		case "http", "https", "ws", "wss":
+			if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+				p.problem("request left loopback: %s", raw)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.checkProblems()
+		cancel()
+	})
+	p.do(chromedp.Navigate(env.base + path))
+	return p
+}
+
+func (p *page) problem(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.problems = append(p.problems, fmt.Sprintf(format, args...))
+}
+
+func (p *page) checkProblems() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.problems {
+		p.t.Errorf("%s: %s", p.name, pr)
+	}
+	p.problems = nil
+}
+
+func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.t.Fatalf("%s: %v", p.name, err)
+	}
+}
+
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("%s: evaluating %s: %v", p.name, expr, err)
+	}
+	return v
+}
+
+// waitFor waits until the JavaScript expression is truthy.
+func (p *page) waitFor(what, expr string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[any](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		p.checkProblems()
+		p.t.Fatalf("%s: waiting for %s: %v\nserver log:\n%s", p.name, what, err, serverLog())
+	}
+}
+
+func (p *page) click(css string) {
+	p.t.Helper()
+	p.do(chromedp.Click(chromedp.CSS(css), chromedp.NodeVisible))
+}
+
+func (p *page) screenshot(file string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.t.Fatalf("%s: screenshot: %v", p.name, err)
+	}
+	path := filepath.Join(outDir(p.t), file)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot: %s", path)
+}
+
+// openDemo signs in to the demo as user and waits until it is live.
+func openDemo(t *testing.T, user string) *page {
+	t.Helper()
+	p := openPage(t, "demo as user "+user, "/demo?user="+user)
+	p.waitFor("the demo to be live with a feed", demoLive)
+	return p
+}
+
+const demoLive = `document.querySelector('[data-testid="live-status"]').dataset.state === 'live'
+	&& document.querySelectorAll('[data-testid="post"]').length > 0`
+
+func badge(p *page, kind string) int {
+	return atoi(p, eval[string](p, `document.querySelector('[data-testid="badge-`+kind+`"] .count').dataset.count`))
+}
+
+func atoi(p *page, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		p.t.Fatalf("%s: %q is not a count", p.name, s)
+	}
+	return n
+}
+
+// A like in one window moves the author's badge and the post's count in
+// another, without a reload; clicking the badge clears it.
+func TestDemoLiveLikes(t *testing.T) {
+	setup(t)
+	a := openDemo(t, maya)
+
+	// Ana signs in the way a person does: on the sign-in screen.
+	b := openPage(t, "demo as user "+ana, "/demo")
+	b.waitFor("the cast on the sign-in screen", `document.querySelectorAll('[data-testid="sign-in-as"]').length === 8`)
+	b.screenshot("demo-sign-in.png")
+	b.click(`[data-testid="sign-in-as"][data-user="` + ana + `"]`)
+	b.waitFor("Ana's demo to be live with a feed", demoLive)
+	if got := eval[string](b, `document.querySelector('[data-testid="me-name"]').textContent`); got != "Ana Souza" {
+		t.Fatalf("signed in as %q, want Ana Souza", got)
+	}
+	eval[any](a, `window.__sameDocument = true`)
+
+	card := eval[string](b, `(() => {
+		const li = [...document.querySelectorAll('.post[data-author="`+maya+`"]')]
+			.find(li => li.querySelector('[data-testid="like"]').getAttribute('aria-pressed') === 'false');
+		return li ? li.dataset.cardId : '';
+	})()`)
+	if card == "" {
+		t.Fatal("Ana's feed has no post by Maya that she has not liked")
+	}
+	post := eval[string](b, `document.querySelector('.post[data-card-id="`+card+`"]').dataset.postId`)
+	countJS := `document.querySelector('.post[data-post-id="` + post + `"] [data-testid="count-likes"]').dataset.count`
+	likesBefore := badge(a, "likes")
+	countBefore := atoi(a, eval[string](a, countJS))
+
+	b.click(`.post[data-card-id="` + card + `"] [data-testid="like"]`)
+	b.waitFor("the like to show as liked in Ana's window",
+		`document.querySelector('.post[data-card-id="`+card+`"] [data-testid="like"]').getAttribute('aria-pressed') === 'true'`)
+	if got := atoi(b, eval[string](b, countJS)); got != countBefore+1 {
+		t.Errorf("Ana's window shows %d likes, want %d", got, countBefore+1)
+	}
+
+	a.waitFor("Maya's likes badge and the post's count to go up",
+		fmt.Sprintf(`document.querySelector('[data-testid="badge-likes"] .count').dataset.count === '%d' && %s === '%d'`,
+			likesBefore+1, countJS, countBefore+1))
+	if !eval[bool](a, `window.__sameDocument === true`) {
+		t.Error("Maya's window reloaded to show the change")
+	}
+	a.screenshot("demo-feed-maya.png")
+	b.screenshot("demo-feed-ana.png")
+
+	a.click(`[data-testid="badge-likes"]`)
+	a.waitFor("Maya's likes badge to clear", `document.querySelector('[data-testid="badge-likes"] .count').dataset.count === '0'`)
+}
+
+// A message's receipts go from "0 read" to "1 read" in the sender's window
+// when another member opens the chat.
+func TestDemoReadReceipts(t *testing.T) {
+	setup(t)
+	reader := openDemo(t, sam)
+	sender := openDemo(t, maya)
+	sender.click(`[data-testid="tab-chat"]`)
+	sender.waitFor("the chat history", `document.querySelectorAll('[data-testid="message"]').length > 0`)
+
+	text := fmt.Sprintf("Receipt check %d", time.Now().UnixNano())
+	sender.do(chromedp.SendKeys(chromedp.CSS(`[data-testid="composer-text"]`), text, chromedp.NodeVisible))
+	sender.click(`[data-testid="composer-send"]`)
+	mine := `[...document.querySelectorAll('.msg.mine')].find(m => m.textContent.includes('` + text + `'))`
+	sender.waitFor(`"0 read · 4 unread" under the new message`,
+		`(() => { const m = `+mine+`; const r = m && m.querySelector('[data-testid="receipt"]'); return r && r.textContent === '0 read · 4 unread'; })()`)
+
+	reader.waitFor("Sam's messages badge to count the new message",
+		`document.querySelector('[data-testid="badge-messages"] .count').dataset.count !== '0'`)
+	reader.click(`[data-testid="tab-chat"]`)
+	reader.waitFor("the message in Sam's chat",
+		`[...document.querySelectorAll('[data-testid="message"]')].some(m => m.textContent.includes('`+text+`'))`)
+
+	sender.waitFor(`"1 read · 3 unread" under the message`,
+		`(() => { const r = `+mine+`.querySelector('[data-testid="receipt"]'); return r.textContent === '1 read · 3 unread'; })()`)
+	sender.screenshot("demo-chat-receipts.png")
+	sender.do(chromedp.Click(chromedp.JSPath(mine+`.querySelector('[data-testid="receipt"]')`), chromedp.NodeVisible))
+	sender.waitFor("the reader list", `!document.querySelector('[data-testid="receipt-popover"]').hidden`)
+	names := func(list string) string {
+		return eval[string](sender, `[...document.querySelectorAll('[data-testid="`+list+`"] .name')].map(n => n.textContent).join(', ')`)
+	}
+	if got := names("readers"); got != "Sam Okafor" {
+		t.Errorf("readers = %q, want Sam Okafor", got)
+	}
+	if got := names("unreaders"); got != "Leo Park, Ana Souza, Inès Duarte" {
+		t.Errorf("unreaders = %q, want the other three members", got)
+	}
+	sender.screenshot("demo-chat-readers.png")
+	reader.waitFor("Sam's messages badge to clear", `document.querySelector('[data-testid="badge-messages"] .count').dataset.count === '0'`)
+}
+
+// GraphiQL loads from the server itself, runs a query with the prefilled
+// dev token, and runs a subscription over graphql-transport-ws.
+func TestGraphiQL(t *testing.T) {
+	setup(t)
+	if _, err := os.Stat(filepath.Join(env.root, "web", "vendor", "graphiql.min.js")); err != nil {
+		if os.Getenv("TALLY_REQUIRE_BROWSER") != "" {
+			t.Fatal("web/vendor has no GraphiQL build: run scripts/web-assets before the tests")
+		}
+		t.Skip("web/vendor has no GraphiQL build: run scripts/web-assets first")
+	}
+	p := openPage(t, "GraphiQL", "/")
+	p.waitFor("GraphiQL to render", `!!document.querySelector('.graphiql-container .graphiql-execute-button')`)
+	if n := eval[int](p, `[...document.scripts].filter(s => s.src && !s.src.startsWith(location.origin + '/assets/')).length`); n != 0 {
+		t.Errorf("%d scripts load from outside /assets/", n)
+	}
+	if got := eval[string](p, `document.querySelector('[data-testid="demo-link"]').getAttribute('href')`); got != "/demo" {
+		t.Errorf("GraphiQL's demo link goes to %q", got)
+	}
+	p.waitFor("the prefilled Authorization header", `document.body.innerText.includes('"Authorization": "Bearer ey')`)
+
+	p.click(`.graphiql-execute-button`)
+	p.waitFor("the query result", `(() => { const r = document.querySelector('.result-window'); return r && r.innerText.includes('"unread"') && r.innerText.includes('"total"'); })()`)
+	if res := eval[string](p, `document.querySelector('.result-window').innerText`); strings.Contains(res, `"errors"`) {
+		t.Errorf("the first query failed:\n%s", res)
+	}
+	p.screenshot("graphiql-query.png")
+
+	// A subscription, signed in by the same header on connection_init.
+	eval[any](p, `document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue('subscription Badges {\n  unreadChanged { unread { comments total } redDot }\n}\n')`)
+	// GraphiQL takes the operation to run from the editor after a debounce;
+	// its saved tab state shows when it has.
+	p.waitFor("GraphiQL to take in the subscription", `(localStorage.getItem('graphiql:tabState') || '').includes('subscription Badges')`)
+	p.click(`.graphiql-execute-button`)
+	deadline := time.Now().Add(15 * time.Second)
+	for !eval[bool](p, `document.querySelector('.result-window').innerText.includes('"unreadChanged"')`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no unreadChanged event in GraphiQL; result pane:\n%s\nserver log:\n%s",
+				eval[string](p, `document.querySelector('.result-window').innerText`), serverLog())
+		}
+		commentOnMayasPost(t) // Leo comments on a post of Maya's, whose token GraphiQL holds
+		time.Sleep(500 * time.Millisecond)
+	}
+	if res := eval[string](p, `document.querySelector('.result-window').innerText`); strings.Contains(res, `"errors"`) {
+		t.Errorf("the subscription failed:\n%s", res)
+	}
+	p.screenshot("graphiql-subscription.png")
+}
+
+// commentOnMayasPost makes Maya's unread change through the public API.
+func commentOnMayasPost(t *testing.T) {
+	t.Helper()
+	var world struct {
+		Posts []struct{ ID, Author string }
+	}
+	getJSON(t, env.base+"/demo/world", &world)
+	var post string
+	for _, p := range world.Posts {
+		if p.Author == maya {
+			post = p.ID
+		}
+	}
+	if post == "" {
+		t.Fatal("the demo world has no post by Maya")
+	}
+	var tok struct{ Token string }
+	getJSON(t, env.base+"/demo/token?user=2", &tok)
+	body, _ := json.Marshal(map[string]any{
+		"query":     `mutation($p: ID!) { commentOnPost(postId: $p) { id } }`,
+		"variables": map[string]string{"p": post},
+	})
+	req, _ := http.NewRequest(http.MethodPost, env.base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct{ Errors []any }
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Errors) > 0 || resp.StatusCode != 200 {
+		t.Fatalf("commentOnPost: %d %v %v", resp.StatusCode, res.Errors, err)
+	}
+}
+
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	if err := fetchJSON(u, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fetchJSON(u string, v any) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %v", u, err)
+	}
+	return nil
+}

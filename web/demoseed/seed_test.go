@@ -1,0 +1,170 @@
+package demoseed
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"slices"
+	"testing"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/embedded"
+)
+
+func seeded(t *testing.T) (engine.Store, Summary) {
+	t.Helper()
+	s, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sum, err := Seed(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, sum
+}
+
+func TestSeedWorld(t *testing.T) {
+	ctx := context.Background()
+	s, sum := seeded(t)
+
+	if len(sum.Users) != 8 || len(sum.Posts) != len(posts)+len(castReposts) || len(sum.Groups) != 1 ||
+		len(sum.Messages) != len(chat) || len(sum.Notifications) != len(notifications) {
+		t.Fatalf("summary sizes: %d users, %d posts, %d groups, %d messages, %d notifications",
+			len(sum.Users), len(sum.Posts), len(sum.Groups), len(sum.Messages), len(sum.Notifications))
+	}
+
+	// The summary's posts are Tally's posts, by the authors it names.
+	ids := make([]engine.PostID, len(sum.Posts))
+	for i, p := range sum.Posts {
+		ids[i] = engine.PostID(p.ID)
+	}
+	infos, err := s.Posts(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range infos {
+		if !in.Exists || in.Author != engine.UserID(sum.Posts[i].Author) {
+			t.Errorf("post %d: registry says %+v, summary says author %d", i, in, sum.Posts[i].Author)
+		}
+	}
+
+	// Counts are what the calls made them: the most travelled post.
+	counts, err := s.Counts(ctx, ids[:len(posts)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hotIndex = 9
+	hot := posts[hotIndex]
+	want := engine.Counts{Likes: int64(hot.likes), Views: int64(hot.views), Favorites: int64(hot.favs),
+		Comments: int64(hot.comments), Reposts: int64(hot.reposts)}
+	for _, c := range commentMentions {
+		if c.post == hotIndex {
+			want.Comments++
+		}
+	}
+	for _, r := range castReposts {
+		if r.post == hotIndex {
+			want.Reposts++
+		}
+	}
+	if counts[9] != want {
+		t.Errorf("hot post counts = %+v, want %+v", counts[9], want)
+	}
+	// A long tail: the top post has far more likes than the median one,
+	// and every post has more views than likes.
+	likes := make([]int64, len(counts))
+	for i, c := range counts {
+		likes[i] = c.Likes
+		if c.Views <= c.Likes {
+			t.Errorf("post %d: %d views, %d likes", i, c.Views, c.Likes)
+		}
+	}
+	slices.Sort(likes)
+	if top, median := likes[len(likes)-1], likes[len(likes)/2]; top < 50*median {
+		t.Errorf("likes are not long-tailed: top %d, median %d", top, median)
+	}
+
+	// Ana (3) has liked none of Maya's (1) posts, so the browser test has
+	// one to like; Leo (2) has liked them.
+	var mayas []engine.PostID
+	for i, p := range sum.Posts {
+		if p.Author == 1 && p.RepostOf == 0 {
+			mayas = append(mayas, ids[i])
+		}
+	}
+	for user, wantLiked := range map[engine.UserID]bool{3: false, 2: true} {
+		liked, err := s.Liked(ctx, user, mayas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range liked {
+			if l != wantLiked {
+				t.Errorf("user %d liked Maya's post %d: %v", user, i, l)
+			}
+		}
+	}
+
+	// Badges: Maya was mentioned, liked, commented on, sees both system
+	// notifications and the red dot, and her followees posted.
+	u, err := s.Unread(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Mentions < 3 || u.Likes == 0 || u.Comments == 0 || u.System != int64(len(notifications)) || !u.RedDot || u.Feed == 0 {
+		t.Errorf("Maya's badges: %+v", u)
+	}
+	if u, _ := s.Unread(ctx, 2); u.Messages == 0 || u.Mentions == 0 {
+		t.Errorf("Leo's badges: %+v (want group messages and a mention)", u)
+	}
+
+	// The group chat and its receipts.
+	g := sum.Groups[0]
+	grp, err := s.Group(ctx, 1, engine.GroupID(g.ID))
+	if err != nil || len(grp.Members) != len(groupMembers) {
+		t.Fatalf("group: %+v, %v", grp, err)
+	}
+	first, err := s.Receipts(ctx, 1, engine.MessageID(sum.Messages[0].ID), 10)
+	if err != nil || first.ReadCount != 4 || first.UnreadCount != 0 {
+		t.Errorf("first message receipts: %+v, %v", first, err)
+	}
+	last, err := s.Receipts(ctx, 1, engine.MessageID(sum.Messages[len(chat)-1].ID), 10)
+	if err != nil || last.ReadCount != 0 || last.UnreadCount != 4 {
+		t.Errorf("last message receipts: %+v, %v", last, err)
+	}
+	notes, err := s.Notifications(ctx, 10, 0)
+	if err != nil || len(notes) != len(notifications) || notes[0].ID != engine.NotificationID(sum.Notifications[1]) {
+		t.Errorf("notifications: %+v, %v", notes, err)
+	}
+
+	// A second seed into the same store is refused.
+	if _, err := Seed(ctx, s); !errors.Is(err, ErrNotEmpty) {
+		t.Errorf("second Seed: %v, want ErrNotEmpty", err)
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load of an empty dir: %v", err)
+	}
+	in := Summary{
+		Users:         Cast,
+		Posts:         []Post{{ID: 1<<63 + 5, Author: 2, Text: "big id"}, {ID: 7, Author: 3, RepostOf: 1<<63 + 5}},
+		Groups:        []Group{{ID: 9, Name: "G", Members: []ID{1, 2}}},
+		Messages:      []Message{{ID: 11, Group: 9}},
+		Notifications: []ID{13},
+	}
+	if err := in.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out.Posts, in.Posts) || out.Groups[0].Name != "G" || !slices.Equal(out.Groups[0].Members, in.Groups[0].Members) ||
+		!slices.Equal(out.Messages, in.Messages) || !slices.Equal(out.Notifications, in.Notifications) || !slices.Equal(out.Users, in.Users) {
+		t.Errorf("round trip: %+v != %+v", out, in)
+	}
+}
