@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/resolvers/auth"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestTokenCommand(t *testing.T) {
+	t.Setenv("TALLY_JWT_SECRET", "cli-test-secret-0123456789")
+	code, out, errs := runCLI(t, "token", "-user", "42", "-admin")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	k, _ := auth.NewKeys([]byte("cli-test-secret-0123456789"))
+	p, err := k.Verify(strings.TrimSpace(out))
+	if err != nil || p.User != 42 || !p.Admin {
+		t.Fatalf("token %q → %+v %v", out, p, err)
+	}
+	if code, _, _ := runCLI(t, "token", "-user", "abc"); code != 2 {
+		t.Fatalf("bad -user exit %d, want 2", code)
+	}
+	// Env fills flags: TALLY_USER is -user.
+	t.Setenv("TALLY_USER", "7")
+	code, out, _ = runCLI(t, "token")
+	if p, err := k.Verify(strings.TrimSpace(out)); code != 0 || err != nil || p.User != 7 || p.Admin {
+		t.Fatalf("token from env: %d %+v %v", code, p, err)
+	}
+	t.Setenv("TALLY_JWT_SECRET", "short")
+	if code, _, errs := runCLI(t, "token", "-user", "1"); code != 1 || !strings.Contains(errs, "at least 16 bytes") {
+		t.Fatalf("short secret: %d %s", code, errs)
+	}
+}
+
+func TestTokenCommandUsesDevServerSecret(t *testing.T) {
+	dir := t.TempDir()
+	os.Unsetenv("TALLY_JWT_SECRET")
+	if code, _, errs := runCLI(t, "token", "-user", "1", "-data", dir); code != 1 || !strings.Contains(errs, "TALLY_JWT_SECRET") {
+		t.Fatalf("no secret anywhere: %d %s", code, errs)
+	}
+	k, dev, err := keys(dir, true) // what a dev server does at start
+	if err != nil || !dev {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "token", "-user", "9", "-data", dir)
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if p, err := k.Verify(strings.TrimSpace(out)); err != nil || p.User != 9 {
+		t.Fatalf("dev token not accepted by the dev server's keys: %v", err)
+	}
+}
+
+func TestImportCommand(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "counts.csv")
+	os.WriteFile(csv, []byte("msg_id,author_id,like_count,comment_count,repost_count,view_count,favor_count\n"+
+		"1589000000000000001,7,10,2,1,500,3\n"+
+		"1589000000000000002,,0,0,0,0,0\n"+ // no author, no counts: not known
+		"1589000000000000003,,5,0,0,0,0\n"+ // no author, counts: known
+		"bad,1,1,1,1,1,1\n"), 0o644)
+	ndjson := filepath.Join(dir, "more.ndjson")
+	os.WriteFile(ndjson, []byte(`{"id": "1589000000000000001", "user_id": 7, "likes": 11}`+"\n"), 0o644)
+	data := filepath.Join(dir, "data")
+	code, out, errs := runCLI(t, "import", "-data", data, csv, ndjson)
+	if code != 1 || !strings.Contains(errs, "counts.csv:5") || !strings.Contains(out, "imported 4 rows") {
+		t.Fatalf("import: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	e, err := embedded.Open(embedded.Options{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ids := []engine.PostID{1589000000000000001, 1589000000000000002, 1589000000000000003}
+	infos, _ := e.Posts(t.Context(), ids)
+	counts, _ := e.Counts(t.Context(), ids)
+	if !infos[0].Exists || infos[0].Author != 7 || infos[1].Exists || !infos[2].Exists || infos[2].Author != 0 {
+		t.Fatalf("registry = %+v", infos)
+	}
+	// The NDJSON row replaced the CSV row's counts (not added to them).
+	if counts[0] != (engine.Counts{Likes: 11}) || counts[2] != (engine.Counts{Likes: 5}) {
+		t.Fatalf("counts = %+v", counts)
+	}
+	uc, _ := e.UserCounts(t.Context(), []engine.UserID{7})
+	if uc[0].Posts != 1 {
+		t.Fatalf("author post count after import and re-import = %d, want 1", uc[0].Posts)
+	}
+}
+
+func TestUnknownCommandAndHelp(t *testing.T) {
+	if code, _, _ := runCLI(t, "frobnicate"); code != 2 {
+		t.Fatalf("unknown command exit %d", code)
+	}
+	if code, out, _ := runCLI(t, "help"); code != 0 || !strings.Contains(out, "tally import") {
+		t.Fatalf("help: %d %s", code, out)
+	}
+	if code, _, _ := runCLI(t, "-fsync", "sometimes", "-addr", "127.0.0.1:0", "-data", t.TempDir()); code != 2 {
+		t.Fatalf("bad -fsync exit %d, want 2", code)
+	}
+}
+
+// SIGTERM drains and exits 0; what was acknowledged is there on restart.
+func TestGracefulShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	p := startTally(t, dir)
+	keys, _ := auth.NewKeys([]byte(crashSecret))
+	c := &crashClient{http: httpClient(), keys: keys}
+	d, err := c.call(p.url, 3, false, `mutation { createPost { id } }`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.log())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit 15 s after SIGTERM")
+	}
+	if !strings.Contains(p.log(), "stopped") {
+		t.Fatalf("no clean stop in the log:\n%s", p.log())
+	}
+	p = startTally(t, dir)
+	d2, err := c.call(p.url, 3, false, `{ viewer { user { postCount } } }`, nil)
+	if err != nil || !strings.Contains(string(d2), `"postCount":1`) {
+		t.Fatalf("after restart: %s %v (created %s)", d2, err, d)
+	}
+}

@@ -1,0 +1,487 @@
+// Command tally serves Tally's GraphQL API: counts and badges for social
+// apps. `tally` with no arguments serves on the embedded engine; see
+// `tally help` for the subcommands (token, import, demo-seed).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/hub"
+	"github.com/tally-dev/tally/engine/importfile"
+	"github.com/tally-dev/tally/engine/redisstore"
+	"github.com/tally-dev/tally/engine/wal"
+	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web"
+	"github.com/tally-dev/tally/web/demoseed"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `tally — counts and badges for social apps, over GraphQL.
+
+Usage:
+  tally [flags]                         serve (embedded engine unless -redis is set)
+  tally token -user ID [-admin] [-ttl D] print a signed bearer token
+  tally import -data DIR FILE...        bulk-load post counts (CSV or NDJSON, - for stdin)
+  tally demo-seed -data DIR             fill a data directory with a small demo world
+  tally help                            this text
+
+Every flag can also be set from the environment: -addr as TALLY_ADDR,
+-fsync-window as TALLY_FSYNC_WINDOW, and so on. Flags win over the environment.
+TALLY_JWT_SECRET (at least 16 bytes) signs tokens; when it is unset the server
+makes a random secret for the run and logs ready-to-paste tokens.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve(ctx, args, stderr)
+	case "token":
+		err = tokenCmd(args, stdout, stderr)
+	case "import":
+		err = importCmd(ctx, args, stdout, stderr)
+	case "demo-seed":
+		err = demoSeedCmd(ctx, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tally: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+// storeFlags are the flags that choose and tune the engine.
+type storeFlags struct {
+	data        string
+	redis       string
+	fsync       string
+	fsyncWindow time.Duration
+	cursorTTL   time.Duration
+	node        uint64
+	redisWait   int
+}
+
+func (f *storeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded engine")
+	fs.StringVar(&f.redis, "redis", "", "comma-separated Redis address(es); when set, state lives in Redis or Redis Cluster instead of the embedded engine")
+	fs.StringVar(&f.fsync, "fsync", "always", "log durability: always (acknowledge after fsync), batch (fsync within -fsync-window; survives a process crash, not power loss), none (tests only)")
+	fs.DurationVar(&f.fsyncWindow, "fsync-window", 10*time.Millisecond, "with -fsync batch: longest delay before the log is fsynced")
+	fs.DurationVar(&f.cursorTTL, "cursor-ttl", engine.DefaultCursorTTL, "drop system-notification cursors of users inactive this long")
+	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
+	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
+}
+
+func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
+	if f.node > 1023 {
+		return nil, usageError{fmt.Errorf("-node must be 0..1023")}
+	}
+	if f.redis != "" {
+		return redisstore.Open(ctx, redisstore.Options{
+			Addrs:        splitList(f.redis),
+			CursorTTL:    f.cursorTTL,
+			Node:         f.node,
+			WaitReplicas: f.redisWait,
+		})
+	}
+	var sync wal.SyncMode
+	switch f.fsync {
+	case "always":
+		sync = wal.SyncAlways
+	case "batch":
+		sync = wal.SyncBatch
+	case "none":
+		sync = wal.SyncNone
+	default:
+		return nil, usageError{fmt.Errorf("-fsync must be always, batch or none, not %q", f.fsync)}
+	}
+	if f.data == "" {
+		return nil, usageError{errors.New("-data must name a directory")}
+	}
+	return embedded.Open(embedded.Options{
+		Dir:         f.data,
+		Sync:        sync,
+		BatchWindow: f.fsyncWindow,
+		CursorTTL:   f.cursorTTL,
+		Node:        f.node,
+	})
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from TALLY_<NAME> in the environment.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "TALLY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = usageError{fmt.Errorf("%s=%q: %v", env, v, e)}
+			}
+		}
+	})
+	return err
+}
+
+// keys returns the token keys: from TALLY_JWT_SECRET, or else a random
+// secret for this run (dev mode), which is also written to
+// <data>/dev-jwt-secret so that `tally token -data DIR` can sign tokens the
+// running dev server accepts.
+func keys(dataDir string, serve bool) (k *auth.Keys, dev bool, err error) {
+	if s := os.Getenv("TALLY_JWT_SECRET"); s != "" {
+		k, err = auth.NewKeys([]byte(s))
+		return k, false, err
+	}
+	path := filepath.Join(dataDir, "dev-jwt-secret")
+	if !serve {
+		if b, err := os.ReadFile(path); err == nil {
+			k, err := auth.NewKeys(b)
+			return k, true, err
+		}
+		return nil, true, errors.New("TALLY_JWT_SECRET is unset and no dev server has written " + path + "; set TALLY_JWT_SECRET (the same value as the server's)")
+	}
+	secret := auth.RandomSecret()
+	if dataDir != "" {
+		if err := os.MkdirAll(dataDir, 0o700); err == nil {
+			_ = os.WriteFile(path, secret, 0o600)
+		}
+	}
+	k, err = auth.NewKeys(secret)
+	return k, true, err
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sf storeFlags
+	sf.register(fs)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	complexity := fs.Int("complexity-limit", 5000, "largest query cost accepted (fields, with lists counted by their size)")
+	maxBody := fs.Int64("max-body-bytes", 1<<20, "largest request body accepted")
+	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
+	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
+	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageError{fmt.Errorf("-log-level: %v", err)}
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+
+	k, dev, err := keys(sf.data, true)
+	if err != nil {
+		return err
+	}
+	store, err := sf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	h := hub.New(store)
+	defer h.Close()
+
+	var devToken func(uint64, bool) (string, error)
+	if dev {
+		devToken = func(u uint64, admin bool) (string, error) { return k.Sign(engine.UserID(u), admin, 24*time.Hour) }
+	}
+	handler := newHandler(store, h, resolvers.Config{
+		Keys:            k,
+		ComplexityLimit: *complexity,
+		MaxBodyBytes:    *maxBody,
+		OriginPatterns:  splitList(*origins),
+		RateLimit:       *rateLimit,
+		RateBurst:       *rateBurst,
+	}, devToken, sf.data)
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	slog.Info("tally serving", "addr", "http://"+ln.Addr().String(), "backend", backendName(sf), "graphiql", "http://"+ln.Addr().String()+"/")
+	if dev {
+		admin, _ := k.Sign(1, true, 24*time.Hour)
+		user, _ := k.Sign(2, false, 24*time.Hour)
+		slog.Warn("TALLY_JWT_SECRET is unset: using a random secret for this run (tokens below expire in 24h)")
+		fmt.Fprintf(stderr, "\n  admin token (user 1):  Authorization: Bearer %s\n  user token  (user 2):  Authorization: Bearer %s\n\n", admin, user)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	slog.Info("shutting down: draining requests")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.Close()
+	if err := srv.Shutdown(sctx); err != nil {
+		slog.Warn("shutdown", "err", err)
+	}
+	if err := store.Close(); err != nil {
+		return fmt.Errorf("closing the store: %w", err)
+	}
+	slog.Info("stopped")
+	return nil
+}
+
+// newHandler routes the server's endpoints: /query (GraphQL), /healthz
+// (liveness), /readyz (the store answers), /metrics (Prometheus) and the
+// web UI (GraphiQL at /, the demo at /demo).
+func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), dataDir string) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerStoreMetrics(reg, store, h)
+	cfg.Store, cfg.Hub, cfg.Metrics = store, h, reg
+
+	mux := http.NewServeMux()
+	mux.Handle("/query", resolvers.NewHandler(cfg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := store.Ready(rctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/", web.Handler(web.Options{GraphQLPath: "/query", DevToken: devToken, DataDir: dataDir}))
+	return mux
+}
+
+func backendName(sf storeFlags) string {
+	if sf.redis != "" {
+		return "redis " + sf.redis
+	}
+	return "embedded " + sf.data
+}
+
+func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.Hub) {
+	gauge := func(name, help string, f func(engine.Stats) int64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return float64(f(store.Stats())) }))
+	}
+	gauge("tally_engine_posts", "Posts in the registry.", func(s engine.Stats) int64 { return s.Posts })
+	gauge("tally_engine_counted_posts", "Posts with a non-zero counter.", func(s engine.Stats) int64 { return s.CountedPosts })
+	gauge("tally_engine_users", "Users with any state.", func(s engine.Stats) int64 { return s.Users })
+	gauge("tally_engine_groups", "Groups.", func(s engine.Stats) int64 { return s.Groups })
+	gauge("tally_engine_messages", "Group messages.", func(s engine.Stats) int64 { return s.Messages })
+	gauge("tally_engine_notifications", "System notifications.", func(s engine.Stats) int64 { return s.Notifications })
+	gauge("tally_engine_memory_bytes", "Bytes held by the engine's tables.", func(s engine.Stats) int64 { return s.MemoryBytes })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tally_subscriptions", Help: "Open GraphQL subscriptions.",
+	}, func() float64 { u, r := h.Watchers(); return float64(u + r) }))
+}
+
+func tokenCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := fs.String("user", "", "user id (decimal)")
+	admin := fs.Bool("admin", false, "grant role admin")
+	ttl := fs.Duration("ttl", 0, "expiry (0 = no exp claim)")
+	data := fs.String("data", "./data", "data directory of a dev server, whose dev-jwt-secret signs the token when TALLY_JWT_SECRET is unset")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := strconv.ParseUint(*user, 10, 64)
+	if err != nil || id == 0 {
+		return usageError{fmt.Errorf("-user must be a positive decimal user id")}
+	}
+	k, _, err := keys(*data, false)
+	if err != nil {
+		return err
+	}
+	tok, err := k.Sign(engine.UserID(id), *admin, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
+
+func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sf storeFlags
+	sf.register(fs)
+	batch := fs.Int("batch", 10000, "rows per durable batch")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	files := fs.Args()
+	if len(files) == 0 {
+		return usageError{errors.New("name at least one FILE (CSV or .ndjson/.jsonl, - for stdin)")}
+	}
+	if sf.fsync == "always" {
+		sf.fsync = "batch" // one fsync per batch is what Import promises anyway
+	}
+	store, err := sf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	imp, ok := store.(engine.Importer)
+	if !ok {
+		return errors.New("this backend cannot import")
+	}
+	var total, rejected int
+	start := time.Now()
+	rows := make([]engine.ImportRow, 0, *batch)
+	flush := func() error {
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := imp.Import(ctx, rows); err != nil {
+			return err
+		}
+		total += len(rows)
+		rows = rows[:0]
+		fmt.Fprintf(stderr, "\rimported %d rows (%.0f rows/s), rejected %d", total, float64(total)/time.Since(start).Seconds(), rejected)
+		return nil
+	}
+	for _, name := range files {
+		var in io.Reader = os.Stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			in = f
+		}
+		r, err := importfile.NewReader(in, name, importfile.FormatOf(name))
+		if err != nil {
+			return err
+		}
+		for {
+			row, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			var re *importfile.RowError
+			if errors.As(err, &re) {
+				rejected++
+				fmt.Fprintf(stderr, "\nrejected %v", re)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+			if len(rows) == cap(rows) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "\n")
+	fmt.Fprintf(stdout, "imported %d rows in %s; rejected %d\n", total, time.Since(start).Round(time.Millisecond), rejected)
+	if rejected > 0 {
+		return fmt.Errorf("%d rows rejected (see above)", rejected)
+	}
+	return nil
+}
+
+func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally demo-seed", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sf storeFlags
+	sf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	store, err := sf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sum, err := demoseed.Seed(ctx, store)
+	if err != nil {
+		return err
+	}
+	if err := sum.Save(sf.data); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "seeded %s: %v\n", backendName(sf), sum)
+	return nil
+}
