@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -85,23 +84,11 @@ func (s *testServer) do(t *testing.T, user uint64, query string, vars map[string
 func (s *testServer) doToken(t *testing.T, token, query string, vars map[string]any) gqlResponse {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req, _ := http.NewRequest("POST", s.URL+"/query", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	header := ""
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		header = "Bearer " + token
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out gqlResponse
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("response %d is not JSON: %s", resp.StatusCode, raw)
-	}
-	out.Status = resp.StatusCode
-	return out
+	return s.post(t, header, string(body))
 }
 
 // q runs a query that must succeed and decodes data into a generic map.
