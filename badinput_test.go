@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/resolvers"
 )
 
 // Bad input gets a clear error with the right code, the server keeps
@@ -111,4 +114,22 @@ func TestHealthAndMetrics(t *testing.T) {
 	if !strings.Contains(string(b), `"systemNotifications":[]`) {
 		t.Fatalf("GET query: %s", b)
 	}
+}
+
+func TestRateLimitedMutations(t *testing.T) {
+	store, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerWith(t, store, resolvers.Config{RateLimit: 0.001, RateBurst: 3})
+	for range 3 {
+		s.createPost(t, 1)
+	}
+	e := s.wantCode(t, 1, "RATE_LIMITED", `mutation { createPost { id } }`, nil)
+	if !strings.Contains(e.Message, "slow down") {
+		t.Fatalf("message %q", e.Message)
+	}
+	// Other users and reads are not limited.
+	s.createPost(t, 2)
+	s.q(t, 1, `{ viewer { id } }`, nil)
 }
