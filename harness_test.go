@@ -23,7 +23,7 @@ type testServer struct {
 	keys  *auth.Keys
 }
 
-func newTestServer(t *testing.T) *testServer {
+func newTestServer(t testing.TB) *testServer {
 	t.Helper()
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
@@ -32,7 +32,7 @@ func newTestServer(t *testing.T) *testServer {
 	return newTestServerWith(t, store, resolvers.Config{})
 }
 
-func newTestServerWith(t *testing.T, store engine.Store, cfg resolvers.Config) *testServer {
+func newTestServerWith(t testing.TB, store engine.Store, cfg resolvers.Config) *testServer {
 	t.Helper()
 	keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
 	if err != nil {
@@ -49,7 +49,7 @@ func newTestServerWith(t *testing.T, store engine.Store, cfg resolvers.Config) *
 	return &testServer{Server: srv, store: store, keys: keys}
 }
 
-func (s *testServer) token(t *testing.T, user uint64, admin bool) string {
+func (s *testServer) token(t testing.TB, user uint64, admin bool) string {
 	t.Helper()
 	tok, err := s.keys.Sign(engine.UserID(user), admin, 0)
 	if err != nil {

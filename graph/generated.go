@@ -33,7 +33,6 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Message() MessageResolver
 	Mutation() MutationResolver
-	Post() PostResolver
 	Query() QueryResolver
 	ReadReceipts() ReadReceiptsResolver
 	Subscription() SubscriptionResolver
@@ -185,13 +184,6 @@ type MutationResolver interface {
 	LeaveGroup(ctx context.Context, groupID string) (*model1.Group, error)
 	SendMessage(ctx context.Context, groupID string, text string, mentions []string, idempotencyKey *string) (*model1.Message, error)
 	MarkMessagesRead(ctx context.Context, messageIds []string) ([]model1.Message, error)
-}
-type PostResolver interface {
-	Author(ctx context.Context, obj *model1.Post) (*model1.User, error)
-
-	Counts(ctx context.Context, obj *model1.Post) (*engine.Counts, error)
-	ViewerHasLiked(ctx context.Context, obj *model1.Post) (bool, error)
-	ViewerHasFavorited(ctx context.Context, obj *model1.Post) (bool, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*model1.Viewer, error)
@@ -3193,7 +3185,7 @@ func (ec *executionContext) _Post_author(ctx context.Context, field graphql.Coll
 			return ec.fieldContext_Post_author(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Post().Author(ctx, obj)
+			return obj.Author(), nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model1.User) graphql.Marshaler {
@@ -3208,7 +3200,7 @@ func (ec *executionContext) fieldContext_Post_author(_ context.Context, field gr
 		Object:     "Post",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: true,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_User(ctx, field)
 		},
@@ -3248,11 +3240,11 @@ func (ec *executionContext) _Post_counts(ctx context.Context, field graphql.Coll
 			return ec.fieldContext_Post_counts(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Post().Counts(ctx, obj)
+			return obj.Counts, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *engine.Counts) graphql.Marshaler {
-			return ec.marshalNPostCounts2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v engine.Counts) graphql.Marshaler {
+			return ec.marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3262,8 +3254,8 @@ func (ec *executionContext) fieldContext_Post_counts(_ context.Context, field gr
 	fc = &graphql.FieldContext{
 		Object:     "Post",
 		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
+		IsMethod:   false,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_PostCounts(ctx, field)
 		},
@@ -3280,7 +3272,7 @@ func (ec *executionContext) _Post_viewerHasLiked(ctx context.Context, field grap
 			return ec.fieldContext_Post_viewerHasLiked(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Post().ViewerHasLiked(ctx, obj)
+			return obj.ViewerHasLiked, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
@@ -3291,7 +3283,7 @@ func (ec *executionContext) _Post_viewerHasLiked(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_Post_viewerHasLiked(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Post", field, true, true, errors.New("field of type Boolean does not have child fields"))
+	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
 func (ec *executionContext) _Post_viewerHasFavorited(ctx context.Context, field graphql.CollectedField, obj *model1.Post) (ret graphql.Marshaler) {
@@ -3303,7 +3295,7 @@ func (ec *executionContext) _Post_viewerHasFavorited(ctx context.Context, field 
 			return ec.fieldContext_Post_viewerHasFavorited(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Post().ViewerHasFavorited(ctx, obj)
+			return obj.ViewerHasFavorited, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
@@ -3314,7 +3306,7 @@ func (ec *executionContext) _Post_viewerHasFavorited(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext_Post_viewerHasFavorited(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Post", field, true, true, errors.New("field of type Boolean does not have child fields"))
+	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
 func (ec *executionContext) _PostCounts_likes(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
@@ -6000,165 +5992,33 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 		case "id":
 			out.Values[i] = ec._Post_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "author":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Post_author(ctx, field, obj)
-				if res == graphql.RequiredNull {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._Post_author(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "createdAt":
 			out.Values[i] = ec._Post_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "counts":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Post_counts(ctx, field, obj)
-				if res == graphql.Null {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._Post_counts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "viewerHasLiked":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Post_viewerHasLiked(ctx, field, obj)
-				if res == graphql.Null {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._Post_viewerHasLiked(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "viewerHasFavorited":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Post_viewerHasFavorited(ctx, field, obj)
-				if res == graphql.Null {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._Post_viewerHasFavorited(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7574,14 +7434,8 @@ func (ec *executionContext) marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtally�
 	return ec._Post(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNPostCounts2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx context.Context, sel ast.SelectionSet, v *engine.Counts) graphql.Marshaler {
-	if v == nil {
-		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
-			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
-		}
-		return graphql.Null
-	}
-	return ec._PostCounts(ctx, sel, v)
+func (ec *executionContext) marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx context.Context, sel ast.SelectionSet, v engine.Counts) graphql.Marshaler {
+	return ec._PostCounts(ctx, sel, &v)
 }
 
 func (ec *executionContext) marshalNReadReceipts2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReadReceipts(ctx context.Context, sel ast.SelectionSet, v *model1.ReadReceipts) graphql.Marshaler {

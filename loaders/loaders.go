@@ -1,7 +1,9 @@
-// Package loaders batches the per-post and per-user reads of one GraphQL
-// response: however many posts a page holds, their counts cost one engine
-// multi-get, their like flags one, their favorite flags one, their authors
-// one. Loaders live for one response (a query, a mutation, or one event of a
+// Package loaders batches the per-user reads of one GraphQL response (the
+// counters of every author, member or reader it shows, the viewer's badges)
+// into one engine multi-get per kind, and carries the viewer's per-post flag
+// reads for the page resolver, which reads a whole page's posts, counts and
+// flags itself (one multi-get per kind, see resolvers.loadPage). Loaders
+// live for one response (a query, a mutation, or one event of a
 // subscription), never longer, so a subscription never serves stale counts.
 package loaders
 
@@ -29,10 +31,6 @@ type Loaders struct {
 	LikedBy     func(context.Context, []engine.PostID) ([]bool, error)
 	FavoritedBy func(context.Context, []engine.PostID) ([]bool, error)
 
-	Posts      *dataloader.Loader[engine.PostID, engine.PostInfo]
-	Counts     *dataloader.Loader[engine.PostID, engine.Counts]
-	Liked      *dataloader.Loader[engine.PostID, bool]
-	Favorited  *dataloader.Loader[engine.PostID, bool]
 	UserCounts *dataloader.Loader[engine.UserID, engine.UserCounts]
 	Unread     *dataloader.Loader[engine.UserID, engine.Unread]
 }
@@ -56,10 +54,6 @@ func New(s engine.Store, viewer engine.UserID) *Loaders {
 		Store:       s,
 		LikedBy:     liked,
 		FavoritedBy: favorited,
-		Posts:       newLoader(s.Posts),
-		Counts:      newLoader(s.Counts),
-		Liked:       newLoader(liked),
-		Favorited:   newLoader(favorited),
 		UserCounts:  newLoader(s.UserCounts),
 		Unread: newLoader(func(ctx context.Context, ids []engine.UserID) ([]engine.Unread, error) {
 			out := make([]engine.Unread, len(ids))

@@ -20,7 +20,6 @@ import (
 func (r *Resolver) Query() graph.QueryResolver               { return (*queryResolver)(r) }
 func (r *Resolver) Mutation() graph.MutationResolver         { return (*mutationResolver)(r) }
 func (r *Resolver) Subscription() graph.SubscriptionResolver { return (*subscriptionResolver)(r) }
-func (r *Resolver) Post() graph.PostResolver                 { return (*postResolver)(r) }
 func (r *Resolver) User() graph.UserResolver                 { return (*userResolver)(r) }
 func (r *Resolver) Viewer() graph.ViewerResolver             { return (*viewerResolver)(r) }
 func (r *Resolver) Message() graph.MessageResolver           { return (*messageResolver)(r) }
@@ -30,7 +29,6 @@ type (
 	queryResolver        Resolver
 	mutationResolver     Resolver
 	subscriptionResolver Resolver
-	postResolver         Resolver
 	userResolver         Resolver
 	viewerResolver       Resolver
 	messageResolver      Resolver
@@ -73,9 +71,10 @@ func (r *queryResolver) Posts(ctx context.Context, ids []string) ([]*model.Post,
 // loadPage resolves a page of posts (nil for unknown ids). It reads what
 // the selection needs for the whole page up front — the registry, and the
 // counts and flags when asked for — as one engine multi-get per kind, run
-// concurrently, and primes the response's loaders with the results, so the
-// per-post field resolvers never reach the engine and a page costs the same
-// number of calls whatever the scheduler does.
+// concurrently, and fills the posts with them, so nothing is read per post
+// and a page costs the same number of engine calls whatever its size. The
+// authors' counters, when selected, go into the response's loader as one
+// more multi-get.
 func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 	l := loaders.For(ctx)
 	var wantCounts, wantLiked, wantFavorited, wantAuthorCounts bool
@@ -93,20 +92,24 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	prime := func(want bool, load func() error) *error {
-		err := new(error)
-		if want {
-			wg.Go(func() { *err = load() })
-		}
-		return err
+	var (
+		wg                          sync.WaitGroup
+		counts                      []engine.Counts
+		liked, favorited            []bool
+		countsErr, likedErr, favErr error
+	)
+	if wantCounts {
+		wg.Go(func() { counts, countsErr = l.Store.Counts(ctx, ids) })
 	}
-	countsErr := prime(wantCounts, func() error { return primeMany(ctx, l.Counts, ids, l.Store.Counts) })
-	likedErr := prime(wantLiked, func() error { return primeMany(ctx, l.Liked, ids, l.LikedBy) })
-	favErr := prime(wantFavorited, func() error { return primeMany(ctx, l.Favorited, ids, l.FavoritedBy) })
+	if wantLiked {
+		wg.Go(func() { liked, likedErr = l.LikedBy(ctx, ids) })
+	}
+	if wantFavorited {
+		wg.Go(func() { favorited, favErr = l.FavoritedBy(ctx, ids) })
+	}
 	infos, err := l.Store.Posts(ctx, ids)
 	wg.Wait()
-	for _, e := range []error{err, *countsErr, *likedErr, *favErr} {
+	for _, e := range []error{err, countsErr, likedErr, favErr} {
 		if e != nil {
 			return nil, e
 		}
@@ -114,11 +117,16 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 	out := make([]*model.Post, len(ids))
 	var authors []engine.UserID
 	for i, info := range infos {
-		l.Posts.Prime(ctx, ids[i], info)
 		if !info.Exists {
 			continue
 		}
-		out[i] = &model.Post{PostID: ids[i], Author: info.Author}
+		p := &model.Post{PostID: ids[i], AuthorID: info.Author}
+		if counts != nil {
+			p.Counts = counts[i]
+		}
+		p.ViewerHasLiked = liked != nil && liked[i]
+		p.ViewerHasFavorited = favorited != nil && favorited[i]
+		out[i] = p
 		if wantAuthorCounts && info.Author != 0 && !slices.Contains(authors, info.Author) {
 			authors = append(authors, info.Author)
 		}
@@ -211,27 +219,7 @@ func (r *queryResolver) SystemNotifications(ctx context.Context, first *int, aft
 	return out, nil
 }
 
-// ---- Post, User, Viewer ----
-
-func (r *postResolver) Author(ctx context.Context, p *model.Post) (*model.User, error) {
-	if p.Author == 0 {
-		return nil, nil
-	}
-	return &model.User{UserID: p.Author}, nil
-}
-
-func (r *postResolver) Counts(ctx context.Context, p *model.Post) (*engine.Counts, error) {
-	c, err := loaders.For(ctx).Counts.Load(ctx, p.PostID)()
-	return &c, err
-}
-
-func (r *postResolver) ViewerHasLiked(ctx context.Context, p *model.Post) (bool, error) {
-	return loaders.For(ctx).Liked.Load(ctx, p.PostID)()
-}
-
-func (r *postResolver) ViewerHasFavorited(ctx context.Context, p *model.Post) (bool, error) {
-	return loaders.For(ctx).Favorited.Load(ctx, p.PostID)()
-}
+// ---- User, Viewer ----
 
 func (r *userResolver) userCounts(ctx context.Context, u *model.User) (engine.UserCounts, error) {
 	return loaders.For(ctx).UserCounts.Load(ctx, u.UserID)()

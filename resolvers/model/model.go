@@ -11,15 +11,25 @@ import (
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
-// Post is a post known to Tally.
+// Post is a post known to Tally, with what the query selected of it read
+// for the whole page at once.
 type Post struct {
-	PostID engine.PostID
-	// Author is known when the post was loaded from the registry, so
-	// Post.author needs no second lookup.
-	Author engine.UserID
+	PostID             engine.PostID
+	AuthorID           engine.UserID // 0 for a post imported without its author
+	Counts             engine.Counts
+	ViewerHasLiked     bool
+	ViewerHasFavorited bool
 }
 
 func (p *Post) ID() string { return FormatID(p.PostID) }
+
+// Author is nil only for a post imported without its author.
+func (p *Post) Author() *User {
+	if p.AuthorID == 0 {
+		return nil
+	}
+	return &User{UserID: p.AuthorID}
+}
 
 // CreatedAt decodes the time from the snowflake id.
 func (p *Post) CreatedAt() time.Time { return snowflake.Time(uint64(p.PostID)) }
