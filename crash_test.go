@@ -343,7 +343,11 @@ func (m *crashModel) check(t *testing.T, c *crashClient, url string, round int) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var page struct{ Posts []struct{ Counts struct{ Likes, Comments int64 } } }
+	var page struct {
+		Posts []struct {
+			Counts struct{ Likes, Comments int64 }
+		}
+	}
 	json.Unmarshal(d, &page)
 	for i, p := range page.Posts {
 		if p.Counts.Likes != likes[i] || p.Counts.Comments != comments[i] {
@@ -383,7 +387,9 @@ func (m *crashModel) check(t *testing.T, c *crashClient, url string, round int) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r struct{ Message struct{ ReadReceipts struct{ ReadCount int64 } } }
+		var r struct {
+			Message struct{ ReadReceipts struct{ ReadCount int64 } }
+		}
 		json.Unmarshal(d, &r)
 		if r.Message.ReadReceipts.ReadCount != reads[i] {
 			t.Fatalf("round %d message %d: read %d, want %d", round, i, r.Message.ReadReceipts.ReadCount, reads[i])

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/resolvers"
+)
+
+// openRedis opens a Store on addrs, closed at the end of the test.
+func openRedis(t testing.TB, addrs []string, prefix string) engine.Store {
+	t.Helper()
+	s, err := redisstore.Open(t.Context(), redisstore.Options{Addrs: addrs, KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Two stateless Tally replicas on one Redis Cluster: a mutation handled by
+// replica A reaches a subscriber connected to replica B within 1 s, and
+// both serve the same state.
+func TestCrossReplicaSubscription(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cluster := redistest.StartCluster(t, 3, 0)
+	a := newTestServerWith(t, openRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
+	b := newTestServerWith(t, openRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
+	b.keys = a.keys // the same secret on every replica
+
+	const alice, bob = 1, 2
+	pid := a.createPost(t, alice)
+	c, err := b.dialWS(t, b.token(t, alice, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.subscribe("1", `subscription { unreadChanged { unread { likes system } redDot } }`, nil)
+	c.nextData(5 * time.Second)
+
+	start := time.Now()
+	a.q(t, bob, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": pid})
+	if d := c.nextData(time.Second); num(t, d, "unreadChanged", "unread", "likes") != 1 {
+		t.Fatalf("B's subscriber after a like on A: %v", d)
+	}
+	t.Logf("like on replica A → push on replica B in %v", time.Since(start))
+
+	a.doToken(t, a.token(t, 9, true), `mutation { pushRedDot }`, nil)
+	if d := c.nextData(time.Second); get(d, "unreadChanged", "redDot") != true {
+		t.Fatalf("B's subscriber after a red-dot push on A: %v", d)
+	}
+	// Both replicas read the same counts.
+	for _, s := range []*testServer{a, b} {
+		m := s.q(t, bob, `query($p: ID!) { post(id: $p) { counts { likes } viewerHasLiked } }`, map[string]any{"p": pid})
+		if num(t, m, "post", "counts", "likes") != 1 || get(m, "post", "viewerHasLiked") != true {
+			t.Fatalf("replica state = %v", m)
+		}
+	}
+	// The whole HTTP suite's feed example, across replicas.
+	for range 3 {
+		a.createPost(t, 50)
+	}
+	b.q(t, 40, fmt.Sprintf(`mutation { follow(userId: "%d") { id } }`, 50), nil)
+	a.createPost(t, 50)
+	if u, _ := b.unread(t, 40); u.Feed != 1 {
+		t.Fatalf("feed across replicas = %+v", u)
+	}
+}
