@@ -1,0 +1,185 @@
+package redisstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// Records are packed byte strings so that one listpack entry holds a whole
+// post or user (Redis spends ~70 bytes on a key; a listpack entry costs its
+// bytes plus one or two). Numbers are unsigned LEB128 varints, trailing
+// zeros dropped, so zero costs nothing and small counts one byte. The Lua
+// scripts read and write the same format with doubles, exact to 2^53.
+
+var errCorrupt = errors.New("redisstore: corrupt record")
+
+// Post record: [len][author big-endian, len bytes][varints views, likes,
+// comments, reposts, favorites]. The author is kept as opaque bytes because
+// a user id may need all 64 bits, which Lua numbers cannot hold.
+const (
+	pViews = iota + 1 // Lua (1-based) indexes of the counts
+	pLikes
+	pComments
+	pReposts
+	pFavorites
+)
+
+func postHead(author uint64) string {
+	var b [9]byte
+	n := 0
+	for v := author; v != 0; v >>= 8 {
+		n++
+	}
+	b[0] = byte(n)
+	for i := range n {
+		b[1+i] = byte(author >> (8 * (n - 1 - i)))
+	}
+	return string(b[:1+n])
+}
+
+// decodeHead reads the author from a record head (as returned by scripts).
+func decodeHead(h string) (uint64, error) {
+	if len(h) == 0 || int(h[0])+1 > len(h) || h[0] > 8 {
+		return 0, errCorrupt
+	}
+	var a uint64
+	for i := 1; i <= int(h[0]); i++ {
+		a = a<<8 | uint64(h[i])
+	}
+	return a, nil
+}
+
+func decodePost(rec string) (author uint64, c engine.Counts, err error) {
+	if author, err = decodeHead(rec); err != nil {
+		return 0, c, err
+	}
+	var v [5]int64
+	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
+		return 0, c, err
+	}
+	c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites = v[0], v[1], v[2], v[3], v[4]
+	return author, c, nil
+}
+
+// encodeCounts packs counts in record order, trailing zeros dropped.
+func encodeCounts(c engine.Counts) string {
+	v := []int64{c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites}
+	for len(v) > 0 && v[len(v)-1] == 0 {
+		v = v[:len(v)-1]
+	}
+	var b []byte
+	for _, x := range v {
+		b = binary.AppendUvarint(b, uint64(x))
+	}
+	return string(b)
+}
+
+// User record fields (Lua indexes).
+const (
+	uPosts = iota + 1
+	uFollowers
+	uFollowing
+	uMentions
+	uComments
+	uLikes
+	uMessages
+	uCursor    // seq of the last system notification seen + 1; 0 = no cursor yet
+	uClick     // red-dot stamp the user last clicked
+	uActive    // unix seconds of last badge activity, for cursor expiry
+	userFields = uActive
+)
+
+type userRec [userFields]int64
+
+func decodeUser(rec string) (userRec, error) {
+	var u userRec
+	return u, decodeVarints(rec, u[:])
+}
+
+func (u *userRec) get(field int) int64 { return u[field-1] }
+
+func decodeVarints(s string, out []int64) error {
+	b := []byte(s)
+	for i := 0; len(b) > 0; i++ {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return errCorrupt
+		}
+		if i < len(out) {
+			out[i] = int64(v)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// Notification payload: [8 id][uvarint len title][title][body].
+func encodeNotif(n engine.Notification) string {
+	b := binary.BigEndian.AppendUint64(nil, uint64(n.ID))
+	b = binary.AppendUvarint(b, uint64(len(n.Title)))
+	b = append(b, n.Title...)
+	b = append(b, n.Body...)
+	return string(b)
+}
+
+func decodeNotif(s string) (engine.Notification, error) {
+	if len(s) < 9 {
+		return engine.Notification{}, errCorrupt
+	}
+	id := binary.BigEndian.Uint64([]byte(s[:8]))
+	tl, n := binary.Uvarint([]byte(s[8:]))
+	if n <= 0 || uint64(len(s)-8-n) < tl {
+		return engine.Notification{}, errCorrupt
+	}
+	rest := s[8+n:]
+	return engine.Notification{
+		ID:        engine.NotificationID(id),
+		Title:     rest[:tl],
+		Body:      rest[tl:],
+		CreatedAt: snowflake.Time(id),
+	}, nil
+}
+
+// Message body (group hash T): [8 sender][text].
+func encodeBody(sender uint64, text string) string {
+	return string(binary.BigEndian.AppendUint64(nil, sender)) + text
+}
+
+func decodeBody(gid, mid uint64, s string) (engine.Message, error) {
+	if len(s) < 8 || !utf8.ValidString(s[8:]) {
+		return engine.Message{}, errCorrupt
+	}
+	return engine.Message{
+		ID:     engine.MessageID(mid),
+		Group:  engine.GroupID(gid),
+		Sender: engine.UserID(binary.BigEndian.Uint64([]byte(s[:8]))),
+		Text:   s[8:],
+		SentAt: snowflake.Time(mid),
+	}, nil
+}
+
+func uid8(u uint64) string { return string(binary.BigEndian.AppendUint64(nil, u)) }
+
+// members decodes a group's packed mapid -> uid string (mapid = index+1).
+func members(packed string) []uint64 {
+	out := make([]uint64, len(packed)/8)
+	for i := range out {
+		out[i] = binary.BigEndian.Uint64([]byte(packed[8*i : 8*i+8]))
+	}
+	return out
+}
+
+// bitSet reports bit i (0-based, Redis SETBIT order: MSB first) of s.
+func bitSet(s string, i int) bool {
+	if i/8 >= len(s) {
+		return false
+	}
+	return s[i/8]&(0x80>>(i%8)) != 0
+}
+
+func unixSec(t time.Time) int64 { return t.Unix() }

@@ -1,0 +1,91 @@
+// Package redisstore is engine.Store on Redis: a single redis-server for
+// small deployments, Redis Cluster for large ones (detected at Open), with
+// any number of stateless tally replicas in front. It owns the Redis key
+// layout, the Lua scripts that make each step atomic, and the pub/sub fan
+// out of events between replicas. It promises the same behaviour as the
+// embedded engine — engine/enginetest runs unchanged against both — and
+// that every Redis failure surfaces quickly as an error wrapping
+// engine.ErrUnavailable, after which the client recovers by itself.
+//
+// # Key layout
+//
+// P is Options.KeyPrefix; {…} is the hash tag (one slot); numbers in key
+// names are base 36. Post and message ids are bucketed by snowflake time
+// window w = id>>(22+PostWindowBits) and sub-bucket s = hash(id) mod
+// PostFanout, so the newest (hottest) posts spread over PostFanout slots;
+// the field is the id's low 22+PostWindowBits bits. Users are bucketed by
+// uid>>UserBucketBits, field uid mod 2^UserBucketBits (Instagram's
+// technique, seeds/001).
+//
+//	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
+//	                             [varint views likes comments reposts favorites]
+//	                             trailing zero counts omitted: an uncounted post
+//	                             costs its author only (registry = counts)
+//	P{p<w>.<s>}l<low>       set   likers of one post (intset)
+//	P{p<w>.<s>}f<low>       set   favoriters of one post
+//	P{u<b>}                hash  low -> user record: varints posts followers
+//	                             following mentions comments likes messages
+//	                             cursor(seq+1) clicked-stamp active-seconds
+//	P{u<b>}F<uid>          hash  followee -> post count at snapshot
+//	P{u<b>}i<uid>:<k>:<key> str  idempotency record ('p'|'d' + result), 24h
+//	P{…}o<op><step>         str  marker: step of op applied here, 25h
+//	P{g<gid>}U             str   packed member uids, 8 bytes per mapid
+//	P{g<gid>}M             hash  uid -> mapid
+//	P{g<gid>}Q             str   quit bitmap (bit mapid-1)
+//	P{g<gid>}T             hash  mid -> [sender 8 bytes][text]
+//	P{g<gid>}R             hash  mid -> receipts {maxid u32, quitbits, readbits}
+//	P{g<gid>}r<mid>        str   read bitmap of a large group's message
+//	P{m<w>.<s>}            hash  message low bits -> group id
+//	P{s}n, P{s}x           list + hash: shared notifications, id -> seq
+//	P{s}r                  str   red-dot push stamp (ms, strictly increasing)
+//	P{s}i:<key>            str   publish idempotency record
+//	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
+//	P{s}sweep              str   lock: one replica sweeps expired cursors
+//	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
+//
+// # Server settings
+//
+// Buckets only pay off while Redis keeps them in the listpack encoding:
+//
+//	hash-max-listpack-entries 1024   # a bucket holds up to ~1,000 posts/users
+//	hash-max-listpack-value   64     # records are at most 55 bytes
+//	appendonly yes                   # durability of acknowledged writes:
+//	appendfsync always               #   or everysec with WaitReplicas >= 1
+//
+// With the defaults (1.02 s windows × 16 sub-buckets) a bucket holds about
+// 64 posts per 1,000 posts/s of traffic; choose PostWindowBits/PostFanout
+// so that buckets stay under hash-max-listpack-entries at peak rate.
+//
+// Measured (TALLY_REDIS_MEMORY_POSTS=1000000 go test -run TestMemoryPerPost,
+// redis 7.0, INFO used_memory, skewed data set: 40% zero posts, Pareto
+// views): 16.4 bytes per post for author + five counts, against 139 for one
+// key per counter and 114 for one hash per post. A 200-member group's
+// message keeps 54 bytes of receipts (TestReceiptRecordSize). Likers and
+// favoriters are per-post intsets: ~90 bytes per liked post plus 4–8 per
+// like, the price of server-side de-duplication.
+//
+// # Atomicity and crashes
+//
+// Every multi-key step is one Lua script over one slot (see scripts.go).
+// Reads of a page are one pipelined round trip each (go-redis splits a
+// pipeline per cluster node and runs the parts in parallel).
+// Operations that touch several slots (a like: the post, then the author's
+// badge) run their steps in an order where a crash in between can only
+// leave a later, derived effect unapplied, never apply one twice. Steps of
+// an operation with an idempotency key are each guarded by a marker keyed
+// by the operation, so the client's retry completes the operation exactly
+// once. Writes go through a client with go-redis retries off (a script
+// whose reply was lost may have run); only MOVED/ASK replies, which prove
+// the command did not run, are re-sent, to the node they name.
+//
+// # Faults
+//
+// Dial and read timeouts are short (250ms, 1s), dials and commands are not
+// retried, and every Redis error becomes engine.ErrUnavailable (its cause
+// via Cause). On a cluster a failure also triggers a slot-map reload, so a
+// promoted replica is found within a second or two. With WaitReplicas a
+// write is acknowledged only after WAIT confirms it on that many replicas
+// (a write the replicas did not confirm is reported unavailable, though
+// the master may have applied it: retrying is safe for keyed operations,
+// by their markers, and for likes, favorites and follows, by their sets).
+package redisstore

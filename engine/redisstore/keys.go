@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"math/bits"
+	"strconv"
+
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// keyspace builds every key name. Each name starts with the prefix and then
+// a hash tag {...}: all keys one atomic step touches share a tag, so they
+// share a slot on Redis Cluster. The prefix is outside the tag (it must not
+// contain braces), so distinct prefixes never change which keys group.
+type keyspace struct {
+	p string // prefix
+
+	winShift uint   // bits below a post bucket's time window (node+seq+window bits)
+	subBits  uint   // log2 of the sub-buckets per window
+	lowMask  uint64 // the id bits kept as the hash field
+	userBits uint   // users per user bucket = 1<<userBits
+}
+
+func newKeyspace(prefix string, windowBits, fanout, userBits int) keyspace {
+	shift := uint(snowflake.TimeShift + windowBits)
+	return keyspace{
+		p:        prefix,
+		winShift: shift,
+		subBits:  uint(bits.TrailingZeros(uint(fanout))),
+		lowMask:  1<<shift - 1,
+		userBits: uint(userBits),
+	}
+}
+
+// idBucket places a snowflake id (post or message) in a bucket: the id's
+// time window, spread over 2^subBits sub-buckets by a multiplicative hash
+// so that the posts of the current second (the hottest ones, seeds/000)
+// land on many slots and nodes instead of one. The field inside the bucket
+// is the id's bits below the window, a small integer listpack stores in
+// 4–5 bytes.
+func (k keyspace) idBucket(kind byte, id uint64) (tag string, low string) {
+	w := id >> k.winShift
+	sub := uint64(0)
+	if k.subBits > 0 {
+		sub = (id * 0x9E3779B97F4A7C15) >> (64 - k.subBits)
+	}
+	b := make([]byte, 0, len(k.p)+24)
+	b = append(b, k.p...)
+	b = append(b, '{', kind)
+	b = strconv.AppendUint(b, w, 36)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, sub, 36)
+	b = append(b, '}')
+	return string(b), strconv.FormatUint(id&k.lowMask, 10)
+}
+
+// Post keys. The bucket hash maps low bits -> packed post record; likers
+// and favoriters are one set per post, in the post's slot, so that de-dup
+// and count change in one script.
+func (k keyspace) post(id uint64) (bucket, low string) { return k.idBucket('p', id) }
+func likersKey(bucket, low string) string              { return bucket + "l" + low }
+func favsKey(bucket, low string) string                { return bucket + "f" + low }
+
+// Message index: bucket hash of message id low bits -> group id.
+func (k keyspace) msgIndex(id uint64) (bucket, low string) { return k.idBucket('m', id) }
+
+// User keys. Users are bucketed by id (Instagram's technique: ids are
+// dense, so uid>>10 puts ~1,024 users in one listpack hash).
+func (k keyspace) user(uid uint64) (bucket, low string) {
+	b := make([]byte, 0, len(k.p)+20)
+	b = append(b, k.p...)
+	b = append(b, "{u"...)
+	b = strconv.AppendUint(b, uid>>k.userBits, 36)
+	b = append(b, '}')
+	return string(b), strconv.FormatUint(uid&(1<<k.userBits-1), 10)
+}
+
+// followees is uid's followee -> snapshot hash, in uid's slot.
+func (k keyspace) followees(uid uint64) string {
+	bucket, _ := k.user(uid)
+	return bucket + "F" + strconv.FormatUint(uid, 10)
+}
+
+// idem is the idempotency record of (uid, kind, key), in uid's slot.
+func (k keyspace) idem(uid uint64, kind byte, key string) string {
+	bucket, _ := k.user(uid)
+	return bucket + "i" + strconv.FormatUint(uid, 10) + ":" + string(kind) + ":" + key
+}
+
+// Group keys, all under the group's tag.
+type groupKeys struct{ tag, U, M, Q, T, R string }
+
+func (k keyspace) group(gid uint64) groupKeys {
+	tag := k.p + "{g" + strconv.FormatUint(gid, 36) + "}"
+	return groupKeys{tag: tag, U: tag + "U", M: tag + "M", Q: tag + "Q", T: tag + "T", R: tag + "R"}
+}
+
+// readKey holds the read bitmap of one message of a large group.
+func (g groupKeys) readKey(mid uint64) string { return g.tag + "r" + strconv.FormatUint(mid, 36) }
+
+// System keys: the shared notification list, its id index, the red-dot
+// push stamp, publish idempotency, node allocation and stats. One slot:
+// they are few and small, and a broadcast touches only them.
+func (k keyspace) sys() string        { return k.p + "{s}" }
+func (k keyspace) notifList() string  { return k.sys() + "n" }
+func (k keyspace) notifIndex() string { return k.sys() + "x" }
+func (k keyspace) redDot() string     { return k.sys() + "r" }
+func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
+func (k keyspace) stats() string      { return k.sys() + "st" }
+func (k keyspace) sysIdem(key string) string {
+	return k.sys() + "i:" + key
+}
+
+// event channel shard i.
+func (k keyspace) channel(i int) string { return k.p + "{e" + strconv.Itoa(i) + "}" }
+
+// marker is the "operation op already applied here" key in tag's slot.
+func marker(tag, op string) string { return tag + "o" + op }
+
+// opID names an idempotent operation: who, what, which key. Hashed so a
+// marker key stays short whatever the client's key looks like.
+func opID(uid uint64, kind byte, key string) string {
+	h := sha256.New()
+	var b [9]byte
+	for i := range 8 {
+		b[i] = byte(uid >> (56 - 8*i))
+	}
+	b[8] = kind
+	h.Write(b[:])
+	h.Write([]byte(key))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:15])
+}

@@ -1,0 +1,546 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// Idempotency: the record (viewer, kind, key) lives in the viewer's slot
+// and holds the operation's result, prefixed 'p' while the operation runs
+// and 'd' once every step is applied. A retry that finds 'd' returns the
+// result; one that finds 'p' (a crash or a concurrent attempt) replays the
+// steps, each guarded by its marker, so nothing applies twice.
+
+const (
+	kindPost    = 'p'
+	kindComment = 'c'
+	kindRepost  = 'r'
+	kindMessage = 'm'
+)
+
+type idem struct {
+	key    string // record key; "" when the call carries no idempotency key
+	op     string // marker name of the operation
+	result string // the result this operation stands for
+	done   bool   // a previous attempt completed
+}
+
+// idemBegin reserves (viewer, kind, key) for result, or returns the result
+// of the earlier attempt.
+func (s *Store) idemBegin(ctx context.Context, viewer uint64, kind byte, key, result string) (idem, error) {
+	if key == "" {
+		return idem{result: result}, nil
+	}
+	in := idem{key: s.k.idem(viewer, kind, key), op: opID(viewer, kind, key), result: result}
+	c := raw("SET", in.key, "p"+result, "NX", "GET", "PX", engine.IdempotencyTTL.Milliseconds())
+	if err := s.exec(ctx, c); err != nil {
+		return in, err
+	}
+	if prev, err := c.res.Text(); err == nil && len(prev) > 0 {
+		in.result, in.done = prev[1:], prev[0] == 'd'
+	}
+	return in, nil
+}
+
+func (s *Store) idemDone(ctx context.Context, in idem) error {
+	if in.key == "" || in.done {
+		return nil
+	}
+	return s.exec(ctx, raw("SET", in.key, "d"+in.result, "XX", "KEEPTTL"))
+}
+
+// idemAbort forgets a reservation whose operation failed on a product rule
+// (unknown post, not a member): a later retry must be judged afresh.
+func (s *Store) idemAbort(ctx context.Context, in idem) {
+	if in.key != "" && !in.done {
+		_ = s.exec(ctx, raw("DEL", in.key))
+	}
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{engine.ErrInvalid}, a...)...)
+}
+
+func notFound(what string) error { return fmt.Errorf("%w: %s", engine.ErrNotFound, what) }
+
+func forbidden(what string) error { return fmt.Errorf("%w: %s", engine.ErrForbidden, what) }
+
+func checkUser(u engine.UserID) error { return engine.CheckViewer(u) }
+
+// CreatePost implements engine.Store.
+func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
+	if err := checkUser(viewer); err != nil {
+		return 0, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return 0, err
+	}
+	if id != 0 {
+		if err := engine.CheckPostID(id, s.now()); err != nil {
+			return 0, err
+		}
+	}
+	want := uint64(id)
+	if want == 0 && idemKey != "" {
+		want = s.gen.Next()
+	}
+	in, err := s.idemBegin(ctx, uint64(viewer), kindPost, idemKey, strconv.FormatUint(want, 10))
+	if err != nil {
+		return 0, err
+	}
+	if in.key != "" {
+		want, _ = strconv.ParseUint(in.result, 10, 64)
+		if in.done {
+			return engine.PostID(want), nil
+		}
+	}
+	pid, err := s.registerPost(ctx, viewer, want, in.op, "a")
+	if err != nil {
+		s.idemAbort(ctx, in)
+		return 0, err
+	}
+	if err := s.bumpUsers(ctx, in.op, "b", []bump{{uint64(viewer), uPosts, 1}}); err != nil {
+		return 0, err
+	}
+	if err := s.idemDone(ctx, in); err != nil {
+		return 0, err
+	}
+	s.emit(ctx, engine.Event{Kind: engine.AuthorPosted, Author: viewer})
+	return engine.PostID(pid), nil
+}
+
+// registerPost adds a post by author to the registry. id 0 asks for a
+// fresh id; a fresh id that collides (a client's id from our node) is
+// replaced by another.
+func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step string) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		pid := id
+		if pid == 0 {
+			pid = s.gen.Next()
+		}
+		bucket, low := s.k.post(pid)
+		r, err := s.one(ctx, scPostCreate, []string{bucket, marker(bucket, op+step)}, ttlArg(op), low, postHead(uint64(author)))
+		if err != nil {
+			return 0, err
+		}
+		switch num(r) {
+		case 1:
+			s.stats.posts.Add(1)
+			return pid, nil
+		case 2:
+			return pid, nil
+		}
+		if id != 0 || attempt >= 10 {
+			return 0, invalid("post %d already exists", pid)
+		}
+	}
+}
+
+// byBucket groups post ids by bucket, keeping each id's position.
+type bucketed struct {
+	lows []string
+	pos  []int
+}
+
+func (s *Store) groupPosts(ids []engine.PostID, keyOf func(uint64) (string, string)) (map[string]*bucketed, []string) {
+	m := map[string]*bucketed{}
+	var order []string
+	for i, id := range ids {
+		b, low := keyOf(uint64(id))
+		g := m[b]
+		if g == nil {
+			g = &bucketed{}
+			m[b] = g
+			order = append(order, b)
+		}
+		g.lows = append(g.lows, low)
+		g.pos = append(g.pos, i)
+	}
+	return m, order
+}
+
+// postRecords fetches the records of ids in one round trip: one HMGET per
+// bucket, pipelined (split per node on a cluster).
+func (s *Store) postRecords(ctx context.Context, ids []engine.PostID) ([]string, []bool, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, nil, err
+	}
+	groups, order := s.groupPosts(ids, s.k.post)
+	cmds := make([]*redis.SliceCmd, len(order))
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		for i, b := range order {
+			cmds[i] = p.HMGet(ctx, b, groups[b].lows...)
+		}
+	}); err != nil {
+		return nil, nil, err
+	}
+	recs, found := make([]string, len(ids)), make([]bool, len(ids))
+	for i, b := range order {
+		for j, v := range cmds[i].Val() {
+			if sv, ok := v.(string); ok {
+				recs[groups[b].pos[j]], found[groups[b].pos[j]] = sv, true
+			}
+		}
+	}
+	return recs, found, nil
+}
+
+// Posts implements engine.Store.
+func (s *Store) Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostInfo, error) {
+	recs, found, err := s.postRecords(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.PostInfo, len(ids))
+	for i := range ids {
+		if !found[i] {
+			continue
+		}
+		a, err := decodeHead(recs[i])
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		out[i] = engine.PostInfo{Exists: true, Author: engine.UserID(a)}
+	}
+	return out, nil
+}
+
+// Counts implements engine.Store.
+func (s *Store) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Counts, error) {
+	recs, found, err := s.postRecords(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.Counts, len(ids))
+	for i := range ids {
+		if !found[i] {
+			continue
+		}
+		_, c, err := decodePost(recs[i])
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Liked implements engine.Store: one SISMEMBER per post, one round trip.
+func (s *Store) Liked(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return s.flags(ctx, viewer, ids, likersKey)
+}
+
+// Favorited implements engine.Store.
+func (s *Store) Favorited(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return s.flags(ctx, viewer, ids, favsKey)
+}
+
+func (s *Store) flags(ctx context.Context, viewer engine.UserID, ids []engine.PostID, set func(b, low string) string) ([]bool, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	if viewer == 0 || len(ids) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.BoolCmd, len(ids))
+	member := strconv.FormatUint(uint64(viewer), 10)
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		for i, id := range ids {
+			b, low := s.k.post(uint64(id))
+			cmds[i] = p.SIsMember(ctx, set(b, low), member)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// Like implements engine.Store.
+func (s *Store) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return s.flag(ctx, viewer, post, likersKey, pLikes, 1)
+}
+
+// Unlike implements engine.Store.
+func (s *Store) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return s.flag(ctx, viewer, post, likersKey, pLikes, -1)
+}
+
+// Favorite implements engine.Store.
+func (s *Store) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return s.flag(ctx, viewer, post, favsKey, pFavorites, 1)
+}
+
+// Unfavorite implements engine.Store.
+func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	return s.flag(ctx, viewer, post, favsKey, pFavorites, -1)
+}
+
+// flag is like/unlike/favorite/unfavorite: de-dup and count atomically in
+// the post's slot, then (a new like only) the author's badge in theirs.
+// The badge step comes second so that a crash between the two can only
+// lose a badge bump, never count a like twice: a retried like finds itself
+// already in the set and changes nothing.
+func (s *Store) flag(ctx context.Context, viewer engine.UserID, post engine.PostID, set func(b, low string) string, field int, d int) error {
+	if err := checkUser(viewer); err != nil {
+		return err
+	}
+	if post == 0 {
+		return invalid("post id 0")
+	}
+	bucket, low := s.k.post(uint64(post))
+	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low)}, low, uint64(viewer), field, d)
+	if err != nil {
+		return err
+	}
+	a := vals(r)
+	switch num(at(a, 0)) {
+	case -1:
+		return notFound("post")
+	case 0:
+		return nil
+	}
+	s.stats.counted.Add(num(at(a, 2)))
+	if d < 0 || field != pLikes {
+		return nil
+	}
+	author, err := decodeHead(str(at(a, 1)))
+	if err != nil {
+		return s.fail(err)
+	}
+	if author == 0 || author == uint64(viewer) {
+		return nil
+	}
+	if err := s.bumpUsers(ctx, "", "", []bump{{author, uLikes, 1}}); err != nil {
+		return err
+	}
+	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{engine.UserID(author)}})
+	return nil
+}
+
+// countOn adds one to a count of a known post and returns its author.
+func (s *Store) countOn(ctx context.Context, post engine.PostID, field int, op, step string) (uint64, error) {
+	bucket, low := s.k.post(uint64(post))
+	r, err := s.one(ctx, scPostIncr, []string{bucket, marker(bucket, op+step)}, ttlArg(op), low, field)
+	if err != nil {
+		return 0, err
+	}
+	a := vals(r)
+	if num(at(a, 0)) == -1 {
+		return 0, notFound("post")
+	}
+	s.stats.counted.Add(num(at(a, 2)))
+	author, err := decodeHead(str(at(a, 1)))
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	return author, nil
+}
+
+// Comment implements engine.Store.
+func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+	if err := checkUser(viewer); err != nil {
+		return err
+	}
+	if post == 0 {
+		return invalid("post id 0")
+	}
+	mentions, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return err
+	}
+	in, err := s.idemBegin(ctx, uint64(viewer), kindComment, idemKey, "")
+	if err != nil || in.done {
+		return err
+	}
+	author, err := s.countOn(ctx, post, pComments, in.op, "a")
+	if err != nil {
+		s.idemAbort(ctx, in)
+		return err
+	}
+	var bumps []bump
+	var woke []engine.UserID
+	if author != 0 && author != uint64(viewer) {
+		bumps = append(bumps, bump{author, uComments, 1})
+		woke = append(woke, engine.UserID(author))
+	}
+	for _, m := range mentions {
+		bumps = append(bumps, bump{uint64(m), uMentions, 1})
+		woke = append(woke, m)
+	}
+	if err := s.bumpUsers(ctx, in.op, "b", bumps); err != nil {
+		return err
+	}
+	if err := s.idemDone(ctx, in); err != nil {
+		return err
+	}
+	if len(woke) > 0 {
+		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: woke})
+	}
+	return nil
+}
+
+// Repost implements engine.Store.
+func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
+	if err := checkUser(viewer); err != nil {
+		return 0, err
+	}
+	if post == 0 {
+		return 0, invalid("post id 0")
+	}
+	mentions, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return 0, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return 0, err
+	}
+	var want uint64
+	if idemKey != "" {
+		want = s.gen.Next()
+	}
+	in, err := s.idemBegin(ctx, uint64(viewer), kindRepost, idemKey, strconv.FormatUint(want, 10))
+	if err != nil {
+		return 0, err
+	}
+	if in.key != "" {
+		want, _ = strconv.ParseUint(in.result, 10, 64)
+		if in.done {
+			return engine.PostID(want), nil
+		}
+	}
+	if _, err := s.countOn(ctx, post, pReposts, in.op, "a"); err != nil {
+		s.idemAbort(ctx, in)
+		return 0, err
+	}
+	np, err := s.registerPost(ctx, viewer, want, in.op, "b")
+	if err != nil {
+		return 0, err
+	}
+	bumps := []bump{{uint64(viewer), uPosts, 1}}
+	for _, m := range mentions {
+		bumps = append(bumps, bump{uint64(m), uMentions, 1})
+	}
+	if err := s.bumpUsers(ctx, in.op, "c", bumps); err != nil {
+		return 0, err
+	}
+	if err := s.idemDone(ctx, in); err != nil {
+		return 0, err
+	}
+	s.emit(ctx, engine.Event{Kind: engine.AuthorPosted, Author: viewer})
+	if len(mentions) > 0 {
+		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: mentions})
+	}
+	return engine.PostID(np), nil
+}
+
+// RecordViews implements engine.Store: one script per bucket, one round
+// trip for the page.
+func (s *Store) RecordViews(ctx context.Context, ids []engine.PostID) error {
+	if err := engine.CheckIDs(ids); err != nil {
+		return err
+	}
+	groups, order := s.groupPosts(ids, s.k.post)
+	calls := make([]*call, len(order))
+	for i, b := range order {
+		args := make([]any, len(groups[b].lows))
+		for j, l := range groups[b].lows {
+			args[j] = l
+		}
+		calls[i] = script(scViews, []string{b}, args...)
+	}
+	if err := s.exec(ctx, calls...); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		s.stats.counted.Add(num(c.res.Val()))
+	}
+	return nil
+}
+
+var _ engine.Importer = (*Store)(nil)
+
+// importChunk bounds one pipelined round trip of Import.
+const importChunk = 2000
+
+// Import implements engine.Importer: each row's counts replace the post's
+// counts; an unknown post is registered when it has an author or a
+// non-zero count. Rows go per bucket, one pipelined round trip per
+// importChunk rows. Like every write here it is durable when it returns
+// as far as the server's appendfsync (or WaitReplicas) makes it.
+func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
+	for i, r := range rows {
+		c := r.Counts
+		if r.Post == 0 {
+			return invalid("post id 0 in import row %d", i+1)
+		}
+		if min(c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites) < 0 {
+			return invalid("post %d has a negative count", r.Post)
+		}
+	}
+	for len(rows) > 0 {
+		n := min(len(rows), importChunk)
+		if err := s.importChunk(ctx, rows[:n]); err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error {
+	type grp struct {
+		args []any
+		rows []int
+	}
+	groups := map[string]*grp{}
+	var order []string
+	for i, r := range rows {
+		b, low := s.k.post(uint64(r.Post))
+		g := groups[b]
+		if g == nil {
+			g = &grp{}
+			groups[b] = g
+			order = append(order, b)
+		}
+		head := ""
+		if r.Author != 0 {
+			head = postHead(uint64(r.Author))
+		}
+		g.args = append(g.args, low, head, encodeCounts(r.Counts))
+		g.rows = append(g.rows, i)
+	}
+	calls := make([]*call, len(order))
+	for i, b := range order {
+		calls[i] = script(scImport, []string{b}, groups[b].args...)
+	}
+	if err := s.exec(ctx, calls...); err != nil {
+		return err
+	}
+	var bumps []bump
+	for i, b := range order {
+		a := vals(calls[i].res.Val())
+		for j, row := range groups[b].rows {
+			flags := num(at(a, j))
+			if flags&1 != 0 {
+				s.stats.posts.Add(1)
+			}
+			if flags&2 != 0 {
+				bumps = append(bumps, bump{uint64(rows[row].Author), uPosts, 1})
+			}
+		}
+		s.stats.counted.Add(num(at(a, len(groups[b].rows))))
+	}
+	return s.bumpUsers(ctx, "", "", bumps)
+}

@@ -1,0 +1,164 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
+)
+
+// These tests stop an operation after its first steps, as a tally process
+// killed between two Redis calls would, and then retry it with the same
+// idempotency key: the retry must complete the operation, and no step may
+// apply twice.
+
+func openInternal(t *testing.T) *Store {
+	t.Helper()
+	addr, _ := redistest.StartSingle(t)
+	s, err := Open(context.Background(), Options{Addrs: []string{addr}, KeyPrefix: "r:", ReadTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplayAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const author, actor, mentioned = 10, 11, 12
+
+	unread := func(u engine.UserID) engine.Unread {
+		t.Helper()
+		n, err := s.Unread(ctx, u)
+		check(t, err)
+		return n
+	}
+	for _, u := range []engine.UserID{author, actor, mentioned} {
+		unread(u) // seen before the operations below
+	}
+
+	// CreatePost: registered, then crash before the author's postCount.
+	want := s.gen.Next()
+	in, err := s.idemBegin(ctx, author, kindPost, "cp", strconv.FormatUint(want, 10))
+	check(t, err)
+	_, err = s.registerPost(ctx, author, want, in.op, "a")
+	check(t, err)
+	for range 2 {
+		got, err := s.CreatePost(ctx, author, 0, "cp")
+		check(t, err)
+		if uint64(got) != want {
+			t.Fatalf("retried CreatePost returned %d, want %d", got, want)
+		}
+	}
+	uc, err := s.UserCounts(ctx, []engine.UserID{author})
+	check(t, err)
+	if uc[0].Posts != 1 {
+		t.Fatalf("postCount after crash and retries = %d, want 1", uc[0].Posts)
+	}
+	post := engine.PostID(want)
+
+	// Comment: counted on the post, then crash before any badge.
+	in, err = s.idemBegin(ctx, actor, kindComment, "c1", "")
+	check(t, err)
+	_, err = s.countOn(ctx, post, pComments, in.op, "a")
+	check(t, err)
+	for range 2 {
+		check(t, s.Comment(ctx, actor, post, []engine.UserID{mentioned}, "c1"))
+	}
+	cs, err := s.Counts(ctx, []engine.PostID{post})
+	check(t, err)
+	if cs[0].Comments != 1 {
+		t.Fatalf("comments after crash and retries = %d, want 1", cs[0].Comments)
+	}
+	if n := unread(author); n.Comments != 1 {
+		t.Fatalf("author's comment badge = %d, want 1", n.Comments)
+	}
+	if n := unread(mentioned); n.Mentions != 1 {
+		t.Fatalf("mention badge = %d, want 1", n.Mentions)
+	}
+
+	// Repost: counted and the new post registered, then crash before the
+	// reposter's postCount and the mention.
+	rid := s.gen.Next()
+	in, err = s.idemBegin(ctx, actor, kindRepost, "r1", strconv.FormatUint(rid, 10))
+	check(t, err)
+	_, err = s.countOn(ctx, post, pReposts, in.op, "a")
+	check(t, err)
+	_, err = s.registerPost(ctx, actor, rid, in.op, "b")
+	check(t, err)
+	for range 2 {
+		got, err := s.Repost(ctx, actor, post, []engine.UserID{mentioned}, "r1")
+		check(t, err)
+		if uint64(got) != rid {
+			t.Fatalf("retried Repost returned %d, want %d", got, rid)
+		}
+	}
+	cs, err = s.Counts(ctx, []engine.PostID{post})
+	check(t, err)
+	uc, err = s.UserCounts(ctx, []engine.UserID{actor})
+	check(t, err)
+	if cs[0].Reposts != 1 || uc[0].Posts != 1 {
+		t.Fatalf("after repost replay: reposts %d, reposter postCount %d; want 1, 1", cs[0].Reposts, uc[0].Posts)
+	}
+	if n := unread(mentioned); n.Mentions != 2 {
+		t.Fatalf("mention badge = %d, want 2", n.Mentions)
+	}
+
+	// SendMessage: stored in the group, then crash before the index and
+	// the badges.
+	g, err := s.CreateGroup(ctx, actor, []engine.UserID{author, mentioned})
+	check(t, err)
+	mid := s.gen.Next()
+	in, err = s.idemBegin(ctx, actor, kindMessage, "m1", strconv.FormatUint(mid, 10))
+	check(t, err)
+	gk := s.k.group(uint64(g))
+	_, err = s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R}, uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID)
+	check(t, err)
+	for range 2 {
+		m, err := s.SendMessage(ctx, actor, g, "hi", []engine.UserID{mentioned}, "m1")
+		check(t, err)
+		if uint64(m.ID) != mid || m.Text != "hi" {
+			t.Fatalf("retried SendMessage returned %+v, want id %d", m, mid)
+		}
+	}
+	if n := unread(author); n.Messages != 1 {
+		t.Fatalf("message badge = %d, want 1", n.Messages)
+	}
+	if n := unread(mentioned); n.Messages != 1 || n.Mentions != 3 {
+		t.Fatalf("mentioned member's badges = %+v, want 1 message, 3 mentions", n)
+	}
+	r, err := s.Receipts(ctx, actor, engine.MessageID(mid), 10)
+	check(t, err)
+	if r.UnreadCount != 2 {
+		t.Fatalf("receipts after replay: %+v", r)
+	}
+}
+
+// A like whose second step (the author's badge) is lost in a crash is not
+// counted again by a retry: the retry finds the like and changes nothing.
+func TestLikeRetryNeverDoubleCounts(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	post, err := s.CreatePost(ctx, 1, 0, "")
+	check(t, err)
+	b, low := s.k.post(uint64(post))
+	_, err = s.one(ctx, scPostFlag, []string{b, likersKey(b, low)}, low, uint64(2), pLikes, 1)
+	check(t, err)
+	check(t, s.Like(ctx, 2, post))
+	cs, err := s.Counts(ctx, []engine.PostID{post})
+	check(t, err)
+	if cs[0].Likes != 1 {
+		t.Fatalf("likes = %d, want 1", cs[0].Likes)
+	}
+}

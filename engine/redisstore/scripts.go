@@ -1,0 +1,501 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every multi-key step runs as one Lua script over keys of one hash slot,
+// so it is atomic on a single node and on Redis Cluster alike. Scripts
+// report product outcomes (not found, forbidden, already applied) as
+// return codes, never as Redis errors, so that a Redis error always means
+// "the store is unavailable".
+//
+// Marker keys make a cross-slot step idempotent: a step of an operation
+// that carries an idempotency key first sets "<tag>o<op><step>" NX with a
+// TTL; if it exists the step was already applied and is skipped. A retry
+// after a crash between two steps therefore completes the operation
+// without applying any step twice.
+
+// prelude is shared by all scripts: the varint record codec (the same
+// format as codec.go; Lua numbers are doubles, exact to 2^53) and helpers.
+const prelude = `
+local function dec(s, from)
+  local t, n, v, m = {}, 0, 0, 1
+  for i = from or 1, #s do
+    local c = string.byte(s, i)
+    if c >= 128 then
+      v = v + (c - 128) * m
+      m = m * 128
+    else
+      n = n + 1
+      t[n] = v + c * m
+      v, m = 0, 1
+    end
+  end
+  return t, n
+end
+local function enc(t, n)
+  while n > 0 and (t[n] or 0) == 0 do n = n - 1 end
+  local out = {}
+  for i = 1, n do
+    local v = t[i] or 0
+    while v >= 128 do
+      out[#out + 1] = string.char(v % 128 + 128)
+      v = math.floor(v / 128)
+    end
+    out[#out + 1] = string.char(v)
+  end
+  return table.concat(out)
+end
+local function add(t, n, idx, d)
+  for i = n + 1, idx do t[i] = 0 end
+  if idx > n then n = idx end
+  local v = t[idx] + d
+  if v < 0 then v = 0 end
+  t[idx] = v
+  return n
+end
+local function mark(key, ttl)
+  if ttl == 0 then return true end
+  return redis.call('SET', key, '1', 'NX', 'PX', ttl) ~= false
+end
+local function write(key, field, before, after)
+  if after == before then return 0 end
+  if after == '' then
+    redis.call('HDEL', key, field)
+    return -1
+  end
+  redis.call('HSET', key, field, after)
+  if before == '' then return 1 end
+  return 0
+end
+local function bump(key, field, idx, d)
+  local rec = redis.call('HGET', key, field) or ''
+  local t, n = dec(rec)
+  n = add(t, n, idx, d)
+  return write(key, field, rec, enc(t, n))
+end
+local function tr(before, after)
+  if before == '' and after ~= '' then return 1 end
+  if before ~= '' and after == '' then return -1 end
+  return 0
+end
+local function u32(x)
+  return string.char(math.floor(x / 16777216) % 256, math.floor(x / 65536) % 256,
+    math.floor(x / 256) % 256, x % 256)
+end
+local function rd32(s, i)
+  local a, b, c, d = string.byte(s, i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+local function member(M, Q, uid)
+  local m = redis.call('HGET', M, uid)
+  if not m then return nil, false end
+  m = tonumber(m)
+  return m, redis.call('GETBIT', Q, m - 1) == 0
+end
+`
+
+func newScript(body string) *redis.Script { return redis.NewScript(prelude + body) }
+
+var (
+	// KEYS bucket, marker; ARGV marker-ttl, low, head.
+	// 1 created, 0 the id exists, 2 already applied by this operation.
+	scPostCreate = newScript(`
+local ttl = tonumber(ARGV[1])
+if ttl > 0 and redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3]) == 0 then return 0 end
+if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
+return 1`)
+
+	// Like/favorite de-dup and count in one step. KEYS bucket, set;
+	// ARGV low, user, count index, +1|-1.
+	// {-1} unknown post; {0, head, 0} no change; {1, head, zero-transition}.
+	scPostFlag = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then return {-1} end
+local d = tonumber(ARGV[4])
+local changed
+if d > 0 then changed = redis.call('SADD', KEYS[2], ARGV[2])
+else changed = redis.call('SREM', KEYS[2], ARGV[2]) end
+local L = string.byte(rec, 1)
+local head = string.sub(rec, 1, L + 1)
+if changed == 0 then return {0, head, 0} end
+local t, n = dec(rec, L + 2)
+local before = enc(t, n)
+n = add(t, n, tonumber(ARGV[3]), d)
+local after = enc(t, n)
+redis.call('HSET', KEYS[1], ARGV[1], head .. after)
+return {1, head, tr(before, after)}`)
+
+	// +1 on one count of a known post. KEYS bucket, marker;
+	// ARGV marker-ttl, low, count index. Results as scPostFlag.
+	scPostIncr = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[2])
+if not rec then return {-1} end
+local L = string.byte(rec, 1)
+local head = string.sub(rec, 1, L + 1)
+if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, head, 0} end
+local t, n = dec(rec, L + 2)
+local before = enc(t, n)
+n = add(t, n, tonumber(ARGV[3]), 1)
+local after = enc(t, n)
+redis.call('HSET', KEYS[1], ARGV[2], head .. after)
+return {1, head, tr(before, after)}`)
+
+	// +1 view on each known post of one bucket. KEYS bucket; ARGV lows.
+	// Returns how many posts went from all-zero to counted.
+	scViews = newScript(`
+local trs = 0
+for i = 1, #ARGV do
+  local rec = redis.call('HGET', KEYS[1], ARGV[i])
+  if rec then
+    local L = string.byte(rec, 1)
+    local t, n = dec(rec, L + 2)
+    if n == 0 then trs = trs + 1 end
+    n = add(t, n, 1, 1)
+    redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L + 1) .. enc(t, n))
+  end
+end
+return trs`)
+
+	// Counter deltas on user records of one bucket. KEYS bucket, marker;
+	// ARGV marker-ttl, then (low, field, delta) triples. {applied, users+-}.
+	scUserBump = newScript(`
+if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, 0} end
+local users = 0
+for i = 2, #ARGV, 3 do
+  users = users + bump(KEYS[1], ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
+end
+return {1, users}`)
+
+	// Follow (+1) or unfollow (-1): the followee entry with its snapshot
+	// and the follower's following count. KEYS user bucket, followees;
+	// ARGV low, target, snapshot, +1|-1. {changed, users+-}.
+	scFollow = newScript(`
+local d = tonumber(ARGV[4])
+if d > 0 then
+  if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 0 then return {0, 0} end
+else
+  if redis.call('HDEL', KEYS[2], ARGV[2]) == 0 then return {0, 0} end
+end
+return {1, bump(KEYS[1], ARGV[1], 3, d)}`)
+
+	// Sets up a viewer's badges: a missing or expired system cursor starts
+	// at the newest notification; the activity stamp is refreshed at most
+	// once per refresh interval, so a polling client writes rarely.
+	// KEYS bucket; ARGV low, latest seq, now s, cursor ttl s, refresh s.
+	// {record, users+-}.
+	scTouch = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local t, n = dec(rec)
+for i = n + 1, 10 do t[i] = 0 end
+local now = tonumber(ARGV[3])
+if t[8] == 0 or (t[10] > 0 and now - t[10] > tonumber(ARGV[4])) then
+  t[8] = tonumber(ARGV[2]) + 1
+end
+if now - t[10] >= tonumber(ARGV[5]) then t[10] = now end
+local after = enc(t, 10)
+return {after, write(KEYS[1], ARGV[1], rec, after)}`)
+
+	// Sets one field of a user record ('set'), or raises it ('max').
+	// KEYS bucket; ARGV low, field, value, mode. Returns users+-.
+	scSetField = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local t, n = dec(rec)
+local idx = tonumber(ARGV[2])
+for i = n + 1, idx do t[i] = 0 end
+if idx > n then n = idx end
+local v = tonumber(ARGV[3])
+if ARGV[4] == 'max' and t[idx] > v then v = t[idx] end
+t[idx] = v
+return write(KEYS[1], ARGV[1], rec, enc(t, n))`)
+
+	// Drops the system cursors of users inactive longer than the TTL (the
+	// record goes if nothing else is left). KEYS bucket; ARGV now s, ttl s.
+	// {dropped, users+-}.
+	scSweep = newScript(`
+local all = redis.call('HGETALL', KEYS[1])
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local dropped, users = 0, 0
+for i = 1, #all, 2 do
+  local t, n = dec(all[i + 1])
+  for j = n + 1, 10 do t[j] = 0 end
+  if t[8] > 0 and t[10] > 0 and now - t[10] > ttl then
+    t[8], t[10] = 0, 0
+    dropped = dropped + 1
+    users = users + write(KEYS[1], all[i], all[i + 1], enc(t, 10))
+  end
+end
+return {dropped, users}`)
+
+	// Refreshes the feed snapshot of followees still followed.
+	// KEYS followees; ARGV (target, count) pairs.
+	scSnapshot = newScript(`
+for i = 1, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1`)
+
+	// The red-dot push stamp: now in ms, strictly increasing so that two
+	// pushes in one millisecond are still two pushes. KEYS stamp; ARGV now.
+	scPush = newScript(`
+local old = tonumber(redis.call('GET', KEYS[1]) or '0')
+local v = tonumber(ARGV[1])
+if v <= old then v = old + 1 end
+redis.call('SET', KEYS[1], string.format('%.0f', v))
+return v`)
+
+	// Appends a notification to the shared list (O(1) in users).
+	// KEYS list, id index, idem key; ARGV id, payload, idem ttl (0: none).
+	// {1, id, payload} published; {0, id, payload} a retry; {-1} id clash.
+	scPublish = newScript(`
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  local v = redis.call('GET', KEYS[3])
+  if v then
+    local seq = redis.call('HGET', KEYS[2], v)
+    return {0, v, redis.call('LINDEX', KEYS[1], tonumber(seq) - 1)}
+  end
+end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {-1} end
+local seq = redis.call('RPUSH', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], seq)
+if ttl > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl) end
+return {1, ARGV[1], ARGV[2]}`)
+
+	// A page of the shared list, oldest first: the first entries older
+	// than the id after ('0' = from the newest). A known id is found by the
+	// index; an unknown one by binary search over the list (ordered by id),
+	// comparing ids as two 32-bit halves of the payloads' big-endian prefix
+	// since Lua numbers hold 53 bits. KEYS list, index; ARGV first, after
+	// (decimal), after (8 bytes big-endian).
+	scNotifs = newScript(`
+local last
+if ARGV[2] == '0' then
+  last = redis.call('LLEN', KEYS[1]) - 1
+else
+  local seq = redis.call('HGET', KEYS[2], ARGV[2])
+  if seq then
+    last = tonumber(seq) - 2
+  else
+    local ah, al = rd32(ARGV[3], 1), rd32(ARGV[3], 5)
+    local lo, hi = 0, redis.call('LLEN', KEYS[1])
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local e = redis.call('LINDEX', KEYS[1], mid)
+      local eh, el = rd32(e, 1), rd32(e, 5)
+      if eh < ah or (eh == ah and el < al) then lo = mid + 1 else hi = mid end
+    end
+    last = lo - 1
+  end
+end
+local first = tonumber(ARGV[1])
+if last < 0 or first <= 0 then return {} end
+local start = last - first + 1
+if start < 0 then start = 0 end
+return redis.call('LRANGE', KEYS[1], start, last)`)
+
+	// Groups. U is the packed mapid -> uid string (8 bytes per member),
+	// M the uid -> mapid hash, Q the quit bitmap (bit mapid-1).
+
+	// KEYS U, M; ARGV (uid, uid8) pairs in mapid order. 0: id taken.
+	scGroupCreate = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local buf = {}
+for i = 1, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], (i + 1) / 2)
+  buf[#buf + 1] = ARGV[i + 1]
+end
+redis.call('SET', KEYS[1], table.concat(buf))
+return 1`)
+
+	// KEYS U, M, Q; ARGV viewer, max mapids, (uid, uid8) pairs.
+	// 1 ok, -1 unknown group, -2 viewer not a member, -3 group full.
+	scGroupAdd = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
+if not cur then return -2 end
+local n = redis.call('STRLEN', KEYS[1]) / 8
+local fresh = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then fresh = fresh + 1 end
+end
+if n + fresh > tonumber(ARGV[2]) then return -3 end
+for i = 3, #ARGV, 2 do
+  local x = redis.call('HGET', KEYS[2], ARGV[i])
+  if x then
+    if redis.call('GETBIT', KEYS[3], x - 1) == 1 then redis.call('SETBIT', KEYS[3], x - 1, 0) end
+  else
+    n = n + 1
+    redis.call('HSET', KEYS[2], ARGV[i], n)
+    redis.call('APPEND', KEYS[1], ARGV[i + 1])
+  end
+end
+return 1`)
+
+	// Leaving marks the member as quit; the mapid is kept for a rejoin.
+	// KEYS U, M, Q; ARGV viewer. 1 ok, -1 unknown group, -2 never a member.
+	scGroupLeave = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local m = redis.call('HGET', KEYS[2], ARGV[1])
+if not m then return -2 end
+redis.call('SETBIT', KEYS[3], m - 1, 1)
+return 1`)
+
+	// KEYS U, M, Q; ARGV viewer. {1, U, Q} | {-1} | {-2}.
+	scGroupGet = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
+if not cur then return {-2} end
+return {1, redis.call('GET', KEYS[1]), redis.call('GET', KEYS[3]) or ''}`)
+
+	// Stores a message and its receipts record {maxid, quitbits, readbits}
+	// (seeds/004). The sender's bit is set in quitbits: "not counted" is
+	// all a receipt needs to know about them. Small groups keep both
+	// bitmaps in one hash field (54 bytes for 200 members); large groups
+	// (maxid > ARGV[4]) keep the smaller of a quit bitmap or a sorted list
+	// of quit mapids, and read bits in their own key set with SETBIT, so a
+	// read costs O(1) whatever the group's size. The header's top bit tells
+	// the two apart.
+	// KEYS U, M, Q, T, R; ARGV sender, mid, body, dense max.
+	// {created, U, Q} | {-1} unknown group | {-2} not a member.
+	scSend = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
+if not cur then return {-2} end
+local U = redis.call('GET', KEYS[1])
+local Q = redis.call('GET', KEYS[3]) or ''
+if redis.call('HSETNX', KEYS[4], ARGV[2], ARGV[3]) == 0 then return {0, U, Q} end
+local maxid = #U / 8
+local nb = math.ceil(maxid / 8)
+local q = string.sub(Q, 1, nb)
+q = q .. string.rep('\0', nb - #q)
+local bi = math.floor((m - 1) / 8) + 1
+q = string.sub(q, 1, bi - 1) .. string.char(bit.bor(string.byte(q, bi), bit.rshift(128, (m - 1) % 8))) .. string.sub(q, bi + 1)
+local blob
+if maxid <= tonumber(ARGV[4]) then
+  blob = u32(maxid) .. q .. string.rep('\0', nb)
+else
+  local cnt = 1
+  if #Q > 0 then cnt = cnt + redis.call('BITCOUNT', KEYS[3], 0, nb - 1) end
+  if cnt * 4 < nb then
+    local list, pos, sent = {}, 0, false
+    while pos < maxid do
+      local p = -1
+      if #Q > 0 then p = redis.call('BITPOS', KEYS[3], 1, pos, maxid - 1, 'BIT') end
+      if p < 0 then break end
+      if not sent and m - 1 < p then list[#list + 1] = u32(m); sent = true end
+      list[#list + 1] = u32(p + 1)
+      pos = p + 1
+    end
+    if not sent then list[#list + 1] = u32(m) end
+    blob = u32(maxid + 2147483648) .. '\1' .. table.concat(list)
+  else
+    blob = u32(maxid + 2147483648) .. '\0' .. q
+  end
+end
+redis.call('HSET', KEYS[5], ARGV[2], blob)
+return {1, U, Q}`)
+
+	// Marks messages of one group read by viewer. A read counts only for a
+	// member counted at send time (mapid <= maxid, not quit, not sender);
+	// anyone else's read changes nothing. The viewer must be a current
+	// member. KEYS M, Q, T, R, then one read key per message;
+	// ARGV viewer, check-only flag, mids.
+	// {-2} not a member | {-1, mid} unknown | {1} checked |
+	// {1, changed1, body1, changed2, body2, ...}.
+	scMarkRead = newScript(`
+local function quitLarge(blob, m)
+  if string.byte(blob, 5) == 0 then
+    return bit.band(string.byte(blob, 6 + math.floor((m - 1) / 8)), bit.rshift(128, (m - 1) % 8)) ~= 0
+  end
+  local lo, hi = 0, (#blob - 5) / 4 - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local v = rd32(blob, 6 + 4 * mid)
+    if v == m then return true elseif v < m then lo = mid + 1 else hi = mid - 1 end
+  end
+  return false
+end
+local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
+if not cur then return {-2} end
+for i = 3, #ARGV do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then return {-1, ARGV[i]} end
+end
+if ARGV[2] == '1' then return {1} end
+local out = {1}
+local b0 = math.floor((m - 1) / 8)
+local mask = bit.rshift(128, (m - 1) % 8)
+for i = 3, #ARGV do
+  local changed = 0
+  local blob = redis.call('HGET', KEYS[4], ARGV[i])
+  if blob then
+    local x = rd32(blob, 1)
+    if x < 2147483648 then
+      local nb = math.ceil(x / 8)
+      if m <= x and bit.band(string.byte(blob, 5 + b0), mask) == 0 then
+        local ri = 5 + nb + b0
+        local rb = string.byte(blob, ri)
+        if bit.band(rb, mask) == 0 then
+          redis.call('HSET', KEYS[4], ARGV[i],
+            string.sub(blob, 1, ri - 1) .. string.char(bit.bor(rb, mask)) .. string.sub(blob, ri + 1))
+          changed = 1
+        end
+      end
+    elseif m <= x - 2147483648 and not quitLarge(blob, m) then
+      if redis.call('SETBIT', KEYS[i + 2], m - 1, 1) == 0 then changed = 1 end
+    end
+  end
+  out[#out + 1] = changed
+  out[#out + 1] = redis.call('HGET', KEYS[3], ARGV[i])
+end
+return out`)
+
+	// Import: replaces the counts of posts in one bucket and registers the
+	// ones not known yet (engine.Importer's rules: a known author is kept;
+	// a post known without one takes the imported author). KEYS bucket;
+	// ARGV (low, head or '', counts) triples. Per row: bit 0 = a new post,
+	// bit 1 = the author's postCount grows; then the counted-posts delta.
+	scImport = newScript(`
+local out, counted = {}, 0
+for i = 1, #ARGV, 3 do
+  local rec = redis.call('HGET', KEYS[1], ARGV[i])
+  local head, counts = ARGV[i + 1], ARGV[i + 2]
+  local flags = 0
+  if rec then
+    local L = string.byte(rec, 1)
+    if L == 0 and head ~= '' then
+      flags = 2
+    else
+      head = string.sub(rec, 1, L + 1)
+    end
+    if #rec > L + 1 then counted = counted - 1 end
+  elseif head ~= '' or counts ~= '' then
+    flags = 1
+    if head == '' then head = '\0' else flags = 3 end
+  end
+  if head ~= '' then
+    redis.call('HSET', KEYS[1], ARGV[i], head .. counts)
+    if counts ~= '' then counted = counted + 1 end
+  end
+  out[#out + 1] = flags
+end
+out[#out + 1] = counted
+return out`)
+
+	// A message for a current member. KEYS M, Q, T; ARGV viewer, mid.
+	// {1, body} | {-1} unknown | {-2} not a member.
+	scMsgGet = newScript(`
+local body = redis.call('HGET', KEYS[3], ARGV[2])
+if not body then return {-1} end
+local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
+if not cur then return {-2} end
+return {1, body}`)
+)
+
+var allScripts = []*redis.Script{
+	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
+	scSetField, scSnapshot, scPush, scPublish, scNotifs, scGroupCreate, scGroupAdd,
+	scGroupLeave, scGroupGet, scSend, scMarkRead, scMsgGet, scImport, scSweep,
+}

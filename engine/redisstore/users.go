@@ -1,0 +1,482 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// bump is a delta on one field of one user's record.
+type bump struct {
+	uid   uint64
+	field int
+	delta int64
+}
+
+// bumpUsers applies deltas to user records: one script per user bucket,
+// all buckets in one pipelined round trip. With an operation id each
+// bucket's part is guarded by its own marker, so a replay skips the
+// buckets already done.
+func (s *Store) bumpUsers(ctx context.Context, op, step string, bumps []bump) error {
+	if len(bumps) == 0 {
+		return nil
+	}
+	byBucket := map[string][]any{}
+	var order []string
+	for _, b := range bumps {
+		bucket, low := s.k.user(b.uid)
+		if _, ok := byBucket[bucket]; !ok {
+			order = append(order, bucket)
+			byBucket[bucket] = []any{ttlArg(op)}
+		}
+		byBucket[bucket] = append(byBucket[bucket], low, b.field, b.delta)
+	}
+	calls := make([]*call, len(order))
+	for i, bucket := range order {
+		calls[i] = script(scUserBump, []string{bucket, marker(bucket, op+step)}, byBucket[bucket]...)
+	}
+	if err := s.exec(ctx, calls...); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		s.stats.users.Add(num(at(vals(c.res.Val()), 1)))
+	}
+	return nil
+}
+
+// userRecords fetches the records of uids in one round trip.
+func (s *Store) userRecords(ctx context.Context, uids []uint64) ([]userRec, error) {
+	type grp struct {
+		lows []string
+		pos  []int
+	}
+	m := map[string]*grp{}
+	var order []string
+	for i, u := range uids {
+		b, low := s.k.user(u)
+		g := m[b]
+		if g == nil {
+			g = &grp{}
+			m[b] = g
+			order = append(order, b)
+		}
+		g.lows = append(g.lows, low)
+		g.pos = append(g.pos, i)
+	}
+	cmds := make([]*redis.SliceCmd, len(order))
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		for i, b := range order {
+			cmds[i] = p.HMGet(ctx, b, m[b].lows...)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]userRec, len(uids))
+	for i, b := range order {
+		for j, v := range cmds[i].Val() {
+			if sv, ok := v.(string); ok {
+				r, err := decodeUser(sv)
+				if err != nil {
+					return nil, s.fail(err)
+				}
+				out[m[b].pos[j]] = r
+			}
+		}
+	}
+	return out, nil
+}
+
+// UserCounts implements engine.Store.
+func (s *Store) UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.UserCounts, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	uids := make([]uint64, len(ids))
+	for i, u := range ids {
+		uids[i] = uint64(u)
+	}
+	recs, err := s.userRecords(ctx, uids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserCounts, len(ids))
+	for i, r := range recs {
+		out[i] = engine.UserCounts{Posts: r.get(uPosts), Followers: r.get(uFollowers), Following: r.get(uFollowing)}
+	}
+	return out, nil
+}
+
+// Follow implements engine.Store. The followee entry and the follower's
+// count change together in the follower's slot; the followee's follower
+// count follows in theirs (a crash in between can leave it one short,
+// never one over).
+func (s *Store) Follow(ctx context.Context, viewer, target engine.UserID) error {
+	return s.follow(ctx, viewer, target, 1)
+}
+
+// Unfollow implements engine.Store.
+func (s *Store) Unfollow(ctx context.Context, viewer, target engine.UserID) error {
+	return s.follow(ctx, viewer, target, -1)
+}
+
+func (s *Store) follow(ctx context.Context, viewer, target engine.UserID, d int) error {
+	if err := checkUser(viewer); err != nil {
+		return err
+	}
+	if target == 0 || target == viewer {
+		return invalid("cannot follow user %d", target)
+	}
+	var snapshot int64
+	if d > 0 {
+		recs, err := s.userRecords(ctx, []uint64{uint64(target)})
+		if err != nil {
+			return err
+		}
+		snapshot = recs[0].get(uPosts)
+	}
+	bucket, low := s.k.user(uint64(viewer))
+	r, err := s.one(ctx, scFollow, []string{bucket, s.k.followees(uint64(viewer))}, low, uint64(target), snapshot, d)
+	if err != nil {
+		return err
+	}
+	a := vals(r)
+	if num(at(a, 0)) == 0 {
+		return nil
+	}
+	s.stats.users.Add(num(at(a, 1)))
+	if err := s.bumpUsers(ctx, "", "", []bump{{uint64(target), uFollowers, int64(d)}}); err != nil {
+		return err
+	}
+	s.emit(ctx, engine.Event{Kind: engine.FollowsChanged, Users: []engine.UserID{viewer}, Author: target})
+	return nil
+}
+
+// Followees implements engine.Store.
+func (s *Store) Followees(ctx context.Context, viewer engine.UserID) ([]engine.UserID, error) {
+	keys, err := s.rdb.HKeys(ctx, s.k.followees(uint64(viewer))).Result()
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	out := make([]engine.UserID, 0, len(keys))
+	for _, k := range keys {
+		if u, err := strconv.ParseUint(k, 10, 64); err == nil {
+			out = append(out, engine.UserID(u))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// refreshEvery is how often a polling viewer's activity stamp is rewritten.
+func (s *Store) refreshEvery() int64 {
+	return max(1, int64(s.opts.CursorTTL/time.Second)/32)
+}
+
+// Unread implements engine.Store. Round trip 1 reads the viewer's record,
+// their followee snapshot and the two broadcast values; round trip 2 reads
+// the followees' post counts (and, at most once per refresh interval, sets
+// up or refreshes the viewer's cursor).
+func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread, error) {
+	if err := checkUser(viewer); err != nil {
+		return engine.Unread{}, err
+	}
+	bucket, low := s.k.user(uint64(viewer))
+	var latest *redis.IntCmd
+	var push, rec *redis.StringCmd
+	var follows *redis.MapStringStringCmd
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		latest = p.LLen(ctx, s.k.notifList())
+		push = p.Get(ctx, s.k.redDot())
+		rec = p.HGet(ctx, bucket, low)
+		follows = p.HGetAll(ctx, s.k.followees(uint64(viewer)))
+	}); err != nil {
+		return engine.Unread{}, err
+	}
+	u, err := decodeUser(rec.Val())
+	if err != nil {
+		return engine.Unread{}, s.fail(err)
+	}
+	now := s.now().Unix()
+	ttl := int64(s.opts.CursorTTL / time.Second)
+	active := u.get(uActive)
+	if u.get(uCursor) == 0 || (active > 0 && now-active > ttl) || now-active >= s.refreshEvery() {
+		r, err := s.one(ctx, scTouch, []string{bucket}, low, latest.Val(), now, ttl, s.refreshEvery())
+		if err != nil {
+			return engine.Unread{}, err
+		}
+		a := vals(r)
+		if u, err = decodeUser(str(at(a, 0))); err != nil {
+			return engine.Unread{}, s.fail(err)
+		}
+		s.stats.users.Add(num(at(a, 1)))
+	}
+	out := engine.Unread{
+		Mentions: u.get(uMentions),
+		Comments: u.get(uComments),
+		Likes:    u.get(uLikes),
+		Messages: u.get(uMessages),
+		System:   max(0, latest.Val()-(u.get(uCursor)-1)),
+	}
+	stamp, _ := strconv.ParseInt(push.Val(), 10, 64)
+	out.RedDot = stamp > u.get(uClick)
+	if fs := follows.Val(); len(fs) > 0 {
+		targets := make([]uint64, 0, len(fs))
+		snaps := make([]int64, 0, len(fs))
+		for k, v := range fs {
+			t, err1 := strconv.ParseUint(k, 10, 64)
+			n, err2 := strconv.ParseInt(v, 10, 64)
+			if err1 == nil && err2 == nil {
+				targets = append(targets, t)
+				snaps = append(snaps, n)
+			}
+		}
+		recs, err := s.userRecords(ctx, targets)
+		if err != nil {
+			return engine.Unread{}, err
+		}
+		cur := make([]int64, len(recs))
+		for i, r := range recs {
+			cur[i] = r.get(uPosts)
+		}
+		out.Feed = engine.FeedUnread(cur, snaps)
+	}
+	return out, nil
+}
+
+var unreadField = map[engine.UnreadKind]int{
+	engine.Mentions: uMentions,
+	engine.Comments: uComments,
+	engine.Likes:    uLikes,
+	engine.Messages: uMessages,
+}
+
+// MarkRead implements engine.Store.
+func (s *Store) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
+	if err := checkUser(viewer); err != nil {
+		return err
+	}
+	bucket, low := s.k.user(uint64(viewer))
+	switch kind {
+	case engine.Mentions, engine.Comments, engine.Likes, engine.Messages:
+		r, err := s.one(ctx, scSetField, []string{bucket}, low, unreadField[kind], 0, "set")
+		if err != nil {
+			return err
+		}
+		s.stats.users.Add(num(r))
+	case engine.System:
+		latest, err := s.rdb.LLen(ctx, s.k.notifList()).Result()
+		if err != nil {
+			return s.fail(err)
+		}
+		r, err := s.one(ctx, scSetField, []string{bucket}, low, uCursor, latest+1, "set")
+		if err != nil {
+			return err
+		}
+		s.stats.users.Add(num(r))
+	case engine.Feed:
+		key := s.k.followees(uint64(viewer))
+		names, err := s.rdb.HKeys(ctx, key).Result()
+		if err != nil {
+			return s.fail(err)
+		}
+		if len(names) > 0 {
+			targets := make([]uint64, len(names))
+			for i, n := range names {
+				targets[i], _ = strconv.ParseUint(n, 10, 64)
+			}
+			recs, err := s.userRecords(ctx, targets)
+			if err != nil {
+				return err
+			}
+			args := make([]any, 0, 2*len(names))
+			for i, n := range names {
+				args = append(args, n, recs[i].get(uPosts))
+			}
+			if _, err := s.one(ctx, scSnapshot, []string{key}, args...); err != nil {
+				return err
+			}
+		}
+	default:
+		return invalid("unknown unread kind %d", kind)
+	}
+	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{viewer}})
+	return nil
+}
+
+// ClickRedDot implements engine.Store: the viewer records the push stamp
+// they have seen (stamps only grow, so "push newer than click" is
+// "global stamp > recorded stamp").
+func (s *Store) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
+	if err := checkUser(viewer); err != nil {
+		return err
+	}
+	v, err := s.rdb.Get(ctx, s.k.redDot()).Result()
+	if err != nil && err != redis.Nil {
+		return s.fail(err)
+	}
+	stamp, _ := strconv.ParseInt(v, 10, 64)
+	bucket, low := s.k.user(uint64(viewer))
+	r, err := s.one(ctx, scSetField, []string{bucket}, low, uClick, stamp, "max")
+	if err != nil {
+		return err
+	}
+	s.stats.users.Add(num(r))
+	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{viewer}})
+	return nil
+}
+
+// PushRedDot implements engine.Store: one SET, whatever the user count.
+func (s *Store) PushRedDot(ctx context.Context) error {
+	if _, err := s.one(ctx, scPush, []string{s.k.redDot()}, s.now().UnixMilli()); err != nil {
+		return err
+	}
+	s.emit(ctx, engine.Event{Kind: engine.Broadcast})
+	return nil
+}
+
+// PublishNotification implements engine.Store: one RPUSH to the shared
+// list, whatever the user count.
+func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey string) (engine.Notification, error) {
+	if err := engine.CheckNotification(title, body); err != nil {
+		return engine.Notification{}, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return engine.Notification{}, err
+	}
+	ttl := int64(0)
+	if idemKey != "" {
+		ttl = engine.IdempotencyTTL.Milliseconds()
+	}
+	for range 10 {
+		id := s.gen.Next()
+		n := engine.Notification{ID: engine.NotificationID(id), Title: title, Body: body, CreatedAt: snowflake.Time(id)}
+		r, err := s.one(ctx, scPublish, []string{s.k.notifList(), s.k.notifIndex(), s.k.sysIdem(idemKey)},
+			id, encodeNotif(n), ttl)
+		if err != nil {
+			return engine.Notification{}, err
+		}
+		a := vals(r)
+		switch num(at(a, 0)) {
+		case 1:
+			s.emit(ctx, engine.Event{Kind: engine.Broadcast})
+			return n, nil
+		case 0:
+			prev, err := decodeNotif(str(at(a, 2)))
+			if err != nil {
+				return engine.Notification{}, s.fail(err)
+			}
+			return prev, nil
+		}
+	}
+	return engine.Notification{}, s.fail(errIDClash)
+}
+
+// Notifications implements engine.Store.
+func (s *Store) Notifications(ctx context.Context, first int, after engine.NotificationID) ([]engine.Notification, error) {
+	first, err := engine.ClampPage(first)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.query(ctx, scNotifs, []string{s.k.notifList(), s.k.notifIndex()}, first, uint64(after), uid8(uint64(after)))
+	if err != nil {
+		return nil, err
+	}
+	a := vals(r)
+	out := make([]engine.Notification, 0, len(a))
+	for i := len(a) - 1; i >= 0; i-- {
+		n, err := decodeNotif(str(a[i]))
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// SweepCursors drops the system cursors of users inactive for longer than
+// CursorTTL, freeing their memory (Unread already treats such a cursor as
+// absent). It scans the user buckets of every master; the Store runs it
+// every SweepInterval, one replica at a time. It returns how many cursors
+// it dropped.
+func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
+	var dropped atomic.Int64
+	now, ttl := s.now().Unix(), int64(s.opts.CursorTTL/time.Second)
+	pattern := globEscape(s.k.p) + "{u*}"
+	sweep := func(ctx context.Context, c *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.ScanType(ctx, cursor, pattern, 500, "hash").Result()
+			if err != nil {
+				return err
+			}
+			calls := make([]*call, len(keys))
+			for i, k := range keys {
+				calls[i] = script(scSweep, []string{k}, now, ttl)
+			}
+			if len(calls) > 0 {
+				if err := s.runPipe(ctx, c, calls, false); err != nil {
+					return err
+				}
+				for _, cl := range calls {
+					a := vals(cl.res.Val())
+					dropped.Add(num(at(a, 0)))
+					s.stats.users.Add(num(at(a, 1)))
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	if s.wcluster != nil {
+		err = s.wcluster.ForEachMaster(ctx, sweep)
+	} else {
+		err = sweep(ctx, s.wsingle)
+	}
+	if err != nil {
+		return dropped.Load(), s.fail(err)
+	}
+	return dropped.Load(), nil
+}
+
+func globEscape(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// sweepLoop runs SweepCursors every SweepInterval on one replica: a lock
+// key that expires with the interval elects whoever takes it first.
+func (s *Store) sweepLoop() {
+	defer s.wg.Done()
+	every := s.opts.SweepInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			ok, err := s.wdb.SetNX(ctx, s.k.sys()+"sweep", s.gen.Node, every*9/10).Result()
+			if err == nil && ok {
+				_, _ = s.SweepCursors(ctx)
+			}
+			cancel()
+		}
+	}
+}
