@@ -12,5 +12,5 @@ import (
 func BenchmarkFeedPageHTTPRedis(b *testing.B) {
 	addr, stop := redistest.StartSingle(b)
 	defer stop()
-	benchStorePage(b, openRedis(b, []string{addr}, "bench"))
+	benchStorePage(b, openTestRedis(b, []string{addr}, "bench"))
 }

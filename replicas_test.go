@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +13,8 @@ import (
 	"github.com/tally-dev/tally/resolvers"
 )
 
-// openRedis opens a Store on addrs, closed at the end of the test.
-func openRedis(t testing.TB, addrs []string, prefix string) engine.Store {
+// openTestRedis opens a Store on addrs, closed at the end of the test.
+func openTestRedis(t testing.TB, addrs []string, prefix string) engine.Store {
 	t.Helper()
 	s, err := redisstore.Open(t.Context(), redisstore.Options{Addrs: addrs, KeyPrefix: prefix})
 	if err != nil {
@@ -29,8 +31,8 @@ func TestCrossReplicaSubscription(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	cluster := redistest.StartCluster(t, 3, 0)
-	a := newTestServerWith(t, openRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
-	b := newTestServerWith(t, openRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
+	a := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
+	b := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
 	b.keys = a.keys // the same secret on every replica
 
 	const alice, bob = 1, 2
@@ -69,4 +71,52 @@ func TestCrossReplicaSubscription(t *testing.T) {
 	if u, _ := b.unread(t, 40); u.Feed != 1 {
 		t.Fatalf("feed across replicas = %+v", u)
 	}
+}
+
+// Redis going away: requests fail fast with INTERNAL and a message that
+// says the store is unavailable, /healthz stays up, /readyz says not ready,
+// and service resumes by itself when Redis returns.
+func TestRedisDownAndBackOverHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	node := redistest.StartSingleNode(t)
+	s := newTestServerWith(t, openTestRedis(t, []string{node.Addr}, "f"), resolvers.Config{})
+	pid := s.createPost(t, 1)
+
+	node.Kill()
+	start := time.Now()
+	e := s.wantCode(t, 2, "INTERNAL", `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": pid})
+	if !strings.Contains(e.Message, "unavailable") || time.Since(start) > 3*time.Second {
+		t.Fatalf("down: %q after %v", e.Message, time.Since(start))
+	}
+	if code := httpStatus(t, s.URL+"/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d while Redis is down", code)
+	}
+	if code := httpStatus(t, s.URL+"/readyz"); code != 503 {
+		t.Fatalf("/readyz = %d while Redis is down", code)
+	}
+
+	node.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for httpStatus(t, s.URL+"/readyz") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready 15 s after Redis came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m := s.q(t, 2, `mutation($p: ID!) { likePost(postId: $p) { counts { likes } } }`, map[string]any{"p": pid})
+	if num(t, m, "likePost", "counts", "likes") != 1 {
+		t.Fatalf("after Redis returned: %v", m)
+	}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

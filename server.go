@@ -103,6 +103,10 @@ type storeFlags struct {
 	cursorTTL   time.Duration
 	node        uint64
 	redisWait   int
+	// redisStartWait is how long to keep trying to reach Redis at start:
+	// replicas and Redis often start together, and a replica that exits
+	// because Redis was a second late only adds restart churn.
+	redisStartWait time.Duration
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -113,6 +117,7 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cursorTTL, "cursor-ttl", engine.DefaultCursorTTL, "drop system-notification cursors of users inactive this long")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
 	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
+	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
 }
 
 func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
@@ -120,12 +125,12 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		return nil, usageError{fmt.Errorf("-node must be 0..1023")}
 	}
 	if f.redis != "" {
-		return redisstore.Open(ctx, redisstore.Options{
+		return openRedis(ctx, redisstore.Options{
 			Addrs:        splitList(f.redis),
 			CursorTTL:    f.cursorTTL,
 			Node:         f.node,
 			WaitReplicas: f.redisWait,
-		})
+		}, f.redisStartWait)
 	}
 	var sync wal.SyncMode
 	switch f.fsync {
@@ -148,6 +153,26 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		CursorTTL:   f.cursorTTL,
 		Node:        f.node,
 	})
+}
+
+// openRedis opens the Redis backend, retrying with backoff for up to wait
+// while Redis is unreachable.
+func openRedis(ctx context.Context, opts redisstore.Options, wait time.Duration) (engine.Store, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	for {
+		s, err := redisstore.Open(ctx, opts)
+		if err == nil || !errors.Is(err, engine.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
+			return s, err
+		}
+		slog.Warn("waiting for Redis", "addrs", opts.Addrs, "err", redisstore.Cause(err))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 func splitList(s string) []string {
