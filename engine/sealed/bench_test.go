@@ -1,0 +1,287 @@
+package sealed
+
+import (
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/bench/datagen"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// The benchmarks measure sealed windows against the open table
+// (engine/counters) on the same data in the same run:
+//
+//	go test ./engine/sealed -run '^$' -bench . -benchtime 1x   # memory, encodings
+//	go test ./engine/sealed -run '^$' -bench GetPage           # page reads
+//
+// Data: bench/datagen with N = benchN, seed 1 and its defaults (issue 4's
+// generator), split into one window per UTC day as the engine partitions.
+// Page reads also report cpu-ns/page, the CPU time of the benchmark's
+// thread: on a machine shared with other work, wall time includes waits
+// for a core.
+
+// benchN is the data-set size: 1M, or $TALLY_BENCH_N (e.g. 10000000 for
+// the issue's 10M figures).
+var benchN = func() int {
+	if n, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}()
+
+type dataset struct {
+	all     []uint64 // every post id, zero posts included
+	posts   []post   // the non-zero posts
+	windows []*Window
+	day0    int64
+	table   *counters.Table
+}
+
+func day(id uint64) int64 { return snowflake.Millis(id) / 86_400_000 }
+
+var (
+	dsOnce sync.Once
+	ds     *dataset
+)
+
+func benchData(b testing.TB) *dataset {
+	dsOnce.Do(func() {
+		d := &dataset{}
+		datagen.Each(datagen.Config{N: benchN, Seed: 1}, func(id uint64, c engine.Counts) {
+			d.all = append(d.all, id)
+			if !c.IsZero() {
+				d.posts = append(d.posts, post{id, c})
+			}
+		})
+		d.day0 = day(d.all[0])
+		d.windows = buildWindows(b, d.posts, Options{})
+		d.table = buildTable(d.posts)
+		ds = d
+	})
+	return ds
+}
+
+// buildWindows seals posts into one window per day; windows[i] is day
+// day0+i (nil for a day without posts).
+func buildWindows(b testing.TB, posts []post, opts Options) []*Window {
+	var ws []*Window
+	day0 := day(posts[0].id)
+	for start := 0; start < len(posts); {
+		end := start
+		for end < len(posts) && day(posts[end].id) == day(posts[start].id) {
+			end++
+		}
+		for int64(len(ws)) < day(posts[start].id)-day0 {
+			ws = append(ws, nil)
+		}
+		ws = append(ws, build(b, posts[start:end], opts))
+		start = end
+	}
+	return ws
+}
+
+// buildTable loads posts into an open table grown on demand, as the
+// engine's open windows are.
+func buildTable(posts []post) *counters.Table {
+	t := counters.New(0)
+	for _, p := range posts {
+		t.Set(p.id, p.c)
+	}
+	return t
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkMemory reports bytes per stored (non-zero) post and per post
+// overall (zeros included) for the data set sealed into day windows and
+// loaded into an open table, from the structures' own sizes and from the
+// Go heap after GC; open/sealed is the ratio of stored bytes.
+func BenchmarkMemory(b *testing.B) {
+	d := benchData(b)
+	var sealedBytes, openBytes int
+	var sealedHeap, openHeap uint64
+	for b.Loop() {
+		h0 := heapAlloc()
+		ws := buildWindows(b, d.posts, Options{})
+		h1 := heapAlloc()
+		t := buildTable(d.posts)
+		h2 := heapAlloc()
+		sealedBytes, openBytes = 0, t.MemoryBytes()
+		for _, w := range ws {
+			if w != nil {
+				sealedBytes += w.SizeBytes()
+			}
+		}
+		sealedHeap, openHeap = h1-h0, h2-h1
+		runtime.KeepAlive(ws)
+		runtime.KeepAlive(t)
+	}
+	nz, all := float64(len(d.posts)), float64(len(d.all))
+	b.ReportMetric(float64(sealedBytes)/nz, "sealed-B/post")
+	b.ReportMetric(float64(sealedBytes)/all, "sealed-B/post-all")
+	b.ReportMetric(float64(sealedHeap)/nz, "sealed-heap-B/post")
+	b.ReportMetric(float64(openBytes)/nz, "open-B/post")
+	b.ReportMetric(float64(openBytes)/all, "open-B/post-all")
+	b.ReportMetric(float64(openHeap)/nz, "open-heap-B/post")
+	b.ReportMetric(float64(openBytes)/float64(sealedBytes), "open/sealed")
+}
+
+// pages are 50-post pages: each from one day window (a feed page's posts
+// are recent), ids drawn from all of that day's posts, zero posts
+// included, in random order.
+type pages struct {
+	ids  [][50]uint64
+	wins []*Window
+}
+
+func makePages(d *dataset, n int, seed uint64) pages {
+	rng := rand.New(rand.NewPCG(seed, 4))
+	p := pages{ids: make([][50]uint64, n), wins: make([]*Window, n)}
+	for i := range n {
+		w := d.windows[rng.IntN(len(d.windows))]
+		for w == nil {
+			w = d.windows[rng.IntN(len(d.windows))]
+		}
+		lo, hi := lowerBound(d.all, w.Index().MinID()), lowerBound(d.all, w.Index().MaxID()+1)
+		for j := range 50 {
+			p.ids[i][j] = d.all[lo+rng.IntN(hi-lo)]
+		}
+		p.wins[i] = w
+	}
+	return p
+}
+
+func BenchmarkGetPage(b *testing.B) {
+	d := benchData(b)
+	const n = 4096
+	pg := makePages(d, n, 3)
+	var out [50]engine.Counts
+	b.Run("sealed", func(b *testing.B) {
+		pageLoop(b, func(i int) { pg.wins[i%n].GetMany(pg.ids[i%n][:], out[:]) })
+	})
+	b.Run("prefetch-vs-not", func(b *testing.B) {
+		lockThread()
+		defer unlockThread()
+		var ts, to time.Duration
+		i := 0
+		for b.Loop() {
+			t0 := threadCPU()
+			for k := range 16 {
+				p := (i + k) % n
+				pg.wins[p].GetMany(pg.ids[p][:], out[:])
+			}
+			t1 := threadCPU()
+			prefetch = false
+			for k := range 16 {
+				p := (i + k + n/2) % n
+				pg.wins[p].GetMany(pg.ids[p][:], out[:])
+			}
+			prefetch = true
+			ts, to = ts+t1-t0, to+threadCPU()-t1
+			i += 16
+		}
+		b.ReportMetric(float64(ts.Nanoseconds())/float64(i), "prefetch-cpu-ns/page")
+		b.ReportMetric(float64(to.Nanoseconds())/float64(i), "plain-cpu-ns/page")
+		b.ReportMetric(float64(ts)/float64(to), "prefetch/plain")
+	})
+	b.Run("open-table", func(b *testing.B) {
+		pageLoop(b, func(i int) { d.table.GetMany(pg.ids[i%n][:], out[:]) })
+	})
+	// The same two, interleaved page by page so that both see the same
+	// machine: the ratio is what to compare across runs.
+	b.Run("sealed-vs-open", func(b *testing.B) {
+		lockThread()
+		defer unlockThread()
+		var ts, to time.Duration
+		i := 0
+		for b.Loop() {
+			t0 := threadCPU()
+			for k := range 16 {
+				p := (i + k) % n
+				pg.wins[p].GetMany(pg.ids[p][:], out[:])
+			}
+			t1 := threadCPU()
+			for k := range 16 {
+				p := (i + k) % n
+				d.table.GetMany(pg.ids[p][:], out[:])
+			}
+			ts, to = ts+t1-t0, to+threadCPU()-t1
+			i += 16
+		}
+		b.ReportMetric(float64(ts.Nanoseconds())/float64(i), "sealed-cpu-ns/page")
+		b.ReportMetric(float64(to.Nanoseconds())/float64(i), "open-cpu-ns/page")
+		b.ReportMetric(float64(ts)/float64(to), "sealed/open")
+	})
+}
+
+// BenchmarkBlockSize compares block sizes on bytes per post and page
+// reads: the reason for DefaultBlockPosts.
+func BenchmarkBlockSize(b *testing.B) {
+	d := benchData(b)
+	for _, per := range []int{64, 128, 256} {
+		ws := buildWindows(b, d.posts, Options{BlockPosts: per})
+		dd := *d
+		dd.windows = ws
+		pg := makePages(&dd, 4096, 5)
+		size := 0
+		for _, w := range ws {
+			if w != nil {
+				size += w.SizeBytes()
+			}
+		}
+		var out [50]engine.Counts
+		b.Run(itoa(per), func(b *testing.B) {
+			pageLoop(b, func(i int) { pg.wins[i%4096].GetMany(pg.ids[i%4096][:], out[:]) })
+			b.ReportMetric(float64(size)/float64(len(d.posts)), "B/post")
+		})
+	}
+}
+
+func itoa(n int) string {
+	s := ""
+	for ; n > 0; n /= 10 {
+		s = string(rune('0'+n%10)) + s
+	}
+	return s
+}
+
+// pageLoop calls page(i) for i = 0, 1, ... and reports, beside the wall
+// ns/op (one op is one page), the CPU ns per page of the benchmark's
+// thread.
+func pageLoop(b *testing.B, page func(i int)) {
+	lockThread()
+	defer unlockThread()
+	c0 := threadCPU()
+	i := 0
+	for b.Loop() {
+		page(i)
+		i++
+	}
+	b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/page")
+}
+
+func lowerBound(s []uint64, v uint64) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}

@@ -1,0 +1,520 @@
+package sealed
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"math/bits"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// MaxBlockPosts bounds the posts of one block: exception indices and the
+// per-block arrays of the encoder and decoder are sized by it.
+const MaxBlockPosts = 256
+
+const numFields = 5
+
+// castagnoli is served by the CPU's CRC32C instruction.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// blockCRC is the CRC32C of the block's first id (8 bytes, little-endian;
+// it is kept in the index, not the block) followed by the block's bytes,
+// so a block paired with the wrong index entry fails the check just as a
+// damaged one does. The first 8 bytes go through the table by hand: a
+// slice of a local array passed to crc32 would escape to the heap.
+func blockCRC(first uint64, b []byte) uint32 {
+	crc := ^uint32(0)
+	for i := range 8 {
+		crc = castagnoli[byte(crc)^byte(first>>(8*i))] ^ crc>>8
+	}
+	return crc32.Update(^crc, castagnoli, b)
+}
+
+// fieldOf returns field f of c as an unsigned value; c's fields are
+// non-negative here.
+func fieldOf(c *engine.Counts, f int) uint64 {
+	switch f {
+	case 0:
+		return uint64(c.Likes)
+	case 1:
+		return uint64(c.Comments)
+	case 2:
+		return uint64(c.Reposts)
+	case 3:
+		return uint64(c.Views)
+	}
+	return uint64(c.Favorites)
+}
+
+func setField(c *engine.Counts, f int, v uint64) {
+	switch f {
+	case 0:
+		c.Likes = int64(v)
+	case 1:
+		c.Comments = int64(v)
+	case 2:
+		c.Reposts = int64(v)
+	case 3:
+		c.Views = int64(v)
+	default:
+		c.Favorites = int64(v)
+	}
+}
+
+// blockEncoder collects up to MaxBlockPosts posts and encodes them. It is
+// reused from block to block; its arrays make it a few KiB, so it lives in
+// the Writer rather than on the stack.
+type blockEncoder struct {
+	ids  [MaxBlockPosts]uint64
+	vals [numFields][MaxBlockPosts]uint64
+	n    int
+	bw   bitWriter
+}
+
+func (e *blockEncoder) add(id uint64, c *engine.Counts) {
+	e.ids[e.n] = id
+	for f := range numFields {
+		e.vals[f][e.n] = fieldOf(c, f)
+	}
+	e.n++
+}
+
+// fieldPlan is how one field of a block is packed: every value's low w bits
+// inline, and for the values that do not fit (the exceptions) their index
+// and their high bits v>>w (xw wide) in two side lists. This is seed 003's
+// "narrow field, escape to an overflow table" applied per block, with the
+// width chosen per block and per field instead of fixed at 16 bits. With
+// w = 0 the field is a sparse list of its non-zero values.
+//
+// An escape value in the inline slot (all ones, as seed 003 does) would
+// spare a reader the search of the exception list for most posts, but the
+// exception would then have to hold the whole value rather than its high
+// bits: on the datagen set that cost 0.27 bytes per post and saved 7% of
+// an in-cache lookup, nothing measurable out of cache.
+type fieldPlan struct {
+	w, xw uint8
+	nexc  int
+}
+
+// planField picks the width that minimises the field's bits, given that an
+// exception costs its index (iw bits) plus xw high bits.
+func planField(vals []uint64, iw int) fieldPlan {
+	var hist [65]int // hist[k] = values whose bit length is k
+	maxLen := 0
+	for _, v := range vals {
+		k := bits.Len64(v)
+		hist[k]++
+		maxLen = max(maxLen, k)
+	}
+	best := fieldPlan{w: uint8(maxLen)}
+	bestCost := len(vals) * maxLen
+	exc := 0 // values longer than w
+	for w := maxLen - 1; w >= 0; w-- {
+		exc += hist[w+1]
+		cost := len(vals)*w + exc*(iw+maxLen-w)
+		if cost <= bestCost {
+			best, bestCost = fieldPlan{w: uint8(w), xw: uint8(maxLen - w), nexc: exc}, cost
+		}
+	}
+	return best
+}
+
+// encode appends the encoded block (bytes and CRC) to dst and resets e.
+func (e *blockEncoder) encode(dst []byte) []byte {
+	n := e.n
+	ids := e.ids[:n]
+	first := ids[0]
+	var vary uint64
+	for _, id := range ids {
+		vary |= id ^ first
+	}
+	top := bits.Len64(vary)
+	holes := lowMask(uint(top)) &^ vary
+	sq0 := pext(first, vary)
+	// x values of posts 1..n-1 (post 0 is x = 0 by construction).
+	m := n - 1
+	var maxX uint64
+	if m > 0 {
+		maxX = pext(ids[n-1], vary) - sq0
+	}
+	l := 0
+	if m > 0 && maxX/uint64(m) >= 1 {
+		l = bits.Len64(maxX/uint64(m)) - 1
+	}
+	hiLen := 0
+	if m > 0 {
+		hiLen = int(maxX>>uint(l)) + m
+	}
+	iw := bits.Len(uint(n - 1))
+	var plans [numFields]fieldPlan
+	for f := range numFields {
+		plans[f] = planField(e.vals[f][:n], iw)
+	}
+
+	start := len(dst)
+	dst = append(dst, byte(n-1), byte(top), byte(l))
+	dst = binary.AppendUvarint(dst, holes)
+	dst = binary.AppendUvarint(dst, uint64(hiLen))
+	for _, p := range plans {
+		dst = append(dst, p.w, p.xw)
+		dst = binary.AppendUvarint(dst, uint64(p.nexc))
+	}
+
+	e.bw.buf = dst
+	bw := &e.bw
+	for _, id := range ids[1:] {
+		bw.put(pext(id, vary)-sq0, l)
+	}
+	var prevHigh uint64
+	for _, id := range ids[1:] {
+		h := (pext(id, vary) - sq0) >> uint(l)
+		bw.zeros(int(h - prevHigh))
+		bw.put(1, 1)
+		prevHigh = h
+	}
+	for f, p := range plans {
+		vals := e.vals[f][:n]
+		for _, v := range vals {
+			bw.put(v, int(p.w))
+		}
+		if p.nexc == 0 {
+			continue
+		}
+		for i, v := range vals {
+			if v>>p.w != 0 {
+				bw.put(uint64(i), iw)
+			}
+		}
+		for _, v := range vals {
+			if v>>p.w != 0 {
+				bw.put(v>>p.w, int(p.xw))
+			}
+		}
+	}
+	dst = bw.flush()
+	bw.buf = nil
+	dst = le.AppendUint32(dst, blockCRC(first, dst[start:]))
+	e.n = 0
+	return dst
+}
+
+// errBlock is the reason every structural check of a block reports; the
+// caller adds where the block is.
+var errBlock = errors.New("malformed block")
+
+var errSlack = errors.New("sealed: block slice without BlockSlack bytes of capacity past its end")
+
+// Block is a parsed view of one encoded block: its header decoded so that
+// one post can be found and read without decoding the others. The id
+// column is an Elias–Fano list (a lookup is a select on the high bits and
+// a compare of one or two low parts), the count columns are fixed width
+// with exceptions, so a lookup costs O(1) bit reads, not a decode of the
+// block up to the key.
+//
+// A Block holds no memory of its own beyond the slice it was parsed from.
+type Block struct {
+	area  []byte // bit area
+	first uint64
+	mask  uint64 // id bits that vary within the block
+	sq0   uint64 // pext(first, mask)
+	n     int
+	l     int
+	hiLen int
+	iw    int
+	low   int // bit offsets into area
+	hi    int
+	f     [numFields]fieldView
+}
+
+type fieldView struct {
+	w, xw          int
+	nexc           int
+	vals, idx, exc int // bit offsets into area
+}
+
+// ParseBlock parses the header of block b (its bytes without the trailing
+// CRC) whose first id is first, checking that every region the header
+// declares fits the block exactly. cap(b) must exceed len(b) by at least
+// BlockSlack. It does not check the CRC (see VerifyBlock) or the contents
+// of the regions; lookups on a block that passed ParseBlock stay within
+// its bytes whatever they hold.
+func ParseBlock(first uint64, b []byte) (Block, error) {
+	var k Block
+	err := k.Parse(first, b)
+	return k, err
+}
+
+// uvarint is binary.Uvarint with the one-byte case inline: header varints
+// are almost always one byte.
+func uvarint(b []byte, p int) (uint64, int) {
+	if p < 0 {
+		return 0, -1 // an earlier read failed
+	}
+	if p < len(b) && b[p] < 0x80 {
+		return uint64(b[p]), p + 1
+	}
+	if p >= len(b) {
+		return 0, -1
+	}
+	v, c := binary.Uvarint(b[p:])
+	if c <= 0 {
+		return 0, -1
+	}
+	return v, p + c
+}
+
+// Parse is ParseBlock into k, which a multi-get reuses from block to block
+// (a Block is a few hundred bytes).
+func (k *Block) Parse(first uint64, b []byte) error {
+	if cap(b)-len(b) < BlockSlack {
+		return errSlack
+	}
+	if len(b) < 3 {
+		return errBlock
+	}
+	k.first = first
+	k.n = int(b[0]) + 1
+	top := uint(b[1])
+	k.l = int(b[2])
+	holes, p := uvarint(b, 3)
+	hiLen, p := uvarint(b, p)
+	if p < 0 || top > 64 || k.l > 63 || hiLen > uint64(8*len(b)) {
+		return errBlock
+	}
+	k.mask = lowMask(top) &^ holes
+	if holes&^lowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
+		return errBlock // non-canonical: holes above top, or top bit a hole
+	}
+	k.sq0 = pext(first, k.mask)
+	k.hiLen = int(hiLen)
+	m := k.n - 1
+	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
+		return errBlock
+	}
+	k.iw = bits.Len(uint(k.n - 1))
+	off := m*k.l + k.hiLen // bits before the first field
+	k.low, k.hi = 0, m*k.l
+	for f := range numFields {
+		if p < 0 || p+2 > len(b) {
+			return errBlock
+		}
+		fv := &k.f[f]
+		fv.w, fv.xw = int(b[p]), int(b[p+1])
+		var nexc uint64
+		nexc, p = uvarint(b, p+2)
+		if p < 0 || nexc > uint64(k.n) || fv.w+fv.xw > 63 || (nexc == 0) != (fv.xw == 0) {
+			return errBlock
+		}
+		fv.nexc = int(nexc)
+		fv.vals = off
+		off += k.n * fv.w
+		fv.idx = off
+		off += fv.nexc * k.iw
+		fv.exc = off
+		off += fv.nexc * fv.xw
+	}
+	k.area = b[p:]
+	if (off+7)/8 != len(k.area) {
+		return errBlock
+	}
+	return nil
+}
+
+// Len returns the number of posts in the block.
+func (k *Block) Len() int { return k.n }
+
+// First returns the block's first (smallest) id.
+func (k *Block) First() uint64 { return k.first }
+
+// Find returns the position of id in the block.
+func (k *Block) Find(id uint64) (int, bool) {
+	if (id^k.first)&^k.mask != 0 {
+		return 0, false // a bit that is constant in the block differs
+	}
+	s := pext(id, k.mask)
+	if s < k.sq0 {
+		return 0, false
+	}
+	x := s - k.sq0
+	if x == 0 {
+		return 0, true
+	}
+	if k.n == 1 {
+		return 0, false
+	}
+	h := x >> uint(k.l)
+	lo := x & lowMask(uint(k.l))
+	// Element j (post j+1) sets bit high_j + j, so bucket h starts right
+	// after the h-th zero of the high bits, at element (that position - h).
+	pos := 0
+	if h > 0 {
+		if h > uint64(k.hiLen) {
+			return 0, false
+		}
+		pos = k.selectZero(int(h))
+		if pos < 0 {
+			return 0, false
+		}
+		pos++
+	}
+	for j := pos - int(h); j < k.n-1 && pos < k.hiLen && getBits(k.area, k.hi+pos, 1) == 1; j, pos = j+1, pos+1 {
+		v := getBits(k.area, k.low+j*k.l, k.l)
+		if v == lo {
+			return j + 1, true
+		}
+		if v > lo {
+			break
+		}
+	}
+	return 0, false
+}
+
+// selectZero returns the bit position (in the high bits) of the r-th zero,
+// r >= 1, or -1 if there are fewer.
+func (k *Block) selectZero(r int) int {
+	for p := 0; p < k.hiLen; p += 64 {
+		w := min(64, k.hiLen-p)
+		z := ^getBits(k.area, k.hi+p, w) & lowMask(uint(w))
+		c := bits.OnesCount64(z)
+		if r <= c {
+			return p + select64(z, r-1)
+		}
+		r -= c
+	}
+	return -1
+}
+
+// Counts returns the counts of the post at position i (0 <= i < Len()).
+func (k *Block) Counts(i int) engine.Counts {
+	var c engine.Counts
+	for f := range numFields {
+		setField(&c, f, k.value(f, i))
+	}
+	return c
+}
+
+func (k *Block) value(f, i int) uint64 {
+	fv := &k.f[f]
+	v := getBits(k.area, fv.vals+i*fv.w, fv.w)
+	if fv.nexc == 0 {
+		return v
+	}
+	// Exception indices are increasing: binary search.
+	lo, hi := 0, fv.nexc
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if int(getBits(k.area, fv.idx+mid*k.iw, k.iw)) < i {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < fv.nexc && int(getBits(k.area, fv.idx+lo*k.iw, k.iw)) == i {
+		v |= getBits(k.area, fv.exc+lo*fv.xw, fv.xw) << uint(fv.w)
+	}
+	return v
+}
+
+// Decode writes the block's ids and counts to ids[:Len()] and
+// counts[:Len()], checking everything ParseBlock does not: that ids
+// increase, that exceptions are canonical, that no count exceeds
+// math.MaxInt64 and that no post is all zeros. A block that decodes
+// without error reads back exactly what it decodes to.
+func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
+	n := k.n
+	ids, counts = ids[:n], counts[:n]
+	ids[0] = k.first
+	width := bits.OnesCount64(k.mask)
+	// The id column: walk the set bits of the high part.
+	j := 0
+	for p := 0; p < k.hiLen; p += 64 {
+		w := min(64, k.hiLen-p)
+		word := getBits(k.area, k.hi+p, w)
+		for word != 0 {
+			t := bits.TrailingZeros64(word)
+			word &= word - 1
+			if j >= n-1 {
+				return errBlock
+			}
+			h := uint64(p + t - j)
+			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, k.l)
+			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
+				return errBlock
+			}
+			s := k.sq0 + x
+			if s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
+				return errBlock // the id would not fit the varying bits
+			}
+			id := pdep(s, k.mask) | k.first&^k.mask
+			if id <= ids[j] {
+				return errBlock
+			}
+			j++
+			ids[j] = id
+		}
+	}
+	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1) != 1) {
+		return errBlock
+	}
+	var mask uint64
+	for _, id := range ids {
+		mask |= id ^ k.first
+	}
+	if mask != k.mask {
+		return errBlock // non-canonical: declared varying bits that do not vary
+	}
+	for f := range numFields {
+		fv := &k.f[f]
+		for i := range n {
+			setField(&counts[i], f, getBits(k.area, fv.vals+i*fv.w, fv.w))
+		}
+		prev := -1
+		for e := range fv.nexc {
+			i := int(getBits(k.area, fv.idx+e*k.iw, k.iw))
+			hi := getBits(k.area, fv.exc+e*fv.xw, fv.xw)
+			if i <= prev || i >= n || hi == 0 || hi > math.MaxInt64>>uint(fv.w) {
+				return errBlock
+			}
+			prev = i
+			setField(&counts[i], f, fieldOf(&counts[i], f)|hi<<uint(fv.w))
+		}
+	}
+	// No value is negative: w+xw <= 63 and the exception check above keep
+	// every value at or below math.MaxInt64.
+	for i := range counts {
+		if counts[i].IsZero() {
+			return errBlock // zeros are never stored
+		}
+	}
+	return nil
+}
+
+// CheckBlock checks block b — its bytes including the trailing CRC, with
+// cap(b) >= len(b)+BlockSlack-4 — whose first id is first: its checksum
+// and its header (ParseBlock). That is enough to read it safely: the
+// checksum catches damage, and a block that parses keeps every lookup
+// within its bytes. It is what the cold tier runs on each block it reads.
+func CheckBlock(first uint64, b []byte) error {
+	if len(b) < 4 {
+		return fmt.Errorf("block of %d bytes: %w", len(b), errBlock)
+	}
+	body := b[:len(b)-4]
+	if got, want := blockCRC(first, body), le.Uint32(b[len(b)-4:]); got != want {
+		return fmt.Errorf("block checksum mismatch (computed %08x, stored %08x)", got, want)
+	}
+	var k Block
+	return k.Parse(first, body)
+}
+
+// VerifyBlock is CheckBlock plus a full decode that checks the block's
+// contents (Decode). The scratch slices must hold MaxBlockPosts entries.
+func VerifyBlock(first uint64, b []byte, scratchIDs []uint64, scratchCounts []engine.Counts) error {
+	if err := CheckBlock(first, b); err != nil {
+		return err
+	}
+	k, _ := ParseBlock(first, b[:len(b)-4])
+	return k.Decode(scratchIDs, scratchCounts)
+}

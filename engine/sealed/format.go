@@ -1,0 +1,257 @@
+package sealed
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+)
+
+const (
+	magic = "TLYSEALD"
+	// formatVersion is bumped on any change to the byte layout; readers
+	// refuse versions they do not know rather than guess.
+	formatVersion = 1
+
+	// HeaderSize and FooterSize are the fixed sizes of a window's first and
+	// last bytes; IndexEntrySize is the size of one block's index entry.
+	HeaderSize     = 16
+	FooterSize     = 56
+	IndexEntrySize = 16
+)
+
+// ErrCorrupt is wrapped by every error about bytes that are not a valid
+// window (bad magic, checksum, structure).
+var ErrCorrupt = errors.New("corrupt sealed window")
+
+// CorruptError says where a window's bytes are damaged. File is empty for
+// an in-memory window.
+type CorruptError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	where := "in-memory window"
+	if e.File != "" {
+		where = e.File
+	}
+	return fmt.Sprintf("sealed: %s corrupt at offset %d: %s", where, e.Offset, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+func corrupt(off int64, format string, args ...any) error {
+	return &CorruptError{Offset: off, Reason: fmt.Sprintf(format, args...)}
+}
+
+func appendHeader(dst []byte) []byte {
+	dst = append(dst, magic...)
+	dst = le.AppendUint32(dst, formatVersion)
+	return le.AppendUint32(dst, 0)
+}
+
+// CheckHeader validates the first HeaderSize bytes of a window.
+func CheckHeader(b []byte) error {
+	if len(b) < HeaderSize || string(b[:8]) != magic {
+		return corrupt(0, "not a sealed window (bad magic)")
+	}
+	if v := le.Uint32(b[8:]); v != formatVersion {
+		return corrupt(8, "format version %d, this build reads %d", v, formatVersion)
+	}
+	if le.Uint32(b[12:]) != 0 {
+		return corrupt(12, "reserved header bytes are not zero")
+	}
+	return nil
+}
+
+// Footer is the decoded last FooterSize bytes of a window.
+type Footer struct {
+	IndexOffset uint64 // where the index starts; blocks end here
+	Blocks      uint64
+	Posts       uint64
+	MinID       uint64 // 0 when Posts == 0
+	MaxID       uint64
+	IndexCRC    uint32
+}
+
+func (f *Footer) append(dst []byte) []byte {
+	start := len(dst)
+	dst = le.AppendUint64(dst, f.IndexOffset)
+	dst = le.AppendUint64(dst, f.Blocks)
+	dst = le.AppendUint64(dst, f.Posts)
+	dst = le.AppendUint64(dst, f.MinID)
+	dst = le.AppendUint64(dst, f.MaxID)
+	dst = le.AppendUint32(dst, f.IndexCRC)
+	dst = le.AppendUint32(dst, formatVersion)
+	dst = le.AppendUint32(dst, 0)
+	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// ParseFooter decodes and checks the footer b of a window of size bytes:
+// its checksum and that the regions it declares tile the window exactly.
+func ParseFooter(b []byte, size int64) (Footer, error) {
+	var f Footer
+	fo := size - FooterSize
+	if len(b) != FooterSize || size < HeaderSize+FooterSize {
+		return f, corrupt(0, "%d bytes is too short for a sealed window", size)
+	}
+	if got, want := crc32.Checksum(b[:52], castagnoli), le.Uint32(b[52:]); got != want {
+		return f, corrupt(fo, "footer checksum mismatch (computed %08x, stored %08x)", got, want)
+	}
+	if v := le.Uint32(b[44:]); v != formatVersion {
+		return f, corrupt(fo+44, "footer format version %d, this build reads %d", v, formatVersion)
+	}
+	if le.Uint32(b[48:]) != 0 {
+		return f, corrupt(fo+48, "reserved footer bytes are not zero")
+	}
+	f = Footer{
+		IndexOffset: le.Uint64(b[0:]),
+		Blocks:      le.Uint64(b[8:]),
+		Posts:       le.Uint64(b[16:]),
+		MinID:       le.Uint64(b[24:]),
+		MaxID:       le.Uint64(b[32:]),
+		IndexCRC:    le.Uint32(b[40:]),
+	}
+	idxLen := uint64(size) - FooterSize - f.IndexOffset
+	switch {
+	case f.IndexOffset < HeaderSize || f.IndexOffset > uint64(size)-FooterSize:
+		return f, corrupt(fo, "index offset %d outside the window", f.IndexOffset)
+	case f.Blocks > idxLen/IndexEntrySize || idxLen != f.Blocks*IndexEntrySize:
+		return f, corrupt(fo, "index of %d bytes for %d blocks", idxLen, f.Blocks)
+	case f.Posts < f.Blocks || f.Posts > f.Blocks*MaxBlockPosts:
+		return f, corrupt(fo, "%d posts in %d blocks", f.Posts, f.Blocks)
+	case f.Blocks == 0 && (f.IndexOffset != HeaderSize || f.MinID != 0 || f.MaxID != 0):
+		return f, corrupt(fo, "empty window with blocks or ids")
+	case f.MinID > f.MaxID:
+		return f, corrupt(fo, "min id %d above max id %d", f.MinID, f.MaxID)
+	}
+	return f, nil
+}
+
+// Index is a window's block index: the first id and the offset of every
+// block. It is all a cold window keeps in memory (16 bytes per block).
+// Entries stay in their encoded form and are searched in place, so loading
+// an index is one read and one checksum, with nothing to build.
+type Index struct {
+	raw    []byte
+	blocks int
+	posts  int
+	minID  uint64
+	maxID  uint64
+	end    uint64 // end of the last block (= the index offset)
+}
+
+// NewIndex checks the index bytes raw against footer f and returns the
+// index, which aliases raw.
+func NewIndex(f Footer, raw []byte) (Index, error) {
+	var x Index
+	if uint64(len(raw)) != f.Blocks*IndexEntrySize {
+		return x, corrupt(int64(f.IndexOffset), "index is %d bytes, footer says %d blocks", len(raw), f.Blocks)
+	}
+	if got := crc32.Checksum(raw, castagnoli); got != f.IndexCRC {
+		return x, corrupt(int64(f.IndexOffset), "index checksum mismatch (computed %08x, stored %08x)", got, f.IndexCRC)
+	}
+	x = Index{raw: raw, blocks: int(f.Blocks), posts: int(f.Posts), minID: f.MinID, maxID: f.MaxID, end: f.IndexOffset}
+	prevOff := uint64(HeaderSize)
+	for i := range x.blocks {
+		first, off := x.entry(i)
+		at := int64(f.IndexOffset) + int64(i)*IndexEntrySize
+		switch {
+		case i == 0 && (off != HeaderSize || first != f.MinID):
+			return x, corrupt(at, "first block at %d with id %d, want %d and %d", off, first, HeaderSize, f.MinID)
+		case i > 0 && off <= prevOff+4:
+			return x, corrupt(at, "block %d at offset %d, previous at %d", i, off, prevOff)
+		case i > 0 && first <= x.firstKey(i-1):
+			return x, corrupt(at, "block %d first id %d not above block %d's", i, first, i-1)
+		case first > f.MaxID:
+			return x, corrupt(at, "block %d first id %d above the max id %d", i, first, f.MaxID)
+		}
+		prevOff = off
+	}
+	if x.blocks > 0 && x.end <= prevOff+4 {
+		return x, corrupt(int64(f.IndexOffset), "last block ends before it starts")
+	}
+	return x, nil
+}
+
+func (x *Index) entry(i int) (first, off uint64) {
+	e := x.raw[i*IndexEntrySize:]
+	return le.Uint64(e), le.Uint64(e[8:])
+}
+
+func (x *Index) firstKey(i int) uint64 { return le.Uint64(x.raw[i*IndexEntrySize:]) }
+
+// Find returns the block that would hold id, or -1 when id is outside the
+// window's id range.
+func (x *Index) Find(id uint64) int {
+	if x.blocks == 0 || id < x.minID || id > x.maxID {
+		return -1
+	}
+	// Largest i with firstKey(i) <= id; block 0's key is minID <= id.
+	lo, hi := 0, x.blocks
+	for hi-lo > 1 {
+		mid := int(uint(lo+hi) >> 1)
+		if x.firstKey(mid) <= id {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// Block returns the first id of block i and the byte range [off, end) it
+// occupies in the window, CRC included.
+func (x *Index) Block(i int) (first, off, end uint64) {
+	first, off = x.entry(i)
+	end = x.end
+	if i+1 < x.blocks {
+		end = le.Uint64(x.raw[(i+1)*IndexEntrySize+8:])
+	}
+	return first, off, end
+}
+
+// Blocks returns the number of blocks.
+func (x *Index) Blocks() int { return x.blocks }
+
+// Posts returns the number of posts in the window.
+func (x *Index) Posts() int { return x.posts }
+
+// MinID and MaxID return the window's smallest and largest ids (0 and 0
+// for an empty window).
+func (x *Index) MinID() uint64 { return x.minID }
+func (x *Index) MaxID() uint64 { return x.maxID }
+
+// SizeBytes returns the bytes of the index entries.
+func (x *Index) SizeBytes() int { return len(x.raw) }
+
+// Group fills keys with one entry per id of ids that may be in the window,
+// block<<8 | position in ids, sorted by block, and returns the filled part:
+// a multi-get then visits each block once, in file order. ids may hold at
+// most 256 ids; keys must be at least as long as ids.
+func (x *Index) Group(ids []uint64, keys []uint64) []uint64 {
+	if len(ids) > 256 {
+		panic("sealed: Group takes at most 256 ids")
+	}
+	k := 0
+	sorted := true
+	for i, id := range ids {
+		b := x.Find(id)
+		if b < 0 {
+			continue
+		}
+		keys[k] = uint64(b)<<8 | uint64(i)
+		if k > 0 && keys[k] < keys[k-1] {
+			sorted = false
+		}
+		k++
+	}
+	keys = keys[:k]
+	if !sorted {
+		slices.Sort(keys)
+	}
+	return keys
+}
