@@ -10,7 +10,6 @@ import (
 // backend (a single redis-server started for the run): the peer that shows
 // what a network hop per kind costs next to the embedded engine.
 func BenchmarkFeedPageHTTPRedis(b *testing.B) {
-	addr, stop := redistest.StartSingle(b)
-	defer stop()
+	addr, _ := redistest.StartSingle(b) // stopped by b.Cleanup, after the store closes
 	benchStorePage(b, openTestRedis(b, []string{addr}, "bench"))
 }
