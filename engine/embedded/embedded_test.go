@@ -429,7 +429,7 @@ func (st *state) dump() string {
 // workload drives a random but reproducible mix of every operation,
 // including invalid and repeated ones, with the fake clock jumping ahead
 // now and then so that idempotency keys and cursors expire on the way.
-func workload(t *testing.T, e *Engine, clk *clock, seed uint64, n int) {
+func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	user := func() engine.UserID { return engine.UserID(1 + rng.IntN(12)) }

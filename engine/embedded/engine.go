@@ -27,6 +27,68 @@
 // working. The failed record was already applied in memory, so readers may
 // see it until the restart, which drops it: it was never acknowledged.
 //
+// # Snapshots
+//
+// A snapshot (package snapshot's file format; the sections are described
+// in stateio.go) holds the whole state at one log index: every table,
+// list and counter, the idempotency keys and their expiry queue, the like
+// and favorite sets, the time of the last record and the id generator's
+// high-water mark. It is taken in the background, by SnapshotInterval or
+// SnapshotLogBytes or on demand (Snapshot), without stopping readers or
+// writers even for a copy of the state: the snapshotter ends the log's
+// active segment (wal.Rotate; the state lock is not taken, the log's
+// flusher waits for the new segment's few fsyncs), so the snapshot covers
+// exactly the records of the sealed segments, then rebuilds the state at
+// that index beside the live one, from the newest snapshot plus the log
+// records after it — the same replay recovery does, which the determinism
+// of apply makes exact — and writes it out. A capture of the live tables would pause writers for a memcpy of
+// every table (0.1–0.3 s per GiB measured on the CI machine; seconds at
+// 100M posts) and the tables are not copy-on-write; the rebuild costs
+// instead one core (it yields it every few thousand items, see pacer) and
+// a second copy of the state in memory while it runs, and a snapshot never
+// contains an effect whose record was not durable.
+//
+// After a snapshot, all but the newest two snapshots are deleted and the
+// log is truncated before the older one's index, not the newer one's: if
+// the newest snapshot is ever found damaged, the older one plus the log
+// still hold every record, and the snapshotter (or Repair, offline)
+// rebuilds from them, losing nothing. Disk use is therefore about two
+// snapshots plus up to twice SnapshotLogBytes of log.
+//
+// # Recovery
+//
+// Open loads the newest snapshot, verifying every checksum, then replays
+// the log from the record after its index. A snapshot that does not
+// verify, a log with damage before its last record, or a log that does not
+// continue the snapshot stops Open with an error naming the file and
+// offset; Open never falls back to an older snapshot by itself and never
+// loads part of a file. Repair is the documented way out; it says exactly
+// what it changes and loses. A torn final log record (a crash mid-write)
+// is not damage: it was never acknowledged, and the log drops it with a
+// warning.
+//
+// # Backup and restore
+//
+// A backup is one snapshot file holding every mutation acknowledged before
+// it started. (*Engine).Backup writes one from a running engine (an admin
+// endpoint); BackupDir and BackupFile write one from a data directory,
+// whether or not a server has it open (`tally backup`), without writing
+// to it. Restore verifies a backup completely and installs it as the only
+// file of an empty data directory (`tally restore`); the log then starts
+// after the backup's index.
+//
+// # Disk full, read-only
+//
+// A failed log write or fsync (ENOSPC, EROFS, EIO) makes the engine
+// read-only until restart: that mutation and every later one return an
+// error wrapping engine.ErrUnavailable whose message says the store cannot
+// write, Ready reports it, reads keep working. A snapshot that fails to
+// write (disk full) is deleted and retried later with backoff; the log is
+// kept, so it costs disk, never data. A data directory that cannot be
+// written at all when Open runs (read-only mount, permissions) is opened
+// read-only: the state is recovered (the log through a temporary copy) and
+// served, and every mutation fails as above.
+//
 // # Time
 //
 // Each record's time is the engine clock in Unix nanoseconds, forced to
@@ -58,6 +120,15 @@
 // One sync.RWMutex guards the state: reads (Counts, Liked, Unread, ...)
 // share it and never wait for each other; mutations hold it exclusively
 // for validation and apply only (microseconds), never across the fsync.
+//
+// A hot post therefore serialises nothing that every other write does not
+// share: BenchmarkDurableWrites measures likes and views aimed at one post
+// at the same rate as spread over 1000 (hot/uniform 0.9–1.2, fsync=always
+// and none, 1 and 64 clients). Increments are not coalesced: under
+// fsync=always the engine is fsync-bound at low CPU, every caller must
+// wait for its own record's fsync anyway and a batch already carries one
+// record per waiting caller, so merging records would not add throughput;
+// a like cannot merge at all (its de-dup is per user).
 package embedded
 
 import (
@@ -74,6 +145,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -90,8 +162,8 @@ const SubscriberBuffer = 4096
 
 // Options configure an Engine.
 type Options struct {
-	// Dir is the data directory; the log's segments (wal-*.log) live
-	// directly in it, snapshots will sit beside them. "" keeps state in
+	// Dir is the data directory: the log's segments (wal-*.log) and the
+	// snapshots (snap-*.snap) live directly in it. "" keeps state in
 	// memory only (nothing survives Close).
 	Dir string
 	// Sync is the log's durability mode (wal.SyncAlways by default).
@@ -107,6 +179,17 @@ type Options struct {
 	// SweepInterval is how often expired cursors are dropped from memory;
 	// zero means DefaultSweepInterval, negative never.
 	SweepInterval time.Duration
+	// SnapshotInterval is how often a snapshot is taken while the log has
+	// records no snapshot covers; zero means DefaultSnapshotInterval,
+	// negative never (Snapshot still works).
+	SnapshotInterval time.Duration
+	// SnapshotLogBytes triggers a snapshot once the log has grown this much
+	// since the last one; zero means DefaultSnapshotLogBytes, negative
+	// never.
+	SnapshotLogBytes int64
+	// LogSegmentBytes is the size of the log's segment files, the unit in
+	// which a snapshot frees log space; zero means wal.DefaultSegmentBytes.
+	LogSegmentBytes int64
 	// Node is the snowflake node of the ids this engine makes.
 	Node uint64
 	// Logger receives operational messages; nil means slog.Default().
@@ -130,7 +213,19 @@ type Engine struct {
 	// tap, when set (tests), sees every record committed, under mu.
 	tap func(rec []byte)
 
-	failed atomic.Pointer[error] // the log failure that made the engine read-only
+	failed atomic.Pointer[error] // why the engine is read-only: a log failure, an unwritable directory
+
+	// Durability beyond the log (durable.go).
+	dir       string
+	syncFiles bool         // fsync snapshots (not under wal.SyncNone)
+	unlock    func() error // releases the data directory's lock
+	snapMu    sync.Mutex   // one snapshot or backup rebuild at a time
+	snapIndex atomic.Uint64
+	snapBase  atomic.Int64 // log size just after the newest snapshot
+	// createSnapshot is snapshot.Create; tests substitute failing files.
+	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
+	ctx            context.Context // cancelled by Close
+	cancel         context.CancelFunc
 
 	subsMu  sync.Mutex
 	subs    atomic.Pointer[[]*subscriber]
@@ -143,9 +238,11 @@ type Engine struct {
 var _ engine.Store = (*Engine)(nil)
 var _ engine.Importer = (*Engine)(nil)
 
-// Open starts an engine. With opts.Dir set it opens (or creates) the log
-// there and replays it; a damaged log stops Open with an error naming the
-// file and offset (see package wal).
+// Open starts an engine. With opts.Dir set it recovers the state kept
+// there (the newest snapshot, then the log after it) or starts an empty
+// one; a damaged snapshot or log stops Open with an error naming the file
+// and offset (see Repair), and a directory it cannot write is opened
+// read-only (see the package doc).
 func Open(opts Options) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -162,61 +259,69 @@ func Open(opts Options) (*Engine, error) {
 	if opts.Node > snowflake.MaxNode {
 		return nil, fmt.Errorf("embedded: node %d exceeds %d", opts.Node, snowflake.MaxNode)
 	}
-	e := &Engine{
-		now:    opts.Now,
-		ttl:    int64(opts.CursorTTL),
-		logger: opts.Logger,
-		st:     newState(),
-		stop:   make(chan struct{}),
+	if opts.SnapshotInterval == 0 {
+		opts.SnapshotInterval = DefaultSnapshotInterval
 	}
+	if opts.SnapshotLogBytes == 0 {
+		opts.SnapshotLogBytes = DefaultSnapshotLogBytes
+	}
+	e := &Engine{
+		now:            opts.Now,
+		ttl:            int64(opts.CursorTTL),
+		logger:         opts.Logger,
+		st:             newState(),
+		stop:           make(chan struct{}),
+		createSnapshot: snapshot.Create,
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.gen.Node, e.gen.Now = opts.Node, opts.Now
 	if opts.Dir != "" {
-		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("embedded: %w", err)
-		}
-		l, err := wal.Open(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow, Logger: opts.Logger})
-		if err != nil {
-			return nil, fmt.Errorf("embedded: open log: %w", err)
-		}
-		start := time.Now()
-		n, err := e.replay(l)
-		if err != nil {
-			l.Close()
+		if err := e.openDir(opts); err != nil {
+			e.cancel()
 			return nil, err
 		}
-		e.log = l
-		opts.Logger.Info("embedded: log replayed", "dir", opts.Dir, "records", n, "took", time.Since(start))
 	}
 	if opts.SweepInterval > 0 {
 		e.wg.Add(1)
 		go e.sweeper(opts.SweepInterval)
 	}
+	if e.log != nil && (opts.SnapshotInterval > 0 || opts.SnapshotLogBytes > 0) {
+		e.wg.Add(1)
+		go e.snapshotter(opts.SnapshotInterval, opts.SnapshotLogBytes)
+	}
 	return e, nil
 }
 
-// replay applies every record of l to the (empty) state, without events.
-func (e *Engine) replay(l *wal.Log) (int, error) {
-	n := 0
-	err := l.Replay(l.FirstIndex(), func(index uint64, payload []byte) error {
-		o, err := decodeOp(payload)
-		if err != nil {
-			return fmt.Errorf("embedded: log record %d: %w", index, err)
+// openDir locks the data directory and recovers its state: the newest
+// snapshot, then the log after it, without events.
+func (e *Engine) openDir(opts Options) error {
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockDir(opts.Dir)
+	if err != nil {
+		if cannotWrite(err) {
+			return e.openReadOnly(opts, err)
 		}
-		e.st.apply(&o, nil)
-		e.lastTime = max(e.lastTime, o.time)
-		e.lastIndex = index
-		// Ids made here must stay above every id made before the restart,
-		// even if the clock stepped back: notification ids order the list.
-		switch o.kind {
-		case opRepost, opSendMessage:
-			e.gen.Observe(o.b)
-		case opPublish, opCreateGroup:
-			e.gen.Observe(o.a)
-		}
-		n++
-		return nil
-	})
-	return n, err
+		return err
+	}
+	im, l, rec, err := recoverDir(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow,
+		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger})
+	if err != nil {
+		unlock()
+		return err
+	}
+	e.dir, e.unlock, e.log = opts.Dir, unlock, l
+	e.syncFiles = opts.Sync != wal.SyncNone
+	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
+	if im.genHigh != 0 {
+		e.gen.Observe(im.genHigh)
+	}
+	e.snapIndex.Store(rec.snapIndex)
+	e.snapBase.Store(l.Size() - rec.bytes)
+	opts.Logger.Info("embedded: state recovered", "dir", opts.Dir, "snapshot", rec.snapshot, "snapshot_load", rec.loadTook,
+		"log_records", rec.records, "log_replay", rec.replayDur, "last_index", im.index)
+	return nil
 }
 
 func (e *Engine) sweeper(every time.Duration) {
@@ -1063,7 +1168,12 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	close(e.stop)
+	e.cancel()
 	e.wg.Wait()
+	// A Snapshot or Backup called by the user sees the cancel and stops
+	// reading the log before it is closed.
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
 	e.subsMu.Lock()
 	if subs := e.subs.Load(); subs != nil {
 		for _, s := range *subs {
@@ -1072,8 +1182,12 @@ func (e *Engine) Close() error {
 	}
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
-	if e.log != nil {
-		return e.log.Close()
+	if e.log == nil {
+		return nil
 	}
-	return nil
+	err := e.log.Close()
+	if uerr := e.unlock(); err == nil && uerr != nil {
+		err = fmt.Errorf("embedded: unlock: %w", uerr)
+	}
+	return err
 }

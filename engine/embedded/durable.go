@@ -1,0 +1,663 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/wal"
+)
+
+// Snapshot defaults (see Options).
+const (
+	DefaultSnapshotInterval = 10 * time.Minute
+	DefaultSnapshotLogBytes = 256 << 20
+	// keepSnapshots is how many snapshots stay on disk. The log is kept
+	// from the older one's index on, so that a newest snapshot found
+	// corrupt can be replaced by the older one plus the log, losing
+	// nothing (see Repair).
+	keepSnapshots = 2
+)
+
+var (
+	errNoDir = errors.New("embedded: the engine has no data directory (in-memory)")
+	// errReplayDone stops a replay at the snapshot's index.
+	errReplayDone = errors.New("replay done")
+)
+
+// recovered is what recoverDir found, for the start-up log line and the
+// snapshot trigger.
+type recovered struct {
+	snapshot  string // path of the snapshot loaded, "" if none
+	snapIndex uint64 // its index
+	loadTook  time.Duration
+	records   int   // log records replayed after it
+	bytes     int64 // their bytes in the log, headers included
+	replayDur time.Duration
+}
+
+// recoverDir rebuilds the state of the data directory dir: the newest
+// snapshot, then the log from the record after it. A snapshot that does
+// not verify stops it (never a silent fall back to an older one), as does
+// a log that does not continue the snapshot. The log is returned open.
+func recoverDir(dir string, wopts wal.Options) (*image, *wal.Log, recovered, error) {
+	if err := snapshot.RemoveTemp(dir); err != nil {
+		return nil, nil, recovered{}, fmt.Errorf("embedded: %w", err)
+	}
+	return recoverFrom(dir, dir, wopts)
+}
+
+// recoverFrom is recoverDir with the snapshots read from snapDir and the
+// log opened in logDir (a copy, when dir is read-only).
+func recoverFrom(snapDir, logDir string, wopts wal.Options) (*image, *wal.Log, recovered, error) {
+	var rec recovered
+	dir := snapDir
+	list, err := snapshot.List(snapDir)
+	if err != nil {
+		return nil, nil, rec, fmt.Errorf("embedded: %w", err)
+	}
+	im := newImage()
+	if len(list) > 0 {
+		newest := list[len(list)-1]
+		start := time.Now()
+		if im, err = loadSnapshot(newest, true); err != nil {
+			return nil, nil, rec, corruptHint(err, dir)
+		}
+		rec.snapshot, rec.snapIndex, rec.loadTook = newest.Path, im.index, time.Since(start)
+	}
+	wopts.FirstIndex = im.index + 1
+	l, err := wal.Open(logDir, wopts)
+	if err != nil {
+		return nil, nil, rec, fmt.Errorf("embedded: open log: %w", err)
+	}
+	if err := checkContinues(l, im, rec.snapshot); err != nil {
+		l.Close()
+		return nil, nil, rec, err
+	}
+	start := time.Now()
+	err = l.Replay(im.index+1, func(index uint64, payload []byte) error {
+		rec.records++
+		rec.bytes += int64(len(payload)) + 16
+		return im.applyRecord(index, payload)
+	})
+	if err != nil {
+		l.Close()
+		return nil, nil, rec, fmt.Errorf("embedded: replay %s: %w", dir, err)
+	}
+	rec.replayDur = time.Since(start)
+	return im, l, rec, nil
+}
+
+// checkContinues reports a log that does not pick up where the snapshot
+// (or, without one, the empty state) ends.
+func checkContinues(l *wal.Log, im *image, snap string) error {
+	first, last := l.FirstIndex(), l.LastIndex()
+	base := "the empty state (no snapshot)"
+	if snap != "" {
+		base = "snapshot " + snap
+	}
+	switch {
+	case first > im.index+1:
+		return fmt.Errorf("embedded: %s ends at log record %d but the log starts at record %d: records %d..%d are in "+
+			"neither (a snapshot or log segment was deleted?); restore a backup", base, im.index, first, im.index+1, first-1)
+	case last < im.index:
+		return fmt.Errorf("embedded: the log ends at record %d, before the end of %s at record %d (log files "+
+			"lost or replaced?); `tally repair` restarts the log after the snapshot, losing nothing the snapshot holds", last, base, im.index)
+	}
+	return nil
+}
+
+// corruptHint adds the way out to a damaged snapshot's error.
+func corruptHint(err error, dir string) error {
+	var ce *snapshot.CorruptError
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	return fmt.Errorf("embedded: %w; refusing to start from it or from an older state. "+
+		"`tally repair -data %s` moves it aside when an older snapshot and the log still hold every record "+
+		"(nothing is lost then); otherwise restore a backup", err, dir)
+}
+
+// loadSnapshot reads and fully decodes one snapshot file (on parallel
+// goroutines if parallel, see readImage).
+func loadSnapshot(in snapshot.Info, parallel bool) (*image, error) {
+	fr, err := snapshot.Open(in.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer fr.Close()
+	if fr.Index() != in.Index {
+		return nil, fr.Corrupt(0, fmt.Sprintf("header says log index %d but the file name says %d", fr.Index(), in.Index))
+	}
+	return readImage(fr.Reader, parallel)
+}
+
+// cannotWrite reports an error that says the data directory cannot be
+// written at all (as opposed to being damaged).
+func cannotWrite(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)
+}
+
+// openReadOnly recovers a data directory that cannot be written (a
+// read-only mount, or one the kernel remounted read-only after disk
+// errors) and serves reads from it: every mutation fails with
+// engine.ErrUnavailable and Ready says why. The log cannot be opened in
+// place (opening may have to cut a torn tail), so its segments are copied
+// to a temporary directory and recovered there; snapshots are read in
+// place. The copies are deleted once the state is built.
+func (e *Engine) openReadOnly(opts Options, cause error) error {
+	tmp, err := os.MkdirTemp("", "tally-readonly-log-")
+	if err != nil {
+		return fmt.Errorf("embedded: %s cannot be written (%v) and no temporary directory for its log: %w", opts.Dir, cause, err)
+	}
+	defer os.RemoveAll(tmp)
+	segs, err := listSegments(opts.Dir)
+	if err != nil {
+		return err
+	}
+	for _, sg := range segs {
+		if err := linkOrCopy(filepath.Join(opts.Dir, sg.name), filepath.Join(tmp, sg.name), false); err != nil {
+			return err
+		}
+	}
+	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger})
+	if err != nil {
+		return err
+	}
+	l.Close()
+	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
+	e.dir = opts.Dir
+	ferr := fmt.Errorf("embedded: data directory %s cannot be written: %w", opts.Dir, cause)
+	e.failed.Store(&ferr)
+	opts.Logger.Error("embedded: the data directory cannot be written; serving reads only, every mutation fails until restart",
+		"dir", opts.Dir, "err", cause, "snapshot", rec.snapshot, "log_records", rec.records, "last_index", im.index)
+	return nil
+}
+
+func (e *Engine) canSnapshot() error {
+	switch {
+	case e.log != nil:
+		return nil
+	case e.dir != "":
+		return fmt.Errorf("embedded: %s is open read-only; BackupDir reads it without an engine", e.dir)
+	}
+	return errNoDir
+}
+
+// snapCtx returns ctx, also cancelled when the engine closes.
+func (e *Engine) snapCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// Snapshot writes a snapshot of every record logged so far, then prunes
+// old snapshots and the log they made redundant. Readers and writers do
+// not wait for it: the snapshot is rebuilt beside the live state from the
+// previous snapshot and the log (see the package doc), so it costs CPU and
+// a second copy of the state in memory for its duration, never a lock held
+// longer than a read. It returns nil without writing if the newest
+// snapshot already covers every record. A failed snapshot changes
+// nothing: the log is kept and the engine keeps serving.
+func (e *Engine) Snapshot(ctx context.Context) error {
+	if err := e.canSnapshot(); err != nil {
+		return err
+	}
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+	ctx, cancel := e.snapCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	im, fresh, err := e.buildImage(ctx)
+	if err != nil || !fresh {
+		return err
+	}
+	built := time.Since(start)
+	f, err := e.createSnapshot(e.dir, im.index, e.syncFiles)
+	if err != nil {
+		return fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	if err := writeImage(f.Writer, im, ctx.Err, &pacer{}); err != nil {
+		f.Abort()
+		return fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	path, err := f.Commit()
+	if err != nil {
+		return fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	info, _ := os.Stat(path)
+	e.snapIndex.Store(im.index)
+	e.snapBase.Store(e.log.Size())
+	e.afterSnapshot()
+	var size int64
+	if info != nil {
+		size = info.Size()
+	}
+	e.logger.Info("embedded: snapshot written", "file", path, "index", im.index, "bytes", size,
+		"build", built, "took", time.Since(start))
+	return nil
+}
+
+// afterSnapshot prunes old snapshots and the log segments no kept
+// snapshot needs. Failures here lose nothing (the files stay), so they are
+// logged, not returned.
+func (e *Engine) afterSnapshot() {
+	removed, err := snapshot.Prune(e.dir, keepSnapshots, e.syncFiles)
+	if err != nil {
+		e.logger.Warn("embedded: pruning old snapshots failed", "err", err)
+	}
+	for _, p := range removed {
+		e.logger.Debug("embedded: old snapshot removed", "file", p)
+	}
+	list, err := snapshot.List(e.dir)
+	if err != nil || len(list) < keepSnapshots {
+		return
+	}
+	// Every record up to the oldest kept snapshot's index is in both kept
+	// snapshots; the log from there on is what lets the older one stand
+	// in for a damaged newer one.
+	if err := e.log.TruncateBefore(list[0].Index + 1); err != nil {
+		e.logger.Warn("embedded: truncating the log failed", "err", err)
+	}
+}
+
+// buildImage rebuilds, beside the live state, the state at the last
+// record appended so far (once it is durable): the newest snapshot that
+// verifies, plus the log after it. fresh is false when that snapshot
+// already covers every record. Caller holds snapMu.
+//
+// A newest snapshot that no longer verifies (bit rot since it was
+// written) is moved aside with an error logged: the rebuilt snapshot
+// replaces it from an older snapshot and the log, which the engine keeps
+// for exactly this, so nothing is lost.
+func (e *Engine) buildImage(ctx context.Context) (im *image, fresh bool, err error) {
+	e.mu.RLock()
+	closed := e.closed
+	e.mu.RUnlock()
+	if closed {
+		return nil, false, errClosed
+	}
+	// The snapshot ends where a log segment ends: Rotate writes out every
+	// record queued so far and starts a new segment. Segments then hold
+	// records either all covered by a snapshot or none, so log damage in
+	// covered records can always be dropped whole, losing nothing (see
+	// Repair). It holds up the log's flusher for the new segment's
+	// creation (a few fsyncs), never the state lock.
+	next, err := e.log.Rotate()
+	if err != nil {
+		return nil, false, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
+	}
+	target := next - 1
+	if err := e.log.Wait(target); err != nil {
+		return nil, false, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
+	}
+	list, err := snapshot.List(e.dir)
+	if err != nil {
+		return nil, false, err
+	}
+	im = newImage()
+	haveBase := false
+	for i := len(list) - 1; i >= 0 && !haveBase; i-- {
+		if list[i].Index > target {
+			return nil, false, fmt.Errorf("embedded: snapshot %s is ahead of the log (last record %d)", list[i].Path, target)
+		}
+		loaded, err := loadSnapshot(list[i], false)
+		var ce *snapshot.CorruptError
+		switch {
+		case err == nil:
+			im, haveBase = loaded, true
+		case errors.As(err, &ce):
+			e.logger.Error("embedded: a snapshot no longer verifies; moving it aside and rebuilding from an older snapshot and the log",
+				"file", list[i].Path, "err", err)
+			if _, merr := snapshot.MoveAside(list[i].Path); merr != nil {
+				return nil, false, fmt.Errorf("embedded: %w (and moving it aside failed: %v)", err, merr)
+			}
+		default:
+			return nil, false, err
+		}
+	}
+	if haveBase && im.index == target {
+		return im, false, nil
+	}
+	n := 0
+	err = e.log.Replay(im.index+1, func(index uint64, payload []byte) error {
+		if n++; n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched() // see pacer
+		}
+		if err := im.applyRecord(index, payload); err != nil {
+			return err
+		}
+		if index == target {
+			return errReplayDone
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errReplayDone):
+	case err != nil:
+		return nil, false, fmt.Errorf("embedded: snapshot: rebuild from the log: %w", err)
+	case im.index != target:
+		return nil, false, fmt.Errorf("embedded: snapshot: the log ended at record %d, before %d", im.index, target)
+	}
+	return im, true, nil
+}
+
+// snapshotter takes a snapshot whenever SnapshotInterval has passed or the
+// log has grown by SnapshotLogBytes since the last one, if there is
+// anything new. A failure is logged and retried with backoff; the log is
+// kept meanwhile, so nothing depends on the snapshot succeeding.
+func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
+	defer e.wg.Done()
+	check := time.Second
+	if interval > 0 {
+		check = min(check, interval)
+	}
+	t := time.NewTicker(check)
+	defer t.Stop()
+	last := time.Now()
+	var failures int
+	var retryAt time.Time
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if e.failed.Load() != nil || now.Before(retryAt) || e.log.LastIndex() <= e.snapIndex.Load() {
+			continue
+		}
+		due := interval > 0 && now.Sub(last) >= interval ||
+			logBytes > 0 && e.log.Size()-e.snapBase.Load() >= logBytes
+		if !due {
+			continue
+		}
+		if err := e.Snapshot(e.ctx); err != nil {
+			if e.ctx.Err() != nil {
+				return
+			}
+			failures++
+			backoff := min(10*time.Second<<min(failures-1, 5), 5*time.Minute)
+			retryAt = time.Now().Add(backoff)
+			e.logger.Error("embedded: snapshot failed; the log is kept and the snapshot will be retried",
+				"err", err, "retry_in", backoff)
+			continue
+		}
+		failures = 0
+		last = time.Now()
+	}
+}
+
+// Backup writes to w a snapshot of every mutation acknowledged before the
+// call, while the engine keeps serving, and returns the log index it
+// covers. The output is one snapshot file in the format of package
+// snapshot; Restore installs it. Like Snapshot it rebuilds the state
+// beside the live one, so it costs a second copy of the state in memory;
+// it writes nothing into the data directory.
+func (e *Engine) Backup(ctx context.Context, w io.Writer) (uint64, error) {
+	if err := e.canSnapshot(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := e.snapCtx(ctx)
+	defer cancel()
+	e.snapMu.Lock()
+	im, _, err := e.buildImage(ctx)
+	e.snapMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return im.index, writeBackup(ctx, im, w)
+}
+
+func writeBackup(ctx context.Context, im *image, w io.Writer) error {
+	sw, err := snapshot.NewWriter(w, im.index)
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	if err := writeImage(sw, im, ctx.Err, &pacer{}); err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	if _, err := sw.Finish(); err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	return nil
+}
+
+// BackupDir writes to w a backup of the data directory dir, whether or not
+// a server has it open (`tally backup -data DIR -out FILE`), and returns
+// the log index it covers: every mutation acknowledged before the call is
+// in it. It never writes to dir's files: it hard-links the newest snapshot
+// and the sealed log segments into a private directory dir/.backup-*
+// (the system temporary directory if dir is read-only; copying where links
+// fail), copies the active segment (a record being written as it is
+// copied reads as a torn tail and is dropped, as after a crash: it was not
+// acknowledged yet), recovers the state from those as Open would, and
+// writes it out. It needs memory for one copy of the state and, where
+// links fail, disk for the copies; the private directory is removed
+// afterwards (a crashed backup leaves it behind; it may be deleted). If a
+// running server prunes what it linked mid-way, it retries.
+func BackupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
+	var lastErr error
+	for range 3 {
+		im, err := stageAndRecover(dir)
+		if err == nil {
+			return im.index, writeBackup(ctx, im, w)
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	return 0, lastErr
+}
+
+// BackupFile is BackupDir into the file out, written as out.tmp, fsynced
+// and renamed, so that out is either absent or a complete backup.
+func BackupFile(ctx context.Context, dir, out string) (uint64, error) {
+	tmp := out + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("embedded: backup: %w", err)
+	}
+	fail := func(err error) (uint64, error) {
+		f.Close()
+		os.Remove(tmp)
+		return 0, err
+	}
+	index, err := BackupDir(ctx, dir, f)
+	if err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("embedded: backup: %w", err))
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("embedded: backup: %w", err)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("embedded: backup: %w", err)
+	}
+	return index, snapshot.SyncDir(filepath.Dir(out))
+}
+
+func stageAndRecover(dir string) (*image, error) {
+	tmp, err := os.MkdirTemp(dir, ".backup-")
+	if err != nil {
+		// A read-only data directory: stage elsewhere, by copying.
+		if tmp, err = os.MkdirTemp("", "tally-backup-"); err != nil {
+			return nil, fmt.Errorf("embedded: backup: %w", err)
+		}
+	}
+	defer os.RemoveAll(tmp)
+	list, err := snapshot.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(list); n > 0 {
+		if err := linkOrCopy(list[n-1].Path, filepath.Join(tmp, filepath.Base(list[n-1].Path)), true); err != nil {
+			return nil, err
+		}
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range segs {
+		// Sealed segments never change; the last one may be appended to
+		// as it is read, so it is copied, never linked (recovery may cut
+		// its torn tail, which must not touch the server's file).
+		if err := linkOrCopy(filepath.Join(dir, s.name), filepath.Join(tmp, s.name), i < len(segs)-1); err != nil {
+			return nil, err
+		}
+	}
+	im, l, _, err := recoverDir(tmp, wal.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	l.Close()
+	return im, nil
+}
+
+func linkOrCopy(from, to string, link bool) error {
+	if link && os.Link(from, to) == nil {
+		return nil
+	}
+	src, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	return nil
+}
+
+// segFile is one log segment as its name describes it (the wal package
+// documents the name: wal-<first index, 16 hex digits>.log).
+type segFile struct {
+	name  string
+	first uint64
+}
+
+func listSegments(dir string) ([]segFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	var out []segFile
+	for _, e := range entries {
+		if first, ok := parseSegmentName(e.Name()); ok {
+			out = append(out, segFile{e.Name(), first})
+		}
+	}
+	slices.SortFunc(out, func(a, b segFile) int { return strings.Compare(a.name, b.name) })
+	return out, nil
+}
+
+func parseSegmentName(name string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(name, "wal-")
+	if !ok {
+		return 0, false
+	}
+	if hex, ok = strings.CutSuffix(hex, ".log"); !ok || len(hex) != 16 || strings.ToLower(hex) != hex {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(hex, 16, 64)
+	return v, err == nil
+}
+
+// Restore installs the backup file (from Backup or BackupDir) as the state
+// of the data directory dir, which must not hold a store yet (no snapshot
+// or log files; other files such as a dev secret may be there). It reads
+// and decodes the whole backup first, so a damaged backup is refused
+// before anything is installed; then it copies it into dir under a
+// temporary name, verifies the copy, fsyncs and renames it. The next Open
+// of dir loads it and starts the log after the backup's index.
+func Restore(file, dir string) error {
+	fr, err := snapshot.Open(file)
+	if err != nil {
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	defer fr.Close()
+	if _, err := readImage(fr.Reader, true); err != nil {
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	for _, en := range entries {
+		name := en.Name()
+		if _, ok := parseSegmentName(name); ok || strings.HasPrefix(name, "snap-") {
+			return fmt.Errorf("embedded: restore: %s already holds a store (%s); restore into an empty directory", dir, name)
+		}
+	}
+	final := filepath.Join(dir, snapshot.FileName(fr.Index()))
+	tmp := final + ".tmp"
+	if err := copyFile(fr.File(), tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	copied, err := snapshot.Open(tmp)
+	if err == nil {
+		err = copied.Verify()
+		copied.Close()
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("embedded: restore: the copy does not verify: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("embedded: restore: %w", err)
+	}
+	return snapshot.SyncDir(dir)
+}
+
+func copyFile(src *os.File, to string) error {
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, io.NewSectionReader(src, 0, 1<<62))
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
