@@ -47,6 +47,9 @@ Usage:
   tally token -user ID [-admin] [-ttl D] print a signed bearer token
   tally import -data DIR FILE...        bulk-load post counts (CSV or NDJSON, - for stdin)
   tally demo-seed -data DIR             fill a data directory with a small demo world
+  tally backup -data DIR -out FILE      consistent backup of a data directory (the server may run)
+  tally restore -in FILE -data NEWDIR   make a data directory from a backup
+  tally repair -data DIR                after a failed start: set aside what is corrupt, say what is lost
   tally help                            this text
 
 Every flag can also be set from the environment: -addr as TALLY_ADDR,
@@ -70,6 +73,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = importCmd(ctx, args, stdout, stderr)
 	case "demo-seed":
 		err = demoSeedCmd(ctx, args, stdout, stderr)
+	case "backup":
+		err = backupCmd(ctx, args, stdout, stderr)
+	case "restore":
+		err = restoreCmd(args, stdout, stderr)
+	case "repair":
+		err = repairCmd(args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -107,6 +116,8 @@ type storeFlags struct {
 	// replicas and Redis often start together, and a replica that exits
 	// because Redis was a second late only adds restart churn.
 	redisStartWait time.Duration
+	snapEvery      time.Duration
+	snapLogBytes   int64
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -115,6 +126,8 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.fsync, "fsync", "always", "log durability: always (acknowledge after fsync), batch (fsync within -fsync-window; survives a process crash, not power loss), none (tests only)")
 	fs.DurationVar(&f.fsyncWindow, "fsync-window", 10*time.Millisecond, "with -fsync batch: longest delay before the log is fsynced")
 	fs.DurationVar(&f.cursorTTL, "cursor-ttl", engine.DefaultCursorTTL, "drop system-notification cursors of users inactive this long")
+	fs.DurationVar(&f.snapEvery, "snapshot-interval", embedded.DefaultSnapshotInterval, "take a snapshot of the embedded engine this often (negative: never)")
+	fs.Int64Var(&f.snapLogBytes, "snapshot-log-bytes", embedded.DefaultSnapshotLogBytes, "also take one when the log has grown by this many bytes (negative: never)")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
 	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
@@ -147,11 +160,13 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		return nil, usageError{errors.New("-data must name a directory")}
 	}
 	return embedded.Open(embedded.Options{
-		Dir:         f.data,
-		Sync:        sync,
-		BatchWindow: f.fsyncWindow,
-		CursorTTL:   f.cursorTTL,
-		Node:        f.node,
+		Dir:              f.data,
+		Sync:             sync,
+		BatchWindow:      f.fsyncWindow,
+		CursorTTL:        f.cursorTTL,
+		Node:             f.node,
+		SnapshotInterval: f.snapEvery,
+		SnapshotLogBytes: f.snapLogBytes,
 	})
 }
 
@@ -509,4 +524,57 @@ func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "seeded %s: %v\n", backendName(sf), sum)
 	return nil
+}
+
+func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./data", "data directory to back up (a server may be running on it)")
+	out := fs.String("out", "", "backup file to write")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usageError{errors.New("-out must name the backup file")}
+	}
+	start := time.Now()
+	index, err := embedded.BackupFile(ctx, *data, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backed up %s to %s (through log record %d) in %s\nrestore with: tally restore -in %s -data NEWDIR\n",
+		*data, *out, index, time.Since(start).Round(time.Millisecond), *out)
+	return nil
+}
+
+func restoreCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "backup file made by tally backup")
+	data := fs.String("data", "", "new (empty) data directory to create")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *in == "" || *data == "" {
+		return usageError{errors.New("-in and -data are required")}
+	}
+	if err := embedded.Restore(*in, *data); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "restored %s into %s; start the server with: tally -data %s\n", *in, *data, *data)
+	return nil
+}
+
+func repairCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tally repair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./data", "data directory that failed to open (the server must be stopped)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	report, err := embedded.Repair(*data)
+	if report != "" {
+		fmt.Fprintln(stdout, report)
+	}
+	return err
 }
