@@ -1,0 +1,148 @@
+// Package redispeers measures what the layouts teams build on Redis cost
+// for the same post counts Tally stores, on a real redis-server started by
+// the benchmark and the shared data set of bench/datagen. Tally's own
+// figures come from engine/postcounts' and engine/sealed's benchmarks on
+// the same data; the README puts them side by side.
+//
+//	TALLY_BENCH_N=10000000 go test ./bench/redispeers -run '^$' -bench . -benchtime 1x -timeout 30m
+package redispeers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tally-dev/tally/bench/datagen"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
+)
+
+func benchN(b *testing.B) int {
+	n := 1_000_000
+	if s := os.Getenv("TALLY_BENCH_N"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			b.Fatalf("TALLY_BENCH_N=%q", s)
+		}
+		n = v
+	}
+	return n
+}
+
+// layout writes one post's non-zero counts into a pipeline.
+type layout struct {
+	name  string
+	write func(p redis.Pipeliner, id uint64, c engine.Counts, buckets uint64)
+}
+
+var fields = [5]string{"l", "c", "r", "v", "f"}
+
+func values(c engine.Counts) [5]int64 {
+	return [5]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites}
+}
+
+var layouts = []layout{
+	{"key-per-counter", func(p redis.Pipeliner, id uint64, c engine.Counts, _ uint64) {
+		for i, v := range values(c) {
+			if v != 0 {
+				p.Set(context.Background(), "c:"+strconv.FormatUint(id, 10)+":"+fields[i], v, 0)
+			}
+		}
+	}},
+	{"hash-per-post", func(p redis.Pipeliner, id uint64, c engine.Counts, _ uint64) {
+		args := make([]any, 0, 10)
+		for i, v := range values(c) {
+			if v != 0 {
+				args = append(args, fields[i], v)
+			}
+		}
+		p.HSet(context.Background(), "p:"+strconv.FormatUint(id, 10), args...)
+	}},
+	// Instagram's technique: small hashes of ~500 posts so Redis keeps them
+	// listpack-encoded; the field is the post id, the value the five counts
+	// packed as "l,c,r,v,f" with trailing zeros dropped. Snowflake ids are
+	// sparse in time, so buckets are chosen by id modulo the bucket count
+	// rather than by id/1000 (which would leave most buckets with one post).
+	{"instagram-buckets", func(p redis.Pipeliner, id uint64, c engine.Counts, buckets uint64) {
+		v := values(c)
+		n := 5
+		for n > 0 && v[n-1] == 0 {
+			n--
+		}
+		parts := make([]string, n)
+		for i := range n {
+			parts[i] = strconv.FormatInt(v[i], 10)
+		}
+		p.HSet(context.Background(), "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10), strings.Join(parts, ","))
+	}},
+}
+
+func usedMemory(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// BenchmarkRedisMemory loads the data set in each layout and reports
+// bytes per non-zero post and per post overall (zero posts stored in none).
+func BenchmarkRedisMemory(b *testing.B) {
+	if !redistest.Available() {
+		b.Skip("redis-server not installed")
+	}
+	n := benchN(b)
+	node := redistest.StartSingleNode(b, "--appendonly", "no", "--save", "")
+	c := redis.NewClient(&redis.Options{Addr: node.Addr})
+	defer c.Close()
+	cfg := datagen.Config{N: n, Seed: 1}
+	var nonZero int
+	datagen.Each(cfg, func(_ uint64, cnt engine.Counts) {
+		if !cnt.IsZero() {
+			nonZero++
+		}
+	})
+	buckets := uint64(max(1, nonZero/500))
+	for _, l := range layouts {
+		b.Run(l.name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				c.FlushAll(ctx)
+				base := usedMemory(b, c)
+				p := c.Pipeline()
+				queued := 0
+				datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
+					if cnt.IsZero() {
+						return
+					}
+					l.write(p, id, cnt, buckets)
+					if queued++; queued == 10000 {
+						if _, err := p.Exec(ctx); err != nil {
+							b.Fatal(err)
+						}
+						queued = 0
+					}
+				})
+				if _, err := p.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+				used := usedMemory(b, c) - base
+				b.ReportMetric(float64(used)/float64(nonZero), "B/stored-post")
+				b.ReportMetric(float64(used)/float64(n), "B/post")
+			}
+		})
+	}
+	fmt.Fprintf(os.Stderr, "redispeers: N=%d, %d non-zero posts, %d instagram buckets\n", n, nonZero, buckets)
+}
