@@ -19,7 +19,9 @@ import (
 
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/engine/sealed"
 )
 
 func benchN(b *testing.B) int {
@@ -145,4 +147,113 @@ func BenchmarkRedisMemory(b *testing.B) {
 		})
 	}
 	fmt.Fprintf(os.Stderr, "redispeers: N=%d, %d non-zero posts, %d instagram buckets\n", n, nonZero, buckets)
+}
+
+// BenchmarkPage reads the counts of a 50-post feed page (a random sample of
+// the data set, zero posts included) from each store, in one run: Tally's
+// open hash table and sealed window in process, and Redis with one
+// pipelined HMGET/HGET round trip per page over loopback.
+func BenchmarkPage(b *testing.B) {
+	if !redistest.Available() {
+		b.Skip("redis-server not installed")
+	}
+	const pageSize = 50
+	n := benchN(b)
+	cfg := datagen.Config{N: n, Seed: 1}
+	node := redistest.StartSingleNode(b, "--appendonly", "no", "--save", "")
+	c := redis.NewClient(&redis.Options{Addr: node.Addr})
+	defer c.Close()
+	ctx := context.Background()
+
+	var all []uint64
+	open := counters.New(n)
+	var nonZero int
+	datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
+		all = append(all, id)
+		open.Set(id, cnt)
+		if !cnt.IsZero() {
+			nonZero++
+		}
+	})
+	buckets := uint64(max(1, nonZero/500))
+	win, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
+		datagen.Each(cfg, func(id uint64, cnt engine.Counts) { yield(id, cnt) })
+	}, sealed.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := c.Pipeline()
+	queued := 0
+	datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
+		if cnt.IsZero() {
+			return
+		}
+		layouts[1].write(p, id, cnt, buckets)
+		layouts[2].write(p, id, cnt, buckets)
+		if queued++; queued == 5000 {
+			p.Exec(ctx)
+			queued = 0
+		}
+	})
+	if _, err := p.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+
+	pages := make([][]uint64, 1024)
+	r := uint64(12345)
+	for i := range pages {
+		pages[i] = make([]uint64, pageSize)
+		for j := range pageSize {
+			r = r*6364136223846793005 + 1442695040888963407
+			pages[i][j] = all[(r>>33)%uint64(len(all))]
+		}
+	}
+	out := make([]engine.Counts, pageSize)
+	perPage := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/page")
+	}
+	b.Run("tally-open-table", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			open.GetMany(pages[i%len(pages)], out)
+			i++
+		}
+		perPage(b)
+	})
+	b.Run("tally-sealed", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			win.GetMany(pages[i%len(pages)], out)
+			i++
+		}
+		perPage(b)
+	})
+	b.Run("redis-hash-per-post-pipelined-hmget", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			p := c.Pipeline()
+			for _, id := range pages[i%len(pages)] {
+				p.HMGet(ctx, "p:"+strconv.FormatUint(id, 10), fields[:]...)
+			}
+			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		perPage(b)
+	})
+	b.Run("redis-instagram-buckets-pipelined-hget", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			p := c.Pipeline()
+			for _, id := range pages[i%len(pages)] {
+				p.HGet(ctx, "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10))
+			}
+			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		perPage(b)
+	})
 }
