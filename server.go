@@ -28,6 +28,7 @@ import (
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/engine/importfile"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/wal"
 	"github.com/tally-dev/tally/resolvers"
@@ -118,6 +119,11 @@ type storeFlags struct {
 	redisStartWait time.Duration
 	snapEvery      time.Duration
 	snapLogBytes   int64
+	window         time.Duration
+	openAge        time.Duration
+	coldAge        time.Duration
+	memoryBudget   int64
+	coldCache      int
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -128,6 +134,11 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cursorTTL, "cursor-ttl", engine.DefaultCursorTTL, "drop system-notification cursors of users inactive this long")
 	fs.DurationVar(&f.snapEvery, "snapshot-interval", embedded.DefaultSnapshotInterval, "take a snapshot of the embedded engine this often (negative: never)")
 	fs.Int64Var(&f.snapLogBytes, "snapshot-log-bytes", embedded.DefaultSnapshotLogBytes, "also take one when the log has grown by this many bytes (negative: never)")
+	fs.DurationVar(&f.window, "window", 24*time.Hour, "time window that post counts are partitioned by (the snowflake id's time); only the in-memory layout depends on it, so it may change between runs")
+	fs.DurationVar(&f.openAge, "open-age", postcounts.DefaultOpenAge, "keep a window of post counts in an open hash table until it ended this long ago, then seal it")
+	fs.DurationVar(&f.coldAge, "cold-age", 0, "move sealed windows that ended this long ago to the cold tier on disk (0: only by -memory-budget)")
+	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of post counts kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
+	fs.IntVar(&f.coldCache, "cold-cache-bytes", postcounts.DefaultColdCacheBytes, "block cache of the cold tier")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
 	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
@@ -167,6 +178,13 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		Node:             f.node,
 		SnapshotInterval: f.snapEvery,
 		SnapshotLogBytes: f.snapLogBytes,
+		Counts: postcounts.Options{
+			WindowMillis:   f.window.Milliseconds(),
+			OpenAge:        f.openAge,
+			ColdAge:        f.coldAge,
+			MemoryBudget:   f.memoryBudget,
+			ColdCacheBytes: f.coldCache,
+		},
 	})
 }
 

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"math"
 	"os"
 	"runtime"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/table"
 	"github.com/tally-dev/tally/engine/wal"
@@ -42,9 +42,8 @@ func benchSizes() []int {
 // so that even 100M posts need one copy of it in memory. It returns how
 // long writing the snapshot took and the tables' size.
 func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int64) {
-	st := newState()
+	st := newState(postcounts.Options{})
 	st.posts = table.New[uint64, uint64](hashU64, n)
-	st.counts = counters.New(n)
 	var l *wal.Log
 	if logDir != "" {
 		var err error

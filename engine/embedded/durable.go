@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"io"
 	"log/slog"
 	"os"
@@ -51,27 +52,27 @@ type recovered struct {
 // snapshot, then the log from the record after it. A snapshot that does
 // not verify stops it (never a silent fall back to an older one), as does
 // a log that does not continue the snapshot. The log is returned open.
-func recoverDir(dir string, wopts wal.Options) (*image, *wal.Log, recovered, error) {
+func recoverDir(dir string, wopts wal.Options, co postcounts.Options) (*image, *wal.Log, recovered, error) {
 	if err := snapshot.RemoveTemp(dir); err != nil {
 		return nil, nil, recovered{}, fmt.Errorf("embedded: %w", err)
 	}
-	return recoverFrom(dir, dir, wopts)
+	return recoverFrom(dir, dir, wopts, co)
 }
 
 // recoverFrom is recoverDir with the snapshots read from snapDir and the
 // log opened in logDir (a copy, when dir is read-only).
-func recoverFrom(snapDir, logDir string, wopts wal.Options) (*image, *wal.Log, recovered, error) {
+func recoverFrom(snapDir, logDir string, wopts wal.Options, co postcounts.Options) (*image, *wal.Log, recovered, error) {
 	var rec recovered
 	dir := snapDir
 	list, err := snapshot.List(snapDir)
 	if err != nil {
 		return nil, nil, rec, fmt.Errorf("embedded: %w", err)
 	}
-	im := newImage()
+	im := newImage(co)
 	if len(list) > 0 {
 		newest := list[len(list)-1]
 		start := time.Now()
-		if im, err = loadSnapshot(newest, true); err != nil {
+		if im, err = loadSnapshot(newest, true, co); err != nil {
 			return nil, nil, rec, corruptHint(err, dir)
 		}
 		rec.snapshot, rec.snapIndex, rec.loadTook = newest.Path, im.index, time.Since(start)
@@ -131,7 +132,7 @@ func corruptHint(err error, dir string) error {
 
 // loadSnapshot reads and fully decodes one snapshot file (on parallel
 // goroutines if parallel, see readImage).
-func loadSnapshot(in snapshot.Info, parallel bool) (*image, error) {
+func loadSnapshot(in snapshot.Info, parallel bool, co postcounts.Options) (*image, error) {
 	fr, err := snapshot.Open(in.Path)
 	if err != nil {
 		return nil, err
@@ -140,7 +141,7 @@ func loadSnapshot(in snapshot.Info, parallel bool) (*image, error) {
 	if fr.Index() != in.Index {
 		return nil, fr.Corrupt(0, fmt.Sprintf("header says log index %d but the file name says %d", fr.Index(), in.Index))
 	}
-	return readImage(fr.Reader, parallel)
+	return readImage(fr.Reader, parallel, co)
 }
 
 // cannotWrite reports an error that says the data directory cannot be
@@ -171,7 +172,7 @@ func (e *Engine) openReadOnly(opts Options, cause error) error {
 			return err
 		}
 	}
-	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger})
+	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger}, memCounts(opts.Counts))
 	if err != nil {
 		return err
 	}
@@ -306,13 +307,13 @@ func (e *Engine) buildImage(ctx context.Context) (im *image, fresh bool, err err
 	if err != nil {
 		return nil, false, err
 	}
-	im = newImage()
+	im = newImage(e.shadowCounts)
 	haveBase := false
 	for i := len(list) - 1; i >= 0 && !haveBase; i-- {
 		if list[i].Index > target {
 			return nil, false, fmt.Errorf("embedded: snapshot %s is ahead of the log (last record %d)", list[i].Path, target)
 		}
-		loaded, err := loadSnapshot(list[i], false)
+		loaded, err := loadSnapshot(list[i], false, e.shadowCounts)
 		var ce *snapshot.CorruptError
 		switch {
 		case err == nil:
@@ -526,7 +527,7 @@ func stageAndRecover(dir string) (*image, error) {
 			return nil, err
 		}
 	}
-	im, l, _, err := recoverDir(tmp, wal.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)})
+	im, l, _, err := recoverDir(tmp, wal.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)}, postcounts.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -604,7 +605,7 @@ func Restore(file, dir string) error {
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	defer fr.Close()
-	if _, err := readImage(fr.Reader, true); err != nil {
+	if _, err := readImage(fr.Reader, true, postcounts.Options{}); err != nil {
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

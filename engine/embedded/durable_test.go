@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,7 +118,7 @@ func TestImageRoundTrip(t *testing.T) {
 		ok(t, err)
 		r, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
 		ok(t, err)
-		got, err := readImage(r, true)
+		got, err := readImage(r, true, postcounts.Options{})
 		ok(t, err)
 		if want, have := e.st.dump(), got.st.dump(); want != have {
 			t.Fatalf("seed %d: state differs after a round trip\nwant:\n%s\ngot:\n%s", seed, want, have)
@@ -630,7 +631,7 @@ func TestBackupRestore(t *testing.T) {
 		l, err := wal.Open(dir, wal.Options{Sync: wal.SyncNone})
 		ok(t, err)
 		defer l.Close()
-		im := newImage()
+		im := newImage(postcounts.Options{})
 		err = l.Replay(1, func(i uint64, p []byte) error {
 			if i > index {
 				return errReplayDone
@@ -694,7 +695,7 @@ func TestFuzzSeeds(t *testing.T) {
 	data := validSnapshot(t)
 	r, err := snapshot.NewReader(bytes.NewReader(data), int64(len(data)), "seed")
 	ok(t, err)
-	if _, err := readImage(r, true); err != nil {
+	if _, err := readImage(r, true, postcounts.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -552,7 +553,7 @@ func TestReplayDeterminism(t *testing.T) {
 		var recs [][]byte
 		e.tap = func(rec []byte) { recs = append(recs, bytes.Clone(rec)) }
 		workload(t, e, clk, seed, 4000)
-		replayed := newState()
+		replayed := newState(postcounts.Options{})
 		kinds := map[opKind]int{}
 		for i, rec := range recs {
 			o, err := decodeOp(rec)

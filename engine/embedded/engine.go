@@ -135,9 +135,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -190,6 +192,16 @@ type Options struct {
 	// LogSegmentBytes is the size of the log's segment files, the unit in
 	// which a snapshot frees log space; zero means wal.DefaultSegmentBytes.
 	LogSegmentBytes int64
+	// Counts tunes the time-partitioned post-count store (engine/postcounts):
+	// the window size, when windows are sealed, and the cold tier (ColdAge,
+	// MemoryBudget, ColdCacheBytes). Its Dir is set by Open: cold files live
+	// in Dir/cold. They are derived data — every count is also in the
+	// snapshots and the log — so Open clears that directory and the tier is
+	// rebuilt from the recovered state by the maintenance loop.
+	Counts postcounts.Options
+	// MaintainInterval is how often windows are sealed, moved to the cold
+	// tier and compacted; zero means DefaultMaintainInterval, negative never.
+	MaintainInterval time.Duration
 	// Node is the snowflake node of the ids this engine makes.
 	Node uint64
 	// Logger receives operational messages; nil means slog.Default().
@@ -231,8 +243,22 @@ type Engine struct {
 	subs    atomic.Pointer[[]*subscriber]
 	dropped atomic.Uint64
 
+	// shadowCounts are the post-count options of the states a snapshot is
+	// rebuilt in: in memory only, never touching the live cold files.
+	shadowCounts postcounts.Options
+
 	stop chan struct{}
 	wg   sync.WaitGroup
+}
+
+// DefaultMaintainInterval is how often the post-count store is maintained.
+const DefaultMaintainInterval = time.Minute
+
+// memCounts is co without the cold tier: for states that are rebuilt to be
+// written out (snapshots, backups) or that cannot write (read-only).
+func memCounts(co postcounts.Options) postcounts.Options {
+	co.Dir, co.ColdAge, co.MemoryBudget = "", 0, 0
+	return co
 }
 
 var _ engine.Store = (*Engine)(nil)
@@ -265,11 +291,22 @@ func Open(opts Options) (*Engine, error) {
 	if opts.SnapshotLogBytes == 0 {
 		opts.SnapshotLogBytes = DefaultSnapshotLogBytes
 	}
+	if opts.MaintainInterval == 0 {
+		opts.MaintainInterval = DefaultMaintainInterval
+	}
+	opts.Counts.Dir = ""
+	if opts.Counts.Now == nil {
+		opts.Counts.Now = opts.Now
+	}
+	if _, err := postcounts.New(opts.Counts); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
 	e := &Engine{
 		now:            opts.Now,
 		ttl:            int64(opts.CursorTTL),
 		logger:         opts.Logger,
-		st:             newState(),
+		st:             newState(opts.Counts),
+		shadowCounts:   memCounts(opts.Counts),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
 	}
@@ -284,6 +321,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.SweepInterval > 0 {
 		e.wg.Add(1)
 		go e.sweeper(opts.SweepInterval)
+	}
+	if opts.MaintainInterval > 0 {
+		e.wg.Add(1)
+		go e.maintainer(opts.MaintainInterval)
 	}
 	if e.log != nil && (opts.SnapshotInterval > 0 || opts.SnapshotLogBytes > 0) {
 		e.wg.Add(1)
@@ -305,8 +346,18 @@ func (e *Engine) openDir(opts Options) error {
 		}
 		return err
 	}
+	co := opts.Counts
+	co.Dir = filepath.Join(opts.Dir, "cold")
+	if err := os.RemoveAll(co.Dir); err != nil { // derived data: rebuilt from the state below
+		unlock()
+		return fmt.Errorf("embedded: clearing the cold tier: %w", err)
+	}
+	if err := os.MkdirAll(co.Dir, 0o755); err != nil {
+		unlock()
+		return fmt.Errorf("embedded: %w", err)
+	}
 	im, l, rec, err := recoverDir(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow,
-		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger})
+		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger}, co)
 	if err != nil {
 		unlock()
 		return err
@@ -668,10 +719,12 @@ func (e *Engine) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Coun
 		return nil, err
 	}
 	out := make([]engine.Counts, len(ids))
-	e.mu.RLock()
+	raw := make([]uint64, len(ids))
 	for i, id := range ids {
-		out[i] = e.st.counts.Get(uint64(id))
+		raw[i] = uint64(id)
 	}
+	e.mu.RLock()
+	e.st.counts.GetMany(raw, out)
 	e.mu.RUnlock()
 	return out, nil
 }
@@ -1182,12 +1235,64 @@ func (e *Engine) Close() error {
 	}
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
+	e.mu.Lock()
+	cerr := e.st.counts.Close()
+	e.mu.Unlock()
 	if e.log == nil {
-		return nil
+		return cerr
 	}
 	err := e.log.Close()
+	if err == nil {
+		err = cerr
+	}
 	if uerr := e.unlock(); err == nil && uerr != nil {
 		err = fmt.Errorf("embedded: unlock: %w", uerr)
 	}
 	return err
+}
+
+// maintainer seals, cools and compacts post-count windows. A step is
+// planned under the write lock, run without any lock (readers and writers
+// carry on against the frozen inputs), and finished under the lock again.
+// It changes how counts are kept, never what they are, so it is not
+// logged: replay gives the same values whatever was sealed when.
+func (e *Engine) maintainer(every time.Duration) {
+	defer e.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		e.maintain()
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Engine) maintain() {
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		e.mu.Lock()
+		job := e.st.counts.Plan(e.now())
+		e.mu.Unlock()
+		if job == nil {
+			return
+		}
+		runErr := job.Run()
+		e.mu.Lock()
+		err := e.st.counts.Finish(job)
+		e.mu.Unlock()
+		if err == nil {
+			err = runErr
+		}
+		if err != nil {
+			e.logger.Error("embedded: post-count maintenance failed; will retry", "job", job.String(), "err", err)
+			return
+		}
+	}
 }

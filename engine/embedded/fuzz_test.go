@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"io"
 	"testing"
 
@@ -14,7 +15,7 @@ func decodeSnapshot(data []byte) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readImage(r, true)
+	return readImage(r, true, postcounts.Options{})
 }
 
 // reencode writes im as a snapshot and decodes it again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -64,7 +65,7 @@ func Repair(dir string) (report string, err error) {
 	var baseIndex uint64
 	var bad []snapshot.Info
 	for i := len(list) - 1; i >= 0; i-- {
-		im, err := loadSnapshot(list[i], true)
+		im, err := loadSnapshot(list[i], true, postcounts.Options{})
 		if err == nil {
 			base, baseIndex = &list[i], im.index
 			break
@@ -179,7 +180,7 @@ func Repair(dir string) (report string, err error) {
 	}
 
 	// Prove the directory loads now, as Open will load it.
-	im, l, rec, err := recoverDir(dir, wal.Options{Sync: wal.SyncAlways, Logger: logger})
+	im, l, rec, err := recoverDir(dir, wal.Options{Sync: wal.SyncAlways, Logger: logger}, postcounts.Options{})
 	if err != nil {
 		return rep.String(), fmt.Errorf("embedded: repair: the directory still does not load: %w", err)
 	}

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"fmt"
 	"math/bits"
 	"slices"
 	"sort"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/table"
 )
@@ -132,7 +134,7 @@ type idemExpiry struct {
 // serialized and rebuilt. Not safe for concurrent use: the engine locks.
 type state struct {
 	posts  *table.Table[uint64, uint64] // post → author (0: imported without one)
-	counts *counters.Table
+	counts *postcounts.Store
 	likes  *table.Table[pair, struct{}] // (user, post)
 	favs   *table.Table[pair, struct{}]
 
@@ -164,10 +166,11 @@ type state struct {
 	idemHead int
 }
 
-func newState() *state {
+// newState makes an empty state whose post counts are kept as co says.
+func newState(co postcounts.Options) *state {
 	return &state{
 		posts:    table.New[uint64, uint64](hashU64, 1024),
-		counts:   counters.New(1024),
+		counts:   newCounts(co),
 		likes:    table.New[pair, struct{}](hashPair, 1024),
 		favs:     table.New[pair, struct{}](hashPair, 256),
 		users:    table.New[uint64, userRec](hashU64, 1024),
@@ -499,9 +502,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 	case opSweepCursors:
 		st.sweepCursors(o.time, int64(o.a))
 	case opImport:
-		for row := range slices.Chunk(o.list, importStride) {
-			st.importRow(row)
-		}
+		st.importRows(o.list)
 	}
 	if o.idem != (idemKey{}) {
 		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time})
@@ -639,22 +640,40 @@ func (st *state) sweepCursors(now, ttl int64) {
 	}
 }
 
-// importRow registers a post and replaces its counts (engine.Importer).
-func (st *state) importRow(row []uint64) {
-	post, author := row[0], row[1]
-	c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
-		Views: int64(row[5]), Favorites: int64(row[6])}
-	old, exists := st.posts.Get(post)
-	switch {
-	case !exists && author == 0 && c.IsZero():
-		return
-	case !exists || (old == 0 && author != 0):
-		st.posts.Put(post, author)
-		if author != 0 {
-			st.profile(author).posts++
+// importRows registers the posts of an import record and replaces their
+// counts (engine.Importer), the counts in one postcounts.Import so that
+// old windows are written straight into sealed form.
+func (st *state) importRows(list []uint64) {
+	st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
+		for row := range slices.Chunk(list, importStride) {
+			post, author := row[0], row[1]
+			c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
+				Views: int64(row[5]), Favorites: int64(row[6])}
+			old, exists := st.posts.Get(post)
+			switch {
+			case !exists && author == 0 && c.IsZero():
+				continue
+			case !exists || (old == 0 && author != 0):
+				st.posts.Put(post, author)
+				if author != 0 {
+					st.profile(author).posts++
+				}
+			}
+			if !yield(post, c) {
+				return
+			}
 		}
+	})
+}
+
+// newCounts makes a post-count store. The options were checked by Open
+// (checkCounts), so an error here is a bug.
+func newCounts(co postcounts.Options) *postcounts.Store {
+	s, err := postcounts.New(co)
+	if err != nil {
+		panic(fmt.Sprintf("embedded: post-count options: %v", err))
 	}
-	st.counts.Set(post, c)
+	return s
 }
 
 // Record sizes for MemoryBytes.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"io"
 	"math"
 	"math/bits"
@@ -87,7 +88,7 @@ type image struct {
 	genHigh  uint64 // snowflake.Generator high-water mark, 0 if none
 }
 
-func newImage() *image { return &image{st: newState()} }
+func newImage(co postcounts.Options) *image { return &image{st: newState(co)} }
 
 // applyRecord applies one log record, exactly as Open's replay does.
 func (im *image) applyRecord(index uint64, payload []byte) error {
@@ -442,7 +443,7 @@ func (d *dec) nonNeg(x int64, what string) int64 {
 // handlers behind them for several scheduler time slices. Damage of any
 // kind is a *snapshot.CorruptError; the first one by file offset is
 // returned, and no partial image ever is.
-func readImage(r *snapshot.Reader, parallel bool) (*image, error) {
+func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image, error) {
 	var pc *pacer
 	if !parallel {
 		pc = &pacer{}
@@ -471,7 +472,7 @@ func readImage(r *snapshot.Reader, parallel bool) (*image, error) {
 	}
 	im := &image{index: r.Index(), st: &state{
 		posts:    table.New[uint64, uint64](hashU64, items(tagPosts)),
-		counts:   counters.New(items(tagCounts)),
+		counts:   newCounts(co),
 		likes:    table.New[pair, struct{}](hashPair, items(tagLikes)),
 		favs:     table.New[pair, struct{}](hashPair, items(tagFavs)),
 		users:    table.New[uint64, userRec](hashU64, items(tagUsers)),
@@ -617,7 +618,29 @@ func readPosts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	return checkLen(sr, st.posts.Len())
 }
 
+// countRow is one post's counts on their way from a snapshot into the
+// post-count store, which takes them in batches (postcounts.Import) so old
+// windows are built sealed rather than grown in open tables.
+type countRow struct {
+	id uint64
+	c  engine.Counts
+}
+
 func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	batch := make([]countRow, 0, 1<<16)
+	var ierr error
+	flush := func() {
+		if ierr == nil && len(batch) > 0 {
+			ierr = st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
+				for _, r := range batch {
+					if !yield(r.id, r.c) {
+						return
+					}
+				}
+			})
+		}
+		batch = batch[:0]
+	}
 	err := eachItem(sr, pc, func(d *dec) {
 		p := d.fixed("post")
 		mask := d.byte1("field mask")
@@ -640,11 +663,18 @@ func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			f[i] = int64(x)
 		}
 		if d.err == "" {
-			st.counts.Set(p, engine.Counts{Likes: f[0], Comments: f[1], Reposts: f[2], Views: f[3], Favorites: f[4]})
+			batch = append(batch, countRow{p, engine.Counts{Likes: f[0], Comments: f[1], Reposts: f[2], Views: f[3], Favorites: f[4]}})
+			if len(batch) == cap(batch) {
+				flush()
+			}
 		}
 	})
 	if err != nil {
 		return err
+	}
+	flush()
+	if ierr != nil {
+		return sr.Corrupt(ierr.Error())
 	}
 	return checkLen(sr, st.counts.Len())
 }

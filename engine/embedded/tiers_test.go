@@ -1,0 +1,109 @@
+package embedded
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/postcounts"
+	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/wal"
+)
+
+// Posts of old windows are sealed and moved to the cold tier by the
+// maintenance loop, keep their exact counts through further writes, and
+// come back the same after a restart (the cold tier is rebuilt from the
+// snapshot and the log).
+func TestCountsThroughSealingAndColdTier(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *Engine {
+		e, err := Open(Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: 20 * time.Millisecond,
+			Counts: postcounts.Options{WindowMillis: 3_600_000, OpenAge: time.Hour, ColdAge: 48 * time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e := open()
+	ctx := t.Context()
+	now := time.Now()
+	var posts []engine.PostID
+	// Posts 10 days old (cold), 2 hours old (sealed) and new (open).
+	for i, age := range []time.Duration{240 * time.Hour, 240*time.Hour + time.Minute, 2 * time.Hour, 0} {
+		id := engine.PostID(snowflake.Make(now.Add(-age).UnixMilli(), uint64(i), 0))
+		if _, err := e.CreatePost(ctx, 1, id, ""); err != nil {
+			t.Fatal(err)
+		}
+		posts = append(posts, id)
+	}
+	like := func(e *Engine, users ...engine.UserID) {
+		for _, u := range users {
+			for _, p := range posts {
+				if err := e.Like(ctx, u, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	like(e, 10, 11, 12)
+	e.RecordViews(ctx, posts)
+	want := engine.Counts{Likes: 3, Views: 1}
+	check := func(e *Engine, want engine.Counts) {
+		t.Helper()
+		got, err := e.Counts(ctx, posts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i] != want {
+				t.Fatalf("post %d: %+v, want %+v", i, got[i], want)
+			}
+		}
+	}
+	check(e, want)
+	// Wait for the maintenance loop to move the 10-day-old window to a file.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		files, _ := filepath.Glob(filepath.Join(dir, "cold", "*"))
+		e.mu.RLock()
+		st := e.st.counts.Stats()
+		e.mu.RUnlock()
+		if len(files) > 0 && st.ColdWindows > 0 && st.SealedWindows > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("windows were not sealed and cooled: %+v, files %v", st, files)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check(e, want)
+	like(e, 13) // writes to cold and sealed posts go to deltas
+	e.Unlike(ctx, 10, posts[0])
+	check2 := func(e *Engine) {
+		t.Helper()
+		got, _ := e.Counts(ctx, posts)
+		if got[0].Likes != 3 || got[1].Likes != 4 || got[3].Likes != 4 {
+			t.Fatalf("after more writes: %+v", got)
+		}
+	}
+	check2(e)
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	like(e, 14)
+	e.Unlike(ctx, 14, posts[1])
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open()
+	defer e.Close()
+	got, _ := e.Counts(ctx, posts)
+	if got[0].Likes != 4 || got[1].Likes != 4 || got[2].Likes != 5 || got[3].Likes != 5 {
+		t.Fatalf("after restart: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cold")); err != nil {
+		t.Fatal(err)
+	}
+}
