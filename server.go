@@ -459,6 +459,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("this backend cannot import")
 	}
 	var total, rejected int
+	var progress importProgress
 	start := time.Now()
 	rows := make([]engine.ImportRow, 0, *batch)
 	flush := func() error {
@@ -470,7 +471,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		total += len(rows)
 		rows = rows[:0]
-		fmt.Fprintf(stderr, "\rimported %d rows (%.0f rows/s), rejected %d", total, float64(total)/time.Since(start).Seconds(), rejected)
+		fmt.Fprintf(stderr, "\r%s %d rows (%.0f rows/s), rejected %d ", progress.bar(), total, float64(total)/time.Since(start).Seconds(), rejected)
 		return nil
 	}
 	for _, name := range files {
@@ -482,7 +483,11 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			defer f.Close()
 			in = f
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				progress.total += fi.Size()
+			}
 		}
+		in = &countingReader{r: in, n: &progress.done}
 		r, err := importfile.NewReader(in, name, importfile.FormatOf(name))
 		if err != nil {
 			return err
@@ -595,4 +600,30 @@ func repairCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, report)
 	}
 	return err
+}
+
+// importProgress draws the import's progress bar from the bytes read of
+// the input files whose size is known (stdin has none: the bar then only
+// counts rows).
+type importProgress struct{ done, total int64 }
+
+func (p *importProgress) bar() string {
+	if p.total <= 0 {
+		return "importing:"
+	}
+	const width = 30
+	frac := min(float64(p.done)/float64(p.total), 1)
+	n := int(frac * width)
+	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100)
+}
+
+type countingReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	*c.n += int64(n)
+	return n, err
 }
