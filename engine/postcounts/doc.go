@@ -61,6 +61,23 @@
 //     and takes the lock again only to Finish: readers never wait for a
 //     window to be encoded or a file to be written.
 //
+// # Measured
+//
+// On bench/datagen (seed 1, day windows, the clock at the data set's end;
+// BenchmarkMemory, live Go heap after GC, N = 1M / 10M): open tables
+// 19.1 / 17.4 bytes per stored post (17.7 / 16.6 by MemoryBytes; 0.15% of
+// posts overflow), against 76 / 61 for counters.Table; all windows sealed
+// 7.4 / 6.2; the default policy (7 days open, the rest sealed) 7.6 / 6.4,
+// that is 3.0 / 2.6 bytes per post overall, zero posts included; the
+// sealed windows in files 1.0 / 0.5 in memory (the cache aside) and 6.3 /
+// 5.8 on disk. A 50-post page (BenchmarkGetPage, 1M): 2.1 µs from open
+// windows, 0.36x counters.Table's time on the same pages; from sealed
+// windows the time of engine/sealed plus 2%. Under a garbage-making
+// goroutine (BenchmarkGCLatency) the p99 of a page is within noise of the
+// p99 with no GC at all at 1M, 10M and 100M posts resident, and the GC's
+// share of the CPU falls as the store grows (12%, 4%, 0.4%): the GC has
+// nothing of the store to scan.
+//
 // # Cold files and snapshots
 //
 // Each cold file is written once under a new name (pc-<window>-<gen>.win)

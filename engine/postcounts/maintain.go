@@ -91,6 +91,17 @@ func (s *Store) Plan(now time.Time) *Job {
 				return s.start(w, "cool", true)
 			}
 		}
+		// Every sealed window is in a file: fold the largest delta into
+		// its file, since deltas are now what memory holds.
+		var big *window
+		for _, w := range s.wins {
+			if w.cold != nil && !w.busy && w.delta != nil && (big == nil || w.delta.len() > big.delta.len()) {
+				big = w
+			}
+		}
+		if big != nil && big.delta.len() >= s.opts.CompactMin {
+			return s.start(big, "compact", true)
+		}
 	}
 	for _, w := range s.wins {
 		if w.busy || w.delta == nil || (w.sealed == nil && w.cold == nil) {

@@ -232,17 +232,32 @@ func (t *narrow) value(f Field, x uint64) int64 {
 	return int64(x)
 }
 
-// decode returns the counts of record r (key k).
+// decode returns the counts of record r (key k). The fields are unpacked
+// with constant shifts (newLayout fixes the third word's layout): a
+// field-by-field loop over the layout tables took a third of a hot page.
 func (t *narrow) decode(k uint64, r *rec) vals {
 	var v vals
-	escaped := false
-	for f := range Field(NumFields) {
-		x := t.field(r, f)
-		if x == t.escape(f) {
-			escaped = true
-			continue
-		}
-		v[f] = t.value(f, x)
+	t.decodeTo(k, r, &v)
+	return v
+}
+
+// decodeTo is decode into *v, which GetMany points at the caller's
+// engine.Counts: a 40-byte result copied twice cost a sixth of a page.
+func (t *narrow) decodeTo(k uint64, r *rec, v *vals) {
+	lo := uint64(r[0]) | uint64(r[1])<<32
+	hi := uint64(r[2])
+	vb := t.lay.width[Views]
+	var escaped bool
+	if !t.signed {
+		*v = vals{int64(hi & 0x3ff), int64(hi >> 10 & 0xff), int64(hi >> 18 & 0x7f), int64(lo >> t.lay.keyBits), int64(hi >> 25)}
+		escaped = v[Likes] == 0x3ff || v[Comments] == 0xff || v[Reposts] == 0x7f || v[Favorites] == 0x7f ||
+			uint64(v[Views]) == t.lay.maxU[Views]
+	} else {
+		// Shift each field to the top of the word, then back: sign
+		// extension.
+		*v = vals{int64(hi<<54) >> 54, int64(hi<<46) >> 56, int64(hi<<39) >> 57, int64(lo) >> t.lay.keyBits, int64(hi<<32) >> 57}
+		escaped = v[Likes] == -1<<9 || v[Comments] == -1<<7 || v[Reposts] == -1<<6 || v[Favorites] == -1<<6 ||
+			v[Views] == -1<<(vb-1)
 	}
 	if escaped {
 		w, _ := t.wide.Get(k)
@@ -252,7 +267,6 @@ func (t *narrow) decode(k uint64, r *rec) vals {
 			}
 		}
 	}
-	return v
 }
 
 // put sets the counts of key k to v, deleting k when v is all zeros.

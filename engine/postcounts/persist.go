@@ -100,7 +100,7 @@ func (s *Store) Snapshot() *Snapshot {
 			sw.coldPath, sw.coldSize, sw.coldPosts = w.coldPath, w.cold.Size(), w.cold.Len()
 		}
 		if w.frozen != nil || w.delta != nil {
-			sw.delta = combine(w.frozen, w.delta, s.signed)
+			sw.delta = combine(w.frozen, w.delta, s.lay)
 		}
 		p.wins = append(p.wins, sw)
 	}
@@ -384,7 +384,7 @@ func (ld *loader) window(b []byte) error {
 	w := &window{num: int64(num), lo: s.rawStart(int64(num)), last: s.rawLast(int64(num))}
 	switch kind := r.byte(); kind {
 	case kindOpen:
-		w.open = newNarrow(s.unsigned, false)
+		w.open = newNarrow(s.lay, false)
 		if err := ld.entries(r, w, w.open, false); err != nil {
 			return err
 		}
@@ -432,7 +432,7 @@ func (ld *loader) window(b []byte) error {
 	// delta is bad.
 	ld.wins = append(ld.wins, w)
 	ld.los = append(ld.los, w.lo)
-	delta := newNarrow(s.signed, true)
+	delta := newNarrow(s.lay, true)
 	if err := ld.entries(r, w, delta, true); err != nil {
 		return err
 	}

@@ -56,8 +56,9 @@ type Options struct {
 	// ColdAge: a sealed window that ended this long ago moves to a file in
 	// Dir. 0 means never by age.
 	ColdAge time.Duration
-	// MemoryBudget: while MemoryBytes exceeds it, Maintain moves the
-	// oldest sealed windows to files in Dir. 0 means no budget.
+	// MemoryBudget: while MemoryBytes (the cold cache included) exceeds
+	// it, Maintain moves the oldest sealed windows to files in Dir, then
+	// folds the largest deltas into their files. 0 means no budget.
 	MemoryBudget int64
 	// Dir holds the cold files. Empty means no cold tier (ColdAge and
 	// MemoryBudget are then ignored). The Store owns the files it writes
@@ -102,13 +103,13 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // window is one time window: a base (an open table, a sealed window in
-// memory, a cold file, or none), possibly a frozen delta a running job is
+// memory or a cold file), possibly a frozen delta a running job is
 // folding into the base, and the delta of the writes since.
 type window struct {
-	num    int64
+	num      int64
 	lo, last uint64 // the window's ids are [lo, last]; a key is id - lo
 
-	// At most one of open, sealed and cold is set. open is writable
+	// Exactly one of open, sealed and cold is set. open is writable
 	// unless busy; when busy (being sealed) it is read-only and writes go
 	// to delta.
 	open     *narrow
@@ -129,8 +130,7 @@ type window struct {
 // by the timestamp the ids carry. See the package doc.
 type Store struct {
 	opts     Options
-	unsigned *layout // records of open tables
-	signed   *layout // records of deltas (the same widths)
+	lay      *layout // of every narrow table's records
 	cache    *cold.Cache
 	cacheMem int
 
@@ -141,9 +141,9 @@ type Store struct {
 	epoch   uint64 // bumped by Load: jobs from before are void
 	nextGen uint64 // names cold files
 	jobs    map[*window]*Job
-	// obsolete lists cold files no longer read (compacted, or replaced by
-	// an import); RemoveUnreferenced deletes them.
-	writing map[string]bool // files running jobs are writing
+	// writing holds the files running jobs are writing, which
+	// RemoveUnreferenced must leave alone.
+	writing map[string]bool
 
 	errMu sync.Mutex
 	err   error // first cold read error (sticky)
@@ -157,11 +157,10 @@ func New(opts Options) (*Store, error) {
 	}
 	keyBits := uint(snowflake.TimeShift + bits.Len64(uint64(o.WindowMillis-1)))
 	s := &Store{
-		opts:     o,
-		unsigned: newLayout(keyBits),
-		signed:   newLayout(keyBits),
-		jobs:     map[*window]*Job{},
-		writing:  map[string]bool{},
+		opts:    o,
+		lay:     newLayout(keyBits),
+		jobs:    map[*window]*Job{},
+		writing: map[string]bool{},
 	}
 	if o.Dir != "" {
 		s.cache = cold.NewCache(max(o.ColdCacheBytes, 0))
@@ -228,7 +227,7 @@ func (s *Store) find(id uint64) int {
 // create adds the open window holding id and returns its index.
 func (s *Store) create(id uint64) int {
 	num, lo, last := s.windowOf(id)
-	w := &window{num: num, lo: lo, last: last, open: newNarrow(s.unsigned, false)}
+	w := &window{num: num, lo: lo, last: last, open: newNarrow(s.lay, false)}
 	return s.insertWindow(w)
 }
 
@@ -260,6 +259,9 @@ func (s *Store) removeWindow(w *window) {
 func fromCounts(c engine.Counts) vals {
 	return vals{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites}
 }
+
+// asVals views c as vals: the same five int64s in the same order.
+func asVals(c *engine.Counts) *vals { return (*vals)(unsafe.Pointer(c)) }
 
 func toCounts(v vals) engine.Counts {
 	return engine.Counts{Likes: v[0], Comments: v[1], Reposts: v[2], Views: v[3], Favorites: v[4]}
@@ -379,7 +381,7 @@ func (s *Store) GetMany(ids []uint64, out []engine.Counts) {
 func (s *Store) getChunk(ids []uint64, out []engine.Counts) {
 	var wins [chunk]int32
 	var recs [chunk]rec
-	var probed, rest uint64 // ids in open windows; ids in sealed or cold ones
+	var probed, rest uint64          // ids in open windows; ids in sealed or cold ones
 	lo, last := uint64(1), uint64(0) // range of window cur; empty at first
 	cur := int32(-1)
 	for i, id := range ids {
@@ -407,11 +409,17 @@ func (s *Store) getChunk(ids []uint64, out []engine.Counts) {
 		i := bits.TrailingZeros64(m)
 		w := s.wins[wins[i]]
 		k := ids[i] - w.lo
-		v := w.open.decode(k, &recs[i])
+		v := asVals(&out[i])
+		w.open.decodeTo(k, &recs[i], v)
 		if w.frozen != nil || w.delta != nil {
-			v = w.overlay(k, v)
+			*v = w.overlay(k, *v)
 		}
-		out[i] = toCounts(v)
+	}
+	if rest != 0 && rest == 1<<len(ids)-1 && wins[0] == wins[len(ids)-1] && s.oneWindow(wins[:len(ids)]) {
+		// A page from one sealed or cold window, the common case: no
+		// gathering and scattering.
+		s.readBase(s.wins[wins[0]], ids, out)
+		return
 	}
 	for rest != 0 {
 		wi := wins[bits.TrailingZeros64(rest)]
@@ -428,22 +436,36 @@ func (s *Store) getChunk(ids []uint64, out []engine.Counts) {
 				rest &^= 1 << i
 			}
 		}
-		if w.sealed != nil {
-			w.sealed.GetMany(sub[:n], got[:n])
-		} else if w.cold != nil {
-			if err := w.cold.GetMany(sub[:n], got[:n]); err != nil {
-				s.noteErr(err)
-				clear(got[:n])
-			}
-		} else {
-			clear(got[:n])
-		}
-		overlay := w.frozen != nil || w.delta != nil
+		s.readBase(w, sub[:n], got[:n])
 		for j := range n {
-			if overlay {
-				got[j] = toCounts(w.overlay(sub[j]-w.lo, fromCounts(got[j])))
-			}
 			out[pos[j]] = got[j]
+		}
+	}
+}
+
+func (s *Store) oneWindow(wins []int32) bool {
+	for _, w := range wins {
+		if w != wins[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// readBase reads ids, all in sealed or cold window w, into out: the
+// window's base in one call, then the deltas.
+func (s *Store) readBase(w *window, ids []uint64, out []engine.Counts) {
+	if w.sealed != nil {
+		w.sealed.GetMany(ids, out)
+	} else if w.cold != nil {
+		if err := w.cold.GetMany(ids, out); err != nil {
+			s.noteErr(err)
+			clear(out)
+		}
+	}
+	if w.frozen != nil || w.delta != nil {
+		for j, id := range ids {
+			out[j] = toCounts(w.overlay(id-w.lo, fromCounts(out[j])))
 		}
 	}
 }
@@ -493,7 +515,7 @@ func (s *Store) Add(id uint64, f Field, delta int64) int64 {
 // keeping the window's count of live posts.
 func (s *Store) putDelta(w *window, k uint64, b, d, nd vals) {
 	if w.delta == nil {
-		w.delta = newNarrow(s.signed, true)
+		w.delta = newNarrow(s.lay, true)
 	}
 	w.delta.put(k, &nd)
 	was := add(b, d) != (vals{})
@@ -636,7 +658,7 @@ func (w *window) source() cold.Source {
 
 // deltaSource returns w's frozen and live deltas, summed, in id order.
 func (s *Store) deltaSource(w *window) cold.Source {
-	return newKeySource(combine(w.frozen, w.delta, s.signed), w.lo)
+	return newKeySource(combine(w.frozen, w.delta, s.lay), w.lo)
 }
 
 // combine returns a delta table equal to a+b (either may be nil): a
@@ -690,28 +712,27 @@ func (w *window) memoryBytes() int {
 
 // Stats describe where the store's posts and bytes are.
 type Stats struct {
-	Posts                           int // non-zero posts (Len)
-	OpenWindows, OpenPosts          int // open tables (windows being sealed included)
-	OpenBytes                       int
-	SealedWindows, SealedPosts      int // in-memory sealed windows (base posts)
-	SealedBytes                     int
-	ColdWindows, ColdPosts          int // cold files (base posts)
-	ColdIndexBytes                  int // block indexes in memory
-	ColdFileBytes                   int64
-	DeltaPosts, DeltaBytes          int // deltas over sealed and cold windows (frozen ones included)
-	OverflowPosts                   int // posts with a field in an overflow table
-	CacheBytes                      int
-	MemoryBytes                     int
-	Jobs                            int // running
-	ColdCache                       cold.CacheStats
-	WindowMillis                    int64
-	RecordBytes, SlotsPerGroupBytes int // record layout: 12 bytes a slot, 104 bytes a group
+	Posts                      int // non-zero posts (Len)
+	OpenWindows, OpenPosts     int // open tables (windows being sealed included)
+	OpenBytes                  int
+	SealedWindows, SealedPosts int // in-memory sealed windows (base posts)
+	SealedBytes                int
+	ColdWindows, ColdPosts     int // cold files (base posts)
+	ColdIndexBytes             int // block indexes in memory
+	ColdFileBytes              int64
+	DeltaPosts, DeltaBytes     int // deltas over sealed and cold windows (frozen ones included)
+	OverflowPosts              int // posts with a field in an overflow table
+	CacheBytes                 int
+	MemoryBytes                int
+	Jobs                       int // running
+	ColdCache                  cold.CacheStats
+	WindowMillis               int64
 }
 
 // Stats returns the store's figures.
 func (s *Store) Stats() Stats {
 	st := Stats{Posts: s.live, CacheBytes: s.cacheMem, MemoryBytes: s.MemoryBytes(), Jobs: len(s.jobs),
-		WindowMillis: s.opts.WindowMillis, RecordBytes: 12, SlotsPerGroupBytes: groupBytes}
+		WindowMillis: s.opts.WindowMillis}
 	if s.cache != nil {
 		st.ColdCache = s.cache.Stats()
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -628,4 +629,66 @@ func TestNoAlloc(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
+}
+
+func TestCountsLayout(t *testing.T) {
+	c := engine.Counts{Likes: 1, Comments: 2, Reposts: 3, Views: 4, Favorites: 5}
+	if *asVals(&c) != fromCounts(c) || unsafe.Sizeof(c) != unsafe.Sizeof(vals{}) {
+		t.Fatal("engine.Counts is no longer five int64s in vals order")
+	}
+}
+
+// TestWindowMath checks window ranges at the edges of the id space: every
+// id belongs to exactly one window, whose key fits the layout.
+func TestWindowMath(t *testing.T) {
+	for _, wm := range []int64{1, 1000, DefaultWindowMillis, MaxWindowMillis} {
+		s, err := New(Options{WindowMillis: wm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []uint64{0, 1, snowflake.Make(snowflake.TwitterEpoch+wm, 0, 0), snowflake.Make(t0.UnixMilli(), 7, 7), math.MaxUint64 - 1, math.MaxUint64} {
+			num, lo, last := s.windowOf(id)
+			if id < lo || id > last || last-lo > s.lay.keyMask {
+				t.Fatalf("window %d ms: id %d in window %d [%d, %d], key mask %x", wm, id, num, lo, last, s.lay.keyMask)
+			}
+			if last != math.MaxUint64 {
+				if n2, lo2, _ := s.windowOf(last + 1); n2 != num+1 || lo2 != last+1 {
+					t.Fatalf("window %d ms: window %d ends at %d, next is %d from %d", wm, num, last, n2, lo2)
+				}
+			}
+			s.Add(id, Likes, 1)
+			if s.Get(id).Likes != 1 {
+				t.Fatalf("window %d ms: id %d lost", wm, id)
+			}
+		}
+	}
+}
+
+// TestBudget checks that a memory budget moves sealed windows to files,
+// and then folds deltas into them, until the store fits.
+func TestBudget(t *testing.T) {
+	h := newHarness(t, 21, Options{WindowMillis: 300_000, OpenAge: time.Minute, Dir: t.TempDir(), ColdCacheBytes: -1,
+		MemoryBudget: 1, CompactMin: 50})
+	for range 3000 {
+		h.write()
+	}
+	h.now = t0.Add(2 * time.Hour)
+	if err := h.s.Maintain(h.now); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.s.Stats(); st.SealedWindows != 0 || st.ColdWindows == 0 {
+		t.Fatalf("over budget, sealed windows stay in memory: %+v", st)
+	}
+	for range 3000 {
+		h.write() // deltas over the cold windows
+	}
+	before := h.s.Stats().DeltaPosts
+	if err := h.s.Maintain(h.now); err != nil {
+		t.Fatal(err)
+	}
+	st := h.s.Stats()
+	if before < 100 || st.DeltaPosts > before/4 {
+		t.Fatalf("over budget, deltas of %d posts became %d", before, st.DeltaPosts)
+	}
+	h.checkAll()
 }
