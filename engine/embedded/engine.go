@@ -400,7 +400,7 @@ var errClosed = fmt.Errorf("%w: the store is closed", engine.ErrUnavailable)
 // fail makes the engine read-only after a log failure.
 func (e *Engine) fail(err error) error {
 	if e.failed.CompareAndSwap(nil, &err) {
-		e.logger.Error("embedded: the log failed; mutations are refused until restart", "err", err)
+		e.logger.Error("embedded: the store cannot write; mutations are refused until restart", "err", err)
 	}
 	return errWrite
 }
@@ -457,6 +457,13 @@ func (e *Engine) commit(o *op) (uint64, error) {
 	e.lastTime = o.time
 	var evs []engine.Event
 	e.st.apply(o, &evs)
+	if cerr := e.st.counts.Err(); cerr != nil {
+		// A write to a post in an unreadable cold block was not applied in
+		// memory. Its record is in the log, and a restart rebuilds the cold
+		// tier from the snapshot and the log, so nothing is lost; until
+		// then take no more writes rather than let counts drift.
+		e.fail(fmt.Errorf("cold tier: %w", cerr))
+	}
 	e.mu.Unlock()
 	if err := e.waitDurable(index); err != nil {
 		return 0, err
@@ -725,7 +732,14 @@ func (e *Engine) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Coun
 	}
 	e.mu.RLock()
 	e.st.counts.GetMany(raw, out)
+	err := e.st.counts.Err()
 	e.mu.RUnlock()
+	if err != nil {
+		// A cold block did not verify: say so rather than show zeros. The
+		// cause names files, so it goes to the log, not to the client.
+		e.logger.Error("embedded: post counts cannot be read; restart to rebuild the cold tier", "err", err)
+		return nil, fmt.Errorf("%w: post counts cannot be read", engine.ErrUnavailable)
+	}
 	return out, nil
 }
 
