@@ -1,0 +1,10 @@
+//go:build !linux
+
+package benchutil
+
+import "time"
+
+var start = time.Now()
+
+// ThreadCPU falls back to wall time where there is no per-thread clock.
+func ThreadCPU() time.Duration { return time.Since(start) }

@@ -1,0 +1,9 @@
+package postcounts
+
+import "github.com/tally-dev/tally/bench/benchutil"
+
+var (
+	threadCPU    = benchutil.ThreadCPU
+	lockThread   = benchutil.LockThread
+	unlockThread = benchutil.UnlockThread
+)
