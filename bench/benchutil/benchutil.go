@@ -4,7 +4,11 @@
 // taken by other work).
 package benchutil
 
-import "runtime"
+import (
+	"os"
+	"runtime"
+	"strconv"
+)
 
 // LockThread pins the calling goroutine to its OS thread, so that
 // ThreadCPU measures only its work; UnlockThread releases it.
@@ -12,3 +16,12 @@ func LockThread() { runtime.LockOSThread() }
 
 // UnlockThread undoes LockThread.
 func UnlockThread() { runtime.UnlockOSThread() }
+
+// N is the size of the benchmarks' data set: $TALLY_BENCH_N, or 1M.
+// Issue 4's figures are taken at 1M, 10M and 100M.
+func N() int {
+	if n, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}

@@ -17,24 +17,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/sealed"
 )
-
-func benchN(b *testing.B) int {
-	n := 1_000_000
-	if s := os.Getenv("TALLY_BENCH_N"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v <= 0 {
-			b.Fatalf("TALLY_BENCH_N=%q", s)
-		}
-		n = v
-	}
-	return n
-}
 
 // layout writes one post's non-zero counts into a pipeline.
 type layout struct {
@@ -105,7 +94,7 @@ func BenchmarkRedisMemory(b *testing.B) {
 	if !redistest.Available() {
 		b.Skip("redis-server not installed")
 	}
-	n := benchN(b)
+	n := benchutil.N()
 	node := redistest.StartSingleNode(b, "--appendonly", "no", "--save", "")
 	c := redis.NewClient(&redis.Options{Addr: node.Addr})
 	defer c.Close()
@@ -158,7 +147,7 @@ func BenchmarkPage(b *testing.B) {
 		b.Skip("redis-server not installed")
 	}
 	const pageSize = 50
-	n := benchN(b)
+	n := benchutil.N()
 	cfg := datagen.Config{N: n, Seed: 1}
 	node := redistest.StartSingleNode(b, "--appendonly", "no", "--save", "")
 	c := redis.NewClient(&redis.Options{Addr: node.Addr})

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -25,15 +24,6 @@ import (
 // Data: bench/datagen, N = benchN, seed 1, defaults; one window (one file)
 // per UTC day. A page is 50 ids of one day's posts, zero posts included,
 // in random order. cpu-ns/page is the benchmark thread's CPU time.
-
-// benchN is the data-set size: 1M, or $TALLY_BENCH_N (e.g. 10000000 for
-// the 10M figures).
-var benchN = func() int {
-	if n, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && n > 0 {
-		return n
-	}
-	return 1_000_000
-}()
 
 type benchSet struct {
 	dir     string

@@ -6,4 +6,5 @@ var (
 	threadCPU    = benchutil.ThreadCPU
 	lockThread   = benchutil.LockThread
 	unlockThread = benchutil.UnlockThread
+	benchN       = benchutil.N()
 )

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -30,14 +29,6 @@ import (
 // 60% of posts all zero, long-tailed counts), day windows, the clock at
 // the end of the data set (2025-01-01): with the default policy the last
 // 7 days are open tables and the rest sealed.
-
-// benchN is the data-set size: 1M, or $TALLY_BENCH_N.
-var benchN = func() int {
-	if n, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && n > 0 {
-		return n
-	}
-	return 1_000_000
-}()
 
 // dataset yields the n posts of the benchmark data set, zero posts
 // included.

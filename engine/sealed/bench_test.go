@@ -2,9 +2,7 @@ package sealed
 
 import (
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,15 +24,6 @@ import (
 // Page reads also report cpu-ns/page, the CPU time of the benchmark's
 // thread: on a machine shared with other work, wall time includes waits
 // for a core.
-
-// benchN is the data-set size: 1M, or $TALLY_BENCH_N (e.g. 10000000 for
-// the 10M figures).
-var benchN = func() int {
-	if n, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && n > 0 {
-		return n
-	}
-	return 1_000_000
-}()
 
 type dataset struct {
 	all     []uint64 // every post id, zero posts included
