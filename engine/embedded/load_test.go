@@ -164,8 +164,9 @@ func TestSnapshotUnderLoad(t *testing.T) {
 	}
 	// Two noisy cores are shared by the snapshot, four load goroutines and
 	// the garbage collector, so a scheduling delay of a few time slices is
-	// expected; a stall for the snapshot's duration is not.
-	if limit := snapTook / 10; maxW > limit || maxR > limit {
+	// expected; a stall for the snapshot's duration is not. A quarter of
+	// it leaves room for CI running other packages' tests beside this one.
+	if limit := snapTook / 4; maxW > limit || maxR > limit {
 		t.Fatalf("an operation waited %v/%v during a snapshot of %v", maxW, maxR, snapTook)
 	}
 }
