@@ -277,6 +277,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	complexity := fs.Int("complexity-limit", 5000, "largest query cost accepted (fields, with lists counted by their size)")
 	maxBody := fs.Int64("max-body-bytes", 1<<20, "largest request body accepted")
+	corsOrigins := fs.String("cors-origins", "", "comma-separated browser origins (or *) allowed to call /query from another origin")
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
@@ -310,6 +311,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		ComplexityLimit: *complexity,
 		MaxBodyBytes:    *maxBody,
 		OriginPatterns:  splitList(*origins),
+		CORSOrigins:     splitList(*corsOrigins),
 		RateLimit:       *rateLimit,
 		RateBurst:       *rateBurst,
 	}, devToken, sf.data)

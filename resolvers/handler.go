@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -39,6 +40,11 @@ type Config struct {
 	// OriginPatterns are the extra host patterns allowed to open WebSockets
 	// from a browser (same-origin is always allowed).
 	OriginPatterns []string
+	// CORSOrigins are the browser origins (e.g. https://app.example.com,
+	// or "*") allowed to call the endpoint from another origin; none by
+	// default. Tokens travel in the Authorization header, never in
+	// cookies, so allowing an origin grants it nothing by itself.
+	CORSOrigins []string
 	// RateLimit is mutations per second per user (0 = unlimited), with
 	// bursts of RateBurst.
 	RateLimit float64
@@ -126,6 +132,9 @@ func NewHandler(cfg Config) http.Handler {
 	})
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cors(w, r, cfg.CORSOrigins) {
+			return // a preflight, answered
+		}
 		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)
 		if r.ContentLength > cfg.MaxBodyBytes {
@@ -172,4 +181,27 @@ func limitOr(first *int, def int) int {
 		return def
 	}
 	return max(min(*first, 1000), 1)
+}
+
+// cors adds the CORS headers for an allowed cross-origin request and
+// answers its preflight (reporting true when it did).
+func cors(w http.ResponseWriter, r *http.Request, allowed []string) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || len(allowed) == 0 {
+		return false
+	}
+	w.Header().Add("Vary", "Origin")
+	if !slices.Contains(allowed, origin) && !slices.Contains(allowed, "*") {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	return false
 }
