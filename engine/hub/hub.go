@@ -37,6 +37,10 @@ type watcher struct {
 	user      engine.UserID
 	followees []engine.UserID // sorted; unread watchers only
 	signal    chan struct{}
+	// refreshing is set while a goroutine re-reads followees; stale asks it
+	// to read once more because another follow change came in meanwhile.
+	// Both are guarded by Hub.mu.
+	refreshing, stale bool
 }
 
 func (w *watcher) wake() {
@@ -132,7 +136,7 @@ func (h *Hub) dispatch(e engine.Event) {
 	case engine.FollowsChanged:
 		for _, u := range e.Users {
 			for w := range h.byUser[u] {
-				h.refollow(w, e.Author)
+				h.refollow(w)
 				w.wake()
 			}
 		}
@@ -141,32 +145,54 @@ func (h *Hub) dispatch(e engine.Event) {
 	}
 }
 
-// refollow moves w in or out of author's index after its user followed or
-// unfollowed author. The event does not say which, so ask the store, off
-// the delivery goroutine; until it answers, w stays indexed as it was,
-// which at worst costs a spurious wake-up.
-func (h *Hub) refollow(w *watcher, author engine.UserID) {
+// refollow re-indexes w after its user followed or unfollowed someone.
+// The store is asked off the delivery goroutine, by one goroutine per
+// watcher at a time; a change that arrives while it asks makes it ask
+// again, so the index ends on the store's latest answer whatever order
+// the answers come back in. Until then w stays indexed as it was, which
+// at worst costs a spurious wake-up or a push that arrives with the next.
+// Called with h.mu held.
+func (h *Hub) refollow(w *watcher) {
+	if w.refreshing {
+		w.stale = true
+		return
+	}
+	w.refreshing = true
 	go func() {
-		followees, err := h.store.Followees(context.Background(), w.user)
-		if err != nil {
-			return
-		}
-		follows := slices.Contains(followees, author)
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if _, live := h.unread[w]; !live {
-			return
-		}
-		i, had := slices.BinarySearch(w.followees, author)
-		switch {
-		case follows && !had:
-			w.followees = slices.Insert(w.followees, i, author)
-			add(h.byAuthor, author, w)
-		case !follows && had:
-			w.followees = slices.Delete(w.followees, i, i+1)
-			remove(h.byAuthor, author, w)
+		for {
+			followees, err := h.store.Followees(context.Background(), w.user)
+			h.mu.Lock()
+			if _, live := h.unread[w]; !live || err != nil {
+				w.refreshing, w.stale = false, false
+				h.mu.Unlock()
+				return
+			}
+			h.reindex(w, sortedCopy(followees))
+			if !w.stale {
+				w.refreshing = false
+				h.mu.Unlock()
+				return
+			}
+			w.stale = false
+			h.mu.Unlock()
 		}
 	}()
+}
+
+// reindex replaces w's followees with next (sorted) in the author index.
+// Called with h.mu held.
+func (h *Hub) reindex(w *watcher, next []engine.UserID) {
+	for _, f := range w.followees {
+		if _, found := slices.BinarySearch(next, f); !found {
+			remove(h.byAuthor, f, w)
+		}
+	}
+	for _, f := range next {
+		if _, found := slices.BinarySearch(w.followees, f); !found {
+			add(h.byAuthor, f, w)
+		}
+	}
+	w.followees = next
 }
 
 func wakeAll(ws map[*watcher]struct{}) {

@@ -130,3 +130,40 @@ func TestWakeUpsCoalesce(t *testing.T) {
 		t.Fatal("more than one pending wake-up after a burst")
 	}
 }
+
+// Rapid follow/unfollow changes leave the index on the store's final answer.
+func TestRapidFollowChangesSettle(t *testing.T) {
+	s, h := open(t)
+	ctx := t.Context()
+	const author, fan = 1, 2
+	ch, _ := h.WatchUnread(ctx, fan)
+	for range 50 {
+		s.Follow(ctx, fan, author)
+		s.Unfollow(ctx, fan, author)
+	}
+	s.Follow(ctx, fan, author)
+	s.Unfollow(ctx, fan, author) // final state: not following
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		h.mu.Lock()
+		n := len(h.byAuthor[author])
+		var settled bool
+		for w := range h.byUser[fan] {
+			settled = !w.refreshing
+		}
+		h.mu.Unlock()
+		if n == 0 && settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index did not settle: %d watchers under the author", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for woke(ch, 50*time.Millisecond) {
+	}
+	s.CreatePost(ctx, author, 0, "")
+	if woke(ch, 200*time.Millisecond) {
+		t.Fatal("an unfollower was woken by the author's post")
+	}
+}
