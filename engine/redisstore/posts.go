@@ -72,6 +72,21 @@ func forbidden(what string) error { return fmt.Errorf("%w: %s", engine.ErrForbid
 
 func checkUser(u engine.UserID) error { return engine.CheckViewer(u) }
 
+// reservePostID starts a post-making operation (a post or a repost) under
+// its idempotency key: a first attempt records want as the new post's id;
+// a retry gets back the id the first attempt recorded, and in.done when
+// that attempt completed (then nothing is left to do).
+func (s *Store) reservePostID(ctx context.Context, viewer engine.UserID, kind byte, idemKey string, want uint64) (uint64, idem, error) {
+	in, err := s.idemBegin(ctx, uint64(viewer), kind, idemKey, strconv.FormatUint(want, 10))
+	if err != nil {
+		return 0, in, err
+	}
+	if in.key != "" {
+		want, _ = strconv.ParseUint(in.result, 10, 64)
+	}
+	return want, in, nil
+}
+
 // CreatePost implements engine.Store.
 func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
 	if err := checkUser(viewer); err != nil {
@@ -89,15 +104,9 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if want == 0 && idemKey != "" {
 		want = s.gen.Next()
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), kindPost, idemKey, strconv.FormatUint(want, 10))
-	if err != nil {
-		return 0, err
-	}
-	if in.key != "" {
-		want, _ = strconv.ParseUint(in.result, 10, 64)
-		if in.done {
-			return engine.PostID(want), nil
-		}
+	want, in, err := s.reservePostID(ctx, viewer, kindPost, idemKey, want)
+	if err != nil || in.done {
+		return engine.PostID(want), err
 	}
 	pid, err := s.registerPost(ctx, viewer, want, in.op, "a")
 	if err != nil {
@@ -410,15 +419,9 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	if idemKey != "" {
 		want = s.gen.Next()
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), kindRepost, idemKey, strconv.FormatUint(want, 10))
-	if err != nil {
-		return 0, err
-	}
-	if in.key != "" {
-		want, _ = strconv.ParseUint(in.result, 10, 64)
-		if in.done {
-			return engine.PostID(want), nil
-		}
+	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, want)
+	if err != nil || in.done {
+		return engine.PostID(want), err
 	}
 	if _, err := s.countOn(ctx, post, pReposts, in.op, "a"); err != nil {
 		s.idemAbort(ctx, in)
