@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"testing"
+	"time"
 )
 
 // LockThread pins the calling goroutine to its OS thread, so that
@@ -24,4 +26,28 @@ func N() int {
 		return n
 	}
 	return 1_000_000
+}
+
+// Interleave runs two page readers turn about, 16 pages each, on one
+// locked thread until the benchmark ends, so both see the same machine,
+// and returns each one's CPU time per page. first and second get the page
+// number; a reader meant to see other pages than its peer offsets it.
+func Interleave(b *testing.B, first, second func(page int)) (firstNs, secondNs float64) {
+	LockThread()
+	defer UnlockThread()
+	var t1, t2 time.Duration
+	i := 0
+	for b.Loop() {
+		c0 := ThreadCPU()
+		for k := range 16 {
+			first(i + k)
+		}
+		c1 := ThreadCPU()
+		for k := range 16 {
+			second(i + k)
+		}
+		t1, t2 = t1+c1-c0, t2+ThreadCPU()-c1
+		i += 16
+	}
+	return float64(t1.Nanoseconds()) / float64(i), float64(t2.Nanoseconds()) / float64(i)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
@@ -307,27 +308,14 @@ func versus(b *testing.B, pages pageSet, get, peer func([]uint64, []engine.Count
 }
 
 func versusNamed(b *testing.B, pages pageSet, get, peer func([]uint64, []engine.Counts), peerName string) {
-	lockThread()
-	defer unlockThread()
 	var out [50]engine.Counts
-	var ts, tp time.Duration
-	i := 0
-	for b.Loop() {
-		t0 := threadCPU()
-		for k := range 16 {
-			get(pages[(i+k)%len(pages)][:], out[:])
-		}
-		t1 := threadCPU()
-		// The peer reads other pages of the same set: on the same pages it
-		// would find the lines the store just loaded when both read the
-		// same data (sealed-vs-window).
-		for k := range 16 {
-			peer(pages[(i+k+len(pages)/2)%len(pages)][:], out[:])
-		}
-		ts, tp = ts+t1-t0, tp+threadCPU()-t1
-		i += 16
-	}
-	b.ReportMetric(float64(ts.Nanoseconds())/float64(i), "cpu-ns/page")
-	b.ReportMetric(float64(tp.Nanoseconds())/float64(i), peerName+"-cpu-ns/page")
-	b.ReportMetric(float64(ts)/float64(tp), "store/"+peerName)
+	// The peer reads other pages of the same set: on the same pages it
+	// would find the lines the store just loaded when both read the same
+	// data (sealed-vs-window).
+	store, other := benchutil.Interleave(b,
+		func(i int) { get(pages[i%len(pages)][:], out[:]) },
+		func(i int) { peer(pages[(i+len(pages)/2)%len(pages)][:], out[:]) })
+	b.ReportMetric(store, "cpu-ns/page")
+	b.ReportMetric(other, peerName+"-cpu-ns/page")
+	b.ReportMetric(store/other, "store/"+peerName)
 }

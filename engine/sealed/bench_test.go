@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
@@ -162,29 +162,17 @@ func BenchmarkGetPage(b *testing.B) {
 		pageLoop(b, func(i int) { pg.wins[i%n].GetMany(pg.ids[i%n][:], out[:]) })
 	})
 	b.Run("prefetch-vs-not", func(b *testing.B) {
-		lockThread()
-		defer unlockThread()
-		var ts, to time.Duration
-		i := 0
-		for b.Loop() {
-			t0 := threadCPU()
-			for k := range 16 {
-				p := (i + k) % n
+		with, without := benchutil.Interleave(b,
+			func(i int) { p := i % n; pg.wins[p].GetMany(pg.ids[p][:], out[:]) },
+			func(i int) {
+				p := (i + n/2) % n
+				prefetch = false
 				pg.wins[p].GetMany(pg.ids[p][:], out[:])
-			}
-			t1 := threadCPU()
-			prefetch = false
-			for k := range 16 {
-				p := (i + k + n/2) % n
-				pg.wins[p].GetMany(pg.ids[p][:], out[:])
-			}
-			prefetch = true
-			ts, to = ts+t1-t0, to+threadCPU()-t1
-			i += 16
-		}
-		b.ReportMetric(float64(ts.Nanoseconds())/float64(i), "prefetch-cpu-ns/page")
-		b.ReportMetric(float64(to.Nanoseconds())/float64(i), "plain-cpu-ns/page")
-		b.ReportMetric(float64(ts)/float64(to), "prefetch/plain")
+				prefetch = true
+			})
+		b.ReportMetric(with, "prefetch-cpu-ns/page")
+		b.ReportMetric(without, "plain-cpu-ns/page")
+		b.ReportMetric(with/without, "prefetch/plain")
 	})
 	b.Run("open-table", func(b *testing.B) {
 		pageLoop(b, func(i int) { d.table.GetMany(pg.ids[i%n][:], out[:]) })
@@ -192,27 +180,12 @@ func BenchmarkGetPage(b *testing.B) {
 	// The same two, interleaved page by page so that both see the same
 	// machine: the ratio is what to compare across runs.
 	b.Run("sealed-vs-open", func(b *testing.B) {
-		lockThread()
-		defer unlockThread()
-		var ts, to time.Duration
-		i := 0
-		for b.Loop() {
-			t0 := threadCPU()
-			for k := range 16 {
-				p := (i + k) % n
-				pg.wins[p].GetMany(pg.ids[p][:], out[:])
-			}
-			t1 := threadCPU()
-			for k := range 16 {
-				p := (i + k) % n
-				d.table.GetMany(pg.ids[p][:], out[:])
-			}
-			ts, to = ts+t1-t0, to+threadCPU()-t1
-			i += 16
-		}
-		b.ReportMetric(float64(ts.Nanoseconds())/float64(i), "sealed-cpu-ns/page")
-		b.ReportMetric(float64(to.Nanoseconds())/float64(i), "open-cpu-ns/page")
-		b.ReportMetric(float64(ts)/float64(to), "sealed/open")
+		sealedNs, openNs := benchutil.Interleave(b,
+			func(i int) { p := i % n; pg.wins[p].GetMany(pg.ids[p][:], out[:]) },
+			func(i int) { d.table.GetMany(pg.ids[i%n][:], out[:]) })
+		b.ReportMetric(sealedNs, "sealed-cpu-ns/page")
+		b.ReportMetric(openNs, "open-cpu-ns/page")
+		b.ReportMetric(sealedNs/openNs, "sealed/open")
 	})
 }
 
