@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -147,26 +148,14 @@ func (s *benchSet) pages(n int, seed uint64) pages {
 			w = rng.IntN(len(s.wins))
 		}
 		x := s.wins[w].Index()
-		lo, hi := lowerBound(s.all, x.MinID()), lowerBound(s.all, x.MaxID()+1)
+		lo, _ := slices.BinarySearch(s.all, x.MinID())
+		hi, _ := slices.BinarySearch(s.all, x.MaxID()+1)
 		for j := range 50 {
 			p.ids[i][j] = s.all[lo+rng.IntN(hi-lo)]
 		}
 		p.win[i] = w
 	}
 	return p
-}
-
-func lowerBound(s []uint64, v uint64) int {
-	lo, hi := 0, len(s)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s[m] < v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
 }
 
 // BenchmarkMemory reports what cold windows cost: memory (the open files'

@@ -3,6 +3,7 @@ package sealed
 import (
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -144,7 +145,8 @@ func makePages(d *dataset, n int, seed uint64) pages {
 		for w == nil {
 			w = d.windows[rng.IntN(len(d.windows))]
 		}
-		lo, hi := lowerBound(d.all, w.Index().MinID()), lowerBound(d.all, w.Index().MaxID()+1)
+		lo, _ := slices.BinarySearch(d.all, w.Index().MinID())
+		hi, _ := slices.BinarySearch(d.all, w.Index().MaxID()+1)
 		for j := range 50 {
 			p.ids[i][j] = d.all[lo+rng.IntN(hi-lo)]
 		}
@@ -233,17 +235,4 @@ func pageLoop(b *testing.B, page func(i int)) {
 		i++
 	}
 	b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/page")
-}
-
-func lowerBound(s []uint64, v uint64) int {
-	lo, hi := 0, len(s)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s[m] < v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
 }
