@@ -198,51 +198,38 @@ func BenchmarkPage(b *testing.B) {
 		}
 	}
 	out := make([]engine.Counts, pageSize)
-	perPage := func(b *testing.B) {
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/page")
+	// run reads a page per iteration, cycling through the sample.
+	run := func(name string, read func(page []uint64) error) {
+		b.Run(name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if err := read(pages[i%len(pages)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/page")
+		})
 	}
-	b.Run("tally-open-table", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			open.GetMany(pages[i%len(pages)], out)
-			i++
-		}
-		perPage(b)
-	})
-	b.Run("tally-sealed", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			win.GetMany(pages[i%len(pages)], out)
-			i++
-		}
-		perPage(b)
-	})
-	b.Run("redis-hash-per-post-pipelined-hmget", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
+	// pipelined sends one Redis read per post of a page in one round trip.
+	pipelined := func(queue func(p redis.Pipeliner, id uint64)) func([]uint64) error {
+		return func(page []uint64) error {
 			p := c.Pipeline()
-			for _, id := range pages[i%len(pages)] {
-				p.HMGet(ctx, "p:"+strconv.FormatUint(id, 10), fields[:]...)
+			for _, id := range page {
+				queue(p, id)
 			}
 			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
-				b.Fatal(err)
+				return err
 			}
-			i++
+			return nil
 		}
-		perPage(b)
-	})
-	b.Run("redis-instagram-buckets-pipelined-hget", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			p := c.Pipeline()
-			for _, id := range pages[i%len(pages)] {
-				p.HGet(ctx, "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10))
-			}
-			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
-				b.Fatal(err)
-			}
-			i++
-		}
-		perPage(b)
-	})
+	}
+	run("tally-open-table", func(page []uint64) error { open.GetMany(page, out); return nil })
+	run("tally-sealed", func(page []uint64) error { win.GetMany(page, out); return nil })
+	run("redis-hash-per-post-pipelined-hmget", pipelined(func(p redis.Pipeliner, id uint64) {
+		p.HMGet(ctx, "p:"+strconv.FormatUint(id, 10), fields[:]...)
+	}))
+	run("redis-instagram-buckets-pipelined-hget", pipelined(func(p redis.Pipeliner, id uint64) {
+		p.HGet(ctx, "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10))
+	}))
 }
