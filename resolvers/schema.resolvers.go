@@ -245,13 +245,23 @@ func (r *viewerResolver) User(ctx context.Context, v *model.Viewer) (*model.User
 }
 
 func (r *viewerResolver) Unread(ctx context.Context, v *model.Viewer) (*engine.Unread, error) {
-	u, err := loaders.For(ctx).Unread.Load(ctx, v.UserID)()
-	return &u, err
+	return unreadOf(ctx, v)
 }
 
 func (r *viewerResolver) RedDot(ctx context.Context, v *model.Viewer) (bool, error) {
+	u, err := unreadOf(ctx, v)
+	if err != nil {
+		return false, err
+	}
+	return u.RedDot, nil
+}
+
+func unreadOf(ctx context.Context, v *model.Viewer) (*engine.Unread, error) {
+	if v.Unread != nil {
+		return v.Unread, nil
+	}
 	u, err := loaders.For(ctx).Unread.Load(ctx, v.UserID)()
-	return u.RedDot, err
+	return &u, err
 }
 
 // ---- Groups and messages ----

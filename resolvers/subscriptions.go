@@ -9,8 +9,8 @@ import (
 
 // UnreadChanged sends the viewer's state at once, then again whenever the
 // hub says it may have changed and a re-read shows that it did. The value
-// sent carries only the viewer id: its fields are resolved afresh, with new
-// loaders, for every event.
+// sent carries the badges that re-read found, so an event costs one read;
+// its other fields are resolved afresh, with new loaders, for every event.
 func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model.Viewer, error) {
 	viewer := viewerOf(ctx)
 	signal, err := r.Hub.WatchUnread(ctx, viewer)
@@ -22,7 +22,8 @@ func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model
 		return nil, err
 	}
 	out := make(chan *model.Viewer, 1)
-	out <- &model.Viewer{UserID: viewer}
+	first := last
+	out <- &model.Viewer{UserID: viewer, Unread: &first}
 	go func() {
 		defer close(out)
 		for {
@@ -37,7 +38,7 @@ func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model
 			}
 			last = now
 			select {
-			case out <- &model.Viewer{UserID: viewer}:
+			case out <- &model.Viewer{UserID: viewer, Unread: &now}:
 			case <-ctx.Done():
 				return
 			}

@@ -39,8 +39,13 @@ type User struct{ UserID engine.UserID }
 
 func (u *User) ID() string { return FormatID(u.UserID) }
 
-// Viewer is the signed-in user.
-type Viewer struct{ UserID engine.UserID }
+// Viewer is the signed-in user. Unread, when set, is the badge state
+// already read for this response (a subscription event compares it with
+// the last one it sent before pushing), so it is not read again.
+type Viewer struct {
+	UserID engine.UserID
+	Unread *engine.Unread
+}
 
 func (v *Viewer) ID() string { return FormatID(v.UserID) }
 
