@@ -53,7 +53,7 @@ func TestTokenCommand(t *testing.T) {
 
 func TestTokenCommandUsesDevServerSecret(t *testing.T) {
 	dir := t.TempDir()
-	os.Unsetenv("TALLY_JWT_SECRET")
+	t.Setenv("TALLY_JWT_SECRET", "") // empty is unset, and restored after the test
 	if code, _, errs := runCLI(t, "token", "-user", "1", "-data", dir); code != 1 || !strings.Contains(errs, "TALLY_JWT_SECRET") {
 		t.Fatalf("no secret anywhere: %d %s", code, errs)
 	}
