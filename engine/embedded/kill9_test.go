@@ -126,9 +126,15 @@ func TestKill9DuringSnapshots(t *testing.T) {
 			timer := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
 			defer timer.Stop()
 		}
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
+		// Only a line with its newline is complete: the kill can cut the
+		// last one short, and a cut "ack" line would name the wrong post.
+		rd := bufio.NewReader(stdout)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				break
+			}
+			f := strings.Fields(line)
 			switch {
 			case len(f) == 4 && f[1] == "like":
 				var l like
@@ -146,7 +152,7 @@ func TestKill9DuringSnapshots(t *testing.T) {
 					pending[f[2]] = true
 				}
 			case len(f) > 0 && (f[0] == "error" || f[0] == "open-error"):
-				t.Fatalf("child: %s", sc.Text())
+				t.Fatalf("child: %s", line)
 			}
 		}
 		err = cmd.Wait()

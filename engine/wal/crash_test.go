@@ -83,11 +83,16 @@ func runCrashRound(t *testing.T, dir, mode string, round int, after time.Duratio
 	lines := make(chan map[uint64]string, 1)
 	go func() {
 		got := map[uint64]string{}
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			// A line cut by the kill has no trailing newline and is not
-			// returned complete; a complete "ack" line is an acknowledgement.
-			f := strings.Fields(sc.Text())
+		r := bufio.NewReader(out)
+		for {
+			// Only a line with its newline is complete: the kill can cut
+			// the last one short (bufio.Scanner would hand that fragment
+			// back as a line, a payload the child never acknowledged).
+			line, err := r.ReadString('\n')
+			if err != nil {
+				break
+			}
+			f := strings.Fields(line)
 			switch {
 			case len(f) == 1 && f[0] == "ready":
 				close(ready)
