@@ -7,6 +7,7 @@ package benchutil
 import (
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"testing"
 	"time"
@@ -50,4 +51,15 @@ func Interleave(b *testing.B, first, second func(page int)) (firstNs, secondNs f
 		i += 16
 	}
 	return float64(t1.Nanoseconds()) / float64(i), float64(t2.Nanoseconds()) / float64(i)
+}
+
+var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+
+// LiveHeap returns the bytes of live heap objects after a full GC: what a
+// data structure costs in Go heap, measured as a difference of two calls.
+func LiveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	metrics.Read(liveSample)
+	return liveSample[0].Value.Uint64()
 }

@@ -1,0 +1,121 @@
+// Package bitpack owns the bit-level primitives of Tally's sealed formats:
+// LSB-first fixed-width fields read with one unaligned load, a writer that
+// appends them, and the pext/pdep pair that squeezes the id bits a block
+// shares out of its keys. It promises that Get never reads outside a slice
+// that has Slack bytes of capacity past its end, and that Writer's output
+// read back with Get gives exactly what was put.
+package bitpack
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+var le = binary.LittleEndian
+
+// Slack is how many bytes past the last field a slice given to Get must
+// reach within its capacity: Get then reads any field with one unaligned
+// load and no end-of-data branch.
+const Slack = 8
+
+// Get returns the w <= 64 bits of b starting at bit off (LSB-first). The
+// caller guarantees off+w <= 8*len(b) and cap(b) >= len(b)+Slack.
+func Get(b []byte, off, w int) uint64 {
+	i, s := off>>3, uint(off&7)
+	x := le.Uint64(b[i:i+8]) >> s
+	if s+uint(w) > 64 {
+		// Only for w > 56; the ninth byte is then within len(b).
+		x |= uint64(b[i+8]) << (64 - s)
+	}
+	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
+}
+
+// Writer appends LSB-first bit fields to Buf.
+type Writer struct {
+	Buf  []byte
+	acc  uint64 // pending bits, LSB first
+	nacc uint   // number of pending bits, < 64
+}
+
+// Put appends the low n <= 64 bits of v.
+func (w *Writer) Put(v uint64, n int) {
+	if n == 0 {
+		return
+	}
+	if n < 64 {
+		v &= 1<<uint(n) - 1
+	}
+	w.acc |= v << w.nacc
+	free := 64 - w.nacc
+	if uint(n) < free {
+		w.nacc += uint(n)
+		return
+	}
+	w.Buf = le.AppendUint64(w.Buf, w.acc)
+	if free == 64 {
+		w.acc = 0
+	} else {
+		w.acc = v >> free
+	}
+	w.nacc = uint(n) - free
+}
+
+// Zeros appends n zero bits.
+func (w *Writer) Zeros(n int) {
+	for ; n >= 64; n -= 64 {
+		w.Put(0, 64)
+	}
+	w.Put(0, n)
+}
+
+// Flush pads the pending bits with zeros to a whole byte and returns Buf.
+func (w *Writer) Flush() []byte {
+	for ; w.nacc > 0; w.nacc -= min(8, w.nacc) {
+		w.Buf = append(w.Buf, byte(w.acc))
+		w.acc >>= 8
+	}
+	w.acc = 0
+	return w.Buf
+}
+
+// Pext gathers the bits of x selected by mask into the low bits of the
+// result (the BMI2 instruction, which Go does not expose). Masks here are a
+// few runs of ones, so the loop runs a few times. For x and y that agree
+// outside mask, Pext keeps their order: that is what lets a block store its
+// keys squeezed and still search them.
+func Pext(x, mask uint64) uint64 {
+	var r uint64
+	var o uint
+	for mask != 0 {
+		s := uint(bits.TrailingZeros64(mask))
+		n := uint(bits.TrailingZeros64(^(mask >> s)))
+		run := LowMask(n)
+		r |= (x >> s & run) << o
+		o += n
+		mask &^= run << s
+	}
+	return r
+}
+
+// Pdep scatters the low bits of x to the positions selected by mask: the
+// inverse of Pext.
+func Pdep(x, mask uint64) uint64 {
+	var r uint64
+	for mask != 0 {
+		s := uint(bits.TrailingZeros64(mask))
+		n := uint(bits.TrailingZeros64(^(mask >> s)))
+		run := LowMask(n)
+		r |= (x & run) << s
+		x >>= n // a shift by 64 yields 0 in Go
+		mask &^= run << s
+	}
+	return r
+}
+
+// LowMask returns a word with the low n <= 64 bits set.
+func LowMask(n uint) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<n - 1
+}
