@@ -1,0 +1,195 @@
+package registry
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+var day = 24 * time.Hour
+
+// now is a fixed clock: windows of the last 7 days stay open.
+var now = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func idAt(t time.Time, node, seq uint64) uint64 { return snowflake.Make(t.UnixMilli(), node, seq) }
+
+// check compares r with the model through Get, Len and Range.
+func check(t *testing.T, r *Registry, model map[uint64]uint64, probes []uint64) {
+	t.Helper()
+	if r.Len() != len(model) {
+		t.Fatalf("Len = %d, model %d", r.Len(), len(model))
+	}
+	for _, id := range probes {
+		a, ok := r.Get(id)
+		ma, mok := model[id]
+		if ok != mok || a != ma {
+			t.Fatalf("Get(%d) = %d,%v; model %d,%v", id, a, ok, ma, mok)
+		}
+	}
+	var got []row
+	r.Range(func(id, author uint64) bool {
+		got = append(got, row{id, author})
+		return true
+	})
+	want := make([]row, 0, len(model))
+	for id, a := range model {
+		want = append(want, row{id, a})
+	}
+	slices.SortFunc(want, func(a, b row) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("Range gave %d rows, model %d (first diff at %d)", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+func firstDiff(a, b []row) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestModel drives puts (new posts, re-puts, author changes, ids 0 and
+// 2^64-1, ids of every age) through sealing and compaction and compares
+// with a map after each phase, Loader round trips included.
+func TestModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	r, err := New(Options{CompactMin: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := map[uint64]uint64{}
+	var ids []uint64
+	newID := func() uint64 {
+		switch rng.IntN(50) {
+		case 0:
+			return uint64(rng.IntN(1000)) // small ids: the epoch's window
+		case 1:
+			return ^uint64(0) - uint64(rng.IntN(3))
+		}
+		age := time.Duration(rng.Int64N(int64(60 * day)))
+		return idAt(now.Add(-age), rng.Uint64N(1024), rng.Uint64N(16))
+	}
+	put := func(id, a uint64) {
+		_, had := model[id]
+		if isNew := r.Put(id, a); isNew == had {
+			t.Fatalf("Put(%d) new=%v but model had=%v", id, isNew, had)
+		}
+		model[id] = a
+		if !had {
+			ids = append(ids, id)
+		}
+	}
+	probes := func() []uint64 {
+		p := slices.Clone(ids)
+		for range 500 {
+			p = append(p, newID())
+		}
+		return p
+	}
+	for phase := range 8 {
+		for range 3000 {
+			switch {
+			case len(ids) > 0 && rng.IntN(10) == 0:
+				id := ids[rng.IntN(len(ids))]
+				put(id, model[id]) // no-op re-put
+			case len(ids) > 0 && rng.IntN(10) == 0:
+				put(ids[rng.IntN(len(ids))], rng.Uint64N(1<<40))
+			default:
+				a := rng.Uint64N(1 << 24)
+				if rng.IntN(20) == 0 {
+					a = 0
+				}
+				put(newID(), a)
+			}
+		}
+		check(t, r, model, probes())
+		switch phase % 3 {
+		case 0:
+			r.Maintain(now)
+		case 1:
+			// A planned job that is finished without running leaves
+			// everything as it was.
+			if j := r.Plan(now); j != nil {
+				check(t, r, model, probes()) // frozen entries visible
+				j.Finish()
+			}
+		case 2:
+			// Puts while a job runs land in the open table and win.
+			j := r.Plan(now)
+			for range 200 {
+				if len(ids) > 0 {
+					put(ids[rng.IntN(len(ids))], rng.Uint64N(1<<30))
+				}
+				put(newID(), rng.Uint64N(1<<30))
+			}
+			if j != nil {
+				j.Run()
+				check(t, r, model, probes())
+				j.Finish()
+			}
+		}
+		check(t, r, model, probes())
+
+		// A registry loaded from Range, in order and shuffled, is the same.
+		var rows []row
+		r.Range(func(id, a uint64) bool { rows = append(rows, row{id, a}); return true })
+		for _, shuffle := range []bool{false, true} {
+			if shuffle {
+				rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+			}
+			l, _ := New(Options{CompactMin: 50})
+			ld := l.NewLoader(now)
+			for _, p := range rows {
+				ld.Add(p.id, p.author)
+			}
+			ld.Close()
+			check(t, l, model, probes())
+		}
+	}
+	st := r.Stats()
+	if st.SealedPosts == 0 || st.OpenPosts == 0 {
+		t.Fatalf("the model test should leave posts both sealed and open: %+v", st)
+	}
+}
+
+// TestSealedIsCompact: with old windows sealed, the registry keeps a post
+// in far fewer bytes than an open table.
+func TestSealedIsCompact(t *testing.T) {
+	r, _ := New(Options{})
+	rng := rand.New(rand.NewPCG(1, 1))
+	const n = 200_000
+	for range n {
+		age := 8*day + time.Duration(rng.Int64N(int64(300*day)))
+		r.Put(idAt(now.Add(-age), rng.Uint64N(1024), rng.Uint64N(16)), rng.Uint64N(10_000_000))
+	}
+	open := r.MemoryBytes()
+	r.Maintain(now)
+	sealed := r.MemoryBytes()
+	if st := r.Stats(); st.OpenPosts != 0 || st.SealedPosts != r.Len() {
+		t.Fatalf("all windows are past OpenAge, yet %+v", st)
+	}
+	perOpen, perSealed := float64(open)/float64(r.Len()), float64(sealed)/float64(r.Len())
+	t.Logf("open %.1f B/post, sealed %.1f B/post", perOpen, perSealed)
+	if perSealed > 12 {
+		t.Fatalf("sealed registry costs %.1f B/post", perSealed)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	if _, err := New(Options{WindowMillis: -1}); err == nil {
+		t.Fatal("negative window accepted")
+	}
+	if _, err := New(Options{WindowMillis: 1 << 35}); err == nil {
+		t.Fatal("window beyond 2^34 ms accepted")
+	}
+}
