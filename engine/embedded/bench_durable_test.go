@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine/snapshot"
-	"github.com/tally-dev/tally/engine/table"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -43,7 +42,6 @@ func benchSizes() []int {
 // long writing the snapshot took and the tables' size.
 func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int64) {
 	st := newState(postcounts.Options{})
-	st.posts = table.New[uint64, uint64](hashU64, n)
 	var l *wal.Log
 	if logDir != "" {
 		var err error

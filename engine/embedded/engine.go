@@ -699,17 +699,19 @@ func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine
 }
 
 // Posts implements engine.Store.
-func (e *Engine) Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostInfo, error) {
-	if err := readCheck(ctx, ids); err != nil {
+func (e *Engine) Posts(ctx context.Context, posts []engine.PostID) ([]engine.PostInfo, error) {
+	if err := readCheck(ctx, posts); err != nil {
 		return nil, err
 	}
-	out := make([]engine.PostInfo, len(ids))
+	out := make([]engine.PostInfo, len(posts))
+	authors := make([]uint64, len(posts))
+	found := make([]bool, len(posts))
 	e.mu.RLock()
-	for i, id := range ids {
-		a, ok := e.st.posts.Get(uint64(id))
-		out[i] = engine.PostInfo{Exists: ok, Author: engine.UserID(a)}
-	}
+	e.st.posts.GetMany(ids(posts), authors, found)
 	e.mu.RUnlock()
+	for i := range out {
+		out[i] = engine.PostInfo{Exists: found[i], Author: engine.UserID(authors[i])}
+	}
 	return out, nil
 }
 
@@ -721,15 +723,12 @@ func readCheck[T ~uint64](ctx context.Context, ids []T) error {
 }
 
 // Counts implements engine.Store.
-func (e *Engine) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Counts, error) {
-	if err := readCheck(ctx, ids); err != nil {
+func (e *Engine) Counts(ctx context.Context, posts []engine.PostID) ([]engine.Counts, error) {
+	if err := readCheck(ctx, posts); err != nil {
 		return nil, err
 	}
-	out := make([]engine.Counts, len(ids))
-	raw := make([]uint64, len(ids))
-	for i, id := range ids {
-		raw[i] = uint64(id)
-	}
+	out := make([]engine.Counts, len(posts))
+	raw := ids(posts)
 	e.mu.RLock()
 	e.st.counts.GetMany(raw, out)
 	err := e.st.counts.Err()
@@ -1265,7 +1264,8 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// maintainer seals, cools and compacts post-count windows. A step is
+// maintainer seals, cools and compacts post-count windows and seals the
+// registry's. A step is
 // planned under the write lock, run without any lock (readers and writers
 // carry on against the frozen inputs), and finished under the lock again.
 // It changes how counts are kept, never what they are, so it is not
@@ -1285,6 +1285,33 @@ func (e *Engine) maintainer(every time.Duration) {
 }
 
 func (e *Engine) maintain() {
+	e.maintainCounts()
+	e.maintainRegistry()
+}
+
+// maintainRegistry seals the post registry's windows, as maintainCounts
+// does the counts'.
+func (e *Engine) maintainRegistry() {
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		e.mu.Lock()
+		job := e.st.posts.Plan(e.now())
+		e.mu.Unlock()
+		if job == nil {
+			return
+		}
+		job.Run()
+		e.mu.Lock()
+		job.Finish()
+		e.mu.Unlock()
+	}
+}
+
+func (e *Engine) maintainCounts() {
 	for {
 		select {
 		case <-e.stop:

@@ -11,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
+	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/table"
 )
 
@@ -133,7 +134,7 @@ type idemExpiry struct {
 // pointers between its parts (ids and slice indices only), so it can be
 // serialized and rebuilt. Not safe for concurrent use: the engine locks.
 type state struct {
-	posts  *table.Table[uint64, uint64] // post → author (0: imported without one)
+	posts  *registry.Registry // post → author (0: imported without one)
 	counts *postcounts.Store
 	likes  *table.Table[pair, struct{}] // (user, post)
 	favs   *table.Table[pair, struct{}]
@@ -169,7 +170,7 @@ type state struct {
 // newState makes an empty state whose post counts are kept as co says.
 func newState(co postcounts.Options) *state {
 	return &state{
-		posts:    table.New[uint64, uint64](hashU64, 1024),
+		posts:    newRegistry(co),
 		counts:   newCounts(co),
 		likes:    table.New[pair, struct{}](hashPair, 1024),
 		favs:     table.New[pair, struct{}](hashPair, 256),
@@ -674,6 +675,16 @@ func newCounts(co postcounts.Options) *postcounts.Store {
 		panic(fmt.Sprintf("embedded: post-count options: %v", err))
 	}
 	return s
+}
+
+// newRegistry makes the post registry, windowed and sealed as the counts
+// are. The options were checked by Open (checkCounts).
+func newRegistry(co postcounts.Options) *registry.Registry {
+	r, err := registry.New(registry.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge})
+	if err != nil {
+		panic(fmt.Sprintf("embedded: registry options: %v", err))
+	}
+	return r
 }
 
 // Record sizes for MemoryBytes.

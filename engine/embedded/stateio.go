@@ -4,15 +4,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"io"
 	"math"
 	"math/bits"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -471,7 +472,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), st: &state{
-		posts:    table.New[uint64, uint64](hashU64, items(tagPosts)),
+		posts:    newRegistry(co),
 		counts:   newCounts(co),
 		likes:    table.New[pair, struct{}](hashPair, items(tagLikes)),
 		favs:     table.New[pair, struct{}](hashPair, items(tagFavs)),
@@ -486,7 +487,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	st := im.st
 	jobs := [][]func() error{
 		{func() error { return readMeta(secs[tagMeta], pc, im) }},
-		{func() error { return readPosts(secs[tagPosts], pc, st) }},
+		{func() error { return readPosts(secs[tagPosts], pc, st, co) }},
 		{func() error { return readCounts(secs[tagCounts], pc, st) }},
 		{func() error { return readSet(secs[tagLikes], pc, st.likes) }},
 		{func() error { return readSet(secs[tagFavs], pc, st.favs) }},
@@ -604,14 +605,22 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer, im *image) error {
 	return err
 }
 
-func readPosts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+func readPosts(sr *snapshot.SectionReader, pc *pacer, st *state, co postcounts.Options) error {
+	now := time.Now()
+	if co.Now != nil {
+		now = co.Now()
+	}
+	// Posts come in id order (Registry.Range), so the loader builds old
+	// windows straight into sealed blocks.
+	ld := st.posts.NewLoader(now)
 	err := eachItem(sr, pc, func(d *dec) {
 		p := d.fixed("post")
 		a := d.u("author")
 		if d.err == "" {
-			st.posts.Put(p, a)
+			ld.Add(p, a)
 		}
 	})
+	ld.Close()
 	if err != nil {
 		return err
 	}

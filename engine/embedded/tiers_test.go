@@ -33,7 +33,7 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	// Posts 10 days old (cold), 2 hours old (sealed) and new (open).
 	for i, age := range []time.Duration{240 * time.Hour, 240*time.Hour + time.Minute, 2 * time.Hour, 0} {
 		id := engine.PostID(snowflake.Make(now.Add(-age).UnixMilli(), uint64(i), 0))
-		if _, err := e.CreatePost(ctx, 1, id, ""); err != nil {
+		if _, err := e.CreatePost(ctx, engine.UserID(100+i), id, ""); err != nil {
 			t.Fatal(err)
 		}
 		posts = append(posts, id)
@@ -63,22 +63,40 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 		}
 	}
 	check(e, want)
-	// Wait for the maintenance loop to move the 10-day-old window to a file.
+	authors := func(e *Engine) {
+		t.Helper()
+		info, err := e.Posts(ctx, posts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range info {
+			if !p.Exists || p.Author != engine.UserID(100+i) {
+				t.Fatalf("post %d: %+v, want author %d", i, p, 100+i)
+			}
+		}
+	}
+	authors(e)
+	// Wait for the maintenance loop to move the 10-day-old window to a
+	// file, and to seal the registry's old windows (a post the loop sealed
+	// before the next one of its window was created waits in that
+	// window's open table: fewer than CompactMin late posts).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		files, _ := filepath.Glob(filepath.Join(dir, "cold", "*"))
 		e.mu.RLock()
 		st := e.st.counts.Stats()
+		rs := e.st.posts.Stats()
 		e.mu.RUnlock()
-		if len(files) > 0 && st.ColdWindows > 0 && st.SealedWindows > 0 {
+		if len(files) > 0 && st.ColdWindows > 0 && st.SealedWindows > 0 && rs.SealedWindows == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("windows were not sealed and cooled: %+v, files %v", st, files)
+			t.Fatalf("windows were not sealed and cooled: %+v, registry %+v, files %v", st, rs, files)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	check(e, want)
+	authors(e)
 	like(e, 13) // writes to cold and sealed posts go to deltas
 	e.Unlike(ctx, 10, posts[0])
 	check2 := func(e *Engine) {
@@ -102,6 +120,14 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	got, _ := e.Counts(ctx, posts)
 	if got[0].Likes != 4 || got[1].Likes != 4 || got[2].Likes != 5 || got[3].Likes != 5 {
 		t.Fatalf("after restart: %+v", got)
+	}
+	authors(e)
+	// The snapshot's registry was loaded straight into sealed blocks.
+	e.mu.RLock()
+	rs := e.st.posts.Stats()
+	e.mu.RUnlock()
+	if rs.SealedPosts != 3 {
+		t.Fatalf("registry after restart: %+v", rs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cold")); err != nil {
 		t.Fatal(err)

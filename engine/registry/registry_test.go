@@ -22,11 +22,17 @@ func check(t *testing.T, r *Registry, model map[uint64]uint64, probes []uint64) 
 	if r.Len() != len(model) {
 		t.Fatalf("Len = %d, model %d", r.Len(), len(model))
 	}
-	for _, id := range probes {
+	authors := make([]uint64, len(probes))
+	found := make([]bool, len(probes))
+	r.GetMany(probes, authors, found)
+	for i, id := range probes {
 		a, ok := r.Get(id)
 		ma, mok := model[id]
 		if ok != mok || a != ma {
 			t.Fatalf("Get(%d) = %d,%v; model %d,%v", id, a, ok, ma, mok)
+		}
+		if found[i] != mok || authors[i] != ma {
+			t.Fatalf("GetMany: post %d = %d,%v; model %d,%v", id, authors[i], found[i], ma, mok)
 		}
 	}
 	var got []row
@@ -96,6 +102,8 @@ func TestModel(t *testing.T) {
 		}
 		return p
 	}
+	// A window of one post whose author is 0 packs to zero-width records.
+	put(idAt(now.Add(-30*day), 1, 1), 0)
 	for phase := range 8 {
 		for range 3000 {
 			switch {

@@ -227,7 +227,11 @@ func (k *blockView) find(x uint64, i int) (uint64, bool) {
 
 // touch loads the byte holding record i so that the CPU fetches its line
 // while the caller goes on to other posts.
-func (k *blockView) touch(i int) byte { return k.area[i*k.rw>>3] }
+// The byte may be in the slack past a block of zero-width records.
+func (k *blockView) touch(i int) byte {
+	o := i * k.rw >> 3
+	return k.area[o : o+1][0]
+}
 
 // each calls fn for every post of r in id order until fn returns false.
 func (r *run) each(fn func(id, author uint64) bool) bool {
