@@ -79,6 +79,10 @@ func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int6
 			b.Fatal(err)
 		}
 	}
+	// As buildImage does before writing: seal what is old, fold deltas.
+	if err := st.maintain(time.Now()); err != nil {
+		b.Fatal(err)
+	}
 	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes()
 	start := time.Now()
 	f, err := snapshot.Create(snapDir, index, true)

@@ -354,6 +354,12 @@ func (e *Engine) buildImage(ctx context.Context) (im *image, fresh bool, err err
 	case im.index != target:
 		return nil, false, fmt.Errorf("embedded: snapshot: the log ended at record %d, before %d", im.index, target)
 	}
+	// The rebuilt state never ran the maintenance loop: seal and compact
+	// it as the live one is, or windows that were open when an older
+	// snapshot was taken would stay open tables in every later one.
+	if err := im.st.maintain(e.now()); err != nil {
+		return nil, false, fmt.Errorf("embedded: snapshot: %w", err)
+	}
 	return im, true, nil
 }
 

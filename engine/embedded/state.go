@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"time"
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
@@ -675,6 +676,13 @@ func newCounts(co postcounts.Options) *postcounts.Store {
 		panic(fmt.Sprintf("embedded: post-count options: %v", err))
 	}
 	return s
+}
+
+// maintain seals and compacts the state's post counts and registry in
+// one go, for a state no reader shares (one rebuilt to be written out).
+func (st *state) maintain(now time.Time) error {
+	st.posts.Maintain(now)
+	return st.counts.Maintain(now)
 }
 
 // newRegistry makes the post registry, windowed and sealed as the counts

@@ -58,7 +58,8 @@ const stateVersion = 1
 var (
 	tagMeta     = snapshot.MakeTag("META")
 	tagPosts    = snapshot.MakeTag("POST")
-	tagCounts   = snapshot.MakeTag("CNTS")
+	tagCounts   = snapshot.MakeTag("CNTS") // per post; read, no longer written
+	tagPCounts  = snapshot.MakeTag("PCNT") // postcounts' own image
 	tagLikes    = snapshot.MakeTag("LIKE")
 	tagFavs     = snapshot.MakeTag("FAVS")
 	tagUsers    = snapshot.MakeTag("USER")
@@ -70,8 +71,11 @@ var (
 	tagIdem     = snapshot.MakeTag("IDEM")
 	tagIdemQ    = snapshot.MakeTag("IDMQ")
 
-	allTags = []snapshot.Tag{tagMeta, tagPosts, tagCounts, tagLikes, tagFavs, tagUsers, tagProfiles,
+	// allTags are the sections a snapshot must have; the post counts
+	// are in one of countTags.
+	allTags = []snapshot.Tag{tagMeta, tagPosts, tagLikes, tagFavs, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdem, tagIdemQ}
+	countTags = []snapshot.Tag{tagPCounts, tagCounts}
 )
 
 // followsPerItem bounds a FOLW item so that a user following millions
@@ -192,27 +196,7 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 				return true
 			})
 		}},
-		{tagCounts, func() {
-			st.counts.Range(func(p uint64, c engine.Counts) bool {
-				f := [counters.NumFields]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites}
-				e.start()
-				e.fixed(p)
-				var mask byte
-				for i, x := range f {
-					if x != 0 {
-						mask |= 1 << i
-					}
-				}
-				e.b = append(e.b, mask)
-				for _, x := range f {
-					if x != 0 {
-						e.u(uint64(x))
-					}
-				}
-				e.end()
-				return true
-			})
-		}},
+		{countsTagWritten, func() { writeCounts(w, e, st) }},
 		{tagLikes, func() { writeSet(e, st.likes) }},
 		{tagFavs, func() { writeSet(e, st.favs) }},
 		{tagUsers, func() {
@@ -333,6 +317,26 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		}
 	}
 	return nil
+}
+
+// countsTagWritten and writeCounts are how writeImage writes the post
+// counts; a test swaps in the previous per-post section to check that
+// snapshots written before PCNT still load.
+var (
+	countsTagWritten = tagPCounts
+	writeCounts      = writePostCounts
+)
+
+// writePostCounts writes the PCNT section: postcounts' own compact image
+// (sealed windows as they are in memory, open tables as varints), a few
+// bytes a post where one item per post took about 12, and a load that
+// installs sealed windows instead of re-sealing them.
+func writePostCounts(w *snapshot.Writer, e *enc, st *state) {
+	cw := &chunkWriter{w: w, p: e.p}
+	if _, err := st.counts.Snapshot().SelfContained().WriteTo(cw); err != nil && w.Err() == nil {
+		cw.fail(err)
+	}
+	cw.close()
 }
 
 func writeSet(e *enc, t *table.Table[pair, struct{}]) {
@@ -459,9 +463,21 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 			return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tag))
 		}
 	}
-	if len(secs) != len(allTags) {
+	var countsTag snapshot.Tag
+	for _, tag := range countTags {
+		if secs[tag] != nil {
+			if countsTag != (snapshot.Tag{}) {
+				return nil, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s both hold the post counts", countsTag, tag))
+			}
+			countsTag = tag
+		}
+	}
+	if countsTag == (snapshot.Tag{}) {
+		return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tagPCounts))
+	}
+	if len(secs) != len(allTags)+1 {
 		for _, s := range r.Sections() {
-			if !containsTag(allTags, s.Tag) {
+			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -488,7 +504,12 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	jobs := [][]func() error{
 		{func() error { return readMeta(secs[tagMeta], pc, im) }},
 		{func() error { return readPosts(secs[tagPosts], pc, st, co) }},
-		{func() error { return readCounts(secs[tagCounts], pc, st) }},
+		{func() error {
+			if countsTag == tagCounts {
+				return readCounts(secs[tagCounts], pc, st)
+			}
+			return readPostCounts(secs[tagPCounts], pc, st)
+		}},
 		{func() error { return readSet(secs[tagLikes], pc, st.likes) }},
 		{func() error { return readSet(secs[tagFavs], pc, st.favs) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
@@ -686,6 +707,100 @@ func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		return sr.Corrupt(ierr.Error())
 	}
 	return checkLen(sr, st.counts.Len())
+}
+
+// readPostCounts loads the PCNT section: postcounts' image, streamed from
+// the section's chunks.
+func readPostCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	cr := &chunkReader{sr: sr, p: pc}
+	if err := st.counts.Load(cr, ""); err != nil {
+		if ce := (*snapshot.CorruptError)(nil); errors.As(err, &ce) {
+			return err
+		}
+		if errors.Is(err, postcounts.ErrCorrupt) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return sr.Corrupt(err.Error())
+		}
+		return err
+	}
+	return cr.end()
+}
+
+// chunkWriter streams a section whose body is a format of its own into
+// chunks of about snapshot.TargetChunkBytes, an item each.
+type chunkWriter struct {
+	w   *snapshot.Writer
+	p   *pacer
+	buf []byte
+	err error
+}
+
+func (c *chunkWriter) Write(b []byte) (int, error) {
+	if err := c.w.Err(); err != nil {
+		return 0, err
+	}
+	c.buf = append(c.buf, b...)
+	for len(c.buf) >= snapshot.TargetChunkBytes {
+		c.w.Chunk(c.buf[:snapshot.TargetChunkBytes], 1)
+		c.buf = append(c.buf[:0], c.buf[snapshot.TargetChunkBytes:]...)
+		c.p.tick()
+	}
+	return len(b), c.w.Err()
+}
+
+// fail records an error of the body's own writer; close reports it.
+func (c *chunkWriter) fail(err error) { c.err = err }
+
+func (c *chunkWriter) close() {
+	if c.err != nil {
+		c.w.Fail(c.err)
+		return
+	}
+	if len(c.buf) > 0 {
+		c.w.Chunk(c.buf, 1)
+	}
+}
+
+// chunkReader reads back what a chunkWriter wrote.
+type chunkReader struct {
+	sr  *snapshot.SectionReader
+	p   *pacer
+	cur []byte
+	n   uint64
+	err error
+}
+
+func (c *chunkReader) Read(b []byte) (int, error) {
+	for len(c.cur) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		c.cur, c.err = c.sr.Next()
+		if c.err == nil {
+			c.n++
+			c.p.tick()
+		}
+	}
+	n := copy(b, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}
+
+// end checks that the body was read to the section's last byte and that
+// the chunks are the items the directory lists.
+func (c *chunkReader) end() error {
+	if len(c.cur) > 0 {
+		return c.sr.Corrupt(fmt.Sprintf("%d bytes after the end of the section's body", len(c.cur)))
+	}
+	if _, err := c.sr.Next(); err != io.EOF {
+		if err != nil {
+			return err
+		}
+		return c.sr.Corrupt("a chunk after the end of the section's body")
+	}
+	if want := c.sr.Info().Items; c.n != want {
+		return c.sr.Corrupt(fmt.Sprintf("%d chunks, the directory lists %d items", c.n, want))
+	}
+	return nil
 }
 
 func readSet(sr *snapshot.SectionReader, pc *pacer, t *table.Table[pair, struct{}]) error {

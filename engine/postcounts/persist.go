@@ -9,8 +9,10 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/sealed"
 )
@@ -75,6 +77,16 @@ type Snapshot struct {
 	windowMillis int64
 	nextGen      uint64
 	wins         []snapWindow
+	inline       bool
+}
+
+// SelfContained makes WriteTo copy each cold window's file into the
+// output as a sealed window (the bytes of a cold file are those of a
+// sealed window), so that the output loads without the files: for
+// snapshots kept apart from the store's directory. It returns p.
+func (p *Snapshot) SelfContained() *Snapshot {
+	p.inline = true
+	return p
 }
 
 type snapWindow struct {
@@ -146,6 +158,17 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			head = append(head, kindSealed)
 			mid = sw.sealed.Bytes()
 			head = binary.AppendUvarint(head, uint64(len(mid)))
+		case p.inline:
+			b, err := os.ReadFile(sw.coldPath)
+			if err == nil && int64(len(b)) != sw.coldSize {
+				err = fmt.Errorf("%s has %d bytes, the store knows %d", sw.coldPath, len(b), sw.coldSize)
+			}
+			if err != nil {
+				return cw.n, fmt.Errorf("postcounts: write snapshot: %w", err)
+			}
+			head = append(head, kindSealed)
+			mid = b
+			head = binary.AppendUvarint(head, uint64(len(mid)))
 		default:
 			head = append(head, kindCold)
 			name := filepath.Base(sw.coldPath)
@@ -211,7 +234,8 @@ func (c *countWriter) write(b []byte) {
 
 // Load replaces the store's contents with a state WriteTo wrote, reading
 // exactly those bytes from r. Cold files are looked up by name in dir
-// ("" means Options.Dir). The snapshot's window size must be the store's.
+// ("" means Options.Dir). A snapshot of another window size loads into an
+// empty store only, re-partitioned through Import.
 // Every byte is checked (see the format); on any error the store is left
 // as it was and the error wraps ErrCorrupt, or is the I/O or cold-file
 // error that stopped it. Load needs the same exclusive access as Add;
@@ -236,11 +260,39 @@ func (s *Store) Load(r io.Reader, dir string) error {
 	if le.Uint32(hdr[12:]) != 0 {
 		return corrupt("reserved header bytes are not zero")
 	}
-	if wm := int64(le.Uint64(hdr[16:])); wm != s.opts.WindowMillis {
-		return fmt.Errorf("%w: windows of %d ms, the store is configured for %d ms", ErrCorrupt, wm, s.opts.WindowMillis)
-	}
 	nextGen := le.Uint64(hdr[24:])
 	nwin := le.Uint64(hdr[32:])
+	if wm := int64(le.Uint64(hdr[16:])); wm != s.opts.WindowMillis {
+		return s.loadResized(r, dir, wm, nwin)
+	}
+	return s.loadWindows(r, dir, nextGen, nwin)
+}
+
+// loadResized loads a snapshot whose windows are not the store's (the
+// operator changed the window size): into a store of its own window
+// size, from which the counts are imported, re-partitioned.
+func (s *Store) loadResized(r io.Reader, dir string, wm int64, nwin uint64) error {
+	if wm < 1 || wm > MaxWindowMillis {
+		return corrupt("window size %d ms", wm)
+	}
+	if s.live > 0 || len(s.wins) > 0 {
+		return errors.New("postcounts: Load of a snapshot with other windows needs an empty store")
+	}
+	o := s.opts
+	o.WindowMillis, o.Dir = wm, ""
+	tmp, err := New(o)
+	if err != nil {
+		return err
+	}
+	if err := tmp.loadWindows(r, dir, 0, nwin); err != nil {
+		return err
+	}
+	return s.Import(func(yield func(uint64, engine.Counts) bool) {
+		tmp.Range(func(id uint64, c engine.Counts) bool { return yield(id, c) })
+	})
+}
+
+func (s *Store) loadWindows(r io.Reader, dir string, nextGen, nwin uint64) error {
 	ld := &loader{s: s, dir: dir}
 	var body bytes.Buffer
 	for i := uint64(0); i < nwin; i++ {
@@ -482,6 +534,11 @@ func (ld *loader) window(b []byte) error {
 func (ld *loader) entries(r *reader, w *window, t *narrow, signed bool) error {
 	n := r.uvarint()
 	maxKey := w.last - w.lo
+	// Size the table once: an entry takes at least 6 bytes, which bounds
+	// what a corrupt n can make us allocate.
+	if hint := min(n, uint64(len(r.b)/6)); hint > 0 && t.len() == 0 {
+		t.rehash(int(hint))
+	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		k := r.uvarint()
 		var v vals

@@ -2,7 +2,6 @@ package postcounts
 
 import (
 	"bytes"
-	"errors"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -587,16 +586,44 @@ func TestOptions(t *testing.T) {
 }
 
 // TestLoadWrongWindow refuses a snapshot made with another window size.
-func TestLoadWrongWindow(t *testing.T) {
-	a, _ := New(Options{WindowMillis: 1000})
-	a.Add(snowflake.Make(t0.UnixMilli(), 1, 1), Likes, 3)
+// TestLoadOtherWindow: a snapshot taken with other windows (the operator
+// changed -window) loads re-partitioned into an empty store, sealed
+// windows included, and is refused by a store that holds posts.
+func TestLoadOtherWindow(t *testing.T) {
+	a, _ := New(Options{WindowMillis: 1000, OpenAge: -1})
+	want := map[uint64]engine.Counts{}
+	for i := range 300 {
+		id := snowflake.Make(t0.UnixMilli()+int64(i)*37, uint64(i%7), 1)
+		a.Add(id, Likes, int64(i+1))
+		a.Add(id, Views, 1000)
+		want[id] = engine.Counts{Likes: int64(i + 1), Views: 1000}
+	}
+	if err := a.Maintain(t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	var buf bytes.Buffer
 	if _, err := a.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
+	img := buf.Bytes()
 	b, _ := New(Options{WindowMillis: 2000})
-	if err := b.Load(&buf, ""); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Load = %v, want ErrCorrupt", err)
+	if err := b.Load(bytes.NewReader(img), ""); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != len(want) {
+		t.Fatalf("Len = %d, want %d", b.Len(), len(want))
+	}
+	for id, c := range want {
+		if got := b.Get(id); got != c {
+			t.Fatalf("post %d: %+v, want %+v", id, got, c)
+		}
+	}
+	if err := b.Load(bytes.NewReader(img), ""); err == nil {
+		t.Fatal("a store holding posts loaded a snapshot of other windows")
+	}
+	c, _ := New(Options{WindowMillis: 2000})
+	if err := c.Load(bytes.NewReader(img[:len(img)-3]), ""); err == nil || c.Len() != 0 {
+		t.Fatalf("a truncated snapshot: Load = %v, %d posts", err, c.Len())
 	}
 }
 

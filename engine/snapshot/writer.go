@@ -192,5 +192,13 @@ func (w *Writer) Finish() (int64, error) {
 	return w.off, w.err
 }
 
+// Fail ends the snapshot with err, for a section body whose own encoder
+// failed: every later call does nothing and Finish returns err.
+func (w *Writer) Fail(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
 // Err returns the first error met so far.
 func (w *Writer) Err() error { return w.err }
