@@ -13,8 +13,8 @@ import (
 // blocks.
 //
 // It holds no pointers per entry, so however many blocks it keeps the GC
-// sees a few slices: each shard is one byte arena cut into equal segments
-// and one open-addressing index of 16-byte slots (key, arena offset,
+// sees a few slices: each shard is a set of equal byte segments and one
+// open-addressing index of 16-byte slots (key, segment and offset,
 // reference bit). Blocks are appended to the current segment. When that is
 // full, the clock hand moves to the next segment and reclaims it: blocks
 // read since the hand last passed (reference bit set) are copied to a spare
@@ -23,15 +23,26 @@ import (
 // CLOCK it needs no free lists and wastes no space when blocks differ in
 // size, which they do (a few hundred bytes to a few KiB).
 //
+// Memory is taken as blocks arrive, not up front: a segment is allocated
+// when the hand first needs it and the index doubles from a few slots up
+// to its share of the budget, so an engine without cold files, or with a
+// small working set, pays for what it caches and never more than the
+// capacity. Stats and SizeBytes report what is allocated.
+//
 // Lookups take a shard's read lock and read the block in place; only a
 // miss's insert takes the write lock. A Cache is safe for concurrent use.
 type Cache struct {
 	shards  []cacheShard
 	shift   uint // shard = hash >> shift
 	maxItem int  // larger blocks are not cached
+	bound   int  // the most the shards may allocate (CapacityBytes)
 	nextID  atomic.Uint32
-	hits    atomic.Uint64
-	misses  atomic.Uint64
+	// allocated is the shards' segments and slots, kept apart from the
+	// shard locks so that SizeBytes, which memory budgets poll, is one
+	// atomic load.
+	allocated atomic.Int64
+	hits      atomic.Uint64
+	misses    atomic.Uint64
 }
 
 // entryHeader precedes each block in an arena: key uint64, length uint32,
@@ -40,23 +51,32 @@ const entryHeader = 16
 
 type slot struct {
 	key uint64 // 0 = empty
-	loc uint32 // arena offset / 8 of the entry header
+	loc uint32 // segment<<locShift | offset/8 of the entry header in it
 	ref uint32 // CLOCK reference bit; atomic, since readers set it under the read lock
 }
 
+// locShift leaves room for offset/8 in a segment of up to 1 MiB.
+const locShift = 17
+
+// minSlots is where a shard's index starts: 1 KiB.
+const minSlots = 64
+
 type cacheShard struct {
-	mu      sync.RWMutex
-	arena   []byte // nseg*segSize bytes, plus sealed.BlockSlack so blocks read in place have slack
-	segSize int
-	ring    []int32 // clock order of the segments in use; ring[hand] is being filled
-	spare   int32   // the one segment outside the ring, always empty
-	hand    int
-	fill    int // bytes used in ring[hand]
-	slots   []slot
-	mask    uint64
-	live    int
-	limit   int // live may not exceed this (3/4 of the slots)
-	evicted uint64
+	mu sync.RWMutex
+	// segs are segSize bytes each plus sealed.BlockSlack, so that blocks
+	// read in place have slack; nil until first used.
+	segs     [][]byte
+	segSize  int
+	ring     []int32 // clock order of the segments in use; ring[hand] is being filled
+	spare    int32   // the one segment outside the ring, always empty
+	hand     int
+	fill     int // bytes used in ring[hand]
+	slots    []slot
+	mask     uint64
+	live     int
+	limit    int // live may not exceed this (3/4 of the slots)
+	maxSlots int // the index doubles up to this many slots
+	evicted  uint64
 }
 
 // CacheStats are counters since the cache was made.
@@ -64,12 +84,14 @@ type CacheStats struct {
 	Hits, Misses, Evictions uint64
 	Blocks                  int // blocks held now
 	BlockBytes              int // bytes of the blocks held now
-	SizeBytes               int // memory the cache holds: arenas and indexes
+	SizeBytes               int // memory the cache holds now: segments and indexes
+	CapacityBytes           int // what SizeBytes may grow to
 }
 
 // NewCache returns a cache that holds at most capacityBytes of memory,
-// arenas and indexes together. A capacity below 64 KiB disables caching:
-// every lookup then reads its blocks from disk.
+// segments and indexes together, allocated as blocks are cached. A
+// capacity below 64 KiB disables caching: every lookup then reads its
+// blocks from disk.
 func NewCache(capacityBytes int) *Cache {
 	c := &Cache{}
 	if capacityBytes < 64<<10 {
@@ -87,28 +109,59 @@ func NewCache(capacityBytes int) *Cache {
 	// Index slots cost 16 bytes and are sized for entries of 512 bytes on
 	// average at 3/4 load: 1/24 of the budget.
 	nslots := 1 << bits.Len(uint(per/512*4/3))
-	arenaBytes := per - nslots*16 - sealed.BlockSlack
+	arenaBytes := per - nslots*16
 	segSize := max(4<<10, min(1<<20, arenaBytes/16)) &^ 7
-	nseg := arenaBytes / segSize
+	// A slot's loc addresses at most 1<<(32-locShift) segments: 32 GiB a
+	// shard, 512 GiB in all, beyond which the budget is not used.
+	nseg := min(arenaBytes/(segSize+sealed.BlockSlack), 1<<(32-locShift))
 	if nseg < 3 {
 		return &Cache{}
 	}
 	c.maxItem = segSize / 4
+	c.bound = nshards * (nseg*(segSize+sealed.BlockSlack) + nslots*16)
 	c.shards = make([]cacheShard, nshards)
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.arena = make([]byte, nseg*segSize+sealed.BlockSlack)
+		s.segs = make([][]byte, nseg)
 		s.segSize = segSize
 		s.ring = make([]int32, nseg-1)
 		for j := range s.ring {
 			s.ring[j] = int32(j)
 		}
 		s.spare = int32(nseg - 1)
-		s.slots = make([]slot, nslots)
-		s.mask = uint64(nslots - 1)
-		s.limit = nslots * 3 / 4
+		s.maxSlots = nslots
+		s.setSlots(make([]slot, min(minSlots, nslots)))
+		c.allocated.Add(int64(len(s.slots) * 16))
 	}
 	return c
+}
+
+func (s *cacheShard) setSlots(slots []slot) {
+	s.slots = slots
+	s.mask = uint64(len(slots) - 1)
+	s.limit = len(slots) * 3 / 4
+}
+
+// segment returns segment i, allocating it on first use.
+func (c *Cache) segment(s *cacheShard, i int32) []byte {
+	if s.segs[i] == nil {
+		s.segs[i] = make([]byte, s.segSize+sealed.BlockSlack)
+		c.allocated.Add(int64(len(s.segs[i])))
+	}
+	return s.segs[i]
+}
+
+// growIndex doubles the shard's index, re-placing every entry.
+func (c *Cache) growIndex(s *cacheShard) {
+	old := s.slots
+	s.setSlots(make([]slot, 2*len(old)))
+	for _, sl := range old {
+		if sl.key != 0 {
+			i, _ := s.find(sl.key, mix(sl.key))
+			s.slots[i] = sl
+		}
+	}
+	c.allocated.Add(int64(len(s.slots)-len(old)) * 16)
 }
 
 // fileID returns a fresh id for a file's blocks' keys, never 0.
@@ -154,9 +207,9 @@ func (c *Cache) view(key uint64, fn func(blk []byte)) bool {
 		if atomic.LoadUint32(&sl.ref) == 0 {
 			atomic.StoreUint32(&sl.ref, 1)
 		}
-		off := int(sl.loc) * 8
-		n := int(le.Uint32(s.arena[off+8:]))
-		fn(s.arena[off+entryHeader : off+entryHeader+n])
+		seg, off := s.segs[sl.loc>>locShift], int(sl.loc&(1<<locShift-1))*8
+		n := int(le.Uint32(seg[off+8:]))
+		fn(seg[off+entryHeader : off+entryHeader+n])
 	}
 	s.mu.RUnlock()
 	if ok {
@@ -181,44 +234,51 @@ func (c *Cache) put(key uint64, blk []byte) {
 		return // another reader got there first
 	}
 	need := entryHeader + (len(blk)+7)&^7
-	for s.fill+need > s.segSize || s.live >= s.limit {
-		s.advance()
+	for s.live >= s.limit && len(s.slots) < s.maxSlots {
+		c.growIndex(s)
 	}
-	off := int(s.ring[s.hand])*s.segSize + s.fill
-	le.PutUint64(s.arena[off:], key)
-	le.PutUint32(s.arena[off+8:], uint32(len(blk)))
-	copy(s.arena[off+entryHeader:], blk)
+	for s.fill+need > s.segSize || s.live >= s.limit {
+		c.advance(s)
+	}
+	cur := s.ring[s.hand]
+	seg, off := c.segment(s, cur), s.fill
+	le.PutUint64(seg[off:], key)
+	le.PutUint32(seg[off+8:], uint32(len(blk)))
+	copy(seg[off+entryHeader:], blk)
 	s.fill += need
 	if s.fill+entryHeader <= s.segSize {
-		clear(s.arena[off+need : off+need+entryHeader]) // end mark for the sweep
+		clear(seg[off+need : off+need+entryHeader]) // end mark for the sweep
 	}
-	s.insert(key, h, uint32(off/8))
+	s.insert(key, h, uint32(cur)<<locShift|uint32(off/8))
 }
 
 // advance moves the clock hand to the next segment and reclaims it into
-// the spare, which becomes the segment being filled.
-func (s *cacheShard) advance() {
+// the spare, which becomes the segment being filled. Until the hand has
+// gone round once the next segment was never allocated: there is nothing
+// to reclaim, and it becomes the spare still unallocated, so a shard
+// allocates one segment per segment's worth of blocks put.
+func (c *Cache) advance(s *cacheShard) {
 	s.hand++
 	if s.hand == len(s.ring) {
 		s.hand = 0
 	}
 	old := s.ring[s.hand]
-	base := int(old) * s.segSize
-	dst := int(s.spare) * s.segSize
+	src := s.segs[old]
+	dst := c.segment(s, s.spare)
 	fill := 0
-	for off := base; off+entryHeader <= base+s.segSize; {
-		key := le.Uint64(s.arena[off:])
+	for off := 0; src != nil && off+entryHeader <= s.segSize; {
+		key := le.Uint64(src[off:])
 		if key == 0 {
 			break // end of the segment's entries
 		}
-		n := int(le.Uint32(s.arena[off+8:]))
+		n := int(le.Uint32(src[off+8:]))
 		size := entryHeader + (n+7)&^7
 		h := mix(key)
-		if i, ok := s.find(key, h); ok && int(s.slots[i].loc)*8 == off {
+		if i, ok := s.find(key, h); ok && s.slots[i].loc == uint32(old)<<locShift|uint32(off/8) {
 			if s.slots[i].ref != 0 {
 				s.slots[i].ref = 0
-				copy(s.arena[dst+fill:dst+fill+size], s.arena[off:off+size])
-				s.slots[i].loc = uint32((dst + fill) / 8)
+				copy(dst[fill:fill+size], src[off:off+size])
+				s.slots[i].loc = uint32(s.spare)<<locShift | uint32(fill/8)
 				fill += size
 			} else {
 				s.remove(i)
@@ -229,9 +289,11 @@ func (s *cacheShard) advance() {
 	}
 	// Mark the ends: a zero key stops the next sweep of either segment.
 	if fill+entryHeader <= s.segSize {
-		clear(s.arena[dst+fill : dst+fill+entryHeader])
+		clear(dst[fill : fill+entryHeader])
 	}
-	clear(s.arena[base : base+entryHeader])
+	if src != nil {
+		clear(src[:entryHeader])
+	}
 	s.ring[s.hand], s.spare = s.spare, old
 	s.fill = fill
 }
@@ -283,13 +345,23 @@ func (c *Cache) Stats() CacheStats {
 		s.mu.RLock()
 		st.Evictions += s.evicted
 		st.Blocks += s.live
-		for j := range s.slots {
-			if s.slots[j].key != 0 {
-				st.BlockBytes += int(le.Uint32(s.arena[int(s.slots[j].loc)*8+8:]))
+		for _, sl := range s.slots {
+			if sl.key != 0 {
+				seg := s.segs[sl.loc>>locShift]
+				st.BlockBytes += int(le.Uint32(seg[int(sl.loc&(1<<locShift-1))*8+8:]))
 			}
 		}
-		st.SizeBytes += len(s.arena) + len(s.slots)*16
 		s.mu.RUnlock()
 	}
+	st.SizeBytes = c.SizeBytes()
+	st.CapacityBytes = c.bound
 	return st
 }
+
+// SizeBytes returns the memory the cache holds now, segments and indexes:
+// what Stats reports, without taking the shard locks.
+func (c *Cache) SizeBytes() int { return int(c.allocated.Load()) }
+
+// CapacityBytes returns the most memory the cache may come to hold; 0
+// when caching is disabled.
+func (c *Cache) CapacityBytes() int { return c.bound }

@@ -85,7 +85,7 @@ func (s *Store) Plan(now time.Time) *Job {
 			return s.start(w, "cool", true)
 		}
 	}
-	if coldTier && s.opts.MemoryBudget > 0 && int64(s.MemoryBytes()) > s.opts.MemoryBudget {
+	if coldTier && s.opts.MemoryBudget > 0 && int64(s.budgetBytes()) > s.opts.MemoryBudget {
 		for _, w := range s.wins {
 			if w.sealed != nil && !w.busy {
 				return s.start(w, "cool", true)
@@ -112,6 +112,18 @@ func (s *Store) Plan(now time.Time) *Job {
 		}
 	}
 	return nil
+}
+
+// budgetBytes is MemoryBytes as the memory budget sees it: once a window
+// is cold the cache counts at its bound, not at what it has filled so
+// far, or moving windows out would fill the cache, push memory back over
+// the budget and move yet more windows out.
+func (s *Store) budgetBytes() int {
+	n := s.MemoryBytes()
+	if s.cache != nil && slices.ContainsFunc(s.wins, func(w *window) bool { return w.cold != nil }) {
+		n += s.cache.CapacityBytes() - s.cache.SizeBytes()
+	}
+	return n
 }
 
 func baseLen(w *window) int {

@@ -56,9 +56,10 @@ type Options struct {
 	// ColdAge: a sealed window that ended this long ago moves to a file in
 	// Dir. 0 means never by age.
 	ColdAge time.Duration
-	// MemoryBudget: while MemoryBytes (the cold cache included) exceeds
-	// it, Maintain moves the oldest sealed windows to files in Dir, then
-	// folds the largest deltas into their files. 0 means no budget.
+	// MemoryBudget: while MemoryBytes (the cold cache counted at its
+	// bound once a window is cold) exceeds it, Maintain moves the oldest
+	// sealed windows to files in Dir, then folds the largest deltas into
+	// their files. 0 means no budget.
 	MemoryBudget int64
 	// Dir holds the cold files. Empty means no cold tier (ColdAge and
 	// MemoryBudget are then ignored). The Store owns the files it writes
@@ -129,10 +130,9 @@ type window struct {
 // Store maps post ids to their five counts, partitioned into time windows
 // by the timestamp the ids carry. See the package doc.
 type Store struct {
-	opts     Options
-	lay      *layout // of every narrow table's records
-	cache    *cold.Cache
-	cacheMem int
+	opts  Options
+	lay   *layout // of every narrow table's records
+	cache *cold.Cache
 
 	wins []*window // by window number
 	los  []uint64  // wins[i].lo, searched without touching the windows
@@ -164,7 +164,6 @@ func New(opts Options) (*Store, error) {
 	}
 	if o.Dir != "" {
 		s.cache = cold.NewCache(max(o.ColdCacheBytes, 0))
-		s.cacheMem = s.cache.Stats().SizeBytes
 		if _, err := cold.CleanTemp(o.Dir); err != nil {
 			return nil, fmt.Errorf("postcounts: %w", err)
 		}
@@ -682,10 +681,19 @@ func combine(a, b *narrow, lay *layout) *narrow {
 	return out
 }
 
+// cacheBytes is what the cold cache has allocated so far: it grows as
+// cold blocks are read, up to ColdCacheBytes.
+func (s *Store) cacheBytes() int {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.SizeBytes()
+}
+
 // MemoryBytes returns the bytes the store holds: open tables, deltas,
 // sealed windows, the block indexes of cold files and the cold cache.
 func (s *Store) MemoryBytes() int {
-	n := s.cacheMem + cap(s.wins)*8 + cap(s.los)*8
+	n := s.cacheBytes() + cap(s.wins)*8 + cap(s.los)*8
 	for _, w := range s.wins {
 		n += w.memoryBytes()
 	}
@@ -731,7 +739,7 @@ type Stats struct {
 
 // Stats returns the store's figures.
 func (s *Store) Stats() Stats {
-	st := Stats{Posts: s.live, CacheBytes: s.cacheMem, MemoryBytes: s.MemoryBytes(), Jobs: len(s.jobs),
+	st := Stats{Posts: s.live, CacheBytes: s.cacheBytes(), MemoryBytes: s.MemoryBytes(), Jobs: len(s.jobs),
 		WindowMillis: s.opts.WindowMillis}
 	if s.cache != nil {
 		st.ColdCache = s.cache.Stats()
