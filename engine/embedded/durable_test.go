@@ -183,8 +183,8 @@ func TestImageRoundTrip(t *testing.T) {
 		if got.index != 77 || got.lastTime != e.lastTime || got.genHigh != 12345 {
 			t.Fatalf("meta: %+v", got)
 		}
-		if got.st.nfollows != e.st.nfollows || got.st.rcBytes != e.st.rcBytes || got.st.nusers != e.st.nusers {
-			t.Fatalf("counters: nfollows %d/%d rcBytes %d/%d nusers %d/%d", got.st.nfollows, e.st.nfollows,
+		if got.st.follows.Len() != e.st.follows.Len() || got.st.rcBytes != e.st.rcBytes || got.st.nusers != e.st.nusers {
+			t.Fatalf("counters: follows %d/%d rcBytes %d/%d nusers %d/%d", got.st.follows.Len(), e.st.follows.Len(),
 				got.st.rcBytes, e.st.rcBytes, got.st.nusers, e.st.nusers)
 		}
 		for i := range got.st.groupList {

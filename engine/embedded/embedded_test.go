@@ -393,11 +393,12 @@ func (st *state) dump() string {
 	})
 	section("profiles", rows)
 	rows = nil
-	for k, v := range st.follows {
-		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", v)})
-	}
+	st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {
+		rows = append(rows, kv{fmt.Sprint(viewer), fmt.Sprintf("%v %v", targets, snaps)})
+		return true
+	})
 	section("follows", rows)
-	line("nfollows %d nusers %d push %d", st.nfollows, st.nusers, st.push)
+	line("nfollows %d nusers %d push %d", st.follows.Len(), st.nusers, st.push)
 	line("notifs %+v %q", st.notifs, st.notifText)
 	rows = nil
 	st.groups.Range(func(k uint64, v uint32) bool { rows = append(rows, kv{fmt.Sprint(k), fmt.Sprint(v)}); return true })

@@ -528,7 +528,7 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 			return 0, true, nil
 		}
 	case opFollow, opUnfollow:
-		if following := st.followIndex(o.viewer, o.a) >= 0; following == (o.kind == opFollow) {
+		if following := st.follows.Contains(o.viewer, o.a); following == (o.kind == opFollow) {
 			return 0, true, nil
 		}
 	case opTouch:
@@ -843,7 +843,7 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 	for i, u := range us {
 		p, _ := e.st.profiles.Get(uint64(u))
 		out[i] = engine.UserCounts{Posts: p.posts, Followers: p.followers,
-			Following: int64(len(e.st.follows[uint64(u)]))}
+			Following: int64(e.st.follows.Following(uint64(u)))}
 	}
 	e.mu.RUnlock()
 	return out, nil
@@ -879,10 +879,10 @@ func (e *Engine) Followees(ctx context.Context, viewer engine.UserID) ([]engine.
 		return nil, err
 	}
 	e.mu.RLock()
-	fs := e.st.follows[uint64(viewer)]
-	out := make([]engine.UserID, len(fs))
-	for i, f := range fs {
-		out[i] = engine.UserID(f.user)
+	targets, _ := e.st.follows.List(uint64(viewer))
+	out := make([]engine.UserID, len(targets))
+	for i, f := range targets {
+		out[i] = engine.UserID(f)
 	}
 	e.mu.RUnlock()
 	return out, nil
@@ -1203,7 +1203,7 @@ func (e *Engine) Stats() engine.Stats {
 		st.users.MemoryBytes() + st.profiles.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
-	mem += st.nfollows*int(sizeofFollowee) + st.rcBytes
+	mem += st.follows.MemoryBytes() + st.rcBytes
 	for i := range st.groupList {
 		g := &st.groupList[i]
 		mem += 8*cap(g.byMap) + 8*cap(g.quit)

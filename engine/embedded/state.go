@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/registry"
@@ -48,13 +49,6 @@ const flagCursor = 1
 // the length of the user's followee list.
 type profile struct {
 	posts, followers int64
-}
-
-// followee is one entry of a viewer's feed snapshot: whom they follow and
-// that user's post count when the viewer last caught up.
-type followee struct {
-	user uint64
-	snap int64
 }
 
 // notif is one system notification; its title and body live in
@@ -142,13 +136,11 @@ type state struct {
 
 	users    *table.Table[uint64, userRec]
 	profiles *table.Table[uint64, profile]
-	// follows is each viewer's followee list with snapshots. A map of
-	// slices is fine while follow lists are counted in thousands of users;
-	// at Weibo scale it becomes a packed (viewer, followee) → snapshot
-	// table plus per-viewer ranges.
-	follows  map[uint64][]followee
-	nfollows int   // entries in follows, for MemoryBytes
-	nusers   int64 // distinct users in users ∪ profiles ∪ follows
+	// follows is each viewer's followee list with the followee's post
+	// count when the viewer last caught up (the feed snapshot): packed,
+	// pointer-free (engine/follows).
+	follows *follows.Store
+	nusers  int64 // distinct users in users ∪ profiles ∪ follows
 
 	notifs    []notif // sorted by id
 	notifText []byte
@@ -177,7 +169,7 @@ func newState(co postcounts.Options) *state {
 		favs:     table.New[pair, struct{}](hashPair, 256),
 		users:    table.New[uint64, userRec](hashU64, 1024),
 		profiles: table.New[uint64, profile](hashU64, 1024),
-		follows:  map[uint64][]followee{},
+		follows:  follows.New(0),
 		groups:   table.New[uint64, uint32](hashU64, 64),
 		members:  table.New[pair, uint32](hashPair, 256),
 		msgs:     table.New[uint64, uint32](hashU64, 256),
@@ -193,8 +185,7 @@ func (st *state) known(u uint64) bool {
 	if _, ok := st.profiles.Get(u); ok {
 		return true
 	}
-	_, ok := st.follows[u]
-	return ok
+	return st.follows.Has(u)
 }
 
 // user returns u's badge record, creating it. The pointer is valid until
@@ -223,11 +214,6 @@ func (st *state) profile(u uint64) *profile {
 func (st *state) postCount(u uint64) int64 {
 	p, _ := st.profiles.Get(u)
 	return p.posts
-}
-
-// followIndex returns the index of target in viewer's followee list, or -1.
-func (st *state) followIndex(viewer, target uint64) int {
-	return slices.IndexFunc(st.follows[viewer], func(f followee) bool { return f.user == target })
 }
 
 // newestNotif returns the id of the newest system notification, 0 if none.
@@ -349,10 +335,11 @@ func (st *state) unread(viewer uint64, now, ttl int64) (u engine.Unread, touch b
 	if live {
 		u.System = int64(st.notifsAfter(r.cursor))
 	}
-	for _, f := range st.follows[viewer] {
+	targets, snaps := st.follows.List(viewer)
+	for i, f := range targets {
 		// As engine.FeedUnread: a count below the snapshot (an import
 		// replaced it) adds nothing rather than subtracting.
-		if d := st.postCount(f.user) - f.snap; d > 0 {
+		if d := st.postCount(f) - snaps[i]; d > 0 {
 			u.Feed += d
 		}
 	}
@@ -394,26 +381,21 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 			st.counts.Add(p, counters.Views, 1)
 		}
 	case opFollow:
-		if st.followIndex(o.viewer, o.a) >= 0 {
+		if st.follows.Contains(o.viewer, o.a) {
 			return
 		}
-		if _, ok := st.follows[o.viewer]; !ok && !st.known(o.viewer) {
+		if !st.known(o.viewer) {
 			st.nusers++
 		}
-		st.follows[o.viewer] = append(st.follows[o.viewer], followee{o.a, st.postCount(o.a)})
-		st.nfollows++
+		st.follows.Follow(o.viewer, o.a, st.postCount(o.a))
 		st.profile(o.a).followers++
 		emitFollows(out, o)
 	case opUnfollow:
-		fs := st.follows[o.viewer]
-		i := st.followIndex(o.viewer, o.a)
-		if i < 0 {
+		// An emptied list keeps its viewer (follows.Store.Has), so the
+		// user stays known for the Users statistic.
+		if !st.follows.Unfollow(o.viewer, o.a) {
 			return
 		}
-		// The list keeps its slot in the map even when empty, so the user
-		// stays known for the Users statistic.
-		st.follows[o.viewer] = slices.Delete(fs, i, i+1)
-		st.nfollows--
 		st.profile(o.a).followers--
 		emitFollows(out, o)
 	case opTouch:
@@ -437,10 +419,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		case engine.System:
 			r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
 		case engine.Feed:
-			fs := st.follows[o.viewer]
-			for i := range fs {
-				fs[i].snap = st.postCount(fs[i].user)
-			}
+			st.follows.SetSnaps(o.viewer, st.postCount)
 		}
 		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
 	case opClickRedDot:
@@ -700,7 +679,6 @@ const (
 	sizeofNotif      = unsafe.Sizeof(notif{})
 	sizeofIdemExpiry = unsafe.Sizeof(idemExpiry{})
 	sizeofMessage    = unsafe.Sizeof(message{})
-	sizeofFollowee   = unsafe.Sizeof(followee{})
 )
 
 func emitUnread(out *[]engine.Event, users []engine.UserID) {

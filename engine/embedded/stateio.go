@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/snapshot"
@@ -231,20 +232,21 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 			})
 		}},
 		{tagFollows, func() {
-			for viewer, fs := range st.follows {
-				for first := true; first || len(fs) > 0; first = false {
-					n := min(len(fs), followsPerItem)
+			st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {
+				for first := true; first || len(targets) > 0; first = false {
+					n := min(len(targets), followsPerItem)
 					e.start()
 					e.u(viewer)
 					e.u(uint64(n))
-					for _, f := range fs[:n] {
-						e.u(f.user)
-						e.v(f.snap)
+					for i, f := range targets[:n] {
+						e.u(f)
+						e.v(snaps[i])
 					}
 					e.end()
-					fs = fs[n:]
+					targets, snaps = targets[n:], snaps[n:]
 				}
-			}
+				return true
+			})
 		}},
 		{tagNotifs, func() {
 			for i := range st.notifs {
@@ -494,7 +496,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		favs:     table.New[pair, struct{}](hashPair, items(tagFavs)),
 		users:    table.New[uint64, userRec](hashU64, items(tagUsers)),
 		profiles: table.New[uint64, profile](hashU64, items(tagProfiles)),
-		follows:  map[uint64][]followee{},
+		follows:  follows.New(items(tagFollows)),
 		groups:   table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:  table.New[pair, uint32](hashPair, 256),
 		msgs:     table.New[uint64, uint32](hashU64, items(tagMsgs)),
@@ -861,6 +863,8 @@ func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 
 func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	var last, lastN uint64
+	var targets []uint64
+	var snaps []int64
 	return eachItem(sr, pc, func(d *dec) {
 		viewer := d.u("viewer")
 		n := d.u("list length")
@@ -871,26 +875,24 @@ func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			d.fail("follow list too long")
 			return
 		}
-		fs, seen := st.follows[viewer]
-		if seen && (viewer != last || lastN != followsPerItem || n == 0) {
+		if st.follows.Has(viewer) && (viewer != last || lastN != followsPerItem || n == 0) {
 			// A continuation follows a full item of its viewer and is
 			// never empty; anything else is a second list for one viewer.
 			d.fail(fmt.Sprintf("viewer %d listed twice", viewer))
 			return
 		}
 		last, lastN = viewer, n
+		targets, snaps = targets[:0], snaps[:0]
 		for range n {
-			f := followee{user: d.u("followee"), snap: d.v("snapshot")}
-			fs = append(fs, f)
+			targets = append(targets, d.u("followee"))
+			snaps = append(snaps, d.v("snapshot"))
 		}
 		if d.err != "" {
 			return
 		}
-		if fs == nil {
-			fs = []followee{}
+		if err := st.follows.Load(viewer, targets, snaps); err != nil {
+			d.fail(err.Error())
 		}
-		st.follows[viewer] = fs
-		st.nfollows += int(n)
 	})
 }
 
