@@ -103,21 +103,9 @@ func bigShapes(t testing.TB, e *Engine) {
 // CNTS item per post, (id, field mask, the non-zero counts).
 func writeLegacyCounts(w *snapshot.Writer, e *enc, st *state) {
 	st.counts.Range(func(p uint64, c engine.Counts) bool {
-		f := [5]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites}
 		e.start()
 		e.fixed(p)
-		var mask byte
-		for i, x := range f {
-			if x != 0 {
-				mask |= 1 << i
-			}
-		}
-		e.b = append(e.b, mask)
-		for _, x := range f {
-			if x != 0 {
-				e.u(uint64(x))
-			}
-		}
+		e.masked([]uint64{uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)})
 		e.end()
 		return true
 	})

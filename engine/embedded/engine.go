@@ -1285,13 +1285,33 @@ func (e *Engine) maintainer(every time.Duration) {
 }
 
 func (e *Engine) maintain() {
-	e.maintainCounts()
-	e.maintainRegistry()
+	e.runSteps("post-count", func(now time.Time) *maintStep {
+		j := e.st.counts.Plan(now)
+		if j == nil {
+			return nil
+		}
+		return &maintStep{j.String(), j.Run, func() error { return e.st.counts.Finish(j) }}
+	})
+	e.runSteps("registry", func(now time.Time) *maintStep {
+		j := e.st.posts.Plan(now)
+		if j == nil {
+			return nil
+		}
+		return &maintStep{j.String(), func() error { j.Run(); return nil }, func() error { j.Finish(); return nil }}
+	})
 }
 
-// maintainRegistry seals the post registry's windows, as maintainCounts
-// does the counts'.
-func (e *Engine) maintainRegistry() {
+// maintStep is one planned step of a store's upkeep.
+type maintStep struct {
+	name   string
+	run    func() error // without the lock
+	finish func() error // under the write lock
+}
+
+// runSteps runs the steps plan gives until it has none (or one fails,
+// to be retried at the next tick): each planned under the write lock, run
+// without it, finished under it again.
+func (e *Engine) runSteps(what string, plan func(now time.Time) *maintStep) {
 	for {
 		select {
 		case <-e.stop:
@@ -1299,40 +1319,20 @@ func (e *Engine) maintainRegistry() {
 		default:
 		}
 		e.mu.Lock()
-		job := e.st.posts.Plan(e.now())
+		step := plan(e.now())
 		e.mu.Unlock()
-		if job == nil {
+		if step == nil {
 			return
 		}
-		job.Run()
+		runErr := step.run()
 		e.mu.Lock()
-		job.Finish()
-		e.mu.Unlock()
-	}
-}
-
-func (e *Engine) maintainCounts() {
-	for {
-		select {
-		case <-e.stop:
-			return
-		default:
-		}
-		e.mu.Lock()
-		job := e.st.counts.Plan(e.now())
-		e.mu.Unlock()
-		if job == nil {
-			return
-		}
-		runErr := job.Run()
-		e.mu.Lock()
-		err := e.st.counts.Finish(job)
+		err := step.finish()
 		e.mu.Unlock()
 		if err == nil {
 			err = runErr
 		}
 		if err != nil {
-			e.logger.Error("embedded: post-count maintenance failed; will retry", "job", job.String(), "err", err)
+			e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", step.name, "err", err)
 			return
 		}
 	}

@@ -160,6 +160,23 @@ func (e *enc) v(v int64)      { e.b = binary.AppendVarint(e.b, v) }
 func (e *enc) fixed(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
 func (e *enc) str(s []byte)   { e.u(uint64(len(s))); e.b = append(e.b, s...) }
 
+// masked appends a byte with bit i set for each non-zero f[i] (len(f) <=
+// 8), then the non-zero values: most of a record's fields are zero.
+func (e *enc) masked(f []uint64) {
+	var mask byte
+	for i, x := range f {
+		if x != 0 {
+			mask |= 1 << i
+		}
+	}
+	e.b = append(e.b, mask)
+	for _, x := range f {
+		if x != 0 {
+			e.u(x)
+		}
+	}
+}
+
 // writeImage writes im's sections to w (not Finish: the caller does).
 // An error from stop ends it early, for a snapshot that is being
 // cancelled; p paces it (nil: never yield).
@@ -205,18 +222,7 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 				f := userFields(&r)
 				e.start()
 				e.u(u)
-				var mask byte
-				for i, x := range f {
-					if x != 0 {
-						mask |= 1 << i
-					}
-				}
-				e.b = append(e.b, mask)
-				for _, x := range f {
-					if x != 0 {
-						e.u(x)
-					}
-				}
+				e.masked(f[:])
 				e.end()
 				return true
 			})
