@@ -119,3 +119,44 @@ func LowMask(n uint) uint64 {
 	}
 	return 1<<n - 1
 }
+
+// Select64 returns the position of the r-th (0-based) set bit of x; x has
+// more than r set bits. It is the select of an Elias–Fano list's high
+// bits.
+func Select64(x uint64, r int) int {
+	p := 0
+	for {
+		c := bits.OnesCount8(uint8(x))
+		if r < c {
+			break
+		}
+		r -= c
+		x >>= 8
+		p += 8
+	}
+	for ; ; r-- {
+		t := bits.TrailingZeros64(x)
+		if r == 0 {
+			return p + t
+		}
+		x &= x - 1
+	}
+}
+
+// Uvarint reads a uvarint of b at p and returns it with the position after
+// it, or p = -1 if it does not fit (or p was already -1, so a run of reads
+// checks once at the end). Header varints are almost always one byte,
+// which the first test takes without a call.
+func Uvarint(b []byte, p int) (uint64, int) {
+	if p < 0 || p >= len(b) {
+		return 0, -1
+	}
+	if b[p] < 0x80 {
+		return uint64(b[p]), p + 1
+	}
+	v, c := binary.Uvarint(b[p:])
+	if c <= 0 {
+		return 0, -1
+	}
+	return v, p + c
+}

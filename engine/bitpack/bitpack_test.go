@@ -48,3 +48,36 @@ func TestPextPdep(t *testing.T) {
 		}
 	}
 }
+
+func TestSelect64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 10000 {
+		x := rng.Uint64()
+		r := 0
+		for i := range 64 {
+			if x>>i&1 == 1 {
+				if got := Select64(x, r); got != i {
+					t.Fatalf("Select64(%x, %d) = %d, want %d", x, r, got, i)
+				}
+				r++
+			}
+		}
+	}
+}
+
+func TestUvarint(t *testing.T) {
+	b := []byte{5, 0x80, 0x01, 0xff}
+	v, p := Uvarint(b, 0)
+	if v != 5 || p != 1 {
+		t.Fatalf("one byte: %d %d", v, p)
+	}
+	if v, p = Uvarint(b, p); v != 128 || p != 3 {
+		t.Fatalf("two bytes: %d %d", v, p)
+	}
+	if _, p = Uvarint(b, p); p != -1 {
+		t.Fatalf("a cut varint read as %d", p)
+	}
+	if _, p = Uvarint(b, -1); p != -1 {
+		t.Fatal("a failed read did not stay failed")
+	}
+}

@@ -365,3 +365,30 @@ func (c *Cache) SizeBytes() int { return int(c.allocated.Load()) }
 // CapacityBytes returns the most memory the cache may come to hold; 0
 // when caching is disabled.
 func (c *Cache) CapacityBytes() int { return c.bound }
+
+// The methods below let a second block format (engine/registry's cold
+// windows) share the cache with File: its blocks are keyed by a file id
+// from the same allocator, so they never collide with a File's, and they
+// compete for the same budget under the same CLOCK policy.
+
+// ViewSlack is how many bytes of capacity a block View passes to fn has
+// past its end (the arena's slack): enough for one unaligned 8-byte load
+// at any byte of the block.
+const ViewSlack = sealed.BlockSlack
+
+// NewFileID returns a fresh id for the blocks of one file of another
+// format: never 0, never an id a File or an earlier call got.
+func (c *Cache) NewFileID() uint32 { return c.fileID() }
+
+// View calls fn with the cached copy of block number block of file, under
+// the shard's read lock, and reports whether it was cached. fn must not
+// keep the slice or call the cache; the slice has ViewSlack bytes of
+// capacity past its end. A hit or miss counts in Stats.
+func (c *Cache) View(file uint32, block int, fn func(blk []byte)) bool {
+	return c.view(cacheKey(file, block), fn)
+}
+
+// Put caches a copy of blk as block number block of file. The caller
+// checks the block before it is cached: View hands it back as it was put.
+// Blocks larger than a quarter of a segment are not cached.
+func (c *Cache) Put(file uint32, block int, blk []byte) { c.put(cacheKey(file, block), blk) }

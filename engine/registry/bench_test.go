@@ -13,7 +13,7 @@ import (
 
 // Reproduce with
 //
-//	go test ./engine/registry -run '^$' -bench . -benchtime 1x       (memory)
+//	go test ./engine/registry -run '^$' -bench Memory -benchtime 1x  (memory)
 //	go test ./engine/registry -run '^$' -bench GetPage               (pages)
 //
 // Data: the ids of bench/datagen with N = TALLY_BENCH_N (default 1M), seed
@@ -21,7 +21,10 @@ import (
 // below 16), every post registered (zero counts or not: the registry holds
 // all posts), authors uniform over 10M users (a hash of the id), day
 // windows, the clock at the end of the data set: with the default policy
-// the last 7 days are open and the rest sealed.
+// the last 7 days are open and the rest sealed. The "cold" policy moves
+// every sealed window to a file (ColdAge 8 days) in a temporary directory
+// (so on the machine's temp file system; the page cost of a cache miss is
+// then a pread served by the OS page cache, not a device read).
 
 const benchUsers = 10_000_000
 
@@ -39,22 +42,31 @@ func benchIDs(n int) []uint64 {
 	}
 }
 
-func benchPolicy(name string) Options {
+func benchPolicy(b *testing.B, name string) Options {
 	switch name {
 	case "open":
 		return Options{OpenAge: 10 * 365 * 24 * time.Hour}
 	case "sealed":
 		return Options{OpenAge: -1}
+	case "cold", "cold-hit":
+		return Options{Dir: b.TempDir(), ColdAge: 8 * 24 * time.Hour, ColdCacheBytes: 256 << 20}
+	case "cold-miss":
+		return Options{Dir: b.TempDir(), ColdAge: 8 * 24 * time.Hour, ColdCacheBytes: -1}
 	}
 	return Options{}
 }
 
 func loadBench(ids []uint64, opts Options) *Registry {
-	r, _ := New(opts)
+	r, err := New(opts)
+	if err != nil {
+		panic(err)
+	}
 	for _, id := range ids {
 		r.Put(id, authorOf(id))
 	}
-	r.Maintain(datagen.DefaultEnd)
+	if err := r.Maintain(datagen.DefaultEnd); err != nil {
+		panic(err)
+	}
 	return r
 }
 
@@ -71,14 +83,17 @@ func loadPeer(ids []uint64) *table.Table[uint64, uint64] {
 // previous form) holding the same posts, measured in the same run.
 func BenchmarkMemory(b *testing.B) {
 	ids := benchIDs(benchutil.N())
-	for _, name := range []string{"open", "default", "sealed"} {
+	for _, name := range []string{"open", "default", "sealed", "cold"} {
 		b.Run(name, func(b *testing.B) {
 			var r *Registry
 			var t *table.Table[uint64, uint64]
 			var heap, peerHeap uint64
 			for b.Loop() {
+				if r != nil {
+					r.Close()
+				}
 				h0 := benchutil.LiveHeap()
-				r = loadBench(ids, benchPolicy(name))
+				r = loadBench(ids, benchPolicy(b, name))
 				h1 := benchutil.LiveHeap()
 				t = loadPeer(ids)
 				h2 := benchutil.LiveHeap()
@@ -89,10 +104,16 @@ func BenchmarkMemory(b *testing.B) {
 			b.ReportMetric(float64(r.MemoryBytes())/n, "B/post")
 			b.ReportMetric(float64(peerHeap)/n, "table-heap-B/post")
 			b.ReportMetric(float64(heap)/float64(peerHeap), "heap/table")
-			if st := r.Stats(); st.SealedPosts > 0 {
+			st := r.Stats()
+			if st.SealedPosts > 0 {
 				b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPosts), "sealed-B/sealed-post")
 			}
+			if st.ColdPosts > 0 {
+				b.ReportMetric(float64(st.ColdIndexBytes)/float64(st.ColdPosts), "cold-mem-B/cold-post")
+				b.ReportMetric(float64(st.ColdFileBytes)/float64(st.ColdPosts), "disk-B/cold-post")
+			}
 			benchKeep(r, t)
+			r.Close()
 		})
 	}
 }
@@ -104,9 +125,11 @@ func benchKeep(v ...any) { kept = append(kept[:0], v...) }
 // BenchmarkGetPage reads the authors of a 50-post page (posts drawn from
 // the whole year, or from the last 7 days: "hot") and compares with the
 // table peer on other pages of the same set, interleaved on one thread.
+// Policies: default (sealed in memory), cold-hit (sealed windows in files,
+// a cache holding all their blocks, warmed) and cold-miss (no cache: every
+// block of a page is read, a pread per run of adjacent blocks).
 func BenchmarkGetPage(b *testing.B) {
 	ids := benchIDs(benchutil.N())
-	r := loadBench(ids, Options{})
 	t := loadPeer(ids)
 	rng := rand.New(rand.NewPCG(5, 6))
 	hotFrom := datagen.DefaultEnd.Add(-7 * 24 * time.Hour).UnixMilli()
@@ -125,46 +148,64 @@ func BenchmarkGetPage(b *testing.B) {
 		}
 		return ps
 	}
-	for _, c := range []struct {
+	sets := []struct {
 		name  string
 		pages [][50]uint64
-	}{{"year", pages(ids)}, {"hot", pages(hot)}} {
-		b.Run(c.name, func(b *testing.B) {
-			var sink uint64
-			mine, peer := benchutil.Interleave(b,
-				func(i int) {
-					for _, id := range c.pages[i%len(c.pages)] {
-						a, _ := r.Get(id)
-						sink += a
-					}
-				},
-				func(i int) {
-					for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
-						a, _ := t.Get(id)
-						sink += a
-					}
-				})
-			b.ReportMetric(mine, "cpu-ns/page")
-			b.ReportMetric(peer, "table-cpu-ns/page")
-			b.ReportMetric(mine/peer, "registry/table")
-			benchKeep(sink)
-		})
-		b.Run(c.name+"-many", func(b *testing.B) {
+	}{{"year", pages(ids)}, {"hot", pages(hot)}}
+	for _, policy := range []string{"default", "cold-hit", "cold-miss"} {
+		r := loadBench(ids, benchPolicy(b, policy))
+		prefix := ""
+		if policy != "default" {
+			prefix = policy + "/"
 			var authors [50]uint64
 			var found [50]bool
-			var sink uint64
-			mine, peer := benchutil.Interleave(b,
-				func(i int) { r.GetMany(c.pages[i%len(c.pages)][:], authors[:], found[:]) },
-				func(i int) {
-					for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
-						a, _ := t.Get(id)
-						sink += a
+			for _, c := range sets { // warm the cache (and the OS's)
+				for _, p := range c.pages {
+					if err := r.GetMany(p[:], authors[:], found[:]); err != nil {
+						b.Fatal(err)
 					}
-				})
-			b.ReportMetric(mine, "cpu-ns/page")
-			b.ReportMetric(peer, "table-cpu-ns/page")
-			b.ReportMetric(mine/peer, "registry/table")
-			benchKeep(sink)
-		})
+				}
+			}
+		}
+		for _, c := range sets {
+			b.Run(prefix+c.name, func(b *testing.B) {
+				var sink uint64
+				mine, peer := benchutil.Interleave(b,
+					func(i int) {
+						for _, id := range c.pages[i%len(c.pages)] {
+							a, _, _ := r.Get(id)
+							sink += a
+						}
+					},
+					func(i int) {
+						for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
+							a, _ := t.Get(id)
+							sink += a
+						}
+					})
+				b.ReportMetric(mine, "cpu-ns/page")
+				b.ReportMetric(peer, "table-cpu-ns/page")
+				b.ReportMetric(mine/peer, "registry/table")
+				benchKeep(sink)
+			})
+			b.Run(prefix+c.name+"-many", func(b *testing.B) {
+				var authors [50]uint64
+				var found [50]bool
+				var sink uint64
+				mine, peer := benchutil.Interleave(b,
+					func(i int) { r.GetMany(c.pages[i%len(c.pages)][:], authors[:], found[:]) },
+					func(i int) {
+						for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
+							a, _ := t.Get(id)
+							sink += a
+						}
+					})
+				b.ReportMetric(mine, "cpu-ns/page")
+				b.ReportMetric(peer, "table-cpu-ns/page")
+				b.ReportMetric(mine/peer, "registry/table")
+				benchKeep(sink)
+			})
+		}
+		r.Close()
 	}
 }

@@ -1,11 +1,15 @@
 package registry
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -24,9 +28,14 @@ func check(t *testing.T, r *Registry, model map[uint64]uint64, probes []uint64) 
 	}
 	authors := make([]uint64, len(probes))
 	found := make([]bool, len(probes))
-	r.GetMany(probes, authors, found)
+	if err := r.GetMany(probes, authors, found); err != nil {
+		t.Fatalf("GetMany: %v", err)
+	}
 	for i, id := range probes {
-		a, ok := r.Get(id)
+		a, ok, err := r.Get(id)
+		if err != nil {
+			t.Fatalf("Get(%d): %v", id, err)
+		}
 		ma, mok := model[id]
 		if ok != mok || a != ma {
 			t.Fatalf("Get(%d) = %d,%v; model %d,%v", id, a, ok, ma, mok)
@@ -36,10 +45,12 @@ func check(t *testing.T, r *Registry, model map[uint64]uint64, probes []uint64) 
 		}
 	}
 	var got []row
-	r.Range(func(id, author uint64) bool {
+	if err := r.Range(func(id, author uint64) bool {
 		got = append(got, row{id, author})
 		return true
-	})
+	}); err != nil {
+		t.Fatalf("Range: %v", err)
+	}
 	want := make([]row, 0, len(model))
 	for id, a := range model {
 		want = append(want, row{id, a})
@@ -64,15 +75,35 @@ func firstDiff(a, b []row) int {
 	return min(len(a), len(b))
 }
 
+// modelPolicies are the option sets TestModel runs with: memory only; a
+// cold tier by age (windows older than 30 days in files, a small shared
+// cache); and one by memory budget with caching disabled (every cold
+// lookup a pread).
+func modelPolicies(t *testing.T) map[string]Options {
+	return map[string]Options{
+		"memory":  {CompactMin: 50},
+		"coldAge": {CompactMin: 50, Dir: t.TempDir(), ColdAge: 30 * day, Cache: cold.NewCache(256 << 10)},
+		"budget":  {CompactMin: 50, Dir: t.TempDir(), MemoryBudget: 64 << 10, ColdCacheBytes: -1},
+	}
+}
+
 // TestModel drives puts (new posts, re-puts, author changes, ids 0 and
-// 2^64-1, ids of every age) through sealing and compaction and compares
-// with a map after each phase, Loader round trips included.
+// 2^64-1, ids of every age) through sealing, cooling and compaction and
+// compares with a map after each phase, Loader and image (WriteTo, Load)
+// round trips included.
 func TestModel(t *testing.T) {
+	for name, opts := range modelPolicies(t) {
+		t.Run(name, func(t *testing.T) { testModel(t, opts) })
+	}
+}
+
+func testModel(t *testing.T, opts Options) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	r, err := New(Options{CompactMin: 50})
+	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close()
 	model := map[uint64]uint64{}
 	var ids []uint64
 	newID := func() uint64 {
@@ -87,7 +118,11 @@ func TestModel(t *testing.T) {
 	}
 	put := func(id, a uint64) {
 		_, had := model[id]
-		if isNew := r.Put(id, a); isNew == had {
+		isNew, err := r.Put(id, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isNew == had {
 			t.Fatalf("Put(%d) new=%v but model had=%v", id, isNew, had)
 		}
 		model[id] = a
@@ -123,13 +158,17 @@ func TestModel(t *testing.T) {
 		check(t, r, model, probes())
 		switch phase % 3 {
 		case 0:
-			r.Maintain(now)
+			if err := r.Maintain(now); err != nil {
+				t.Fatal(err)
+			}
 		case 1:
 			// A planned job that is finished without running leaves
 			// everything as it was.
 			if j := r.Plan(now); j != nil {
 				check(t, r, model, probes()) // frozen entries visible
-				j.Finish()
+				if err := j.Finish(); err == nil {
+					t.Fatal("Finish before Run succeeded")
+				}
 			}
 		case 2:
 			// Puts while a job runs land in the open table and win.
@@ -141,9 +180,13 @@ func TestModel(t *testing.T) {
 				put(newID(), rng.Uint64N(1<<30))
 			}
 			if j != nil {
-				j.Run()
+				if err := j.Run(); err != nil {
+					t.Fatal(err)
+				}
 				check(t, r, model, probes())
-				j.Finish()
+				if err := j.Finish(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		check(t, r, model, probes())
@@ -151,6 +194,18 @@ func TestModel(t *testing.T) {
 		// A registry loaded from Range, in order and shuffled, is the same.
 		var rows []row
 		r.Range(func(id, a uint64) bool { rows = append(rows, row{id, a}); return true })
+		// So is one loaded from its image, with the same windows or others.
+		var img bytes.Buffer
+		if _, err := r.WriteTo(&img); err != nil {
+			t.Fatal(err)
+		}
+		for _, wm := range []int64{0, 3_600_000} {
+			l, _ := New(Options{CompactMin: 50, WindowMillis: wm})
+			if err := l.Load(bytes.NewReader(img.Bytes()), now); err != nil {
+				t.Fatal(err)
+			}
+			check(t, l, model, probes())
+		}
 		for _, shuffle := range []bool{false, true} {
 			if shuffle {
 				rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
@@ -165,8 +220,36 @@ func TestModel(t *testing.T) {
 		}
 	}
 	st := r.Stats()
-	if st.SealedPosts == 0 || st.OpenPosts == 0 {
+	if st.SealedPosts+st.ColdPosts == 0 || st.OpenPosts == 0 {
 		t.Fatalf("the model test should leave posts both sealed and open: %+v", st)
+	}
+	if opts.Dir != "" {
+		if st.ColdPosts == 0 {
+			t.Fatalf("no cold window: %+v", st)
+		}
+		checkDir(t, r, opts.Dir)
+	}
+	t.Logf("%+v", st)
+}
+
+// checkDir checks that Dir holds exactly the registry's cold files.
+func checkDir(t *testing.T, r *Registry, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have, want []string
+	for _, e := range ents {
+		have = append(have, e.Name())
+	}
+	for _, p := range r.Files() {
+		want = append(want, filepath.Base(p))
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(have, want) {
+		t.Fatalf("directory holds %v, the registry reads %v", have, want)
 	}
 }
 
@@ -181,7 +264,9 @@ func TestSealedIsCompact(t *testing.T) {
 		r.Put(idAt(now.Add(-age), rng.Uint64N(1024), rng.Uint64N(16)), rng.Uint64N(10_000_000))
 	}
 	open := r.MemoryBytes()
-	r.Maintain(now)
+	if err := r.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
 	sealed := r.MemoryBytes()
 	if st := r.Stats(); st.OpenPosts != 0 || st.SealedPosts != r.Len() {
 		t.Fatalf("all windows are past OpenAge, yet %+v", st)

@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"cmp"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"slices"
 
@@ -41,15 +43,7 @@ type row struct {
 }
 
 func sortSlots(s []slot) {
-	slices.SortFunc(s, func(a, b slot) int {
-		switch {
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
 }
 
 // builder packs posts, added in id order without repeats, into a run one
@@ -60,6 +54,10 @@ type builder struct {
 	blk [BlockPosts]row
 	nb  int
 	w   bitpack.Writer
+	// sink, when set, takes each block as it is packed (a cold file being
+	// written): the run then keeps only its count, and memory stays at one
+	// block whatever the window's size.
+	sink *coldWriter
 }
 
 func newBuilder() *builder { return &builder{r: &run{}} }
@@ -77,10 +75,17 @@ func (b *builder) flushBlock() {
 		return
 	}
 	r := b.r
+	r.n += b.nb
+	if b.sink != nil {
+		b.w.Buf = appendBlock(&b.w, b.blk[:b.nb])
+		b.sink.add(b.blk[0].id, b.w.Buf)
+		b.w.Buf = b.w.Buf[:0]
+		b.nb = 0
+		return
+	}
 	r.firsts = append(r.firsts, b.blk[0].id)
 	r.offs = append(r.offs, uint64(len(b.w.Buf)))
 	b.w.Buf = appendBlock(&b.w, b.blk[:b.nb])
-	r.n += b.nb
 	b.nb = 0
 }
 
@@ -157,6 +162,9 @@ type blockView struct {
 	n, kw, aw, rw int
 }
 
+// parse reads a block's header. b must have passed checkHeader (every
+// block in memory did, when it was built or loaded, and every cold block
+// does before it is used or cached).
 func (k *blockView) parse(first uint64, b []byte) {
 	k.n, k.kw, k.aw = int(b[0])+1, int(b[1]), int(b[2])
 	k.rw = k.kw + k.aw
@@ -249,4 +257,77 @@ func (r *run) each(fn func(id, author uint64) bool) bool {
 
 func (r *run) memoryBytes() int {
 	return cap(r.data) + 8*cap(r.firsts) + 8*cap(r.offs)
+}
+
+// checkHeader checks what every lookup in block b relies on to stay in
+// bounds: the header parses, n <= BlockPosts, widths <= 64, and the
+// records' bits exactly fill the rest of the block (the writer pads to a
+// byte). With the block's Slack bytes of capacity this makes any read a
+// lookup does fall inside the block's memory, whatever the values are.
+func checkHeader(b []byte) error {
+	if len(b) < 6 {
+		return fmt.Errorf("block of %d bytes is shorter than a header", len(b))
+	}
+	n, kw, aw := int(b[0])+1, int(b[1]), int(b[2])
+	if n > BlockPosts || kw > 64 || aw > 64 {
+		return fmt.Errorf("block header n=%d kw=%d aw=%d out of range", n, kw, aw)
+	}
+	p := 3
+	for range 3 {
+		_, q := binary.Uvarint(b[p:])
+		if q <= 0 {
+			return fmt.Errorf("bad uvarint in block header at byte %d", p)
+		}
+		p += q
+	}
+	if want := (n*(kw+aw) + 7) / 8; len(b)-p != want {
+		return fmt.Errorf("block of %d records of %d bits has %d bytes of records, want %d", n, kw+aw, len(b)-p, want)
+	}
+	return nil
+}
+
+// checkBlock checks block b (first id first) completely: its header, then
+// every record: keys start at 0, strictly increase and end at top; every
+// id decodes back to its key (the key fits the varying bits) and lies in
+// [lo, last] and after prev (the last id of the block before, or
+// lo-1: pass ok=false for none); authors do not overflow. It returns the
+// block's post count and last id. A block that passes answers Get and
+// Range consistently: the ids Range gives are the ones Get finds.
+func checkBlock(first uint64, b []byte, lo, last, prev uint64, hasPrev bool) (n int, lastID uint64, err error) {
+	if err := checkHeader(b); err != nil {
+		return 0, 0, err
+	}
+	if first < lo || first > last || (hasPrev && first <= prev) {
+		return 0, 0, fmt.Errorf("block first id %d outside (%d, %d]", first, prev, last)
+	}
+	var k blockView
+	k.parse(first, b)
+	width := bits.OnesCount64(k.vary)
+	var prevKey uint64
+	for i := range k.n {
+		x := k.key(i)
+		switch {
+		case i == 0 && x != 0:
+			return 0, 0, fmt.Errorf("block's first key is %d, not 0", x)
+		case i > 0 && x <= prevKey:
+			return 0, 0, fmt.Errorf("block's key %d after %d", x, prevKey)
+		}
+		prevKey = x
+		sq := k.sq0 + x
+		if sq < x || (width < 64 && sq>>uint(width) != 0) {
+			return 0, 0, fmt.Errorf("block's key %d overflows its %d varying bits", x, width)
+		}
+		id := k.id(i)
+		if id < first || id > last {
+			return 0, 0, fmt.Errorf("block's id %d outside [%d, %d]", id, first, last)
+		}
+		if a := bitpack.Get(k.area, i*k.rw+k.kw, k.aw); k.minA+a < a {
+			return 0, 0, fmt.Errorf("block's author overflows")
+		}
+		lastID = id
+	}
+	if prevKey != k.top {
+		return 0, 0, fmt.Errorf("block's last key %d, header says %d", prevKey, k.top)
+	}
+	return k.n, lastID, nil
 }
