@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/enginetest"
+	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -370,15 +371,10 @@ func (st *state) dump() string {
 		return true
 	})
 	section("counts", rows)
-	for _, set := range []*struct {
-		name string
-		t    interface {
-			Range(func(pair, struct{}) bool)
-		}
-	}{{"likes", st.likes}, {"favs", st.favs}} {
+	for i, set := range []*likeset.Set{st.likes, st.favs} {
 		rows = nil
-		set.t.Range(func(k pair, _ struct{}) bool { rows = append(rows, kv{fmt.Sprint(k), ""}); return true })
-		section(set.name, rows)
+		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
+		section([]string{"likes", "favs"}[i], rows)
 	}
 	rows = nil
 	st.users.Range(func(k uint64, v userRec) bool {

@@ -135,7 +135,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"hash/fnv"
 	"log/slog"
 	"os"
@@ -147,6 +146,8 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/wal"
@@ -457,7 +458,7 @@ func (e *Engine) commit(o *op) (uint64, error) {
 	e.lastTime = o.time
 	var evs []engine.Event
 	e.st.apply(o, &evs)
-	if cerr := e.st.counts.Err(); cerr != nil {
+	if cerr := e.st.fault(); cerr != nil {
 		// A write to a post in an unreadable cold block was not applied in
 		// memory. Its record is in the log, and a restart rebuilds the cold
 		// tier from the snapshot and the log, so nothing is lost; until
@@ -492,7 +493,21 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 			return r, true, nil
 		}
 	}
-	exists := func(p uint64) bool { _, ok := st.posts.Get(p); return ok }
+	// A registry block that cannot be read (a damaged cold file) fails
+	// the operation rather than let it take the post for absent.
+	var readErr error
+	exists := func(p uint64) bool {
+		_, ok, err := st.posts.Get(p)
+		if err != nil && readErr == nil {
+			readErr = err
+		}
+		return ok
+	}
+	defer func() {
+		if readErr != nil {
+			res, done, err = 0, false, e.unreadable("post registry", readErr)
+		}
+	}()
 	switch o.kind {
 	case opCreatePost:
 		if o.a == 0 {
@@ -508,7 +523,7 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 		if o.kind == opFavorite || o.kind == opUnfavorite {
 			set = st.favs
 		}
-		_, present := set.Get(pair{o.viewer, o.a})
+		present := set.Has(o.viewer, o.a)
 		adding := o.kind == opLike || o.kind == opFavorite
 		if present == adding {
 			return 0, true, nil
@@ -707,12 +722,23 @@ func (e *Engine) Posts(ctx context.Context, posts []engine.PostID) ([]engine.Pos
 	authors := make([]uint64, len(posts))
 	found := make([]bool, len(posts))
 	e.mu.RLock()
-	e.st.posts.GetMany(ids(posts), authors, found)
+	err := e.st.posts.GetMany(ids(posts), authors, found)
 	e.mu.RUnlock()
+	if err != nil {
+		return nil, e.unreadable("post registry", err)
+	}
 	for i := range out {
 		out[i] = engine.PostInfo{Exists: found[i], Author: engine.UserID(authors[i])}
 	}
 	return out, nil
+}
+
+// unreadable reports a cold block that did not verify: say so rather than
+// show zeros. The cause names files, so it goes to the log, not to the
+// client.
+func (e *Engine) unreadable(what string, err error) error {
+	e.logger.Error("embedded: "+what+" cannot be read; restart to rebuild the cold tier", "err", err)
+	return fmt.Errorf("%w: %s cannot be read", engine.ErrUnavailable, what)
 }
 
 func readCheck[T ~uint64](ctx context.Context, ids []T) error {
@@ -734,10 +760,7 @@ func (e *Engine) Counts(ctx context.Context, posts []engine.PostID) ([]engine.Co
 	err := e.st.counts.Err()
 	e.mu.RUnlock()
 	if err != nil {
-		// A cold block did not verify: say so rather than show zeros. The
-		// cause names files, so it goes to the log, not to the client.
-		e.logger.Error("embedded: post counts cannot be read; restart to rebuild the cold tier", "err", err)
-		return nil, fmt.Errorf("%w: post counts cannot be read", engine.ErrUnavailable)
+		return nil, e.unreadable("post counts", err)
 	}
 	return out, nil
 }
@@ -752,19 +775,17 @@ func (e *Engine) Favorited(ctx context.Context, viewer engine.UserID, ids []engi
 	return e.inSet(ctx, true, viewer, ids)
 }
 
-func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
-	if err := readCheck(ctx, ids); err != nil {
+func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, posts []engine.PostID) ([]bool, error) {
+	if err := readCheck(ctx, posts); err != nil {
 		return nil, err
 	}
-	out := make([]bool, len(ids))
+	out := make([]bool, len(posts))
 	e.mu.RLock()
 	set := e.st.likes
 	if favs {
 		set = e.st.favs
 	}
-	for i, id := range ids {
-		_, out[i] = set.Get(pair{uint64(viewer), uint64(id)})
-	}
+	set.HasMany(uint64(viewer), ids(posts), out)
 	e.mu.RUnlock()
 	return out, nil
 }
@@ -1249,7 +1270,7 @@ func (e *Engine) Close() error {
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
 	e.mu.Lock()
-	cerr := e.st.counts.Close()
+	cerr := errors.Join(e.st.counts.Close(), e.st.posts.Close())
 	e.mu.Unlock()
 	if e.log == nil {
 		return cerr
@@ -1297,8 +1318,17 @@ func (e *Engine) maintain() {
 		if j == nil {
 			return nil
 		}
-		return &maintStep{j.String(), func() error { j.Run(); return nil }, func() error { j.Finish(); return nil }}
+		return &maintStep{j.String(), j.Run, j.Finish}
 	})
+	for _, set := range []func() *likeset.Set{func() *likeset.Set { return e.st.likes }, func() *likeset.Set { return e.st.favs }} {
+		e.runSteps("like-set", func(now time.Time) *maintStep {
+			j := set().Plan(now)
+			if j == nil {
+				return nil
+			}
+			return &maintStep{j.String(), j.Run, func() error { return set().Finish(j) }}
+		})
+	}
 }
 
 // maintStep is one planned step of a store's upkeep.

@@ -1,8 +1,10 @@
 package embedded
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
+	"path/filepath"
 	"slices"
 	"sort"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/follows"
+	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/registry"
@@ -131,8 +134,11 @@ type idemExpiry struct {
 type state struct {
 	posts  *registry.Registry // post → author (0: imported without one)
 	counts *postcounts.Store
-	likes  *table.Table[pair, struct{}] // (user, post)
-	favs   *table.Table[pair, struct{}]
+	likes  *likeset.Set // (user, post), tiered by the post's time window
+	favs   *likeset.Set
+	// err is the first error a tiered store's cold file returned while
+	// applying a record (see Engine.commit).
+	err error
 
 	users    *table.Table[uint64, userRec]
 	profiles *table.Table[uint64, profile]
@@ -165,8 +171,8 @@ func newState(co postcounts.Options) *state {
 	return &state{
 		posts:    newRegistry(co),
 		counts:   newCounts(co),
-		likes:    table.New[pair, struct{}](hashPair, 1024),
-		favs:     table.New[pair, struct{}](hashPair, 256),
+		likes:    newLikeset(co),
+		favs:     newLikeset(co),
 		users:    table.New[uint64, userRec](hashU64, 1024),
 		profiles: table.New[uint64, profile](hashU64, 1024),
 		follows:  follows.New(0),
@@ -367,7 +373,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 	case opComment:
 		st.counts.Add(o.a, counters.Comments, 1)
 		var bumped []engine.UserID
-		if a, _ := st.posts.Get(o.a); a != 0 && a != o.viewer {
+		if a := st.author(o.a); a != 0 && a != o.viewer {
 			st.user(a).comments++
 			bumped = append(bumped, engine.UserID(a))
 		}
@@ -500,8 +506,31 @@ func opResult(o *op) uint64 {
 	return o.a
 }
 
+// author returns post's author (0: none or unknown). A cold registry
+// block that cannot be read is noted in st.err and reads as no author.
+func (st *state) author(post uint64) uint64 {
+	a, _, err := st.posts.Get(post)
+	st.noteErr(err)
+	return a
+}
+
+func (st *state) noteErr(err error) {
+	if err != nil && st.err == nil {
+		st.err = err
+	}
+}
+
+// fault returns the first cold-tier error met while applying records.
+func (st *state) fault() error {
+	if err := st.counts.Err(); err != nil {
+		return err
+	}
+	return st.err
+}
+
 func (st *state) addPost(post, author uint64, out *[]engine.Event) {
-	st.posts.Put(post, author)
+	_, err := st.posts.Put(post, author)
+	st.noteErr(err)
 	st.profile(author).posts++
 	if out != nil {
 		*out = append(*out, engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(author)})
@@ -511,24 +540,22 @@ func (st *state) addPost(post, author uint64, out *[]engine.Event) {
 // setLike adds (viewer, post) to set; the like's count and the author's
 // badge move only if it was not there, so one record carries the whole
 // de-duplicated effect.
-func (st *state) setLike(set *table.Table[pair, struct{}], f counters.Field, o *op, out *[]engine.Event) {
-	k := pair{o.viewer, o.a}
-	if _, ok := set.Get(k); ok {
+func (st *state) setLike(set *likeset.Set, f counters.Field, o *op, out *[]engine.Event) {
+	if !set.Add(o.viewer, o.a) {
 		return
 	}
-	set.Put(k, struct{}{})
 	st.counts.Add(o.a, f, 1)
 	if f != counters.Likes {
 		return
 	}
-	if a, _ := st.posts.Get(o.a); a != 0 && a != o.viewer {
+	if a := st.author(o.a); a != 0 && a != o.viewer {
 		st.user(a).likes++
 		emitUnread(out, []engine.UserID{engine.UserID(a)})
 	}
 }
 
-func (st *state) clearLike(set *table.Table[pair, struct{}], f counters.Field, o *op) {
-	if set.Delete(pair{o.viewer, o.a}) {
+func (st *state) clearLike(set *likeset.Set, f counters.Field, o *op) {
+	if set.Remove(o.viewer, o.a) {
 		st.counts.Add(o.a, f, -1)
 	}
 }
@@ -630,12 +657,17 @@ func (st *state) importRows(list []uint64) {
 			post, author := row[0], row[1]
 			c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
 				Views: int64(row[5]), Favorites: int64(row[6])}
-			old, exists := st.posts.Get(post)
+			old, exists, err := st.posts.Get(post)
+			if err != nil {
+				st.noteErr(err)
+				continue
+			}
 			switch {
 			case !exists && author == 0 && c.IsZero():
 				continue
 			case !exists || (old == 0 && author != 0):
-				st.posts.Put(post, author)
+				_, err := st.posts.Put(post, author)
+				st.noteErr(err)
 				if author != 0 {
 					st.profile(author).posts++
 				}
@@ -660,18 +692,34 @@ func newCounts(co postcounts.Options) *postcounts.Store {
 // maintain seals and compacts the state's post counts and registry in
 // one go, for a state no reader shares (one rebuilt to be written out).
 func (st *state) maintain(now time.Time) error {
-	st.posts.Maintain(now)
-	return st.counts.Maintain(now)
+	return errors.Join(st.posts.Maintain(now), st.likes.Maintain(now), st.favs.Maintain(now), st.counts.Maintain(now))
 }
 
-// newRegistry makes the post registry, windowed and sealed as the counts
-// are. The options were checked by Open (checkCounts).
+// newRegistry makes the post registry, windowed, sealed and cooled as the
+// counts are; its cold files are in the counts' cold directory (derived
+// data, cleared at open), in a folder of their own. The memory budget
+// bounds each of the two stores' own bytes. The options were checked by
+// Open (checkCounts).
 func newRegistry(co postcounts.Options) *registry.Registry {
-	r, err := registry.New(registry.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge})
+	ro := registry.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge}
+	if co.Dir != "" {
+		ro.Dir, ro.ColdAge, ro.MemoryBudget = filepath.Join(co.Dir, "registry"), co.ColdAge, co.MemoryBudget
+	}
+	r, err := registry.New(ro)
 	if err != nil {
 		panic(fmt.Sprintf("embedded: registry options: %v", err))
 	}
 	return r
+}
+
+// newLikeset makes a like or favorite set, windowed and sealed as the
+// counts are.
+func newLikeset(co postcounts.Options) *likeset.Set {
+	s, err := likeset.New(likeset.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge})
+	if err != nil {
+		panic(fmt.Sprintf("embedded: like set options: %v", err))
+	}
+	return s
 }
 
 // Record sizes for MemoryBytes.

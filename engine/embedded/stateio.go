@@ -14,8 +14,10 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/follows"
+	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/receipts"
+	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/table"
@@ -58,7 +60,8 @@ const stateVersion = 1
 
 var (
 	tagMeta     = snapshot.MakeTag("META")
-	tagPosts    = snapshot.MakeTag("POST")
+	tagPosts    = snapshot.MakeTag("POST") // per post; read, no longer written
+	tagRegistry = snapshot.MakeTag("PREG") // the registry's own image
 	tagCounts   = snapshot.MakeTag("CNTS") // per post; read, no longer written
 	tagPCounts  = snapshot.MakeTag("PCNT") // postcounts' own image
 	tagLikes    = snapshot.MakeTag("LIKE")
@@ -73,10 +76,12 @@ var (
 	tagIdemQ    = snapshot.MakeTag("IDMQ")
 
 	// allTags are the sections a snapshot must have; the post counts
-	// are in one of countTags.
-	allTags = []snapshot.Tag{tagMeta, tagPosts, tagLikes, tagFavs, tagUsers, tagProfiles,
+	// and the registry are each in one section of a pair (the current
+	// form first, then the one older snapshots have).
+	allTags = []snapshot.Tag{tagMeta, tagLikes, tagFavs, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdem, tagIdemQ}
-	countTags = []snapshot.Tag{tagPCounts, tagCounts}
+	countTags    = []snapshot.Tag{tagPCounts, tagCounts}
+	registryTags = []snapshot.Tag{tagRegistry, tagPosts}
 )
 
 // followsPerItem bounds a FOLW item so that a user following millions
@@ -205,14 +210,12 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 			e.v(st.nusers)
 			e.end()
 		}},
-		{tagPosts, func() {
-			st.posts.Range(func(p, author uint64) bool {
-				e.start()
-				e.fixed(p)
-				e.u(author)
-				e.end()
-				return true
-			})
+		{tagRegistry, func() {
+			cw := &chunkWriter{w: w, p: p}
+			if _, err := st.posts.WriteTo(cw); err != nil && w.Err() == nil {
+				cw.fail(err)
+			}
+			cw.close()
 		}},
 		{countsTagWritten, func() { writeCounts(w, e, st) }},
 		{tagLikes, func() { writeSet(e, st.likes) }},
@@ -347,11 +350,11 @@ func writePostCounts(w *snapshot.Writer, e *enc, st *state) {
 	cw.close()
 }
 
-func writeSet(e *enc, t *table.Table[pair, struct{}]) {
-	t.Range(func(k pair, _ struct{}) bool {
+func writeSet(e *enc, t *likeset.Set) {
+	t.Range(func(user, post uint64) bool {
 		e.start()
-		e.u(k[0])
-		e.fixed(k[1])
+		e.u(user)
+		e.fixed(post)
 		e.end()
 		return true
 	})
@@ -471,21 +474,33 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 			return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tag))
 		}
 	}
-	var countsTag snapshot.Tag
-	for _, tag := range countTags {
-		if secs[tag] != nil {
-			if countsTag != (snapshot.Tag{}) {
-				return nil, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s both hold the post counts", countsTag, tag))
+	// one returns the section of pair that the snapshot has.
+	one := func(pair []snapshot.Tag) (snapshot.Tag, error) {
+		var found snapshot.Tag
+		for _, tag := range pair {
+			if secs[tag] != nil {
+				if found != (snapshot.Tag{}) {
+					return found, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s hold the same data", found, tag))
+				}
+				found = tag
 			}
-			countsTag = tag
 		}
+		if found == (snapshot.Tag{}) {
+			return found, r.Corrupt(0, fmt.Sprintf("section %s is missing", pair[0]))
+		}
+		return found, nil
 	}
-	if countsTag == (snapshot.Tag{}) {
-		return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tagPCounts))
+	countsTag, err := one(countTags)
+	if err != nil {
+		return nil, err
 	}
-	if len(secs) != len(allTags)+1 {
+	registryTag, err := one(registryTags)
+	if err != nil {
+		return nil, err
+	}
+	if len(secs) != len(allTags)+2 {
 		for _, s := range r.Sections() {
-			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) {
+			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -498,8 +513,8 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	im := &image{index: r.Index(), st: &state{
 		posts:    newRegistry(co),
 		counts:   newCounts(co),
-		likes:    table.New[pair, struct{}](hashPair, items(tagLikes)),
-		favs:     table.New[pair, struct{}](hashPair, items(tagFavs)),
+		likes:    newLikeset(co),
+		favs:     newLikeset(co),
 		users:    table.New[uint64, userRec](hashU64, items(tagUsers)),
 		profiles: table.New[uint64, profile](hashU64, items(tagProfiles)),
 		follows:  follows.New(items(tagFollows)),
@@ -511,15 +526,20 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	st := im.st
 	jobs := [][]func() error{
 		{func() error { return readMeta(secs[tagMeta], pc, im) }},
-		{func() error { return readPosts(secs[tagPosts], pc, st, co) }},
+		{func() error {
+			if registryTag == tagPosts {
+				return readPosts(secs[tagPosts], pc, st, co)
+			}
+			return readRegistry(secs[tagRegistry], pc, st, co)
+		}},
 		{func() error {
 			if countsTag == tagCounts {
 				return readCounts(secs[tagCounts], pc, st)
 			}
 			return readPostCounts(secs[tagPCounts], pc, st)
 		}},
-		{func() error { return readSet(secs[tagLikes], pc, st.likes) }},
-		{func() error { return readSet(secs[tagFavs], pc, st.favs) }},
+		{func() error { return readSet(secs[tagLikes], pc, st.likes, co) }},
+		{func() error { return readSet(secs[tagFavs], pc, st.favs, co) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
 		{func() error { return readProfiles(secs[tagProfiles], pc, st) }},
 		{func() error { return readFollows(secs[tagFollows], pc, st) }},
@@ -635,10 +655,7 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer, im *image) error {
 }
 
 func readPosts(sr *snapshot.SectionReader, pc *pacer, st *state, co postcounts.Options) error {
-	now := time.Now()
-	if co.Now != nil {
-		now = co.Now()
-	}
+	now := loadTime(co)
 	// Posts come in id order (Registry.Range), so the loader builds old
 	// windows straight into sealed blocks.
 	ld := st.posts.NewLoader(now)
@@ -717,20 +734,42 @@ func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	return checkLen(sr, st.counts.Len())
 }
 
+// readRegistry loads the PREG section: the registry's image.
+func readRegistry(sr *snapshot.SectionReader, pc *pacer, st *state, co postcounts.Options) error {
+	cr := &chunkReader{sr: sr, p: pc}
+	return cr.load(func(r io.Reader) error { return st.posts.Load(r, loadTime(co)) }, registry.ErrCorrupt)
+}
+
+// loadTime is the clock that tells a loading store's old windows (built
+// sealed) from its open ones.
+func loadTime(co postcounts.Options) time.Time {
+	if co.Now != nil {
+		return co.Now()
+	}
+	return time.Now()
+}
+
 // readPostCounts loads the PCNT section: postcounts' image, streamed from
 // the section's chunks.
 func readPostCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	cr := &chunkReader{sr: sr, p: pc}
-	if err := st.counts.Load(cr, ""); err != nil {
+	return cr.load(func(r io.Reader) error { return st.counts.Load(r, "") }, postcounts.ErrCorrupt)
+}
+
+// load runs a store's loader over the section and checks that it read
+// the body to its end; damage the loader reports (errors wrapping
+// corrupt, or a body cut short) becomes the section's CorruptError.
+func (c *chunkReader) load(fn func(io.Reader) error, corrupt error) error {
+	if err := fn(c); err != nil {
 		if ce := (*snapshot.CorruptError)(nil); errors.As(err, &ce) {
 			return err
 		}
-		if errors.Is(err, postcounts.ErrCorrupt) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return sr.Corrupt(err.Error())
+		if errors.Is(err, corrupt) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return c.sr.Corrupt(err.Error())
 		}
 		return err
 	}
-	return cr.end()
+	return c.end()
 }
 
 // chunkWriter streams a section whose body is a format of its own into
@@ -811,16 +850,40 @@ func (c *chunkReader) end() error {
 	return nil
 }
 
-func readSet(sr *snapshot.SectionReader, pc *pacer, t *table.Table[pair, struct{}]) error {
+// readSet loads a LIKE or FAVS section into t in batches (likeset.Load
+// builds old windows sealed rather than through open tables).
+func readSet(sr *snapshot.SectionReader, pc *pacer, t *likeset.Set, co postcounts.Options) error {
+	now := loadTime(co)
+	batch := make([][2]uint64, 0, 1<<16)
+	var lerr error
+	flush := func() {
+		if lerr == nil && len(batch) > 0 {
+			lerr = t.Load(func(yield func(uint64, uint64) bool) {
+				for _, p := range batch {
+					if !yield(p[0], p[1]) {
+						return
+					}
+				}
+			}, now)
+		}
+		batch = batch[:0]
+	}
 	err := eachItem(sr, pc, func(d *dec) {
 		u := d.u("user")
 		p := d.fixed("post")
 		if d.err == "" {
-			t.Put(pair{u, p}, struct{}{})
+			batch = append(batch, [2]uint64{u, p})
+			if len(batch) == cap(batch) {
+				flush()
+			}
 		}
 	})
 	if err != nil {
 		return err
+	}
+	flush()
+	if lerr != nil {
+		return sr.Corrupt(lerr.Error())
 	}
 	return checkLen(sr, t.Len())
 }
