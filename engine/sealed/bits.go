@@ -15,16 +15,26 @@ var le = binary.LittleEndian
 // blocks allocates its buffers with this slack.
 const BlockSlack = 8
 
-// getBits returns the w <= 64 bits of b starting at bit off (LSB-first).
-// The caller guarantees off+w <= 8*len(b) and cap(b) >= len(b)+BlockSlack.
-func getBits(b []byte, off, w int) uint64 {
+// getBits returns the w <= 64 bits of b starting at bit off (LSB-first);
+// mask is lowMask(w). The caller guarantees off+w <= 8*(len(b)-BlockSlack),
+// and len(b) counts the slack (Block.area does).
+func getBits(b []byte, off int, w uint, mask uint64) uint64 {
 	i, s := off>>3, uint(off&7)
 	x := le.Uint64(b[i:i+8]) >> s
-	if s+uint(w) > 64 {
-		// Only for w > 56; the ninth byte is then within len(b).
-		x |= uint64(b[i+8]) << (64 - s)
+	if s+w > 64 {
+		// Only for w > 56; the ninth byte is then within the bits.
+		x |= uint64(b[i+8]) << ((64 - s) & 63)
 	}
-	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
+	return x & mask
+}
+
+// getBits56 returns 56 bits of b from bit off, or more: the caller masks
+// what it needs. Same guarantee as getBits for off.
+func getBits56(b []byte, off int) uint64 {
+	i := off >> 3
+	// b[i:i+8], not b[i:]: the bounds checks are then two compares, with
+	// no masking of the slice's pointer for an empty result.
+	return le.Uint64(b[i:i+8]) >> uint(off&7)
 }
 
 // bitWriter appends LSB-first bit fields to a byte slice.
@@ -117,23 +127,33 @@ func lowMask(n uint) uint64 {
 }
 
 // select64 returns the position of the r-th (0-based) set bit of x; x has
-// more than r set bits.
+// more than r set bits. It is branch-free (Vigna's broadword select): the
+// byte-wise prefix popcounts locate the byte, a table the bit within it.
+// The loop it replaces mispredicted on about every call of a lookup.
 func select64(x uint64, r int) int {
-	p := 0
-	for {
-		c := bits.OnesCount8(uint8(x))
-		if r < c {
-			break
-		}
-		r -= c
-		x >>= 8
-		p += 8
-	}
-	for ; ; r-- {
-		t := bits.TrailingZeros64(x)
-		if r == 0 {
-			return p + t
-		}
-		x &= x - 1
-	}
+	const l8, h8 = 0x0101010101010101, 0x8080808080808080
+	s := x - (x>>1)&0x5555555555555555
+	s = s&0x3333333333333333 + (s>>2)&0x3333333333333333
+	s = (s + s>>4) & 0x0f0f0f0f0f0f0f0f
+	s *= l8 // byte i: set bits in bytes 0..i
+	// The high bit of byte i is set when r >= that prefix count: no byte
+	// borrows, since counts are at most 64 and r < 64.
+	geq := ((uint64(r)*l8 | h8) - s) & h8
+	place := uint(bits.OnesCount64(geq)) * 8
+	rank := uint64(r) - ((s<<8)>>place)&0xff
+	return int(place) + int(selectInByte[(x>>place)&0xff|rank<<8&0x700])
 }
+
+// selectInByte[b | r<<8] is the position of the r-th set bit of byte b.
+var selectInByte = func() (t [2048]uint8) {
+	for b := range 256 {
+		r := 0
+		for i := range 8 {
+			if b>>i&1 == 1 {
+				t[b|r<<8] = uint8(i)
+				r++
+			}
+		}
+	}
+	return t
+}()

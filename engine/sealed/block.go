@@ -216,10 +216,12 @@ var errSlack = errors.New("sealed: block slice without BlockSlack bytes of capac
 //
 // A Block holds no memory of its own beyond the slice it was parsed from.
 type Block struct {
-	area  []byte // bit area
+	area  []byte // bit area, and BlockSlack bytes past it (see getBits)
 	first uint64
 	mask  uint64 // id bits that vary within the block
 	sq0   uint64 // pext(first, mask)
+	lmask uint64 // low l bits
+	imask uint64 // low iw bits
 	n     int
 	l     int
 	hiLen int
@@ -227,12 +229,17 @@ type Block struct {
 	low   int // bit offsets into area
 	hi    int
 	f     [numFields]fieldView
+	sw    swarLanes // for iw
 }
 
+// The masks of a Block and a fieldView are kept rather than computed per
+// read: in Go a shift by a variable amount costs a fix-up for amounts of
+// 64 and more, on every read.
 type fieldView struct {
 	w, xw          int
 	nexc           int
 	vals, idx, exc int // bit offsets into area
+	wmask, xmask   uint64
 }
 
 // ParseBlock parses the header of block b (its bytes without the trailing
@@ -304,11 +311,16 @@ func (k *Block) Parse(first uint64, b []byte) error {
 		fv := &k.f[f]
 		fv.w, fv.xw = int(b[p]), int(b[p+1])
 		var nexc uint64
-		nexc, p = uvarint(b, p+2)
+		if p+2 < len(b) && b[p+2] < 0x80 {
+			nexc, p = uint64(b[p+2]), p+3 // uvarint's common case, inline
+		} else {
+			nexc, p = uvarint(b, p+2)
+		}
 		if p < 0 || nexc > uint64(k.n) || fv.w+fv.xw > 63 || (nexc == 0) != (fv.xw == 0) {
 			return errBlock
 		}
 		fv.nexc = int(nexc)
+		fv.wmask, fv.xmask = 1<<uint(fv.w&63)-1, 1<<uint(fv.xw&63)-1 // both < 64
 		fv.vals = off
 		off += k.n * fv.w
 		fv.idx = off
@@ -316,10 +328,12 @@ func (k *Block) Parse(first uint64, b []byte) error {
 		fv.exc = off
 		off += fv.nexc * fv.xw
 	}
-	k.area = b[p:]
-	if (off+7)/8 != len(k.area) {
+	if (off+7)/8 != len(b)-p {
 		return errBlock
 	}
+	k.area = b[p : len(b)+BlockSlack]
+	k.lmask, k.imask = 1<<uint(k.l&63)-1, 1<<uint(k.iw&63)-1 // l < 64, iw <= 8
+	k.sw = swar[k.iw&15]
 	return nil
 }
 
@@ -342,32 +356,42 @@ func (k *Block) Find(id uint64) (int, bool) {
 	if x == 0 {
 		return 0, true
 	}
-	if k.n == 1 {
+	m := k.n - 1
+	h := x >> uint(k.l&63)
+	if h >= uint64(k.hiLen) || m == 0 {
 		return 0, false
 	}
-	h := x >> uint(k.l)
-	lo := x & lowMask(uint(k.l))
+	lo := x & k.lmask
 	// Element j (post j+1) sets bit high_j + j, so bucket h starts right
-	// after the h-th zero of the high bits, at element (that position - h).
+	// after the h-th zero of the high bits, at element (that position - h),
+	// and holds the run of ones there.
 	pos := 0
 	if h > 0 {
-		if h > uint64(k.hiLen) {
+		pos = k.selectZero(int(h)) + 1
+		if pos <= 0 {
 			return 0, false
 		}
-		pos = k.selectZero(int(h))
-		if pos < 0 {
-			return 0, false
-		}
-		pos++
 	}
-	for j := pos - int(h); j < k.n-1 && pos < k.hiLen && getBits(k.area, k.hi+pos, 1) == 1; j, pos = j+1, pos+1 {
-		v := getBits(k.area, k.low+j*k.l, k.l)
-		if v == lo {
-			return j + 1, true
+	a := k.area
+	for j := pos - int(h); pos < k.hiLen && j < m; {
+		// The bucket's elements: the run of ones from pos, read a word at a
+		// time (a bucket holds one or two elements on average).
+		w := min(56, k.hiLen-pos)
+		run := bits.TrailingZeros64(^getBits56(a, k.hi+pos))
+		run = min(run, w, m-j)
+		for e := j; e < j+run; e++ {
+			v := getBits(a, k.low+e*k.l, uint(k.l), k.lmask)
+			if v >= lo {
+				if v == lo {
+					return e + 1, true
+				}
+				return 0, false // low parts increase within a bucket
+			}
 		}
-		if v > lo {
+		if run < 56 {
 			break
 		}
+		pos, j = pos+run, j+run
 	}
 	return 0, false
 }
@@ -375,9 +399,9 @@ func (k *Block) Find(id uint64) (int, bool) {
 // selectZero returns the bit position (in the high bits) of the r-th zero,
 // r >= 1, or -1 if there are fewer.
 func (k *Block) selectZero(r int) int {
-	for p := 0; p < k.hiLen; p += 64 {
-		w := min(64, k.hiLen-p)
-		z := ^getBits(k.area, k.hi+p, w) & lowMask(uint(w))
+	a := k.area
+	for p := 0; p < k.hiLen; p += 56 {
+		z := ^getBits56(a, k.hi+p) & lowMask(uint(min(56, k.hiLen-p)))
 		c := bits.OnesCount64(z)
 		if r <= c {
 			return p + select64(z, r-1)
@@ -389,34 +413,87 @@ func (k *Block) selectZero(r int) int {
 
 // Counts returns the counts of the post at position i (0 <= i < Len()).
 func (k *Block) Counts(i int) engine.Counts {
-	var c engine.Counts
-	for f := range numFields {
-		setField(&c, f, k.value(f, i))
+	return engine.Counts{
+		Likes:     int64(k.value(&k.f[0], i)),
+		Comments:  int64(k.value(&k.f[1], i)),
+		Reposts:   int64(k.value(&k.f[2], i)),
+		Views:     int64(k.value(&k.f[3], i)),
+		Favorites: int64(k.value(&k.f[4], i)),
 	}
-	return c
 }
 
-func (k *Block) value(f, i int) uint64 {
-	fv := &k.f[f]
-	v := getBits(k.area, fv.vals+i*fv.w, fv.w)
-	if fv.nexc == 0 {
+// value returns field fv of post i.
+func (k *Block) value(fv *fieldView, i int) uint64 {
+	a := k.area
+	v := getBits(a, fv.vals+i*fv.w, uint(fv.w), fv.wmask)
+	n := fv.nexc
+	if n == 0 {
 		return v
 	}
-	// Exception indices are increasing: binary search.
-	lo, hi := 0, fv.nexc
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if int(getBits(k.area, fv.idx+mid*k.iw, k.iw)) < i {
-			lo = mid + 1
-		} else {
-			hi = mid
+	// Post i is an exception if the first exception index >= i is i:
+	// count the indices below i, e, then test index e (or n-1 when e = n).
+	//
+	// Nearly every block has exceptions in every field (8-14 per field on
+	// the datagen set), so this runs for most reads, and whether a post is
+	// an exception is a coin toss: the count compares a word of indices
+	// with i at once (SWAR), with no branch on the data, where a binary
+	// search was a chain of dependent loads and a misprediction or two per
+	// field. The even and the odd lanes are compared apart, each with the
+	// free lane above it as a guard bit that the subtraction clears when
+	// the index is below i. Indices past the list read as all ones.
+	t := &k.sw
+	iw, iv, g := uint(k.iw), uint64(i)*t.ones, t.guard
+	var e int
+	if c1 := min(n, t.lanes); n-c1 <= t.lanes {
+		// Two words at most, the common case, without a loop: the second
+		// starts at the end of the first (a valid offset however short
+		// the list) and is all padding when the list fits in one. The odd
+		// lanes' guard bits move down one bit, into the even lanes' top
+		// bit (cleared by the masks), so that one popcount counts both.
+		x1 := getBits56(a, fv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
+		x2 := getBits56(a, fv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
+		e = 2*t.both -
+			bits.OnesCount64(((x1&t.even|g)-iv)&g|((x1>>iw&t.even|g)-iv)&g>>1) -
+			bits.OnesCount64(((x2&t.even|g)-iv)&g|((x2>>iw&t.even|g)-iv)&g>>1)
+	} else {
+		for c := 0; c < n; c += t.lanes {
+			x := getBits56(a, fv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
+			e += t.both - bits.OnesCount64(((x&t.even|g)-iv)&g|((x>>iw&t.even|g)-iv)&g>>1)
 		}
 	}
-	if lo < fv.nexc && int(getBits(k.area, fv.idx+lo*k.iw, k.iw)) == i {
-		v |= getBits(k.area, fv.exc+lo*fv.xw, fv.xw) << uint(fv.w)
-	}
-	return v
+	e = min(e, n-1)
+	x := getBits56(a, fv.idx+e*int(iw)) & k.imask
+	hi := getBits(a, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
+	hit := x ^ uint64(i) // 0 when post i is exception e
+	hi &= (hit|-hit)>>63 - 1
+	return v | hi<<uint(fv.w&63)
 }
+
+// swarLanes describes iw-bit lanes for value's count: lanes of them fit
+// in the 56 bits getBits56 returns; even has the even lanes' bits, guard
+// the bit above each even lane, ones the low bit of each even lane; both
+// is twice the number of even lanes. For iw = 0 (a one-post block, whose
+// only index is 0 and i = 0) it is all zeros but lanes, and counts none.
+type swarLanes struct {
+	even, guard, ones uint64
+	lanes, both       int
+}
+
+// swar[iw] is computed once; Parse copies the block's entry.
+var swar = func() (t [9]swarLanes) {
+	t[0].lanes = 56
+	for iw := 1; iw <= 8; iw++ {
+		s := &t[iw]
+		s.lanes = 56 / iw
+		for j := 0; j < s.lanes; j += 2 {
+			s.even |= lowMask(uint(iw)) << uint(j*iw)
+			s.guard |= 1 << uint(j*iw+iw)
+			s.ones |= 1 << uint(j*iw)
+			s.both += 2
+		}
+	}
+	return t
+}()
 
 // Decode writes the block's ids and counts to ids[:Len()] and
 // counts[:Len()], checking everything ParseBlock does not: that ids
@@ -432,7 +509,7 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 	j := 0
 	for p := 0; p < k.hiLen; p += 64 {
 		w := min(64, k.hiLen-p)
-		word := getBits(k.area, k.hi+p, w)
+		word := getBits(k.area, k.hi+p, uint(w), lowMask(uint(w)))
 		for word != 0 {
 			t := bits.TrailingZeros64(word)
 			word &= word - 1
@@ -440,7 +517,7 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 				return errBlock
 			}
 			h := uint64(p + t - j)
-			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, k.l)
+			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
 			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
 				return errBlock
 			}
@@ -456,7 +533,7 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 			ids[j] = id
 		}
 	}
-	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1) != 1) {
+	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
 		return errBlock
 	}
 	var mask uint64
@@ -469,12 +546,12 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 	for f := range numFields {
 		fv := &k.f[f]
 		for i := range n {
-			setField(&counts[i], f, getBits(k.area, fv.vals+i*fv.w, fv.w))
+			setField(&counts[i], f, getBits(k.area, fv.vals+i*fv.w, uint(fv.w), fv.wmask))
 		}
 		prev := -1
 		for e := range fv.nexc {
-			i := int(getBits(k.area, fv.idx+e*k.iw, k.iw))
-			hi := getBits(k.area, fv.exc+e*fv.xw, fv.xw)
+			i := int(getBits(k.area, fv.idx+e*k.iw, uint(k.iw), k.imask))
+			hi := getBits(k.area, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
 			if i <= prev || i >= n || hi == 0 || hi > math.MaxInt64>>uint(fv.w) {
 				return errBlock
 			}
