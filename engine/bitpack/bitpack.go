@@ -122,26 +122,36 @@ func LowMask(n uint) uint64 {
 
 // Select64 returns the position of the r-th (0-based) set bit of x; x has
 // more than r set bits. It is the select of an Elias–Fano list's high
-// bits.
+// bits, and branch-free (Vigna's broadword select): the byte-wise prefix
+// popcounts locate the byte, a table the bit within it. A loop over the
+// bytes mispredicted on about every call of a lookup.
 func Select64(x uint64, r int) int {
-	p := 0
-	for {
-		c := bits.OnesCount8(uint8(x))
-		if r < c {
-			break
-		}
-		r -= c
-		x >>= 8
-		p += 8
-	}
-	for ; ; r-- {
-		t := bits.TrailingZeros64(x)
-		if r == 0 {
-			return p + t
-		}
-		x &= x - 1
-	}
+	const l8, h8 = 0x0101010101010101, 0x8080808080808080
+	s := x - (x>>1)&0x5555555555555555
+	s = s&0x3333333333333333 + (s>>2)&0x3333333333333333
+	s = (s + s>>4) & 0x0f0f0f0f0f0f0f0f
+	s *= l8 // byte i: set bits in bytes 0..i
+	// The high bit of byte i is set when r >= that prefix count: no byte
+	// borrows, since counts are at most 64 and r < 64.
+	geq := ((uint64(r)*l8 | h8) - s) & h8
+	place := uint(bits.OnesCount64(geq)) * 8
+	rank := uint64(r) - ((s<<8)>>place)&0xff
+	return int(place) + int(selectInByte[(x>>place)&0xff|rank<<8&0x700])
 }
+
+// selectInByte[b | r<<8] is the position of the r-th set bit of byte b.
+var selectInByte = func() (t [2048]uint8) {
+	for b := range 256 {
+		r := 0
+		for i := range 8 {
+			if b>>i&1 == 1 {
+				t[b|r<<8] = uint8(i)
+				r++
+			}
+		}
+	}
+	return t
+}()
 
 // Uvarint reads a uvarint of b at p and returns it with the position after
 // it, or p = -1 if it does not fit (or p was already -1, so a run of reads

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // The alternatives below were measured against the format this package
@@ -33,7 +34,7 @@ func varintBlock(dst []byte, ps []post, squeeze bool) []byte {
 	}
 	key := func(id uint64) uint64 {
 		if squeeze {
-			return pext(id, mask)
+			return bitpack.Pext(id, mask)
 		}
 		return id
 	}

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // MaxBlockPosts bounds the posts of one block: exception indices and the
@@ -71,7 +72,7 @@ type blockEncoder struct {
 	ids  [MaxBlockPosts]uint64
 	vals [numFields][MaxBlockPosts]uint64
 	n    int
-	bw   bitWriter
+	bw   bitpack.Writer
 }
 
 func (e *blockEncoder) add(id uint64, c *engine.Counts) {
@@ -132,13 +133,13 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 		vary |= id ^ first
 	}
 	top := bits.Len64(vary)
-	holes := lowMask(uint(top)) &^ vary
-	sq0 := pext(first, vary)
+	holes := bitpack.LowMask(uint(top)) &^ vary
+	sq0 := bitpack.Pext(first, vary)
 	// x values of posts 1..n-1 (post 0 is x = 0 by construction).
 	m := n - 1
 	var maxX uint64
 	if m > 0 {
-		maxX = pext(ids[n-1], vary) - sq0
+		maxX = bitpack.Pext(ids[n-1], vary) - sq0
 	}
 	l := 0
 	if m > 0 && maxX/uint64(m) >= 1 {
@@ -163,39 +164,39 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(p.nexc))
 	}
 
-	e.bw.buf = dst
+	e.bw.Buf = dst
 	bw := &e.bw
 	for _, id := range ids[1:] {
-		bw.put(pext(id, vary)-sq0, l)
+		bw.Put(bitpack.Pext(id, vary)-sq0, l)
 	}
 	var prevHigh uint64
 	for _, id := range ids[1:] {
-		h := (pext(id, vary) - sq0) >> uint(l)
-		bw.zeros(int(h - prevHigh))
-		bw.put(1, 1)
+		h := (bitpack.Pext(id, vary) - sq0) >> uint(l)
+		bw.Zeros(int(h - prevHigh))
+		bw.Put(1, 1)
 		prevHigh = h
 	}
 	for f, p := range plans {
 		vals := e.vals[f][:n]
 		for _, v := range vals {
-			bw.put(v, int(p.w))
+			bw.Put(v, int(p.w))
 		}
 		if p.nexc == 0 {
 			continue
 		}
 		for i, v := range vals {
 			if v>>p.w != 0 {
-				bw.put(uint64(i), iw)
+				bw.Put(uint64(i), iw)
 			}
 		}
 		for _, v := range vals {
 			if v>>p.w != 0 {
-				bw.put(v>>p.w, int(p.xw))
+				bw.Put(v>>p.w, int(p.xw))
 			}
 		}
 	}
-	dst = bw.flush()
-	bw.buf = nil
+	dst = bw.Flush()
+	bw.Buf = nil
 	dst = le.AppendUint32(dst, blockCRC(first, dst[start:]))
 	e.n = 0
 	return dst
@@ -219,7 +220,7 @@ type Block struct {
 	area  []byte // bit area, and BlockSlack bytes past it (see getBits)
 	first uint64
 	mask  uint64 // id bits that vary within the block
-	sq0   uint64 // pext(first, mask)
+	sq0   uint64 // bitpack.Pext(first, mask)
 	lmask uint64 // low l bits
 	imask uint64 // low iw bits
 	n     int
@@ -291,11 +292,11 @@ func (k *Block) Parse(first uint64, b []byte) error {
 	if p < 0 || top > 64 || k.l > 63 || hiLen > uint64(8*len(b)) {
 		return errBlock
 	}
-	k.mask = lowMask(top) &^ holes
-	if holes&^lowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
+	k.mask = bitpack.LowMask(top) &^ holes
+	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
 		return errBlock // non-canonical: holes above top, or top bit a hole
 	}
-	k.sq0 = pext(first, k.mask)
+	k.sq0 = bitpack.Pext(first, k.mask)
 	k.hiLen = int(hiLen)
 	m := k.n - 1
 	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
@@ -348,7 +349,7 @@ func (k *Block) Find(id uint64) (int, bool) {
 	if (id^k.first)&^k.mask != 0 {
 		return 0, false // a bit that is constant in the block differs
 	}
-	s := pext(id, k.mask)
+	s := bitpack.Pext(id, k.mask)
 	if s < k.sq0 {
 		return 0, false
 	}
@@ -401,10 +402,10 @@ func (k *Block) Find(id uint64) (int, bool) {
 func (k *Block) selectZero(r int) int {
 	a := k.area
 	for p := 0; p < k.hiLen; p += 56 {
-		z := ^getBits56(a, k.hi+p) & lowMask(uint(min(56, k.hiLen-p)))
+		z := ^getBits56(a, k.hi+p) & bitpack.LowMask(uint(min(56, k.hiLen-p)))
 		c := bits.OnesCount64(z)
 		if r <= c {
-			return p + select64(z, r-1)
+			return p + bitpack.Select64(z, r-1)
 		}
 		r -= c
 	}
@@ -486,7 +487,7 @@ var swar = func() (t [9]swarLanes) {
 		s := &t[iw]
 		s.lanes = 56 / iw
 		for j := 0; j < s.lanes; j += 2 {
-			s.even |= lowMask(uint(iw)) << uint(j*iw)
+			s.even |= bitpack.LowMask(uint(iw)) << uint(j*iw)
 			s.guard |= 1 << uint(j*iw+iw)
 			s.ones |= 1 << uint(j*iw)
 			s.both += 2
@@ -509,7 +510,7 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 	j := 0
 	for p := 0; p < k.hiLen; p += 64 {
 		w := min(64, k.hiLen-p)
-		word := getBits(k.area, k.hi+p, uint(w), lowMask(uint(w)))
+		word := getBits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
 		for word != 0 {
 			t := bits.TrailingZeros64(word)
 			word &= word - 1
@@ -525,7 +526,7 @@ func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
 			if s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
 				return errBlock // the id would not fit the varying bits
 			}
-			id := pdep(s, k.mask) | k.first&^k.mask
+			id := bitpack.Pdep(s, k.mask) | k.first&^k.mask
 			if id <= ids[j] {
 				return errBlock
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 func TestSelect64(t *testing.T) {
@@ -22,8 +23,8 @@ func TestSelect64(t *testing.T) {
 			for x>>pos&1 == 0 {
 				pos++
 			}
-			if got := select64(x, r); got != pos {
-				t.Fatalf("select64(%#x, %d) = %d, want %d", x, r, got, pos)
+			if got := bitpack.Select64(x, r); got != pos {
+				t.Fatalf("bitpack.Select64(%#x, %d) = %d, want %d", x, r, got, pos)
 			}
 			pos++
 		}
