@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -92,16 +91,6 @@ func loadCounters(n int) *counters.Table {
 	return t
 }
 
-var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-
-// liveHeap returns the bytes of live heap objects after a full GC.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	metrics.Read(liveSample)
-	return liveSample[0].Value.Uint64()
-}
-
 // BenchmarkMemory reports, for each policy, the bytes per stored
 // (non-zero) post and per post overall (zeros included), from the
 // store's MemoryBytes and from the live Go heap after GC; and the same
@@ -115,15 +104,15 @@ func BenchmarkMemory(b *testing.B) {
 			var heap, peerHeap uint64
 			var peerMem int
 			for b.Loop() {
-				h0 := liveHeap()
+				h0 := benchutil.LiveHeap()
 				t := loadCounters(benchN)
-				peerHeap = liveHeap() - h0
+				peerHeap = benchutil.LiveHeap() - h0
 				peerMem = t.MemoryBytes()
 				runtime.KeepAlive(t)
 				t = nil
-				h1 := liveHeap()
+				h1 := benchutil.LiveHeap()
 				s = load(b, policy(b, name), benchN)
-				heap = liveHeap() - h1
+				heap = benchutil.LiveHeap() - h1
 			}
 			st := s.Stats()
 			mem := st.MemoryBytes

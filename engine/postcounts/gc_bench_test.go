@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -174,7 +175,7 @@ func gcRun(b *testing.B, kind string, n int) gcResult {
 			}
 		}
 	}
-	heap := liveHeap()
+	heap := benchutil.LiveHeap()
 	debug.FreeOSMemory() // no scavenging of the load's garbage during the phases
 	r := gcResult{heap: heap}
 	// Phases with no garbage (the readers allocate nothing, so no GC runs)

@@ -168,44 +168,40 @@ func BenchmarkGetPage(b *testing.B) {
 			}
 		}
 		for _, c := range sets {
+			var sink uint64
 			b.Run(prefix+c.name, func(b *testing.B) {
-				var sink uint64
-				mine, peer := benchutil.Interleave(b,
-					func(i int) {
-						for _, id := range c.pages[i%len(c.pages)] {
-							a, _, _ := r.Get(id)
-							sink += a
-						}
-					},
-					func(i int) {
-						for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
-							a, _ := t.Get(id)
-							sink += a
-						}
-					})
-				b.ReportMetric(mine, "cpu-ns/page")
-				b.ReportMetric(peer, "table-cpu-ns/page")
-				b.ReportMetric(mine/peer, "registry/table")
-				benchKeep(sink)
+				versusTable(b, t, c.pages, func(page []uint64) {
+					for _, id := range page {
+						a, _, _ := r.Get(id)
+						sink += a
+					}
+				})
 			})
 			b.Run(prefix+c.name+"-many", func(b *testing.B) {
 				var authors [50]uint64
 				var found [50]bool
-				var sink uint64
-				mine, peer := benchutil.Interleave(b,
-					func(i int) { r.GetMany(c.pages[i%len(c.pages)][:], authors[:], found[:]) },
-					func(i int) {
-						for _, id := range c.pages[(i+len(c.pages)/2)%len(c.pages)] {
-							a, _ := t.Get(id)
-							sink += a
-						}
-					})
-				b.ReportMetric(mine, "cpu-ns/page")
-				b.ReportMetric(peer, "table-cpu-ns/page")
-				b.ReportMetric(mine/peer, "registry/table")
-				benchKeep(sink)
+				versusTable(b, t, c.pages, func(page []uint64) { r.GetMany(page, authors[:], found[:]) })
 			})
+			benchKeep(sink)
 		}
 		r.Close()
 	}
+}
+
+// versusTable reads pages with read and, interleaved on one thread, other
+// pages of the same set from the table peer, and reports both.
+func versusTable(b *testing.B, t *table.Table[uint64, uint64], pages [][50]uint64, read func(page []uint64)) {
+	var sink uint64
+	mine, peer := benchutil.Interleave(b,
+		func(i int) { read(pages[i%len(pages)][:]) },
+		func(i int) {
+			for _, id := range pages[(i+len(pages)/2)%len(pages)] {
+				a, _ := t.Get(id)
+				sink += a
+			}
+		})
+	b.ReportMetric(mine, "cpu-ns/page")
+	b.ReportMetric(peer, "table-cpu-ns/page")
+	b.ReportMetric(mine/peer, "registry/table")
+	benchKeep(sink)
 }

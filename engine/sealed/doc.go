@@ -71,9 +71,9 @@
 // The varying mask of the block is M = (2^top - 1) &^ holes: the id bits
 // that differ between the block's posts (the others equal those of the
 // first id, which is kept in the index entry). Post j > 0 is stored as
-// x_j = bitpack.Pext(id_j, M) - bitpack.Pext(id_0, M) > 0 (pext gathers the bits selected
-// by M). The bit area is read LSB-first from the first byte, and holds,
-// with no padding between them:
+// x_j = pext(id_j, M) - pext(id_0, M) > 0 (pext, bitpack.Pext, gathers the
+// bits selected by M). The bit area is read LSB-first from the first byte,
+// and holds, with no padding between them:
 //
 //	lows    (n-1) × l bits      x_j mod 2^l, j = 1..n-1
 //	highs   hiLen bits          bit (x_j >> l) + (j-1) set for j = 1..n-1
