@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -132,5 +133,64 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cold")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWindowSizeChange: -window may change between runs. A snapshot taken
+// with hour windows (sealed and open ones) loads into day windows with the
+// same counts, authors and likes.
+func TestWindowSizeChange(t *testing.T) {
+	dir := t.TempDir()
+	open := func(window int64) *Engine {
+		e, err := Open(Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: 10 * time.Millisecond, Logger: quiet,
+			Counts: postcounts.Options{WindowMillis: window, OpenAge: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	ctx := t.Context()
+	e := open(3_600_000)
+	now := time.Now()
+	var posts []engine.PostID
+	for i := range 40 {
+		id := engine.PostID(snowflake.Make(now.Add(-time.Duration(i)*7*time.Hour).UnixMilli(), uint64(i), 0))
+		if _, err := e.CreatePost(ctx, engine.UserID(100+i%5), id, ""); err != nil {
+			t.Fatal(err)
+		}
+		for u := range i % 4 {
+			if err := e.Like(ctx, engine.UserID(1+u), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		posts = append(posts, id)
+	}
+	e.maintain() // seal the old hour windows
+	read := func(e *Engine) string {
+		info, err := e.Posts(ctx, posts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, err := e.Counts(ctx, posts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		liked, err := e.Liked(ctx, 2, posts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(info, counts, liked)
+	}
+	want := read(e)
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(86_400_000)
+	defer e.Close()
+	if got := read(e); got != want {
+		t.Fatalf("after changing the window:\n got %s\nwant %s", got, want)
 	}
 }
