@@ -8,6 +8,7 @@ package bitpack
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 )
 
@@ -169,4 +170,68 @@ func Uvarint(b []byte, p int) (uint64, int) {
 		return 0, -1
 	}
 	return v, p + c
+}
+
+// Reader decodes the body of a checksummed record: every read is
+// bounds-checked, and the first failure sticks in Err (wrapping Corrupt),
+// so a parser reads on and checks once at the end.
+type Reader struct {
+	B       []byte
+	Err     error
+	Corrupt error // the error every failure wraps, e.g. a package's ErrCorrupt
+}
+
+func (r *Reader) fail(format string, args ...any) {
+	r.Err = fmt.Errorf("%w: %s", r.Corrupt, fmt.Sprintf(format, args...))
+}
+
+// Uvarint reads a uvarint.
+func (r *Reader) Uvarint() uint64 {
+	if r.Err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.B)
+	if n <= 0 {
+		r.fail("bad uvarint")
+		return 0
+	}
+	r.B = r.B[n:]
+	return v
+}
+
+// Varint reads a varint.
+func (r *Reader) Varint() int64 {
+	if r.Err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.B)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.B = r.B[n:]
+	return v
+}
+
+// Bytes reads n bytes, aliasing B.
+func (r *Reader) Bytes(n uint64) []byte {
+	if r.Err != nil {
+		return nil
+	}
+	if n > uint64(len(r.B)) {
+		r.fail("%d bytes declared, %d left", n, len(r.B))
+		return nil
+	}
+	b := r.B[:n]
+	r.B = r.B[n:]
+	return b
+}
+
+// Byte reads one byte.
+func (r *Reader) Byte() byte {
+	b := r.Bytes(1)
+	if b == nil {
+		return 0
+	}
+	return b[0]
 }

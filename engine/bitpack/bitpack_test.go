@@ -1,6 +1,7 @@
 package bitpack
 
 import (
+	"errors"
 	"math/bits"
 	"math/rand/v2"
 	"testing"
@@ -79,5 +80,36 @@ func TestUvarint(t *testing.T) {
 	}
 	if _, p = Uvarint(b, -1); p != -1 {
 		t.Fatal("a failed read did not stay failed")
+	}
+}
+
+var errTest = errors.New("test corrupt")
+
+func TestReader(t *testing.T) {
+	r := &Reader{B: []byte{0x96, 0x01, 0x03, 'a', 'b', 'c', 0x80}, Corrupt: errTest}
+	if v := r.Uvarint(); v != 150 {
+		t.Fatalf("Uvarint = %d", v)
+	}
+	if v := r.Varint(); v != -2 {
+		t.Fatalf("Varint = %d", v)
+	}
+	if b := r.Bytes(3); string(b) != "abc" {
+		t.Fatalf("Bytes = %q", b)
+	}
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	r.Uvarint() // 0x80 alone: a cut varint
+	if !errors.Is(r.Err, errTest) {
+		t.Fatalf("a cut varint: Err = %v", r.Err)
+	}
+	first := r.Err
+	r.B = []byte{1, 2}
+	if r.Byte() != 0 || r.Bytes(1) != nil || r.Err != first {
+		t.Fatal("reads after a failure must do nothing and keep the first error")
+	}
+	r2 := &Reader{B: []byte{1}, Corrupt: errTest}
+	if r2.Bytes(2) != nil || !errors.Is(r2.Err, errTest) {
+		t.Fatal("a read past the end must fail")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -239,9 +240,9 @@ func TestSeedFiles(t *testing.T) {
 	bodies := windowBodies(t, data)
 	kinds := map[byte]int{}
 	for _, b := range bodies {
-		r := &reader{b: b}
-		r.uvarint()
-		kinds[r.byte()]++
+		r := &bitpack.Reader{B: b, Corrupt: ErrCorrupt}
+		r.Uvarint()
+		kinds[r.Byte()]++
 	}
 	if kinds[kindOpen] == 0 || kinds[kindSealed] == 0 || kinds[kindCold] == 0 {
 		t.Fatalf("seed has window kinds %v", kinds)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/sealed"
 )
@@ -365,67 +366,13 @@ func (ld *loader) close() {
 	}
 }
 
-// reader parses a window body; every read checks bounds and reports
-// truncation as corruption.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = corrupt("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = corrupt("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.err = corrupt("%d bytes declared, %d left", n, len(r.b))
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
-}
-
-func (r *reader) byte() byte {
-	b := r.bytes(1)
-	if b == nil {
-		return 0
-	}
-	return b[0]
-}
-
 // window parses one window body and appends the window.
 func (ld *loader) window(b []byte) error {
 	s := ld.s
-	r := &reader{b: b}
-	num := r.uvarint()
-	if r.err != nil {
-		return r.err
+	r := &bitpack.Reader{B: b, Corrupt: ErrCorrupt}
+	num := r.Uvarint()
+	if r.Err != nil {
+		return r.Err
 	}
 	if minNum, _, _ := s.windowOf(0); num < uint64(minNum) || num > uint64(s.maxWindow()) {
 		return corrupt("window number %d outside the id space", num)
@@ -434,16 +381,16 @@ func (ld *loader) window(b []byte) error {
 		return corrupt("window %d after window %d", num, ld.wins[n-1].num)
 	}
 	w := &window{num: int64(num), lo: s.rawStart(int64(num)), last: s.rawLast(int64(num))}
-	switch kind := r.byte(); kind {
+	switch kind := r.Byte(); kind {
 	case kindOpen:
 		w.open = newNarrow(s.lay, false)
 		if err := ld.entries(r, w, w.open, false); err != nil {
 			return err
 		}
 	case kindSealed:
-		data := r.bytes(r.uvarint())
-		if r.err != nil {
-			return r.err
+		data := r.Bytes(r.Uvarint())
+		if r.Err != nil {
+			return r.Err
 		}
 		sw, err := sealed.Unmarshal(data)
 		if err != nil {
@@ -454,10 +401,10 @@ func (ld *loader) window(b []byte) error {
 		}
 		w.sealed = sw
 	case kindCold:
-		name := string(r.bytes(r.uvarint()))
-		size, posts := r.uvarint(), r.uvarint()
-		if r.err != nil {
-			return r.err
+		name := string(r.Bytes(r.Uvarint()))
+		size, posts := r.Uvarint(), r.Uvarint()
+		if r.Err != nil {
+			return r.Err
 		}
 		if g, ok := parseColdName(name); !ok || coldName(int64(num), g) != name {
 			return corrupt("cold file name %q is not one of window %d's", name, num)
@@ -475,8 +422,8 @@ func (ld *loader) window(b []byte) error {
 		}
 		w.cold, w.coldPath = f, path
 	default:
-		if r.err != nil {
-			return r.err
+		if r.Err != nil {
+			return r.Err
 		}
 		return corrupt("unknown window kind %d", kind)
 	}
@@ -488,8 +435,8 @@ func (ld *loader) window(b []byte) error {
 	if err := ld.entries(r, w, delta, true); err != nil {
 		return err
 	}
-	if len(r.b) != 0 {
-		return corrupt("%d bytes after the window's delta", len(r.b))
+	if len(r.B) != 0 {
+		return corrupt("%d bytes after the window's delta", len(r.B))
 	}
 	w.live = baseLen(w)
 	var err error
@@ -531,29 +478,29 @@ func (ld *loader) window(b []byte) error {
 }
 
 // entries reads a list of posts into t, checking keys and counts.
-func (ld *loader) entries(r *reader, w *window, t *narrow, signed bool) error {
-	n := r.uvarint()
+func (ld *loader) entries(r *bitpack.Reader, w *window, t *narrow, signed bool) error {
+	n := r.Uvarint()
 	maxKey := w.last - w.lo
 	// Size the table once: an entry takes at least 6 bytes, which bounds
 	// what a corrupt n can make us allocate.
-	if hint := min(n, uint64(len(r.b)/6)); hint > 0 && t.len() == 0 {
+	if hint := min(n, uint64(len(r.B)/6)); hint > 0 && t.len() == 0 {
 		t.rehash(int(hint))
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		k := r.uvarint()
+	for i := uint64(0); i < n && r.Err == nil; i++ {
+		k := r.Uvarint()
 		var v vals
 		for f := range v {
 			if signed {
-				v[f] = r.varint()
+				v[f] = r.Varint()
 			} else {
-				x := r.uvarint()
+				x := r.Uvarint()
 				if x > math.MaxInt64 {
 					return corrupt("count %d out of range", x)
 				}
 				v[f] = int64(x)
 			}
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
 		switch {
@@ -567,5 +514,5 @@ func (ld *loader) entries(r *reader, w *window, t *narrow, signed bool) error {
 		}
 		t.put(k, &v)
 	}
-	return r.err
+	return r.Err
 }

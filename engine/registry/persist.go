@@ -348,35 +348,15 @@ func readBody(rd io.Reader, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-// reader parses a window body; every read checks bounds and reports
-// truncation as corruption.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = corrupt("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
 // parseWindow parses and checks one window body; prev is the window
 // before it in the image, or nil.
 func (r *Registry) parseWindow(body []byte, prev *window) (*window, error) {
-	rd := &reader{b: body}
-	num := rd.uvarint()
-	posts := rd.uvarint()
-	nb := rd.uvarint()
-	if rd.err != nil {
-		return nil, rd.err
+	rd := &bitpack.Reader{B: body, Corrupt: ErrCorrupt}
+	num := rd.Uvarint()
+	posts := rd.Uvarint()
+	nb := rd.Uvarint()
+	if rd.Err != nil {
+		return nil, rd.Err
 	}
 	minNum, _, _ := r.win.Of(0)
 	maxNum, _, _ := r.win.Of(^uint64(0))
@@ -389,16 +369,16 @@ func (r *Registry) parseWindow(body []byte, prev *window) (*window, error) {
 	w := &window{num: int64(num), lo: r.win.Start(int64(num)), last: r.win.Last(int64(num))}
 	// An index entry takes at least 2 bytes and a block 6: this bounds
 	// what a corrupt count makes us allocate.
-	if nb > uint64(len(rd.b))/8 {
-		return nil, corrupt("%d blocks in %d bytes", nb, len(rd.b))
+	if nb > uint64(len(rd.B))/8 {
+		return nil, corrupt("%d blocks in %d bytes", nb, len(rd.B))
 	}
 	if nb > 0 {
-		s := &run{n: int(rd.uvarint()), firsts: make([]uint64, nb), offs: make([]uint64, nb)}
+		s := &run{n: int(rd.Uvarint()), firsts: make([]uint64, nb), offs: make([]uint64, nb)}
 		var off uint64
 		for b := range s.firsts {
-			gap, size := rd.uvarint(), rd.uvarint()
-			if rd.err != nil {
-				return nil, rd.err
+			gap, size := rd.Uvarint(), rd.Uvarint()
+			if rd.Err != nil {
+				return nil, rd.Err
 			}
 			first := w.lo + gap
 			if b > 0 {
@@ -410,15 +390,15 @@ func (r *Registry) parseWindow(body []byte, prev *window) (*window, error) {
 			if first < w.lo || first > w.last {
 				return nil, corrupt("block %d's first id %d outside the window [%d, %d]", b, first, w.lo, w.last)
 			}
-			if size > uint64(len(rd.b)) || off+size > uint64(len(rd.b)) {
+			if size > uint64(len(rd.B)) || off+size > uint64(len(rd.B)) {
 				return nil, corrupt("block %d of %d bytes runs past the window", b, size)
 			}
 			s.firsts[b], s.offs[b] = first, off
 			off += size
 		}
 		// The blocks stay in the body, whose spare capacity is their slack.
-		s.data = rd.b[:off]
-		rd.b = rd.b[off:]
+		s.data = rd.B[:off]
+		rd.B = rd.B[off:]
 		n, prevID := 0, uint64(0)
 		for b, first := range s.firsts {
 			k, lastID, err := checkBlock(first, s.block(b), w.lo, w.last, prevID, b > 0)
@@ -434,18 +414,18 @@ func (r *Registry) parseWindow(body []byte, prev *window) (*window, error) {
 		w.sealed = s
 		w.live = n
 	}
-	nopen := rd.uvarint()
-	if rd.err != nil {
-		return nil, rd.err
+	nopen := rd.Uvarint()
+	if rd.Err != nil {
+		return nil, rd.Err
 	}
-	if nopen > uint64(len(rd.b))/2 {
-		return nil, corrupt("%d open entries in %d bytes", nopen, len(rd.b))
+	if nopen > uint64(len(rd.B))/2 {
+		return nil, corrupt("%d open entries in %d bytes", nopen, len(rd.B))
 	}
 	var key uint64
 	for i := uint64(0); i < nopen; i++ {
-		gap, author := rd.uvarint(), rd.uvarint()
-		if rd.err != nil {
-			return nil, rd.err
+		gap, author := rd.Uvarint(), rd.Uvarint()
+		if rd.Err != nil {
+			return nil, rd.Err
 		}
 		next := gap
 		if i > 0 {
@@ -465,8 +445,8 @@ func (r *Registry) parseWindow(body []byte, prev *window) (*window, error) {
 			w.live++
 		}
 	}
-	if len(rd.b) != 0 {
-		return nil, corrupt("%d bytes after the window's open entries", len(rd.b))
+	if len(rd.B) != 0 {
+		return nil, corrupt("%d bytes after the window's open entries", len(rd.B))
 	}
 	if w.live == 0 || uint64(w.live) != posts {
 		return nil, corrupt("window holds %d posts, says %d", w.live, posts)
