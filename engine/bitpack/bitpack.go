@@ -235,3 +235,21 @@ func (r *Reader) Byte() byte {
 	}
 	return b[0]
 }
+
+// LastAtMost returns the index of the last element of the sorted s that is
+// <= x, or -1: the search of an index of first keys (a window's blocks, a
+// store's windows) for the entry that would hold x.
+func LastAtMost(s []uint64, x uint64) int {
+	if len(s) == 0 || s[0] > x {
+		return -1
+	}
+	base, n := 0, len(s)
+	for n > 1 {
+		half := n >> 1
+		if s[base+half] <= x {
+			base += half
+		}
+		n -= half
+	}
+	return base
+}

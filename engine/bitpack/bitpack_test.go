@@ -113,3 +113,18 @@ func TestReader(t *testing.T) {
 		t.Fatal("a read past the end must fail")
 	}
 }
+
+func TestLastAtMost(t *testing.T) {
+	s := []uint64{3, 3, 7, 10}
+	for _, c := range []struct {
+		x    uint64
+		want int
+	}{{0, -1}, {2, -1}, {3, 1}, {6, 1}, {7, 2}, {9, 2}, {10, 3}, {1 << 63, 3}} {
+		if got := LastAtMost(s, c.x); got != c.want {
+			t.Fatalf("LastAtMost(%v, %d) = %d, want %d", s, c.x, got, c.want)
+		}
+	}
+	if LastAtMost(nil, 5) != -1 {
+		t.Fatal("empty slice")
+	}
+}

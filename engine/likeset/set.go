@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -122,19 +123,11 @@ func (s *Set) end(w *window) int64 { return (w.num + 1) * s.opts.WindowMillis }
 
 // find returns the index in s.wins of the window holding post, or -1.
 func (s *Set) find(post uint64) int {
-	lo, hi := 0, len(s.los)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s.los[m] <= post {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo == 0 || post > s.wins[lo-1].last {
+	i := bitpack.LastAtMost(s.los, post)
+	if i < 0 || post > s.wins[i].last {
 		return -1
 	}
-	return lo - 1
+	return i
 }
 
 // create adds an empty open window holding post and returns it.

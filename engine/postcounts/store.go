@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/sealed"
@@ -208,19 +209,11 @@ func (s *Store) maxWindow() int64 {
 
 // find returns the index in s.wins of the window holding id, or -1.
 func (s *Store) find(id uint64) int {
-	lo, hi := 0, len(s.los)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s.los[m] <= id {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo == 0 || id > s.wins[lo-1].last {
+	i := bitpack.LastAtMost(s.los, id)
+	if i < 0 || id > s.wins[i].last {
 		return -1
 	}
-	return lo - 1
+	return i
 }
 
 // create adds the open window holding id and returns its index.

@@ -343,7 +343,7 @@ func (s *scratch) get(n int) []byte {
 
 // get returns id's author from its block: the cached copy, or one pread.
 func (cf *coldFile) get(id uint64) (uint64, bool, error) {
-	b := lastAtMost(cf.firsts, id)
+	b := bitpack.LastAtMost(cf.firsts, id)
 	if b < 0 {
 		return 0, false, nil
 	}

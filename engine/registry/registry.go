@@ -35,6 +35,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -168,28 +169,11 @@ func (r *Registry) find(id uint64) int {
 	if i := num - r.wins[0].num; i >= 0 && i < int64(len(r.wins)) && r.wins[i].num == num {
 		return int(i)
 	}
-	i := lastAtMost(r.los, id)
+	i := bitpack.LastAtMost(r.los, id)
 	if i < 0 || id > r.wins[i].last {
 		return -1
 	}
 	return i
-}
-
-// lastAtMost returns the index of the last element of the sorted s that is
-// <= x, or -1.
-func lastAtMost(s []uint64, x uint64) int {
-	if len(s) == 0 || s[0] > x {
-		return -1
-	}
-	base, n := 0, len(s)
-	for n > 1 {
-		half := n >> 1
-		if s[base+half] <= x {
-			base += half
-		}
-		n -= half
-	}
-	return base
 }
 
 // windowFor returns the window holding id, creating it.
@@ -276,7 +260,7 @@ func (r *Registry) GetMany(ids, authors []uint64, found []bool) error {
 					sink ^= w.sealed.data[w.sealed.offs[b]]
 				}
 			} else if w.cold != nil {
-				if b := lastAtMost(w.cold.firsts, id); b >= 0 {
+				if b := bitpack.LastAtMost(w.cold.firsts, id); b >= 0 {
 					cold.add(w.cold, b, j)
 				}
 			}

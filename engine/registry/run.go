@@ -140,7 +140,7 @@ func (r *run) block(i int) []byte {
 }
 
 // blockOf returns the index of the block that would hold id, or -1.
-func (r *run) blockOf(id uint64) int { return lastAtMost(r.firsts, id) }
+func (r *run) blockOf(id uint64) int { return bitpack.LastAtMost(r.firsts, id) }
 
 // get returns id's author.
 func (r *run) get(id uint64) (uint64, bool) {
