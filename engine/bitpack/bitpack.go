@@ -9,6 +9,7 @@ package bitpack
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math/bits"
 )
 
@@ -252,4 +253,44 @@ func LastAtMost(s []uint64, x uint64) int {
 		n -= half
 	}
 	return base
+}
+
+// HeaderBytes is the size of an image header (engine/postcounts' and
+// engine/registry's snapshot images): magic (8 bytes) | version uint32 |
+// reserved uint32 (0) | three uint64 fields | CRC32C of the 40 bytes
+// before it, little-endian.
+const HeaderBytes = 44
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// AppendHeader appends an image header.
+func AppendHeader(dst []byte, magic string, version uint32, f [3]uint64) []byte {
+	start := len(dst)
+	dst = append(dst, magic[:8]...)
+	dst = le.AppendUint32(dst, version)
+	dst = le.AppendUint32(dst, 0)
+	for _, x := range f {
+		dst = le.AppendUint64(dst, x)
+	}
+	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// ParseHeader checks an image header (HeaderBytes long) against magic and
+// version and returns its three fields; a failure wraps corrupt and names
+// what the image should have been.
+func ParseHeader(h []byte, magic, what string, version uint32, corrupt error) ([3]uint64, error) {
+	fail := func(format string, args ...any) ([3]uint64, error) {
+		return [3]uint64{}, fmt.Errorf("%w: %s", corrupt, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(h) < HeaderBytes || string(h[:8]) != magic:
+		return fail("not a %s (bad magic)", what)
+	case crc32.Checksum(h[:40], castagnoli) != le.Uint32(h[40:]):
+		return fail("header checksum mismatch (computed %08x, stored %08x)", crc32.Checksum(h[:40], castagnoli), le.Uint32(h[40:]))
+	case le.Uint32(h[8:]) != version:
+		return fail("format version %d, this build reads %d", le.Uint32(h[8:]), version)
+	case le.Uint32(h[12:]) != 0:
+		return fail("reserved header bytes are not zero")
+	}
+	return [3]uint64{le.Uint64(h[16:]), le.Uint64(h[24:]), le.Uint64(h[32:])}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -126,5 +127,29 @@ func TestLastAtMost(t *testing.T) {
 	}
 	if LastAtMost(nil, 5) != -1 {
 		t.Fatal("empty slice")
+	}
+}
+
+func TestHeader(t *testing.T) {
+	h := AppendHeader(nil, "TESTMAGC", 3, [3]uint64{1, 2, 1 << 60})
+	if len(h) != HeaderBytes {
+		t.Fatalf("%d bytes", len(h))
+	}
+	f, err := ParseHeader(h, "TESTMAGC", "test image", 3, errTest)
+	if err != nil || f != [3]uint64{1, 2, 1 << 60} {
+		t.Fatalf("round trip: %v %v", f, err)
+	}
+	if _, err := ParseHeader(h, "TESTMAGC", "test image", 4, errTest); !errors.Is(err, errTest) {
+		t.Fatalf("another version: %v", err)
+	}
+	for i := range h {
+		bad := slices.Clone(h)
+		bad[i] ^= 0x10
+		if _, err := ParseHeader(bad, "TESTMAGC", "test image", 3, errTest); !errors.Is(err, errTest) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+	if _, err := ParseHeader(h[:20], "TESTMAGC", "test image", 3, errTest); !errors.Is(err, errTest) {
+		t.Fatal("a short header passed")
 	}
 }

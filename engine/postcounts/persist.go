@@ -44,7 +44,7 @@ import (
 const (
 	persistMagic   = "TLYPOSTC"
 	persistVersion = 1
-	headerBytes    = 44
+	headerBytes    = bitpack.HeaderBytes
 
 	kindOpen   = 1
 	kindSealed = 2
@@ -138,13 +138,7 @@ func (s *Store) WriteTo(w io.Writer) (int64, error) { return s.Snapshot().WriteT
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: bufio.NewWriterSize(w, 256<<10)}
 	var hdr []byte
-	hdr = append(hdr, persistMagic...)
-	hdr = le.AppendUint32(hdr, persistVersion)
-	hdr = le.AppendUint32(hdr, 0)
-	hdr = le.AppendUint64(hdr, uint64(p.windowMillis))
-	hdr = le.AppendUint64(hdr, p.nextGen)
-	hdr = le.AppendUint64(hdr, uint64(len(p.wins)))
-	hdr = le.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
+	hdr = bitpack.AppendHeader(hdr, persistMagic, persistVersion, [3]uint64{uint64(p.windowMillis), p.nextGen, uint64(len(p.wins))})
 	cw.write(hdr)
 	var head, tail []byte
 	for i := range p.wins {
@@ -249,21 +243,12 @@ func (s *Store) Load(r io.Reader, dir string) error {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return readErr("header", err)
 	}
-	if string(hdr[:8]) != persistMagic {
-		return corrupt("not a post-count snapshot (bad magic)")
+	f, err := bitpack.ParseHeader(hdr[:], persistMagic, "post-count snapshot", persistVersion, ErrCorrupt)
+	if err != nil {
+		return err
 	}
-	if got, want := crc32.Checksum(hdr[:40], castagnoli), le.Uint32(hdr[40:]); got != want {
-		return corrupt("header checksum mismatch (computed %08x, stored %08x)", got, want)
-	}
-	if v := le.Uint32(hdr[8:]); v != persistVersion {
-		return corrupt("format version %d, this build reads %d", v, persistVersion)
-	}
-	if le.Uint32(hdr[12:]) != 0 {
-		return corrupt("reserved header bytes are not zero")
-	}
-	nextGen := le.Uint64(hdr[24:])
-	nwin := le.Uint64(hdr[32:])
-	if wm := int64(le.Uint64(hdr[16:])); wm != s.opts.WindowMillis {
+	nextGen, nwin := f[1], f[2]
+	if wm := int64(f[0]); wm != s.opts.WindowMillis {
 		return s.loadResized(r, dir, wm, nwin)
 	}
 	return s.loadWindows(r, dir, nextGen, nwin)

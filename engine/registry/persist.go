@@ -48,7 +48,7 @@ import (
 const (
 	persistMagic   = "TLYREGST"
 	persistVersion = 1
-	headerBytes    = 44
+	headerBytes    = bitpack.HeaderBytes
 	// maxBody bounds a window's declared size before any of it is read.
 	maxBody = 1 << 40
 )
@@ -108,12 +108,7 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 // the image is never written from damaged data.
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: bufio.NewWriterSize(w, 256<<10)}
-	hdr := append([]byte(persistMagic), make([]byte, 8)...)
-	le.PutUint32(hdr[8:], persistVersion)
-	hdr = le.AppendUint64(hdr, uint64(p.windowMillis))
-	hdr = le.AppendUint64(hdr, uint64(len(p.wins)))
-	hdr = le.AppendUint64(hdr, uint64(p.posts))
-	cw.write(le.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli)))
+	cw.write(bitpack.AppendHeader(nil, persistMagic, persistVersion, [3]uint64{uint64(p.windowMillis), uint64(len(p.wins)), uint64(p.posts)}))
 	var head, tail []byte
 	for i := range p.wins {
 		sw := &p.wins[i]
@@ -219,19 +214,11 @@ func (r *Registry) Load(rd io.Reader, now time.Time) error {
 	if _, err := io.ReadFull(rd, hdr[:]); err != nil {
 		return readErr("header", err)
 	}
-	if string(hdr[:8]) != persistMagic {
-		return corrupt("not a registry image (bad magic)")
+	f, err := bitpack.ParseHeader(hdr[:], persistMagic, "registry image", persistVersion, ErrCorrupt)
+	if err != nil {
+		return err
 	}
-	if got, want := crc32.Checksum(hdr[:40], castagnoli), le.Uint32(hdr[40:]); got != want {
-		return corrupt("header checksum mismatch (computed %08x, stored %08x)", got, want)
-	}
-	if v := le.Uint32(hdr[8:]); v != persistVersion {
-		return corrupt("format version %d, this build reads %d", v, persistVersion)
-	}
-	if le.Uint32(hdr[12:]) != 0 {
-		return corrupt("reserved header bytes are not zero")
-	}
-	wm, nwin, posts := int64(le.Uint64(hdr[16:])), le.Uint64(hdr[24:]), le.Uint64(hdr[32:])
+	wm, nwin, posts := int64(f[0]), f[1], f[2]
 	if wm < 1 || wm > 1<<34 {
 		return corrupt("window size %d ms", wm)
 	}
