@@ -18,6 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/postcounts"
+	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -194,7 +195,7 @@ func TestSweepCursors(t *testing.T) {
 	e.mu.RLock()
 	r, _ := e.st.users.Get(liked)
 	e.mu.RUnlock()
-	if r.flags&flagCursor != 0 || r.likes != 1 {
+	if r.flags&flagCursor != 0 || r.n[nLikes] != 1 {
 		t.Fatalf("liked's record after the sweep: %+v", r)
 	}
 	if n := unread(t, e, liked); n != (engine.Unread{Likes: 1}) {
@@ -706,4 +707,43 @@ func FuzzDecodeOp(f *testing.F) {
 			t.Fatalf("decoded %x re-encodes as %x", rec, re)
 		}
 	})
+}
+
+// TestWideUnreadCounters: an unread counter that passes 32 bits escapes to
+// the wide table and stays exact through bumps, reads, a snapshot round
+// trip and a reset, which drops the wide entry.
+func TestWideUnreadCounters(t *testing.T) {
+	st := newState(postcounts.Options{})
+	const u = 42
+	st.bump(u, nMentions)
+	st.user(u).n[nLikes] = wideMark - 2
+	for range 3 {
+		st.bump(u, nLikes)
+	}
+	r, _ := st.users.Get(u)
+	if got := st.counter(u, &r, nLikes); got != wideMark+1 {
+		t.Fatalf("likes = %d, want %d", got, int64(wideMark)+1)
+	}
+	if r.n[nLikes] != wideMark || st.wide.Len() != 1 {
+		t.Fatalf("the counter did not escape: %+v, %d wide", r, st.wide.Len())
+	}
+	im := &image{st: st, index: 1}
+	var buf bytes.Buffer
+	w, err := snapshot.NewWriter(&buf, 1)
+	ok(t, err)
+	ok(t, writeImage(w, im, func() error { return nil }, nil))
+	_, err = w.Finish()
+	ok(t, err)
+	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
+	ok(t, err)
+	back, err := readImage(rd, false, postcounts.Options{})
+	ok(t, err)
+	u2, _ := back.st.unread(u, 0, 1)
+	if u2.Likes != wideMark+1 || u2.Mentions != 1 {
+		t.Fatalf("after a snapshot: %+v", u2)
+	}
+	st.setCounter(u, st.user(u), nLikes, 0)
+	if r, _ := st.users.Get(u); r.n[nLikes] != 0 || st.wide.Len() != 0 {
+		t.Fatalf("a reset left %+v, %d wide", r, st.wide.Len())
+	}
 }

@@ -3,6 +3,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"path/filepath"
 	"slices"
@@ -33,15 +34,68 @@ func hashU64(k uint64) uint64   { return table.Mix64(k) }
 func hashPair(k pair) uint64    { return table.HashPair(k[0], k[1]) }
 func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
 
-// userRec is one user's badge state, packed (56 bytes, no pointers).
-// Counters are 64-bit because a celebrity's unread likes can pass 2^32 in
-// a day, and the badge must stay exact.
+// userRec is one user's badge state, packed (40 bytes, no pointers). The
+// four unread counters are 32-bit: nearly every user's are small, but a
+// celebrity's unread likes can pass 2^32 in a day and the badge must stay
+// exact, so a counter at wideMark holds its value in state.wide instead
+// (seed 003's narrow field with an escape to an overflow table).
 type userRec struct {
-	mentions, comments, likes, messages int64
-	click                               int64  // Unix ns of the last red-dot click; 0: never
-	cursor                              uint64 // last system notification seen, if flagCursor
-	day                                 uint32 // last active, in days since the Unix epoch
-	flags                               uint32
+	n      [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
+	day    uint32    // last active, in days since the Unix epoch
+	flags  uint32
+	click  int64  // Unix ns of the last red-dot click; 0: never
+	cursor uint64 // last system notification seen, if flagCursor
+}
+
+// The counters of userRec.n.
+const (
+	nMentions = iota
+	nComments
+	nLikes
+	nMessages
+)
+
+// wideMark in userRec.n says the counter's value is in state.wide.
+const wideMark = math.MaxUint32
+
+// bump adds 1 to unread counter k of user u.
+func (st *state) bump(u uint64, k int) {
+	r := st.user(u)
+	switch {
+	case r.n[k] < wideMark-1:
+		r.n[k]++
+	case r.n[k] == wideMark-1:
+		r.n[k] = wideMark
+		st.wide.Upsert(u)[k] = wideMark
+	default:
+		w, _ := st.wide.Ref(u)
+		w[k]++
+	}
+}
+
+// counter returns unread counter k of u, whose record is r.
+func (st *state) counter(u uint64, r *userRec, k int) int64 {
+	if r.n[k] != wideMark {
+		return int64(r.n[k])
+	}
+	w, _ := st.wide.Get(u)
+	return w[k]
+}
+
+// setCounter sets unread counter k of u, whose record is r, to v >= 0.
+func (st *state) setCounter(u uint64, r *userRec, k int, v int64) {
+	if r.n[k] == wideMark {
+		w, _ := st.wide.Ref(u)
+		if w[k] = 0; *w == [4]int64{} {
+			st.wide.Delete(u)
+		}
+	}
+	if v < wideMark {
+		r.n[k] = uint32(v)
+		return
+	}
+	r.n[k] = wideMark
+	st.wide.Upsert(u)[k] = v
 }
 
 // flagCursor: the user has a system cursor. Without one the user is new
@@ -141,6 +195,7 @@ type state struct {
 	err error
 
 	users    *table.Table[uint64, userRec]
+	wide     *table.Table[uint64, [4]int64] // unread counters past 32 bits (userRec)
 	profiles *table.Table[uint64, profile]
 	// follows is each viewer's followee list with the followee's post
 	// count when the viewer last caught up (the feed snapshot): packed,
@@ -174,6 +229,7 @@ func newState(co postcounts.Options) *state {
 		likes:    newLikeset(co),
 		favs:     newLikeset(co),
 		users:    table.New[uint64, userRec](hashU64, 1024),
+		wide:     table.New[uint64, [4]int64](hashU64, 8),
 		profiles: table.New[uint64, profile](hashU64, 1024),
 		follows:  follows.New(0),
 		groups:   table.New[uint64, uint32](hashU64, 64),
@@ -335,7 +391,8 @@ func cursorLive(r *userRec, now, ttl int64) bool {
 func (st *state) unread(viewer uint64, now, ttl int64) (u engine.Unread, touch bool) {
 	r, ok := st.users.Get(viewer)
 	if ok {
-		u.Mentions, u.Comments, u.Likes, u.Messages = r.mentions, r.comments, r.likes, r.messages
+		u.Mentions, u.Comments = st.counter(viewer, &r, nMentions), st.counter(viewer, &r, nComments)
+		u.Likes, u.Messages = st.counter(viewer, &r, nLikes), st.counter(viewer, &r, nMessages)
 	}
 	live := ok && cursorLive(&r, now, ttl)
 	if live {
@@ -374,7 +431,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		st.counts.Add(o.a, counters.Comments, 1)
 		var bumped []engine.UserID
 		if a := st.author(o.a); a != 0 && a != o.viewer {
-			st.user(a).comments++
+			st.bump(a, nComments)
 			bumped = append(bumped, engine.UserID(a))
 		}
 		emitUnread(out, st.mention(o.list, bumped, out != nil))
@@ -415,13 +472,13 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		r.day = day(o.time)
 		switch engine.UnreadKind(o.a) {
 		case engine.Mentions:
-			r.mentions = 0
+			st.setCounter(o.viewer, r, nMentions, 0)
 		case engine.Comments:
-			r.comments = 0
+			st.setCounter(o.viewer, r, nComments, 0)
 		case engine.Likes:
-			r.likes = 0
+			st.setCounter(o.viewer, r, nLikes, 0)
 		case engine.Messages:
-			r.messages = 0
+			st.setCounter(o.viewer, r, nMessages, 0)
 		case engine.System:
 			r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
 		case engine.Feed:
@@ -549,7 +606,7 @@ func (st *state) setLike(set *likeset.Set, f counters.Field, o *op, out *[]engin
 		return
 	}
 	if a := st.author(o.a); a != 0 && a != o.viewer {
-		st.user(a).likes++
+		st.bump(a, nLikes)
 		emitUnread(out, []engine.UserID{engine.UserID(a)})
 	}
 }
@@ -564,7 +621,7 @@ func (st *state) clearLike(set *likeset.Set, f counters.Field, o *op) {
 // when collecting events, returns bumped with them appended.
 func (st *state) mention(users []uint64, bumped []engine.UserID, collect bool) []engine.UserID {
 	for _, u := range users {
-		st.user(u).mentions++
+		st.bump(u, nMentions)
 		if collect {
 			bumped = append(bumped, engine.UserID(u))
 		}
@@ -611,14 +668,14 @@ func (st *state) sendMessage(o *op, out *[]engine.Event) {
 		if u == o.viewer || g.hasQuit(uint32(i+1)) {
 			continue
 		}
-		st.user(u).messages++
+		st.bump(u, nMessages)
 		if out != nil {
 			bumped = append(bumped, engine.UserID(u))
 		}
 	}
 	for _, u := range o.list {
 		if _, cur := st.memberOf(g, u); cur {
-			st.user(u).mentions++
+			st.bump(u, nMentions)
 		}
 	}
 	emitUnread(out, bumped)

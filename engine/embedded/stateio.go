@@ -222,7 +222,7 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		{tagFavs, func() { writeSet(e, st.favs) }},
 		{tagUsers, func() {
 			st.users.Range(func(u uint64, r userRec) bool {
-				f := userFields(&r)
+				f := st.userFields(u, &r)
 				e.start()
 				e.u(u)
 				e.masked(f[:])
@@ -360,8 +360,9 @@ func writeSet(e *enc, t *likeset.Set) {
 	})
 }
 
-func userFields(r *userRec) [8]uint64 {
-	return [8]uint64{uint64(r.mentions), uint64(r.comments), uint64(r.likes), uint64(r.messages),
+func (st *state) userFields(u uint64, r *userRec) [8]uint64 {
+	return [8]uint64{uint64(st.counter(u, r, nMentions)), uint64(st.counter(u, r, nComments)),
+		uint64(st.counter(u, r, nLikes)), uint64(st.counter(u, r, nMessages)),
 		uint64(r.click), r.cursor, uint64(r.day), uint64(r.flags)}
 }
 
@@ -516,6 +517,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		likes:    newLikeset(co),
 		favs:     newLikeset(co),
 		users:    table.New[uint64, userRec](hashU64, items(tagUsers)),
+		wide:     table.New[uint64, [4]int64](hashU64, 8),
 		profiles: table.New[uint64, profile](hashU64, items(tagProfiles)),
 		follows:  follows.New(items(tagFollows)),
 		groups:   table.New[uint64, uint32](hashU64, items(tagGroups)),
@@ -903,12 +905,19 @@ func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		if d.err != "" {
 			return
 		}
-		if f[6] > math.MaxUint32 || f[7] > math.MaxUint32 {
-			d.fail("day or flags out of range")
+		if f[6] > math.MaxUint32 || f[7] > math.MaxUint32 || max(f[0], f[1], f[2], f[3], f[4]) > math.MaxInt64 {
+			d.fail("field out of range")
 			return
 		}
-		st.users.Put(u, userRec{mentions: int64(f[0]), comments: int64(f[1]), likes: int64(f[2]),
-			messages: int64(f[3]), click: int64(f[4]), cursor: f[5], day: uint32(f[6]), flags: uint32(f[7])})
+		if _, dup := st.users.Get(u); dup {
+			d.fail(fmt.Sprintf("user %d listed twice", u))
+			return
+		}
+		r := st.users.Upsert(u)
+		*r = userRec{click: int64(f[4]), cursor: f[5], day: uint32(f[6]), flags: uint32(f[7])}
+		for k := range r.n {
+			st.setCounter(u, r, k, int64(f[k]))
+		}
 	})
 	if err != nil {
 		return err
