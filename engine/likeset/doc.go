@@ -2,11 +2,12 @@
 // favorited, which post — for the embedded engine, partitioned into time
 // windows by the timestamp of the post's snowflake id exactly as
 // engine/postcounts partitions post counts (same WindowMillis, same window
-// boundaries), each window kept in the form its age calls for. It is meant
-// to replace the engine's table.Table[pair, struct{}] like and favorite
-// sets (about 30-37 bytes a like) and answers the same questions: is
-// (user, post) there (Has), which posts of a feed page has the viewer
-// liked (HasMany), add, remove, count, and every pair for a snapshot.
+// boundaries), each window kept in the form its age calls for. It replaced
+// the engine's table.Table[pair, struct{}] like and favorite sets (about
+// 39 bytes a like; 2 in sealed windows here) and answers the same
+// questions: is (user, post) there (Has), which posts of a feed page has
+// the viewer liked (HasMany), add, remove, count, and every pair for a
+// snapshot.
 //
 //   - Open windows (the recent ones, Options.OpenAge) are pointer-free
 //     hash tables of pairs (open.go): a slot packs the user and the post

@@ -6,13 +6,14 @@
 // carries (snowflake.Windows, the same windows as engine/postcounts), recent
 // windows in open pointer-free hash tables, windows older than OpenAge
 // sealed into sorted bit-packed blocks with an in-memory index of block
-// first ids (about 7–8 bytes per post against ~44 for a general hash
+// first ids (about 8 bytes per post against ~36 for a general hash
 // table, see BenchmarkMemory).
 //
 // With Options.Dir set, sealed windows past ColdAge, or the oldest while
 // MemoryBytes exceeds MemoryBudget, move to files (coldfile.go) of which
 // only the block index stays in memory; a lookup reads one block through
-// a cold.Cache shared with engine/postcounts. The files are derived data:
+// a cold.Cache (Options.Cache, which other stores may share, or one of
+// the registry's own). The files are derived data:
 // New clears the registry's files from Dir, and the serialized form
 // (persist.go) holds every window inline, so it loads without them.
 //
