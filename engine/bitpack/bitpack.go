@@ -8,8 +8,10 @@ package bitpack
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/bits"
 )
 
@@ -293,4 +295,14 @@ func ParseHeader(h []byte, magic, what string, version uint32, corrupt error) ([
 		return fail("reserved header bytes are not zero")
 	}
 	return [3]uint64{le.Uint64(h[16:]), le.Uint64(h[24:]), le.Uint64(h[32:])}, nil
+}
+
+// ReadErr reports a failed read of an image: a stream that ends early is
+// a truncated image (wrapping corrupt); any other error is the reader's,
+// prefixed with pkg.
+func ReadErr(corrupt error, pkg, what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %s: truncated: %w", corrupt, what, io.ErrUnexpectedEOF)
+	}
+	return fmt.Errorf("%s: read %s: %w", pkg, what, err)
 }

@@ -325,13 +325,9 @@ func (s *Store) loadWindows(r io.Reader, dir string, nextGen, nwin uint64) error
 	return nil
 }
 
-// readErr reports a failed read of the snapshot: a stream that ends early
-// is a corrupt (truncated) snapshot; any other error is the reader's.
+// readErr reports a failed read of the image (bitpack.ReadErr).
 func readErr(what string, err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %s: truncated: %w", ErrCorrupt, what, io.ErrUnexpectedEOF)
-	}
-	return fmt.Errorf("postcounts: read %s: %w", what, err)
+	return bitpack.ReadErr(ErrCorrupt, "postcounts", what, err)
 }
 
 // loader builds the windows of a snapshot being loaded.

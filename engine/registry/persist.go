@@ -3,7 +3,6 @@ package registry
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -258,14 +257,8 @@ func (r *Registry) Load(rd io.Reader, now time.Time) error {
 	return nil
 }
 
-// readErr reports a failed read: a stream that ends early is a truncated
-// image; any other error is the reader's.
-func readErr(what string, err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %s: truncated: %w", ErrCorrupt, what, io.ErrUnexpectedEOF)
-	}
-	return fmt.Errorf("registry: read %s: %w", what, err)
-}
+// readErr reports a failed read of the image (bitpack.ReadErr).
+func readErr(what string, err error) error { return bitpack.ReadErr(ErrCorrupt, "registry", what, err) }
 
 // loaded is the windows of an image being loaded, installed only once all
 // of them passed.
