@@ -7,6 +7,7 @@
 package bitpack
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -305,4 +306,47 @@ func ReadErr(corrupt error, pkg, what string, err error) error {
 		return fmt.Errorf("%w: %s: truncated: %w", corrupt, what, io.ErrUnexpectedEOF)
 	}
 	return fmt.Errorf("%s: read %s: %w", pkg, what, err)
+}
+
+// ImageWriter writes an image through a buffer, counting the bytes and
+// keeping the first error, so the writer of a format checks once at the
+// end (Finish).
+type ImageWriter struct {
+	w   *bufio.Writer
+	N   int64
+	Err error
+}
+
+// NewImageWriter buffers w.
+func NewImageWriter(w io.Writer) *ImageWriter {
+	return &ImageWriter{w: bufio.NewWriterSize(w, 256<<10)}
+}
+
+// Write writes b unless an earlier write failed.
+func (c *ImageWriter) Write(b []byte) {
+	if c.Err != nil {
+		return
+	}
+	n, err := c.w.Write(b)
+	c.N += int64(n)
+	c.Err = err
+}
+
+// Fail stops the image with err (the first error is kept).
+func (c *ImageWriter) Fail(err error) {
+	if c.Err == nil {
+		c.Err = err
+	}
+}
+
+// Finish flushes the buffer and returns the bytes written and the first
+// error, prefixed with pkg.
+func (c *ImageWriter) Finish(pkg string) (int64, error) {
+	if c.Err == nil {
+		c.Err = c.w.Flush()
+	}
+	if c.Err != nil {
+		return c.N, fmt.Errorf("%s: write snapshot: %w", pkg, c.Err)
+	}
+	return c.N, nil
 }

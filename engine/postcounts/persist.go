@@ -1,7 +1,6 @@
 package postcounts
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -136,10 +135,10 @@ func (s *Store) WriteTo(w io.Writer) (int64, error) { return s.Snapshot().WriteT
 
 // WriteTo writes the snapshot in the format documented above.
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	cw := &countWriter{w: bufio.NewWriterSize(w, 256<<10)}
+	cw := bitpack.NewImageWriter(w)
 	var hdr []byte
 	hdr = bitpack.AppendHeader(hdr, persistMagic, persistVersion, [3]uint64{uint64(p.windowMillis), p.nextGen, uint64(len(p.wins))})
-	cw.write(hdr)
+	cw.Write(hdr)
 	var head, tail []byte
 	for i := range p.wins {
 		sw := &p.wins[i]
@@ -159,7 +158,8 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				err = fmt.Errorf("%s has %d bytes, the store knows %d", sw.coldPath, len(b), sw.coldSize)
 			}
 			if err != nil {
-				return cw.n, fmt.Errorf("postcounts: write snapshot: %w", err)
+				cw.Fail(err)
+				return cw.Finish("postcounts")
 			}
 			head = append(head, kindSealed)
 			mid = b
@@ -181,19 +181,13 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		var n [8]byte
 		le.PutUint64(n[:], uint64(len(head)+len(mid)+len(tail)))
 		crc := crc32.Update(crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, mid), castagnoli, tail)
-		cw.write(n[:])
-		cw.write(head)
-		cw.write(mid)
-		cw.write(tail)
-		cw.write(le.AppendUint32(n[:0], crc))
+		cw.Write(n[:])
+		cw.Write(head)
+		cw.Write(mid)
+		cw.Write(tail)
+		cw.Write(le.AppendUint32(n[:0], crc))
 	}
-	if cw.err == nil {
-		cw.err = cw.w.Flush()
-	}
-	if cw.err != nil {
-		return cw.n, fmt.Errorf("postcounts: write snapshot: %w", cw.err)
-	}
-	return cw.n, nil
+	return cw.Finish("postcounts")
 }
 
 func appendEntries(dst []byte, t *narrow, signed bool) []byte {
@@ -210,21 +204,6 @@ func appendEntries(dst []byte, t *narrow, signed bool) []byte {
 		return true
 	})
 	return dst
-}
-
-type countWriter struct {
-	w   *bufio.Writer
-	n   int64
-	err error
-}
-
-func (c *countWriter) write(b []byte) {
-	if c.err != nil {
-		return
-	}
-	var n int
-	n, c.err = c.w.Write(b)
-	c.n += int64(n)
 }
 
 // Load replaces the store's contents with a state WriteTo wrote, reading

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -106,8 +105,8 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 // block that fails its checks stops it with an error wrapping ErrCorrupt:
 // the image is never written from damaged data.
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	cw := &countWriter{w: bufio.NewWriterSize(w, 256<<10)}
-	cw.write(bitpack.AppendHeader(nil, persistMagic, persistVersion, [3]uint64{uint64(p.windowMillis), uint64(len(p.wins)), uint64(p.posts)}))
+	cw := bitpack.NewImageWriter(w)
+	cw.Write(bitpack.AppendHeader(nil, persistMagic, persistVersion, [3]uint64{uint64(p.windowMillis), uint64(len(p.wins)), uint64(p.posts)}))
 	var head, tail []byte
 	for i := range p.wins {
 		sw := &p.wins[i]
@@ -146,34 +145,28 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			tail = binary.AppendUvarint(binary.AppendUvarint(tail, gap), s.author)
 		}
 		var n [8]byte
-		cw.write(le.AppendUint64(n[:0], uint64(len(head))+dataLen+uint64(len(tail))))
+		cw.Write(le.AppendUint64(n[:0], uint64(len(head))+dataLen+uint64(len(tail))))
 		crc := crc32.Checksum(head, castagnoli)
-		cw.write(head)
+		cw.Write(head)
 		switch {
 		case sw.sealed != nil:
 			crc = crc32.Update(crc, castagnoli, sw.sealed.data)
-			cw.write(sw.sealed.data)
+			cw.Write(sw.sealed.data)
 		case sw.cold != nil:
 			_, err := sw.cold.blocks(func(_ uint64, blk []byte) bool {
 				crc = crc32.Update(crc, castagnoli, blk)
-				cw.write(blk)
-				return cw.err == nil
+				cw.Write(blk)
+				return cw.Err == nil
 			})
-			if err != nil && cw.err == nil {
-				cw.err = err
+			if err != nil {
+				cw.Fail(err)
 			}
 		}
 		crc = crc32.Update(crc, castagnoli, tail)
-		cw.write(tail)
-		cw.write(le.AppendUint32(n[:0], crc))
+		cw.Write(tail)
+		cw.Write(le.AppendUint32(n[:0], crc))
 	}
-	if cw.err == nil {
-		cw.err = cw.w.Flush()
-	}
-	if cw.err != nil {
-		return cw.n, fmt.Errorf("registry: write snapshot: %w", cw.err)
-	}
-	return cw.n, nil
+	return cw.Finish("registry")
 }
 
 // appendFirst appends block b's first gap (see the format).
@@ -182,21 +175,6 @@ func appendFirst(dst []byte, b int, first, lo uint64, firsts []uint64) []byte {
 		return binary.AppendUvarint(dst, first-lo)
 	}
 	return binary.AppendUvarint(dst, first-firsts[b-1]-1)
-}
-
-type countWriter struct {
-	w   *bufio.Writer
-	n   int64
-	err error
-}
-
-func (c *countWriter) write(b []byte) {
-	if c.err != nil {
-		return
-	}
-	var n int
-	n, c.err = c.w.Write(b)
-	c.n += int64(n)
 }
 
 // Load replaces the registry's contents with an image WriteTo wrote,
