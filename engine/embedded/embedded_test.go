@@ -19,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -284,6 +285,31 @@ func TestImport(t *testing.T) {
 	err = e.Import(bg, make([]engine.ImportRow, MaxImportBatch+1))
 	if !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("oversized batch: %v", err)
+	}
+	// A batch of old posts is registered straight into sealed windows,
+	// counts and authors alike, with the same answers as through Put.
+	var old []engine.ImportRow
+	var oldIDs []engine.PostID
+	for i := range 2000 {
+		id := snowflake.Make(time.Now().Add(-30*24*time.Hour).UnixMilli()+int64(i)*1000, 1, 0)
+		old = append(old, engine.ImportRow{Post: engine.PostID(id), Author: engine.UserID(1000 + i%7), Counts: engine.Counts{Views: int64(i + 1)}})
+		oldIDs = append(oldIDs, engine.PostID(id))
+	}
+	ok(t, e.Import(bg, old))
+	e.mu.RLock()
+	rs, n := e.st.posts.Stats(), e.st.posts.Len()
+	e.mu.RUnlock()
+	if rs.OpenPosts != 0 || rs.SealedPosts != n {
+		t.Fatalf("registry after importing old posts: %+v", rs)
+	}
+	for first := 0; first < len(oldIDs); first += 100 {
+		infos, err = e.Posts(bg, oldIDs[first:first+100])
+		ok(t, err)
+		for j, p := range infos {
+			if i := first + j; !p.Exists || p.Author != engine.UserID(1000+i%7) {
+				t.Fatalf("old post %d: %+v", i, p)
+			}
+		}
 	}
 }
 

@@ -546,7 +546,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 	case opSweepCursors:
 		st.sweepCursors(o.time, int64(o.a))
 	case opImport:
-		st.importRows(o.list)
+		st.importRows(o.list, o.time)
 	}
 	if o.idem != (idemKey{}) {
 		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time})
@@ -706,25 +706,32 @@ func (st *state) sweepCursors(now, ttl int64) {
 }
 
 // importRows registers the posts of an import record and replaces their
-// counts (engine.Importer), the counts in one postcounts.Import so that
-// old windows are written straight into sealed form.
-func (st *state) importRows(list []uint64) {
+// counts (engine.Importer): the counts in one postcounts.Import and the
+// authors in one registry.Import, so that old windows of both are built
+// straight into sealed form. at (the record's time) is the clock that
+// tells old windows from open ones: it changes the layout, never a value.
+func (st *state) importRows(list []uint64, at int64) {
+	var reg []registry.Row
+	pending := map[uint64]uint64{} // this record's registrations, by post
 	st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
 		for row := range slices.Chunk(list, importStride) {
 			post, author := row[0], row[1]
 			c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
 				Views: int64(row[5]), Favorites: int64(row[6])}
-			old, exists, err := st.posts.Get(post)
-			if err != nil {
-				st.noteErr(err)
-				continue
+			old, exists := pending[post]
+			if !exists {
+				var err error
+				if old, exists, err = st.posts.Get(post); err != nil {
+					st.noteErr(err)
+					continue
+				}
 			}
 			switch {
 			case !exists && author == 0 && c.IsZero():
 				continue
 			case !exists || (old == 0 && author != 0):
-				_, err := st.posts.Put(post, author)
-				st.noteErr(err)
+				pending[post] = author
+				reg = append(reg, registry.Row{ID: post, Author: author})
 				if author != 0 {
 					st.profile(author).posts++
 				}
@@ -734,6 +741,7 @@ func (st *state) importRows(list []uint64) {
 			}
 		}
 	})
+	st.noteErr(st.posts.Import(reg, time.Unix(0, at)))
 }
 
 // newCounts makes a post-count store. The options were checked by Open

@@ -286,3 +286,56 @@ func TestBadOptions(t *testing.T) {
 		t.Fatal("window beyond 2^34 ms accepted")
 	}
 }
+
+// TestImport: old windows are built sealed, straight from the rows (an
+// empty window, then a big enough batch merged into it), small batches
+// and recent windows go through the open tables, and everything reads as
+// a map of the last row of each id says.
+func TestImport(t *testing.T) {
+	r, _ := New(Options{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	model := map[uint64]uint64{}
+	var ids []uint64
+	batch := func(n int, minAge, maxAge time.Duration, repeat bool) {
+		rows := make([]Row, 0, n)
+		for range n {
+			var id uint64
+			if repeat && len(ids) > 0 && rng.IntN(4) == 0 {
+				id = ids[rng.IntN(len(ids))]
+			} else {
+				age := minAge + time.Duration(rng.Int64N(int64(maxAge-minAge)))
+				id = idAt(now.Add(-age), rng.Uint64N(1024), rng.Uint64N(16))
+			}
+			a := rng.Uint64N(1 << 30)
+			rows = append(rows, Row{id, a})
+			if _, ok := model[id]; !ok {
+				ids = append(ids, id)
+			}
+			model[id] = a
+		}
+		if err := r.Import(rows, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch(20000, 20*day, 30*day, false) // old, empty windows: built sealed
+	if st := r.Stats(); st.OpenPosts != 0 || st.SealedPosts != len(model) {
+		t.Fatalf("a bulk import of old posts went through open tables: %+v", st)
+	}
+	batch(20000, 20*day, 30*day, true) // as many again: merged into the runs
+	if st := r.Stats(); st.OpenPosts != 0 {
+		t.Fatalf("a large second batch went through open tables: %+v", st)
+	}
+	batch(30, 20*day, 30*day, true) // a few rows: through Put
+	batch(500, 0, 2*day, true)      // recent: open
+	if st := r.Stats(); st.OpenPosts == 0 {
+		t.Fatalf("small and recent batches should be open: %+v", st)
+	}
+	check(t, r, model, ids)
+	// A repeated id in one batch: the last row wins.
+	id := ids[0]
+	if err := r.Import([]Row{{id, 1}, {id, 2}}, now); err != nil {
+		t.Fatal(err)
+	}
+	model[id] = 2
+	check(t, r, model, ids)
+}
