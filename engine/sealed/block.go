@@ -346,35 +346,61 @@ func (k *Block) First() uint64 { return k.first }
 
 // Find returns the position of id in the block.
 func (k *Block) Find(id uint64) (int, bool) {
+	h, lo, st := k.start(id)
+	if st != search {
+		return 0, st == atFirst
+	}
+	return k.scan(k.bucket(h), h, lo)
+}
+
+// What start tells of an id.
+const (
+	absent  = iota // not in the block
+	atFirst        // the block's first post
+	search         // in bucket h, if anywhere
+)
+
+// start is the first step of Find, which needs only the header: the
+// Elias–Fano bucket h of id and its low part lo.
+func (k *Block) start(id uint64) (h int, lo uint64, st int) {
 	if (id^k.first)&^k.mask != 0 {
-		return 0, false // a bit that is constant in the block differs
+		return 0, 0, absent // a bit that is constant in the block differs
 	}
 	s := bitpack.Pext(id, k.mask)
 	if s < k.sq0 {
-		return 0, false
+		return 0, 0, absent
 	}
 	x := s - k.sq0
 	if x == 0 {
-		return 0, true
+		return 0, 0, atFirst
 	}
-	m := k.n - 1
-	h := x >> uint(k.l&63)
-	if h >= uint64(k.hiLen) || m == 0 {
+	hx := x >> uint(k.l&63)
+	if hx >= uint64(k.hiLen) || k.n == 1 {
+		return 0, 0, absent
+	}
+	return int(hx), x & k.lmask, search
+}
+
+// bucket returns where bucket h starts in the high bits, or -1. Element j
+// (post j+1) sets bit high_j + j, so bucket h starts right after the h-th
+// zero of the high bits, at element (that position - h), and holds the
+// run of ones there.
+func (k *Block) bucket(h int) int {
+	if h == 0 {
+		return 0
+	}
+	return k.selectZero(h) + 1 // -1 + 1 = 0 <= 0 when there is no h-th zero
+}
+
+// scan searches bucket h, which starts at bit pos of the high bits, for
+// the low part lo, and returns the post's position.
+func (k *Block) scan(pos, h int, lo uint64) (int, bool) {
+	if pos <= 0 && h > 0 {
 		return 0, false
 	}
-	lo := x & k.lmask
-	// Element j (post j+1) sets bit high_j + j, so bucket h starts right
-	// after the h-th zero of the high bits, at element (that position - h),
-	// and holds the run of ones there.
-	pos := 0
-	if h > 0 {
-		pos = k.selectZero(int(h)) + 1
-		if pos <= 0 {
-			return 0, false
-		}
-	}
+	m := k.n - 1
 	a := k.area
-	for j := pos - int(h); pos < k.hiLen && j < m; {
+	for j := pos - h; pos < k.hiLen && j < m; {
 		// The bucket's elements: the run of ones from pos, read a word at a
 		// time (a bucket holds one or two elements on average).
 		w := min(56, k.hiLen-pos)
@@ -395,6 +421,49 @@ func (k *Block) Find(id uint64) (int, bool) {
 		pos, j = pos+run, j+run
 	}
 	return 0, false
+}
+
+// highLines notes for ld the lines of the block's high bits, base being
+// where its bit area starts in the window.
+func (k *Block) highLines(base int, ld *loads) {
+	if k.hiLen > 0 {
+		ld.add(uint64(base+k.hi>>3), uint64(base+(k.hi+k.hiLen-1)>>3))
+	}
+}
+
+// fieldLines notes for ld the lines post i's counts are read from: its
+// value in each column, and each field's exceptions. align is where the
+// window's bytes start in their cache line; a line already noted for the
+// post is not noted again.
+func (k *Block) fieldLines(base, align, i int, ld *loads) {
+	last := -1
+	note := func(bit int) {
+		o := base + bit>>3
+		if l := (align + o) >> 6; l != last {
+			last = l
+			ld.add1(uint64(o))
+		}
+	}
+	for f := range k.f {
+		fv := &k.f[f]
+		if fv.w > 0 {
+			note(fv.vals + i*fv.w)
+		}
+		if fv.nexc > 0 {
+			note(fv.idx)
+			note(fv.exc + fv.nexc*fv.xw - 1)
+		}
+	}
+}
+
+// lowLines notes for ld the lines of the low parts of elements j and j+1
+// (a bucket holds one or two elements on average).
+func (k *Block) lowLines(base, j int, ld *loads) {
+	if k.l == 0 || j < 0 {
+		return
+	}
+	last := k.low + (k.n-1)*k.l // end of the low parts
+	ld.add(uint64(base+(k.low+j*k.l)>>3), uint64(base+(min(k.low+(j+2)*k.l, last)-1)>>3))
 }
 
 // selectZero returns the bit position (in the high bits) of the r-th zero,

@@ -9,10 +9,16 @@
 //     zeros. Counts are exact from 0 to math.MaxInt64.
 //   - Get and GetMany do not allocate and touch one block per distinct
 //     block of the ids asked for; a lookup never decodes the block up to
-//     the key: it costs a binary search of the block index, a parse of the
-//     block header and O(1) bit reads (see Block). GetMany first loads the
-//     cache lines of every block it needs, so that out of cache the memory
-//     latency is paid once per page rather than once per block.
+//     the key: it costs a search of the block index, a parse of the block
+//     header and O(1) bit reads (see Block). Out of cache, GetMany pays the
+//     memory latency a few times per page rather than several times per
+//     id: on a window of a few blocks it first loads every line of the
+//     blocks it needs; on a larger one (searchMinBlocks) it reads in
+//     passes over all the ids, each loading only the lines the next needs
+//     (index, header, high bits, low parts, counts), so that the misses of
+//     different ids overlap. Such a window keeps an in-memory two-level
+//     search over its blocks' first ids (Index.buildSearch, about 4.3
+//     bytes per block, counted in SizeBytes); it is not part of the format.
 //   - Every block carries a CRC32C; the index and the footer carry their
 //     own. Unmarshal verifies all of them and the structure of every block,
 //     so a Window never returns wrong counts and never panics, whatever
