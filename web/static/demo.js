@@ -280,7 +280,12 @@
     refreshCounts();
     if (!prev) return;
     if (v.unread.messages !== prev.unread.messages || v.unread.mentions !== prev.unread.mentions) {
+      // The sender tells the world (our stand-in for the app's content
+      // service) about a message only after Tally acknowledged it, which is
+      // also when this event fires: read the world now and once more
+      // shortly, so a message registered a moment later still shows.
       loadWorld().then(loadChat).catch(report);
+      setTimeout(function () { loadWorld().then(loadChat).catch(report); }, 400);
     }
     if (v.unread.system !== prev.unread.system) loadNotifications();
   }
