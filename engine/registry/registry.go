@@ -258,12 +258,19 @@ func (r *Registry) GetMany(ids, authors []uint64, found []bool) error {
 			if w.sealed != nil {
 				if b := w.sealed.blockOf(id); b >= 0 {
 					blocks[j] = int32(b)
-					sink ^= w.sealed.data[w.sealed.offs[b]]
 				}
 			} else if w.cold != nil {
 				if b := bitpack.LastAtMost(w.cold.firsts, id); b >= 0 {
 					cold.add(w.cold, b, j)
 				}
+			}
+		}
+		// The loads of each pass are issued in a loop of their own: mixed
+		// into the searches around them, a few at most were in flight.
+		for j := range n {
+			if b := blocks[j]; b >= 0 {
+				s := r.wins[wins[j]].sealed
+				sink ^= s.data[s.offs[b]]
 			}
 		}
 		for j, id := range ids[:n] {
@@ -279,7 +286,11 @@ func (r *Registry) GetMany(ids, authors []uint64, found []bool) error {
 				continue
 			}
 			keys[j], guess[j] = x, int32(i)
-			sink ^= k.touch(i)
+		}
+		for j := range n {
+			if blocks[j] >= 0 {
+				sink ^= views[j].touch(int(guess[j]))
+			}
 		}
 		for j := range n {
 			if blocks[j] >= 0 {
