@@ -111,8 +111,21 @@ func writeLegacyCounts(w *snapshot.Writer, e *enc, st *state) {
 	})
 }
 
-// TestLegacyCountsSection: a snapshot whose counts are a CNTS section
-// loads to the same state as one with PCNT. (Here every window is open,
+// writeLegacyPosts writes the registry as snapshots did before PREG: one
+// POST item per post, (id, author).
+func writeLegacyPosts(w *snapshot.Writer, e *enc, st *state) {
+	st.posts.Range(func(p, author uint64) bool {
+		e.start()
+		e.fixed(p)
+		e.u(author)
+		e.end()
+		return true
+	})
+}
+
+// TestLegacyCountsSection: a snapshot whose counts are a CNTS section and
+// whose registry is a POST section loads to the same state as one with
+// PCNT and PREG. (Here every window is open,
 // where PCNT costs about as much; BenchmarkRecovery compares sizes at
 // scale, windows sealed.)
 func TestLegacyCountsSection(t *testing.T) {
@@ -130,8 +143,19 @@ func TestLegacyCountsSection(t *testing.T) {
 	}
 	current := write()
 	countsTagWritten, writeCounts = tagCounts, writeLegacyCounts
-	defer func() { countsTagWritten, writeCounts = tagPCounts, writePostCounts }()
+	registryTagWritten, writeRegistry = tagPosts, writeLegacyPosts
+	defer func() {
+		countsTagWritten, writeCounts = tagPCounts, writePostCounts
+		registryTagWritten, writeRegistry = tagRegistry, writeRegistryImage
+	}()
 	legacy := write()
+	lr, err := snapshot.NewReader(bytes.NewReader(legacy), int64(len(legacy)), "legacy")
+	ok(t, err)
+	for _, tag := range []snapshot.Tag{tagCounts, tagPosts} {
+		if _, has := lr.Section(tag); !has {
+			t.Fatalf("the legacy snapshot has no %s section", tag)
+		}
+	}
 	for _, b := range [][]byte{current, legacy} {
 		r, err := snapshot.NewReader(bytes.NewReader(b), int64(len(b)), "mem")
 		ok(t, err)

@@ -210,13 +210,7 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 			e.v(st.nusers)
 			e.end()
 		}},
-		{tagRegistry, func() {
-			cw := &chunkWriter{w: w, p: p}
-			if _, err := st.posts.WriteTo(cw); err != nil && w.Err() == nil {
-				cw.fail(err)
-			}
-			cw.close()
-		}},
+		{registryTagWritten, func() { writeRegistry(w, e, st) }},
 		{countsTagWritten, func() { writeCounts(w, e, st) }},
 		{tagLikes, func() { writeSet(e, st.likes) }},
 		{tagFavs, func() { writeSet(e, st.favs) }},
@@ -330,13 +324,25 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 	return nil
 }
 
-// countsTagWritten and writeCounts are how writeImage writes the post
-// counts; a test swaps in the previous per-post section to check that
-// snapshots written before PCNT still load.
+// countsTagWritten, writeCounts, registryTagWritten and writeRegistry are
+// how writeImage writes the post counts and the registry; a test swaps in
+// the previous per-post sections to check that snapshots written before
+// PCNT and PREG still load.
 var (
-	countsTagWritten = tagPCounts
-	writeCounts      = writePostCounts
+	countsTagWritten   = tagPCounts
+	writeCounts        = writePostCounts
+	registryTagWritten = tagRegistry
+	writeRegistry      = writeRegistryImage
 )
+
+// writeRegistryImage writes the PREG section: the registry's own image.
+func writeRegistryImage(w *snapshot.Writer, e *enc, st *state) {
+	cw := &chunkWriter{w: w, p: e.p}
+	if _, err := st.posts.WriteTo(cw); err != nil && w.Err() == nil {
+		cw.fail(err)
+	}
+	cw.close()
+}
 
 // writePostCounts writes the PCNT section: postcounts' own compact image
 // (sealed windows as they are in memory, open tables as varints), a few
