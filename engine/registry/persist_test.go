@@ -204,8 +204,8 @@ func TestPersistCorrupt(t *testing.T) {
 // that it writes an image that loads back the same.
 func consistent(t testing.TB, r *Registry) {
 	t.Helper()
-	var rows []row
-	if err := r.Range(func(id, a uint64) bool { rows = append(rows, row{id, a}); return true }); err != nil {
+	var rows []Row
+	if err := r.Range(func(id, a uint64) bool { rows = append(rows, Row{id, a}); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != r.Len() {
@@ -213,14 +213,14 @@ func consistent(t testing.TB, r *Registry) {
 	}
 	in := map[uint64]uint64{}
 	for i, p := range rows {
-		if i > 0 && p.id <= rows[i-1].id {
-			t.Fatalf("Range gave %d after %d", p.id, rows[i-1].id)
+		if i > 0 && p.ID <= rows[i-1].ID {
+			t.Fatalf("Range gave %d after %d", p.ID, rows[i-1].ID)
 		}
-		in[p.id] = p.author
+		in[p.ID] = p.Author
 	}
 	var probes []uint64
 	for _, p := range rows {
-		probes = append(probes, p.id, p.id+1, p.id-1)
+		probes = append(probes, p.ID, p.ID+1, p.ID-1)
 	}
 	authors := make([]uint64, len(probes))
 	found := make([]bool, len(probes))

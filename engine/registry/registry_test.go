@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -44,29 +45,24 @@ func check(t *testing.T, r *Registry, model map[uint64]uint64, probes []uint64) 
 			t.Fatalf("GetMany: post %d = %d,%v; model %d,%v", id, authors[i], found[i], ma, mok)
 		}
 	}
-	var got []row
+	var got []Row
 	if err := r.Range(func(id, author uint64) bool {
-		got = append(got, row{id, author})
+		got = append(got, Row{id, author})
 		return true
 	}); err != nil {
 		t.Fatalf("Range: %v", err)
 	}
-	want := make([]row, 0, len(model))
+	want := make([]Row, 0, len(model))
 	for id, a := range model {
-		want = append(want, row{id, a})
+		want = append(want, Row{id, a})
 	}
-	slices.SortFunc(want, func(a, b row) int {
-		if a.id < b.id {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(want, func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
 	if !slices.Equal(got, want) {
 		t.Fatalf("Range gave %d rows, model %d (first diff at %d)", len(got), len(want), firstDiff(got, want))
 	}
 }
 
-func firstDiff(a, b []row) int {
+func firstDiff(a, b []Row) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return i
@@ -192,8 +188,8 @@ func testModel(t *testing.T, opts Options) {
 		check(t, r, model, probes())
 
 		// A registry loaded from Range, in order and shuffled, is the same.
-		var rows []row
-		r.Range(func(id, a uint64) bool { rows = append(rows, row{id, a}); return true })
+		var rows []Row
+		r.Range(func(id, a uint64) bool { rows = append(rows, Row{id, a}); return true })
 		// So is one loaded from its image, with the same windows or others.
 		var img bytes.Buffer
 		if _, err := r.WriteTo(&img); err != nil {
@@ -213,7 +209,7 @@ func testModel(t *testing.T, opts Options) {
 			l, _ := New(Options{CompactMin: 50})
 			ld := l.NewLoader(now)
 			for _, p := range rows {
-				ld.Add(p.id, p.author)
+				ld.Add(p.ID, p.Author)
 			}
 			ld.Close()
 			check(t, l, model, probes())

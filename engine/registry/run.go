@@ -37,11 +37,6 @@ type run struct {
 	n      int
 }
 
-// row is one post on its way into a run.
-type row struct {
-	id, author uint64
-}
-
 func sortSlots(s []slot) {
 	slices.SortFunc(s, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
 }
@@ -51,7 +46,7 @@ func sortSlots(s []slot) {
 // copy of the window.
 type builder struct {
 	r   *run
-	blk [BlockPosts]row
+	blk [BlockPosts]Row
 	nb  int
 	w   bitpack.Writer
 	// sink, when set, takes each block as it is packed (a cold file being
@@ -63,7 +58,7 @@ type builder struct {
 func newBuilder() *builder { return &builder{r: &run{}} }
 
 func (b *builder) add(id, author uint64) {
-	b.blk[b.nb] = row{id, author}
+	b.blk[b.nb] = Row{id, author}
 	b.nb++
 	if b.nb == BlockPosts {
 		b.flushBlock()
@@ -78,12 +73,12 @@ func (b *builder) flushBlock() {
 	r.n += b.nb
 	if b.sink != nil {
 		b.w.Buf = appendBlock(&b.w, b.blk[:b.nb])
-		b.sink.add(b.blk[0].id, b.w.Buf)
+		b.sink.add(b.blk[0].ID, b.w.Buf)
 		b.w.Buf = b.w.Buf[:0]
 		b.nb = 0
 		return
 	}
-	r.firsts = append(r.firsts, b.blk[0].id)
+	r.firsts = append(r.firsts, b.blk[0].ID)
 	r.offs = append(r.offs, uint64(len(b.w.Buf)))
 	b.w.Buf = appendBlock(&b.w, b.blk[:b.nb])
 	b.nb = 0
@@ -99,33 +94,24 @@ func (b *builder) finish() *run {
 	return r
 }
 
-// buildRun packs rows, which must be sorted by id without repeats.
-func buildRun(rows []row) *run {
-	b := newBuilder()
-	for _, p := range rows {
-		b.add(p.id, p.author)
-	}
-	return b.finish()
-}
-
-func appendBlock(w *bitpack.Writer, blk []row) []byte {
-	first := blk[0].id
+func appendBlock(w *bitpack.Writer, blk []Row) []byte {
+	first := blk[0].ID
 	var vary uint64
-	minA, maxA := blk[0].author, blk[0].author
+	minA, maxA := blk[0].Author, blk[0].Author
 	for _, p := range blk {
-		vary |= p.id ^ first
-		minA, maxA = min(minA, p.author), max(maxA, p.author)
+		vary |= p.ID ^ first
+		minA, maxA = min(minA, p.Author), max(maxA, p.Author)
 	}
 	sq0 := bitpack.Pext(first, vary)
-	kw := bits.Len64(bitpack.Pext(blk[len(blk)-1].id, vary) - sq0)
-	aw := bits.Len64(maxA - minA)
+	top := bitpack.Pext(blk[len(blk)-1].ID, vary) - sq0
+	kw, aw := bits.Len64(top), bits.Len64(maxA-minA)
 	w.Buf = append(w.Buf, byte(len(blk)-1), byte(kw), byte(aw))
 	w.Buf = binary.AppendUvarint(w.Buf, vary)
 	w.Buf = binary.AppendUvarint(w.Buf, minA)
-	w.Buf = binary.AppendUvarint(w.Buf, bitpack.Pext(blk[len(blk)-1].id, vary)-sq0)
+	w.Buf = binary.AppendUvarint(w.Buf, top)
 	for _, p := range blk {
-		w.Put(bitpack.Pext(p.id, vary)-sq0, kw)
-		w.Put(p.author-minA, aw)
+		w.Put(bitpack.Pext(p.ID, vary)-sq0, kw)
+		w.Put(p.Author-minA, aw)
 	}
 	return w.Flush()
 }
