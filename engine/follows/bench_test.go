@@ -148,19 +148,6 @@ func BenchmarkFeedSum(b *testing.B) {
 			v = (v + 1) % 1000
 		}
 	})
-	b.Run("store/Each", func(b *testing.B) {
-		for b.Loop() {
-			var feed int64
-			s.Each(v, func(u uint64, snap int64) bool {
-				if d := postCount(u) - snap; d > 0 {
-					feed += d
-				}
-				return true
-			})
-			sink += feed
-			v = (v + 1) % 1000
-		}
-	})
 	b.Run("map-of-slices", func(b *testing.B) {
 		for b.Loop() {
 			var feed int64

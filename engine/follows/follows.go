@@ -29,7 +29,7 @@
 //     follows the tail is merged into the sorted run in O(list length),
 //     which is a memmove of a few KiB for lists of thousands.
 //   - Unfollow is O(list length) at most: a memmove closing the gap.
-//   - Each, List, Contains, Following, Has, SetSnaps, Follow and Unfollow
+//   - List, Contains, Following, Has, SetSnaps, Follow and Unfollow
 //     do not allocate, except to grow the arena or the table or to compact
 //     the arena (Compact's cost is O(entries), rarely: see maybeCompact).
 //   - A viewer who ever had a list keeps it (Has) after unfollowing
@@ -370,17 +370,6 @@ func (s *Store) List(viewer uint64) (targets []uint64, snaps []int64) {
 	}
 	ts, ss := s.block(&h)
 	return ts[:h.n:h.n], ss[:h.n:h.n]
-}
-
-// Each calls fn for every entry of viewer's list, in stored order, until
-// fn returns false. fn must not modify the store.
-func (s *Store) Each(viewer uint64, fn func(target uint64, snap int64) bool) {
-	ts, ss := s.List(viewer)
-	for i, t := range ts {
-		if !fn(t, ss[i]) {
-			return
-		}
-	}
 }
 
 // SetSnaps sets every snapshot of viewer's list to fn(target): marking the

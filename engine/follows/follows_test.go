@@ -66,10 +66,8 @@ func TestBasics(t *testing.T) {
 		t.Fatalf("List = %v %v", ts, ss)
 	}
 	s.SetSnaps(1, func(u uint64) int64 { return int64(u) * 100 })
-	var got []followee
-	s.Each(1, func(u uint64, snap int64) bool { got = append(got, followee{u, snap}); return true })
-	if !slices.Equal(got, []followee{{2, 200}, {3, 300}}) {
-		t.Fatalf("Each after SetSnaps = %v", got)
+	if ts, ss := s.List(1); !slices.Equal(ts, []uint64{2, 3}) || !slices.Equal(ss, []int64{200, 300}) {
+		t.Fatalf("List after SetSnaps = %v %v", ts, ss)
 	}
 	if !s.Unfollow(1, 2) || s.Unfollow(1, 2) || !s.Unfollow(1, 3) {
 		t.Fatal("Unfollow results")
@@ -356,13 +354,10 @@ func TestLoad(t *testing.T) {
 			t.Fatalf("lost %d", u)
 		}
 		var snap int64 = -1
-		s.Each(1, func(x uint64, v int64) bool {
-			if x == u {
-				snap = v
-				return false
-			}
-			return true
-		})
+		lt, ls := s.List(1)
+		if k := slices.Index(lt, u); k >= 0 {
+			snap = ls[k]
+		}
 		if snap != ss[i] {
 			t.Fatalf("snap of %d = %d, want %d", u, snap, ss[i])
 		}
@@ -391,7 +386,6 @@ func TestAllocs(t *testing.T) {
 	for name, fn := range map[string]func(){
 		"Contains":  func() { _ = s.Contains(5, 999) },
 		"List":      func() { ts, _ := s.List(5); sink += int64(len(ts)) },
-		"Each":      func() { s.Each(5, func(u uint64, v int64) bool { sink += v; return true }) },
 		"SetSnaps":  func() { s.SetSnaps(5, posts) },
 		"Following": func() { sink += int64(s.Following(5)) },
 		// Steady state: the block of this size class exists already.
