@@ -61,6 +61,19 @@ type PostInfo struct {
 	Author UserID // 0 for a post imported without its author
 }
 
+// PageWant says what a feed page needs beyond the registry, which every
+// page reads (it says which posts exist and who wrote them).
+type PageWant struct {
+	Counts, Liked, Favorited bool
+}
+
+// PostView is one post of a feed page as Page reads it.
+type PostView struct {
+	PostInfo
+	Counts           Counts
+	Liked, Favorited bool
+}
+
 // UserCounts are the per-user counters shown on a profile.
 type UserCounts struct {
 	Posts, Followers, Following int64
@@ -191,6 +204,13 @@ type Store interface {
 	CreatePost(ctx context.Context, viewer UserID, id PostID, idemKey string) (PostID, error)
 	// Posts returns the registry entries of ids, in order.
 	Posts(ctx context.Context, ids []PostID) ([]PostInfo, error)
+	// Page reads a feed page — each post's registry entry and, as want
+	// asks, its counts and viewer's like and favorite flags — into out,
+	// which has len(ids) entries, as one engine operation: the values read
+	// belong to one moment (one read lock, or one Redis pipeline), and ids
+	// are validated once. Unknown posts read as the zero PostView. Viewer 0
+	// (anonymous) reads false flags.
+	Page(ctx context.Context, viewer UserID, ids []PostID, want PageWant, out []PostView) error
 	// Counts returns the counters of ids, in order; unknown posts read zero.
 	Counts(ctx context.Context, ids []PostID) ([]Counts, error)
 	// Liked and Favorited report, in order, whether viewer liked /

@@ -95,6 +95,7 @@ type ComplexityRoot struct {
 	PostCounts struct {
 		Comments  func(childComplexity int) int
 		Favorites func(childComplexity int) int
+		ID        func(childComplexity int) int
 		Likes     func(childComplexity int) int
 		Reposts   func(childComplexity int) int
 		Views     func(childComplexity int) int
@@ -536,6 +537,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PostCounts.Favorites(childComplexity), true
+	case "PostCounts.id":
+		if e.ComplexityRoot.PostCounts.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PostCounts.ID(childComplexity), true
 	case "PostCounts.likes":
 		if e.ComplexityRoot.PostCounts.Likes == nil {
 			break
@@ -948,6 +955,12 @@ type Post {
 
 "Exact counts of one post."
 type PostCounts {
+  """
+  The post's id: the counts' identity, so that a normalising cache (Apollo,
+  urql graphcache, Relay) updates a cached feed in place when a mutation
+  returns new counts.
+  """
+  id: ID!
   likes: Long!
   comments: Long!
   reposts: Long!
@@ -1120,6 +1133,8 @@ func (ec *executionContext) childFields_Post(ctx context.Context, field graphql.
 
 func (ec *executionContext) childFields_PostCounts(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_PostCounts_id(ctx, field)
 	case "likes":
 		return ec.fieldContext_PostCounts_likes(ctx, field)
 	case "comments":
@@ -3240,11 +3255,11 @@ func (ec *executionContext) _Post_counts(ctx context.Context, field graphql.Coll
 			return ec.fieldContext_Post_counts(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Counts, nil
+			return obj.Counts(), nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v engine.Counts) graphql.Marshaler {
-			return ec.marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v model1.PostCounts) graphql.Marshaler {
+			return ec.marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPostCounts(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3254,7 +3269,7 @@ func (ec *executionContext) fieldContext_Post_counts(_ context.Context, field gr
 	fc = &graphql.FieldContext{
 		Object:     "Post",
 		Field:      field,
-		IsMethod:   false,
+		IsMethod:   true,
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_PostCounts(ctx, field)
@@ -3309,7 +3324,30 @@ func (ec *executionContext) fieldContext_Post_viewerHasFavorited(_ context.Conte
 	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
-func (ec *executionContext) _PostCounts_likes(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
+func (ec *executionContext) _PostCounts_id(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PostCounts_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PostCounts_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PostCounts", field, true, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _PostCounts_likes(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3332,7 +3370,7 @@ func (ec *executionContext) fieldContext_PostCounts_likes(_ context.Context, fie
 	return graphql.NewScalarFieldContext("PostCounts", field, false, false, errors.New("field of type Long does not have child fields"))
 }
 
-func (ec *executionContext) _PostCounts_comments(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
+func (ec *executionContext) _PostCounts_comments(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3355,7 +3393,7 @@ func (ec *executionContext) fieldContext_PostCounts_comments(_ context.Context, 
 	return graphql.NewScalarFieldContext("PostCounts", field, false, false, errors.New("field of type Long does not have child fields"))
 }
 
-func (ec *executionContext) _PostCounts_reposts(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
+func (ec *executionContext) _PostCounts_reposts(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3378,7 +3416,7 @@ func (ec *executionContext) fieldContext_PostCounts_reposts(_ context.Context, f
 	return graphql.NewScalarFieldContext("PostCounts", field, false, false, errors.New("field of type Long does not have child fields"))
 }
 
-func (ec *executionContext) _PostCounts_views(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
+func (ec *executionContext) _PostCounts_views(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3401,7 +3439,7 @@ func (ec *executionContext) fieldContext_PostCounts_views(_ context.Context, fie
 	return graphql.NewScalarFieldContext("PostCounts", field, false, false, errors.New("field of type Long does not have child fields"))
 }
 
-func (ec *executionContext) _PostCounts_favorites(ctx context.Context, field graphql.CollectedField, obj *engine.Counts) (ret graphql.Marshaler) {
+func (ec *executionContext) _PostCounts_favorites(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -6042,7 +6080,7 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 
 var postCountsImplementors = []string{"PostCounts"}
 
-func (ec *executionContext) _PostCounts(ctx context.Context, sel ast.SelectionSet, obj *engine.Counts) graphql.Marshaler {
+func (ec *executionContext) _PostCounts(ctx context.Context, sel ast.SelectionSet, obj *model1.PostCounts) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, postCountsImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -6052,6 +6090,11 @@ func (ec *executionContext) _PostCounts(ctx context.Context, sel ast.SelectionSe
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("PostCounts")
+		case "id":
+			out.Values[i] = ec._PostCounts_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "likes":
 			out.Values[i] = ec._PostCounts_likes(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -7434,7 +7477,7 @@ func (ec *executionContext) marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtally�
 	return ec._Post(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋengineᚐCounts(ctx context.Context, sel ast.SelectionSet, v engine.Counts) graphql.Marshaler {
+func (ec *executionContext) marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPostCounts(ctx context.Context, sel ast.SelectionSet, v model1.PostCounts) graphql.Marshaler {
 	return ec._PostCounts(ctx, sel, &v)
 }
 

@@ -122,7 +122,7 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 		}
 		p := &model.Post{PostID: ids[i], AuthorID: info.Author}
 		if counts != nil {
-			p.Counts = counts[i]
+			p.CountValues = counts[i]
 		}
 		p.ViewerHasLiked = liked != nil && liked[i]
 		p.ViewerHasFavorited = favorited != nil && favorited[i]

@@ -28,6 +28,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		fn   func(*testing.T, engine.Store)
 	}{
 		{"UnknownPosts", testUnknownPosts},
+		{"Page", testPage},
 		{"CreatePost", testCreatePost},
 		{"Likes", testLikes},
 		{"ConcurrentLikes", testConcurrentLikes},

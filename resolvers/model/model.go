@@ -16,12 +16,24 @@ import (
 type Post struct {
 	PostID             engine.PostID
 	AuthorID           engine.UserID // 0 for a post imported without its author
-	Counts             engine.Counts
+	CountValues        engine.Counts
 	ViewerHasLiked     bool
 	ViewerHasFavorited bool
 }
 
 func (p *Post) ID() string { return FormatID(p.PostID) }
+
+// Counts are the post's counts with the post's id as their identity.
+func (p *Post) Counts() PostCounts { return PostCounts{PostID: p.PostID, Counts: p.CountValues} }
+
+// PostCounts are one post's counts. The post's id is their identity, so a
+// normalising client cache merges a mutation's counts into the cached feed.
+type PostCounts struct {
+	PostID engine.PostID
+	engine.Counts
+}
+
+func (c PostCounts) ID() string { return FormatID(c.PostID) }
 
 // Author is nil only for a post imported without its author.
 func (p *Post) Author() *User {
