@@ -1,8 +1,9 @@
 // Package web owns what a person sees in a browser: GraphiQL at "/" and the
 // demo client at "/demo", with their static assets under "/assets/". The
-// demo is plain HTML/CSS/JS of our own (static/); GraphiQL comes from
-// web/vendor when scripts/web-assets has installed it there before the
-// build, and from a CDN (pinned versions, subresource integrity) otherwise.
+// demo is plain HTML/CSS/JS of our own (static/); GraphiQL's browser builds
+// are committed in web/vendor (scripts/web-assets refreshes them) and
+// embedded, so GraphiQL works with no internet; Options.GraphiQLCDN loads
+// the same pinned versions from a CDN instead.
 //
 // The demo plays a small social app on top of Tally. Tally keeps counts,
 // badges and receipts but no content or lists, so the demo's side of the
@@ -36,6 +37,9 @@ type Options struct {
 	// (demoseed.FileName); reposts and messages made in the demo are saved
 	// back there. Empty: the demo world starts empty and lives in memory.
 	DataDir string
+	// GraphiQLCDN loads GraphiQL's scripts from unpkg (pinned versions,
+	// subresource integrity) instead of the copy built into the binary.
+	GraphiQLCDN bool
 }
 
 //go:embed static
@@ -45,23 +49,27 @@ var staticFS embed.FS
 var vendorFS embed.FS
 
 // Handler serves GET / (GraphiQL), /demo and /demo/..., and /assets/...;
-// anything else is 404.
+// anything else is 404. The demo's write endpoints (POST /demo/world/...)
+// exist only in dev mode (DevToken set): they are unauthenticated, and a
+// production server's data directory is no place for them to write.
 func Handler(opts Options) http.Handler {
 	if opts.GraphQLPath == "" {
 		opts.GraphQLPath = "/query"
 	}
 	static, _ := fs.Sub(staticFS, "static")
 	vendor, _ := fs.Sub(vendorFS, "vendor")
-	h := &handler{opts: opts, world: openWorld(opts.DataDir), gi: graphiqlAssets(vendor)}
+	h := &handler{opts: opts, world: openWorld(opts.DataDir), gi: graphiqlAssets(vendor, opts.GraphiQLCDN)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.graphiql)
 	mux.Handle("GET /demo", page(static, "demo.html"))
 	mux.Handle("GET /demo/{$}", page(static, "demo.html"))
 	mux.HandleFunc("GET /demo/world", h.worldJSON)
-	mux.HandleFunc("POST /demo/world/posts", h.addPost)
-	mux.HandleFunc("POST /demo/world/messages", h.addMessage)
+	if opts.DevToken != nil {
+		mux.HandleFunc("POST /demo/world/posts", h.addPost)
+		mux.HandleFunc("POST /demo/world/messages", h.addMessage)
+	}
 	mux.HandleFunc("GET /demo/token", h.token)
-	mux.Handle("GET /assets/vendor/", assets(http.StripPrefix("/assets/vendor/", http.FileServerFS(vendor))))
+	mux.Handle("GET /assets/vendor/", assets(vendorFiles(vendor)))
 	mux.Handle("GET /assets/", assets(http.StripPrefix("/assets/", http.FileServerFS(static))))
 	return mux
 }
@@ -129,12 +137,15 @@ type graphiqlFiles struct {
 	ReactSRI, ReactDOMSRI, JSSRI, CSSSRI string
 }
 
-// graphiqlAssets picks web/vendor when it holds every file, the CDN
-// otherwise.
-func graphiqlAssets(vendor fs.FS) graphiqlFiles {
-	local := true
+// graphiqlAssets picks the embedded web/vendor copy unless cdn asks for
+// the CDN. A build whose vendor copy is incomplete (a test guards the
+// committed one) falls back to the CDN with an error in the log, rather
+// than serve a page that cannot start.
+func graphiqlAssets(vendor fs.FS, cdn bool) graphiqlFiles {
+	local := !cdn
 	for _, f := range graphiqlCDN {
-		if _, err := fs.Stat(vendor, f.name); err != nil {
+		if _, err := fs.Stat(vendor, f.name); err != nil && local {
+			slog.Error("web: GraphiQL's build is missing from web/vendor; loading it from the CDN (restore it with scripts/web-assets)", "file", f.name)
 			local = false
 		}
 	}
@@ -160,10 +171,12 @@ type graphiqlConfig struct {
 	GraphQLPath string `json:"graphqlPath"`
 	Headers     string `json:"headers"`
 	Query       string `json:"query"`
+	// CDN tells the page's failure message where the scripts came from.
+	CDN bool `json:"cdn"`
 }
 
 func (h *handler) graphiql(w http.ResponseWriter, r *http.Request) {
-	cfg := graphiqlConfig{GraphQLPath: h.opts.GraphQLPath, Query: h.firstQuery()}
+	cfg := graphiqlConfig{GraphQLPath: h.opts.GraphQLPath, Query: h.firstQuery(), CDN: !h.gi.Local}
 	headers := map[string]string{}
 	if h.opts.DevToken != nil {
 		tok, err := h.opts.DevToken(devAdmin, true)

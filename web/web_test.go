@@ -1,9 +1,12 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -85,14 +88,104 @@ func TestGraphiQLAssets(t *testing.T) {
 	for _, f := range graphiqlCDN {
 		full[f.name] = &fstest.MapFile{Data: []byte("x")}
 	}
-	g := graphiqlAssets(full)
+	g := graphiqlAssets(full, false)
 	if !g.Local || g.JS != "/assets/vendor/graphiql.min.js" || g.React != "/assets/vendor/react.production.min.js" {
 		t.Errorf("with every vendor file: %+v", g)
 	}
+	g = graphiqlAssets(full, true)
+	if g.Local || !strings.HasPrefix(g.JS, "https://unpkg.com/graphiql@") || g.JSSRI == "" {
+		t.Errorf("asked for the CDN: %+v", g)
+	}
 	delete(full, "graphiql.min.css")
-	g = graphiqlAssets(full)
+	g = graphiqlAssets(full, false)
 	if g.Local || !strings.HasPrefix(g.CSS, "https://") || !strings.HasPrefix(g.JS, "https://") || g.JSSRI == "" {
 		t.Errorf("with a vendor file missing: %+v", g)
+	}
+}
+
+// GraphiQL's page loads its scripts from the binary by default, from the
+// CDN (with integrity hashes) only when asked, and always comes with the
+// guard that reports scripts that did not load.
+func TestGraphiQLPageSources(t *testing.T) {
+	local := get(t, Handler(Options{GraphQLPath: "/query"}), "/").Body.String()
+	for _, want := range []string{`src="/assets/vendor/graphiql.min.js"`, `href="/assets/vendor/graphiql.min.css"`,
+		`src="/assets/vendor/react.production.min.js"`, `src="/assets/graphiql-guard.js"`, `onerror="tallyAssetFailed(this.src)"`} {
+		if !strings.Contains(local, want) {
+			t.Errorf("default GraphiQL page lacks %s:\n%s", want, local)
+		}
+	}
+	if strings.Contains(local, "unpkg.com") {
+		t.Errorf("default GraphiQL page names the CDN:\n%s", local)
+	}
+	cdn := get(t, Handler(Options{GraphQLPath: "/query", GraphiQLCDN: true}), "/").Body.String()
+	if !strings.Contains(cdn, `src="https://unpkg.com/graphiql@`+graphiqlVersion+`/graphiql.min.js" integrity="sha384-`) ||
+		!strings.Contains(cdn, `cdn\":true`) && !strings.Contains(cdn, `"cdn":true`) {
+		t.Errorf("CDN GraphiQL page:\n%s", cdn)
+	}
+}
+
+// The committed vendor copy is complete: a plain go build serves GraphiQL
+// with no internet.
+func TestVendorComplete(t *testing.T) {
+	for _, name := range []string{"graphiql.min.js", "graphiql.min.css", "react.production.min.js", "react-dom.production.min.js",
+		"LICENSE.graphiql", "LICENSE.react", "LICENSE.react-dom", "THIRD-PARTY-LICENSES", "VERSIONS", "README.md"} {
+		b, err := vendorFS.ReadFile("vendor/" + name)
+		if err != nil || len(b) == 0 {
+			t.Errorf("web/vendor/%s is missing from the build (%v): run scripts/web-assets and commit web/vendor", name, err)
+		}
+	}
+	versions, _ := vendorFS.ReadFile("vendor/VERSIONS")
+	for _, want := range []string{"graphiql " + graphiqlVersion, "react " + reactVersion, "react-dom " + reactVersion} {
+		if !strings.Contains(string(versions), want+"\n") {
+			t.Errorf("web/vendor/VERSIONS lacks %q:\n%s", want, versions)
+		}
+	}
+}
+
+// Vendor files go out gzipped to clients that take it, with an ETag that
+// turns a reload into a 304.
+func TestVendorFilesServing(t *testing.T) {
+	h := Handler(Options{GraphQLPath: "/query"})
+	raw, _ := vendorFS.ReadFile("vendor/graphiql.min.js")
+
+	req := httptest.NewRequest(http.MethodGet, "/assets/vendor/graphiql.min.js", nil)
+	req.Header.Set("Accept-Encoding", "gzip, deflate, br")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 || rec.Header().Get("Content-Encoding") != "gzip" || !strings.Contains(rec.Header().Get("Content-Type"), "javascript") {
+		t.Fatalf("gzip request: %d %v", rec.Code, rec.Header())
+	}
+	zr, err := gzip.NewReader(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("gunzipped body differs from web/vendor/graphiql.min.js (%d vs %d bytes, %v)", len(got), len(raw), err)
+	}
+	etag := rec.Header().Get("ETag")
+	if etag == "" {
+		t.Fatal("no ETag")
+	}
+
+	req = httptest.NewRequest(http.MethodGet, "/assets/vendor/graphiql.min.js", nil)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Header().Get("Content-Encoding") != "" || !bytes.Equal(rec.Body.Bytes(), raw) {
+		t.Errorf("plain request: encoding %q, %d bytes", rec.Header().Get("Content-Encoding"), rec.Body.Len())
+	}
+
+	req = httptest.NewRequest(http.MethodGet, "/assets/vendor/graphiql.min.js", nil)
+	req.Header.Set("If-None-Match", etag)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNotModified || rec.Body.Len() != 0 {
+		t.Errorf("revalidation = %d with %d bytes, want 304", rec.Code, rec.Body.Len())
+	}
+	for _, path := range []string{"/assets/vendor/nope.js", "/assets/vendor/a/b", "/assets/vendor/"} {
+		if got := get(t, h, path).Code; got != 404 {
+			t.Errorf("GET %s = %d, want 404", path, got)
+		}
 	}
 }
 
@@ -113,23 +206,19 @@ func TestPinnedVersionsAgree(t *testing.T) {
 	}
 }
 
-// The CDN fallback's integrity hashes are those of the files
-// scripts/web-assets installs (checked when web/vendor holds them).
+// The CDN option's integrity hashes are those of the committed files, so
+// both serve the same build.
 func TestVendorIntegrity(t *testing.T) {
-	checked := 0
 	for _, f := range graphiqlCDN {
-		b, err := os.ReadFile(filepath.Join("vendor", f.name))
+		b, err := vendorFS.ReadFile("vendor/" + f.name)
 		if err != nil {
+			t.Errorf("web/vendor/%s: %v", f.name, err)
 			continue
 		}
 		sum := sha512.Sum384(b)
 		if got := "sha384-" + base64.StdEncoding.EncodeToString(sum[:]); got != f.integrity {
 			t.Errorf("vendor/%s is %s; web.go expects %s", f.name, got, f.integrity)
 		}
-		checked++
-	}
-	if checked == 0 {
-		t.Skip("web/vendor is empty: run scripts/web-assets")
 	}
 }
 
@@ -215,21 +304,77 @@ func TestWorld(t *testing.T) {
 	}
 }
 
-// A data directory that was never seeded gives an empty world.
+// A data directory that was never seeded gives an empty world whose lists
+// are [] (not null), says it is not seeded and, in dev mode, how to seed it.
 func TestWorldUnseeded(t *testing.T) {
-	h := Handler(Options{GraphQLPath: "/query", DataDir: t.TempDir()})
-	var w demoseed.Summary
-	if err := json.Unmarshal(get(t, h, "/demo/world").Body.Bytes(), &w); err != nil {
+	dir := filepath.Join(t.TempDir(), "my data")
+	h := Handler(Options{GraphQLPath: "/query", DataDir: dir, DevToken: devToken})
+	body := get(t, h, "/demo/world").Body.String()
+	for _, list := range []string{"users", "posts", "groups", "messages", "notifications"} {
+		if !strings.Contains(body, `"`+list+`":[]`) {
+			t.Errorf("unseeded world's %s is not []: %s", list, body)
+		}
+	}
+	var w struct {
+		Seeded      bool
+		SeedCommand string
+	}
+	if err := json.Unmarshal([]byte(body), &w); err != nil {
 		t.Fatal(err)
 	}
-	if len(w.Posts)+len(w.Groups)+len(w.Messages) != 0 {
-		t.Errorf("unseeded world = %+v", w)
+	if want := "tally demo-seed -data '" + dir + "'"; w.Seeded || w.SeedCommand != want {
+		t.Errorf("seeded=%v seedCommand=%q, want false and %q", w.Seeded, w.SeedCommand, want)
 	}
 	if got := post(t, h, "/demo/world/messages", `{"id":"1","group":"2"}`).Code; got != http.StatusNotFound {
 		t.Errorf("message to an unknown group = %d, want 404", got)
 	}
 	if strings.Contains(get(t, h, "/").Body.String(), "posts(ids") {
 		t.Error("GraphiQL's first query names posts of an empty world")
+	}
+	// Without a dev secret the page still explains, without naming paths.
+	body = get(t, Handler(Options{GraphQLPath: "/query", DataDir: dir}), "/demo/world").Body.String()
+	if strings.Contains(body, "seedCommand") || strings.Contains(body, dir) || !strings.Contains(body, `"seeded":false`) {
+		t.Errorf("production world names its data directory: %s", body)
+	}
+}
+
+// The demo's unauthenticated write endpoints exist in dev mode only: on a
+// server with a fixed secret they are 404 and the saved world is
+// untouched.
+func TestDemoWritesDevOnly(t *testing.T) {
+	for _, dev := range []bool{true, false} {
+		dir := t.TempDir()
+		seeded := demoseed.Summary{
+			Users:  demoseed.Cast,
+			Posts:  []demoseed.Post{{ID: 1 << 40, Author: 1, Text: "hello"}},
+			Groups: []demoseed.Group{{ID: 77, Name: "G", Members: []demoseed.ID{1, 2}}},
+		}
+		if err := seeded.Save(dir); err != nil {
+			t.Fatal(err)
+		}
+		opts := Options{GraphQLPath: "/query", DataDir: dir}
+		want := http.StatusNotFound
+		if dev {
+			opts.DevToken = devToken
+			want = http.StatusNoContent
+		}
+		h := Handler(opts)
+		if got := post(t, h, "/demo/world/messages", `{"id":"500","group":"77"}`).Code; got != want {
+			t.Errorf("dev=%v: POST /demo/world/messages = %d, want %d", dev, got, want)
+		}
+		if got := post(t, h, "/demo/world/posts", `{"id":"600","repostOf":"1099511627776"}`).Code; got != want {
+			t.Errorf("dev=%v: POST /demo/world/posts = %d, want %d", dev, got, want)
+		}
+		saved, err := demoseed.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(saved.Messages) + len(saved.Posts); dev && n != 3 || !dev && n != 1 {
+			t.Errorf("dev=%v: saved world has %d messages and %d posts", dev, len(saved.Messages), len(saved.Posts))
+		}
+		if got := get(t, h, "/demo/world").Code; got != 200 {
+			t.Errorf("dev=%v: GET /demo/world = %d", dev, got)
+		}
 	}
 }
 

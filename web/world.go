@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tally-dev/tally/web/demoseed"
@@ -64,11 +65,23 @@ func (w *world) recentPosts(n int) []demoseed.ID {
 
 func (h *handler) worldJSON(w http.ResponseWriter, r *http.Request) {
 	h.world.mu.Lock()
+	sum := h.world.sum
+	// Lists are [] rather than null, so a page can map over them at once.
+	sum.Users = nonNil(sum.Users)
+	sum.Posts = nonNil(sum.Posts)
+	sum.Groups = nonNil(sum.Groups)
+	sum.Messages = nonNil(sum.Messages)
+	sum.Notifications = nonNil(sum.Notifications)
 	b, err := json.Marshal(struct {
 		Dev         bool   `json:"dev"`
 		GraphQLPath string `json:"graphqlPath"`
+		// Seeded says whether `tally demo-seed` made this world; SeedCommand
+		// is how to do it for this server's data directory (dev mode only:
+		// a production server does not publish its paths).
+		Seeded      bool   `json:"seeded"`
+		SeedCommand string `json:"seedCommand,omitempty"`
 		demoseed.Summary
-	}{h.opts.DevToken != nil, h.opts.GraphQLPath, h.world.sum})
+	}{h.opts.DevToken != nil, h.opts.GraphQLPath, len(sum.Users) > 0, h.seedCommand(), sum})
 	h.world.mu.Unlock()
 	if err != nil {
 		jsonError(w, "could not encode the world", http.StatusInternalServerError)
@@ -77,6 +90,35 @@ func (h *handler) worldJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write(b)
+}
+
+// seedCommand is the command that seeds this server's demo world, in dev
+// mode.
+func (h *handler) seedCommand() string {
+	if h.opts.DevToken == nil {
+		return ""
+	}
+	if h.opts.DataDir == "" {
+		return "tally demo-seed"
+	}
+	return "tally demo-seed -data " + shellQuote(h.opts.DataDir)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("./_-+:@,=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // decodeSmall decodes a small JSON body into v.

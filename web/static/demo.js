@@ -77,6 +77,7 @@
       return r.json();
     }).then(function (w) {
       world = w;
+      world.users = w.users || [];
       world.posts = w.posts || [];
       world.groups = w.groups || [];
       world.messages = w.messages || [];
@@ -453,6 +454,8 @@
   function repostPost(id) {
     gql('mutation($id: ID!) { repostPost(postId: $id) { id } }', { id: id })
       .then(function (d) {
+        // The world takes registrations in dev mode only (see web.Handler).
+        if (!world.dev) return;
         return fetch('/demo/world/posts', {
           method: 'POST',
           headers: { 'Content-Type': 'application/json' },
@@ -631,6 +634,7 @@
         state.messages.set(m.id, m);
         renderChat();
         $('messages').scrollTop = $('messages').scrollHeight;
+        if (!world.dev) return;
         return fetch('/demo/world/messages', {
           method: 'POST',
           headers: { 'Content-Type': 'application/json' },
@@ -719,16 +723,34 @@
     $('signin').hidden = false;
     var hint = decodeURIComponent(location.hash.slice(1));
     if (hint) { $('signin-hint').textContent = hint; $('signin-hint').hidden = false; }
+    if (!world.seeded) explainUnseeded();
     if (world.dev) {
       var cast = $('cast');
       cast.replaceChildren.apply(cast, world.users.map(function (u) {
         return el('button', { type: 'button', class: 'who', 'data-testid': 'sign-in-as', 'data-user': u.id, onclick: function () { signInAs(u.id); } },
           avatar(u.id, 'large'), el('strong', {}, u.name), el('span', { class: 'handle' }, '@' + u.handle));
       }));
-      if (!world.users.length) { cast.append(el('p', { class: 'hint' }, 'No demo world yet. Try user 1:'), el('button', { type: 'button', class: 'primary', onclick: function () { signInAs('1'); } }, 'Sign in as user 1')); }
+      if (!world.users.length) { cast.append(el('p', { class: 'hint' }, 'Without a world you can still be user 1:'), el('button', { type: 'button', class: 'primary', onclick: function () { signInAs('1'); } }, 'Sign in as user 1')); }
     } else {
       document.querySelector('.signin .lead').textContent = 'Sign in as a user of this server, then open a second window as someone else and watch the badges move.';
       $('paste-form').hidden = false;
+    }
+  }
+
+  // Before `tally demo-seed` there is nobody to be: say what the demo is
+  // and how to make its world, with this server's data directory.
+  function explainUnseeded() {
+    $('unseeded').hidden = false;
+    var cmd = world.seedCommand || 'tally demo-seed -data DIR';
+    var args = cmd.replace(/^tally demo-seed/, '');
+    $('seed-command').textContent = 'go run . demo-seed' + args;
+    $('seed-command-binary').textContent = cmd;
+    $('serve-command').textContent = 'go run .' + args;
+    $('unseeded-dev').hidden = !world.dev;
+    if (!world.dev) {
+      $('seed-command').textContent = cmd;
+      $('seed-binary-hint').hidden = true;
+      $('serve-command').textContent = 'tally' + args;
     }
   }
 
