@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web"
 )
 
 // testServer is a real Tally HTTP handler on a loopback listener.
@@ -40,7 +41,7 @@ func newTestServerWith(t testing.TB, store engine.Store, cfg resolvers.Config) *
 	}
 	cfg.Keys = keys
 	h := hub.New(store)
-	srv := httptest.NewServer(newHandler(store, h, cfg, nil, ""))
+	srv := httptest.NewServer(newHandler(store, h, cfg, nil, web.Options{}))
 	t.Cleanup(func() {
 		srv.Close()
 		h.Close()

@@ -281,6 +281,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
+	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		CORSOrigins:     splitList(*corsOrigins),
 		RateLimit:       *rateLimit,
 		RateBurst:       *rateBurst,
-	}, devToken, sf.data)
+	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -360,7 +361,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 // newHandler routes the server's endpoints: /query (GraphQL), /healthz
 // (liveness), /readyz (the store answers), /metrics (Prometheus) and the
 // web UI (GraphiQL at /, the demo at /demo).
-func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), dataDir string) http.Handler {
+func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), ui web.Options) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerStoreMetrics(reg, store, h)
@@ -381,7 +382,8 @@ func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken f
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle("/", web.Handler(web.Options{GraphQLPath: "/query", DevToken: devToken, DataDir: dataDir}))
+	ui.GraphQLPath, ui.DevToken = "/query", devToken
+	mux.Handle("/", web.Handler(ui))
 	return mux
 }
 
@@ -540,14 +542,15 @@ func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer store.Close()
-	sum, err := demoseed.Seed(ctx, store)
+	sum, already, err := demoseed.SeedDir(ctx, store, sf.data)
 	if err != nil {
 		return err
 	}
-	if err := sum.Save(sf.data); err != nil {
-		return err
+	if already {
+		fmt.Fprintf(stdout, "%s already holds the demo world (%s): nothing to do\n", filepath.Join(sf.data, demoseed.FileName), sum)
+		return nil
 	}
-	fmt.Fprintf(stdout, "seeded %s: %v\n", backendName(sf), sum)
+	fmt.Fprintf(stdout, "seeded %s: %v\nstart the server with the same -data, then open /demo\n", backendName(sf), sum)
 	return nil
 }
 

@@ -1,13 +1,14 @@
 // Package demoseed owns the demo world: a small, believable social app
 // (eight named users, follows, a feed of posts with long-tailed counts, a
 // group chat with history and read receipts, system notifications and a
-// red-dot push) written into a fresh store through engine.Store, so that
+// red-dot push) written into a store through engine.Store, so that
 // GraphiQL and the demo client have something to show at once.
 //
 // Tally stores counts, not content. The names, post texts and group name
 // live in the Summary that Seed returns, which `tally demo-seed` saves next
 // to the data (Save) and the demo client reads back (Load): it plays the
-// part of the app's own content service.
+// part of the app's own content service. A store that already holds data
+// is fine to seed; a data directory is seeded once (SeedDir).
 package demoseed
 
 import (
@@ -143,16 +144,15 @@ func Load(dir string) (Summary, error) {
 	return s, nil
 }
 
-// ErrNotEmpty is returned by Seed for a store that already holds data.
-var ErrNotEmpty = errors.New("demoseed: the store is not empty; seed a fresh data directory")
-
-// Seed fills a fresh store with the demo world and returns its Summary.
-// It refuses a store that already holds posts, groups or notifications.
+// Seed writes the demo world into s and returns its Summary. The store
+// may already hold data (the README's first query writes some): the
+// world's posts get ids of their own snowflake node (seedNode), its group
+// and messages fresh ids, and the cast's existing state only gains what
+// the world adds. Seeding twice makes a second world; SeedDir seeds a
+// data directory once.
 func Seed(ctx context.Context, s engine.Store) (Summary, error) {
-	if st := s.Stats(); st.Posts > 0 || st.Groups > 0 || st.Notifications > 0 {
-		return Summary{}, ErrNotEmpty
-	}
-	w := seeder{ctx: ctx, s: s, now: time.Now()}
+	now := time.Now()
+	w := seeder{ctx: ctx, s: s, now: now, run: strconv.FormatInt(now.UnixNano(), 36)}
 	steps := []func() error{w.users, w.follows, w.posts, w.reactions, w.group, w.broadcasts}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -162,12 +162,38 @@ func Seed(ctx context.Context, s engine.Store) (Summary, error) {
 	return w.sum, nil
 }
 
+// SeedDir seeds s and saves the Summary in dir, once: when dir already
+// holds a saved world, it changes nothing and returns that world with
+// already set.
+func SeedDir(ctx context.Context, s engine.Store, dir string) (sum Summary, already bool, err error) {
+	sum, err = Load(dir)
+	switch {
+	case err == nil:
+		return sum, true, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return Summary{}, false, fmt.Errorf("%w (move the file aside to seed again)", err)
+	}
+	sum, err = Seed(ctx, s)
+	if err != nil {
+		return Summary{}, false, err
+	}
+	return sum, false, sum.Save(dir)
+}
+
 type seeder struct {
 	ctx context.Context
 	s   engine.Store
 	now time.Time
+	// run tells this seed's idempotency keys from an earlier, interrupted
+	// seed's: a key reused for other arguments is an error.
+	run string
 	sum Summary
 	ids []engine.PostID // ids of posts[i]
+}
+
+// key is the idempotency key of this seed's i-th step of a kind.
+func (w *seeder) key(kind string, i int) string {
+	return "demo-seed-" + w.run + "-" + kind + "-" + strconv.Itoa(i)
 }
 
 // users registers the cast, so that their system-notification cursors
@@ -203,9 +229,10 @@ func (w *seeder) posts() error {
 	for i, p := range posts {
 		at := w.now.Add(-time.Duration(p.ageMin) * time.Minute)
 		id := engine.PostID(snowflake.Make(at.UnixMilli(), seedNode, uint64(i)))
-		got, err := w.s.CreatePost(w.ctx, engine.UserID(p.author), id, "demo-seed-"+strconv.Itoa(i))
+		got, err := w.s.CreatePost(w.ctx, engine.UserID(p.author), id, w.key("post", i))
 		if err != nil {
-			return fmt.Errorf("demoseed: post %d: %w", i, err)
+			return fmt.Errorf("demoseed: post %d (id %d, snowflake node %d, which a server given -node %d would share): %w",
+				i, id, seedNode, seedNode, err)
 		}
 		w.ids = append(w.ids, got)
 		w.sum.Posts = append(w.sum.Posts, Post{ID: ID(got), Author: ID(p.author), Text: p.text})
@@ -366,7 +393,7 @@ func (w *seeder) group() error {
 		for _, m := range c.mentions {
 			ms = append(ms, engine.UserID(m))
 		}
-		msg, err := w.s.SendMessage(w.ctx, engine.UserID(c.from), gid, c.text, ms, "demo-seed-msg-"+strconv.Itoa(i))
+		msg, err := w.s.SendMessage(w.ctx, engine.UserID(c.from), gid, c.text, ms, w.key("msg", i))
 		if err != nil {
 			return fmt.Errorf("demoseed: message %d: %w", i, err)
 		}
@@ -383,7 +410,7 @@ func (w *seeder) group() error {
 // broadcasts publishes the system notifications and a red-dot push.
 func (w *seeder) broadcasts() error {
 	for i, n := range notifications {
-		got, err := w.s.PublishNotification(w.ctx, n.title, n.body, "demo-seed-note-"+strconv.Itoa(i))
+		got, err := w.s.PublishNotification(w.ctx, n.title, n.body, w.key("note", i))
 		if err != nil {
 			return fmt.Errorf("demoseed: notification: %w", err)
 		}

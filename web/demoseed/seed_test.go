@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
@@ -137,10 +140,84 @@ func TestSeedWorld(t *testing.T) {
 	if err != nil || len(notes) != len(notifications) || notes[0].ID != engine.NotificationID(sum.Notifications[1]) {
 		t.Errorf("notifications: %+v, %v", notes, err)
 	}
+}
 
-	// A second seed into the same store is refused.
-	if _, err := Seed(ctx, s); !errors.Is(err, ErrNotEmpty) {
-		t.Errorf("second Seed: %v, want ErrNotEmpty", err)
+// The README's flow: the first query wrote to the store (a post by the
+// admin, user 1, liked by user 2), then demo-seed runs on the same data
+// directory. The seed succeeds, leaves that post as it was, and a second
+// demo-seed changes nothing.
+func TestSeedDirNonEmptyAndOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() engine.Store {
+		s, err := embedded.Open(embedded.Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	mine, err := s.CreatePost(ctx, 1, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Like(ctx, 2, mine); err != nil {
+		t.Fatal(err)
+	}
+	sum, already, err := SeedDir(ctx, s, dir)
+	if err != nil || already {
+		t.Fatalf("SeedDir on a store the README's query wrote to: already=%v, %v", already, err)
+	}
+	if len(sum.Posts) != len(posts)+len(castReposts) {
+		t.Fatalf("seeded %d posts", len(sum.Posts))
+	}
+	for _, p := range sum.Posts {
+		if engine.PostID(p.ID) == mine {
+			t.Fatalf("the world claims the README's post %d", mine)
+		}
+	}
+	c, err := s.Counts(ctx, []engine.PostID{mine})
+	if err != nil || c[0] != (engine.Counts{Likes: 1}) {
+		t.Errorf("the README's post after seeding: %+v, %v", c, err)
+	}
+	stats := s.Stats()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open()
+	defer s.Close()
+	again, already, err := SeedDir(ctx, s, dir)
+	if err != nil || !already || len(again.Posts) != len(sum.Posts) || again.Posts[0] != sum.Posts[0] {
+		t.Fatalf("second SeedDir: already=%v, %d posts, %v", already, len(again.Posts), err)
+	}
+	if after := s.Stats(); after.Posts != stats.Posts || after.Groups != stats.Groups || after.Notifications != stats.Notifications {
+		t.Errorf("a second demo-seed changed the store: %+v → %+v", stats, after)
+	}
+
+	// A damaged world file is reported, not overwritten by a new world.
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := SeedDir(ctx, s, dir); err == nil || !strings.Contains(err.Error(), FileName) {
+		t.Errorf("SeedDir over a damaged world file: %v", err)
+	}
+	if after := s.Stats(); after.Posts != stats.Posts {
+		t.Errorf("SeedDir over a damaged world file seeded anyway")
+	}
+}
+
+// Seeding a store twice (without a data directory to remember the first)
+// makes a second, separate world rather than failing on reused keys.
+func TestSeedTwiceIntoOneStore(t *testing.T) {
+	s, first := seeded(t)
+	second, err := Seed(context.Background(), s)
+	if err != nil {
+		t.Fatalf("second Seed: %v", err)
+	}
+	if second.Groups[0].ID == first.Groups[0].ID || second.Messages[0].ID == first.Messages[0].ID ||
+		second.Notifications[0] == first.Notifications[0] {
+		t.Errorf("the second world reuses the first's ids: %v / %v", first, second)
 	}
 }
 
