@@ -82,8 +82,8 @@ func TestHealthAndMetrics(t *testing.T) {
 		"/healthz": {"ok"},
 		"/readyz":  {"ready"},
 		"/metrics": {
-			`tally_graphql_responses_total{operation="mutation createPost",outcome="ok"} 1`,
-			`tally_graphql_response_seconds_bucket{operation="mutation createPost"`,
+			`tally_graphql_responses_total{name="",outcome="ok",type="mutation"} 1`,
+			`tally_graphql_response_seconds_bucket{name="",type="mutation"`,
 			"tally_engine_posts 1",
 			"tally_subscriptions 0",
 			"go_goroutines",

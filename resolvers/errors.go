@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -84,6 +86,7 @@ func presentError(ctx context.Context, err error) *gqlerror.Error {
 			if code != "" && code != CodeBadUserInput {
 				gerr.Extensions["reason"] = code
 			}
+			gerr.Message = plainVariableMessage(gerr.Message)
 			return gerr
 		}
 		slog.Error("internal error", "path", gerr.Path, "err", err)
@@ -143,4 +146,46 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Variable coercion errors from gqlparser name reflect kinds ("cannot use
+// map as ID", "must be a PageInput, not a slice") and print a number it
+// could not read as the nearest int64 ("cannot use value
+// 9223372036854775807 as Int"). plainVariableMessage says the same in
+// JSON's terms.
+var (
+	cannotUseRE = regexp.MustCompile(`^cannot use (value )?(\S+) as (\w+)(:.*)?$`)
+	mustBeRE    = regexp.MustCompile(`^must be a (\w+), not a (\w+)$`)
+)
+
+func plainVariableMessage(msg string) string {
+	if m := cannotUseRE.FindStringSubmatch(msg); m != nil {
+		got := "a number out of range or not whole"
+		if m[1] == "" {
+			got = jsonKindOfReflect(m[2])
+		}
+		return fmt.Sprintf("expected a value of type %s, got %s", m[3], got)
+	}
+	if m := mustBeRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("expected an input object %s, got %s", m[1], jsonKindOfReflect(m[2]))
+	}
+	return msg
+}
+
+// jsonKindOfReflect names, as JSON would, the reflect kind that decoded
+// JSON had.
+func jsonKindOfReflect(kind string) string {
+	switch {
+	case kind == "map" || kind == "struct":
+		return "an object"
+	case kind == "slice" || kind == "array":
+		return "a list"
+	case kind == "bool":
+		return "a boolean"
+	case kind == "string":
+		return "a string"
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
+		return "a number"
+	}
+	return "a value of another type"
 }

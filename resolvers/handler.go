@@ -2,7 +2,6 @@ package resolvers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -49,6 +48,9 @@ type Config struct {
 	// bursts of RateBurst.
 	RateLimit float64
 	RateBurst int
+	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
+	// 100 in this process. Replicas share one through NewRedisAPQCache.
+	APQCache graphql.Cache[string]
 }
 
 // NewHandler returns the /query endpoint: GraphQL over POST and GET, and
@@ -95,15 +97,20 @@ func NewHandler(cfg Config) http.Handler {
 			return auth.With(ctx, pr, nil), nil, nil
 		},
 	})
-	srv.AddTransport(transport.Options{})
-	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{})
+	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
+	// whatever no transport above it supports, so it stays last.
+	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes})
+	srv.AddTransport(refuseTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(15000)
 	srv.SetErrorPresenter(presentError)
 	srv.SetRecoverFunc(recoverPanic)
 	srv.Use(extension.Introspection{})
-	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	apq := cfg.APQCache
+	if apq == nil {
+		apq = lru.New[string](100)
+	}
+	srv.Use(extension.AutomaticPersistedQuery{Cache: apq})
 	srv.Use(extension.FixedComplexityLimit(cfg.ComplexityLimit))
 	if cfg.Metrics != nil {
 		srv.Use(newMetrics(cfg.Metrics))
@@ -137,11 +144,10 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)
+		noteUser(ctx, p.User)
 		if r.ContentLength > cfg.MaxBodyBytes {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			json.NewEncoder(w).Encode(errorResponse(CodeBadUserInput,
-				fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, cfg.MaxBodyBytes)))
+			writeRequestError(w, r, http.StatusRequestEntityTooLarge, CodeBadUserInput,
+				fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, cfg.MaxBodyBytes))
 			return
 		}
 		if r.Body != nil {

@@ -1,0 +1,406 @@
+package resolvers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// GraphQL over HTTP, as the GraphQL-over-HTTP spec
+// (https://graphql.github.io/graphql-over-http/draft/) asks.
+//
+// These transports replace gqlgen's transport.GET and transport.POST,
+// which (v0.17.95) answer a parse or validation failure requested as
+// application/json with 422 (Apollo Client 3 then reports only "Received
+// status code 422"), write request errors with "data": null, echo the
+// request body and Go type names when it does not decode ("json: cannot
+// unmarshal number into Go struct field …"), and write transport errors
+// without extensions.code. Wrapping them would mean rewriting their
+// output after the fact; the request handling itself is short, so it is
+// done here and gqlgen still parses, validates and executes.
+//
+//   - Accept negotiates the response: application/graphql-response+json
+//     when the client asks for it, application/json otherwise (also for
+//     */*, application/* and no Accept at all, as the spec's legacy rule
+//     says). A client that accepts neither gets application/json anyway:
+//     the spec allows ignoring Accept, and a body is more use than a 406.
+//   - Under application/json every well-formed request gets 200, request
+//     errors included; under application/graphql-response+json a response
+//     without data gets a 4xx (or 500 for INTERNAL).
+//   - A request that is not well-formed (not JSON, not an object, a
+//     parameter of the wrong type, no query) gets 400 whatever it accepts;
+//     a body over the limit 413; an unsupported Content-Type 415; a
+//     mutation over GET 405 (the spec's MUST) with Allow: POST; any method
+//     but GET, POST and OPTIONS 405.
+//   - Every error written carries extensions.code, and no message quotes
+//     the body or names a Go type.
+
+const (
+	mediaJSON            = "application/json"
+	mediaGraphQLResponse = "application/graphql-response+json"
+)
+
+// responseMedia picks the response's media type from an Accept header:
+// the supported type with the highest q, the first listed on a tie.
+func responseMedia(accept string) string {
+	if strings.TrimSpace(accept) == "" {
+		return mediaJSON
+	}
+	best, bestQ := mediaJSON, -1.0
+	for part := range strings.SplitSeq(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		var media string
+		switch mt {
+		case mediaGraphQLResponse:
+			media = mediaGraphQLResponse
+		case mediaJSON, "application/*", "*/*":
+			media = mediaJSON
+		default:
+			continue
+		}
+		q := 1.0
+		if s, ok := params["q"]; ok {
+			if v, err := strconv.ParseFloat(s, 64); err == nil {
+				q = v
+			}
+		}
+		if q > bestQ && q > 0 {
+			best, bestQ = media, q
+		}
+	}
+	return best
+}
+
+// wantsEventStream reports whether the request asks only for a stream
+// (SSE, multipart): those belong to a streaming transport, not to ours.
+func wantsEventStream(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.HasPrefix(a, "text/event-stream") || strings.HasPrefix(a, "multipart/mixed")
+}
+
+// httpResponse is graphql.Response as written over HTTP: without a data
+// key when there is no data (a request error), as the spec asks, where
+// gqlgen's type always writes "data".
+type httpResponse struct {
+	Errors     gqlerror.List   `json:"errors,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	Extensions map[string]any  `json:"extensions,omitempty"`
+}
+
+// writeGraphQL writes resp with the negotiated media type. status 0 means
+// the spec's status for resp: 200, except a response without data under
+// application/graphql-response+json, which gets statusForCode.
+func writeGraphQL(w http.ResponseWriter, media string, status int, resp *graphql.Response) {
+	if resp == nil {
+		resp = errorResponse(CodeInternal, "no response")
+	}
+	if status == 0 {
+		status = http.StatusOK
+		if media == mediaGraphQLResponse && len(resp.Data) == 0 {
+			status = statusForErrors(resp.Errors)
+		}
+	}
+	b, err := json.Marshal(httpResponse{Errors: resp.Errors, Data: resp.Data, Extensions: resp.Extensions})
+	if err != nil {
+		// Only an unencodable extension value can get here.
+		b, _ = json.Marshal(httpResponse{Errors: errorResponse(CodeInternal, "internal error").Errors})
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", media+"; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// statusForErrors is the status of a response without data under
+// application/graphql-response+json, from its first error's code.
+func statusForErrors(errs gqlerror.List) int {
+	code := ""
+	if len(errs) > 0 {
+		code, _ = errs[0].Extensions["code"].(string)
+	}
+	switch code {
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeRateLimited:
+		return http.StatusTooManyRequests
+	case CodeInternal:
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadRequest
+}
+
+// writeRequestError answers a request that never reached GraphQL (bad
+// method, media type, body) with status and one error carrying code.
+func writeRequestError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	writeGraphQL(w, responseMedia(r.Header.Get("Accept")), status, errorResponse(code, msg))
+}
+
+// httpTransport serves queries and mutations over POST and queries over
+// GET.
+type httpTransport struct {
+	maxBody int64
+}
+
+var _ graphql.Transport = httpTransport{}
+
+func (httpTransport) Supports(r *http.Request) bool {
+	return r.Header.Get("Upgrade") == "" && !wantsEventStream(r) &&
+		(r.Method == http.MethodGet || r.Method == http.MethodPost)
+}
+
+func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	start := graphql.Now()
+	var params *graphql.RawParams
+	var err *requestError
+	if r.Method == http.MethodGet {
+		params, err = getParams(r)
+	} else {
+		params, err = t.postParams(w, r)
+	}
+	if err != nil {
+		if err.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", err.allow)
+		}
+		writeRequestError(w, r, err.status, CodeBadUserInput, err.msg)
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	media := responseMedia(r.Header.Get("Accept"))
+	ctx := r.Context()
+
+	opCtx, errs := exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		writeGraphQL(w, media, 0, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
+		return
+	}
+	switch op := opCtx.Operation.Operation; {
+	case r.Method == http.MethodGet && op != ast.Query:
+		// The spec's MUST: GET is a safe method, so a mutation over GET
+		// is refused before it runs, pointing at POST.
+		w.Header().Set("Allow", "POST")
+		noteOperation(ctx, opCtx)
+		writeRequestError(w, r, http.StatusMethodNotAllowed, CodeBadUserInput,
+			fmt.Sprintf("a %s needs POST: GET runs queries only", op))
+		return
+	case op == ast.Subscription:
+		noteOperation(ctx, opCtx)
+		writeGraphQL(w, media, 0, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), gqlerror.List{{
+			Message:    "subscriptions run over a WebSocket on this endpoint (subprotocol graphql-transport-ws), not over plain HTTP",
+			Extensions: map[string]any{"code": CodeBadUserInput},
+		}}))
+		return
+	}
+	responses, ctx := exec.DispatchOperation(ctx, opCtx)
+	writeGraphQL(w, media, 0, responses(ctx))
+}
+
+// requestError is a request that is not well-formed GraphQL over HTTP.
+type requestError struct {
+	status int
+	msg    string
+	allow  string // for 405
+}
+
+func badRequest(format string, args ...any) *requestError {
+	return &requestError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+func getParams(r *http.Request) (*graphql.RawParams, *requestError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("the URL's query string is not valid form encoding")
+	}
+	p := &graphql.RawParams{Query: q.Get("query"), OperationName: q.Get("operationName")}
+	if v := q.Get("variables"); v != "" {
+		if p.Variables, err = decodeObject([]byte(v)); err != nil {
+			return nil, badRequest("the variables parameter must be a JSON object: %v", err)
+		}
+	}
+	if v := q.Get("extensions"); v != "" {
+		if p.Extensions, err = decodeObject([]byte(v)); err != nil {
+			return nil, badRequest("the extensions parameter must be a JSON object: %v", err)
+		}
+	}
+	if p.Query == "" && p.Extensions["persistedQuery"] == nil {
+		return nil, badRequest("the request has no query parameter")
+	}
+	return p, nil
+}
+
+func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*graphql.RawParams, *requestError) {
+	ct := r.Header.Get("Content-Type")
+	mt, mparams, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || mt != mediaJSON {
+		shown := mt
+		if err != nil || len(shown) > 60 {
+			shown = "unparsable"
+		}
+		if ct == "" {
+			shown = "none"
+		}
+		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+			msg: fmt.Sprintf("a POST body must be Content-Type: application/json (got %s)", shown)}
+	}
+	if cs, ok := mparams["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+			msg: "a POST body must be UTF-8 (charset=utf-8 or none)"}
+	}
+	limit := t.maxBody
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, &requestError{status: http.StatusRequestEntityTooLarge,
+				msg: fmt.Sprintf("request body is over the limit of %d bytes", limit)}
+		}
+		return nil, badRequest("the request body could not be read")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest(`the request body is empty: send {"query": "..."}`)
+	}
+	fields, err := decodeObject(body)
+	if err != nil {
+		return nil, badRequest("the request body must be a JSON object: %v", err)
+	}
+	p := &graphql.RawParams{}
+	for k, v := range fields {
+		switch k {
+		case "query":
+			s, ok := v.(string)
+			if v != nil && !ok {
+				return nil, badRequest("query must be a string, not %s", jsonKind(v))
+			}
+			p.Query = s
+		case "operationName":
+			s, ok := v.(string)
+			if v != nil && !ok {
+				return nil, badRequest("operationName must be a string or null, not %s", jsonKind(v))
+			}
+			p.OperationName = s
+		case "variables":
+			m, ok := v.(map[string]any)
+			if v != nil && !ok {
+				return nil, badRequest("variables must be an object or null, not %s", jsonKind(v))
+			}
+			p.Variables = m
+		case "extensions":
+			m, ok := v.(map[string]any)
+			if v != nil && !ok {
+				return nil, badRequest("extensions must be an object or null, not %s", jsonKind(v))
+			}
+			p.Extensions = m
+		}
+	}
+	if p.Query == "" && p.Extensions["persistedQuery"] == nil {
+		return nil, badRequest(`the request has no query: send {"query": "..."}`)
+	}
+	return p, nil
+}
+
+// decodeObject decodes one JSON object (numbers kept as json.Number, as
+// gqlgen's coercion expects). Its errors say what is wrong in JSON's
+// terms and where, never in Go's.
+func decodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, jsonSyntaxError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("unexpected data after the object (at byte %d)", dec.InputOffset())
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("got %s", jsonKind(v))
+	}
+	return m, nil
+}
+
+func jsonSyntaxError(err error) error {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Errorf("invalid JSON at byte %d", se.Offset)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("invalid JSON: it ends too early")
+	}
+	return errors.New("invalid JSON")
+}
+
+// jsonKind names a decoded JSON value's kind as JSON does.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "an unknown value"
+}
+
+// refuseTransport answers every request the others do not take: OPTIONS
+// (the methods allowed), and a clear 405 or 406 for the rest, where
+// gqlgen would write "transport not supported" without a code.
+type refuseTransport struct{}
+
+var _ graphql.Transport = refuseTransport{}
+
+func (refuseTransport) Supports(*http.Request) bool { return true }
+
+func (refuseTransport) Do(w http.ResponseWriter, r *http.Request, _ graphql.GraphExecutor) {
+	switch {
+	case r.Method == http.MethodOptions:
+		w.Header().Set("Allow", "GET, POST, OPTIONS")
+		w.WriteHeader(http.StatusNoContent)
+	case r.Header.Get("Upgrade") != "":
+		writeRequestError(w, r, http.StatusBadRequest, CodeBadUserInput,
+			"a WebSocket on this endpoint needs the subprotocol graphql-transport-ws")
+	case r.Method == http.MethodGet || r.Method == http.MethodPost:
+		writeRequestError(w, r, http.StatusNotAcceptable, CodeBadUserInput,
+			"this endpoint answers application/json or application/graphql-response+json, not streams; subscriptions use a WebSocket")
+	default:
+		w.Header().Set("Allow", "GET, POST, OPTIONS")
+		writeRequestError(w, r, http.StatusMethodNotAllowed, CodeBadUserInput,
+			fmt.Sprintf("method %s is not allowed: use POST (or GET for queries)", truncate(r.Method)))
+	}
+}
+
+// noteOperation records what a request was for the access log (see
+// requestInfo), for requests refused before the operation runs.
+func noteOperation(ctx context.Context, opCtx *graphql.OperationContext) {
+	if ri := requestInfoFrom(ctx); ri != nil && opCtx != nil && opCtx.Operation != nil {
+		ri.setOperation(string(opCtx.Operation.Operation), opCtx.Operation.Name)
+	}
+}
