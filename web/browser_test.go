@@ -8,7 +8,8 @@ package web_test
 // artifact directory (kept with `go test -artifacts -outputdir DIR`).
 //
 // Without /usr/bin/chromium the tests skip, unless TALLY_REQUIRE_BROWSER is
-// set. GraphiQL's test needs web/vendor (scripts/web-assets) at build time.
+// set. The browser reaches nothing beyond loopback (host-resolver rules
+// and a dead proxy), as on a machine with no internet.
 
 import (
 	"bytes"
@@ -45,13 +46,15 @@ var (
 	setupOnce sync.Once
 	setupErr  error
 	env       struct {
-		tmp     string
-		root    string // repo root
-		base    string // http://127.0.0.1:PORT
-		server  *exec.Cmd
-		logPath string
-		browser context.Context
-		stop    []func()
+		tmp  string
+		root string // repo root
+		base string // http://127.0.0.1:PORT, a seeded server
+		// bareBase is a server on an unseeded data directory, started with
+		// -graphiql-cdn.
+		bareBase string
+		logPath  string
+		browser  context.Context
+		stop     []func()
 	}
 )
 
@@ -107,50 +110,16 @@ func start() error {
 		return fmt.Errorf("tally demo-seed: %v\n%s", err, out)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	env.base, err = startServer(bin, data, filepath.Join(tmp, "server.log"))
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
-	l.Close()
-	env.base = "http://" + addr
 	env.logPath = filepath.Join(tmp, "server.log")
-	logf, err := os.Create(env.logPath)
+	// A second server on a data directory never seeded, loading GraphiQL
+	// from the CDN that the blocked network cannot reach.
+	env.bareBase, err = startServer(bin, filepath.Join(tmp, "bare"), filepath.Join(tmp, "bare.log"), "-graphiql-cdn")
 	if err != nil {
 		return err
-	}
-	srv := exec.Command(bin, "-addr", addr, "-data", data)
-	srv.Env = devEnv()
-	srv.Stdout, srv.Stderr = logf, logf
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	env.server = srv
-	env.stop = append(env.stop, func() {
-		srv.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			srv.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(env.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("tally did not come up on %s: %v\n%s", addr, err, serverLog())
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 
 	var world struct{ Posts, Groups []any }
@@ -169,6 +138,12 @@ func start() error {
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
+		// No network beyond loopback, as on a machine with no internet: no
+		// name resolves but 127.0.0.1's, and anything else goes to a proxy
+		// on a dead port.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"),
+		chromedp.ProxyServer("http://127.0.0.1:9"),
+		chromedp.Flag("proxy-bypass-list", "127.0.0.1;localhost"),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
@@ -191,6 +166,56 @@ func start() error {
 	}
 	env.browser = browser
 	return nil
+}
+
+// startServer starts the built binary in dev mode on a free loopback
+// port with data as its data directory, logging to logPath, and waits
+// until it is healthy. It returns the server's base URL.
+func startServer(bin, data, logPath string, args ...string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	base := "http://" + addr
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", err
+	}
+	srv := exec.Command(bin, append([]string{"-addr", addr, "-data", data}, args...)...)
+	srv.Env = devEnv()
+	srv.Stdout, srv.Stderr = logf, logf
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	env.stop = append(env.stop, func() {
+		srv.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			srv.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return base, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			return "", fmt.Errorf("tally did not come up on %s: %v\n%s", addr, err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // devEnv is the environment minus Tally's settings: no TALLY_JWT_SECRET,
@@ -232,14 +257,26 @@ type page struct {
 	name string
 	ctx  context.Context
 
+	offline bool
+
 	mu       sync.Mutex
 	problems []string
+	external []string // requests beyond loopback (offline pages only)
 }
 
 func openPage(t *testing.T, name, path string) *page {
 	t.Helper()
+	return openURL(t, name, env.base+path, false)
+}
+
+// openURL opens address in a new tab. With offline set, the page is expected
+// to try addresses beyond loopback (which the browser cannot reach):
+// those requests, and the console errors of their failure, are recorded
+// in p.external instead of failing the test.
+func openURL(t *testing.T, name, address string, offline bool) *page {
+	t.Helper()
 	ctx, cancel := chromedp.NewContext(env.browser, chromedp.WithNewBrowserContext())
-	p := &page{t: t, name: name, ctx: ctx}
+	p := &page{t: t, name: name, ctx: ctx, offline: offline}
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("%s: opening a tab: %v", name, err)
 	}
@@ -248,6 +285,9 @@ func openPage(t *testing.T, name, path string) *page {
 		for m, err := range chromedp.Console(ctx) {
 			if err != nil {
 				return
+			}
+			if p.offline && m.Type == chromedp.ConsoleError && strings.Contains(m.Text, "net::ERR_") {
+				continue
 			}
 			if m.Type == chromedp.ConsoleError || m.IsException() {
 				p.problem("console %s: %s (%s:%d)", m.Type, m.Text, m.URL, m.Line)
@@ -273,6 +313,12 @@ func openPage(t *testing.T, name, path string) *page {
 		switch u.Scheme {
 		case "http", "https", "ws", "wss":
 			if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+				if p.offline {
+					p.mu.Lock()
+					p.external = append(p.external, raw)
+					p.mu.Unlock()
+					return
+				}
 				p.problem("request left loopback: %s", raw)
 			}
 		}
@@ -283,7 +329,7 @@ func openPage(t *testing.T, name, path string) *page {
 		p.checkProblems()
 		cancel()
 	})
-	p.do(chromedp.Navigate(env.base + path))
+	p.do(chromedp.Navigate(address))
 	return p
 }
 
@@ -468,14 +514,10 @@ func TestDemoReadReceipts(t *testing.T) {
 
 // GraphiQL loads from the server itself, runs a query with the prefilled
 // dev token, and runs a subscription over graphql-transport-ws.
+// The browser has no network beyond loopback, as on a machine with no
+// internet, and the binary is a plain go build.
 func TestGraphiQL(t *testing.T) {
 	setup(t)
-	if _, err := os.Stat(filepath.Join(env.root, "web", "vendor", "graphiql.min.js")); err != nil {
-		if os.Getenv("TALLY_REQUIRE_BROWSER") != "" {
-			t.Fatal("web/vendor has no GraphiQL build: run scripts/web-assets before the tests")
-		}
-		t.Skip("web/vendor has no GraphiQL build: run scripts/web-assets first")
-	}
 	p := openPage(t, "GraphiQL", "/")
 	p.waitFor("GraphiQL to render", `!!document.querySelector('.graphiql-container .graphiql-execute-button')`)
 	if n := eval[int](p, `[...document.scripts].filter(s => s.src && !s.src.startsWith(location.origin + '/assets/')).length`); n != 0 {
@@ -512,6 +554,52 @@ func TestGraphiQL(t *testing.T) {
 		t.Errorf("the subscription failed:\n%s", res)
 	}
 	p.screenshot("graphiql-subscription.png")
+}
+
+// With -graphiql-cdn and no internet, GraphiQL's page says what failed and
+// how to fix it instead of "Loading GraphiQL…" forever.
+func TestGraphiQLCDNUnreachable(t *testing.T) {
+	setup(t)
+	p := openURL(t, "GraphiQL from the CDN, offline", env.bareBase+"/", true)
+	p.waitFor("the load failure message", `!!document.querySelector('[data-testid="graphiql-load-failed"]')`)
+	msg := eval[string](p, `document.querySelector('[data-testid="graphiql-load-failed"]').innerText`)
+	for _, want := range []string{"GraphiQL could not start", "unpkg.com/graphiql@", "without -graphiql-cdn", "/query"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the failure message lacks %q:\n%s", want, msg)
+		}
+	}
+	if eval[bool](p, `!!document.querySelector('[data-testid="graphiql-loading"]')`) {
+		t.Error(`"Loading GraphiQL…" is still on the page`)
+	}
+	p.mu.Lock()
+	tried := strings.Join(p.external, "\n")
+	p.mu.Unlock()
+	if !strings.Contains(tried, "https://unpkg.com/") {
+		t.Errorf("the page did not try the CDN; external requests: %q", tried)
+	}
+	p.screenshot("graphiql-cdn-offline.png")
+}
+
+// Before demo-seed, /demo says what the demo is and the command that
+// seeds this server's data directory, with no error.
+func TestDemoUnseeded(t *testing.T) {
+	setup(t)
+	p := openURL(t, "demo before seeding", env.bareBase+"/demo", false)
+	p.waitFor("the explanation", `!document.querySelector('[data-testid="unseeded"]').hidden`)
+	text := eval[string](p, `document.querySelector('[data-testid="unseeded"]').innerText`)
+	want := "go run . demo-seed -data " + filepath.Join(env.tmp, "bare")
+	for _, w := range []string{"No demo world yet", want, "Stop this server"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the explanation lacks %q:\n%s", w, text)
+		}
+	}
+	if !eval[bool](p, `document.getElementById('toast').hidden`) {
+		t.Errorf("a toast shows: %s", eval[string](p, `document.getElementById('toast').textContent`))
+	}
+	p.screenshot("demo-unseeded.png")
+	// Signing in still works without a world.
+	p.click(`#cast button.primary`)
+	p.waitFor("the demo to be live", `document.querySelector('[data-testid="live-status"]').dataset.state === 'live'`)
 }
 
 // commentOnMayasPost makes Maya's unread change through the public API.
