@@ -923,33 +923,73 @@ directive @auth on FIELD_DEFINITION
 "The field needs a token with role admin."
 directive @admin on FIELD_DEFINITION
 
+"""
+Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not
+one is BAD_USER_INPUT. Fields marked "signed in" need ` + "`" + `Authorization: Bearer
+<token>` + "`" + ` and are UNAUTHENTICATED without a valid token; the others also work
+anonymously (the viewer's flags then read false).
+"""
 type Query {
-  "The signed-in user. UNAUTHENTICATED without a valid token."
+  "The signed-in user: badges, red dot and own counters. Signed in (UNAUTHENTICATED otherwise)."
   viewer: Viewer! @auth
-  "A post, or null when Tally does not know the id."
-  post(id: ID!): Post
-  "A feed page, in the order given (null for unknown ids); at most 100 ids."
-  posts(ids: [ID!]!): [Post]!
-  "A user's public counters. Any id is a user (users come from the app's own auth)."
-  user(id: ID!): User!
-  "A group message; members of its group only (FORBIDDEN otherwise)."
-  message(id: ID!): Message @auth
-  "A group; members only."
-  group(id: ID!): Group @auth
-  "The shared system-notification list, newest first; page with after = the last id seen."
-  systemNotifications(first: Int = 20, after: ID): [SystemNotification!]!
+  "A post, or null when Tally does not know the id (never created through createPost/repostPost nor imported)."
+  post(
+    "The post's id (a snowflake)."
+    id: ID!
+  ): Post
+  """
+  A feed page: the posts of ids, in the order given, null where an id is
+  unknown. At most 100 ids (BAD_USER_INPUT beyond). Batched: a page costs one
+  engine read for all its counts and flags, however many posts it holds.
+  """
+  posts(
+    "The page's post ids, at most 100, in the order to return them; repeats are allowed."
+    ids: [ID!]!
+  ): [Post]!
+  "A user's public counters. Any id names a user (users come from the app's own auth); an unseen user reads zeros."
+  user(
+    "The user's id."
+    id: ID!
+  ): User!
+  """
+  A group message. Signed in; members of its group only (FORBIDDEN otherwise,
+  also for a member who left); NOT_FOUND for an unknown message.
+  """
+  message(
+    "The message's id (a snowflake)."
+    id: ID!
+  ): Message @auth
+  "A group. Signed in; current members only (FORBIDDEN otherwise); NOT_FOUND for an unknown group."
+  group(
+    "The group's id."
+    id: ID!
+  ): Group @auth
+  """
+  The shared system-notification list, newest first. Page through it with
+  ` + "`" + `after` + "`" + ` = the id of the last notification seen. Anyone may read it; reading
+  does not move the viewer's cursor (markRead(SYSTEM) does).
+  """
+  systemNotifications(
+    "How many to return: 0 to 100 (larger asks for 100; negative is BAD_USER_INPUT)."
+    first: Int = 20
+    "Return notifications older than this id; omit to start from the newest."
+    after: ID
+  ): [SystemNotification!]!
 }
 
+"A post Tally counts for. Tally stores counts, not content: texts and media live in the app."
 type Post {
+  "The post's id: a snowflake, so its creation time is part of it."
   id: ID!
-  "Null only for a post imported without its author."
+  "Who wrote it. Null only for a post imported without its author."
   author: User
-  "Decoded from the snowflake id."
+  "When it was created, decoded from the snowflake id."
   createdAt: Time!
-  "Batched: a page of posts costs one engine multi-get."
+  "Its five counts, exact. Batched: a page of posts costs one engine multi-get."
   counts: PostCounts!
-  "False when no viewer is signed in."
+  "Whether the viewer has liked it. False when no viewer is signed in."
   viewerHasLiked: Boolean!
+  "Whether the viewer has favorited it. False when no viewer is signed in."
   viewerHasFavorited: Boolean!
 }
 
@@ -961,28 +1001,43 @@ type PostCounts {
   returns new counts.
   """
   id: ID!
+  "Likes: one per user at most (a repeated like counts once)."
   likes: Long!
+  "Comments, each counted once (a retry with the same idempotency key counts once)."
   comments: Long!
+  "Reposts of this post (each is a post of its own)."
   reposts: Long!
+  "Views reported through recordViews."
   views: Long!
+  "Favorites: one per user at most."
   favorites: Long!
 }
 
+"A user's public counters. Users come from the app's own auth: any id is a user."
 type User {
+  "The user's id (the token's ` + "`" + `sub` + "`" + `)."
   id: ID!
+  "Posts by the user, reposts included."
   postCount: Long!
+  "Users following this user."
   followerCount: Long!
+  "Users this user follows."
   followingCount: Long!
 }
 
+"The signed-in user, as they see themselves: badges and the red dot."
 type Viewer {
+  "The viewer's user id."
   id: ID!
+  "The viewer's public counters."
   user: User!
+  "The viewer's unread badges. A user seen for the first time starts at 0 everywhere."
   unread: Unread!
   "True when a red-dot push is newer than the viewer's last click."
   redDot: Boolean!
 }
 
+"The viewer's unread badges; each returns to 0 with markRead of its kind."
 type Unread {
   "@-mentions of the viewer since the last markRead(MENTIONS)."
   mentions: Int!
@@ -1000,80 +1055,264 @@ type Unread {
   total: Int!
 }
 
+"Which badge markRead clears."
 enum UnreadKind {
+  "@-mentions (Unread.mentions): resets the counter."
   MENTIONS
+  "Comments on the viewer's posts (Unread.comments): resets the counter."
   COMMENTS
+  "Likes on the viewer's posts (Unread.likes): resets the counter."
   LIKES
+  "Group messages (Unread.messages): resets the counter."
   MESSAGES
+  "System notifications (Unread.system): moves the viewer's cursor to the newest notification."
   SYSTEM
+  "New posts by followees (Unread.feed): refreshes the viewer's snapshot of every followee's post count."
   FEED
 }
 
+"One entry of the shared system-notification list (publishSystemNotification)."
 type SystemNotification {
+  "The notification's id: a snowflake, newer ids are newer notifications."
   id: ID!
+  "Its title: 1 to 256 bytes."
   title: String!
+  "Its body: up to 4096 bytes."
   body: String!
+  "When it was published, decoded from the id."
   createdAt: Time!
 }
 
+"A group chat. Only its current members may read it."
 type Group {
+  "The group's id."
   id: ID!
   "Current members in join order (members who left are not listed)."
   members: [User!]!
+  "How many current members it has (members who left are not counted)."
   memberCount: Int!
 }
 
+"A group message. Members of its group only."
 type Message {
+  "The message's id: a snowflake."
   id: ID!
+  "The group it was sent to."
   group: Group!
+  "Who sent it."
   sender: User!
+  "Its text: 1 to 4096 bytes of UTF-8."
   text: String!
+  "When it was sent, decoded from the id."
   sentAt: Time!
-  "The sender only; FORBIDDEN for anyone else."
+  """
+  Who has read it: "read by 5 · unread 3". The sender only; FORBIDDEN for
+  anyone else.
+  """
   readReceipts: ReadReceipts!
 }
 
+"""
+A message's read receipts, as its sender sees them. Counted over the members
+when it was sent: members who joined later, members who had left, and the
+sender are never counted.
+"""
 type ReadReceipts {
+  "Members who have read the message."
   readCount: Int!
+  "Members who have not read it yet."
   unreadCount: Int!
+  "Members who have read it, in join order."
   readers(first: Int = 50): [User!]!
+  "Members who have not read it yet, in join order."
   unreaders(first: Int = 50): [User!]!
 }
 
+"""
+Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise),
+spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent),
+and is durable when it returns. Mutations on a post Tally does not know are
+NOT_FOUND. An ` + "`" + `idempotencyKey` + "`" + ` (at most 128 bytes) makes a retry by the same
+viewer apply once and return the first result; reusing a key for another
+operation or other arguments is BAD_USER_INPUT.
+"""
 type Mutation {
-  "Registers a post by the viewer. Supply a snowflake id, or let the server make one."
-  createPost(id: ID, idempotencyKey: String): Post! @auth
-  "A second like by the same viewer changes nothing."
-  likePost(postId: ID!): Post! @auth
-  "Unliking a post not liked changes nothing."
-  unlikePost(postId: ID!): Post! @auth
-  favoritePost(postId: ID!): Post! @auth
-  unfavoritePost(postId: ID!): Post! @auth
-  commentOnPost(postId: ID!, mentions: [ID!], idempotencyKey: String): Post! @auth
-  "Returns the new post (the repost)."
-  repostPost(postId: ID!, mentions: [ID!], idempotencyKey: String): Post! @auth
-  "+1 view on each known post; at most 100 ids."
-  recordViews(postIds: [ID!]!): Boolean! @auth
-  follow(userId: ID!): Viewer! @auth
-  unfollow(userId: ID!): Viewer! @auth
-  markRead(kind: UnreadKind!): Viewer! @auth
+  """
+  Registers a post by the viewer: +1 to the viewer's postCount and to the feed
+  badge of their followers. Returns the post.
+  """
+  createPost(
+    """
+    A snowflake id made by the client (its time at most a little ahead of the
+    server's clock); omit it and the server makes one. An id already taken is
+    BAD_USER_INPUT, unless this is a retry with the same idempotencyKey.
+    """
+    id: ID
+    "Makes a retry apply once (see Mutation)."
+    idempotencyKey: String
+  ): Post! @auth
+  """
+  Likes a post as the viewer. A second like by the same viewer changes nothing,
+  however many requests race. A like on someone else's post adds 1 to the
+  author's unread likes. Returns the post: select ` + "`" + `counts { id likes }
+  viewerHasLiked` + "`" + ` to update a cache.
+  """
+  likePost(
+    "The post to like."
+    postId: ID!
+  ): Post! @auth
+  "Removes the viewer's like. Unliking a post not liked changes nothing; the author's unread is left alone."
+  unlikePost(
+    "The post to unlike."
+    postId: ID!
+  ): Post! @auth
+  "Favorites a post as the viewer. A second favorite changes nothing; no unread badge moves."
+  favoritePost(
+    "The post to favorite."
+    postId: ID!
+  ): Post! @auth
+  "Removes the viewer's favorite. Unfavoriting a post not favorited changes nothing."
+  unfavoritePost(
+    "The post to unfavorite."
+    postId: ID!
+  ): Post! @auth
+  """
+  Counts a comment on a post: +1 comments; +1 to the author's unread comments
+  (unless the viewer is the author); +1 to each mentioned user's unread
+  mentions. Tally counts comments; their text lives in the app. Returns the post.
+  """
+  commentOnPost(
+    "The post commented on."
+    postId: ID!
+    "Users @-mentioned: at most 100; duplicates and the viewer count no mention."
+    mentions: [ID!]
+    "Makes a retry count once (see Mutation)."
+    idempotencyKey: String
+  ): Post! @auth
+  """
+  Reposts a post: +1 reposts on it, and a new post by the viewer (counted in
+  the viewer's postCount and their followers' feed badge). Mentions as for
+  commentOnPost. Returns the new post (the repost).
+  """
+  repostPost(
+    "The post reposted."
+    postId: ID!
+    "Users @-mentioned: at most 100; duplicates and the viewer count no mention."
+    mentions: [ID!]
+    "Makes a retry repost once and return the same new post (see Mutation)."
+    idempotencyKey: String
+  ): Post! @auth
+  """
+  Adds one view to each known post of postIds (unknown ids are ignored: views
+  are best-effort). At most 100 ids (BAD_USER_INPUT beyond); an id listed twice
+  counts twice. Returns true.
+  """
+  recordViews(
+    "The posts shown, at most 100."
+    postIds: [ID!]!
+  ): Boolean! @auth
+  """
+  The viewer follows a user. Their feed snapshot of that user starts at the
+  user's current postCount, so older posts are not unread. Following oneself
+  is BAD_USER_INPUT; a second follow changes nothing. Returns the viewer.
+  """
+  follow(
+    "The user to follow."
+    userId: ID!
+  ): Viewer! @auth
+  "The viewer stops following a user, whose posts leave the feed badge. Unfollowing someone not followed changes nothing."
+  unfollow(
+    "The user to unfollow."
+    userId: ID!
+  ): Viewer! @auth
+  "Clears one badge (see UnreadKind for what each kind resets). Clearing a badge already at 0 changes nothing. Returns the viewer."
+  markRead(
+    "The badge to clear."
+    kind: UnreadKind!
+  ): Viewer! @auth
+  "Records that the viewer clicked the red dot: redDot reads false until the next push. Returns the viewer."
   clickRedDot: Viewer! @auth
-  publishSystemNotification(title: String!, body: String!, idempotencyKey: String): SystemNotification! @admin
+  """
+  Publishes a system notification to everyone, at O(1) cost however many users
+  exist: each user's unread system badge counts it. Admin only (a token with
+  role admin; FORBIDDEN otherwise).
+  """
+  publishSystemNotification(
+    "1 to 256 bytes of UTF-8 (BAD_USER_INPUT otherwise)."
+    title: String!
+    "Up to 4096 bytes of UTF-8."
+    body: String!
+    "Makes a retry publish once (see Mutation)."
+    idempotencyKey: String
+  ): SystemNotification! @admin
+  "Pushes the red dot to everyone, at O(1) cost: redDot reads true for each user until they click it. Admin only (FORBIDDEN otherwise). Returns true."
   pushRedDot: Boolean! @admin
-  "Creates a group of the viewer and the members."
-  createGroup(memberIds: [ID!]!): Group! @auth
-  "Members only."
-  addGroupMembers(groupId: ID!, userIds: [ID!]!): Group! @auth
-  leaveGroup(groupId: ID!): Group! @auth
-  sendMessage(groupId: ID!, text: String!, mentions: [ID!], idempotencyKey: String): Message! @auth
-  markMessagesRead(messageIds: [ID!]!): [Message!]! @auth
+  "Creates a group of the viewer (its first member) and memberIds. Returns the group."
+  createGroup(
+    "The other members: at most 100 (BAD_USER_INPUT beyond); duplicates and the viewer are listed once."
+    memberIds: [ID!]!
+  ): Group! @auth
+  """
+  Adds users to a group. Current members only (FORBIDDEN otherwise). A user
+  already in the group changes nothing; one who left rejoins. A member sees
+  only messages sent after joining.
+  """
+  addGroupMembers(
+    "The group."
+    groupId: ID!
+    "The users to add: at most 100 per call (BAD_USER_INPUT beyond)."
+    userIds: [ID!]!
+  ): Group! @auth
+  """
+  The viewer leaves a group: they stop receiving its messages and their
+  receipts of later messages are not counted. Leaving again changes nothing; a
+  user who never joined gets FORBIDDEN.
+  """
+  leaveGroup(
+    "The group to leave."
+    groupId: ID!
+  ): Group! @auth
+  """
+  Sends a message to a group. Current members only (FORBIDDEN otherwise). +1
+  to the unread messages of every other current member and to the unread
+  mentions of each mentioned member. Returns the message.
+  """
+  sendMessage(
+    "The group."
+    groupId: ID!
+    "1 to 4096 bytes of UTF-8 (BAD_USER_INPUT otherwise)."
+    text: String!
+    "Members @-mentioned: at most 100; duplicates and the sender count no mention."
+    mentions: [ID!]
+    "Makes a retry send once and return the same message (see Mutation)."
+    idempotencyKey: String
+  ): Message! @auth
+  """
+  Marks messages read by the viewer, which moves their senders' receipts. A
+  member of each message's group only (FORBIDDEN otherwise); marking again
+  changes nothing. Returns the messages in order.
+  """
+  markMessagesRead(
+    "The messages read: at most 100 (BAD_USER_INPUT beyond)."
+    messageIds: [ID!]!
+  ): [Message!]! @auth
 }
 
+"""
+Live updates over WebSocket (` + "`" + `graphql-transport-ws` + "`" + ` on /query). The token goes
+in connection_init's payload: {"Authorization": "Bearer <token>"}.
+"""
 type Subscription {
-  "Pushed within 1 s whenever the viewer's unread or redDot changes."
+  "The viewer's badges and red dot, pushed within 1 s whenever they change. Signed in."
   unreadChanged: Viewer! @auth
-  "The sender only."
-  readReceiptsChanged(messageId: ID!): ReadReceipts! @auth
+  """
+  A message's receipts, pushed as members read it. The sender only (FORBIDDEN
+  for anyone else); NOT_FOUND for an unknown message.
+  """
+  readReceiptsChanged(
+    "The message, sent by the viewer."
+    messageId: ID!
+  ): ReadReceipts! @auth
 }
 `, BuiltIn: false},
 }

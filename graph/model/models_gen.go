@@ -9,24 +9,43 @@ import (
 	"strconv"
 )
 
+// Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise),
+// spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent),
+// and is durable when it returns. Mutations on a post Tally does not know are
+// NOT_FOUND. An `idempotencyKey` (at most 128 bytes) makes a retry by the same
+// viewer apply once and return the first result; reusing a key for another
+// operation or other arguments is BAD_USER_INPUT.
 type Mutation struct {
 }
 
+// Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not
+// one is BAD_USER_INPUT. Fields marked "signed in" need `Authorization: Bearer
+// <token>` and are UNAUTHENTICATED without a valid token; the others also work
+// anonymously (the viewer's flags then read false).
 type Query struct {
 }
 
+// Live updates over WebSocket (`graphql-transport-ws` on /query). The token goes
+// in connection_init's payload: {"Authorization": "Bearer <token>"}.
 type Subscription struct {
 }
 
+// Which badge markRead clears.
 type UnreadKind string
 
 const (
+	// @-mentions (Unread.mentions): resets the counter.
 	UnreadKindMentions UnreadKind = "MENTIONS"
+	// Comments on the viewer's posts (Unread.comments): resets the counter.
 	UnreadKindComments UnreadKind = "COMMENTS"
-	UnreadKindLikes    UnreadKind = "LIKES"
+	// Likes on the viewer's posts (Unread.likes): resets the counter.
+	UnreadKindLikes UnreadKind = "LIKES"
+	// Group messages (Unread.messages): resets the counter.
 	UnreadKindMessages UnreadKind = "MESSAGES"
-	UnreadKindSystem   UnreadKind = "SYSTEM"
-	UnreadKindFeed     UnreadKind = "FEED"
+	// System notifications (Unread.system): moves the viewer's cursor to the newest notification.
+	UnreadKindSystem UnreadKind = "SYSTEM"
+	// New posts by followees (Unread.feed): refreshes the viewer's snapshot of every followee's post count.
+	UnreadKindFeed UnreadKind = "FEED"
 )
 
 var AllUnreadKind = []UnreadKind{
