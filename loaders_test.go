@@ -13,7 +13,12 @@ import (
 // countingStore counts the engine's multi-get calls.
 type countingStore struct {
 	engine.Store
-	posts, counts, liked, favorited, userCounts atomic.Int64
+	page, posts, counts, liked, favorited, userCounts atomic.Int64
+}
+
+func (c *countingStore) Page(ctx context.Context, v engine.UserID, ids []engine.PostID, want engine.PageWant, out []engine.PostView) error {
+	c.page.Add(1)
+	return c.Store.Page(ctx, v, ids, want, out)
 }
 
 func (c *countingStore) Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostInfo, error) {
@@ -42,6 +47,7 @@ func (c *countingStore) UserCounts(ctx context.Context, ids []engine.UserID) ([]
 }
 
 func (c *countingStore) reset() {
+	c.page.Store(0)
 	c.posts.Store(0)
 	c.counts.Store(0)
 	c.liked.Store(0)
@@ -49,13 +55,24 @@ func (c *countingStore) reset() {
 	c.userCounts.Store(0)
 }
 
+// TestFeedPageIsOneMultiGetPerKind: a page is one Store.Page call (the
+// registry, counts and both flags) and one UserCounts for its authors,
+// whatever its size, through gqlgen's executor and through the fast path.
 func TestFeedPageIsOneMultiGetPerKind(t *testing.T) {
+	for _, gqlgenOnly := range []bool{true, false} {
+		t.Run(map[bool]string{true: "gqlgen", false: "fastpath"}[gqlgenOnly], func(t *testing.T) {
+			testFeedPageCalls(t, resolvers.Config{DisableFastPath: gqlgenOnly})
+		})
+	}
+}
+
+func testFeedPageCalls(t *testing.T, cfg resolvers.Config) {
 	inner, err := embedded.Open(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs := &countingStore{Store: inner}
-	s := newTestServerWith(t, cs, resolvers.Config{})
+	s := newTestServerWith(t, cs, cfg)
 	for _, n := range []int{1, 20, 50, 100} {
 		ids := make([]string, n)
 		for i := range ids {
@@ -72,9 +89,9 @@ func TestFeedPageIsOneMultiGetPerKind(t *testing.T) {
 		if get(m, "posts", 0, "viewerHasLiked") != true || get(m, "posts", n-1, "viewerHasLiked") != (n == 1) {
 			t.Fatalf("like flags wrong: %v", get(m, "posts", 0))
 		}
-		calls := [5]int64{cs.posts.Load(), cs.counts.Load(), cs.liked.Load(), cs.favorited.Load(), cs.userCounts.Load()}
-		if calls != [5]int64{1, 1, 1, 1, 1} {
-			t.Fatalf("page of %d: engine calls (posts, counts, liked, favorited, userCounts) = %v, want one each", n, calls)
+		calls := [6]int64{cs.page.Load(), cs.posts.Load(), cs.counts.Load(), cs.liked.Load(), cs.favorited.Load(), cs.userCounts.Load()}
+		if calls != [6]int64{1, 0, 0, 0, 0, 1} {
+			t.Fatalf("page of %d: engine calls (page, posts, counts, liked, favorited, userCounts) = %v, want one Page and one UserCounts", n, calls)
 		}
 	}
 	// An anonymous page asks the engine for no like flags at all.

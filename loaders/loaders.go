@@ -1,8 +1,9 @@
 // Package loaders batches the per-user reads of one GraphQL response (the
 // counters of every author, member or reader it shows, the viewer's badges)
-// into one engine multi-get per kind, and carries the viewer's per-post flag
-// reads for the page resolver, which reads a whole page's posts, counts and
-// flags itself (one multi-get per kind, see resolvers.loadPage). Loaders
+// into one engine multi-get per kind. A page of posts (registry, counts and
+// the viewer's flags) is read by the page resolver itself with one
+// Store.Page call (see resolvers.loadPage), which primes the authors'
+// counters here. Loaders
 // live for one response (a query, a mutation, or one event of a
 // subscription), never longer, so a subscription never serves stale counts.
 package loaders
@@ -24,37 +25,19 @@ const Wait = time.Millisecond
 
 // Loaders are one response's batched readers.
 type Loaders struct {
-	// Store is the engine; LikedBy and FavoritedBy are its flag reads for
-	// this response's viewer. Resolvers that read a whole page at once call
-	// them directly and prime the loaders (see resolvers.loadPage).
-	Store       engine.Store
-	LikedBy     func(context.Context, []engine.PostID) ([]bool, error)
-	FavoritedBy func(context.Context, []engine.PostID) ([]bool, error)
+	// Store is the engine, for resolvers that read a whole page at once
+	// and prime the loaders (see resolvers.loadPage).
+	Store engine.Store
 
 	UserCounts *dataloader.Loader[engine.UserID, engine.UserCounts]
 	Unread     *dataloader.Loader[engine.UserID, engine.Unread]
 }
 
-// New makes the loaders of one response by viewer (0 = anonymous: the
-// viewer's flags read false without an engine call).
-func New(s engine.Store, viewer engine.UserID) *Loaders {
-	liked := func(ctx context.Context, ids []engine.PostID) ([]bool, error) {
-		if viewer == 0 {
-			return make([]bool, len(ids)), nil
-		}
-		return s.Liked(ctx, viewer, ids)
-	}
-	favorited := func(ctx context.Context, ids []engine.PostID) ([]bool, error) {
-		if viewer == 0 {
-			return make([]bool, len(ids)), nil
-		}
-		return s.Favorited(ctx, viewer, ids)
-	}
+// New makes the loaders of one response.
+func New(s engine.Store) *Loaders {
 	return &Loaders{
-		Store:       s,
-		LikedBy:     liked,
-		FavoritedBy: favorited,
-		UserCounts:  newLoader(s.UserCounts),
+		Store:      s,
+		UserCounts: newLoader(s.UserCounts),
 		Unread: newLoader(func(ctx context.Context, ids []engine.UserID) ([]engine.Unread, error) {
 			out := make([]engine.Unread, len(ids))
 			for i, id := range ids {

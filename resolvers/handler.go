@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -22,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/graph"
 	"github.com/tally-dev/tally/loaders"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/fastpath"
 )
 
 // Config is what the GraphQL endpoint needs.
@@ -48,9 +46,14 @@ type Config struct {
 	// bursts of RateBurst.
 	RateLimit float64
 	RateBurst int
+	// WebSocket bounds sockets and their operations (see WSConfig).
+	WebSocket WSConfig
 	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
 	// 100 in this process. Replicas share one through NewRedisAPQCache.
 	APQCache graphql.Cache[string]
+	// DisableFastPath runs every operation through gqlgen's executor (the
+	// differential tests compare both); see resolvers/fastpath.
+	DisableFastPath bool
 }
 
 // NewHandler returns the /query endpoint: GraphQL over POST and GET, and
@@ -82,21 +85,14 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	setComplexity(&gc)
 
-	srv := handler.New(graph.NewExecutableSchema(gc))
-	srv.AddTransport(transport.Websocket{
-		Implementation: transport.CoderWebsocketImplementation{AcceptOptions: websocket.AcceptOptions{
-			OriginPatterns: cfg.OriginPatterns,
-		}},
-		InitTimeout:      10 * time.Second,
-		PingPongInterval: 20 * time.Second,
-		InitFunc: func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-			pr, _, err := cfg.Keys.FromHeader(p.Authorization())
-			if err != nil {
-				return ctx, nil, err // gqlgen closes the socket with the error as the reason
-			}
-			return auth.With(ctx, pr, nil), nil, nil
-		},
-	})
+	// Plain-data queries and unreadChanged pushes run as compiled plans
+	// inside gqlgen's pipeline (see resolvers/fastpath).
+	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
+	if !cfg.DisableFastPath {
+		es = fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged})
+	}
+	srv := handler.New(es)
+	srv.AddTransport(newWSTransport(cfg))
 	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
 	// whatever no transport above it supports, so it stays last.
 	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes})
@@ -134,8 +130,7 @@ func NewHandler(cfg Config) http.Handler {
 	// Loaders live for one response: one query or mutation, or one event of
 	// a subscription (a WebSocket's context outlives any single read).
 	srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
-		p, _ := auth.From(ctx)
-		return next(loaders.With(ctx, loaders.New(cfg.Store, p.User)))
+		return next(loaders.With(ctx, loaders.New(cfg.Store)))
 	})
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

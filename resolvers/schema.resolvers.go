@@ -3,7 +3,6 @@ package resolvers
 import (
 	"context"
 	"slices"
-	"sync"
 
 	"github.com/graph-gophers/dataloader/v7"
 
@@ -70,65 +69,46 @@ func (r *queryResolver) Posts(ctx context.Context, ids []string) ([]*model.Post,
 
 // loadPage resolves a page of posts (nil for unknown ids). It reads what
 // the selection needs for the whole page up front — the registry, and the
-// counts and flags when asked for — as one engine multi-get per kind, run
-// concurrently, and fills the posts with them, so nothing is read per post
-// and a page costs the same number of engine calls whatever its size. The
-// authors' counters, when selected, go into the response's loader as one
-// more multi-get.
+// counts and flags when asked for — with one engine operation (Store.Page),
+// and fills the posts with it, so nothing is read per post and a page costs
+// the same number of engine calls whatever its size. The authors'
+// counters, when selected, go into the response's loader as one more
+// multi-get.
 func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 	l := loaders.For(ctx)
-	var wantCounts, wantLiked, wantFavorited, wantAuthorCounts bool
+	var want engine.PageWant
+	var wantAuthorCounts bool
 	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
 		switch f.Name {
 		case "counts":
-			wantCounts = true
+			want.Counts = true
 		case "viewerHasLiked":
-			wantLiked = true
+			want.Liked = true
 		case "viewerHasFavorited":
-			wantFavorited = true
+			want.Favorited = true
 		case "author":
 			for _, af := range graphql.CollectFields(graphql.GetOperationContext(ctx), f.Selections, []string{"User"}) {
 				wantAuthorCounts = wantAuthorCounts || af.Name != "id" && af.Name != "__typename"
 			}
 		}
 	}
-	var (
-		wg                          sync.WaitGroup
-		counts                      []engine.Counts
-		liked, favorited            []bool
-		countsErr, likedErr, favErr error
-	)
-	if wantCounts {
-		wg.Go(func() { counts, countsErr = l.Store.Counts(ctx, ids) })
-	}
-	if wantLiked {
-		wg.Go(func() { liked, likedErr = l.LikedBy(ctx, ids) })
-	}
-	if wantFavorited {
-		wg.Go(func() { favorited, favErr = l.FavoritedBy(ctx, ids) })
-	}
-	infos, err := l.Store.Posts(ctx, ids)
-	wg.Wait()
-	for _, e := range []error{err, countsErr, likedErr, favErr} {
-		if e != nil {
-			return nil, e
-		}
+	views := make([]engine.PostView, len(ids))
+	if err := l.Store.Page(ctx, viewerOf(ctx), ids, want, views); err != nil {
+		return nil, err
 	}
 	out := make([]*model.Post, len(ids))
+	posts := make([]model.Post, len(ids))
 	var authors []engine.UserID
-	for i, info := range infos {
-		if !info.Exists {
+	for i, v := range views {
+		if !v.Exists {
 			continue
 		}
-		p := &model.Post{PostID: ids[i], AuthorID: info.Author}
-		if counts != nil {
-			p.CountValues = counts[i]
-		}
-		p.ViewerHasLiked = liked != nil && liked[i]
-		p.ViewerHasFavorited = favorited != nil && favorited[i]
+		p := &posts[i]
+		*p = model.Post{PostID: ids[i], AuthorID: v.Author, CountValues: v.Counts,
+			ViewerHasLiked: v.Liked, ViewerHasFavorited: v.Favorited}
 		out[i] = p
-		if wantAuthorCounts && info.Author != 0 && !slices.Contains(authors, info.Author) {
-			authors = append(authors, info.Author)
+		if wantAuthorCounts && v.Author != 0 && !slices.Contains(authors, v.Author) {
+			authors = append(authors, v.Author)
 		}
 	}
 	if len(authors) > 0 {
@@ -147,15 +127,6 @@ func primeMany[K comparable, V any](ctx context.Context, loader *dataloader.Load
 	}
 	for i, k := range keys {
 		loader.Prime(ctx, k, vals[i])
-	}
-	return nil
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
 	}
 	return nil
 }
