@@ -41,25 +41,8 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `tally — counts and badges for social apps, over GraphQL.
-
-Usage:
-  tally [flags]                         serve (embedded engine unless -redis is set)
-  tally token -user ID [-admin] [-ttl D] print a signed bearer token
-  tally import -data DIR FILE...        bulk-load post counts (CSV or NDJSON, - for stdin)
-  tally demo-seed -data DIR             fill a data directory with a small demo world
-  tally backup -data DIR -out FILE      consistent backup of a data directory (the server may run)
-  tally restore -in FILE -data NEWDIR   make a data directory from a backup
-  tally repair -data DIR                after a failed start: set aside what is corrupt, say what is lost
-  tally help                            this text
-
-Every flag can also be set from the environment: -addr as TALLY_ADDR,
--fsync-window as TALLY_FSYNC_WINDOW, and so on. Flags win over the environment.
-TALLY_JWT_SECRET (at least 16 bytes) signs tokens; when it is unset the server
-makes a random secret for the run and logs ready-to-paste tokens.
-`
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	loggingSet = false
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -67,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd {
 	case "serve":
-		err = serve(ctx, args, stderr)
+		err = serve(ctx, args, stdout, stderr)
 	case "token":
 		err = tokenCmd(args, stdout, stderr)
 	case "import":
@@ -80,11 +63,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = restoreCmd(args, stdout, stderr)
 	case "repair":
 		err = repairCmd(args, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "version":
+		printVersion(stdout)
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usageText())
 		return 0
 	default:
-		fmt.Fprintf(stderr, "tally: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "tally: unknown command %q\n\n%s", cmd, usageText())
 		return 2
 	}
 	if errors.Is(err, flag.ErrHelp) {
@@ -96,7 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
 			return 2
 		}
-		fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
+		if loggingSet {
+			slog.Error("tally "+cmd+" failed", "err", err)
+		} else {
+			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
+		}
 		return 1
 	}
 	return 0
@@ -124,6 +114,9 @@ type storeFlags struct {
 	coldAge        time.Duration
 	memoryBudget   int64
 	coldCache      int
+	// metrics, when set (serve), receives the engine's log, snapshot and
+	// Redis figures.
+	metrics *engineMetrics
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -149,12 +142,16 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		return nil, usageError{fmt.Errorf("-node must be 0..1023")}
 	}
 	if f.redis != "" {
-		return openRedis(ctx, redisstore.Options{
+		s, err := openRedis(ctx, redisstore.Options{
 			Addrs:        splitList(f.redis),
 			CursorTTL:    f.cursorTTL,
 			Node:         f.node,
 			WaitReplicas: f.redisWait,
 		}, f.redisStartWait)
+		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {
+			rs.AddHook(redisHook{f.metrics})
+		}
+		return s, err
 	}
 	var sync wal.SyncMode
 	switch f.fsync {
@@ -170,7 +167,12 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 	if f.data == "" {
 		return nil, usageError{errors.New("-data must name a directory")}
 	}
+	var metrics embedded.Metrics
+	if f.metrics != nil {
+		metrics = f.metrics
+	}
 	return embedded.Open(embedded.Options{
+		Metrics:          metrics,
 		Dir:              f.data,
 		Sync:             sync,
 		BatchWindow:      f.fsyncWindow,
@@ -238,7 +240,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			}
 		}
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return setupLogging(fs)
 }
 
 // keys returns the token keys: from TALLY_JWT_SECRET, or else a random
@@ -268,13 +273,13 @@ func keys(dataDir string, serve bool) (k *auth.Keys, dev bool, err error) {
 	return k, true, err
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", stderr)
 	var sf storeFlags
 	sf.register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this separate address, e.g. 127.0.0.1:6060 (off when empty)")
+	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	complexity := fs.Int("complexity-limit", 5000, "largest query cost accepted (fields, with lists counted by their size)")
 	maxBody := fs.Int64("max-body-bytes", 1<<20, "largest request body accepted")
 	corsOrigins := fs.String("cors-origins", "", "comma-separated browser origins (or *) allowed to call /query from another origin")
@@ -285,11 +290,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError{fmt.Errorf("-log-level: %v", err)}
+	if *showVersion {
+		printVersion(stdout)
+		return nil
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	sf.metrics = newEngineMetrics()
+	reg := prometheus.NewRegistry()
+	sf.metrics.register(reg)
 
 	k, dev, err := keys(sf.data, true)
 	if err != nil {
@@ -308,6 +315,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		devToken = func(u uint64, admin bool) (string, error) { return k.Sign(engine.UserID(u), admin, 24*time.Hour) }
 	}
 	handler := newHandler(store, h, resolvers.Config{
+		Metrics:         reg,
 		Keys:            k,
 		ComplexityLimit: *complexity,
 		MaxBodyBytes:    *maxBody,
@@ -332,7 +340,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		admin, _ := k.Sign(1, true, 24*time.Hour)
 		user, _ := k.Sign(2, false, 24*time.Hour)
 		slog.Warn("TALLY_JWT_SECRET is unset: using a random secret for this run (tokens below expire in 24h)")
-		fmt.Fprintf(stderr, "\n  admin token (user 1):  Authorization: Bearer %s\n  user token  (user 2):  Authorization: Bearer %s\n\n", admin, user)
+		if fs.Lookup("log-format").Value.String() == "json" {
+			slog.Warn("dev tokens", "admin_user", 1, "admin_authorization", "Bearer "+admin, "user", 2, "user_authorization", "Bearer "+user)
+		} else {
+			fmt.Fprintf(stderr, "\n  admin token (user 1):  Authorization: Bearer %s\n  user token  (user 2):  Authorization: Bearer %s\n\n", admin, user)
+		}
+	}
+	if *pprofAddr != "" {
+		stopPprof, err := startPprof(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -362,7 +381,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 // (liveness), /readyz (the store answers), /metrics (Prometheus) and the
 // web UI (GraphiQL at /, the demo at /demo).
 func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), ui web.Options) http.Handler {
-	reg := prometheus.NewRegistry()
+	// serve passes its registry (the engine's metrics are in it already).
+	reg, ok := cfg.Metrics.(*prometheus.Registry)
+	if !ok {
+		reg = prometheus.NewRegistry()
+	}
+	registerBuildInfo(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerStoreMetrics(reg, store, h)
 	cfg.Store, cfg.Hub, cfg.Metrics = store, h, reg
@@ -384,7 +408,7 @@ func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken f
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	ui.GraphQLPath, ui.DevToken = "/query", devToken
 	mux.Handle("/", web.Handler(ui))
-	return mux
+	return resolvers.ObserveHTTP(reg, mux)
 }
 
 func backendName(sf storeFlags) string {
@@ -412,8 +436,7 @@ func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.
 }
 
 func tokenCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("token", stderr)
 	user := fs.String("user", "", "user id (decimal)")
 	admin := fs.Bool("admin", false, "grant role admin")
 	ttl := fs.Duration("ttl", 0, "expiry (0 = no exp claim)")
@@ -438,8 +461,7 @@ func tokenCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally import", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("import", stderr)
 	var sf storeFlags
 	sf.register(fs)
 	batch := fs.Int("batch", 10000, "rows per durable batch")
@@ -463,7 +485,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("this backend cannot import")
 	}
 	var total, rejected int
-	var progress importProgress
+	progress := importProgress{useBar: isTerminal(stderr) && fs.Lookup("log-format").Value.String() == "text"}
 	start := time.Now()
 	rows := make([]engine.ImportRow, 0, *batch)
 	flush := func() error {
@@ -475,7 +497,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		total += len(rows)
 		rows = rows[:0]
-		fmt.Fprintf(stderr, "\r%s %d rows (%.0f rows/s), rejected %d ", progress.bar(), total, float64(total)/time.Since(start).Seconds(), rejected)
+		progress.report(stderr, total, float64(total)/time.Since(start).Seconds(), rejected)
 		return nil
 	}
 	for _, name := range files {
@@ -504,7 +526,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			var re *importfile.RowError
 			if errors.As(err, &re) {
 				rejected++
-				fmt.Fprintf(stderr, "\nrejected %v", re)
+				progress.log(stderr, slog.LevelWarn, "import: row rejected", "err", re.Error())
 				continue
 			}
 			if err != nil {
@@ -521,7 +543,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "\n")
+	progress.finish(stderr)
 	fmt.Fprintf(stdout, "imported %d rows in %s; rejected %d\n", total, time.Since(start).Round(time.Millisecond), rejected)
 	if rejected > 0 {
 		return fmt.Errorf("%d rows rejected (see above)", rejected)
@@ -530,8 +552,7 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally demo-seed", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo-seed", stderr)
 	var sf storeFlags
 	sf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -555,8 +576,7 @@ func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("backup", stderr)
 	data := fs.String("data", "./data", "data directory to back up (a server may be running on it)")
 	out := fs.String("out", "", "backup file to write")
 	if err := parseFlags(fs, args); err != nil {
@@ -576,8 +596,7 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func restoreCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("restore", stderr)
 	in := fs.String("in", "", "backup file made by tally backup")
 	data := fs.String("data", "", "new (empty) data directory to create")
 	if err := parseFlags(fs, args); err != nil {
@@ -594,8 +613,7 @@ func restoreCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 func repairCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tally repair", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("repair", stderr)
 	data := fs.String("data", "./data", "data directory that failed to open (the server must be stopped)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -607,10 +625,57 @@ func repairCmd(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// importProgress draws the import's progress bar from the bytes read of
-// the input files whose size is known (stdin has none: the bar then only
-// counts rows).
-type importProgress struct{ done, total int64 }
+// importProgress reports the import's progress from the bytes read of
+// the input files whose size is known (stdin has none: it then only
+// counts rows): as a bar redrawn in place on a terminal with text logs,
+// otherwise as a log line every few seconds, so that JSON logs and
+// redirected output stay one record per line.
+type importProgress struct {
+	done, total int64
+	useBar      bool
+	drawn       bool // the bar is on the current line
+	logged      time.Time
+}
+
+func (p *importProgress) report(w io.Writer, rows int, perSecond float64, rejected int) {
+	if p.useBar {
+		fmt.Fprintf(w, "\r%s %d rows (%.0f rows/s), rejected %d ", p.bar(), rows, perSecond, rejected)
+		p.drawn = true
+		return
+	}
+	if time.Since(p.logged) < 2*time.Second {
+		return
+	}
+	p.logged = time.Now()
+	attrs := []any{"rows", rows, "rows_per_s", int64(perSecond), "rejected", rejected}
+	if p.total > 0 {
+		attrs = append(attrs, "percent", min(100*p.done/p.total, 100))
+	}
+	slog.Info("import: progress", attrs...)
+}
+
+// log writes a log line below the bar, if one is drawn.
+func (p *importProgress) log(w io.Writer, level slog.Level, msg string, args ...any) {
+	p.finish(w)
+	slog.Log(context.Background(), level, msg, args...)
+}
+
+func (p *importProgress) finish(w io.Writer) {
+	if p.drawn {
+		fmt.Fprintln(w)
+		p.drawn = false
+	}
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
 
 func (p *importProgress) bar() string {
 	if p.total <= 0 {

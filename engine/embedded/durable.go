@@ -245,6 +245,9 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	if info != nil {
 		size = info.Size()
 	}
+	if e.metrics != nil {
+		e.metrics.SnapshotWritten(time.Since(start), size)
+	}
 	e.logger.Info("embedded: snapshot written", "file", path, "index", im.index, "bytes", size,
 		"build", built, "took", time.Since(start))
 	return nil

@@ -207,6 +207,18 @@ type Options struct {
 	Node uint64
 	// Logger receives operational messages; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, receives the log's batch sizes and fsync
+	// durations and each snapshot's duration and size (for /metrics).
+	Metrics Metrics
+}
+
+// Metrics receives the engine's figures; its methods must be quick and
+// never block.
+type Metrics interface {
+	wal.Observer
+	// SnapshotWritten reports a snapshot written: how long it took and
+	// the size of its file.
+	SnapshotWritten(took time.Duration, bytes int64)
 }
 
 // Engine is the embedded engine.Store. Safe for concurrent use.
@@ -233,6 +245,7 @@ type Engine struct {
 	syncFiles bool         // fsync snapshots (not under wal.SyncNone)
 	unlock    func() error // releases the data directory's lock
 	snapMu    sync.Mutex   // one snapshot or backup rebuild at a time
+	metrics   Metrics      // nil: none
 	snapIndex atomic.Uint64
 	snapBase  atomic.Int64 // log size just after the newest snapshot
 	// createSnapshot is snapshot.Create; tests substitute failing files.
@@ -306,6 +319,7 @@ func Open(opts Options) (*Engine, error) {
 		now:            opts.Now,
 		ttl:            int64(opts.CursorTTL),
 		logger:         opts.Logger,
+		metrics:        opts.Metrics,
 		st:             newState(opts.Counts),
 		shadowCounts:   memCounts(opts.Counts),
 		stop:           make(chan struct{}),
@@ -357,8 +371,12 @@ func (e *Engine) openDir(opts Options) error {
 		unlock()
 		return fmt.Errorf("embedded: %w", err)
 	}
+	var observer wal.Observer
+	if opts.Metrics != nil {
+		observer = opts.Metrics
+	}
 	im, l, rec, err := recoverDir(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow,
-		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger}, co)
+		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger, Observer: observer}, co)
 	if err != nil {
 		unlock()
 		return err

@@ -82,6 +82,18 @@ type Options struct {
 	// Logger receives the warning about a dropped torn tail. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told each batch written and each fsync's
+	// duration (for /metrics).
+	Observer Observer
+}
+
+// Observer receives the log's figures. Its methods run on the flusher
+// goroutine, holding the write lock: they must be quick and never block.
+type Observer interface {
+	// LogBatchWritten reports a batch of records written with one write.
+	LogBatchWritten(records, bytes int)
+	// LogSynced reports one fsync of the active segment.
+	LogSynced(took time.Duration)
 }
 
 var (
@@ -400,6 +412,9 @@ func (l *Log) flushLocked() {
 		l.fail(err)
 		return
 	}
+	if o := l.opts.Observer; o != nil {
+		o.LogBatchWritten(int(last-l.written), len(batch))
+	}
 	l.written = last
 	l.dirty = true
 	if l.opts.Sync == SyncAlways {
@@ -434,9 +449,13 @@ func (l *Log) syncLocked() bool {
 		return true
 	}
 	l.syncs.Add(1)
+	start := time.Now()
 	if err := l.f.Sync(); err != nil {
 		l.fail(fmt.Errorf("fsync %s: %w", segmentPath(l.dir, l.activeFirst), err))
 		return false
+	}
+	if o := l.opts.Observer; o != nil {
+		o.LogSynced(time.Since(start))
 	}
 	l.dirty = false
 	return true
