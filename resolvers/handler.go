@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -49,6 +46,8 @@ type Config struct {
 	// bursts of RateBurst.
 	RateLimit float64
 	RateBurst int
+	// WebSocket bounds sockets and their operations (see WSConfig).
+	WebSocket WSConfig
 	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
 	// 100 in this process. Replicas share one through NewRedisAPQCache.
 	APQCache graphql.Cache[string]
@@ -93,20 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 		es = fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged})
 	}
 	srv := handler.New(es)
-	srv.AddTransport(transport.Websocket{
-		Implementation: transport.CoderWebsocketImplementation{AcceptOptions: websocket.AcceptOptions{
-			OriginPatterns: cfg.OriginPatterns,
-		}},
-		InitTimeout:      10 * time.Second,
-		PingPongInterval: 20 * time.Second,
-		InitFunc: func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-			pr, _, err := cfg.Keys.FromHeader(p.Authorization())
-			if err != nil {
-				return ctx, nil, err // gqlgen closes the socket with the error as the reason
-			}
-			return auth.With(ctx, pr, nil), nil, nil
-		},
-	})
+	srv.AddTransport(newWSTransport(cfg))
 	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
 	// whatever no transport above it supports, so it stays last.
 	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes})

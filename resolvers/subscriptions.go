@@ -2,8 +2,10 @@ package resolvers
 
 import (
 	"context"
+	"errors"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/model"
 )
 
@@ -33,6 +35,9 @@ func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model
 			case <-signal:
 			}
 			now, err := r.Store.Unread(ctx, viewer)
+			if err != nil && streamOver(ctx, err) {
+				return
+			}
 			if err != nil || now == last {
 				continue // a wake-up that changed nothing visible, or a store hiccup: the next event re-reads
 			}
@@ -72,6 +77,9 @@ func (r *subscriptionResolver) ReadReceiptsChanged(ctx context.Context, messageI
 			case <-signal:
 			}
 			rr, err := res.receipts(ctx, id)
+			if err != nil && streamOver(ctx, err) {
+				return // e.g. the sender left the group: FORBIDDEN, in an error message
+			}
 			if err != nil || (rr.R.ReadCount == last.ReadCount && rr.R.UnreadCount == last.UnreadCount) {
 				continue
 			}
@@ -84,4 +92,23 @@ func (r *subscriptionResolver) ReadReceiptsChanged(ctx context.Context, messageI
 		}
 	}()
 	return out, nil
+}
+
+// streamOver reports whether a re-read's error ends the subscription: a
+// refusal (FORBIDDEN, NOT_FOUND, BAD_USER_INPUT, UNAUTHENTICATED) will not
+// go away by itself, so the stream ends with it in an `error` message
+// rather than going quiet. A store hiccup does not: the next wake-up
+// re-reads.
+func streamOver(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true // the client completed it or the socket closed
+	}
+	var ce *codeError
+	final := errors.Is(err, engine.ErrForbidden) || errors.Is(err, engine.ErrNotFound) ||
+		errors.Is(err, engine.ErrInvalid) || errors.Is(err, auth.ErrBadToken) ||
+		(errors.As(err, &ce) && ce.code != CodeInternal && ce.code != CodeRateLimited)
+	if final {
+		endStream(ctx, err)
+	}
+	return final
 }
