@@ -26,11 +26,12 @@ func vendorFiles(vendor fs.FS) http.Handler {
 		mu.Lock()
 		defer mu.Unlock()
 		if f, ok := cache[name]; ok {
-			return f, f != nil
+			return f, true
 		}
+		// Only files that exist are kept, so requests for made-up names
+		// cannot grow the cache.
 		b, err := fs.ReadFile(vendor, name)
 		if err != nil {
-			cache[name] = nil
 			return nil, false
 		}
 		sum := sha256.Sum256(b)

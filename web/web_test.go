@@ -40,22 +40,24 @@ func post(t *testing.T, h http.Handler, path, body string) *httptest.ResponseRec
 func TestRoutes(t *testing.T) {
 	h := Handler(Options{GraphQLPath: "/query"})
 	for path, want := range map[string]int{
-		"/":                        200,
-		"/demo":                    200,
-		"/demo/":                   200,
-		"/demo/world":              200,
-		"/assets/demo.js":          200,
-		"/assets/demo.css":         200,
-		"/assets/favicon.svg":      200,
-		"/assets/graphiql.js":      200,
-		"/assets/vendor/README.md": 200,
-		"/demo/token?user=1":       404, // no dev secret
-		"/demo/nope":               404,
-		"/nope":                    404,
-		"/assets/":                 404,
-		"/assets/vendor/":          404,
-		"/assets/missing.js":       404,
-		"/index.html":              404,
+		"/":                              200,
+		"/demo":                          200,
+		"/demo/":                         200,
+		"/demo/world":                    200,
+		"/assets/demo.js":                200,
+		"/assets/demo.css":               200,
+		"/assets/favicon.svg":            200,
+		"/assets/graphiql.js":            200,
+		"/assets/vendor/README.md":       200,
+		"/assets/vendor/graphiql.min.js": 200,
+		"/assets/graphiql-guard.js":      200,
+		"/demo/token?user=1":             404, // no dev secret
+		"/demo/nope":                     404,
+		"/nope":                          404,
+		"/assets/":                       404,
+		"/assets/vendor/":                404,
+		"/assets/missing.js":             404,
+		"/index.html":                    404,
 	} {
 		if got := get(t, h, path).Code; got != want {
 			t.Errorf("GET %s = %d, want %d", path, got, want)
