@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -278,6 +279,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var sf storeFlags
 	sf.register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	apqTTL := fs.Duration("apq-ttl", resolvers.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this separate address, e.g. 127.0.0.1:6060 (off when empty)")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	complexity := fs.Int("complexity-limit", 5000, "largest query cost accepted (fields, with lists counted by their size)")
@@ -286,6 +288,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
+	var timeouts httpTimeouts
+	timeouts.register(fs)
+	var wsCfg resolvers.WSConfig
+	registerWSFlags(fs, &wsCfg)
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -314,7 +320,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if dev {
 		devToken = func(u uint64, admin bool) (string, error) { return k.Sign(engine.UserID(u), admin, 24*time.Hour) }
 	}
+	// Replicas share persisted queries in Redis mode: a client behind a
+	// load balancer persists a query once, not once per replica.
+	var apq graphql.Cache[string]
+	if rs, ok := store.(*redisstore.Store); ok {
+		apq = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
+	}
 	handler := newHandler(store, h, resolvers.Config{
+		APQCache:        apq,
 		Metrics:         reg,
 		Keys:            k,
 		ComplexityLimit: *complexity,
@@ -323,18 +336,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CORSOrigins:     splitList(*corsOrigins),
 		RateLimit:       *rateLimit,
 		RateBurst:       *rateBurst,
+		WebSocket:       wsCfg,
 	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
+	srv := newHTTPServer(handler, timeouts)
+	// WebSockets outlive Shutdown (it does not track hijacked connections);
+	// ending the base context after it closes them with 1001.
+	baseCtx, endSockets := context.WithCancel(context.Background())
+	defer endSockets()
+	srv.BaseContext = func(net.Listener) context.Context { return baseCtx }
 	slog.Info("tally serving", "addr", "http://"+ln.Addr().String(), "backend", backendName(sf), "graphiql", "http://"+ln.Addr().String()+"/")
 	if dev {
 		admin, _ := k.Sign(1, true, 24*time.Hour)
@@ -370,11 +384,44 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		slog.Warn("shutdown", "err", err)
 	}
+	endSockets()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("closing the store: %w", err)
 	}
 	slog.Info("stopped")
 	return nil
+}
+
+// httpTimeouts are the http.Server's limits for ordinary requests. A
+// WebSocket on /query clears them when it is upgraded (its own
+// -ws-* limits apply instead).
+type httpTimeouts struct{ readHeader, read, write, idle time.Duration }
+
+func (t *httpTimeouts) register(fs *flag.FlagSet) {
+	fs.DurationVar(&t.readHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this")
+	fs.DurationVar(&t.read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off)")
+	fs.DurationVar(&t.write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off)")
+	fs.DurationVar(&t.idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request")
+}
+
+func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.readHeader,
+		ReadTimeout:       t.read,
+		WriteTimeout:      t.write,
+		IdleTimeout:       t.idle,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
+	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user, and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
+	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
+	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
+	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "ping each WebSocket this often; one that has not answered by the next ping is dropped (negative: never)")
+	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a WebSocket that does not take one message within this is dropped")
+	fs.IntVar(&c.SendQueueBytes, "ws-send-queue-bytes", 256<<10, "bytes queued for one WebSocket beyond which it is dropped as a slow reader (1013)")
 }
 
 // newHandler routes the server's endpoints: /query (GraphQL), /healthz
