@@ -561,9 +561,10 @@ func TestGraphiQL(t *testing.T) {
 func TestGraphiQLCDNUnreachable(t *testing.T) {
 	setup(t)
 	p := openURL(t, "GraphiQL from the CDN, offline", env.bareBase+"/", true)
-	p.waitFor("the load failure message", `!!document.querySelector('[data-testid="graphiql-load-failed"]')`)
+	p.waitFor("the load failure message naming the stylesheet too",
+		`(() => { const m = document.querySelector('[data-testid="graphiql-load-failed"]'); return m && m.innerText.includes('graphiql.min.css'); })()`)
 	msg := eval[string](p, `document.querySelector('[data-testid="graphiql-load-failed"]').innerText`)
-	for _, want := range []string{"GraphiQL could not start", "unpkg.com/graphiql@", "without -graphiql-cdn", "/query"} {
+	for _, want := range []string{"GraphiQL could not start", "unpkg.com/graphiql@" + "3.8.3/graphiql.min.js", "graphiql.min.css", "without -graphiql-cdn", "/query"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the failure message lacks %q:\n%s", want, msg)
 		}

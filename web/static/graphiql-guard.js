@@ -1,17 +1,18 @@
-// Loaded before GraphiQL's own scripts so that a page whose scripts do not
-// arrive (no internet with -graphiql-cdn, a blocked CDN, a broken build)
-// says so instead of showing "Loading GraphiQL…" forever. The script tags
-// report failures here (onerror); graphiql.js reports what is still
-// missing when it runs; a timer covers a CDN that never answers.
+// Loaded in the head, before GraphiQL's stylesheet and scripts, so that a
+// page whose files do not arrive (no internet with -graphiql-cdn, a blocked
+// CDN, a broken build) says so instead of showing "Loading GraphiQL…"
+// forever. The tags report failures here (onerror); graphiql.js reports
+// what failed or is missing when it runs; a timer covers a CDN that never
+// answers.
 (function () {
   'use strict';
-  var cfg = JSON.parse(document.getElementById('tally-config').textContent);
   var failed = [];
   var shown = false;
 
   function show(detail) {
     if (shown || window.tallyGraphiQLStarted) return;
     shown = true;
+    var cfg = JSON.parse(document.getElementById('tally-config').textContent);
     var root = document.getElementById('graphiql');
     var box = document.createElement('div');
     box.className = 'load-failed';
@@ -34,8 +35,11 @@
     root.replaceChildren(box);
   }
 
+  var listed = null; // the message's list of failed files, once shown
   window.tallyAssetFailed = function (src) {
     failed.push(src);
+    // A stylesheet's error event can come after the scripts gave up.
+    if (listed) listed.textContent = 'These files did not load: ' + failed.join(', ') + '.';
   };
   // Called by graphiql.js: name what did not load, or the error that
   // stopped GraphiQL from rendering.
@@ -43,8 +47,11 @@
     var what = failed.length ? failed : missing;
     show(err
       ? 'GraphiQL failed while starting: ' + err
-      : 'These scripts did not load: ' + what.join(', ') + '.');
+      : 'These files did not load: ' + what.join(', ') + '.');
+    if (!err && failed.length) listed = document.querySelector('[data-testid="graphiql-load-failed"] p');
   };
+  // What failed to load so far (graphiql.js stops on any).
+  window.tallyAssetFailures = function () { return failed.slice(); };
   setTimeout(function () {
     if (!window.tallyGraphiQLStarted) {
       show('GraphiQL\'s scripts have not arrived after 20 seconds' + (failed.length ? ' (failed: ' + failed.join(', ') + ')' : '') + '.');

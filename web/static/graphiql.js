@@ -9,7 +9,7 @@
   if (typeof React === 'undefined') missing.push('React');
   if (typeof ReactDOM === 'undefined') missing.push('ReactDOM');
   if (typeof GraphiQL === 'undefined') missing.push('GraphiQL');
-  if (missing.length) {
+  if (missing.length || window.tallyAssetFailures().length) {
     window.tallyGraphiQLFailed(missing);
     return;
   }
