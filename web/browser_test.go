@@ -535,6 +535,15 @@ func TestGraphiQL(t *testing.T) {
 	}
 	p.screenshot("graphiql-query.png")
 
+	// The schema's descriptions show in the Docs pane: the contract's
+	// limits where a developer looks for them.
+	p.click(`.graphiql-sidebar button[aria-label="Show Documentation Explorer"]`)
+	p.waitFor("the Docs pane", `!!document.querySelector('.graphiql-doc-explorer')`)
+	p.do(chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll('.graphiql-doc-explorer a')].find(a => a.textContent === 'Query')`), chromedp.NodeVisible))
+	p.waitFor("Query's fields with their descriptions",
+		`document.querySelector('.graphiql-doc-explorer').innerText.includes('At most 100 ids')`)
+	p.screenshot("graphiql-docs.png")
+
 	// A subscription, signed in by the same header on connection_init.
 	eval[any](p, `document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue('subscription Badges {\n  unreadChanged { unread { comments total } redDot }\n}\n')`)
 	// GraphiQL takes the operation to run from the editor after a debounce;
