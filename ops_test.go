@@ -302,6 +302,7 @@ func TestOperationalMetrics(t *testing.T) {
 		`tally_snapshot_seconds_count 1`,
 		`tally_snapshot_bytes`,
 		`tally_build_info{commit=`,
+		`tally_http_responses_total{code="200",route="/query"}`,
 		`goversion="go1.`,
 	} {
 		if !strings.Contains(body, want) {
@@ -327,7 +328,8 @@ func TestOperationalMetrics(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		body = metricsText(t, s.URL)
-		if strings.Contains(body, `tally_graphql_subscriptions_open{name="Badges"} 0`) && strings.Contains(body, "tally_websockets_open 0") {
+		if strings.Contains(body, `tally_graphql_subscriptions_open{name="Badges"} 0`) && strings.Contains(body, "tally_websockets_open 0") &&
+			strings.Contains(body, `tally_http_responses_total{code="101",route="/query"} 1`) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -52,16 +52,22 @@ func noteUser(ctx context.Context, u engine.UserID) {
 }
 
 // ObserveHTTP wraps the server's routes: an access log line per request
-// at debug level (method, path, operation, status, duration, user), and
-// the gauge of open WebSockets (tally_websockets_open), counted from the
+// at debug level (method, path, operation, status, duration, user), HTTP
+// responses by route and status (tally_http_responses_total, which also
+// counts requests refused before GraphQL: 400, 405, 413, 415), and the
+// gauge of open WebSockets (tally_websockets_open), counted from the
 // hijack of the connection to the end of its handler. reg may be nil.
 func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 	sockets := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tally_websockets_open",
 		Help: "Open WebSocket connections (GraphQL subscriptions).",
 	})
+	responses := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tally_http_responses_total",
+		Help: "HTTP responses by route (/query, /healthz, /readyz, /metrics, or other) and status code.",
+	}, []string{"route", "code"})
 	if reg != nil {
-		reg.MustRegister(sockets)
+		reg.MustRegister(sockets, responses)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -73,14 +79,15 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)))
-		if !slog.Default().Enabled(r.Context(), slog.LevelDebug) {
-			return
-		}
 		status := rec.status
 		if rec.hijacked {
 			status = http.StatusSwitchingProtocols
 		} else if status == 0 {
 			status = http.StatusOK
+		}
+		responses.WithLabelValues(routeLabel(r.URL.Path), strconv.Itoa(status)).Inc()
+		if !slog.Default().Enabled(r.Context(), slog.LevelDebug) {
+			return
 		}
 		ri.mu.Lock()
 		typ, name, user := ri.opType, ri.opName, ri.user
@@ -102,6 +109,16 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 		attrs = append(attrs, slog.String("user", userAttr), slog.String("remote", r.RemoteAddr))
 		slog.LogAttrs(r.Context(), slog.LevelDebug, "http request", attrs...)
 	})
+}
+
+// routeLabel bounds the route label to the server's fixed endpoints: any
+// other path (GraphiQL, the demo, a scanner's guesses) is "other".
+func routeLabel(path string) string {
+	switch path {
+	case "/query", "/healthz", "/readyz", "/metrics":
+		return path
+	}
+	return "other"
 }
 
 // statusRecorder remembers the status and size written, and counts a
