@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/resolvers"
 )
@@ -92,11 +93,20 @@ func benchPage(b *testing.B, url, token string, ids []string) {
 // benchStorePage runs the page benchmark through the full Tally handler on
 // top of store.
 func benchStorePage(b *testing.B, store engine.Store) {
-	ts := newTestServerWith(b, store, resolvers.Config{})
+	benchStorePageWith(b, store, resolvers.Config{})
+}
+
+func benchStorePageWith(b *testing.B, store engine.Store, cfg resolvers.Config) {
+	ts := newTestServerWith(b, store, cfg)
 	ids := seedPage(b, store)
 	benchPage(b, ts.URL+"/query", ts.token(b, 1, false), ids)
 }
 
+// BenchmarkFeedPageHTTP: the page over loopback HTTP. embedded is Tally as
+// it runs (plans for the page); embedded-gqlgen is every operation through
+// gqlgen's executor; handwritten is a net/http + encoding/json handler
+// doing the same work without GraphQL (see handwrittenPage); the ceiling
+// writes pre-built bytes.
 func BenchmarkFeedPageHTTP(b *testing.B) {
 	b.Run("embedded", func(b *testing.B) {
 		store, err := embedded.Open(embedded.Options{})
@@ -104,6 +114,21 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchStorePage(b, store)
+	})
+	b.Run("embedded-gqlgen", func(b *testing.B) {
+		store, err := embedded.Open(embedded.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchStorePageWith(b, store, resolvers.Config{DisableFastPath: true})
+	})
+	b.Run("handwritten", func(b *testing.B) {
+		store, _ := embedded.Open(embedded.Options{})
+		defer store.Close()
+		ids := seedPage(b, store)
+		hw := httptest.NewServer(newHandwrittenPage(b, store, ids))
+		defer hw.Close()
+		benchPage(b, hw.URL, "", ids)
 	})
 	b.Run("ceiling-prebuilt-json", func(b *testing.B) {
 		// The same response bytes, pre-built once through Tally, served by
@@ -129,4 +154,117 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 		defer bare.Close()
 		benchPage(b, bare.URL, "", ids)
 	})
+}
+
+// handwrittenPage is the peer without a GraphQL layer, as the issue's
+// reference server: it decodes the same request body with encoding/json,
+// looks the posts up in a Go map (filled from the store once, with user
+// 1's flags) and encodes the same JSON response with encoding/json.
+type handwrittenPage struct {
+	posts map[string]*handwrittenPost
+}
+
+type handwrittenPost struct {
+	ID     string `json:"id"`
+	Counts struct {
+		Likes     int64 `json:"likes"`
+		Comments  int64 `json:"comments"`
+		Reposts   int64 `json:"reposts"`
+		Views     int64 `json:"views"`
+		Favorites int64 `json:"favorites"`
+	} `json:"counts"`
+	ViewerHasLiked     bool `json:"viewerHasLiked"`
+	ViewerHasFavorited bool `json:"viewerHasFavorited"`
+}
+
+func newHandwrittenPage(b *testing.B, store engine.Store, ids []string) *handwrittenPage {
+	pids := make([]engine.PostID, len(ids))
+	for i, s := range ids {
+		fmt.Sscan(s, &pids[i])
+	}
+	views := make([]engine.PostView, len(ids))
+	if err := store.Page(b.Context(), 1, pids, engine.PageWant{Counts: true, Liked: true, Favorited: true}, views); err != nil {
+		b.Fatal(err)
+	}
+	h := &handwrittenPage{posts: map[string]*handwrittenPost{}}
+	for i, v := range views {
+		p := &handwrittenPost{ID: ids[i], ViewerHasLiked: v.Liked, ViewerHasFavorited: v.Favorited}
+		p.Counts.Likes, p.Counts.Comments, p.Counts.Reposts = v.Counts.Likes, v.Counts.Comments, v.Counts.Reposts
+		p.Counts.Views, p.Counts.Favorites = v.Counts.Views, v.Counts.Favorites
+		h.posts[ids[i]] = p
+	}
+	return h
+}
+
+func (h *handwrittenPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Query     string `json:"query"`
+		Variables struct {
+			IDs []string `json:"ids"`
+		} `json:"variables"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var resp struct {
+		Data struct {
+			Posts []*handwrittenPost `json:"posts"`
+		} `json:"data"`
+	}
+	resp.Data.Posts = make([]*handwrittenPost, len(req.Variables.IDs))
+	for i, id := range req.Variables.IDs {
+		resp.Data.Posts[i] = h.posts[id]
+	}
+	body, _ := json.Marshal(resp)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.Write(body)
+}
+
+// BenchmarkFeedPageHandler is the page without the network: one request
+// through each handler's ServeHTTP on the benchmark's goroutines, so the
+// figures are the CPU a page costs in each. The three handlers' bodies
+// are checked equal first.
+func BenchmarkFeedPageHandler(b *testing.B) {
+	store, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := newTestServerWith(b, store, resolvers.Config{})
+	ids := seedPage(b, store)
+	tok := ts.token(b, 1, false)
+	body, _ := json.Marshal(map[string]any{"query": pageQuery, "variables": map[string]any{"ids": ids}})
+	handlers := []struct {
+		name string
+		h    http.Handler
+	}{
+		{"fastpath", resolvers.NewHandler(resolvers.Config{Store: store, Hub: hub.New(store), Keys: ts.keys})},
+		{"gqlgen", resolvers.NewHandler(resolvers.Config{Store: store, Hub: hub.New(store), Keys: ts.keys, DisableFastPath: true})},
+		{"handwritten", newHandwrittenPage(b, store, ids)},
+	}
+	serve := func(h http.Handler) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/query", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	want := serve(handlers[1].h).Body.String()
+	for _, h := range handlers {
+		if got := serve(h.h).Body.String(); got != want {
+			b.Fatalf("%s answers\n%s\ngqlgen answers\n%s", h.name, got, want)
+		}
+	}
+	for _, h := range handlers {
+		b.Run(h.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					serve(h.h)
+				}
+			})
+		})
+	}
 }
