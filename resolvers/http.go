@@ -123,6 +123,7 @@ func writeGraphQL(w http.ResponseWriter, media string, status int, resp *graphql
 	}
 	h := w.Header()
 	h.Set("Content-Type", media+"; charset=utf-8")
+	h.Add("Vary", "Accept") // the status and media type follow it
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)

@@ -62,17 +62,17 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 		Name: "tally_websockets_open",
 		Help: "Open WebSocket connections (GraphQL subscriptions).",
 	})
-	responses := prometheus.NewCounterVec(prometheus.CounterOpts{
+	responses := &responseCounters{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tally_http_responses_total",
 		Help: "HTTP responses by route (/query, /healthz, /readyz, /metrics, or other) and status code.",
-	}, []string{"route", "code"})
+	}, []string{"route", "code"}), byKey: map[int]prometheus.Counter{}}
 	if reg != nil {
-		reg.MustRegister(sockets, responses)
+		reg.MustRegister(sockets, responses.vec)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &requestInfo{}
-		rec := &statusRecorder{ResponseWriter: w, sockets: sockets}
+		o := &observed{rec: statusRecorder{ResponseWriter: w, sockets: sockets}}
+		ri, rec := &o.info, &o.rec
 		defer func() {
 			if rec.hijacked {
 				sockets.Dec()
@@ -85,7 +85,7 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 		} else if status == 0 {
 			status = http.StatusOK
 		}
-		responses.WithLabelValues(routeLabel(r.URL.Path), strconv.Itoa(status)).Inc()
+		responses.inc(r.URL.Path, status)
 		if !slog.Default().Enabled(r.Context(), slog.LevelDebug) {
 			return
 		}
@@ -111,14 +111,45 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 	})
 }
 
-// routeLabel bounds the route label to the server's fixed endpoints: any
-// other path (GraphiQL, the demo, a scanner's guesses) is "other".
-func routeLabel(path string) string {
-	switch path {
-	case "/query", "/healthz", "/readyz", "/metrics":
-		return path
+// observed is one request's recorder and access-log record, allocated
+// together.
+type observed struct {
+	rec  statusRecorder
+	info requestInfo
+}
+
+// responseCounters is tally_http_responses_total with its children kept
+// by route and status, so that counting a response neither formats the
+// status nor hashes label values.
+type responseCounters struct {
+	vec   *prometheus.CounterVec
+	mu    sync.RWMutex
+	byKey map[int]prometheus.Counter
+}
+
+// routes bound the route label to the server's fixed endpoints: any other
+// path (GraphiQL, the demo, a scanner's guesses) is "other", the last.
+var routes = []string{"/query", "/healthz", "/readyz", "/metrics", "other"}
+
+func (c *responseCounters) inc(path string, status int) {
+	route := len(routes) - 1
+	for i, p := range routes[:route] {
+		if p == path {
+			route = i
+			break
+		}
 	}
-	return "other"
+	key := route*1000 + status
+	c.mu.RLock()
+	ctr := c.byKey[key]
+	c.mu.RUnlock()
+	if ctr == nil {
+		ctr = c.vec.WithLabelValues(routes[route], strconv.Itoa(status))
+		c.mu.Lock()
+		c.byKey[key] = ctr
+		c.mu.Unlock()
+	}
+	ctr.Inc()
 }
 
 // statusRecorder remembers the status and size written, and counts a
