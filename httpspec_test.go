@@ -207,3 +207,37 @@ func TestErrorMessagesShowNoGoTypes(t *testing.T) {
 		}
 	}
 }
+
+// A standard client sees a request error as GraphQL errors: Apollo Client
+// 4 through application/graphql-response+json (a 400 whose body it
+// reads), a fetch asking for */* through a 200 (where gqlgen's transport
+// answered 422, which Apollo Client 3 reports with no GraphQL errors).
+func TestClientsSeeRequestErrors(t *testing.T) {
+	s := newTestServer(t)
+	out := clients.Run(t, "http-apollo-errors.mjs", 30*time.Second, "TALLY_URL="+s.URL+"/query")
+	var r struct {
+		Apollo struct {
+			Accept   string
+			Combined bool
+			Message  string
+			Codes    []string
+		}
+		Fetch struct {
+			Status      int
+			ContentType string
+			HasData     bool
+			Codes       []string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(r.Apollo.Accept, "application/graphql-response+json") || !r.Apollo.Combined ||
+		len(r.Apollo.Codes) == 0 || r.Apollo.Codes[0] != "BAD_USER_INPUT" || !strings.Contains(r.Apollo.Message, "noSuchField") {
+		t.Errorf("Apollo Client 4: %+v", r.Apollo)
+	}
+	if r.Fetch.Status != 200 || !strings.HasPrefix(r.Fetch.ContentType, "application/json") || r.Fetch.HasData ||
+		len(r.Fetch.Codes) == 0 || r.Fetch.Codes[0] != "BAD_USER_INPUT" {
+		t.Errorf("fetch with */*: %+v", r.Fetch)
+	}
+}
