@@ -101,15 +101,18 @@ func (m *metrics) InterceptOperation(ctx context.Context, next graphql.Operation
 	if opCtx.Operation == nil || opCtx.Operation.Operation != ast.Subscription {
 		return next(ctx)
 	}
+	// A subscription ends when its handler returns nil, or when its
+	// context ends (a transport may stop reading once the client is gone).
 	gauge := m.subsOpen.WithLabelValues(m.names.label(opCtx.Operation.Name))
 	gauge.Inc()
 	var once sync.Once
-	done := func() { once.Do(gauge.Dec) }
+	stop := context.AfterFunc(ctx, func() { once.Do(gauge.Dec) })
 	handler := next(ctx)
 	return func(ctx context.Context) *graphql.Response {
 		resp := handler(ctx)
 		if resp == nil {
-			done() // the subscription ended
+			stop()
+			once.Do(gauge.Dec)
 		}
 		return resp
 	}
