@@ -75,8 +75,9 @@ type Reader struct {
 	file   string
 	format Format
 	// CSV
-	csv  *csv.Reader
-	cols []int
+	csv   *csv.Reader
+	cols  []int
+	names []string // the header's column names, as written, for errors
 	// NDJSON
 	lines *bufio.Scanner
 	line  int
@@ -99,9 +100,11 @@ func NewReader(r io.Reader, file string, format Format) (*Reader, error) {
 		return nil, &RowError{file, 1, fmt.Errorf("reading the header row: %w", err)}
 	}
 	rd.cols = make([]int, len(header))
+	rd.names = make([]string, len(header))
 	hasPost := false
 	for i, h := range header {
-		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		rd.names[i] = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		h = strings.ToLower(rd.names[i])
 		rd.cols[i] = columns[h]
 		hasPost = hasPost || rd.cols[i] == colPost
 	}
@@ -126,14 +129,24 @@ func (r *Reader) Next() (engine.ImportRow, error) {
 		return engine.ImportRow{}, err
 	}
 	line, _ := r.csv.FieldPos(0)
+	// A short row would read its missing counts as zeros and, since an
+	// import replaces counts, silently wipe them: it is refused instead.
+	if len(rec) < len(r.cols) {
+		return engine.ImportRow{}, &RowError{r.file, line, fmt.Errorf("%d fields where the header has %d: no value for column %s",
+			len(rec), len(r.cols), strings.Join(r.names[len(rec):], ", "))}
+	}
+	if len(rec) > len(r.cols) {
+		return engine.ImportRow{}, &RowError{r.file, line, fmt.Errorf("%d fields where the header has %d: field %d has no column",
+			len(rec), len(r.cols), len(r.cols)+1)}
+	}
 	var row engine.ImportRow
 	var seenPost bool
 	for i, v := range rec {
-		if i >= len(r.cols) || r.cols[i] == colIgnore {
+		if r.cols[i] == colIgnore {
 			continue
 		}
 		if err := set(&row, r.cols[i], strings.TrimSpace(v), &seenPost); err != nil {
-			return engine.ImportRow{}, &RowError{r.file, line, err}
+			return engine.ImportRow{}, &RowError{r.file, line, fmt.Errorf("column %s: %w", r.names[i], err)}
 		}
 	}
 	if err := check(row, seenPost); err != nil {
@@ -187,7 +200,7 @@ func parseJSON(b []byte) (engine.ImportRow, error) {
 			}
 		}
 		if err := set(&row, col, strings.TrimSpace(v), &seenPost); err != nil {
-			return engine.ImportRow{}, err
+			return engine.ImportRow{}, fmt.Errorf("key %s: %w", k, err)
 		}
 	}
 	return row, check(row, seenPost)
@@ -232,7 +245,7 @@ func set(row *engine.ImportRow, col int, v string, seenPost *bool) error {
 
 func check(row engine.ImportRow, seenPost bool) error {
 	if !seenPost || row.Post == 0 {
-		return errors.New("missing or zero post id")
+		return errors.New("column post_id (or id, msg_id): missing or zero post id")
 	}
 	return nil
 }

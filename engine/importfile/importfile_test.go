@@ -119,3 +119,43 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestCSVRowShape: a row with fewer fields than the header is refused (its
+// missing counts would otherwise replace real counts with zeros), so is a
+// row with more, and every rejection names the column it is about.
+func TestCSVRowShape(t *testing.T) {
+	in := "post_id,author_id,likes,comments\n" +
+		"100,7,1,2\n" +
+		"101,7,1\n" +
+		"102,7,1,2,3\n" +
+		"103,7,x,2\n" +
+		",7,1,2\n"
+	rows, bad := readAll(t, in, CSV)
+	if len(rows) != 1 || rows[0].Post != 100 {
+		t.Fatalf("rows = %+v, want only post 100", rows)
+	}
+	want := []struct {
+		line int
+		says string
+	}{
+		{3, "no value for column comments"},
+		{4, "field 5 has no column"},
+		{5, "column likes: "},
+		{6, "column post_id"},
+	}
+	if len(bad) != len(want) {
+		t.Fatalf("rejections = %v, want %d", bad, len(want))
+	}
+	for i, w := range want {
+		if bad[i].Line != w.line || !strings.Contains(bad[i].Error(), w.says) {
+			t.Errorf("rejection %d = %q (line %d), want line %d saying %q", i, bad[i], bad[i].Line, w.line, w.says)
+		}
+	}
+}
+
+func TestNDJSONNamesTheKey(t *testing.T) {
+	_, bad := readAll(t, `{"post_id": 1, "likes": "many"}`+"\n", NDJSON)
+	if len(bad) != 1 || !strings.Contains(bad[0].Error(), "key likes: ") {
+		t.Fatalf("rejections = %v, want one naming key likes", bad)
+	}
+}
