@@ -66,6 +66,13 @@ func TestHelpListsSubcommandsAndFlags(t *testing.T) {
 	if code, _, errs := runCLI(t, "token", "-user", "1", "-log-format", "xml"); code != 2 || !strings.Contains(errs, "text or json") {
 		t.Fatalf("bad -log-format: %d %s", code, errs)
 	}
+	if code, _, errs := runCLI(t, "-log-level", "loud", "-addr", "127.0.0.1:0", "-data", t.TempDir()); code != 2 || !strings.Contains(errs, "-log-level") {
+		t.Fatalf("bad -log-level: %d %s", code, errs)
+	}
+	t.Setenv("TALLY_JWT_SECRET", "ops-test-secret-0123456789")
+	if code, _, errs := runCLI(t, "-pprof", "256.0.0.1:1", "-addr", "127.0.0.1:0", "-data", t.TempDir()); code != 1 || !strings.Contains(errs, "-pprof") {
+		t.Fatalf("unlistenable -pprof: %d %s", code, errs)
+	}
 }
 
 // -version and tally version print the version, the commit and the Go

@@ -339,6 +339,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WebSocket:       wsCfg,
 	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
 
+	if *pprofAddr != "" {
+		stopPprof, err := startPprof(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -359,13 +366,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		} else {
 			fmt.Fprintf(stderr, "\n  admin token (user 1):  Authorization: Bearer %s\n  user token  (user 2):  Authorization: Bearer %s\n\n", admin, user)
 		}
-	}
-	if *pprofAddr != "" {
-		stopPprof, err := startPprof(*pprofAddr)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
