@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,16 +132,24 @@ func urlEscape(s string) string {
 // compare runs r through both handlers and fails on any difference.
 func (d *diffPair) compare(t testing.TB, r request) {
 	t.Helper()
+	if err := d.differ(r); err != "" {
+		t.Fatal(err)
+	}
+}
+
+// differ runs r through both handlers and describes any difference.
+func (d *diffPair) differ(r request) string {
 	a, b := d.serve(d.gqlgen, r), d.serve(d.fast, r)
 	for _, h := range []string{"Content-Type", "Content-Length", "Allow"} {
 		if a.Header().Get(h) != b.Header().Get(h) {
-			t.Fatalf("header %s: gqlgen %q, fast path %q\nquery: %s\nvariables: %v", h, a.Header().Get(h), b.Header().Get(h), r.Query, r.Variables)
+			return fmt.Sprintf("header %s: gqlgen %q, fast path %q\nquery: %s\nvariables: %v", h, a.Header().Get(h), b.Header().Get(h), r.Query, r.Variables)
 		}
 	}
 	if a.Code != b.Code || !bytes.Equal(a.Body.Bytes(), b.Body.Bytes()) && !sameErrorsUnordered(a.Body.Bytes(), b.Body.Bytes()) {
-		t.Fatalf("responses differ\nquery: %s\nvariables: %v\nauth: %q\ngqlgen    %d %s\nfast path %d %s",
+		return fmt.Sprintf("responses differ\nquery: %s\nvariables: %v\nauth: %q\ngqlgen    %d %s\nfast path %d %s",
 			r.Query, r.Variables, r.auth, a.Code, a.Body.Bytes(), b.Code, b.Body.Bytes())
 	}
+	return ""
 }
 
 // sameErrorsUnordered accepts two bodies that differ only in the order of
@@ -175,6 +184,8 @@ type gen struct {
 	decls []string
 	frags []string
 	nvar  int
+	nfrag int
+	nroot int
 }
 
 func (g *gen) pick(n int) int { return g.r.IntN(n) }
@@ -203,9 +214,15 @@ func (g *gen) directive() string {
 	return fmt.Sprintf(" @%s(if: %s)", name, g.variable("Boolean!", val))
 }
 
+// alias mostly names a field after itself, so that duplicates merge;
+// now and then a shared alias makes two different fields collide, which
+// validation refuses on both paths.
 func (g *gen) alias(name string) string {
-	if g.chance(0.25) {
-		return []string{"a", "b", "x_1", name}[g.pick(4)] + ": "
+	switch {
+	case g.chance(0.03):
+		return []string{"a", "b"}[g.pick(2)] + ": "
+	case g.chance(0.25):
+		return []string{"x_", "y", ""}[g.pick(3)] + name + ": "
 	}
 	return ""
 }
@@ -217,7 +234,10 @@ func (g *gen) postID() any {
 	case 1:
 		return []string{"abc", "0", "-1", "", "18446744073709551616", " 5", "1e3", "０"}[g.pick(8)]
 	case 2:
-		return json.Number(fmt.Sprint(g.r.Uint64N(1 << 60))) // an Int in the variables
+		if g.chance(0.1) {
+			return json.Number(fmt.Sprint(g.r.Uint64N(1 << 60))) // past Int's 32 bits
+		}
+		return json.Number(fmt.Sprint(g.r.Uint64N(1 << 31))) // an Int in the variables
 	case 3:
 		return g.d.authorless
 	}
@@ -243,7 +263,8 @@ func (g *gen) selection(typ string, depth int) string {
 			}
 			parts = append(parts, "..."+cond+g.directive()+" { "+g.selection(typ, depth+1)+" }")
 		case 1: // a named fragment
-			name := fmt.Sprintf("F%d", len(g.frags))
+			g.nfrag++
+			name := fmt.Sprintf("F%d", g.nfrag)
 			g.frags = append(g.frags, "fragment "+name+" on "+typ+" { "+g.selection(typ, depth+1)+" }")
 			parts = append(parts, "..."+name+g.directive())
 		default:
@@ -262,6 +283,16 @@ func (g *gen) selection(typ string, depth int) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// rootAlias gives most root fields an alias of their own: two root fields
+// of one name with different arguments collide, which validation refuses.
+func (g *gen) rootAlias(name string) string {
+	g.nroot++
+	if g.chance(0.8) {
+		return fmt.Sprintf("%s%d: ", name, g.nroot)
+	}
+	return g.alias(name)
 }
 
 func (g *gen) rootField() string {
@@ -289,7 +320,7 @@ func (g *gen) rootField() string {
 				arg = lit[0] // list input coercion
 			}
 		}
-		return g.alias("posts") + "posts(ids: " + arg + ")" + g.directive() + " { " + g.selection("Post", 0) + " }"
+		return g.rootAlias("posts") + "posts(ids: " + arg + ")" + g.directive() + " { " + g.selection("Post", 0) + " }"
 	case 4, 5, 6:
 		id := g.postID()
 		arg := ""
@@ -299,12 +330,12 @@ func (g *gen) rootField() string {
 			b, _ := json.Marshal(fmt.Sprint(id))
 			arg = string(b)
 		}
-		return g.alias("post") + "post(id: " + arg + ")" + g.directive() + " { " + g.selection("Post", 0) + " }"
+		return g.rootAlias("post") + "post(id: " + arg + ")" + g.directive() + " { " + g.selection("Post", 0) + " }"
 	case 7, 8, 9:
-		return g.alias("viewer") + "viewer" + g.directive() + " { " + g.selection("Viewer", 0) + " }"
+		return g.rootAlias("viewer") + "viewer" + g.directive() + " { " + g.selection("Viewer", 0) + " }"
 	case 10, 11:
 		id := []any{"1", "2", "3", "99", "x", json.Number("4")}[g.pick(6)]
-		return g.alias("user") + "user(id: " + g.variable("ID!", id) + ")" + g.directive() + " { " + g.selection("User", 0) + " }"
+		return g.rootAlias("user") + "user(id: " + g.variable("ID!", id) + ")" + g.directive() + " { " + g.selection("User", 0) + " }"
 	case 12:
 		return "__typename"
 	default: // not plain data: the whole operation goes to gqlgen
@@ -313,7 +344,7 @@ func (g *gen) rootField() string {
 }
 
 func (g *gen) request() request {
-	g.vars, g.decls, g.frags, g.nvar = map[string]any{}, nil, nil, 0
+	g.vars, g.decls, g.frags, g.nvar, g.nfrag, g.nroot = map[string]any{}, nil, nil, 0, 0, 0
 	var roots []string
 	for n := 1 + g.pick(3); len(roots) < n; {
 		roots = append(roots, g.rootField())
@@ -331,9 +362,9 @@ func (g *gen) request() request {
 		q.WriteString("\n" + f)
 	}
 	r := request{Query: q.String(), Variables: g.vars, get: g.chance(0.1)}
-	switch g.pick(6) {
-	case 0: // anonymous
-	case 1:
+	switch g.pick(10) {
+	case 0, 1: // anonymous
+	case 2:
 		r.auth = "Bearer not-a-token"
 	default:
 		tok, _ := g.d.keys.Sign(engine.UserID(1+g.pick(4)), false, 0)
@@ -352,13 +383,30 @@ func TestFastPathAgreesWithGqlgen(t *testing.T) {
 	}
 	d := newDiffPair(t)
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	g := &gen{r: rand.New(rand.NewPCG(seed, 7)), d: d}
+	t.Logf("seed %d (two generators: seed and seed+1)", seed)
 	plans0, gqlgen0 := fastpath.Served()
-	n := 0
-	for start := time.Now(); n < 200 || time.Since(start) < budget && n < 1_000_000; n++ {
-		d.compare(t, g.request())
+	// Two goroutines, so plans are compiled, cached and run concurrently
+	// (go test -race checks the sharing).
+	var wg sync.WaitGroup
+	var count [2]int
+	start := time.Now()
+	for w := range 2 {
+		wg.Go(func() {
+			g := &gen{r: rand.New(rand.NewPCG(seed+uint64(w), 7)), d: d}
+			for n := 0; n < 100 || time.Since(start) < budget && n < 1_000_000; n++ {
+				if err := d.differ(g.request()); err != "" {
+					t.Error(err)
+					return
+				}
+				count[w]++
+			}
+		})
 	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	n := count[0] + count[1]
 	plans, gqlgen := fastpath.Served()
 	plans, gqlgen = plans-plans0, gqlgen-gqlgen0
 	t.Logf("%d operations: %d answered by plans, %d by gqlgen (fast-path handler)", n, plans, gqlgen)
