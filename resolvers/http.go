@@ -86,11 +86,26 @@ func responseMedia(accept string) string {
 	return best
 }
 
-// wantsEventStream reports whether the request asks only for a stream
-// (SSE, multipart): those belong to a streaming transport, not to ours.
+// wantsEventStream reports whether the request asks for a stream (SSE,
+// multipart) and accepts no JSON at all: those belong to a streaming
+// transport, not to ours. A client that lists a stream and JSON (GraphiQL
+// may) gets JSON.
 func wantsEventStream(r *http.Request) bool {
 	a := r.Header.Get("Accept")
-	return strings.HasPrefix(a, "text/event-stream") || strings.HasPrefix(a, "multipart/mixed")
+	if !strings.Contains(a, "text/event-stream") && !strings.Contains(a, "multipart/mixed") {
+		return false
+	}
+	for part := range strings.SplitSeq(a, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || params["q"] == "0" {
+			continue
+		}
+		switch mt {
+		case mediaJSON, mediaGraphQLResponse, "application/*", "*/*":
+			return false
+		}
+	}
+	return true
 }
 
 // httpResponse is graphql.Response as written over HTTP: without a data

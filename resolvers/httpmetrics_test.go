@@ -50,9 +50,19 @@ func TestResponseMediaNegotiation(t *testing.T) {
 			t.Errorf("Accept %q: %s, want %s", accept, got, want)
 		}
 	}
-	r := httptest.NewRequest("GET", "/query", nil)
-	r.Header.Set("Accept", "text/event-stream")
-	if (httpTransport{}).Supports(r) {
-		t.Error("the JSON transport took an event-stream request")
+	for accept, ours := range map[string]bool{
+		"text/event-stream":                                    false,
+		"multipart/mixed; deferSpec=20220824":                  false,
+		"multipart/mixed, application/json;q=0.9":              true,
+		"text/event-stream, application/graphql-response+json": true,
+		"text/event-stream, */*;q=0":                           false,
+		"application/json":                                     true,
+		"":                                                     true,
+	} {
+		r := httptest.NewRequest("GET", "/query", nil)
+		r.Header.Set("Accept", accept)
+		if got := (httpTransport{}).Supports(r); got != ours {
+			t.Errorf("Accept %q: JSON transport takes it %v, want %v", accept, got, ours)
+		}
 	}
 }
