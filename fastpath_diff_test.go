@@ -42,6 +42,11 @@ type diffPair struct {
 }
 
 func newDiffPair(t testing.TB) *diffPair {
+	return newDiffPairOn(t, func(s engine.Store) engine.Store { return s })
+}
+
+// newDiffPairOn seeds a store and serves it to both handlers through wrap.
+func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair {
 	t.Helper()
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
@@ -54,7 +59,7 @@ func newDiffPair(t testing.TB) *diffPair {
 	h := hub.New(store)
 	t.Cleanup(func() { h.Close(); store.Close() })
 	mk := func(disable bool) http.Handler {
-		return resolvers.NewHandler(resolvers.Config{Store: store, Hub: h, Keys: keys,
+		return resolvers.NewHandler(resolvers.Config{Store: wrap(store), Hub: h, Keys: keys,
 			Metrics: prometheus.NewRegistry(), DisableFastPath: disable})
 	}
 	d := &diffPair{gqlgen: mk(true), fast: mk(false), keys: keys}
@@ -477,4 +482,39 @@ func FuzzFastPathAgrees(f *testing.F) {
 		}
 		d.compare(t, r)
 	})
+}
+
+// brokenReads fails the reads a page or a badge needs, as a store that
+// lost its disk or its Redis would.
+type brokenReads struct{ engine.Store }
+
+func (brokenReads) Page(context.Context, engine.UserID, []engine.PostID, engine.PageWant, []engine.PostView) error {
+	return fmt.Errorf("%w: test", engine.ErrUnavailable)
+}
+
+func (brokenReads) Unread(context.Context, engine.UserID) (engine.Unread, error) {
+	return engine.Unread{}, fmt.Errorf("%w: test", engine.ErrUnavailable)
+}
+
+func (brokenReads) UserCounts(context.Context, []engine.UserID) ([]engine.UserCounts, error) {
+	return nil, fmt.Errorf("%w: test", engine.ErrUnavailable)
+}
+
+// TestFastPathStoreFailure: when the store fails, both paths report the
+// same INTERNAL errors (plans hand such operations to gqlgen).
+func TestFastPathStoreFailure(t *testing.T) {
+	d := newDiffPairOn(t, func(s engine.Store) engine.Store { return brokenReads{s} })
+	tok, _ := d.keys.Sign(1, false, 0)
+	for _, q := range []string{
+		`{ posts(ids: ["` + d.known[0] + `"]) { id counts { likes } } }`,
+		`{ post(id: "` + d.known[1] + `") { author { postCount } } }`,
+		`{ viewer { redDot } }`,
+		`{ user(id: "3") { followerCount } posts(ids: []) { id } }`,
+	} {
+		r := request{Query: q, auth: "Bearer " + tok}
+		d.compare(t, r)
+		if body := d.serve(d.fast, r).Body.String(); !strings.Contains(body, `"INTERNAL"`) {
+			t.Fatalf("%s: %s", q, body)
+		}
+	}
 }
