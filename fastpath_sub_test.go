@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +18,22 @@ import (
 	"github.com/tally-dev/tally/resolvers/fastpath"
 )
 
+// unreadReads counts a server's badge reads.
+type unreadReads struct {
+	engine.Store
+	n atomic.Int64
+}
+
+func (u *unreadReads) Unread(ctx context.Context, v engine.UserID) (engine.Unread, error) {
+	u.n.Add(1)
+	return u.Store.Unread(ctx, v)
+}
+
 // TestFastPathSubscriptionsAgree: unreadChanged subscriptions over
 // WebSocket on a gqlgen-only server and on the default one (plans where
 // eligible), on one store, must push byte-identical payloads, first and
-// after each change; plans must have served the eligible ones.
+// after each change; plans must have served the eligible ones, and the
+// viewer's plan-served subscriptions share one badge read per change.
 func TestFastPathSubscriptionsAgree(t *testing.T) {
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
@@ -32,8 +45,9 @@ func TestFastPathSubscriptionsAgree(t *testing.T) {
 	}
 	h := hub.New(store)
 	t.Cleanup(func() { h.Close(); store.Close() })
+	reads := map[bool]*unreadReads{true: {Store: store}, false: {Store: store}}
 	server := func(disable bool) *testServer {
-		srv := httptest.NewServer(resolvers.NewHandler(resolvers.Config{Store: store, Hub: h, Keys: keys,
+		srv := httptest.NewServer(resolvers.NewHandler(resolvers.Config{Store: reads[disable], Hub: h, Keys: keys,
 			Metrics: prometheus.NewRegistry(), DisableFastPath: disable}))
 		t.Cleanup(srv.Close)
 		return &testServer{Server: srv, store: store, keys: keys}
@@ -115,6 +129,13 @@ func TestFastPathSubscriptionsAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		check("after " + st.name)
+	}
+	// gqlgen runs the resolver per subscription (five); the fast path once
+	// for the four plan-served ones plus once for the one left to gqlgen.
+	if gqReads, fastReads := reads[true].n.Load(), reads[false].n.Load(); fastReads*2 > gqReads {
+		t.Fatalf("badge reads: fast path %d, gqlgen %d; want at most 2 per 5", fastReads, gqReads)
+	} else {
+		t.Logf("badge reads over %d changes: gqlgen %d, fast path %d", len(steps), gqReads, fastReads)
 	}
 }
 

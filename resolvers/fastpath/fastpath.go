@@ -60,6 +60,7 @@ type Schema struct {
 	graphql.ExecutableSchema
 	cfg   Config
 	cache planCache
+	feeds feeds
 }
 
 var _ graphql.ExecutableSchema = (*Schema)(nil)

@@ -2,9 +2,12 @@ package fastpath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2"
@@ -14,6 +17,8 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/graph"
+	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/model"
 )
 
 // The byte-for-byte agreement with gqlgen is proven end to end in the
@@ -226,5 +231,75 @@ func TestArgumentsGqlgenWouldRefuse(t *testing.T) {
 		if data, ok := p.run(t.Context(), store, opCtx.Variables, 1); ok {
 			t.Errorf("%s %v: served %s", c.q, c.vars, data)
 		}
+	}
+}
+
+// fakeBadges is an unreadChanged resolver under the test's control.
+type fakeBadges struct {
+	mu     sync.Mutex
+	calls  int
+	fail   bool
+	out    chan *model.Viewer
+	cancel []context.Context
+}
+
+func (f *fakeBadges) resolve(ctx context.Context) (<-chan *model.Viewer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.fail {
+		return nil, errors.New("down")
+	}
+	f.cancel = append(f.cancel, ctx)
+	return f.out, nil
+}
+
+func TestPushesShareOneFeedPerViewer(t *testing.T) {
+	badges := &fakeBadges{out: make(chan *model.Viewer, 4)}
+	s := Wrap(schema, Config{UnreadChanged: badges.resolve})
+	doc := parse(t, `subscription { unreadChanged { redDot unread { total } } }`)
+	sub := func(ctx context.Context, user engine.UserID) graphql.ResponseHandler {
+		opCtx := withVars(t, doc, nil)
+		opCtx.ResolverMiddleware = func(ctx context.Context, next graphql.Resolver) (any, error) { return next(ctx) }
+		ctx = graphql.WithResponseContext(auth.With(ctx, auth.Principal{User: user}, nil), graphql.DefaultErrorPresenter, nil)
+		return s.subscribe(ctx, opCtx, s.planFor(opCtx))
+	}
+	ctx1, end1 := context.WithCancel(t.Context())
+	ctx2, end2 := context.WithCancel(t.Context())
+	h1, h2 := sub(ctx1, 7), sub(ctx2, 7)
+	if h1 == nil || h2 == nil || badges.calls != 1 {
+		t.Fatalf("two subscriptions of one viewer: handlers %v %v, resolver runs %d, want 1", h1 != nil, h2 != nil, badges.calls)
+	}
+	badges.out <- &model.Viewer{UserID: 7, Unread: &engine.Unread{Likes: 2, RedDot: true}}
+	r1, r2 := h1(ctx1), h2(ctx2)
+	want := `{"unreadChanged":{"redDot":true,"unread":{"total":2}}}`
+	if string(r1.Data) != want || &r1.Data[0] != &r2.Data[0] {
+		t.Fatalf("pushes %s and %s, want %s encoded once", r1.Data, r2.Data, want)
+	}
+	// The last subscription out ends the resolver's run.
+	end1()
+	end2()
+	deadline := time.Now().Add(2 * time.Second)
+	for badges.cancel[0].Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if badges.cancel[0].Err() == nil {
+		t.Fatal("the feed outlived its subscriptions")
+	}
+	s.feeds.mu.Lock()
+	open := len(s.feeds.byViewer)
+	s.feeds.mu.Unlock()
+	if open != 0 {
+		t.Fatalf("%d feeds open after every subscription ended", open)
+	}
+	// A resolver error leaves the subscription to gqlgen, and the next
+	// subscriber tries afresh.
+	badges.fail = true
+	if h := sub(t.Context(), 8); h != nil {
+		t.Fatal("served a subscription whose resolver failed")
+	}
+	badges.fail = false
+	if h := sub(t.Context(), 8); h == nil || badges.calls != 3 {
+		t.Fatalf("after a failure: handler %v, resolver runs %d, want 3", h != nil, badges.calls)
 	}
 }
