@@ -1123,9 +1123,15 @@ type ReadReceipts {
   "Members who have not read it yet."
   unreadCount: Int!
   "Members who have read it, in join order."
-  readers(first: Int = 50): [User!]!
+  readers(
+    "How many to list, in join order (default 50; negative is BAD_USER_INPUT)."
+    first: Int = 50
+  ): [User!]!
   "Members who have not read it yet, in join order."
-  unreaders(first: Int = 50): [User!]!
+  unreaders(
+    "How many to list, in join order (default 50; negative is BAD_USER_INPUT)."
+    first: Int = 50
+  ): [User!]!
 }
 
 """
