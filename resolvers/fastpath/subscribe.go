@@ -33,7 +33,9 @@ type feed struct {
 	cancel  context.CancelFunc // ends the resolver run when the last member leaves
 	ready   chan struct{}      // closed once the resolver answered, with err
 	err     error
-	done    chan struct{} // closed when the resolver's channel closed
+	events  <-chan *model.Viewer // the resolver's values, received by whichever member waits
+	done    chan struct{}        // closed when events closed
+	ending  sync.Once
 
 	mu      sync.Mutex
 	last    *pushEvent
@@ -84,8 +86,8 @@ func (s *Schema) join(pr auth.Principal) (*feed, error) {
 		close(f.ready)
 		return f, err
 	}
+	f.events = events
 	close(f.ready)
-	go f.run(events)
 	return f, nil
 }
 
@@ -102,21 +104,9 @@ func (s *Schema) leave(viewer engine.UserID, f *feed) {
 	}
 }
 
-func (f *feed) run(events <-chan *model.Viewer) {
-	defer close(f.done)
-	for v := range events {
-		if v == nil {
-			continue
-		}
-		f.mu.Lock()
-		f.last = &pushEvent{viewer: v}
-		close(f.changed)
-		f.changed = make(chan struct{})
-		f.mu.Unlock()
-	}
-}
-
-// next waits for a value newer than seen.
+// next waits for a value newer than seen. Members waiting here receive
+// the resolver's values themselves and publish them to the others, so a
+// feed costs no goroutine of its own.
 func (f *feed) next(ctx context.Context, seen *pushEvent) *pushEvent {
 	for {
 		f.mu.Lock()
@@ -126,6 +116,18 @@ func (f *feed) next(ctx context.Context, seen *pushEvent) *pushEvent {
 			return e
 		}
 		select {
+		case v, ok := <-f.events:
+			if !ok {
+				f.ending.Do(func() { close(f.done) })
+				return nil
+			}
+			if v != nil {
+				f.mu.Lock()
+				f.last = &pushEvent{viewer: v}
+				close(f.changed)
+				f.changed = make(chan struct{})
+				f.mu.Unlock()
+			}
 		case <-changed:
 		case <-f.done:
 			return nil
