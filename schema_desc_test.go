@@ -66,10 +66,15 @@ func TestSchemaDescribesEverything(t *testing.T) {
 	if len(got.Schema.Types) < 15 {
 		t.Fatalf("introspection returned %d types", len(got.Schema.Types))
 	}
-	var missing []string
+	var missing, wrapped []string
 	need := func(what, desc string) {
 		if strings.TrimSpace(desc) == "" {
 			missing = append(missing, what)
+		}
+		// GraphiQL renders a description as Markdown with every newline a
+		// line break: paragraphs go on one line each.
+		if strings.Contains(strings.ReplaceAll(desc, "\n\n", ""), "\n") {
+			wrapped = append(wrapped, what)
 		}
 	}
 	checked := 0
@@ -105,6 +110,9 @@ func TestSchemaDescribesEverything(t *testing.T) {
 		for _, a := range d.Args {
 			need("@"+d.Name+"("+a.Name+")", a.Description)
 		}
+	}
+	if len(wrapped) > 0 {
+		t.Errorf("hard-wrapped descriptions (GraphiQL shows each line break; keep a paragraph on one line):\n  %s", strings.Join(wrapped, "\n  "))
 	}
 	if len(missing) > 0 {
 		t.Errorf("%d of %d schema elements have no description:\n  %s", len(missing), checked, strings.Join(missing, "\n  "))

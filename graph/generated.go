@@ -910,8 +910,7 @@ var sources = []*ast.Source{
 # here are fixed; fields may be added around them.
 
 """
-A signed 64-bit integer serialised as a JSON number. Counts stay exact past
-2^31 (JavaScript clients lose precision only past 2^53).
+A signed 64-bit integer serialised as a JSON number. Counts stay exact past 2^31 (JavaScript clients lose precision only past 2^53).
 """
 scalar Long
 
@@ -924,10 +923,7 @@ directive @auth on FIELD_DEFINITION
 directive @admin on FIELD_DEFINITION
 
 """
-Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not
-one is BAD_USER_INPUT. Fields marked "signed in" need ` + "`" + `Authorization: Bearer
-<token>` + "`" + ` and are UNAUTHENTICATED without a valid token; the others also work
-anonymously (the viewer's flags then read false).
+Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not one is BAD_USER_INPUT. Fields marked "signed in" need ` + "`" + `Authorization: Bearer <token>` + "`" + ` and are UNAUTHENTICATED without a valid token; the others also work anonymously (the viewer's flags then read false).
 """
 type Query {
   "The signed-in user: badges, red dot and own counters. Signed in (UNAUTHENTICATED otherwise)."
@@ -938,9 +934,7 @@ type Query {
     id: ID!
   ): Post
   """
-  A feed page: the posts of ids, in the order given, null where an id is
-  unknown. At most 100 ids (BAD_USER_INPUT beyond). Batched: a page costs one
-  engine read for all its counts and flags, however many posts it holds.
+  A feed page: the posts of ids, in the order given, null where an id is unknown. At most 100 ids (BAD_USER_INPUT beyond). Batched: a page costs one engine read for all its counts and flags, however many posts it holds.
   """
   posts(
     "The page's post ids, at most 100, in the order to return them; repeats are allowed."
@@ -952,8 +946,7 @@ type Query {
     id: ID!
   ): User!
   """
-  A group message. Signed in; members of its group only (FORBIDDEN otherwise,
-  also for a member who left); NOT_FOUND for an unknown message.
+  A group message. Signed in; members of its group only (FORBIDDEN otherwise, also for a member who left); NOT_FOUND for an unknown message.
   """
   message(
     "The message's id (a snowflake)."
@@ -965,9 +958,7 @@ type Query {
     id: ID!
   ): Group @auth
   """
-  The shared system-notification list, newest first. Page through it with
-  ` + "`" + `after` + "`" + ` = the id of the last notification seen. Anyone may read it; reading
-  does not move the viewer's cursor (markRead(SYSTEM) does).
+  The shared system-notification list, newest first. Page through it with ` + "`" + `after` + "`" + ` = the id of the last notification seen. Anyone may read it; reading does not move the viewer's cursor (markRead(SYSTEM) does).
   """
   systemNotifications(
     "How many to return: 0 to 100 (larger asks for 100; negative is BAD_USER_INPUT)."
@@ -996,9 +987,7 @@ type Post {
 "Exact counts of one post."
 type PostCounts {
   """
-  The post's id: the counts' identity, so that a normalising cache (Apollo,
-  urql graphcache, Relay) updates a cached feed in place when a mutation
-  returns new counts.
+  The post's id: the counts' identity, so that a normalising cache (Apollo, urql graphcache, Relay) updates a cached feed in place when a mutation returns new counts.
   """
   id: ID!
   "Likes: one per user at most (a repeated like counts once)."
@@ -1106,16 +1095,13 @@ type Message {
   "When it was sent, decoded from the id."
   sentAt: Time!
   """
-  Who has read it: "read by 5 · unread 3". The sender only; FORBIDDEN for
-  anyone else.
+  Who has read it: "read by 5 · unread 3". The sender only; FORBIDDEN for anyone else.
   """
   readReceipts: ReadReceipts!
 }
 
 """
-A message's read receipts, as its sender sees them. Counted over the members
-when it was sent: members who joined later, members who had left, and the
-sender are never counted.
+A message's read receipts, as its sender sees them. Counted over the members when it was sent: members who joined later, members who had left, and the sender are never counted.
 """
 type ReadReceipts {
   "Members who have read the message."
@@ -1135,33 +1121,22 @@ type ReadReceipts {
 }
 
 """
-Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise),
-spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent),
-and is durable when it returns. Mutations on a post Tally does not know are
-NOT_FOUND. An ` + "`" + `idempotencyKey` + "`" + ` (at most 128 bytes) makes a retry by the same
-viewer apply once and return the first result; reusing a key for another
-operation or other arguments is BAD_USER_INPUT.
+Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise), spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent), and is durable when it returns. Mutations on a post Tally does not know are NOT_FOUND. An ` + "`" + `idempotencyKey` + "`" + ` (at most 128 bytes) makes a retry by the same viewer apply once and return the first result; reusing a key for another operation or other arguments is BAD_USER_INPUT.
 """
 type Mutation {
   """
-  Registers a post by the viewer: +1 to the viewer's postCount and to the feed
-  badge of their followers. Returns the post.
+  Registers a post by the viewer: +1 to the viewer's postCount and to the feed badge of their followers. Returns the post.
   """
   createPost(
     """
-    A snowflake id made by the client (its time at most a little ahead of the
-    server's clock); omit it and the server makes one. An id already taken is
-    BAD_USER_INPUT, unless this is a retry with the same idempotencyKey.
+    A snowflake id made by the client (its time at most a little ahead of the server's clock); omit it and the server makes one. An id already taken is BAD_USER_INPUT, unless this is a retry with the same idempotencyKey.
     """
     id: ID
     "Makes a retry apply once (see Mutation)."
     idempotencyKey: String
   ): Post! @auth
   """
-  Likes a post as the viewer. A second like by the same viewer changes nothing,
-  however many requests race. A like on someone else's post adds 1 to the
-  author's unread likes. Returns the post: select ` + "`" + `counts { id likes }
-  viewerHasLiked` + "`" + ` to update a cache.
+  Likes a post as the viewer. A second like by the same viewer changes nothing, however many requests race. A like on someone else's post adds 1 to the author's unread likes. Returns the post: select ` + "`" + `counts { id likes } viewerHasLiked` + "`" + ` to update a cache.
   """
   likePost(
     "The post to like."
@@ -1183,9 +1158,7 @@ type Mutation {
     postId: ID!
   ): Post! @auth
   """
-  Counts a comment on a post: +1 comments; +1 to the author's unread comments
-  (unless the viewer is the author); +1 to each mentioned user's unread
-  mentions. Tally counts comments; their text lives in the app. Returns the post.
+  Counts a comment on a post: +1 comments; +1 to the author's unread comments (unless the viewer is the author); +1 to each mentioned user's unread mentions. Tally counts comments; their text lives in the app. Returns the post.
   """
   commentOnPost(
     "The post commented on."
@@ -1196,9 +1169,7 @@ type Mutation {
     idempotencyKey: String
   ): Post! @auth
   """
-  Reposts a post: +1 reposts on it, and a new post by the viewer (counted in
-  the viewer's postCount and their followers' feed badge). Mentions as for
-  commentOnPost. Returns the new post (the repost).
+  Reposts a post: +1 reposts on it, and a new post by the viewer (counted in the viewer's postCount and their followers' feed badge). Mentions as for commentOnPost. Returns the new post (the repost).
   """
   repostPost(
     "The post reposted."
@@ -1209,18 +1180,14 @@ type Mutation {
     idempotencyKey: String
   ): Post! @auth
   """
-  Adds one view to each known post of postIds (unknown ids are ignored: views
-  are best-effort). At most 100 ids (BAD_USER_INPUT beyond); an id listed twice
-  counts twice. Returns true.
+  Adds one view to each known post of postIds (unknown ids are ignored: views are best-effort). At most 100 ids (BAD_USER_INPUT beyond); an id listed twice counts twice. Returns true.
   """
   recordViews(
     "The posts shown, at most 100."
     postIds: [ID!]!
   ): Boolean! @auth
   """
-  The viewer follows a user. Their feed snapshot of that user starts at the
-  user's current postCount, so older posts are not unread. Following oneself
-  is BAD_USER_INPUT; a second follow changes nothing. Returns the viewer.
+  The viewer follows a user. Their feed snapshot of that user starts at the user's current postCount, so older posts are not unread. Following oneself is BAD_USER_INPUT; a second follow changes nothing. Returns the viewer.
   """
   follow(
     "The user to follow."
@@ -1239,9 +1206,7 @@ type Mutation {
   "Records that the viewer clicked the red dot: redDot reads false until the next push. Returns the viewer."
   clickRedDot: Viewer! @auth
   """
-  Publishes a system notification to everyone, at O(1) cost however many users
-  exist: each user's unread system badge counts it. Admin only (a token with
-  role admin; FORBIDDEN otherwise).
+  Publishes a system notification to everyone, at O(1) cost however many users exist: each user's unread system badge counts it. Admin only (a token with role admin; FORBIDDEN otherwise).
   """
   publishSystemNotification(
     "1 to 256 bytes of UTF-8 (BAD_USER_INPUT otherwise)."
@@ -1259,9 +1224,7 @@ type Mutation {
     memberIds: [ID!]!
   ): Group! @auth
   """
-  Adds users to a group. Current members only (FORBIDDEN otherwise). A user
-  already in the group changes nothing; one who left rejoins. A member sees
-  only messages sent after joining.
+  Adds users to a group. Current members only (FORBIDDEN otherwise). A user already in the group changes nothing; one who left rejoins. A member sees only messages sent after joining.
   """
   addGroupMembers(
     "The group."
@@ -1270,18 +1233,14 @@ type Mutation {
     userIds: [ID!]!
   ): Group! @auth
   """
-  The viewer leaves a group: they stop receiving its messages and their
-  receipts of later messages are not counted. Leaving again changes nothing; a
-  user who never joined gets FORBIDDEN.
+  The viewer leaves a group: they stop receiving its messages and their receipts of later messages are not counted. Leaving again changes nothing; a user who never joined gets FORBIDDEN.
   """
   leaveGroup(
     "The group to leave."
     groupId: ID!
   ): Group! @auth
   """
-  Sends a message to a group. Current members only (FORBIDDEN otherwise). +1
-  to the unread messages of every other current member and to the unread
-  mentions of each mentioned member. Returns the message.
+  Sends a message to a group. Current members only (FORBIDDEN otherwise). +1 to the unread messages of every other current member and to the unread mentions of each mentioned member. Returns the message.
   """
   sendMessage(
     "The group."
@@ -1294,9 +1253,7 @@ type Mutation {
     idempotencyKey: String
   ): Message! @auth
   """
-  Marks messages read by the viewer, which moves their senders' receipts. A
-  member of each message's group only (FORBIDDEN otherwise); marking again
-  changes nothing. Returns the messages in order.
+  Marks messages read by the viewer, which moves their senders' receipts. A member of each message's group only (FORBIDDEN otherwise); marking again changes nothing. Returns the messages in order.
   """
   markMessagesRead(
     "The messages read: at most 100 (BAD_USER_INPUT beyond)."
@@ -1305,15 +1262,13 @@ type Mutation {
 }
 
 """
-Live updates over WebSocket (` + "`" + `graphql-transport-ws` + "`" + ` on /query). The token goes
-in connection_init's payload: {"Authorization": "Bearer <token>"}.
+Live updates over WebSocket (` + "`" + `graphql-transport-ws` + "`" + ` on /query). The token goes in connection_init's payload: {"Authorization": "Bearer <token>"}.
 """
 type Subscription {
   "The viewer's badges and red dot, pushed within 1 s whenever they change. Signed in."
   unreadChanged: Viewer! @auth
   """
-  A message's receipts, pushed as members read it. The sender only (FORBIDDEN
-  for anyone else); NOT_FOUND for an unknown message.
+  A message's receipts, pushed as members read it. The sender only (FORBIDDEN for anyone else); NOT_FOUND for an unknown message.
   """
   readReceiptsChanged(
     "The message, sent by the viewer."

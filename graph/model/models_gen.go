@@ -9,24 +9,15 @@ import (
 	"strconv"
 )
 
-// Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise),
-// spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent),
-// and is durable when it returns. Mutations on a post Tally does not know are
-// NOT_FOUND. An `idempotencyKey` (at most 128 bytes) makes a retry by the same
-// viewer apply once and return the first result; reusing a key for another
-// operation or other arguments is BAD_USER_INPUT.
+// Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise), spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent), and is durable when it returns. Mutations on a post Tally does not know are NOT_FOUND. An `idempotencyKey` (at most 128 bytes) makes a retry by the same viewer apply once and return the first result; reusing a key for another operation or other arguments is BAD_USER_INPUT.
 type Mutation struct {
 }
 
-// Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not
-// one is BAD_USER_INPUT. Fields marked "signed in" need `Authorization: Bearer
-// <token>` and are UNAUTHENTICATED without a valid token; the others also work
-// anonymously (the viewer's flags then read false).
+// Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not one is BAD_USER_INPUT. Fields marked "signed in" need `Authorization: Bearer <token>` and are UNAUTHENTICATED without a valid token; the others also work anonymously (the viewer's flags then read false).
 type Query struct {
 }
 
-// Live updates over WebSocket (`graphql-transport-ws` on /query). The token goes
-// in connection_init's payload: {"Authorization": "Bearer <token>"}.
+// Live updates over WebSocket (`graphql-transport-ws` on /query). The token goes in connection_init's payload: {"Authorization": "Bearer <token>"}.
 type Subscription struct {
 }
 
