@@ -94,8 +94,9 @@ func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair
 
 // request is one generated GraphQL request.
 type request struct {
-	Query     string         `json:"query"`
-	Variables map[string]any `json:"variables,omitempty"`
+	Query         string         `json:"query"`
+	OperationName string         `json:"operationName,omitempty"`
+	Variables     map[string]any `json:"variables,omitempty"`
 	auth      string         // Authorization header value
 	get       bool
 }
@@ -107,6 +108,9 @@ func (d *diffPair) serve(h http.Handler, r request) *httptest.ResponseRecorder {
 		q := "query=" + urlEscape(r.Query)
 		if r.Variables != nil {
 			q += "&variables=" + urlEscape(string(v))
+		}
+		if r.OperationName != "" {
+			q += "&operationName=" + urlEscape(r.OperationName)
 		}
 		req = httptest.NewRequest("GET", "/query?"+q, nil)
 	} else {
@@ -449,7 +453,15 @@ func TestFastPathCases(t *testing.T) {
 		{Query: `{ __schema { queryType { name } } }`},
 		{Query: `mutation { likePost(postId: "1") { id } }`},
 		{Query: `{ posts(ids: []) { id } }`},
+		// One document, two operations: each is its own plan.
+		{Query: `query A { posts(ids: ["` + d.known[3] + `"]) { id } } query B { posts(ids: ["` + d.known[3] + `"]) { counts { likes } } }`, OperationName: "A"},
+		{Query: `query A { posts(ids: ["` + d.known[3] + `"]) { id } } query B { posts(ids: ["` + d.known[3] + `"]) { counts { likes } } }`, OperationName: "B"},
+		{Query: `query A { posts(ids: ["` + d.known[3] + `"]) { id } } query B { posts(ids: ["` + d.known[3] + `"]) { counts { likes } } }`, OperationName: "C"},
+		// Variables' default values.
+		{Query: `query($ids: [ID!]! = ["` + d.known[4] + `"], $s: Boolean! = true) { posts(ids: $ids) { id @include(if: $s) } }`},
+		{Query: `query($id: ID = "` + d.known[4] + `") { post(id: $id) { id } }`},
 	}
+	plans0, _ := fastpath.Served()
 	for i, r := range cases {
 		if r.auth == "" && i%2 == 0 {
 			r.auth = "Bearer " + tok
@@ -457,6 +469,9 @@ func TestFastPathCases(t *testing.T) {
 		d.compare(t, r)
 		r.auth = ""
 		d.compare(t, r)
+	}
+	if plans, _ := fastpath.Served(); plans-plans0 < 15 {
+		t.Fatalf("plans answered %d of the cases", plans-plans0)
 	}
 }
 
