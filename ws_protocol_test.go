@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -514,5 +515,54 @@ func dialAnonymous(t *testing.T, s *testServer) *websocket.Conn {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWSDeadPeerDropped(t *testing.T) {
+	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{PingInterval: 200 * time.Millisecond}})
+	// A peer that reads (and so answers pings) stays...
+	live := rawWS(t, s)
+	wsInit(t, live, s.token(t, 1, false))
+	wsSubscribe(t, live, "u", unreadSub, nil)
+	wsRead(t, live, 5*time.Second)
+	msgs := make(chan wsMsg, 8)
+	go func() {
+		for {
+			var m wsMsg
+			if err := wsjson.Read(context.Background(), live, &m); err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- m
+		}
+	}()
+	time.Sleep(time.Second) // five ping intervals
+	pid := s.createPost(t, 1)
+	s.q(t, 2, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": pid})
+	select {
+	case m, ok := <-msgs:
+		if !ok || m.Type != "next" {
+			t.Fatalf("a peer answering pings: %v %+v", ok, m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no push to a peer answering pings")
+	}
+
+	// ...one that never reads is dropped after a ping goes unanswered.
+	dead, err := dialFrames(s.Listener.Addr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	dead.send(map[string]any{"type": "connection_init", "payload": map[string]string{"Authorization": "Bearer " + s.token(t, 2, false)}})
+	if err := dead.next("connection_ack"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(time.Second) // read nothing: no pong
+	dead.SetReadDeadline(time.Now().Add(5 * time.Second))
+	err = dead.next("never")
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a peer that answers no ping is still connected after %v (ping interval 200ms)", time.Since(start))
 	}
 }

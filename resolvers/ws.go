@@ -109,8 +109,9 @@ const maxQueuedMessages = 4096
 // a client that stops reading holds each subscription's goroutine (and the
 // results queued behind it) forever, and it has no notion of a cap per user
 // or per socket. Here each socket has one reader (the handler's
-// goroutine), one writer draining a queue bounded in bytes with a deadline
-// per message, and one goroutine per active operation.
+// goroutine), a writer that runs while its queue (bounded in bytes, a
+// deadline per message) has something in it, and one goroutine per active
+// operation; pings and the init and token-expiry deadlines are timers.
 type wsTransport struct {
 	cfg       WSConfig
 	keys      *auth.Keys
@@ -161,7 +162,6 @@ func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		ctx:     ctx,
 		cancel:  cancel,
 		ops:     map[string]context.CancelFunc{},
-		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
 	defer c.finish()
@@ -172,7 +172,15 @@ func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	c.timer = time.AfterFunc(t.cfg.InitTimeout, func() {
 		c.closeWith(closeInitTimeout, "Connection initialisation timeout")
 	})
-	go c.writeLoop()
+	// The server shutting down ends the request's base context: close with
+	// 1001. (closeWith ends c.ctx too; then this is a no-op.)
+	stop := context.AfterFunc(c.ctx, func() { c.closeWith(closeGoingAway, "Server shutting down") })
+	defer stop()
+	if t.cfg.PingInterval > 0 {
+		c.mu.Lock()
+		c.pinger = time.AfterFunc(t.cfg.PingInterval, c.ping)
+		c.mu.Unlock()
+	}
 	c.readLoop(ip, &release)
 }
 
@@ -218,9 +226,10 @@ type wsConn struct {
 	timer   *time.Timer // init timeout, then token expiry
 	ops     map[string]context.CancelFunc
 	queue   [][]byte
-	queued  int // bytes in queue
-	wake    chan struct{}
+	queued  int // bytes queued or being written
+	writing bool
 	dropped bool
+	pinger  *time.Timer
 }
 
 type wsIn struct {
@@ -449,9 +458,9 @@ func (c *wsConn) send(b []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if len(c.queue) > 0 && (c.queued+len(b) > c.t.cfg.SendQueueBytes || len(c.queue) >= maxQueuedMessages) {
+	if c.queued > 0 && (c.queued+len(b) > c.t.cfg.SendQueueBytes || len(c.queue) >= maxQueuedMessages) {
 		c.dropped = true
-		c.queue, c.queued = nil, 0 // released now, not when the peer gets round to reading
+		c.queue = nil // released now, not when the peer gets round to reading
 		c.mu.Unlock()
 		slog.Debug("WebSocket dropped: send queue full")
 		c.closeWith(closeTryAgainLater, "Try again later: the client is reading too slowly")
@@ -459,66 +468,69 @@ func (c *wsConn) send(b []byte) bool {
 	}
 	c.queue = append(c.queue, b)
 	c.queued += len(b)
+	start := !c.writing
+	c.writing = true
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if start {
+		go c.drain()
 	}
 	return true
 }
 
-func (c *wsConn) writeLoop() {
-	var ping <-chan time.Time
-	if c.t.cfg.PingInterval > 0 {
-		tk := time.NewTicker(c.t.cfg.PingInterval)
-		defer tk.Stop()
-		ping = tk.C
-	}
-	var batch [][]byte
+// drain writes the queue until it is empty. It runs only while there is
+// something to write, so an idle socket holds one goroutine (its reader),
+// not two.
+func (c *wsConn) drain() {
 	for {
-		select {
-		case <-c.ctx.Done():
-			// Ended by closeWith or abort, or by the server shutting down
-			// (the request's base context); only the last still needs a
-			// close frame.
-			c.closeWith(closeGoingAway, "Server shutting down")
-			return
-		case <-ping:
-			// The pong is read by readLoop; waiting for it here would stall
-			// the queue for a round trip, so wait in a goroutine that lives
-			// no longer than one interval.
-			go func() {
-				ctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.PingInterval)
-				defer cancel()
-				if err := c.conn.Ping(ctx); err != nil && c.ctx.Err() == nil {
-					c.abort()
-				}
-			}()
-		case <-c.wake:
-			c.mu.Lock()
-			batch, c.queue = c.queue, batch[:0]
-			c.queued = 0
+		c.mu.Lock()
+		batch := c.queue
+		c.queue = nil
+		if len(batch) == 0 || c.dropped {
+			c.writing = false
 			c.mu.Unlock()
-			for i, b := range batch {
-				// Not c.ctx: its end would make coder/websocket cut the
-				// connection under a close frame still to be written.
-				ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.WriteTimeout)
-				err := c.conn.Write(ctx, websocket.MessageText, b)
-				cancel()
-				batch[i] = nil
-				if err != nil {
-					if c.ctx.Err() == nil {
-						slog.Debug("WebSocket dropped: write failed", "err", err)
-						c.abort() // the peer could not take one message in WriteTimeout: a close frame would not get through either
-					}
-					return
+			return
+		}
+		c.mu.Unlock()
+		for _, b := range batch {
+			// Not c.ctx: its end would make coder/websocket cut the
+			// connection under a close frame still to be written.
+			ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.WriteTimeout)
+			err := c.conn.Write(ctx, websocket.MessageText, b)
+			cancel()
+			c.mu.Lock()
+			c.queued -= len(b)
+			c.mu.Unlock()
+			if err != nil {
+				if c.ctx.Err() == nil {
+					slog.Debug("WebSocket dropped: write failed", "err", err)
+					c.abort() // the peer could not take one message in WriteTimeout: a close frame would not get through either
 				}
-			}
-			if cap(batch) > 64 {
-				batch = nil // do not keep a burst's backing array for the socket's life
+				c.mu.Lock()
+				c.writing = false
+				c.mu.Unlock()
+				return
 			}
 		}
 	}
+}
+
+// ping checks the peer answers (WebSocket ping frames, answered by every
+// RFC 6455 client, browsers included) and schedules the next check. The
+// pong is read by readLoop.
+func (c *wsConn) ping() {
+	ctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.PingInterval)
+	defer cancel()
+	if err := c.conn.Ping(ctx); err != nil {
+		if c.ctx.Err() == nil {
+			c.abort() // no pong within an interval: the peer is gone
+		}
+		return
+	}
+	c.mu.Lock()
+	if c.pinger != nil {
+		c.pinger.Reset(c.t.cfg.PingInterval)
+	}
+	c.mu.Unlock()
 }
 
 // closeWith ends the socket with a close frame. It returns at once; the
@@ -559,11 +571,15 @@ func (c *wsConn) finish() {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+	if c.pinger != nil {
+		c.pinger.Stop()
+		c.pinger = nil
+	}
 	for _, stop := range c.ops {
 		stop()
 	}
 	c.ops = nil
-	c.queue, c.queued = nil, 0
+	c.queue = nil
 	c.mu.Unlock()
 	<-c.done
 }
