@@ -201,6 +201,27 @@ func TestWSProtocolCloseCodes(t *testing.T) {
 		})
 	}
 
+	t.Run("message over the size limit", func(t *testing.T) {
+		c := rawWS(t, s)
+		wsInit(t, c, good)
+		wsWrite(t, c, `{"type":"ping","payload":{"x":"`+strings.Repeat("x", 1<<20)+`"}}`)
+		if code, reason := wsClosed(t, c, 5*time.Second); code != websocket.StatusMessageTooBig {
+			t.Fatalf("closed with %d %q, want 1009", code, reason)
+		}
+	})
+	t.Run("closes are counted in /metrics", func(t *testing.T) {
+		resp, err := http.Get(s.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{`tally_websocket_closes_total{code="4403"} 5`, `tally_websocket_closes_total{code="4409"} 1`, "tally_websockets_open "} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
 	t.Run("no graphql-transport-ws subprotocol", func(t *testing.T) {
 		c := rawWS(t, s, "graphql-ws")
 		if code, reason := wsClosed(t, c, 5*time.Second); code != 4406 {

@@ -18,6 +18,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/tally-dev/tally/resolvers/auth"
@@ -118,6 +119,7 @@ type wsTransport struct {
 	origins   []string
 	presenter graphql.ErrorPresenterFunc
 	slots     *wsSlots
+	closes    *prometheus.CounterVec
 }
 
 var _ graphql.Transport = (*wsTransport)(nil)
@@ -538,6 +540,7 @@ func (c *wsConn) ping() {
 func (c *wsConn) closeWith(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.cancel()
+		c.t.closes.WithLabelValues(strconv.Itoa(int(code))).Inc()
 		go func() {
 			defer close(c.done)
 			cut := time.AfterFunc(closeGrace, c.cutRaw)
@@ -552,6 +555,7 @@ func (c *wsConn) closeWith(code websocket.StatusCode, reason string) {
 func (c *wsConn) abort() {
 	c.closeOnce.Do(func() {
 		c.cancel()
+		c.t.closes.WithLabelValues("-1").Inc()
 		c.cutRaw()
 		_ = c.conn.CloseNow()
 		close(c.done)
@@ -767,12 +771,24 @@ func endStream(ctx context.Context, err error) {
 }
 
 func newWSTransport(cfg Config) *wsTransport {
+	if cfg.WebSocket.ReadLimit == 0 {
+		cfg.WebSocket.ReadLimit = cfg.MaxBodyBytes // one message, one request body
+	}
 	ws := cfg.WebSocket.withDefaults()
-	return &wsTransport{
+	t := &wsTransport{
 		cfg:       ws,
 		keys:      cfg.Keys,
 		origins:   cfg.OriginPatterns,
 		presenter: presentError,
 		slots:     newWSSlots(ws.MaxPerUser),
 	}
+	t.closes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tally_websocket_closes_total",
+		Help: "WebSockets ended, by the close code the server sent or answered with (-1: cut without a close frame: a slow or dead peer).",
+	}, []string{"code"})
+	if cfg.Metrics != nil {
+		// (Open sockets are tally_websockets_open, from ObserveHTTP.)
+		cfg.Metrics.MustRegister(t.closes)
+	}
+	return t
 }
