@@ -587,3 +587,26 @@ func TestWSDeadPeerDropped(t *testing.T) {
 		t.Fatalf("a peer that answers no ping is still connected after %v (ping interval 200ms)", time.Since(start))
 	}
 }
+
+func TestWSOrigins(t *testing.T) {
+	s := newTestServerWith(t, openStore(t), resolvers.Config{OriginPatterns: []string{"app.example"}})
+	dial := func(origin string) (*websocket.Conn, *http.Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return websocket.Dial(ctx, wsURL(s), &websocket.DialOptions{
+			Subprotocols: []string{"graphql-transport-ws"},
+			HTTPHeader:   http.Header{"Origin": {origin}},
+		})
+	}
+	if _, resp, err := dial("https://evil.example"); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a foreign origin: %v %+v", err, resp)
+	}
+	for _, origin := range []string{"https://app.example", s.URL} { // listed, and same origin
+		c, _, err := dial(origin)
+		if err != nil {
+			t.Fatalf("%s: %v", origin, err)
+		}
+		wsInit(t, c, "")
+		c.CloseNow()
+	}
+}
