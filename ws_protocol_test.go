@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -608,5 +609,40 @@ func TestWSOrigins(t *testing.T) {
 		}
 		wsInit(t, c, "")
 		c.CloseNow()
+	}
+}
+
+// The flags reach the transport, and SIGTERM closes open sockets with
+// 1001 (Shutdown does not track hijacked connections).
+func TestWSFlagsAndShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	p := startTally(t, t.TempDir(), "-ws-max-per-user", "1")
+	keys, _ := auth.NewKeys([]byte(crashSecret))
+	tok, _ := keys.Sign(1, false, 0)
+	s := &testServer{Server: &httptest.Server{URL: p.url}}
+	first := rawWS(t, s)
+	wsInit(t, first, tok)
+	wsSubscribe(t, first, "u", unreadSub, nil)
+	wsRead(t, first, 5*time.Second)
+	second := rawWS(t, s)
+	wsWrite(t, second, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + tok}})
+	if code, reason := wsClosed(t, second, 5*time.Second); code != 4429 || !strings.Contains(reason, "limit 1") {
+		t.Fatalf("second socket with -ws-max-per-user 1: %d %q", code, reason)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code, reason := wsClosed(t, first, 15*time.Second); code != websocket.StatusGoingAway {
+		t.Fatalf("on SIGTERM: %d %q, want 1001\n%s", code, reason, p.log())
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.log())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit 15 s after SIGTERM")
 	}
 }
