@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
@@ -645,4 +647,91 @@ func TestWSFlagsAndShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no exit 15 s after SIGTERM")
 	}
+}
+
+// receiptsFault makes the store's Receipts fail with err once set: the
+// engine's refusal of an ex-member, or an outage, without waiting for
+// either to happen.
+type receiptsFault struct {
+	engine.Store
+	err atomic.Pointer[error]
+}
+
+func (f *receiptsFault) Receipts(ctx context.Context, v engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error) {
+	if err := f.err.Load(); err != nil {
+		return engine.Receipts{}, *err
+	}
+	return f.Store.Receipts(ctx, v, id, limit)
+}
+
+// A subscription whose re-read is refused ends with an error message
+// carrying the code; one whose re-read hits an outage carries on.
+func TestWSSubscriptionEndsWithTheRefusal(t *testing.T) {
+	store := &receiptsFault{Store: openStore(t)}
+	s := newTestServerWith(t, store, resolvers.Config{})
+	m := s.q(t, 1, `mutation { createGroup(memberIds: ["2", "3", "4"]) { id } }`, nil)
+	msg := s.send(t, 1, str(m, "createGroup", "id"), "hello")
+	c := rawWS(t, s)
+	wsInit(t, c, s.token(t, 1, false))
+	msgs := wsMessages(c)
+	next := func(d time.Duration) (wsMsg, bool) {
+		select {
+		case m, ok := <-msgs:
+			return m, ok
+		case <-time.After(d):
+			return wsMsg{}, false
+		}
+	}
+	const sub = `subscription($m: ID!) { readReceiptsChanged(messageId: $m) { readCount } }`
+	wsSubscribe(t, c, "r", sub, map[string]any{"m": msg})
+	if m, _ := next(5 * time.Second); m.Type != "next" {
+		t.Fatalf("got %s %s", m.Type, m.Payload)
+	}
+
+	outage := fmt.Errorf("%w: test outage", engine.ErrUnavailable)
+	store.err.Store(&outage)
+	s.readMsgs(t, 2, msg)
+	if m, ok := next(300 * time.Millisecond); ok {
+		t.Fatalf("an outage ended or fed the subscription: %s %s", m.Type, m.Payload)
+	}
+	store.err.Store(nil)
+	s.readMsgs(t, 3, msg)
+	if m, _ := next(5 * time.Second); m.Type != "next" || !strings.Contains(string(m.Payload), `"readCount":2`) {
+		t.Fatalf("after the outage: %s %s", m.Type, m.Payload)
+	}
+
+	refused := fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
+	store.err.Store(&refused)
+	s.readMsgs(t, 4, msg)
+	got, _ := next(5 * time.Second)
+	var errs []gqlError
+	json.Unmarshal(got.Payload, &errs)
+	if got.Type != "error" || got.ID != "r" || len(errs) != 1 || errs[0].Extensions["code"] != "FORBIDDEN" ||
+		len(errs[0].Path) != 1 || errs[0].Path[0] != "readReceiptsChanged" {
+		t.Fatalf("want an error message with FORBIDDEN on readReceiptsChanged, got %s %s %s", got.Type, got.ID, got.Payload)
+	}
+	// The operation is over: its id is free again.
+	store.err.Store(nil)
+	wsSubscribe(t, c, "r", sub, map[string]any{"m": msg})
+	if m, _ := next(5 * time.Second); m.Type != "next" {
+		t.Fatalf("after the error, the id: %s %s", m.Type, m.Payload)
+	}
+}
+
+// wsMessages reads c in the background (coder/websocket closes a
+// connection whose Read context expires, so a test that waits for
+// silence reads through a channel).
+func wsMessages(c *websocket.Conn) <-chan wsMsg {
+	out := make(chan wsMsg, 16)
+	go func() {
+		defer close(out)
+		for {
+			var m wsMsg
+			if err := wsjson.Read(context.Background(), c, &m); err != nil {
+				return
+			}
+			out <- m
+		}
+	}()
+	return out
 }
