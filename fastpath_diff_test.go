@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -97,6 +99,7 @@ type request struct {
 	Query         string         `json:"query"`
 	OperationName string         `json:"operationName,omitempty"`
 	Variables     map[string]any `json:"variables,omitempty"`
+	Extensions    map[string]any `json:"extensions,omitempty"`
 	auth      string         // Authorization header value
 	get       bool
 }
@@ -531,5 +534,45 @@ func TestFastPathStoreFailure(t *testing.T) {
 		if body := d.serve(d.fast, r).Body.String(); !strings.Contains(body, `"INTERNAL"`) {
 			t.Fatalf("%s: %s", q, body)
 		}
+	}
+}
+
+// TestFastPathKeepsGqlgenPipeline: what gqlgen does before and around
+// execution still applies to operations plans answer — the complexity
+// limit, automatic persisted queries — with the same responses.
+func TestFastPathKeepsGqlgenPipeline(t *testing.T) {
+	d := newDiffPair(t)
+	tok, _ := d.keys.Sign(1, false, 0)
+	auth := "Bearer " + tok
+	ids := make([]any, engine.MaxIDsPerCall)
+	for i := range ids {
+		ids[i] = d.known[i%len(d.known)]
+	}
+	// 1 + 100 × 6 per root field, ten root fields: over 5000.
+	var roots []string
+	for i := range 10 {
+		roots = append(roots, fmt.Sprintf(`p%d: posts(ids: $ids) { id createdAt viewerHasLiked counts { likes views } }`, i))
+	}
+	big := request{Query: `query($ids: [ID!]!) { ` + strings.Join(roots, " ") + ` }`, Variables: map[string]any{"ids": ids}, auth: auth}
+	d.compare(t, big)
+	if body := d.serve(d.fast, big).Body.String(); !strings.Contains(body, "COMPLEXITY_LIMIT_EXCEEDED") {
+		t.Fatalf("over the complexity limit: %s", body)
+	}
+
+	// APQ: the hash alone is unknown, then registered with its query,
+	// then served by hash (from a plan on the fast-path handler).
+	q := `{ posts(ids: ["` + d.known[5] + `"]) { id counts { likes } } }`
+	sum := sha256.Sum256([]byte(q))
+	ext := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(sum[:])}}
+	byHash := request{Extensions: ext, auth: auth}
+	d.compare(t, byHash) // PERSISTED_QUERY_NOT_FOUND on both
+	d.compare(t, request{Query: q, Extensions: ext, auth: auth})
+	plans0, _ := fastpath.Served()
+	d.compare(t, byHash)
+	if plans, _ := fastpath.Served(); plans == plans0 {
+		t.Fatal("a persisted query was not answered by its plan")
+	}
+	if body := d.serve(d.fast, byHash).Body.String(); !strings.Contains(body, `"posts":[{"id":"`+d.known[5]+`"`) {
+		t.Fatalf("persisted query: %s", body)
 	}
 }
