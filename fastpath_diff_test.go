@@ -100,8 +100,8 @@ type request struct {
 	OperationName string         `json:"operationName,omitempty"`
 	Variables     map[string]any `json:"variables,omitempty"`
 	Extensions    map[string]any `json:"extensions,omitempty"`
-	auth      string         // Authorization header value
-	get       bool
+	auth          string         // Authorization header value
+	get           bool
 }
 
 func (d *diffPair) serve(h http.Handler, r request) *httptest.ResponseRecorder {
