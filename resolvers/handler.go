@@ -43,9 +43,19 @@ type Config struct {
 	// cookies, so allowing an origin grants it nothing by itself.
 	CORSOrigins []string
 	// RateLimit is mutations per second per user (0 = unlimited), with
-	// bursts of RateBurst.
-	RateLimit float64
-	RateBurst int
+	// bursts of RateBurst: each mutation field of a request spends one
+	// token, and a request that would overdraw is refused whole (see
+	// ratelimit.go). RateLimiter holds the budgets; nil keeps them in this
+	// process (SharedRateLimiter shares them across replicas on Redis).
+	RateLimit   float64
+	RateBurst   int
+	RateLimiter RateLimiter
+	// MaxMutationsPerRequest caps the mutation fields of one request
+	// (BAD_USER_INPUT beyond); 0 means DefaultMaxMutationsPerRequest,
+	// negative no cap. Never above RateBurst when rate limiting is on.
+	MaxMutationsPerRequest int
+	// DisableIntrospection refuses __schema and __type (production).
+	DisableIntrospection bool
 	// WebSocket bounds sockets and their operations (see WSConfig).
 	WebSocket WSConfig
 	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
@@ -101,17 +111,19 @@ func NewHandler(cfg Config) http.Handler {
 	srv.SetParserTokenLimit(15000)
 	srv.SetErrorPresenter(presentError)
 	srv.SetRecoverFunc(recoverPanic)
-	srv.Use(extension.Introspection{})
+	if !cfg.DisableIntrospection {
+		srv.Use(extension.Introspection{})
+	}
 	apq := cfg.APQCache
 	if apq == nil {
 		apq = lru.New[string](100)
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: apq})
-	srv.Use(extension.FixedComplexityLimit(cfg.ComplexityLimit))
+	budget, maxMutations := newMutationBudget(cfg)
+	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection})
 	if cfg.Metrics != nil {
 		srv.Use(newMetrics(cfg.Metrics))
 	}
-	limiter := newRateLimiter(cfg.RateLimit, cfg.RateBurst)
 
 	// A presented but bad token fails the whole operation, even one that
 	// would be allowed anonymously: the client should learn its token is
@@ -122,8 +134,10 @@ func NewHandler(cfg Config) http.Handler {
 			return graphql.OneShot(errorResponse(CodeUnauthenticated, err.Error()))
 		}
 		op := graphql.GetOperationContext(ctx).Operation
-		if op != nil && op.Operation == ast.Mutation && p.User != 0 && !limiter.allow(p.User) {
-			return graphql.OneShot(errorResponse(CodeRateLimited, "too many mutations; slow down"))
+		if op != nil && op.Operation == ast.Mutation && p.User != 0 {
+			if refused := budget.spend(ctx, p.User); refused != nil {
+				return graphql.OneShot(refused)
+			}
 		}
 		return next(ctx)
 	})
@@ -139,6 +153,7 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)
+		ctx = withResponseHeader(ctx, w, r)
 		noteUser(ctx, p.User)
 		if r.ContentLength > cfg.MaxBodyBytes {
 			writeRequestError(w, r, http.StatusRequestEntityTooLarge, CodeBadUserInput,

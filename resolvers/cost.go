@@ -1,0 +1,397 @@
+package resolvers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/introspection"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// costLimit prices an operation by what it will do and refuses it, before
+// anything runs, when the price is over the limit or when it holds more
+// mutation fields than one request may carry. It replaces gqlgen's
+// complexity limit, whose walker prices what executes on the schema's own
+// types but skips introspection (__schema costs 0 there, so 1,400 aliased
+// __schema selections passed as cheap and answered 15 MB) and does not
+// count list arguments.
+//
+// The price of an operation, after @skip/@include with its variables:
+//   - every field costs 1 plus the price of its selection;
+//   - a list field multiplies its selection by the most it can return (the
+//     schema's complexity functions of setComplexity: ids given, page size);
+//   - every element of every list argument costs 1 more (posts(ids),
+//     recordViews(postIds), markMessagesRead(messageIds), createGroup's
+//     memberIds, addGroupMembers' userIds, mentions), across aliases;
+//   - introspection is priced by what it returns: the walk follows the
+//     schema itself (each type, field, argument, enum value listed costs
+//     its selection), so a whole-schema dump costs what it sends.
+//
+// The walk stops as soon as the running price passes the limit, so
+// pricing a hostile document costs at most about limit steps.
+type costLimit struct {
+	limit        int
+	maxMutations int
+	// introspection false refuses __schema and __type (not __typename).
+	introspection bool
+
+	es     graphql.ExecutableSchema
+	schema *introspection.Schema
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = &costLimit{}
+
+// mutationFieldsKey is the operation-stats key under which costLimit
+// leaves how many mutation fields the operation executes (an int) for
+// the rate limit to spend.
+const mutationFieldsKey = "MutationFields"
+
+// ExtensionName keeps gqlgen's name: extension.GetComplexityStats keeps
+// reporting what this extension computed.
+func (c *costLimit) ExtensionName() string { return "ComplexityLimit" }
+
+func (c *costLimit) Validate(es graphql.ExecutableSchema) error {
+	if c.limit <= 0 {
+		return fmt.Errorf("cost limit must be positive, got %d", c.limit)
+	}
+	c.es = es
+	c.schema = introspection.WrapSchema(es.Schema())
+	return nil
+}
+
+func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+	op := opCtx.Operation
+	if op == nil {
+		return nil // gqlgen reports the missing operation itself
+	}
+	if op.Operation == ast.Mutation {
+		n := countMutationFields(opCtx)
+		opCtx.Stats.SetExtension(mutationFieldsKey, n)
+		if c.maxMutations > 0 && n > c.maxMutations {
+			return &gqlerror.Error{
+				Message: fmt.Sprintf("%d mutation fields in one request; at most %d are allowed (send the rest in further requests)", n, c.maxMutations),
+				Extensions: map[string]any{
+					"code": CodeBadUserInput, "reason": "TOO_MANY_MUTATIONS",
+					"mutationFields": n, "limit": c.maxMutations,
+				},
+			}
+		}
+	}
+	w := costWalker{ctx: ctx, c: c, vars: opCtx.Variables, limit: c.limit}
+	price := w.selectionSet(op.SelectionSet)
+	if w.refused != nil {
+		return w.refused
+	}
+	opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: c.limit})
+	if w.over {
+		return &gqlerror.Error{
+			Message: fmt.Sprintf("operation costs more than the limit of %d (each field 1, lists by the most they can return, list arguments by their length, introspection by what it returns)", c.limit),
+			Extensions: map[string]any{
+				"code": CodeBadUserInput, "reason": "COMPLEXITY_LIMIT_EXCEEDED", "limit": c.limit,
+			},
+		}
+	}
+	return nil
+}
+
+// countMutationFields is how many root fields of a mutation gqlgen will
+// execute: aliases count one each, fragments are followed, @skip/@include
+// are applied with the request's variables, and two selections under one
+// response name (which validation only allows when they are the same
+// call) count once, as they run once.
+func countMutationFields(opCtx *graphql.OperationContext) int {
+	n := 0
+	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, []string{"Mutation"}) {
+		if !strings.HasPrefix(f.Name, "__") {
+			n++
+		}
+	}
+	return n
+}
+
+// costWalker prices one operation; see costLimit.
+type costWalker struct {
+	ctx   context.Context
+	c     *costLimit
+	vars  map[string]any
+	limit int
+	// over: a running price passed limit (the walk stopped there).
+	over bool
+	// refused: introspection asked of a server with it turned off.
+	refused *gqlerror.Error
+}
+
+// stop reports whether the walk is done: over the limit or refused.
+func (w *costWalker) stop(price int) bool {
+	if price > w.limit {
+		w.over = true
+	}
+	return w.over || w.refused != nil
+}
+
+// fieldsOf calls visit for every field sel selects, through fragments,
+// leaving out what @skip/@include exclude. visit returns false to stop.
+func (w *costWalker) fieldsOf(sel ast.SelectionSet, visit func(*ast.Field) bool) bool {
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			if included(s.Directives, w.vars) && !visit(s) {
+				return false
+			}
+		case *ast.InlineFragment:
+			if included(s.Directives, w.vars) && !w.fieldsOf(s.SelectionSet, visit) {
+				return false
+			}
+		case *ast.FragmentSpread:
+			if s.Definition != nil && included(s.Directives, w.vars) && !w.fieldsOf(s.Definition.SelectionSet, visit) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// selectionSet prices a selection on one of the schema's own types.
+func (w *costWalker) selectionSet(sel ast.SelectionSet) int {
+	price := 0
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		price = safeAdd(price, w.field(f))
+		return !w.stop(price)
+	})
+	return price
+}
+
+func (w *costWalker) field(f *ast.Field) int {
+	switch f.Name {
+	case "__typename":
+		return 1
+	case "__schema":
+		if !w.introspectionAllowed(f) {
+			return 0
+		}
+		return safeAdd(1, w.introSchema(f.SelectionSet))
+	case "__type":
+		if !w.introspectionAllowed(f) {
+			return 0
+		}
+		name, _ := f.ArgumentMap(w.vars)["name"].(string)
+		def := w.c.es.Schema().Types[name]
+		if def == nil {
+			return 1 // answers null
+		}
+		return safeAdd(1, w.introType(f.SelectionSet, introspection.WrapTypeFromDef(w.c.es.Schema(), def)))
+	}
+	child := 0
+	if len(f.SelectionSet) > 0 {
+		child = w.selectionSet(f.SelectionSet)
+		if w.over || w.refused != nil {
+			return child
+		}
+	}
+	args := f.ArgumentMap(w.vars)
+	price := safeAdd(1, child)
+	if f.ObjectDefinition != nil {
+		if p, ok := w.c.es.Complexity(w.ctx, f.ObjectDefinition.Name, f.Name, child, args); ok && p >= 1 {
+			price = p
+		}
+	}
+	return safeAdd(price, listArgumentLength(args))
+}
+
+func (w *costWalker) introspectionAllowed(f *ast.Field) bool {
+	if w.c.introspection {
+		return true
+	}
+	w.refused = &gqlerror.Error{
+		Message:    fmt.Sprintf("introspection (%s) is turned off on this server", f.Name),
+		Locations:  []gqlerror.Location{{Line: f.Position.Line, Column: f.Position.Column}},
+		Extensions: map[string]any{"code": CodeBadUserInput, "reason": "INTROSPECTION_DISABLED"},
+	}
+	return false
+}
+
+// listArgumentLength is how many elements the field's list arguments hold
+// in all: each is an id the resolver will look up or write.
+func listArgumentLength(args map[string]any) int {
+	n := 0
+	for _, v := range args {
+		if l, ok := v.([]any); ok {
+			n = safeAdd(n, len(l))
+		}
+	}
+	return n
+}
+
+// The intro* methods price a selection on an introspection value by
+// walking the values gqlgen's introspection will return for it.
+
+func (w *costWalker) introSchema(sel ast.SelectionSet) int {
+	price := 0
+	schema := w.c.schema
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		p := 1
+		switch f.Name {
+		case "types":
+			types := schema.Types()
+			for i := range types {
+				if p = safeAdd(p, w.introType(f.SelectionSet, &types[i])); w.stop(p) {
+					break
+				}
+			}
+		case "queryType":
+			p = safeAdd(p, w.introType(f.SelectionSet, schema.QueryType()))
+		case "mutationType":
+			p = safeAdd(p, w.introType(f.SelectionSet, schema.MutationType()))
+		case "subscriptionType":
+			p = safeAdd(p, w.introType(f.SelectionSet, schema.SubscriptionType()))
+		case "directives":
+			ds := schema.Directives()
+			for i := range ds {
+				if p = safeAdd(p, w.introDirective(f.SelectionSet, &ds[i])); w.stop(p) {
+					break
+				}
+			}
+		}
+		price = safeAdd(price, p)
+		return !w.stop(price)
+	})
+	return price
+}
+
+func (w *costWalker) introType(sel ast.SelectionSet, t *introspection.Type) int {
+	if t == nil {
+		return 0 // null
+	}
+	price := 0
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		p := 1
+		includeDeprecated, _ := f.ArgumentMap(w.vars)["includeDeprecated"].(bool)
+		switch f.Name {
+		case "fields":
+			fs := t.Fields(includeDeprecated)
+			for i := range fs {
+				if p = safeAdd(p, w.introField(f.SelectionSet, &fs[i])); w.stop(p) {
+					break
+				}
+			}
+		case "inputFields":
+			vs := t.InputFields()
+			for i := range vs {
+				if p = safeAdd(p, w.introInputValue(f.SelectionSet, &vs[i])); w.stop(p) {
+					break
+				}
+			}
+		case "enumValues":
+			p = safeAdd(p, len(t.EnumValues(includeDeprecated))*w.scalarsOnly(f.SelectionSet))
+		case "interfaces":
+			p = safeAdd(p, w.introTypes(f.SelectionSet, t.Interfaces()))
+		case "possibleTypes":
+			p = safeAdd(p, w.introTypes(f.SelectionSet, t.PossibleTypes()))
+		case "ofType":
+			p = safeAdd(p, w.introType(f.SelectionSet, t.OfType()))
+		}
+		price = safeAdd(price, p)
+		return !w.stop(price)
+	})
+	return price
+}
+
+func (w *costWalker) introTypes(sel ast.SelectionSet, ts []introspection.Type) int {
+	price := 0
+	for i := range ts {
+		if price = safeAdd(price, w.introType(sel, &ts[i])); w.stop(price) {
+			break
+		}
+	}
+	return price
+}
+
+func (w *costWalker) introField(sel ast.SelectionSet, fd *introspection.Field) int {
+	price := 0
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		p := 1
+		switch f.Name {
+		case "args":
+			for i := range fd.Args {
+				if p = safeAdd(p, w.introInputValue(f.SelectionSet, &fd.Args[i])); w.stop(p) {
+					break
+				}
+			}
+		case "type":
+			p = safeAdd(p, w.introType(f.SelectionSet, fd.Type))
+		}
+		price = safeAdd(price, p)
+		return !w.stop(price)
+	})
+	return price
+}
+
+func (w *costWalker) introInputValue(sel ast.SelectionSet, v *introspection.InputValue) int {
+	price := 0
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		p := 1
+		if f.Name == "type" {
+			p = safeAdd(p, w.introType(f.SelectionSet, v.Type))
+		}
+		price = safeAdd(price, p)
+		return !w.stop(price)
+	})
+	return price
+}
+
+func (w *costWalker) introDirective(sel ast.SelectionSet, d *introspection.Directive) int {
+	price := 0
+	w.fieldsOf(sel, func(f *ast.Field) bool {
+		p := 1
+		switch f.Name {
+		case "args":
+			for i := range d.Args {
+				if p = safeAdd(p, w.introInputValue(f.SelectionSet, &d.Args[i])); w.stop(p) {
+					break
+				}
+			}
+		case "locations":
+			p = safeAdd(p, len(d.Locations))
+		}
+		price = safeAdd(price, p)
+		return !w.stop(price)
+	})
+	return price
+}
+
+// scalarsOnly prices a selection of scalar fields (an __EnumValue's).
+func (w *costWalker) scalarsOnly(sel ast.SelectionSet) int {
+	n := 0
+	w.fieldsOf(sel, func(*ast.Field) bool { n++; return true })
+	return n
+}
+
+// included applies @skip and @include with the request's variables.
+func included(ds ast.DirectiveList, vars map[string]any) bool {
+	if d := ds.ForName("skip"); d != nil {
+		if v, _ := d.ArgumentMap(vars)["if"].(bool); v {
+			return false
+		}
+	}
+	if d := ds.ForName("include"); d != nil {
+		if v, _ := d.ArgumentMap(vars)["if"].(bool); !v {
+			return false
+		}
+	}
+	return true
+}
+
+// safeAdd adds prices without overflowing (a huge document saturates).
+func safeAdd(a, b int) int {
+	if c := a + b; c >= a && c >= b {
+		return c
+	}
+	return int(^uint(0) >> 1)
+}
