@@ -237,11 +237,51 @@ func TestIdempotencyTTL(t *testing.T) {
 	if d != c {
 		t.Fatalf("retry of the new op made another post: %d, %d", c, d)
 	}
-	// Keys are per kind: the same key on a repost is a separate op.
-	r, err := e.Repost(bg, 1, a, nil, "key")
+	// A key is bound to its first use: the same key on a repost is refused.
+	if _, err := e.Repost(bg, 1, a, nil, "key"); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("a repost with a live createPost key: %v, want ErrInvalid", err)
+	}
+}
+
+// TestIdemLegacyRecords: records logged before fingerprints (the key
+// hashed with the kind, no fingerprint) still answer retries after a
+// restart, so an upgrade inside a key's 24 hours applies nothing twice.
+func TestIdemLegacyRecords(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, Options{Dir: dir, Sync: wal.SyncNone})
+	post, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
-	if r == c {
-		t.Fatal("a repost with a createPost key returned the created post")
+	// What an older version logged for Comment(2, post, nil, "old").
+	if _, err := e.commit(&op{kind: opComment, viewer: 2, a: uint64(post), idem: legacyIdemKey(opComment, 2, "old")}); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, e.Close())
+	e = open(t, Options{Dir: dir, Sync: wal.SyncNone})
+	ok(t, e.Comment(bg, 2, post, nil, "old"))
+	cs, err := e.Counts(bg, []engine.PostID{post})
+	ok(t, err)
+	if cs[0].Comments != 1 {
+		t.Fatalf("comments = %d after retrying a pre-upgrade key, want 1", cs[0].Comments)
+	}
+	// New keys are fingerprinted, across a restart too.
+	ok(t, e.Comment(bg, 2, post, nil, "new"))
+	ok(t, e.Close())
+	e = open(t, Options{Dir: dir, Sync: wal.SyncNone})
+	if err := e.Comment(bg, 2, post, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("reuse with other mentions after a restart: %v, want ErrInvalid", err)
+	}
+	// And through a snapshot (the IDM2 section keeps fingerprints).
+	ok(t, e.Snapshot(bg))
+	ok(t, e.Close())
+	e = open(t, Options{Dir: dir, Sync: wal.SyncNone})
+	if err := e.Comment(bg, 2, post, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("reuse with other mentions after a snapshot: %v, want ErrInvalid", err)
+	}
+	ok(t, e.Comment(bg, 2, post, nil, "new"))
+	cs, err = e.Counts(bg, []engine.PostID{post})
+	ok(t, err)
+	if cs[0].Comments != 2 {
+		t.Fatalf("comments = %d, want 2", cs[0].Comments)
 	}
 }
 

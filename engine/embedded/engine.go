@@ -507,8 +507,15 @@ func (e *Engine) newID(taken func(uint64) bool) uint64 {
 func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 	st := e.st
 	if o.idem != (idemKey{}) {
-		if r, ok := st.idemLookup(o.idem, now); ok {
-			return r, true, nil
+		v, ok := st.idemLookup(o.idem, now)
+		if !ok && o.legacyIdem != (idemKey{}) {
+			v, ok = st.idemLookup(o.legacyIdem, now)
+		}
+		if ok {
+			if err := engine.CheckIdemReuse(v.fp, o.fp); err != nil {
+				return 0, false, err
+			}
+			return v.result, true, nil
 		}
 	}
 	// A registry block that cannot be read (a damaged cold file) fails
@@ -657,17 +664,25 @@ func (e *Engine) memberGroup(id, viewer uint64) (*group, error) {
 	return g, nil
 }
 
-// makeIdemKey hashes an idempotency key with the op kind and the viewer:
-// a key is scoped to one viewer and one kind of mutation, so reusing a key
-// for a different mutation performs it instead of answering with an id of
-// the wrong kind.
-func makeIdemKey(kind opKind, viewer uint64, key string) idemKey {
+// makeIdemKey hashes an idempotency key with the viewer: a key is scoped
+// to one viewer, and bound (by the fingerprint kept with it) to the kind
+// and arguments of its first use, so reusing it for anything else is
+// refused rather than answered with another call's result.
+func makeIdemKey(viewer uint64, key string) idemKey { return hashIdemKey(0, viewer, key) }
+
+// legacyIdemKey is the key as versions before fingerprints hashed it,
+// scoped by kind too; kinds start at 1, so it never equals a makeIdemKey.
+func legacyIdemKey(kind opKind, viewer uint64, key string) idemKey {
+	return hashIdemKey(byte(kind), viewer, key)
+}
+
+func hashIdemKey(kind byte, viewer uint64, key string) idemKey {
 	if key == "" {
 		return idemKey{}
 	}
 	h := fnv.New128a()
 	var b [9]byte
-	b[0] = byte(kind)
+	b[0] = kind
 	for i := range 8 {
 		b[1+i] = byte(viewer >> (8 * i))
 	}
@@ -684,6 +699,17 @@ func makeIdemKey(kind opKind, viewer uint64, key string) idemKey {
 		k[0] = 1 // zero means "no key"
 	}
 	return k
+}
+
+// withIdem sets o's idempotency fields for a call carrying key.
+func (o *op) withIdem(viewer uint64, key string, kind engine.IdemOp, args engine.IdemArgs) *op {
+	if key == "" {
+		return o
+	}
+	o.idem = makeIdemKey(viewer, key)
+	o.legacyIdem = legacyIdemKey(o.kind, viewer, key)
+	o.fp = engine.IdemFingerprint(kind, args)
+	return o
 }
 
 func nsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
@@ -726,8 +752,8 @@ func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine
 			return 0, err
 		}
 	}
-	res, err := e.commit(&op{kind: opCreatePost, viewer: uint64(viewer), a: uint64(id),
-		idem: makeIdemKey(opCreatePost, uint64(viewer), idemKey)})
+	o := &op{kind: opCreatePost, viewer: uint64(viewer), a: uint64(id)}
+	res, err := e.commit(o.withIdem(uint64(viewer), idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id}))
 	return engine.PostID(res), err
 }
 
@@ -856,8 +882,12 @@ func (e *Engine) postWithMentions(ctx context.Context, kind opKind, viewer engin
 	if err != nil {
 		return 0, err
 	}
-	return e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(post), list: ids(m),
-		idem: makeIdemKey(kind, uint64(viewer), idemKey)})
+	ik := engine.IdemComment
+	if kind == opRepost {
+		ik = engine.IdemRepost
+	}
+	o := &op{kind: kind, viewer: uint64(viewer), a: uint64(post), list: ids(m)}
+	return e.commit(o.withIdem(uint64(viewer), idemKey, ik, engine.IdemArgs{Post: post, Mentions: m}))
 }
 
 // RecordViews implements engine.Store.
@@ -999,7 +1029,8 @@ func (e *Engine) PublishNotification(ctx context.Context, title, body, idemKey s
 	if err := engine.CheckIdemKey(idemKey); err != nil {
 		return engine.Notification{}, err
 	}
-	id, err := e.commit(&op{kind: opPublish, s1: title, s2: body, idem: makeIdemKey(opPublish, 0, idemKey)})
+	o := &op{kind: opPublish, s1: title, s2: body}
+	id, err := e.commit(o.withIdem(0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body}))
 	if err != nil {
 		return engine.Notification{}, err
 	}
@@ -1100,8 +1131,9 @@ func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine
 	if err != nil {
 		return engine.Message{}, err
 	}
-	id, err := e.commit(&op{kind: opSendMessage, viewer: uint64(viewer), a: uint64(g), list: ids(m), s1: text,
-		idem: makeIdemKey(opSendMessage, uint64(viewer), idemKey)})
+	o := &op{kind: opSendMessage, viewer: uint64(viewer), a: uint64(g), list: ids(m), s1: text}
+	id, err := e.commit(o.withIdem(uint64(viewer), idemKey, engine.IdemSendMessage,
+		engine.IdemArgs{Group: g, Mentions: m, Text: text}))
 	if err != nil {
 		return engine.Message{}, err
 	}

@@ -89,6 +89,13 @@ type op struct {
 	idem   idemKey
 	list   []uint64
 	s1, s2 string
+	// fp is the engine.IdemFingerprint of the call that carried idem (0
+	// in records written before fingerprints were logged).
+	fp uint64
+	// legacyIdem is idem as older versions hashed it (scoped by kind); it
+	// is looked up, never logged, so a retry of a call made before an
+	// upgrade still finds its result.
+	legacyIdem idemKey
 }
 
 // importStride is the number of list entries per imported row.
@@ -107,6 +114,7 @@ const importStride = 7
 //	uvarint  n, then n uvarints      if maskList
 //	uvarint  len, then len bytes     if maskS1
 //	uvarint  len, then len bytes     if maskS2
+//	8 bytes  fingerprint, LE         if maskFP (records before it lack the bit)
 //
 // Zero-valued fields are left out, so a like is about 25 bytes. The log
 // frames and checksums records; this layer only has to reject anything it
@@ -121,6 +129,7 @@ const (
 	maskList
 	maskS1
 	maskS2
+	maskFP
 	maskAll = 1<<iota - 1
 )
 
@@ -156,6 +165,9 @@ func appendOp(dst []byte, o *op) []byte {
 	if o.s2 != "" {
 		mask |= maskS2
 	}
+	if o.fp != 0 {
+		mask |= maskFP
+	}
 	dst = append(dst, opVersion, byte(o.kind), mask)
 	dst = binary.AppendUvarint(dst, uint64(o.time))
 	if mask&maskViewer != 0 {
@@ -184,6 +196,9 @@ func appendOp(dst []byte, o *op) []byte {
 	if mask&maskS2 != 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(o.s2)))
 		dst = append(dst, o.s2...)
+	}
+	if mask&maskFP != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, o.fp)
 	}
 	return dst
 }
@@ -316,6 +331,16 @@ func decodeOp(rec []byte) (op, error) {
 	if mask&maskS2 != 0 {
 		if o.s2 = d.str("s2"); o.s2 == "" && d.err == nil {
 			d.fail("s2 is empty")
+		}
+	}
+	if mask&maskFP != 0 {
+		if k := d.bytes(8, "fingerprint"); k != nil {
+			if o.fp = binary.LittleEndian.Uint64(k); o.fp == 0 {
+				d.fail("fingerprint is zero")
+			}
+		}
+		if mask&maskIdem == 0 && d.err == nil {
+			d.fail("fingerprint without an idem key")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -175,6 +175,7 @@ type message struct {
 type idemVal struct {
 	result uint64
 	time   int64
+	fp     uint64 // engine.IdemFingerprint of the first call; 0: not recorded
 }
 
 type idemExpiry struct {
@@ -338,14 +339,14 @@ func (st *state) messageOut(m *message) engine.Message {
 	}
 }
 
-// idemLookup returns the result of the op logged under k, if it is younger
+// idemLookup returns what the op logged under k recorded, if it is younger
 // than engine.IdempotencyTTL at now.
-func (st *state) idemLookup(k idemKey, now int64) (uint64, bool) {
+func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
 	v, ok := st.idem.Get(k)
 	if !ok || v.time <= now-int64(engine.IdempotencyTTL) {
-		return 0, false
+		return idemVal{}, false
 	}
-	return v.result, true
+	return v, true
 }
 
 // expireIdem forgets idempotency keys older than the TTL at time now. It
@@ -549,7 +550,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		st.importRows(o.list, o.time)
 	}
 	if o.idem != (idemKey{}) {
-		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time})
+		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time, fp: o.fp})
 		st.idemQ = append(st.idemQ, idemExpiry{o.time, o.idem})
 	}
 }

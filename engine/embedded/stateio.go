@@ -48,7 +48,9 @@ import (
 //	      ceil(n/64) × u quit word
 //	MSGS  in msgList order: u id, u group, u sender, v time, u text
 //	      length, text, u receipt length, receipt (receipts encoding)
-//	IDEM  8+8 key, u result, v time
+//	IDM2  8+8 key, u result, v time, 8 fingerprint (0: none recorded)
+//	IDEM  the form before fingerprints: 8+8 key, u result, v time; read,
+//	      no longer written
 //	IDMQ  the live part of the expiry queue, in order: v time, 8+8 key
 //
 // The decoder rejects anything the encoder would not write: unknown or
@@ -72,16 +74,18 @@ var (
 	tagNotifs   = snapshot.MakeTag("NOTF")
 	tagGroups   = snapshot.MakeTag("GRPS")
 	tagMsgs     = snapshot.MakeTag("MSGS")
-	tagIdem     = snapshot.MakeTag("IDEM")
+	tagIdem     = snapshot.MakeTag("IDEM") // without fingerprints; read, no longer written
+	tagIdem2    = snapshot.MakeTag("IDM2")
 	tagIdemQ    = snapshot.MakeTag("IDMQ")
 
 	// allTags are the sections a snapshot must have; the post counts
 	// and the registry are each in one section of a pair (the current
 	// form first, then the one older snapshots have).
 	allTags = []snapshot.Tag{tagMeta, tagLikes, tagFavs, tagUsers, tagProfiles,
-		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdem, tagIdemQ}
+		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdemQ}
 	countTags    = []snapshot.Tag{tagPCounts, tagCounts}
 	registryTags = []snapshot.Tag{tagRegistry, tagPosts}
+	idemTags     = []snapshot.Tag{tagIdem2, tagIdem}
 )
 
 // followsPerItem bounds a FOLW item so that a user following millions
@@ -295,13 +299,14 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 				e.end()
 			}
 		}},
-		{tagIdem, func() {
+		{tagIdem2, func() {
 			st.idem.Range(func(k idemKey, v idemVal) bool {
 				e.start()
 				e.fixed(k[0])
 				e.fixed(k[1])
 				e.u(v.result)
 				e.v(v.time)
+				e.fixed(v.fp)
 				e.end()
 				return true
 			})
@@ -505,9 +510,14 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	if err != nil {
 		return nil, err
 	}
-	if len(secs) != len(allTags)+2 {
+	idemTag, err := one(idemTags)
+	if err != nil {
+		return nil, err
+	}
+	if len(secs) != len(allTags)+3 {
 		for _, s := range r.Sections() {
-			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) {
+			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) &&
+				!containsTag(idemTags, s.Tag) {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -529,7 +539,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		groups:   table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:  table.New[pair, uint32](hashPair, 256),
 		msgs:     table.New[uint64, uint32](hashU64, items(tagMsgs)),
-		idem:     table.New[idemKey, idemVal](hashIdem, items(tagIdem)),
+		idem:     table.New[idemKey, idemVal](hashIdem, items(idemTag)),
 	}}
 	st := im.st
 	jobs := [][]func() error{
@@ -554,7 +564,7 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		{func() error { return readNotifs(secs[tagNotifs], pc, st) }},
 		// Messages refer to groups, so they are read after them.
 		{func() error { return readGroups(secs[tagGroups], pc, st) }, func() error { return readMsgs(secs[tagMsgs], pc, st) }},
-		{func() error { return readIdem(secs[tagIdem], pc, st) }, func() error { return readIdemQ(secs[tagIdemQ], pc, st) }},
+		{func() error { return readIdem(secs[idemTag], pc, st, idemTag == tagIdem2) }, func() error { return readIdemQ(secs[tagIdemQ], pc, st) }},
 	}
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -1093,10 +1103,13 @@ func readMsgs(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	return checkLen(sr, st.msgs.Len())
 }
 
-func readIdem(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+func readIdem(sr *snapshot.SectionReader, pc *pacer, st *state, withFP bool) error {
 	err := eachItem(sr, pc, func(d *dec) {
 		k := idemKey{d.fixed("key"), d.fixed("key")}
 		v := idemVal{result: d.u("result"), time: d.v("time")}
+		if withFP {
+			v.fp = d.fixed("fingerprint")
+		}
 		if d.err == "" && k == (idemKey{}) {
 			d.fail("zero key")
 		}

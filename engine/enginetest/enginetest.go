@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		{"Reposts", testReposts},
 		{"Views", testViews},
 		{"Idempotency", testIdempotency},
+		{"IdempotencyKeyReuse", testIdemReuse},
 		{"MarkRead", testMarkRead},
 		{"SystemNotifications", testSystemNotifications},
 		{"RedDot", testRedDot},
@@ -515,6 +516,108 @@ func testIdempotency(t *testing.T, s engine.Store) {
 	ok(t, err)
 	if len(list) != 1 {
 		t.Fatalf("%d notifications after a retried publish, want 1", len(list))
+	}
+}
+
+// testIdemReuse: a key is bound to the kind and arguments of its first
+// use. A retry with the same arguments (mentions in any order, duplicates
+// and the actor dropped as always) answers with the first result; a reuse
+// for anything else is ErrInvalid and changes nothing.
+func testIdemReuse(t *testing.T, s engine.Store) {
+	const u, v, w = 80, 81, 82
+	a := newPost(t, s, u)
+	b := newPost(t, s, u)
+	refused := func(err error, what string) {
+		t.Helper()
+		wantErr(t, err, engine.ErrInvalid, what)
+	}
+
+	ok(t, s.Comment(bg, v, a, []engine.UserID{w, 83}, "c"))
+	ok(t, s.Comment(bg, v, a, []engine.UserID{83, w, w, v}, "c")) // the same, said differently
+	refused(s.Comment(bg, v, b, []engine.UserID{w, 83}, "c"), "the key of a comment on a reused on b")
+	refused(s.Comment(bg, v, a, []engine.UserID{w}, "c"), "the key reused with other mentions")
+	refused(s.Comment(bg, v, a, nil, "c"), "the key reused without mentions")
+	_, err := s.Repost(bg, v, a, []engine.UserID{w, 83}, "c")
+	refused(err, "a comment's key reused for a repost")
+	_, err = s.CreatePost(bg, v, 0, "c")
+	refused(err, "a comment's key reused for createPost")
+	wantCounts(t, s, a, engine.Counts{Comments: 1})
+	wantCounts(t, s, b, engine.Counts{})
+	wantUnread(t, s, u, engine.Unread{Comments: 1})
+	wantUnread(t, s, w, engine.Unread{Mentions: 1})
+	if uc := userCounts(t, s, v); uc.Posts != 0 {
+		t.Fatalf("refused reuses made %d posts", uc.Posts)
+	}
+	// The first use still answers its retries after the refusals.
+	ok(t, s.Comment(bg, v, a, []engine.UserID{w, 83}, "c"))
+	wantCounts(t, s, a, engine.Counts{Comments: 1})
+
+	// A first attempt refused on a product rule binds nothing.
+	wantErr(t, s.Comment(bg, v, 12345, nil, "z"), engine.ErrNotFound, "comment on an unknown post")
+	ok(t, s.Comment(bg, v, b, nil, "z"))
+	wantCounts(t, s, b, engine.Counts{Comments: 1})
+
+	// CreatePost: the requested id is an argument.
+	p1, err := s.CreatePost(bg, v, 0, "p")
+	ok(t, err)
+	_, err = s.CreatePost(bg, v, clientPostID(), "p")
+	refused(err, "createPost's key reused with a client id")
+	p2, err := s.CreatePost(bg, v, 0, "p")
+	ok(t, err)
+	if p1 != p2 {
+		t.Fatalf("retried CreatePost returned %d then %d", p1, p2)
+	}
+
+	// Repost.
+	r1, err := s.Repost(bg, v, a, nil, "r")
+	ok(t, err)
+	_, err = s.Repost(bg, v, b, nil, "r")
+	refused(err, "a repost's key reused on another post")
+	r2, err := s.Repost(bg, v, a, nil, "r")
+	ok(t, err)
+	if r1 != r2 {
+		t.Fatalf("retried Repost returned %d then %d", r1, r2)
+	}
+	wantCounts(t, s, b, engine.Counts{Comments: 1})
+	if uc := userCounts(t, s, v); uc.Posts != 2 {
+		t.Fatalf("postCount = %d, want 2 (one post, one repost)", uc.Posts)
+	}
+
+	// SendMessage: group, text and mentions.
+	g1, err := s.CreateGroup(bg, v, []engine.UserID{w})
+	ok(t, err)
+	g2, err := s.CreateGroup(bg, v, []engine.UserID{w})
+	ok(t, err)
+	m1, err := s.SendMessage(bg, v, g1, "hi", nil, "m")
+	ok(t, err)
+	_, err = s.SendMessage(bg, v, g1, "hello", nil, "m")
+	refused(err, "a message's key reused with another text")
+	_, err = s.SendMessage(bg, v, g2, "hi", nil, "m")
+	refused(err, "a message's key reused in another group")
+	_, err = s.SendMessage(bg, v, g1, "hi", []engine.UserID{w}, "m")
+	refused(err, "a message's key reused with mentions")
+	refused(s.Comment(bg, v, a, nil, "m"), "a message's key reused for a comment")
+	m2, err := s.SendMessage(bg, v, g1, "hi", nil, "m")
+	ok(t, err)
+	if m1.ID != m2.ID {
+		t.Fatalf("retried SendMessage returned %d then %d", m1.ID, m2.ID)
+	}
+	wantUnread(t, s, w, engine.Unread{Mentions: 1, Messages: 1})
+
+	// PublishNotification.
+	n1, err := s.PublishNotification(bg, "t", "b", "n")
+	ok(t, err)
+	_, err = s.PublishNotification(bg, "t", "other", "n")
+	refused(err, "a notification's key reused with another body")
+	_, err = s.PublishNotification(bg, "other", "b", "n")
+	refused(err, "a notification's key reused with another title")
+	n2, err := s.PublishNotification(bg, "t", "b", "n")
+	ok(t, err)
+	if n1.ID != n2.ID {
+		t.Fatalf("retried PublishNotification returned %d then %d", n1.ID, n2.ID)
+	}
+	if list, err := s.Notifications(bg, 10, 0); err != nil || len(list) != 1 {
+		t.Fatalf("notifications after refused reuses: %d, %v; want 1", len(list), err)
 	}
 }
 

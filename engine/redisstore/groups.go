@@ -134,7 +134,8 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 		return engine.Message{}, notFound("group")
 	}
 	mid := s.gen.Next()
-	in, err := s.idemBegin(ctx, uint64(viewer), kindMessage, idemKey, strconv.FormatUint(mid, 10))
+	in, err := s.idemBegin(ctx, uint64(viewer), kindMessage, idemKey, strconv.FormatUint(mid, 10), engine.IdemSendMessage,
+		engine.IdemArgs{Group: group, Mentions: mentions, Text: text})
 	if err != nil {
 		return engine.Message{}, err
 	}

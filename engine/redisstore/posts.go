@@ -4,46 +4,73 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
 )
 
-// Idempotency: the record (viewer, kind, key) lives in the viewer's slot
-// and holds the operation's result, prefixed 'p' while the operation runs
-// and 'd' once every step is applied. A retry that finds 'd' returns the
+// Idempotency: the record (viewer, key) lives in the viewer's slot and
+// holds the operation's result and the engine.IdemFingerprint of its first
+// call, "<state><result>#<fingerprint hex>", state 'p' while the operation
+// runs and 'd' once every step is applied. A retry whose fingerprint
+// differs is refused (engine.ErrIdemReused); one that finds 'd' returns the
 // result; one that finds 'p' (a crash or a concurrent attempt) replays the
-// steps, each guarded by its marker, so nothing applies twice.
+// steps, each guarded by its marker, so nothing applies twice. Records
+// written before fingerprints were kept lived under a key scoped by kind
+// too and have no '#'; they are still found (for their 24 hours) and taken
+// as retries.
 
 const (
 	kindPost    = 'p'
 	kindComment = 'c'
 	kindRepost  = 'r'
 	kindMessage = 'm'
+	// kindAny scopes the record key: one record per (viewer, key) whatever
+	// the kind, so that reusing a key for another kind is seen.
+	kindAny = '*'
 )
 
 type idem struct {
 	key    string // record key; "" when the call carries no idempotency key
 	op     string // marker name of the operation
 	result string // the result this operation stands for
+	fp     string // fingerprint, hex
 	done   bool   // a previous attempt completed
 }
 
-// idemBegin reserves (viewer, kind, key) for result, or returns the result
-// of the earlier attempt.
-func (s *Store) idemBegin(ctx context.Context, viewer uint64, kind byte, key, result string) (idem, error) {
+// idemBegin reserves (viewer, key) for result, or returns the result of
+// the earlier attempt; an earlier attempt with another fingerprint is
+// engine.ErrIdemReused.
+func (s *Store) idemBegin(ctx context.Context, viewer uint64, kind byte, key, result string, op engine.IdemOp, args engine.IdemArgs) (idem, error) {
 	if key == "" {
 		return idem{result: result}, nil
 	}
-	in := idem{key: s.k.idem(viewer, kind, key), op: opID(viewer, kind, key), result: result}
-	c := raw("SET", in.key, "p"+result, "NX", "GET", "PX", engine.IdempotencyTTL.Milliseconds())
-	if err := s.exec(ctx, c); err != nil {
+	fp := strconv.FormatUint(engine.IdemFingerprint(op, args), 16)
+	in := idem{key: s.k.idem(viewer, kindAny, key), op: opID(viewer, kind, key), result: result, fp: fp}
+	legacy := s.k.idem(viewer, kind, key)
+	r, err := s.one(ctx, scIdemBegin, []string{in.key, legacy}, "p"+result+"#"+fp, engine.IdempotencyTTL.Milliseconds())
+	if err != nil {
 		return in, err
 	}
-	if prev, err := c.res.Text(); err == nil && len(prev) > 0 {
-		in.result, in.done = prev[1:], prev[0] == 'd'
+	prev, _ := r.(string)
+	if len(prev) == 0 {
+		return in, nil
 	}
+	rest, storedFP, withFP := strings.Cut(prev[1:], "#")
+	var stored uint64
+	if withFP {
+		if stored, err = strconv.ParseUint(storedFP, 16, 64); err != nil || stored == 0 {
+			return in, s.fail(fmt.Errorf("idempotency record %q: bad fingerprint", in.key))
+		}
+	} else {
+		in.key = legacy
+	}
+	if err := engine.CheckIdemReuse(stored, engine.IdemFingerprint(op, args)); err != nil {
+		return idem{}, err
+	}
+	in.result, in.done = rest, prev[0] == 'd'
 	return in, nil
 }
 
@@ -51,7 +78,7 @@ func (s *Store) idemDone(ctx context.Context, in idem) error {
 	if in.key == "" || in.done {
 		return nil
 	}
-	return s.exec(ctx, raw("SET", in.key, "d"+in.result, "XX", "KEEPTTL"))
+	return s.exec(ctx, raw("SET", in.key, "d"+in.result+"#"+in.fp, "XX", "KEEPTTL"))
 }
 
 // idemAbort forgets a reservation whose operation failed on a product rule
@@ -76,8 +103,8 @@ func checkUser(u engine.UserID) error { return engine.CheckViewer(u) }
 // its idempotency key: a first attempt records want as the new post's id;
 // a retry gets back the id the first attempt recorded, and in.done when
 // that attempt completed (then nothing is left to do).
-func (s *Store) reservePostID(ctx context.Context, viewer engine.UserID, kind byte, idemKey string, want uint64) (uint64, idem, error) {
-	in, err := s.idemBegin(ctx, uint64(viewer), kind, idemKey, strconv.FormatUint(want, 10))
+func (s *Store) reservePostID(ctx context.Context, viewer engine.UserID, kind byte, idemKey string, want uint64, op engine.IdemOp, args engine.IdemArgs) (uint64, idem, error) {
+	in, err := s.idemBegin(ctx, uint64(viewer), kind, idemKey, strconv.FormatUint(want, 10), op, args)
 	if err != nil {
 		return 0, in, err
 	}
@@ -104,7 +131,7 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if want == 0 && idemKey != "" {
 		want = s.gen.Next()
 	}
-	want, in, err := s.reservePostID(ctx, viewer, kindPost, idemKey, want)
+	want, in, err := s.reservePostID(ctx, viewer, kindPost, idemKey, want, engine.IdemCreatePost, engine.IdemArgs{Post: id})
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
@@ -369,7 +396,8 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	if err := engine.CheckIdemKey(idemKey); err != nil {
 		return err
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), kindComment, idemKey, "")
+	in, err := s.idemBegin(ctx, uint64(viewer), kindComment, idemKey, "", engine.IdemComment,
+		engine.IdemArgs{Post: post, Mentions: mentions})
 	if err != nil || in.done {
 		return err
 	}
@@ -419,7 +447,8 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	if idemKey != "" {
 		want = s.gen.Next()
 	}
-	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, want)
+	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, want, engine.IdemRepost,
+		engine.IdemArgs{Post: post, Mentions: mentions})
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}

@@ -50,7 +50,7 @@ func TestReplayAfterCrash(t *testing.T) {
 
 	// CreatePost: registered, then crash before the author's postCount.
 	want := s.gen.Next()
-	in, err := s.idemBegin(ctx, author, kindPost, "cp", strconv.FormatUint(want, 10))
+	in, err := s.idemBegin(ctx, author, kindPost, "cp", strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{})
 	check(t, err)
 	_, err = s.registerPost(ctx, author, want, in.op, "a")
 	check(t, err)
@@ -69,7 +69,8 @@ func TestReplayAfterCrash(t *testing.T) {
 	post := engine.PostID(want)
 
 	// Comment: counted on the post, then crash before any badge.
-	in, err = s.idemBegin(ctx, actor, kindComment, "c1", "")
+	in, err = s.idemBegin(ctx, actor, kindComment, "c1", "", engine.IdemComment,
+		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
 	_, err = s.countOn(ctx, post, pComments, in.op, "a")
 	check(t, err)
@@ -91,7 +92,8 @@ func TestReplayAfterCrash(t *testing.T) {
 	// Repost: counted and the new post registered, then crash before the
 	// reposter's postCount and the mention.
 	rid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, kindRepost, "r1", strconv.FormatUint(rid, 10))
+	in, err = s.idemBegin(ctx, actor, kindRepost, "r1", strconv.FormatUint(rid, 10), engine.IdemRepost,
+		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
 	_, err = s.countOn(ctx, post, pReposts, in.op, "a")
 	check(t, err)
@@ -120,7 +122,8 @@ func TestReplayAfterCrash(t *testing.T) {
 	g, err := s.CreateGroup(ctx, actor, []engine.UserID{author, mentioned})
 	check(t, err)
 	mid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, kindMessage, "m1", strconv.FormatUint(mid, 10))
+	in, err = s.idemBegin(ctx, actor, kindMessage, "m1", strconv.FormatUint(mid, 10), engine.IdemSendMessage,
+		engine.IdemArgs{Group: g, Mentions: []engine.UserID{mentioned}, Text: "hi"})
 	check(t, err)
 	gk := s.k.group(uint64(g))
 	_, err = s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R}, uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID)

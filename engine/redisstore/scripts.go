@@ -249,6 +249,18 @@ return v`)
 	// Appends a notification to the shared list (O(1) in users).
 	// KEYS list, id index, idem key; ARGV id, payload, idem ttl (0: none).
 	// {1, id, payload} published; {0, id, payload} a retry; {-1} id clash.
+	// The idempotency record of (viewer, key): the one an older version
+	// wrote under a kind-scoped key if any, else this one, reserved now.
+	// KEYS record, legacy record; ARGV value, ttl ms. Returns the existing
+	// value or false.
+	scIdemBegin = newScript(`
+local v = redis.call('GET', KEYS[2])
+if v then return v end
+v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false`)
+
 	scPublish = newScript(`
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
@@ -496,6 +508,6 @@ return {1, body}`)
 
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
-	scSetField, scSnapshot, scPush, scPublish, scNotifs, scGroupCreate, scGroupAdd,
+	scSetField, scSnapshot, scPush, scIdemBegin, scPublish, scNotifs, scGroupCreate, scGroupAdd,
 	scGroupLeave, scGroupGet, scSend, scMarkRead, scMsgGet, scImport, scSweep,
 }

@@ -373,6 +373,13 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 			if err != nil {
 				return engine.Notification{}, s.fail(err)
 			}
+			// The record is the notification itself, so what the key was
+			// first used for is read back from it.
+			first := engine.IdemFingerprint(engine.IdemPublish, engine.IdemArgs{Title: prev.Title, Body: prev.Body})
+			if err := engine.CheckIdemReuse(first, engine.IdemFingerprint(engine.IdemPublish,
+				engine.IdemArgs{Title: title, Body: body})); err != nil {
+				return engine.Notification{}, err
+			}
 			return prev, nil
 		}
 	}
