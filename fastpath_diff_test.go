@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -574,5 +575,28 @@ func TestFastPathKeepsGqlgenPipeline(t *testing.T) {
 	}
 	if body := d.serve(d.fast, byHash).Body.String(); !strings.Contains(body, `"posts":[{"id":"`+d.known[5]+`"`) {
 		t.Fatalf("persisted query: %s", body)
+	}
+}
+
+// TestFastPathMetrics: /metrics tells how many operations plans answered.
+func TestFastPathMetrics(t *testing.T) {
+	s := newTestServer(t)
+	id := s.createPost(t, 1)
+	s.q(t, 1, `query($ids: [ID!]!) { posts(ids: $ids) { id counts { likes } } }`, map[string]any{"ids": []string{id}})
+	s.q(t, 0, `{ systemNotifications { id } }`, nil)
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body strings.Builder
+	io.Copy(&body, resp.Body)
+	for _, want := range []string{
+		`tally_graphql_executed_operations_total{executor="plan"} 1`,
+		`tally_graphql_executed_operations_total{executor="gqlgen"} 2`, // the mutation and the notifications
+	} {
+		if !strings.Contains(body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -99,7 +99,8 @@ func NewHandler(cfg Config) http.Handler {
 	// inside gqlgen's pipeline (see resolvers/fastpath).
 	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
 	if !cfg.DisableFastPath {
-		es = fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged})
+		es = fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged,
+			Metrics: cfg.Metrics})
 	}
 	srv := handler.New(es)
 	srv.AddTransport(newWSTransport(cfg))

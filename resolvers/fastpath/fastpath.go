@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/tally-dev/tally/engine"
@@ -51,6 +52,8 @@ type Config struct {
 	// CacheSize bounds the compiled operations kept; 0 means 1000 (as
 	// gqlgen's query cache in resolvers.NewHandler).
 	CacheSize int
+	// Metrics registers the count of operations by executor; nil skips it.
+	Metrics prometheus.Registerer
 }
 
 // Schema is a graphql.ExecutableSchema that executes plan-eligible
@@ -61,6 +64,8 @@ type Schema struct {
 	cfg   Config
 	cache planCache
 	feeds feeds
+
+	byPlan, byGqlgen prometheus.Counter // nil without Config.Metrics
 }
 
 var _ graphql.ExecutableSchema = (*Schema)(nil)
@@ -70,7 +75,16 @@ func Wrap(es graphql.ExecutableSchema, cfg Config) *Schema {
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = 1000
 	}
-	return &Schema{ExecutableSchema: es, cfg: cfg, cache: planCache{max: cfg.CacheSize}}
+	s := &Schema{ExecutableSchema: es, cfg: cfg, cache: planCache{max: cfg.CacheSize}}
+	if cfg.Metrics != nil {
+		ops := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_graphql_executed_operations_total",
+			Help: "Operations (queries, and subscriptions when they start) that reached execution, by executor: plan (a compiled plan of resolvers/fastpath answered) or gqlgen (gqlgen's executor ran it).",
+		}, []string{"executor"})
+		cfg.Metrics.MustRegister(ops)
+		s.byPlan, s.byGqlgen = ops.WithLabelValues("plan"), ops.WithLabelValues("gqlgen")
+	}
+	return s
 }
 
 // Counters of responses and subscriptions served by plans and handed to
@@ -80,6 +94,21 @@ var served, fellBack atomic.Uint64
 // Served reports how many operations plans answered and how many went to
 // gqlgen's executor since the process started.
 func Served() (plans, gqlgen uint64) { return served.Load(), fellBack.Load() }
+
+// count records who executed one operation.
+func (s *Schema) count(byPlan bool) {
+	if byPlan {
+		served.Add(1)
+		if s.byPlan != nil {
+			s.byPlan.Inc()
+		}
+		return
+	}
+	fellBack.Add(1)
+	if s.byGqlgen != nil {
+		s.byGqlgen.Inc()
+	}
+}
 
 // Exec implements graphql.ExecutableSchema.
 func (s *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
@@ -101,7 +130,7 @@ func (s *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 			}
 		}
 	}
-	fellBack.Add(1)
+	s.count(false)
 	return s.ExecutableSchema.Exec(ctx)
 }
 
@@ -122,11 +151,11 @@ func (s *Schema) query(ctx context.Context, opCtx *graphql.OperationContext, p *
 		viewer, err := auth.From(rctx)
 		if err == nil {
 			if data, ok := p.run(rctx, s.cfg.Store, opCtx.Variables, viewer.User); ok {
-				served.Add(1)
+				s.count(true)
 				return &graphql.Response{Data: data}
 			}
 		}
-		fellBack.Add(1)
+		s.count(false)
 		inner = s.ExecutableSchema.Exec(ctx)
 		return inner(rctx)
 	}

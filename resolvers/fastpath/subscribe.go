@@ -182,7 +182,7 @@ func (s *Schema) subscribe(ctx context.Context, opCtx *graphql.OperationContext,
 		return nil
 	}
 	context.AfterFunc(ctx, func() { s.leave(pr.User, f) })
-	served.Add(1)
+	s.count(true)
 	// Field middleware (the metrics extension times an event from it)
 	// sees one resolver call per push, as with gqlgen's executor.
 	fc := &graphql.FieldContext{Object: "Subscription", IsResolver: true, IsMethod: true}
