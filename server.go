@@ -282,12 +282,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	apqTTL := fs.Duration("apq-ttl", resolvers.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this separate address, e.g. 127.0.0.1:6060 (off when empty)")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
-	complexity := fs.Int("complexity-limit", 5000, "largest query cost accepted (fields, with lists counted by their size)")
+	complexity := fs.Int("complexity-limit", 5000, "largest operation cost accepted: each field 1, lists times the most they return, each element of a list argument 1, introspection by what it returns")
 	maxBody := fs.Int64("max-body-bytes", 1<<20, "largest request body accepted")
 	corsOrigins := fs.String("cors-origins", "", "comma-separated browser origins (or *) allowed to call /query from another origin")
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
+	maxMutations := fs.Int("max-mutations-per-request", resolvers.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
+	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
 	var timeouts httpTimeouts
 	timeouts.register(fs)
 	var wsCfg resolvers.WSConfig
@@ -323,8 +325,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Replicas share persisted queries in Redis mode: a client behind a
 	// load balancer persists a query once, not once per replica.
 	var apq graphql.Cache[string]
+	var limiter resolvers.RateLimiter
 	if rs, ok := store.(*redisstore.Store); ok {
 		apq = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
+		// Replicas share each user's mutation budget in Redis.
+		if *rateLimit > 0 {
+			burst := *rateBurst
+			if burst <= 0 {
+				burst = max(1, int(*rateLimit*2)) // as the in-process limiter
+			}
+			l, err := rs.NewLimiter(*rateLimit, burst)
+			if err != nil {
+				return usageError{err}
+			}
+			limiter = resolvers.SharedRateLimiter(l)
+		}
 	}
 	handler := newHandler(store, h, resolvers.Config{
 		APQCache:        apq,
@@ -336,7 +351,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CORSOrigins:     splitList(*corsOrigins),
 		RateLimit:       *rateLimit,
 		RateBurst:       *rateBurst,
+		RateLimiter:     limiter,
 		WebSocket:       wsCfg,
+
+		MaxMutationsPerRequest: *maxMutations,
+		DisableIntrospection:   !*introspection,
 	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
 
 	if *pprofAddr != "" {
