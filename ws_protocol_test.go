@@ -247,6 +247,19 @@ func TestWSProtocolCloseCodes(t *testing.T) {
 			t.Fatalf("got %s %s", m.Type, m.Payload)
 		}
 	})
+	t.Run("id reused as soon as the server completes it", func(t *testing.T) {
+		c := rawWS(t, s)
+		wsInit(t, c, good)
+		for range 50 {
+			wsSubscribe(t, c, "q", `{ __typename }`, nil)
+			if m := wsRead(t, c, 5*time.Second); m.Type != "next" {
+				t.Fatalf("got %s %s", m.Type, m.Payload)
+			}
+			if m := wsRead(t, c, 5*time.Second); m.Type != "complete" || m.ID != "q" {
+				t.Fatalf("got %s %s", m.Type, m.Payload)
+			}
+		}
+	})
 	t.Run("validation error is an error message", func(t *testing.T) {
 		c := rawWS(t, s)
 		wsInit(t, c, good)

@@ -377,10 +377,10 @@ func (c *wsConn) subscribe(id string, params *graphql.RawParams, start time.Time
 		cancel()
 		// One operation refused, the socket and its other operations kept:
 		// closing would cost the client every subscription it holds.
-		c.sendError(id, &gqlerror.Error{
+		c.send(errorMessage(id, &gqlerror.Error{
 			Message:    fmt.Sprintf("too many active operations on this socket (limit %d); complete one first", max),
 			Extensions: map[string]any{"code": CodeRateLimited},
-		})
+		}))
 		return true
 	}
 	c.ops[id] = cancel
@@ -389,15 +389,39 @@ func (c *wsConn) subscribe(id string, params *graphql.RawParams, start time.Time
 	return true
 }
 
-func (c *wsConn) run(ctx context.Context, cancel context.CancelFunc, id string, params *graphql.RawParams, start time.Time) {
-	defer func() {
+func (c *wsConn) run(opCtx context.Context, cancel context.CancelFunc, id string, params *graphql.RawParams, start time.Time) {
+	defer cancel()
+	// free removes the operation from the socket unless the client's
+	// complete (or the socket's end) already did; true when it was ours.
+	free := func() bool {
 		c.mu.Lock()
-		// The client may have completed this id and reused it already.
-		if c.ops[id] != nil && ctx.Err() == nil {
-			delete(c.ops, id)
+		defer c.mu.Unlock()
+		if opCtx.Err() != nil {
+			return false
 		}
-		c.mu.Unlock()
-		cancel()
+		delete(c.ops, id)
+		return true
+	}
+	// last sends the operation's final message after freeing its id, so
+	// that a client reusing the id at once is not refused with 4409.
+	last := func(msg []byte) {
+		if free() {
+			c.send(msg)
+		}
+	}
+	ctx := opCtx
+	var rc *graphql.OperationContext
+	defer func() {
+		if r := recover(); r != nil {
+			var err error
+			if rc != nil {
+				err = rc.Recover(ctx, r)
+			} else {
+				err = recoverPanic(ctx, r)
+			}
+			last(errorMessage(id, c.t.presenter(ctx, err)))
+		}
+		free()
 	}()
 	ctx = graphql.StartOperationTrace(ctx)
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
@@ -405,17 +429,11 @@ func (c *wsConn) run(ctx context.Context, cancel context.CancelFunc, id string, 
 	rc, errs := c.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
-		c.sendError(id, resp.Errors...)
+		last(errorMessage(id, resp.Errors...))
 		return
 	}
 	ctx = graphql.WithOperationContext(ctx, rc)
 	ctx, end := withStreamEnd(ctx)
-	defer func() {
-		if r := recover(); r != nil {
-			err := rc.Recover(ctx, r)
-			c.sendError(id, c.t.presenter(ctx, err))
-		}
-	}()
 	responses, ctx := c.exec.DispatchOperation(ctx, rc)
 	for {
 		resp := responses(ctx)
@@ -430,26 +448,24 @@ func (c *wsConn) run(ctx context.Context, cancel context.CancelFunc, id string, 
 			return
 		}
 	}
-	if ctx.Err() != nil {
-		return // completed by the client, or the socket is closing: nothing more to say
-	}
 	if errs := end.errors(); len(errs) > 0 {
 		list := make([]*gqlerror.Error, len(errs))
 		for i, err := range errs {
 			list[i] = c.t.presenter(ctx, err)
 		}
-		c.sendError(id, list...)
+		last(errorMessage(id, list...))
 		return
 	}
-	c.send(dataMessage("complete", id, nil))
+	// (Nothing when the client completed it or the socket is closing.)
+	last(dataMessage("complete", id, nil))
 }
 
-func (c *wsConn) sendError(id string, errs ...*gqlerror.Error) {
+func errorMessage(id string, errs ...*gqlerror.Error) []byte {
 	b, err := json.Marshal(errs)
 	if err != nil {
 		panic(err)
 	}
-	c.send(dataMessage("error", id, b))
+	return dataMessage("error", id, b)
 }
 
 // send queues a message for the writer; false when the socket is closing
