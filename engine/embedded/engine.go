@@ -644,6 +644,9 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 
 var errNotMember = fmt.Errorf("%w: not a member of the group", engine.ErrForbidden)
 
+// errSenderLeft: receipts are for a sender who is still a member.
+var errSenderLeft = fmt.Errorf("%w: only the sender sees read receipts, while a member of the group", engine.ErrForbidden)
+
 func errPostNotFound(id uint64) error {
 	return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
 }
@@ -1213,6 +1216,9 @@ func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.M
 		return engine.Receipts{}, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
 	}
 	g, _ := e.st.group(m.group)
+	if _, cur := e.st.memberOf(g, uint64(viewer)); !cur {
+		return engine.Receipts{}, errSenderLeft
+	}
 	var r engine.Receipts
 	r.ReadCount, r.UnreadCount = m.rc.Counts()
 	if limit > 0 {

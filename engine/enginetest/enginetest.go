@@ -974,13 +974,25 @@ func testMessages(t *testing.T, s engine.Store) {
 	ok(t, s.MarkRead(bg, u3, engine.Messages))
 	wantUnread(t, s, u3, engine.Unread{Mentions: 1})
 
-	// The sender keeps their receipts after leaving the group, but can no
-	// longer read the message as a member.
+	// A sender who left the group gets nothing of it by any path: not the
+	// message, not its receipts (whatever limit), not a mark.
 	ok(t, s.LeaveGroup(bg, u1, g))
-	wantReceipts(t, s, u1, m.ID, 10, engine.Receipts{ReadCount: 1, UnreadCount: 1,
-		Readers: []engine.UserID{u3}, Unreaders: []engine.UserID{u2}})
+	for _, limit := range []int{0, 10} {
+		_, err = s.Receipts(bg, u1, m.ID, limit)
+		wantErr(t, err, engine.ErrForbidden, "Receipts by a sender who left")
+	}
 	_, err = s.Message(bg, u1, m.ID)
 	wantErr(t, err, engine.ErrForbidden, "Message by a sender who left")
+	_, err = s.MarkMessagesRead(bg, u1, []engine.MessageID{m2.ID})
+	wantErr(t, err, engine.ErrForbidden, "MarkMessagesRead by a member who left")
+	// Unknown stays NotFound for an ex-member too: nothing to hide.
+	_, err = s.Receipts(bg, u1, 12345, 10)
+	wantErr(t, err, engine.ErrNotFound, "Receipts of an unknown message by an ex-member")
+	// Added back, the sender sees the receipts again (the ex-member's
+	// leaving changed none of them).
+	ok(t, s.AddGroupMembers(bg, u2, g, []engine.UserID{u1}))
+	wantReceipts(t, s, u1, m.ID, 10, engine.Receipts{ReadCount: 1, UnreadCount: 1,
+		Readers: []engine.UserID{u3}, Unreaders: []engine.UserID{u2}})
 }
 
 func wantReceipts(t *testing.T, s engine.Store, viewer engine.UserID, id engine.MessageID, limit int, want engine.Receipts) {

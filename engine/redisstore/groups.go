@@ -390,26 +390,25 @@ func (s *Store) Receipts(ctx context.Context, viewer engine.UserID, id engine.Me
 		return engine.Receipts{}, notFound("message")
 	}
 	g := s.k.group(gids[0])
-	field := strconv.FormatUint(uint64(id), 10)
-	var body, blob, reads *redis.StringCmd
-	if err := s.read(ctx, func(p redis.Pipeliner) {
-		body = p.HGet(ctx, g.T, field)
-		blob = p.HGet(ctx, g.R, field)
-		reads = p.Get(ctx, g.readKey(uint64(id)))
-	}); err != nil {
+	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id))}, uint64(viewer), uint64(id))
+	if err != nil {
 		return engine.Receipts{}, err
 	}
-	if body.Err() == redis.Nil || blob.Err() == redis.Nil {
+	a := vals(r)
+	switch num(at(a, 0)) {
+	case -1:
 		return engine.Receipts{}, notFound("message")
+	case -2:
+		return engine.Receipts{}, forbidden("only the sender sees read receipts, while a member of the group")
 	}
-	m, err := s.body(gids[0], uint64(id), body.Val())
+	m, err := s.body(gids[0], uint64(id), str(at(a, 1)))
 	if err != nil {
 		return engine.Receipts{}, err
 	}
 	if m.Sender != viewer {
 		return engine.Receipts{}, forbidden("only the sender sees read receipts")
 	}
-	rc, err := parseReceipts(blob.Val(), reads.Val())
+	rc, err := parseReceipts(str(at(a, 2)), str(at(a, 3)))
 	if err != nil {
 		return engine.Receipts{}, s.fail(err)
 	}

@@ -504,10 +504,22 @@ if not body then return {-1} end
 local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
 if not cur then return {-2} end
 return {1, body}`)
+
+	// A message's receipts for viewer, who must be a current member of
+	// its group (a sender who left sees none). KEYS M, Q, T, R, read
+	// bitmap; ARGV viewer, mid. -1 unknown, -2 not a member, else
+	// {1, body, receipt record, read bitmap or false}.
+	scRcptGet = newScript(`
+local body = redis.call('HGET', KEYS[3], ARGV[2])
+local blob = redis.call('HGET', KEYS[4], ARGV[2])
+if not body or not blob then return {-1} end
+local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
+if not cur then return {-2} end
+return {1, body, blob, redis.call('GET', KEYS[5])}`)
 )
 
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
 	scSetField, scSnapshot, scPush, scIdemBegin, scPublish, scNotifs, scGroupCreate, scGroupAdd,
-	scGroupLeave, scGroupGet, scSend, scMarkRead, scMsgGet, scImport, scSweep,
+	scGroupLeave, scGroupGet, scSend, scMarkRead, scMsgGet, scRcptGet, scImport, scSweep,
 }
