@@ -111,6 +111,7 @@ func (p *plan) read(ctx context.Context, sc *scratch, store engine.Store, vars m
 			continue
 		}
 		views := sc.views[s.lo:s.hi]
+		clear(views) // pooled: nothing of an earlier page may show
 		if err := store.Page(ctx, viewer, sc.ids[s.lo:s.hi], f.need.page, views); err != nil {
 			return false
 		}
