@@ -536,7 +536,10 @@ func (c *wsConn) drain() {
 // RFC 6455 client, browsers included) and schedules the next check. The
 // pong is read by readLoop.
 func (c *wsConn) ping() {
-	ctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.PingInterval)
+	// Not c.ctx: its end during the ping's write would make
+	// coder/websocket cut the connection under a close handshake. Ping
+	// returns when the socket closes anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.PingInterval)
 	defer cancel()
 	if err := c.conn.Ping(ctx); err != nil {
 		if c.ctx.Err() == nil {
