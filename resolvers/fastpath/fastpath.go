@@ -15,8 +15,13 @@
 // Exec returns it runs the response interceptors (loaders, metrics, error
 // presenter, extensions) around whatever the handler produces. A plan's
 // response is a graphql.Response whose Data is the json.RawMessage the plan
-// appended, so the transport writes it without re-encoding. Every
-// transport (POST, GET, WebSocket) reaches the plans the same way.
+// appended, so nothing encodes the data again (the HTTP transport's
+// json.Marshal still validates and compacts the bytes, the largest cost
+// left per page). Every transport (POST, GET, WebSocket) reaches the plans
+// the same way. What plans skip is per-field work, so field interceptors
+// (AroundFields, AroundRootFields) do not see plan-served fields; Tally
+// installs none for queries, and a push calls the field middleware once,
+// as the subscription's root field.
 //
 // A plan serves only responses without errors. When anything would make
 // gqlgen report an error — a bad id, more than MaxIDsPerCall ids, an
