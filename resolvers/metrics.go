@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -85,8 +86,9 @@ func (m *metrics) MutateOperationContext(ctx context.Context, opCtx *graphql.Ope
 	}
 	inner := opCtx.ResolverMiddleware
 	opCtx.ResolverMiddleware = func(ctx context.Context, next graphql.Resolver) (any, error) {
-		if t, ok := ctx.Value(eventStartKey{}).(*time.Time); ok && t.IsZero() {
-			*t = time.Now()
+		// Field resolvers of one event run concurrently: the first one sets it.
+		if t, ok := ctx.Value(eventStartKey{}).(*atomic.Int64); ok && t.Load() == 0 {
+			t.CompareAndSwap(0, time.Now().UnixNano())
 		}
 		return inner(ctx, next)
 	}
@@ -126,14 +128,14 @@ func (m *metrics) InterceptResponse(ctx context.Context, next graphql.ResponseHa
 		}
 	}
 	if typ == string(ast.Subscription) {
-		var start time.Time
+		var start atomic.Int64 // UnixNano of the event's first field, 0 until then
 		resp := next(context.WithValue(ctx, eventStartKey{}, &start))
 		if resp == nil {
 			return nil // the subscription ended
 		}
 		m.events.WithLabelValues(name, outcome(resp)).Inc()
-		if !start.IsZero() {
-			m.eventDur.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		if t := start.Load(); t != 0 {
+			m.eventDur.WithLabelValues(name).Observe(time.Since(time.Unix(0, t)).Seconds())
 		}
 		return resp
 	}
