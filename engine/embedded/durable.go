@@ -163,6 +163,9 @@ func (e *Engine) openReadOnly(opts Options, cause error) error {
 		return fmt.Errorf("embedded: %s cannot be written (%v) and no temporary directory for its log: %w", opts.Dir, cause, err)
 	}
 	defer os.RemoveAll(tmp)
+	if err := copyManifest(opts.Dir, tmp); err != nil {
+		return err
+	}
 	segs, err := listSegments(opts.Dir)
 	if err != nil {
 		return err
@@ -524,6 +527,12 @@ func stageAndRecover(dir string) (*image, error) {
 			return nil, err
 		}
 	}
+	// The manifest before the segments: a rotation in between makes the
+	// copy's newest segment newer than its manifest, which is no loss;
+	// the other order could make a complete copy look truncated.
+	if err := copyManifest(dir, tmp); err != nil {
+		return nil, err
+	}
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err
@@ -542,6 +551,16 @@ func stageAndRecover(dir string) (*image, error) {
 	}
 	l.Close()
 	return im, nil
+}
+
+// copyManifest copies the log's manifest of dir into tmp, if it has one,
+// so that a copy of the log is checked for missing segments too.
+func copyManifest(dir, tmp string) error {
+	from := filepath.Join(dir, wal.ManifestName)
+	if _, err := os.Stat(from); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return linkOrCopy(from, filepath.Join(tmp, wal.ManifestName), false)
 }
 
 func linkOrCopy(from, to string, link bool) error {

@@ -563,6 +563,37 @@ func TestRepair(t *testing.T) {
 			t.Fatalf("state ends at %d, before the newest snapshot %d\n%s", e.lastIndex, list[1].Index, rep)
 		}
 	})
+	t.Run("missing tail segment", func(t *testing.T) {
+		dir := t.TempDir()
+		clk := newClock()
+		opts := durableOpts(dir, clk)
+		opts.LogSegmentBytes = 2 << 10
+		e := openE(t, opts)
+		workload(t, e, clk, 42, 300)
+		full := e.lastIndex
+		ok(t, e.Close())
+		segs, err := listSegments(dir)
+		ok(t, err)
+		if len(segs) < 3 {
+			t.Fatalf("setup: %d segments", len(segs))
+		}
+		newest := segs[len(segs)-1]
+		ok(t, os.Remove(filepath.Join(dir, newest.name)))
+		// Nothing in the names left shows a gap; the manifest does.
+		_, err = Open(durableOpts(dir, nil))
+		var ce *wal.CorruptError
+		if !errors.As(err, &ce) || !ce.Missing || !strings.Contains(err.Error(), newest.name) ||
+			!strings.Contains(err.Error(), "tally repair") {
+			t.Fatalf("Open without the newest log segment: %v", err)
+		}
+		rep := repairOK(t, dir, "log incomplete: "+newest.name+" is missing", "accepted the loss", "the directory loads")
+		e, err = Open(durableOpts(dir, nil))
+		ok(t, err)
+		defer e.Close()
+		if e.lastIndex != newest.first-1 || e.lastIndex >= full {
+			t.Fatalf("after repair the state ends at %d, want %d (the log ended at %d)\n%s", e.lastIndex, newest.first-1, full, rep)
+		}
+	})
 	t.Run("log behind snapshot", func(t *testing.T) {
 		dir := t.TempDir()
 		clk := newClock()

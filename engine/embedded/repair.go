@@ -34,6 +34,9 @@ import (
 //     (under -fsync always a hole left by a power failure holds records
 //     never acknowledged; bit rot can hold acknowledged ones). The report
 //     gives the bytes dropped and the last record kept.
+//   - Log segments missing at the end (wal.manifest names a newer segment
+//     than the newest present) are accepted as lost: the report says so;
+//     the records in them are lost unless a snapshot covers them.
 //   - A log that ends before the snapshot (log files lost) is restarted
 //     right after the snapshot: nothing lost that the snapshot holds.
 //
@@ -109,6 +112,17 @@ func Repair(dir string) (report string, err error) {
 		if !errors.As(err, &ce) {
 			return rep.String(), fmt.Errorf("embedded: repair: %w", err)
 		}
+		if ce.Missing {
+			say("log incomplete: %s is missing: %s", filepath.Base(ce.File), ce.Reason)
+			if _, err := wal.Repair(dir); err != nil {
+				return rep.String(), err
+			}
+			say("accepted the loss: the log now ends with the newest segment left; the acknowledged records " +
+				"that were in the missing segments are lost (their effects are not in the state; a snapshot " +
+				"newer than what is left still holds what it covered)")
+			cut = true
+			continue
+		}
 		say("log damaged: %s at offset %d: %s", ce.File, ce.Offset, ce.Reason)
 		segs, err := listSegments(dir)
 		if err != nil {
@@ -154,6 +168,9 @@ func Repair(dir string) (report string, err error) {
 			return rep.String(), err
 		}
 		if err := removeSegments(dir, segs); err != nil {
+			return rep.String(), err
+		}
+		if err := wal.RemoveManifest(dir); err != nil {
 			return rep.String(), err
 		}
 		l, err := wal.Open(dir, wopts)

@@ -13,12 +13,19 @@ import (
 // valid data after it, a bad segment header, a missing segment. The log is
 // not loaded; Repair truncates it at this spot.
 type CorruptError struct {
-	File   string // path of the damaged segment file
+	File   string // path of the damaged segment file (or of the first missing one)
 	Offset int64  // byte offset of the bad record; 0 for a bad header or a misplaced segment
 	Reason string
+	// Missing: segments the manifest says were created are gone (the
+	// newest, or all of them); File names the newest of those. Repair
+	// accepts the loss by recording the newest segment left.
+	Missing bool
 }
 
 func (e *CorruptError) Error() string {
+	if e.Missing {
+		return fmt.Sprintf("wal: log incomplete: %s is missing: %s; refusing to start without acknowledged records", e.File, e.Reason)
+	}
 	return fmt.Sprintf("wal: log corrupt in %s at offset %d: %s; refusing to load a partial log "+
 		"(`tally repair` truncates the log there, dropping every record after it)", e.File, e.Offset, e.Reason)
 }
@@ -76,7 +83,8 @@ func removeTempFiles(dir string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := parseSegmentName(strings.TrimSuffix(name, tmpSuffix)); ok && strings.HasSuffix(name, tmpSuffix) {
+		_, seg := parseSegmentName(strings.TrimSuffix(name, tmpSuffix))
+		if (seg || name == ManifestName+tmpSuffix) && strings.HasSuffix(name, tmpSuffix) {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
@@ -170,7 +178,7 @@ func Repair(dir string) (dropped int64, err error) {
 		return 0, err
 	}
 	if s.bad == nil {
-		return 0, nil
+		return 0, repairManifest(dir, s.segs)
 	}
 	// Later segments go first, so that an interrupted repair leaves a
 	// contiguous prefix of the log that the next Repair can continue from.
@@ -182,11 +190,13 @@ func Repair(dir string) (dropped int64, err error) {
 	}
 	bad := s.segs[s.badSeg]
 	path := segmentPath(dir, bad.first)
+	kept := s.segs[:s.badSeg+1]
 	if s.bad.offset < headerSize {
 		if err := os.Remove(path); err != nil {
 			return dropped, fmt.Errorf("wal: repair: %w", err)
 		}
 		dropped += bad.size
+		kept = kept[:len(kept)-1]
 		if s.badSeg == 0 {
 			// Keep the log's starting index: a snapshot may cover every
 			// index below it, and a log restarting at 1 would be skipped.
@@ -197,6 +207,7 @@ func Repair(dir string) (dropped int64, err error) {
 			if err := f.Close(); err != nil {
 				return dropped, fmt.Errorf("wal: repair: %w", err)
 			}
+			kept = []segment{bad}
 		}
 	} else {
 		if err := truncateFile(path, s.bad.offset, true); err != nil {
@@ -204,10 +215,29 @@ func Repair(dir string) (dropped int64, err error) {
 		}
 		dropped += bad.size - s.bad.offset
 	}
+	if err := repairManifest(dir, kept); err != nil {
+		return dropped, err
+	}
 	if err := syncDir(dir); err != nil {
 		return dropped, fmt.Errorf("wal: repair: %w", err)
 	}
 	return dropped, nil
+}
+
+// repairManifest makes the manifest name the newest segment left (or
+// removes it when none is), which is how Repair accepts the loss of
+// missing tail segments.
+func repairManifest(dir string, segs []segment) error {
+	if _, err := checkManifest(dir, segs); err == nil {
+		return nil
+	}
+	if len(segs) == 0 {
+		return RemoveManifest(dir)
+	}
+	if err := writeManifest(dir, segs[len(segs)-1].first, true); err != nil {
+		return fmt.Errorf("wal: repair: %w", err)
+	}
+	return syncDir(dir)
 }
 
 func truncateFile(path string, size int64, sync bool) error {
@@ -251,6 +281,10 @@ func createSegment(dir string, first uint64, sync bool) (*os.File, error) {
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return fail(err)
+	}
+	if err := writeManifest(dir, first, sync); err != nil {
+		f.Close()
+		return nil, err
 	}
 	if sync {
 		if err := syncDir(dir); err != nil {

@@ -1,9 +1,9 @@
 // Package wal is the embedded engine's append-only log: the durable record
 // of every mutation between two snapshots.
 //
-// It owns the segment files of one directory (wal-*.log, a wal.lock file
-// and transient wal-*.log.tmp files) and nothing else in it, so snapshots
-// may live beside it. Records are opaque byte strings to this package; the
+// It owns the segment files of one directory (wal-*.log, a wal.lock file,
+// the wal.manifest file and transient *.tmp files of those) and nothing
+// else in it, so snapshots may live beside it. Records are opaque byte strings to this package; the
 // engine encodes one engine operation per record.
 //
 // # Promises
@@ -22,9 +22,12 @@
 //     checksum with nothing valid after it) is cut off and reported with a
 //     slog warning naming the file and offset. Damage anywhere else is
 //     returned as a *CorruptError naming the file and offset; Open never
-//     loads a partial log silently. Repair (`tally repair`) is the way out:
+//     loads a partial log silently. That includes a log whose newest
+//     segments were deleted: wal.manifest names the newest segment created
+//     (see manifest.go), and a log that ends before it is refused with a
+//     *CorruptError whose Missing is set. Repair (`tally repair`) is the way out:
 //     it truncates the log at the first bad record and drops everything
-//     after it.
+//     after it, or accepts the missing segments as lost.
 //   - After a write or fsync error (ENOSPC, EROFS, EIO, ...) the Log is
 //     failed-closed for writes: that Append and every later one returns an
 //     error wrapping ErrWriteFailed, because the file may now end in a

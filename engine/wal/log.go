@@ -211,6 +211,12 @@ func open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Missing tail segments first: a torn end of what is now the newest
+	// segment is only a torn tail if no segment ever followed it.
+	manifestOK, err := checkManifest(dir, s.segs)
+	if err != nil {
+		return nil, err
+	}
 	if s.bad != nil {
 		if !s.torn() {
 			return nil, s.corruptError(dir)
@@ -234,6 +240,18 @@ func open(dir string, opts Options) (*Log, error) {
 		s.last = opts.FirstIndex - 1
 	}
 	active := s.segs[len(s.segs)-1]
+	if !manifestOK {
+		// A log from before manifests, or a crash between a new segment's
+		// rename and its manifest's: record the newest segment now.
+		if err := writeManifest(dir, active.first, doSync); err != nil {
+			return nil, fmt.Errorf("wal: %w", err)
+		}
+		if doSync {
+			if err := syncDir(dir); err != nil {
+				return nil, fmt.Errorf("wal: %w", err)
+			}
+		}
+	}
 	f, err := os.OpenFile(segmentPath(dir, active.first), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
