@@ -276,3 +276,34 @@ func TestHostileIntrospectionAmplificationRefused(t *testing.T) {
 		t.Fatalf("__typename with introspection off: %v", m)
 	}
 }
+
+// A client that sends many requests, each under the cost limit, spends a
+// budget per second: whole-schema introspections from one anonymous
+// address, or one user's, are refused with RATE_LIMITED once it is spent,
+// while another client keeps its own.
+func TestHostileCostRateBounded(t *testing.T) {
+	s := newHostileServer(t, resolvers.Config{CostRate: 100, CostBurst: 6000})
+	const intro = `{ __schema { types { name fields { name args { name } type { name kind } } } } }`
+	answered := 0
+	var refused gqlResponse
+	var header http.Header
+	for range 20 {
+		r, h := s.rawDo(t, 0, intro, nil)
+		if len(r.Errors) > 0 {
+			refused, header = r, h
+			break
+		}
+		answered++
+	}
+	if answered == 0 || answered >= 20 {
+		t.Fatalf("%d of 20 whole-schema introspections answered on a budget of 6000 at 100/s", answered)
+	}
+	e := expectCode(t, refused, "RATE_LIMITED")
+	if e.Extensions["reason"] != "COST_RATE" || e.Extensions["retryAfter"] == nil || header.Get("Retry-After") == "" {
+		t.Fatalf("refusal %+v, Retry-After %q", e, header.Get("Retry-After"))
+	}
+	// A signed-in user from the same address has a budget of their own.
+	if r := s.do(t, 5, intro, nil); len(r.Errors) > 0 {
+		t.Fatalf("user 5 after the anonymous address spent its budget: %+v", r.Errors)
+	}
+}

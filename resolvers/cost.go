@@ -38,6 +38,9 @@ type costLimit struct {
 	maxMutations int
 	// introspection false refuses __schema and __type (not __typename).
 	introspection bool
+	// budget, when set, spends each operation's price from its client's
+	// budget per second.
+	budget *costBudget
 
 	es     graphql.ExecutableSchema
 	schema *introspection.Schema
@@ -98,7 +101,7 @@ func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			},
 		}
 	}
-	return nil
+	return c.budget.spend(ctx, price)
 }
 
 // countMutationFields is how many root fields of a mutation gqlgen will

@@ -56,6 +56,12 @@ type Config struct {
 	MaxMutationsPerRequest int
 	// DisableIntrospection refuses __schema and __type (production).
 	DisableIntrospection bool
+	// CostRate is the operations' price (see cost.go) each client may
+	// spend per second, with bursts of CostBurst (at least
+	// ComplexityLimit): per signed-in user, else per remote address.
+	// 0 = no budget.
+	CostRate  float64
+	CostBurst int
 	// WebSocket bounds sockets and their operations (see WSConfig).
 	WebSocket WSConfig
 	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
@@ -121,7 +127,8 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: apq})
 	budget, maxMutations := newMutationBudget(cfg)
-	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection})
+	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection,
+		budget: newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)})
 	if cfg.Metrics != nil {
 		srv.Use(newMetrics(cfg.Metrics))
 	}
@@ -154,7 +161,7 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)
-		ctx = withResponseHeader(ctx, w, r)
+		ctx = withLimitInfo(ctx, w, r)
 		noteUser(ctx, p.User)
 		if r.ContentLength > cfg.MaxBodyBytes {
 			writeRequestError(w, r, http.StatusRequestEntityTooLarge, CodeBadUserInput,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/resolvers/auth"
 )
 
 // RateLimiter holds each user's mutation budget. Take spends n tokens of
@@ -48,47 +50,60 @@ func (s sharedLimiter) Take(ctx context.Context, user engine.UserID, n int) (boo
 // waiting would not make it acceptable — it must be split.
 const DefaultMaxMutationsPerRequest = 20
 
-// localLimiter is a token bucket per user in this process. Buckets that
-// have refilled are dropped by a sweep, so memory follows the number of
-// recently active users.
-type localLimiter struct {
+// buckets is a token bucket per key in this process. Buckets that have
+// refilled are dropped by a sweep, so memory follows the number of
+// recently active keys.
+type buckets[K comparable] struct {
 	limit rate.Limit
 	burst int
 	mu    sync.Mutex
-	users map[engine.UserID]*rate.Limiter
+	m     map[K]*rate.Limiter
 	swept time.Time
 }
 
-func newLocalLimiter(perSecond float64, burst int) *localLimiter {
-	return &localLimiter{limit: rate.Limit(perSecond), burst: burst, users: map[engine.UserID]*rate.Limiter{}}
+func newBuckets[K comparable](perSecond float64, burst int) *buckets[K] {
+	return &buckets[K]{limit: rate.Limit(perSecond), burst: burst, m: map[K]*rate.Limiter{}}
 }
 
-func (l *localLimiter) Take(_ context.Context, u engine.UserID, n int) (bool, time.Duration, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// take spends n tokens of k's bucket, all or none; when it refuses,
+// retryAfter is how long until n tokens will be there.
+func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	now := time.Now()
-	if now.Sub(l.swept) > time.Minute {
-		for id, lim := range l.users {
-			if lim.TokensAt(now) >= float64(l.burst) {
-				delete(l.users, id)
+	if now.Sub(b.swept) > time.Minute {
+		for key, lim := range b.m {
+			if lim.TokensAt(now) >= float64(b.burst) {
+				delete(b.m, key)
 			}
 		}
-		l.swept = now
+		b.swept = now
 	}
-	lim := l.users[u]
+	lim := b.m[k]
 	if lim == nil {
-		lim = rate.NewLimiter(l.limit, l.burst)
-		l.users[u] = lim
+		lim = rate.NewLimiter(b.limit, b.burst)
+		b.m[k] = lim
 	}
 	r := lim.ReserveN(now, n)
 	if !r.OK() {
-		return false, 0, fmt.Errorf("%d tokens asked of a burst of %d", n, l.burst)
+		return false, 0, fmt.Errorf("%d tokens asked of a burst of %d", n, b.burst)
 	}
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now) // refused whole: give the tokens back
 		return false, d, nil
 	}
 	return true, 0, nil
+}
+
+// localLimiter is the in-process RateLimiter: a bucket per user.
+type localLimiter struct{ b *buckets[engine.UserID] }
+
+func newLocalLimiter(perSecond float64, burst int) localLimiter {
+	return localLimiter{newBuckets[engine.UserID](perSecond, burst)}
+}
+
+func (l localLimiter) Take(_ context.Context, u engine.UserID, n int) (bool, time.Duration, error) {
+	return l.b.take(u, n)
 }
 
 // mutationBudget spends a mutation's tokens: one per mutation field it
@@ -151,21 +166,95 @@ func (b mutationBudget) spend(ctx context.Context, user engine.UserID) *graphql.
 	}}}
 }
 
-type responseHeaderKey struct{}
+// costBudget spends each operation's price (as costLimit computed it)
+// from its client's budget per second: the signed-in user's, or the
+// remote address's for anonymous requests. The cost limit bounds one
+// request; this bounds a client that sends many requests each under it
+// (a stream of whole-schema introspections, say), so that the CPU one
+// client takes stays a share. CPU is each replica's own, so the budget is
+// per process, also in Redis mode.
+type costBudget struct {
+	perSecond float64
+	users     *buckets[engine.UserID]
+	addrs     *buckets[string]
+}
 
-// withResponseHeader lets the operation of a plain HTTP request set
-// headers of its response (Retry-After on RATE_LIMITED). A WebSocket's
-// operations get none: they run concurrently and the socket's headers are
-// long sent.
-func withResponseHeader(ctx context.Context, w http.ResponseWriter, r *http.Request) context.Context {
-	if r.Header.Get("Upgrade") != "" {
-		return ctx
+// newCostBudget returns nil (no budget) for a rate of 0 or less. The
+// burst is at least limit: an operation at the cost limit must be able to
+// pass when the budget is full.
+func newCostBudget(perSecond float64, burst, limit int) *costBudget {
+	if perSecond <= 0 {
+		return nil
 	}
-	return context.WithValue(ctx, responseHeaderKey{}, w.Header())
+	burst = max(burst, limit, 1)
+	return &costBudget{
+		perSecond: perSecond,
+		users:     newBuckets[engine.UserID](perSecond, burst),
+		addrs:     newBuckets[string](perSecond, burst),
+	}
+}
+
+func (b *costBudget) spend(ctx context.Context, price int) *gqlerror.Error {
+	if b == nil || price <= 0 {
+		return nil
+	}
+	var ok bool
+	var wait time.Duration
+	if p, _ := auth.From(ctx); p.User != 0 {
+		ok, wait, _ = b.users.take(p.User, price)
+	} else {
+		ok, wait, _ = b.addrs.take(limitInfoFrom(ctx).addr, price)
+	}
+	if ok {
+		return nil
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	setRetryAfter(ctx, secs)
+	msg := fmt.Sprintf("this client's operations cost more than %.0f a second; slow down (retry in %d s)", b.perSecond, secs)
+	return &gqlerror.Error{
+		Message: msg,
+		// Err marks the error as the limit's own, so the presenter keeps
+		// its reason (it names gqlgen's codes as reasons otherwise).
+		Err: &codeError{code: CodeRateLimited, msg: msg},
+		Extensions: map[string]any{
+			"code": CodeRateLimited, "reason": "COST_RATE", "retryAfter": secs, "cost": price,
+		},
+	}
+}
+
+type limitInfoKey struct{}
+
+// limitInfo is what an operation knows of the HTTP request that carried
+// it (or that opened its WebSocket).
+type limitInfo struct {
+	// header is the response's, to set Retry-After on; nil on a
+	// WebSocket, whose operations run concurrently and whose headers are
+	// long sent.
+	header http.Header
+	// addr is the client's IP address: the key of anonymous budgets.
+	addr string
+}
+
+// withLimitInfo records r's client address and, for a plain HTTP
+// request, w's headers, for the limits to use.
+func withLimitInfo(ctx context.Context, w http.ResponseWriter, r *http.Request) context.Context {
+	info := limitInfo{addr: r.RemoteAddr}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		info.addr = host
+	}
+	if r.Header.Get("Upgrade") == "" {
+		info.header = w.Header()
+	}
+	return context.WithValue(ctx, limitInfoKey{}, info)
+}
+
+func limitInfoFrom(ctx context.Context) limitInfo {
+	info, _ := ctx.Value(limitInfoKey{}).(limitInfo)
+	return info
 }
 
 func setRetryAfter(ctx context.Context, secs int) {
-	if h, ok := ctx.Value(responseHeaderKey{}).(http.Header); ok {
+	if h := limitInfoFrom(ctx).header; h != nil {
 		h.Set("Retry-After", strconv.Itoa(secs))
 	}
 }
