@@ -813,3 +813,32 @@ func TestWideUnreadCounters(t *testing.T) {
 		t.Fatalf("a reset left %+v, %d wide", r, st.wide.Len())
 	}
 }
+
+// TestClocked runs the suites that drive the engine's clock (the rule
+// scripts and the metamorphic test against the reference model), in
+// memory and durable; the durable engine is restarted at random points.
+func TestClocked(t *testing.T) {
+	memory := func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
+		return open(t, Options{Now: cfg.Now, CursorTTL: cfg.CursorTTL}), nil
+	}
+	durable := func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
+		opts := Options{Dir: t.TempDir(), Sync: wal.SyncNone, Now: cfg.Now, CursorTTL: cfg.CursorTTL, Logger: quiet}
+		cur, err := Open(opts)
+		ok(t, err)
+		t.Cleanup(func() { cur.Close() })
+		return cur, func() (engine.Store, error) {
+			if err := cur.Close(); err != nil {
+				return nil, err
+			}
+			next, err := Open(opts)
+			if err != nil {
+				return nil, err
+			}
+			cur = next
+			return next, nil
+		}
+	}
+	differs := []string{enginetest.MarkReadFirstErrorWins}
+	enginetest.RunClocked(t, enginetest.Backend{Name: "memory", Open: memory, Differs: differs})
+	enginetest.RunClocked(t, enginetest.Backend{Name: "durable", Open: durable, Differs: differs})
+}

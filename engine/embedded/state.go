@@ -378,12 +378,11 @@ func day(ns int64) uint32 { return uint32(ns / nsPerDay) }
 
 const nsPerDay = int64(24 * 60 * 60 * 1e9)
 
-// cursorLive reports whether r's system cursor still counts at now: a user
-// last active on day d keeps it until ttl after the end of that day. The
-// day granularity means a poll writes at most once a day, and rounding up
-// means nobody is forgotten before being idle for the full TTL.
+// cursorLive reports whether r's system cursor still counts at now, by
+// engine.CursorExpired (r.day is the user's last activity day).
 func cursorLive(r *userRec, now, ttl int64) bool {
-	return r.flags&flagCursor != 0 && now < (int64(r.day)+1)*nsPerDay+ttl
+	return r.flags&flagCursor != 0 &&
+		!engine.CursorExpired(time.Unix(0, int64(r.day)*nsPerDay), time.Unix(0, now), time.Duration(ttl))
 }
 
 // unread computes viewer's badges at now. It also reports whether the
@@ -470,7 +469,6 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		}
 	case opMarkRead:
 		r := st.user(o.viewer)
-		r.day = day(o.time)
 		switch engine.UnreadKind(o.a) {
 		case engine.Mentions:
 			st.setCounter(o.viewer, r, nMentions, 0)
@@ -488,8 +486,8 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
 	case opClickRedDot:
 		r := st.user(o.viewer)
-		r.day = day(o.time)
 		r.click = o.time
+		// Not activity (engine.CursorExpired): only a badge read is.
 		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
 	case opPushRedDot:
 		st.push = o.time

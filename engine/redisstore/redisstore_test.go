@@ -58,6 +58,23 @@ func TestConformanceSingle(t *testing.T) {
 	})
 }
 
+// clockedBackend opens stores on addrs for the clocked suites (rule
+// scripts, metamorphic test), each under its own key prefix.
+func clockedBackend(name string, addrs []string) enginetest.Backend {
+	return enginetest.Backend{
+		Name: name,
+		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
+			return open(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}), nil
+		},
+		Differs: []string{enginetest.IdemExpiryWallClock},
+	}
+}
+
+func TestClockedSingle(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	enginetest.RunClocked(t, clockedBackend("single", []string{addr}))
+}
+
 // TestCluster runs everything that needs a healthy 3-master cluster on one
 // cluster: the conformance suite, cross-replica events, slot spreading.
 func TestCluster(t *testing.T) {
@@ -69,6 +86,8 @@ func TestCluster(t *testing.T) {
 			return open(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix()})
 		})
 	})
+
+	t.Run("Clocked", func(t *testing.T) { enginetest.RunClocked(t, clockedBackend("cluster", addrs)) })
 
 	t.Run("EventsAcrossReplicas", func(t *testing.T) {
 		p := prefix()

@@ -179,20 +179,19 @@ else
 end
 return {1, bump(KEYS[1], ARGV[1], 3, d)}`)
 
-	// Sets up a viewer's badges: a missing or expired system cursor starts
-	// at the newest notification; the activity stamp is refreshed at most
-	// once per refresh interval, so a polling client writes rarely.
-	// KEYS bucket; ARGV low, latest seq, now s, cursor ttl s, refresh s.
+	// Sets up a viewer's badges: a missing or expired system cursor (an
+	// activity stamp before the cutoff, engine.CursorCutoff) starts at the
+	// newest notification; the activity stamp is refreshed once a day.
+	// KEYS bucket; ARGV low, latest seq, now s, cutoff s, start of today s.
 	// {record, users+-}.
 	scTouch = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 local t, n = dec(rec)
 for i = n + 1, 10 do t[i] = 0 end
-local now = tonumber(ARGV[3])
-if t[8] == 0 or (t[10] > 0 and now - t[10] > tonumber(ARGV[4])) then
+if t[8] == 0 or t[10] < tonumber(ARGV[4]) then
   t[8] = tonumber(ARGV[2]) + 1
 end
-if now - t[10] >= tonumber(ARGV[5]) then t[10] = now end
+if t[10] < tonumber(ARGV[5]) then t[10] = tonumber(ARGV[3]) end
 local after = enc(t, 10)
 return {after, write(KEYS[1], ARGV[1], rec, after)}`)
 
@@ -209,17 +208,17 @@ if ARGV[4] == 'max' and t[idx] > v then v = t[idx] end
 t[idx] = v
 return write(KEYS[1], ARGV[1], rec, enc(t, n))`)
 
-	// Drops the system cursors of users inactive longer than the TTL (the
-	// record goes if nothing else is left). KEYS bucket; ARGV now s, ttl s.
-	// {dropped, users+-}.
+	// Drops the system cursors whose activity stamp is before the cutoff
+	// (engine.CursorCutoff; the record goes if nothing else is left).
+	// KEYS bucket; ARGV cutoff s. {dropped, users+-}.
 	scSweep = newScript(`
 local all = redis.call('HGETALL', KEYS[1])
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cutoff = tonumber(ARGV[1])
 local dropped, users = 0, 0
 for i = 1, #all, 2 do
   local t, n = dec(all[i + 1])
   for j = n + 1, 10 do t[j] = 0 end
-  if t[8] > 0 and t[10] > 0 and now - t[10] > ttl then
+  if t[8] > 0 and t[10] < cutoff then
     t[8], t[10] = 0, 0
     dropped = dropped + 1
     users = users + write(KEYS[1], all[i], all[i + 1], enc(t, 10))

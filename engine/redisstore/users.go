@@ -175,11 +175,6 @@ func (s *Store) Followees(ctx context.Context, viewer engine.UserID) ([]engine.U
 	return out, nil
 }
 
-// refreshEvery is how often a polling viewer's activity stamp is rewritten.
-func (s *Store) refreshEvery() int64 {
-	return max(1, int64(s.opts.CursorTTL/time.Second)/32)
-}
-
 // Unread implements engine.Store. Round trip 1 reads the viewer's record,
 // their followee snapshot and the two broadcast values; round trip 2 reads
 // the followees' post counts (and, at most once per refresh interval, sets
@@ -204,11 +199,13 @@ func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread
 	if err != nil {
 		return engine.Unread{}, s.fail(err)
 	}
-	now := s.now().Unix()
-	ttl := int64(s.opts.CursorTTL / time.Second)
-	active := u.get(uActive)
-	if u.get(uCursor) == 0 || (active > 0 && now-active > ttl) || now-active >= s.refreshEvery() {
-		r, err := s.one(ctx, scTouch, []string{bucket}, low, latest.Val(), now, ttl, s.refreshEvery())
+	// The activity stamp is rewritten once a day (engine.CursorExpired
+	// judges it by day), so a polling client writes rarely.
+	now := s.now()
+	today := engine.ActivityDayStart(now).Unix()
+	if u.get(uCursor) == 0 || u.get(uActive) < today {
+		r, err := s.one(ctx, scTouch, []string{bucket}, low, latest.Val(), now.Unix(),
+			engine.CursorCutoff(now, s.opts.CursorTTL).Unix(), today)
 		if err != nil {
 			return engine.Unread{}, err
 		}
@@ -415,7 +412,7 @@ func (s *Store) Notifications(ctx context.Context, first int, after engine.Notif
 // it dropped.
 func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 	var dropped atomic.Int64
-	now, ttl := s.now().Unix(), int64(s.opts.CursorTTL/time.Second)
+	cutoff := engine.CursorCutoff(s.now(), s.opts.CursorTTL).Unix()
 	pattern := globEscape(s.k.p) + "{u*}"
 	sweep := func(ctx context.Context, c *redis.Client) error {
 		var cursor uint64
@@ -426,7 +423,7 @@ func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 			}
 			calls := make([]*call, len(keys))
 			for i, k := range keys {
-				calls[i] = script(scSweep, []string{k}, now, ttl)
+				calls[i] = script(scSweep, []string{k}, cutoff)
 			}
 			if len(calls) > 0 {
 				if err := s.runPipe(ctx, c, calls, false); err != nil {

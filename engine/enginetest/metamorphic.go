@@ -1,0 +1,675 @@
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/enginetest/refmodel"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// The metamorphic test runs one long random workload against the
+// reference model (engine/enginetest/refmodel) and a backend, op by op,
+// and compares every answer: values, and errors by class (errors.Is with
+// ErrInvalid, ErrNotFound, ErrForbidden, ErrUnavailable). The workload is
+// generated from a seed and the model's state, so a seed replays exactly.
+// Events (Subscribe) and Stats are not compared.
+//
+// Environment:
+//
+//	TALLY_MODEL_SEED=n      replay seed n (printed by every run)
+//	TALLY_MODEL_TIME=60s    run each backend this long (default 2s)
+//	TALLY_MODEL_OPS=n       stop after n ops (default: by time only)
+
+// MetamorphicBudget returns the seed, the time budget and the op limit of
+// this run, from the environment or defaults.
+func metamorphicBudget(t *testing.T) (seed uint64, budget time.Duration, maxOps int) {
+	seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv("TALLY_MODEL_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("TALLY_MODEL_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	budget = 2 * time.Second
+	if v := os.Getenv("TALLY_MODEL_TIME"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TALLY_MODEL_TIME=%q: %v", v, err)
+		}
+		budget = d
+	}
+	maxOps = 1 << 62
+	if v := os.Getenv("TALLY_MODEL_OPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("TALLY_MODEL_OPS=%q: %v", v, err)
+		}
+		maxOps = n
+	}
+	return seed, budget, maxOps
+}
+
+// RunMetamorphic runs the metamorphic test on b.
+func RunMetamorphic(t *testing.T, b Backend) {
+	seed, budget, maxOps := metamorphicBudget(t)
+	t.Logf("metamorphic %s: seed %d (replay: TALLY_MODEL_SEED=%d)", b.Name, seed, seed)
+	clk := NewClock()
+	cfg := Config{Now: clk.Now, CursorTTL: 10 * 24 * time.Hour}
+	store, restart := b.Open(t, cfg)
+	w := &workload{
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		clk:     clk,
+		backend: b,
+		model:   newSide(refmodel.New(clk.Now, cfg.CursorTTL)),
+		store:   newSide(store),
+	}
+	deadline := time.Now().Add(budget)
+	restarts := 0
+	n := 0
+	for ; n < maxOps && time.Now().Before(deadline); n++ {
+		if restart != nil && w.rng.IntN(150) == 0 {
+			s, err := restart()
+			if err != nil {
+				t.Fatalf("seed %d op %d: restart: %v", seed, n, err)
+			}
+			w.store.s = s
+			w.log = append(w.log, "-- restart")
+			restarts++
+		}
+		w.step(t, seed, n)
+	}
+	t.Logf("metamorphic %s: %d ops, %d restarts, %d posts, %d groups, %d messages, %d notifications",
+		b.Name, n, restarts, len(w.model.list[kPost]), len(w.model.list[kGroup]), len(w.model.list[kMsg]), len(w.model.list[kNotif]))
+}
+
+// Handle kinds: ids a store made are compared by the order in which each
+// side first returned them.
+const (
+	kPost = iota
+	kGroup
+	kMsg
+	kNotif
+	nKinds
+)
+
+var kindLetter = [nKinds]string{"p", "g", "m", "n"}
+
+// compared is the part of engine.Store the metamorphic test compares
+// (the reference model implements it; every backend does, as a Store).
+type compared interface {
+	CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error)
+	Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostInfo, error)
+	Page(ctx context.Context, viewer engine.UserID, ids []engine.PostID, want engine.PageWant, out []engine.PostView) error
+	Counts(ctx context.Context, ids []engine.PostID) ([]engine.Counts, error)
+	Liked(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error)
+	Favorited(ctx context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error)
+	Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error
+	Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error
+	Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
+	Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
+	Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error
+	Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error)
+	RecordViews(ctx context.Context, ids []engine.PostID) error
+	UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.UserCounts, error)
+	Follow(ctx context.Context, viewer, target engine.UserID) error
+	Unfollow(ctx context.Context, viewer, target engine.UserID) error
+	Followees(ctx context.Context, viewer engine.UserID) ([]engine.UserID, error)
+	Unread(ctx context.Context, viewer engine.UserID) (engine.Unread, error)
+	MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error
+	ClickRedDot(ctx context.Context, viewer engine.UserID) error
+	PushRedDot(ctx context.Context) error
+	PublishNotification(ctx context.Context, title, body, idemKey string) (engine.Notification, error)
+	Notifications(ctx context.Context, first int, after engine.NotificationID) ([]engine.Notification, error)
+	CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error)
+	AddGroupMembers(ctx context.Context, viewer engine.UserID, group engine.GroupID, users []engine.UserID) error
+	LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) error
+	Group(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error)
+	SendMessage(ctx context.Context, viewer engine.UserID, group engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error)
+	Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error)
+	MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids []engine.MessageID) ([]engine.Message, error)
+	Receipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error)
+}
+
+var _ compared = (*refmodel.Model)(nil)
+
+type side struct {
+	s    compared
+	ids  [nKinds]map[uint64]int
+	list [nKinds][]uint64
+}
+
+func newSide(s compared) *side {
+	sd := &side{s: s}
+	for k := range sd.ids {
+		sd.ids[k] = map[uint64]int{}
+	}
+	return sd
+}
+
+// ref renders an id a store returned as its handle, registering it when
+// new; ids that are not the store's own (unknown ids the workload made
+// up) are the same on both sides and print raw.
+func (sd *side) ref(kind int, id uint64) string {
+	if id == 0 {
+		return "0"
+	}
+	h, ok := sd.ids[kind][id]
+	if !ok {
+		h = len(sd.list[kind])
+		sd.ids[kind][id] = h
+		sd.list[kind] = append(sd.list[kind], id)
+	}
+	return fmt.Sprintf("%s%d", kindLetter[kind], h)
+}
+
+// arg is an id argument: a handle (translated per side) or a raw id.
+type arg struct {
+	kind   int
+	handle int    // ≥ 0: the handle's id on each side
+	raw    uint64 // handle < 0: this id on both sides
+}
+
+func (a arg) id(sd *side) uint64 {
+	if a.handle < 0 {
+		return a.raw
+	}
+	return sd.list[a.kind][a.handle]
+}
+
+func (a arg) String() string {
+	if a.handle < 0 {
+		return fmt.Sprintf("#%d", a.raw)
+	}
+	return fmt.Sprintf("%s%d", kindLetter[a.kind], a.handle)
+}
+
+func ids[T ~uint64](sd *side, as []arg) []T {
+	out := make([]T, len(as))
+	for i, a := range as {
+		out[i] = T(a.id(sd))
+	}
+	return out
+}
+
+type workload struct {
+	rng          *rand.Rand
+	clk          *Clock
+	backend      Backend
+	model, store *side
+	log          []string
+	unknownSeq   uint64
+}
+
+var ctx = context.Background()
+
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, engine.ErrInvalid):
+		return "error invalid"
+	case errors.Is(err, engine.ErrNotFound):
+		return "error not found"
+	case errors.Is(err, engine.ErrForbidden):
+		return "error forbidden"
+	case errors.Is(err, engine.ErrUnavailable):
+		return "error unavailable: " + err.Error()
+	}
+	return "error other: " + err.Error()
+}
+
+// op is one call: desc names it with handles; run performs it on a side
+// and renders the answer.
+type op struct {
+	desc string
+	run  func(sd *side) string
+}
+
+func (w *workload) step(t *testing.T, seed uint64, n int) {
+	t.Helper()
+	w.advance()
+	o := w.gen()
+	want := o.run(w.model)
+	got := o.run(w.store)
+	w.log = append(w.log, fmt.Sprintf("%6d %s @%s -> %s", n, o.desc, w.clk.Now().Format("01-02T15:04:05.000"), want))
+	if got != want {
+		tail := w.log[max(0, len(w.log)-60):]
+		t.Fatalf("seed %d op %d: %s\n backend %s: %s\n model: %s\nlast ops (model answers):\n%s\nreplay: TALLY_MODEL_SEED=%d TALLY_MODEL_OPS=%d",
+			seed, n, o.desc, w.backend.Name, got, want, strings.Join(tail, "\n"), seed, n+1)
+	}
+}
+
+// advance moves the clock at least 1 ms (so ids of different ops never
+// share a millisecond), sometimes by hours or weeks to cross idempotency
+// and cursor expiry.
+func (w *workload) advance() {
+	d := time.Duration(1+w.rng.IntN(2000)) * time.Millisecond
+	switch r := w.rng.IntN(1000); {
+	case r < 4:
+		d += time.Duration(2+w.rng.IntN(14)) * 24 * time.Hour
+	case r < 20:
+		d += time.Duration(1+w.rng.IntN(30)) * time.Hour
+	}
+	w.clk.Advance(d)
+}
+
+const users = 7
+
+func (w *workload) user() engine.UserID {
+	if w.rng.IntN(60) == 0 {
+		return 0
+	}
+	return engine.UserID(1 + w.rng.IntN(users))
+}
+
+func (w *workload) validUser() engine.UserID { return engine.UserID(1 + w.rng.IntN(users)) }
+
+func (w *workload) users(max int) []engine.UserID {
+	out := make([]engine.UserID, w.rng.IntN(max+1))
+	for i := range out {
+		out[i] = w.validUser()
+	}
+	return out
+}
+
+// unknown makes an id no store made, at the current millisecond.
+func (w *workload) unknown() uint64 {
+	w.unknownSeq++
+	return snowflake.Make(w.clk.Now().UnixMilli(), 1001, w.unknownSeq%4096)
+}
+
+// pick returns a handle of kind, or sometimes (always when there is none)
+// an unknown id.
+func (w *workload) pick(kind int) arg {
+	n := len(w.model.list[kind])
+	if n == 0 || w.rng.IntN(25) == 0 {
+		return arg{kind: kind, handle: -1, raw: w.unknown()}
+	}
+	// Favour recent handles.
+	h := n - 1 - min(n-1, int(w.rng.ExpFloat64()*4))
+	if w.rng.IntN(3) == 0 {
+		h = w.rng.IntN(n)
+	}
+	return arg{kind: kind, handle: h}
+}
+
+func (w *workload) picks(kind, max int) []arg {
+	out := make([]arg, w.rng.IntN(max+1))
+	for i := range out {
+		out[i] = w.pick(kind)
+	}
+	return out
+}
+
+// key returns an idempotency key, often one used before. A backend whose
+// keys do not expire by the store's clock gets keys scoped by the clock's
+// IdempotencyTTL period, so no key is reused across an expiry.
+func (w *workload) key() string {
+	if w.rng.IntN(3) == 0 {
+		return ""
+	}
+	k := fmt.Sprintf("k%d", w.rng.IntN(12))
+	if w.backend.differs(IdemExpiryWallClock) {
+		epoch := w.clk.Now().Sub(ClockStart) / engine.IdempotencyTTL
+		k = fmt.Sprintf("e%d-%s", epoch, k)
+	}
+	return k
+}
+
+func render(v any) string { return fmt.Sprintf("%+v", v) }
+
+func renderArgs(as []arg) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+func (w *workload) gen() op {
+	switch w.rng.IntN(40) {
+	case 0, 1, 2:
+		v := w.user()
+		key := w.key()
+		var id arg
+		switch r := w.rng.IntN(10); {
+		case r < 6:
+			id = arg{handle: -1}
+		case r < 8:
+			id = arg{handle: -1, raw: snowflake.Make(w.clk.Now().UnixMilli(), 1000, uint64(w.rng.IntN(4)))}
+		case r < 9:
+			id = w.pick(kPost) // an existing one: refused unless a retry
+		default:
+			id = arg{handle: -1, raw: 12345} // not a snowflake of a plausible time
+		}
+		return op{fmt.Sprintf("createPost u%d id=%s key=%q", v, id, key), func(sd *side) string {
+			p, err := sd.s.CreatePost(ctx, v, engine.PostID(id.id(sd)), key)
+			if err != nil {
+				return errClass(err)
+			}
+			return sd.ref(kPost, uint64(p))
+		}}
+	case 3:
+		ps := w.picks(kPost, 5)
+		return op{"posts " + renderArgs(ps), func(sd *side) string {
+			r, err := sd.s.Posts(ctx, ids[engine.PostID](sd, ps))
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 4:
+		v := w.user()
+		ps := w.picks(kPost, 5)
+		want := engine.PageWant{Counts: w.rng.IntN(2) == 0, Liked: w.rng.IntN(2) == 0, Favorited: w.rng.IntN(2) == 0}
+		return op{fmt.Sprintf("page u%d %s %+v", v, renderArgs(ps), want), func(sd *side) string {
+			out := make([]engine.PostView, len(ps))
+			if err := sd.s.Page(ctx, v, ids[engine.PostID](sd, ps), want, out); err != nil {
+				return errClass(err)
+			}
+			return render(out)
+		}}
+	case 5, 6:
+		ps := w.picks(kPost, 4)
+		return op{"counts " + renderArgs(ps), func(sd *side) string {
+			r, err := sd.s.Counts(ctx, ids[engine.PostID](sd, ps))
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 7:
+		v := w.user()
+		ps := w.picks(kPost, 4)
+		fav := w.rng.IntN(2) == 0
+		return op{fmt.Sprintf("liked/favorited(%v) u%d %s", fav, v, renderArgs(ps)), func(sd *side) string {
+			f := sd.s.Liked
+			if fav {
+				f = sd.s.Favorited
+			}
+			r, err := f(ctx, v, ids[engine.PostID](sd, ps))
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 8, 9, 10, 11:
+		v := w.user()
+		p := w.pick(kPost)
+		which := w.rng.IntN(4)
+		name := []string{"like", "unlike", "favorite", "unfavorite"}[which]
+		return op{fmt.Sprintf("%s u%d %s", name, v, p), func(sd *side) string {
+			fn := []func(context.Context, engine.UserID, engine.PostID) error{sd.s.Like, sd.s.Unlike, sd.s.Favorite, sd.s.Unfavorite}[which]
+			return errClass(fn(ctx, v, engine.PostID(p.id(sd))))
+		}}
+	case 12, 13:
+		v := w.user()
+		p := w.pick(kPost)
+		ms := w.users(3)
+		key := w.key()
+		return op{fmt.Sprintf("comment u%d %s mentions=%v key=%q", v, p, ms, key), func(sd *side) string {
+			return errClass(sd.s.Comment(ctx, v, engine.PostID(p.id(sd)), ms, key))
+		}}
+	case 14:
+		v := w.user()
+		p := w.pick(kPost)
+		ms := w.users(3)
+		key := w.key()
+		return op{fmt.Sprintf("repost u%d %s mentions=%v key=%q", v, p, ms, key), func(sd *side) string {
+			r, err := sd.s.Repost(ctx, v, engine.PostID(p.id(sd)), ms, key)
+			if err != nil {
+				return errClass(err)
+			}
+			return sd.ref(kPost, uint64(r))
+		}}
+	case 15:
+		ps := w.picks(kPost, 5)
+		if w.rng.IntN(30) == 0 {
+			ps = append(ps, arg{handle: -1, raw: 0})
+		}
+		return op{"recordViews " + renderArgs(ps), func(sd *side) string {
+			return errClass(sd.s.RecordViews(ctx, ids[engine.PostID](sd, ps)))
+		}}
+	case 16:
+		us := w.users(4)
+		return op{fmt.Sprintf("userCounts %v", us), func(sd *side) string {
+			r, err := sd.s.UserCounts(ctx, us)
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 17, 18:
+		v, u := w.user(), w.user()
+		unf := w.rng.IntN(3) == 0
+		return op{fmt.Sprintf("follow(unfollow=%v) u%d u%d", unf, v, u), func(sd *side) string {
+			if unf {
+				return errClass(sd.s.Unfollow(ctx, v, u))
+			}
+			return errClass(sd.s.Follow(ctx, v, u))
+		}}
+	case 19:
+		v := w.validUser()
+		return op{fmt.Sprintf("followees u%d", v), func(sd *side) string {
+			r, err := sd.s.Followees(ctx, v)
+			if err != nil {
+				return errClass(err)
+			}
+			slices.Sort(r)
+			return render(r)
+		}}
+	case 20, 21, 22, 23:
+		v := w.user()
+		return op{fmt.Sprintf("unread u%d", v), func(sd *side) string {
+			r, err := sd.s.Unread(ctx, v)
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 24, 25:
+		v := w.user()
+		k := engine.UnreadKind(1 + w.rng.IntN(6))
+		if w.rng.IntN(40) == 0 {
+			k = engine.UnreadKind(w.rng.IntN(2) * 7)
+		}
+		return op{fmt.Sprintf("markRead u%d %v", v, k), func(sd *side) string {
+			return errClass(sd.s.MarkRead(ctx, v, k))
+		}}
+	case 26:
+		v := w.user()
+		push := w.rng.IntN(2) == 0
+		return op{fmt.Sprintf("redDot(push=%v) u%d", push, v), func(sd *side) string {
+			if push {
+				return errClass(sd.s.PushRedDot(ctx))
+			}
+			return errClass(sd.s.ClickRedDot(ctx, v))
+		}}
+	case 27:
+		title := fmt.Sprintf("t%d", w.rng.IntN(3))
+		if w.rng.IntN(30) == 0 {
+			title = ""
+		}
+		body := fmt.Sprintf("b%d", w.rng.IntN(2))
+		key := w.key()
+		return op{fmt.Sprintf("publish %q %q key=%q", title, body, key), func(sd *side) string {
+			n, err := sd.s.PublishNotification(ctx, title, body, key)
+			if err != nil {
+				return errClass(err)
+			}
+			return renderNotif(sd, n)
+		}}
+	case 28:
+		first := w.rng.IntN(5)
+		if w.rng.IntN(30) == 0 {
+			first = -1
+		}
+		after := arg{handle: -1}
+		if w.rng.IntN(2) == 0 {
+			after = w.pick(kNotif)
+		}
+		return op{fmt.Sprintf("notifications first=%d after=%s", first, after), func(sd *side) string {
+			r, err := sd.s.Notifications(ctx, first, engine.NotificationID(after.id(sd)))
+			if err != nil {
+				return errClass(err)
+			}
+			s := make([]string, len(r))
+			for i, n := range r {
+				s[i] = renderNotif(sd, n)
+			}
+			return "[" + strings.Join(s, " ") + "]"
+		}}
+	case 29:
+		v := w.user()
+		ms := w.users(4)
+		if w.rng.IntN(30) == 0 {
+			ms = append(ms, 0)
+		}
+		return op{fmt.Sprintf("createGroup u%d %v", v, ms), func(sd *side) string {
+			g, err := sd.s.CreateGroup(ctx, v, ms)
+			if err != nil {
+				return errClass(err)
+			}
+			return sd.ref(kGroup, uint64(g))
+		}}
+	case 30:
+		v := w.user()
+		g := w.pick(kGroup)
+		us := w.users(3)
+		return op{fmt.Sprintf("addGroupMembers u%d %s %v", v, g, us), func(sd *side) string {
+			return errClass(sd.s.AddGroupMembers(ctx, v, engine.GroupID(g.id(sd)), us))
+		}}
+	case 31:
+		v := w.user()
+		g := w.pick(kGroup)
+		return op{fmt.Sprintf("leaveGroup u%d %s", v, g), func(sd *side) string {
+			return errClass(sd.s.LeaveGroup(ctx, v, engine.GroupID(g.id(sd))))
+		}}
+	case 32:
+		v := w.validUser()
+		g := w.pick(kGroup)
+		return op{fmt.Sprintf("group u%d %s", v, g), func(sd *side) string {
+			r, err := sd.s.Group(ctx, v, engine.GroupID(g.id(sd)))
+			if err != nil {
+				return errClass(err)
+			}
+			return sd.ref(kGroup, uint64(r.ID)) + render(r.Members)
+		}}
+	case 33, 34:
+		v := w.user()
+		g := w.pick(kGroup)
+		text := fmt.Sprintf("hi%d", w.rng.IntN(3))
+		if w.rng.IntN(40) == 0 {
+			text = ""
+		}
+		ms := w.users(2)
+		key := w.key()
+		return op{fmt.Sprintf("sendMessage u%d %s %q mentions=%v key=%q", v, g, text, ms, key), func(sd *side) string {
+			m, err := sd.s.SendMessage(ctx, v, engine.GroupID(g.id(sd)), text, ms, key)
+			if err != nil {
+				return errClass(err)
+			}
+			return renderMsg(sd, m)
+		}}
+	case 35:
+		v := w.validUser()
+		m := w.pick(kMsg)
+		return op{fmt.Sprintf("message u%d %s", v, m), func(sd *side) string {
+			r, err := sd.s.Message(ctx, v, engine.MessageID(m.id(sd)))
+			if err != nil {
+				return errClass(err)
+			}
+			return renderMsg(sd, r)
+		}}
+	case 36, 37:
+		v := w.user()
+		ms := w.picks(kMsg, 3)
+		if w.backend.differs(MarkReadFirstErrorWins) && slices.ContainsFunc(ms, func(a arg) bool { return a.handle < 0 }) {
+			ms = ms[:1] // an unknown id alone: no other error to order it against
+			ms[0].handle = -1
+			ms[0].raw = w.unknown()
+		}
+		return op{fmt.Sprintf("markMessagesRead u%d %s", v, renderArgs(ms)), func(sd *side) string {
+			r, err := sd.s.MarkMessagesRead(ctx, v, ids[engine.MessageID](sd, ms))
+			if err != nil {
+				return errClass(err)
+			}
+			s := make([]string, len(r))
+			for i, m := range r {
+				s[i] = renderMsg(sd, m)
+			}
+			return "[" + strings.Join(s, " ") + "]"
+		}}
+	case 38:
+		m := w.pick(kMsg)
+		v := w.validUser()
+		limit := w.rng.IntN(4)
+		if w.rng.IntN(30) == 0 {
+			limit = -1
+		}
+		return op{fmt.Sprintf("receipts u%d %s limit=%d", v, m, limit), func(sd *side) string {
+			r, err := sd.s.Receipts(ctx, v, engine.MessageID(m.id(sd)), limit)
+			if err != nil {
+				return errClass(err)
+			}
+			return fmt.Sprintf("read=%d unread=%d readers=%v unreaders=%v", r.ReadCount, r.UnreadCount, r.Readers, r.Unreaders)
+		}}
+	default:
+		// Import: replace counts of known and new posts.
+		rows := make([]engine.ImportRow, 1+w.rng.IntN(3))
+		posts := make([]arg, len(rows))
+		for i := range rows {
+			if w.rng.IntN(2) == 0 {
+				posts[i] = w.pick(kPost)
+			} else {
+				posts[i] = arg{handle: -1, raw: snowflake.Make(w.clk.Now().UnixMilli()-int64(w.rng.IntN(1e6)), 1002, uint64(i))}
+			}
+			if w.rng.IntN(2) == 0 {
+				rows[i].Author = w.validUser()
+			}
+			if w.rng.IntN(3) != 0 {
+				rows[i].Counts = engine.Counts{Likes: int64(w.rng.IntN(5)), Comments: int64(w.rng.IntN(3)), Views: int64(w.rng.IntN(100))}
+			}
+		}
+		return op{fmt.Sprintf("import %s %+v", renderArgs(posts), rows), func(sd *side) string {
+			im, ok := sd.s.(engine.Importer)
+			if !ok {
+				return "no importer"
+			}
+			rs := slices.Clone(rows)
+			for i := range rs {
+				rs[i].Post = engine.PostID(posts[i].id(sd))
+			}
+			if err := im.Import(ctx, rs); err != nil {
+				return errClass(err)
+			}
+			// Imported ids the workload made up become handles, so
+			// later ops pick them; known ones keep theirs.
+			for _, r := range rs {
+				if r.Author != 0 || !r.Counts.IsZero() {
+					sd.ref(kPost, uint64(r.Post))
+				}
+			}
+			return ""
+		}}
+	}
+}
+
+func renderNotif(sd *side, n engine.Notification) string {
+	return fmt.Sprintf("{%s %q %q %s}", sd.ref(kNotif, uint64(n.ID)), n.Title, n.Body, n.CreatedAt.UTC().Format(time.RFC3339Nano))
+}
+
+func renderMsg(sd *side, m engine.Message) string {
+	return fmt.Sprintf("{%s %s u%d %q %s}", sd.ref(kMsg, uint64(m.ID)), sd.ref(kGroup, uint64(m.Group)), m.Sender, m.Text, m.SentAt.UTC().Format(time.RFC3339Nano))
+}

@@ -1,0 +1,926 @@
+// Package refmodel is a reference model of engine.Store: plain maps and
+// slices, no packing, no log, no concurrency tricks, written from API.md's
+// Semantics section and the Store interface's doc comments rather than
+// from either backend. It owns nothing but the answer a correct store
+// gives; the metamorphic test in engine/enginetest runs the same random
+// workload on it and on each backend and compares every answer.
+//
+// Ids it makes are snowflakes from its clock on node ModelNode, so they
+// sort like a backend's ids made at the same clock time but never equal
+// them; callers compare ids through their own mapping.
+//
+// Events (Subscribe) are not modelled: Subscribe delivers nothing. Stats
+// reports zero.
+package refmodel
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// ModelNode is the snowflake node of ids the model makes.
+const ModelNode = 1022
+
+// Model is an in-memory engine.Store (every method of it the metamorphic
+// test compares). Every method takes one lock, so
+// each call is atomic.
+type Model struct {
+	mu        sync.Mutex
+	now       func() time.Time
+	cursorTTL time.Duration
+	lastMs    int64
+	seq       uint64
+
+	posts    map[engine.PostID]*post
+	likes    map[pair]bool
+	favs     map[pair]bool
+	users    map[engine.UserID]*user
+	follows  map[engine.UserID]map[engine.UserID]int64 // viewer → followee → snapshot
+	notifs   []engine.Notification                     // oldest first
+	pushes   int64                                     // red-dot pushes so far
+	groups   map[engine.GroupID]*group
+	messages map[engine.MessageID]*message
+	idem     map[idemKey]idemRec
+}
+
+type pair struct {
+	u engine.UserID
+	p engine.PostID
+}
+
+type post struct {
+	author engine.UserID
+	counts engine.Counts
+}
+
+type user struct {
+	posts, followers, following         int64
+	mentions, comments, likes, messages int64
+	hasCursor                           bool
+	cursor                              int // notifications seen: len(notifs) when set
+	lastSeen                            time.Time
+	clickedPushes                       int64 // pushes counted when last clicked
+}
+
+type group struct {
+	byMap []engine.UserID // mapid−1 → user
+	mapid map[engine.UserID]int
+	quit  map[engine.UserID]bool
+}
+
+type message struct {
+	engine.Message
+	maxid int
+	quit  map[int]bool // mapids quit at send time
+	read  map[int]bool
+}
+
+type idemKey struct {
+	viewer engine.UserID // 0 for PublishNotification
+	key    string
+}
+
+type idemRec struct {
+	fp     uint64
+	at     time.Time
+	post   engine.PostID
+	msg    engine.Message
+	notif  engine.Notification
+	hasAny bool
+}
+
+// New returns an empty model reading time from now (nil: time.Now) and
+// dropping system cursors idle for cursorTTL (0: engine.DefaultCursorTTL).
+func New(now func() time.Time, cursorTTL time.Duration) *Model {
+	if now == nil {
+		now = time.Now
+	}
+	if cursorTTL <= 0 {
+		cursorTTL = engine.DefaultCursorTTL
+	}
+	return &Model{
+		now: now, cursorTTL: cursorTTL,
+		posts: map[engine.PostID]*post{}, likes: map[pair]bool{}, favs: map[pair]bool{},
+		users: map[engine.UserID]*user{}, follows: map[engine.UserID]map[engine.UserID]int64{},
+		groups: map[engine.GroupID]*group{}, messages: map[engine.MessageID]*message{},
+		idem: map[idemKey]idemRec{},
+	}
+}
+
+var _ engine.Importer = (*Model)(nil)
+
+func (m *Model) nextID() uint64 {
+	ms := m.now().UnixMilli()
+	if ms <= m.lastMs {
+		if m.seq++; m.seq >= 1<<12 {
+			m.lastMs++
+			m.seq = 0
+		}
+		ms = m.lastMs
+	} else {
+		m.lastMs, m.seq = ms, 0
+	}
+	return snowflake.Make(ms, ModelNode, m.seq)
+}
+
+func (m *Model) user(u engine.UserID) *user {
+	r := m.users[u]
+	if r == nil {
+		r = &user{}
+		m.users[u] = r
+	}
+	return r
+}
+
+func (m *Model) postCount(u engine.UserID) int64 {
+	if r := m.users[u]; r != nil {
+		return r.posts
+	}
+	return 0
+}
+
+// lookupIdem returns the live record of (viewer, key), if any, after
+// checking its fingerprint against fp.
+func (m *Model) lookupIdem(viewer engine.UserID, key string, fp uint64) (idemRec, bool, error) {
+	if key == "" {
+		return idemRec{}, false, nil
+	}
+	r, ok := m.idem[idemKey{viewer, key}]
+	if !ok || engine.IdemExpired(r.at, m.now()) {
+		return idemRec{}, false, nil
+	}
+	if err := engine.CheckIdemReuse(r.fp, fp); err != nil {
+		return idemRec{}, false, err
+	}
+	return r, true, nil
+}
+
+func (m *Model) recordIdem(viewer engine.UserID, key string, r idemRec) {
+	if key != "" {
+		r.at = m.now()
+		m.idem[idemKey{viewer, key}] = r
+	}
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{engine.ErrInvalid}, a...)...)
+}
+
+// CreatePost implements engine.Store.
+func (m *Model) CreatePost(_ context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return 0, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id != 0 {
+		if err := engine.CheckPostID(id, m.now()); err != nil {
+			return 0, err
+		}
+	}
+	fp := engine.IdemFingerprint(engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	if r, ok, err := m.lookupIdem(viewer, idemKey, fp); err != nil || ok {
+		return r.post, err
+	}
+	if id == 0 {
+		id = engine.PostID(m.nextID())
+	} else if _, exists := m.posts[id]; exists {
+		return 0, invalid("post %d exists", id)
+	}
+	m.addPost(viewer, id)
+	m.recordIdem(viewer, idemKey, idemRec{fp: fp, post: id})
+	return id, nil
+}
+
+func (m *Model) addPost(author engine.UserID, id engine.PostID) {
+	m.posts[id] = &post{author: author}
+	m.user(author).posts++
+}
+
+// Posts implements engine.Store.
+func (m *Model) Posts(_ context.Context, ids []engine.PostID) ([]engine.PostInfo, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]engine.PostInfo, len(ids))
+	for i, id := range ids {
+		if p := m.posts[id]; p != nil {
+			out[i] = engine.PostInfo{Exists: true, Author: p.author}
+		}
+	}
+	return out, nil
+}
+
+// Page implements engine.Store.
+func (m *Model) Page(_ context.Context, viewer engine.UserID, ids []engine.PostID, want engine.PageWant, out []engine.PostView) error {
+	if err := engine.CheckIDs(ids); err != nil {
+		return err
+	}
+	if len(out) != len(ids) {
+		return invalid("out has %d entries for %d ids", len(out), len(ids))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, id := range ids {
+		v := engine.PostView{}
+		if p := m.posts[id]; p != nil {
+			v.PostInfo = engine.PostInfo{Exists: true, Author: p.author}
+			if want.Counts {
+				v.Counts = p.counts
+			}
+		}
+		if viewer != 0 {
+			v.Liked = want.Liked && m.likes[pair{viewer, id}]
+			v.Favorited = want.Favorited && m.favs[pair{viewer, id}]
+		}
+		out[i] = v
+	}
+	return nil
+}
+
+// Counts implements engine.Store.
+func (m *Model) Counts(_ context.Context, ids []engine.PostID) ([]engine.Counts, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]engine.Counts, len(ids))
+	for i, id := range ids {
+		if p := m.posts[id]; p != nil {
+			out[i] = p.counts
+		}
+	}
+	return out, nil
+}
+
+func (m *Model) flags(viewer engine.UserID, ids []engine.PostID, set map[pair]bool) ([]bool, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]bool, len(ids))
+	for i, id := range ids {
+		out[i] = viewer != 0 && set[pair{viewer, id}]
+	}
+	return out, nil
+}
+
+// Liked implements engine.Store.
+func (m *Model) Liked(_ context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return m.flags(viewer, ids, m.likes)
+}
+
+// Favorited implements engine.Store.
+func (m *Model) Favorited(_ context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
+	return m.flags(viewer, ids, m.favs)
+}
+
+// toggle sets or clears (viewer, id) in set; it reports the post and
+// whether anything changed.
+func (m *Model) toggle(viewer engine.UserID, id engine.PostID, set map[pair]bool, on bool) (*post, bool, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return nil, false, err
+	}
+	p := m.posts[id]
+	if p == nil {
+		return nil, false, fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	k := pair{viewer, id}
+	if set[k] == on {
+		return p, false, nil
+	}
+	if on {
+		set[k] = true
+	} else {
+		delete(set, k)
+	}
+	return p, true, nil
+}
+
+// Like implements engine.Store.
+func (m *Model) Like(_ context.Context, viewer engine.UserID, id engine.PostID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, changed, err := m.toggle(viewer, id, m.likes, true)
+	if changed {
+		p.counts.Likes++
+		if p.author != 0 && p.author != viewer {
+			m.user(p.author).likes++
+		}
+	}
+	return err
+}
+
+// Unlike implements engine.Store.
+func (m *Model) Unlike(_ context.Context, viewer engine.UserID, id engine.PostID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, changed, err := m.toggle(viewer, id, m.likes, false)
+	if changed && p.counts.Likes > 0 { // an import may have set it below the set's size
+		p.counts.Likes--
+	}
+	return err
+}
+
+// Favorite implements engine.Store.
+func (m *Model) Favorite(_ context.Context, viewer engine.UserID, id engine.PostID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, changed, err := m.toggle(viewer, id, m.favs, true)
+	if changed {
+		p.counts.Favorites++
+	}
+	return err
+}
+
+// Unfavorite implements engine.Store.
+func (m *Model) Unfavorite(_ context.Context, viewer engine.UserID, id engine.PostID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, changed, err := m.toggle(viewer, id, m.favs, false)
+	if changed && p.counts.Favorites > 0 { // an import may have set it below the set's size
+		p.counts.Favorites--
+	}
+	return err
+}
+
+// Comment implements engine.Store.
+func (m *Model) Comment(_ context.Context, viewer engine.UserID, id engine.PostID, mentions []engine.UserID, idemKey string) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	ms, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fp := engine.IdemFingerprint(engine.IdemComment, engine.IdemArgs{Post: id, Mentions: ms})
+	if _, ok, err := m.lookupIdem(viewer, idemKey, fp); err != nil || ok {
+		return err
+	}
+	p := m.posts[id]
+	if p == nil {
+		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	p.counts.Comments++
+	if p.author != 0 && p.author != viewer {
+		m.user(p.author).comments++
+	}
+	for _, u := range ms {
+		m.user(u).mentions++
+	}
+	m.recordIdem(viewer, idemKey, idemRec{fp: fp})
+	return nil
+}
+
+// Repost implements engine.Store.
+func (m *Model) Repost(_ context.Context, viewer engine.UserID, id engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return 0, err
+	}
+	ms, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return 0, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fp := engine.IdemFingerprint(engine.IdemRepost, engine.IdemArgs{Post: id, Mentions: ms})
+	if r, ok, err := m.lookupIdem(viewer, idemKey, fp); err != nil || ok {
+		return r.post, err
+	}
+	p := m.posts[id]
+	if p == nil {
+		return 0, fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	p.counts.Reposts++
+	nid := engine.PostID(m.nextID())
+	m.addPost(viewer, nid)
+	for _, u := range ms {
+		m.user(u).mentions++
+	}
+	m.recordIdem(viewer, idemKey, idemRec{fp: fp, post: nid})
+	return nid, nil
+}
+
+// RecordViews implements engine.Store.
+func (m *Model) RecordViews(_ context.Context, ids []engine.PostID) error {
+	if err := engine.CheckIDs(ids); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		if p := m.posts[id]; p != nil {
+			p.counts.Views++
+		}
+	}
+	return nil
+}
+
+// UserCounts implements engine.Store.
+func (m *Model) UserCounts(_ context.Context, ids []engine.UserID) ([]engine.UserCounts, error) {
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]engine.UserCounts, len(ids))
+	for i, u := range ids {
+		if r := m.users[u]; r != nil {
+			out[i] = engine.UserCounts{Posts: r.posts, Followers: r.followers, Following: r.following}
+		}
+	}
+	return out, nil
+}
+
+// Follow implements engine.Store.
+func (m *Model) Follow(_ context.Context, viewer, target engine.UserID) error {
+	if err := checkPair(viewer, target); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fs := m.follows[viewer]
+	if fs == nil {
+		fs = map[engine.UserID]int64{}
+		m.follows[viewer] = fs
+	}
+	if _, ok := fs[target]; ok {
+		return nil
+	}
+	fs[target] = m.postCount(target)
+	m.user(viewer).following++
+	m.user(target).followers++
+	return nil
+}
+
+// Unfollow implements engine.Store.
+func (m *Model) Unfollow(_ context.Context, viewer, target engine.UserID) error {
+	if err := checkPair(viewer, target); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.follows[viewer][target]; !ok {
+		return nil
+	}
+	delete(m.follows[viewer], target)
+	m.user(viewer).following--
+	m.user(target).followers--
+	return nil
+}
+
+func checkPair(viewer, target engine.UserID) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	if target == 0 {
+		return invalid("user id 0")
+	}
+	if target == viewer {
+		return invalid("following oneself")
+	}
+	return nil
+}
+
+// Followees implements engine.Store.
+func (m *Model) Followees(_ context.Context, viewer engine.UserID) ([]engine.UserID, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]engine.UserID, 0, len(m.follows[viewer]))
+	for u := range m.follows[viewer] {
+		out = append(out, u)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Unread implements engine.Store. A first read, or one after the cursor
+// expired (engine.CursorExpired), starts the cursor at the newest
+// notification; every read is activity.
+func (m *Model) Unread(_ context.Context, viewer engine.UserID) (engine.Unread, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return engine.Unread{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	r := m.user(viewer)
+	if !r.hasCursor || engine.CursorExpired(r.lastSeen, now, m.cursorTTL) {
+		r.hasCursor, r.cursor = true, len(m.notifs)
+	}
+	r.lastSeen = now
+	u := engine.Unread{
+		Mentions: r.mentions, Comments: r.comments, Likes: r.likes, Messages: r.messages,
+		System: int64(len(m.notifs) - r.cursor),
+		RedDot: m.pushes > r.clickedPushes,
+	}
+	var cur, snap []int64
+	for f, s := range m.follows[viewer] {
+		cur = append(cur, m.postCount(f))
+		snap = append(snap, s)
+	}
+	u.Feed = engine.FeedUnread(cur, snap)
+	return u, nil
+}
+
+// MarkRead implements engine.Store.
+func (m *Model) MarkRead(_ context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	if kind < engine.Mentions || kind > engine.Feed {
+		return invalid("unknown unread kind %d", kind)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.user(viewer)
+	switch kind {
+	case engine.Mentions:
+		r.mentions = 0
+	case engine.Comments:
+		r.comments = 0
+	case engine.Likes:
+		r.likes = 0
+	case engine.Messages:
+		r.messages = 0
+	case engine.System:
+		r.hasCursor, r.cursor = true, len(m.notifs)
+	case engine.Feed:
+		for f := range m.follows[viewer] {
+			m.follows[viewer][f] = m.postCount(f)
+		}
+	}
+	return nil
+}
+
+// ClickRedDot implements engine.Store.
+func (m *Model) ClickRedDot(_ context.Context, viewer engine.UserID) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.user(viewer).clickedPushes = m.pushes
+	return nil
+}
+
+// PushRedDot implements engine.Store.
+func (m *Model) PushRedDot(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pushes++
+	return nil
+}
+
+// PublishNotification implements engine.Store.
+func (m *Model) PublishNotification(_ context.Context, title, body, idemKey string) (engine.Notification, error) {
+	if err := engine.CheckNotification(title, body); err != nil {
+		return engine.Notification{}, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return engine.Notification{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fp := engine.IdemFingerprint(engine.IdemPublish, engine.IdemArgs{Title: title, Body: body})
+	if r, ok, err := m.lookupIdem(0, idemKey, fp); err != nil || ok {
+		return r.notif, err
+	}
+	id := m.nextID()
+	n := engine.Notification{ID: engine.NotificationID(id), Title: title, Body: body, CreatedAt: snowflake.Time(id)}
+	m.notifs = append(m.notifs, n)
+	m.recordIdem(0, idemKey, idemRec{fp: fp, notif: n})
+	return n, nil
+}
+
+// Notifications implements engine.Store.
+func (m *Model) Notifications(_ context.Context, first int, after engine.NotificationID) ([]engine.Notification, error) {
+	first, err := engine.ClampPage(first)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []engine.Notification{}
+	for i := len(m.notifs) - 1; i >= 0 && len(out) < first; i-- {
+		if after != 0 && m.notifs[i].ID >= after {
+			continue
+		}
+		out = append(out, m.notifs[i])
+	}
+	return out, nil
+}
+
+func (g *group) join(u engine.UserID) {
+	if _, ok := g.mapid[u]; ok {
+		delete(g.quit, u)
+		return
+	}
+	g.byMap = append(g.byMap, u)
+	g.mapid[u] = len(g.byMap)
+}
+
+func (g *group) isMember(u engine.UserID) bool {
+	_, ok := g.mapid[u]
+	return ok && !g.quit[u]
+}
+
+func (g *group) members() []engine.UserID {
+	out := []engine.UserID{}
+	for _, u := range g.byMap {
+		if !g.quit[u] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// memberGroup returns the group for a member, or the error for anyone else.
+func (m *Model) memberGroup(viewer engine.UserID, id engine.GroupID) (*group, error) {
+	g := m.groups[id]
+	if g == nil {
+		return nil, fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
+	}
+	if !g.isMember(viewer) {
+		return nil, fmt.Errorf("%w: not a member", engine.ErrForbidden)
+	}
+	return g, nil
+}
+
+// CreateGroup implements engine.Store.
+func (m *Model) CreateGroup(_ context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return 0, err
+	}
+	us, err := engine.NormalizeUsers(members)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := &group{mapid: map[engine.UserID]int{}, quit: map[engine.UserID]bool{}}
+	g.join(viewer)
+	for _, u := range us {
+		g.join(u)
+	}
+	id := engine.GroupID(m.nextID())
+	m.groups[id] = g
+	return id, nil
+}
+
+// AddGroupMembers implements engine.Store.
+func (m *Model) AddGroupMembers(_ context.Context, viewer engine.UserID, id engine.GroupID, users []engine.UserID) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	us, err := engine.NormalizeUsers(users)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, err := m.memberGroup(viewer, id)
+	if err != nil {
+		return err
+	}
+	for _, u := range us {
+		g.join(u)
+	}
+	return nil
+}
+
+// LeaveGroup implements engine.Store: leaving a group one has already
+// left changes nothing; one never joined is ErrForbidden.
+func (m *Model) LeaveGroup(_ context.Context, viewer engine.UserID, id engine.GroupID) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := m.groups[id]
+	if g == nil {
+		return fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
+	}
+	if _, ok := g.mapid[viewer]; !ok {
+		return fmt.Errorf("%w: not a member", engine.ErrForbidden)
+	}
+	g.quit[viewer] = true
+	return nil
+}
+
+// Group implements engine.Store.
+func (m *Model) Group(_ context.Context, viewer engine.UserID, id engine.GroupID) (engine.Group, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, err := m.memberGroup(viewer, id)
+	if err != nil {
+		return engine.Group{}, err
+	}
+	return engine.Group{ID: id, Members: g.members()}, nil
+}
+
+// SendMessage implements engine.Store.
+func (m *Model) SendMessage(_ context.Context, viewer engine.UserID, id engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return engine.Message{}, err
+	}
+	if err := engine.CheckText(text); err != nil {
+		return engine.Message{}, err
+	}
+	ms, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	if err := engine.CheckIdemKey(idemKey); err != nil {
+		return engine.Message{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fp := engine.IdemFingerprint(engine.IdemSendMessage, engine.IdemArgs{Group: id, Text: text, Mentions: ms})
+	if r, ok, err := m.lookupIdem(viewer, idemKey, fp); err != nil || ok {
+		return r.msg, err
+	}
+	g, err := m.memberGroup(viewer, id)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	mid := m.nextID()
+	msg := &message{
+		Message: engine.Message{ID: engine.MessageID(mid), Group: id, Sender: viewer, Text: text, SentAt: snowflake.Time(mid)},
+		maxid:   len(g.byMap), quit: map[int]bool{}, read: map[int]bool{},
+	}
+	for u := range g.quit {
+		msg.quit[g.mapid[u]] = true
+	}
+	m.messages[msg.ID] = msg
+	for _, u := range g.members() {
+		if u != viewer {
+			m.user(u).messages++
+		}
+	}
+	for _, u := range ms {
+		if g.isMember(u) {
+			m.user(u).mentions++
+		}
+	}
+	m.recordIdem(viewer, idemKey, idemRec{fp: fp, msg: msg.Message})
+	return msg.Message, nil
+}
+
+// Message implements engine.Store.
+func (m *Model) Message(_ context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg, _, err := m.memberMessage(viewer, id)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	return msg.Message, nil
+}
+
+func (m *Model) memberMessage(viewer engine.UserID, id engine.MessageID) (*message, *group, error) {
+	msg := m.messages[id]
+	if msg == nil {
+		return nil, nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	g, err := m.memberGroup(viewer, msg.Group)
+	return msg, g, err
+}
+
+// MarkMessagesRead implements engine.Store: all or nothing.
+func (m *Model) MarkMessagesRead(_ context.Context, viewer engine.UserID, ids []engine.MessageID) ([]engine.Message, error) {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]engine.Message, len(ids))
+	for _, id := range ids {
+		if m.messages[id] == nil {
+			// Unknown before forbidden, wherever it is in the list:
+			// an unknown id hides nothing.
+			return nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+		}
+	}
+	for i, id := range ids {
+		msg, _, err := m.memberMessage(viewer, id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = msg.Message
+	}
+	for _, id := range ids {
+		msg := m.messages[id]
+		msg.read[m.groups[msg.Group].mapid[viewer]] = true
+	}
+	return out, nil
+}
+
+// Receipts implements engine.Store.
+func (m *Model) Receipts(_ context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error) {
+	limit, err := engine.ClampPage(limit)
+	if err != nil {
+		return engine.Receipts{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg := m.messages[id]
+	if msg == nil {
+		return engine.Receipts{}, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	g := m.groups[msg.Group]
+	if msg.Sender != viewer || !g.isMember(viewer) {
+		return engine.Receipts{}, fmt.Errorf("%w: only the sender, while a member, sees read receipts", engine.ErrForbidden)
+	}
+	var r engine.Receipts
+	senderMap := g.mapid[msg.Sender]
+	for mapid := 1; mapid <= msg.maxid; mapid++ {
+		if mapid == senderMap || msg.quit[mapid] {
+			continue
+		}
+		u := g.byMap[mapid-1]
+		if msg.read[mapid] {
+			r.ReadCount++
+			if len(r.Readers) < limit {
+				r.Readers = append(r.Readers, u)
+			}
+		} else {
+			r.UnreadCount++
+			if len(r.Unreaders) < limit {
+				r.Unreaders = append(r.Unreaders, u)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Import implements engine.Importer: a row registers an unknown post when
+// it has an author or a non-zero count, and replaces the counts of every
+// post it names (a known post imported with zeros reads zeros).
+func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, row := range rows {
+		c := row.Counts
+		if row.Post == 0 {
+			return invalid("post id 0")
+		}
+		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
+			return invalid("post %d has a negative count", row.Post)
+		}
+	}
+	for _, row := range rows {
+		p := m.posts[row.Post]
+		if p == nil {
+			if row.Author == 0 && row.Counts.IsZero() {
+				continue // nothing says this post exists
+			}
+			p = &post{}
+			m.posts[row.Post] = p
+		}
+		if p.author == 0 && row.Author != 0 {
+			// A post known without its author learns it from the
+			// first import that names one.
+			p.author = row.Author
+			m.user(row.Author).posts++
+		}
+		p.counts = row.Counts
+	}
+	return nil
+}
+
+// Subscribe implements engine.Store: the model has no events.
+func (m *Model) Subscribe(func(engine.Event)) (cancel func()) { return func() {} }
+
+// Ready implements engine.Store.
+func (m *Model) Ready(context.Context) error { return nil }
+
+// Stats implements engine.Store: not modelled.
+func (m *Model) Stats() engine.Stats { return engine.Stats{} }
+
+// Close implements engine.Store.
+func (m *Model) Close() error { return nil }
