@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,8 +75,8 @@ func (c *frameConn) send(v any) error {
 	return err
 }
 
-// next reads frames until a text message of type typ.
-func (c *frameConn) next(typ string) error {
+// next reads frames until a text message of one of the types.
+func (c *frameConn) next(types ...string) error {
 	for {
 		var h [2]byte
 		if _, err := io.ReadFull(c.br, h[:]); err != nil {
@@ -104,7 +105,7 @@ func (c *frameConn) next(typ string) error {
 			return fmt.Errorf("closed: %d %s", binary.BigEndian.Uint16(p), p[2:])
 		}
 		var m struct{ Type string }
-		if json.Unmarshal(p, &m) == nil && m.Type == typ {
+		if json.Unmarshal(p, &m) == nil && slices.Contains(types, m.Type) {
 			return nil
 		}
 	}
@@ -230,5 +231,46 @@ func BenchmarkWSSlowReaders(b *testing.B) {
 		b.ReportMetric(float64(peakG), "peak-goroutines")
 		b.ReportMetric(float64(heldG), "goroutines-at-3s")
 		b.ReportMetric(float64(g2-g0), "goroutines-after-close")
+	}
+}
+
+// BenchmarkWSSubscriptionFlood: one client asks for 10,000 unreadChanged
+// subscriptions on one socket (reading everything it is sent) and
+// reports the heap and goroutines the server holds for them (with
+// -ws-max-subscriptions 100, the rest are refused with RATE_LIMITED). Run with
+// -benchtime=1x.
+func BenchmarkWSSubscriptionFlood(b *testing.B) {
+	const n = 10000
+	s := newTestServerWith(b, openStore(b), resolvers.Config{})
+	addr := s.Listener.Addr().String()
+	for range b.N {
+		heap0, g0 := settled()
+		c, err := dialFrames(addr, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok, _ := s.keys.Sign(1, false, 0)
+		c.send(map[string]any{"type": "connection_init", "payload": map[string]string{"Authorization": "Bearer " + tok}})
+		if err := c.next("connection_ack"); err != nil {
+			b.Fatal(err)
+		}
+		// In rounds of 500, each answered (next or error) before the next
+		// round: a client that sends faster than it reads is a slow reader,
+		// dropped, which is not what this measures.
+		for i := 0; i < n; i += 500 {
+			for j := i; j < i+500; j++ {
+				c.send(map[string]any{"id": strconv.Itoa(j), "type": "subscribe", "payload": map[string]string{"query": unreadSub}})
+			}
+			for range 500 {
+				if err := c.next("next", "error"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		heap1, g1 := settled()
+		b.ReportMetric(float64(int64(heap1)-int64(heap0))/(1<<20), "heap-MiB")
+		b.ReportMetric(float64(g1-g0), "goroutines")
+		c.Close()
+		settled()
 	}
 }
