@@ -699,7 +699,7 @@ func subscribeParams(raw json.RawMessage) (*graphql.RawParams, error) {
 		return nil, errors.New("subscribe payload is not valid JSON")
 	}
 	var q string
-	if json.Unmarshal(shape.Query, &q) != nil {
+	if len(shape.Query) == 0 || shape.Query[0] != '"' || json.Unmarshal(shape.Query, &q) != nil {
 		return nil, errors.New(`subscribe payload needs a string "query"`)
 	}
 	var name *string
