@@ -748,3 +748,59 @@ func wsMessages(c *websocket.Conn) <-chan wsMsg {
 	}()
 	return out
 }
+
+// Every way a socket ends gives back its goroutines.
+func TestWSNoGoroutineLeak(t *testing.T) {
+	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{InitTimeout: 50 * time.Millisecond, MaxPerUser: -1}})
+	tok := s.token(t, 1, false)
+	settle := func() int {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+		return runtime.NumGoroutine()
+	}
+	// Warm up whatever the server starts once (hub watchers, pools).
+	w := rawWS(t, s)
+	wsInit(t, w, tok)
+	wsSubscribe(t, w, "u", unreadSub, nil)
+	wsRead(t, w, 5*time.Second)
+	w.Close(websocket.StatusNormalClosure, "")
+	before := settle()
+
+	ends := map[string]func(*testing.T, *websocket.Conn){
+		"client closes with subscriptions": func(t *testing.T, c *websocket.Conn) {
+			wsInit(t, c, tok)
+			wsSubscribe(t, c, "a", unreadSub, nil)
+			wsSubscribe(t, c, "b", `{ __typename }`, nil)
+			wsRead(t, c, 5*time.Second)
+			c.Close(websocket.StatusNormalClosure, "")
+		},
+		"client vanishes with subscriptions": func(t *testing.T, c *websocket.Conn) {
+			wsInit(t, c, tok)
+			wsSubscribe(t, c, "a", unreadSub, nil)
+			wsRead(t, c, 5*time.Second)
+			c.CloseNow()
+		},
+		"bad token": func(t *testing.T, c *websocket.Conn) {
+			wsWrite(t, c, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer x"}})
+			wsClosed(t, c, 5*time.Second)
+		},
+		"duplicate id": func(t *testing.T, c *websocket.Conn) {
+			wsInit(t, c, tok)
+			wsSubscribe(t, c, "a", unreadSub, nil)
+			wsSubscribe(t, c, "a", unreadSub, nil)
+			wsClosed(t, c, 5*time.Second)
+		},
+		"init timeout": func(t *testing.T, c *websocket.Conn) { wsClosed(t, c, 5*time.Second) },
+	}
+	for name, end := range ends {
+		for range 20 {
+			end(t, rawWS(t, s))
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for settle() > before {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d goroutines, %d before", name, runtime.NumGoroutine(), before)
+			}
+		}
+	}
+}
