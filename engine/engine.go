@@ -128,10 +128,15 @@ type Notification struct {
 	CreatedAt time.Time
 }
 
-// Group lists a group's current members (not those who quit), in join
-// (mapid) order.
+// Group is a group as Group reads it. Reading one costs the same whatever
+// its size: Members holds only the first page.
 type Group struct {
-	ID      GroupID
+	ID GroupID
+	// MemberCount is how many current members it has (not those who quit).
+	MemberCount int
+	// Members are its first current members in join (mapid) order, at most
+	// MaxPageSize of them (every one when MemberCount <= MaxPageSize);
+	// GroupMembers pages through the rest.
 	Members []UserID
 }
 
@@ -260,6 +265,13 @@ type Store interface {
 	AddGroupMembers(ctx context.Context, viewer UserID, group GroupID, users []UserID) error
 	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) error
 	Group(ctx context.Context, viewer UserID, group GroupID) (Group, error)
+	// GroupMembers lists a group's current members in join (mapid) order,
+	// at most first of them (CheckPage), starting after the user after (0:
+	// from the first member). after may have left since (the order never
+	// changes); a user who never joined the group is ErrInvalid. A page
+	// costs its own length (plus members who left in between), never the
+	// group's size.
+	GroupMembers(ctx context.Context, viewer UserID, group GroupID, first int, after UserID) ([]UserID, error)
 	SendMessage(ctx context.Context, viewer UserID, group GroupID, text string, mentions []UserID, idemKey string) (Message, error)
 	// Message returns a message for a member of its group.
 	Message(ctx context.Context, viewer UserID, id MessageID) (Message, error)
@@ -269,6 +281,12 @@ type Store interface {
 	// Receipts returns a message's receipts to its sender only, listing at
 	// most limit readers and unreaders.
 	Receipts(ctx context.Context, viewer UserID, id MessageID, limit int) (Receipts, error)
+	// ReceiptMembers lists one page of a message's readers (readers true)
+	// or unreaders, in mapid order, at most first of them (CheckPage),
+	// starting after the user after (0: from the first); to its sender
+	// only, as Receipts. An after who has no mapid in the group is
+	// ErrInvalid.
+	ReceiptMembers(ctx context.Context, viewer UserID, id MessageID, readers bool, first int, after UserID) ([]UserID, error)
 
 	// Subscribe calls fn for every event from now until cancel is called.
 	// fn must not block; it runs on the engine's delivery goroutine.

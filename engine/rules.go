@@ -104,6 +104,16 @@ func ClampPage(first int) (int, error) {
 	return min(first, MaxPageSize), nil
 }
 
+// CheckPage validates the size of a page of a list that can grow (group
+// members, readers, unreaders): 0..MaxPageSize, anything else ErrInvalid,
+// so that a request's cost is bounded by what it asks for.
+func CheckPage(first int) error {
+	if first < 0 || first > MaxPageSize {
+		return fmt.Errorf("%w: first must be between 0 and %d", ErrInvalid, MaxPageSize)
+	}
+	return nil
+}
+
 // FeedUnread is Σ over followees of (current post count − snapshot), where a
 // followee whose count is below the snapshot (an import replaced it)
 // contributes 0 rather than a negative number.

@@ -31,6 +31,7 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Group() GroupResolver
 	Message() MessageResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
@@ -49,7 +50,7 @@ type ComplexityRoot struct {
 	Group struct {
 		ID          func(childComplexity int) int
 		MemberCount func(childComplexity int) int
-		Members     func(childComplexity int) int
+		Members     func(childComplexity int, first *int, after *string) int
 	}
 
 	Message struct {
@@ -113,9 +114,9 @@ type ComplexityRoot struct {
 
 	ReadReceipts struct {
 		ReadCount   func(childComplexity int) int
-		Readers     func(childComplexity int, first *int) int
+		Readers     func(childComplexity int, first *int, after *string) int
 		UnreadCount func(childComplexity int) int
-		Unreaders   func(childComplexity int, first *int) int
+		Unreaders   func(childComplexity int, first *int, after *string) int
 	}
 
 	Subscription struct {
@@ -159,6 +160,9 @@ type ComplexityRoot struct {
 
 // region    ************************** generated!.gotpl **************************
 
+type GroupResolver interface {
+	Members(ctx context.Context, obj *model1.Group, first *int, after *string) ([]model1.User, error)
+}
 type MessageResolver interface {
 	Group(ctx context.Context, obj *model1.Message) (*model1.Group, error)
 	Sender(ctx context.Context, obj *model1.Message) (*model1.User, error)
@@ -196,8 +200,8 @@ type QueryResolver interface {
 	SystemNotifications(ctx context.Context, first *int, after *string) ([]model1.SystemNotification, error)
 }
 type ReadReceiptsResolver interface {
-	Readers(ctx context.Context, obj *model1.ReadReceipts, first *int) ([]model1.User, error)
-	Unreaders(ctx context.Context, obj *model1.ReadReceipts, first *int) ([]model1.User, error)
+	Readers(ctx context.Context, obj *model1.ReadReceipts, first *int, after *string) ([]model1.User, error)
+	Unreaders(ctx context.Context, obj *model1.ReadReceipts, first *int, after *string) ([]model1.User, error)
 }
 type SubscriptionResolver interface {
 	UnreadChanged(ctx context.Context) (<-chan *model1.Viewer, error)
@@ -249,7 +253,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			break
 		}
 
-		return e.ComplexityRoot.Group.Members(childComplexity), true
+		args, err := ec.field_Group_members_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Group.Members(childComplexity, args["first"].(*int), args["after"].(*string)), true
 
 	case "Message.group":
 		if e.ComplexityRoot.Message.Group == nil {
@@ -652,7 +661,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.ReadReceipts.Readers(childComplexity, args["first"].(*int)), true
+		return e.ComplexityRoot.ReadReceipts.Readers(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "ReadReceipts.unreadCount":
 		if e.ComplexityRoot.ReadReceipts.UnreadCount == nil {
 			break
@@ -669,7 +678,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.ReadReceipts.Unreaders(childComplexity, args["first"].(*int)), true
+		return e.ComplexityRoot.ReadReceipts.Unreaders(childComplexity, args["first"].(*int), args["after"].(*string)), true
 
 	case "Subscription.readReceiptsChanged":
 		if e.ComplexityRoot.Subscription.ReadReceiptsChanged == nil {
@@ -1076,8 +1085,13 @@ type SystemNotification {
 type Group {
   "The group's id."
   id: ID!
-  "Current members in join order (members who left are not listed)."
-  members: [User!]!
+  "Current members in join order (members who left are not listed), one page at a time: pass the last member's id as ` + "`" + `after` + "`" + ` for the next page."
+  members(
+    "How many to list: at most 100 (default 50; over 100 or negative is BAD_USER_INPUT)."
+    first: Int = 50
+    "The id of the last member of the previous page (omit for the first page); a user who never joined the group is BAD_USER_INPUT."
+    after: ID
+  ): [User!]!
   "How many current members it has (members who left are not counted)."
   memberCount: Int!
 }
@@ -1108,15 +1122,19 @@ type ReadReceipts {
   readCount: Int!
   "Members who have not read it yet."
   unreadCount: Int!
-  "Members who have read it, in join order."
+  "Members who have read it, in join order, one page at a time: pass the last one's id as ` + "`" + `after` + "`" + ` for the next page."
   readers(
-    "How many to list, in join order (default 50; negative is BAD_USER_INPUT)."
+    "How many to list, in join order: at most 100 (default 50; over 100 or negative is BAD_USER_INPUT)."
     first: Int = 50
+    "The id of the last user of the previous page (omit for the first page); a user who never joined the group is BAD_USER_INPUT."
+    after: ID
   ): [User!]!
-  "Members who have not read it yet, in join order."
+  "Members who have not read it yet, in join order, one page at a time: pass the last one's id as ` + "`" + `after` + "`" + ` for the next page."
   unreaders(
-    "How many to list, in join order (default 50; negative is BAD_USER_INPUT)."
+    "How many to list, in join order: at most 100 (default 50; over 100 or negative is BAD_USER_INPUT)."
     first: Int = 50
+    "The id of the last user of the previous page (omit for the first page); a user who never joined the group is BAD_USER_INPUT."
+    after: ID
   ): [User!]!
 }
 
@@ -1540,6 +1558,28 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 // endregion ************************** internal!.gotpl ***************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_Group_members_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	return args, nil
+}
 
 func (ec *executionContext) field_Mutation_addGroupMembers_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -1984,6 +2024,14 @@ func (ec *executionContext) field_ReadReceipts_readers_args(ctx context.Context,
 		return nil, err
 	}
 	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
 	return args, nil
 }
 
@@ -1998,6 +2046,14 @@ func (ec *executionContext) field_ReadReceipts_unreaders_args(ctx context.Contex
 		return nil, err
 	}
 	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
 	return args, nil
 }
 
@@ -2107,25 +2163,37 @@ func (ec *executionContext) _Group_members(ctx context.Context, field graphql.Co
 			return ec.fieldContext_Group_members(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Members(), nil
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Group().Members(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model1.User) graphql.Marshaler {
-			return ec.marshalNUser2ᚕᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐUserᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []model1.User) graphql.Marshaler {
+			return ec.marshalNUser2ᚕgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐUserᚄ(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Group_members(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Group_members(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Group",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: false,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_User(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Group_members_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -4129,7 +4197,7 @@ func (ec *executionContext) _ReadReceipts_readers(ctx context.Context, field gra
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.ReadReceipts().Readers(ctx, obj, fc.Args["first"].(*int))
+			return ec.Resolvers.ReadReceipts().Readers(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []model1.User) graphql.Marshaler {
@@ -4173,7 +4241,7 @@ func (ec *executionContext) _ReadReceipts_unreaders(ctx context.Context, field g
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.ReadReceipts().Unreaders(ctx, obj, fc.Args["first"].(*int))
+			return ec.Resolvers.ReadReceipts().Unreaders(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []model1.User) graphql.Marshaler {
@@ -5846,17 +5914,50 @@ func (ec *executionContext) _Group(ctx context.Context, sel ast.SelectionSet, ob
 		case "id":
 			out.Values[i] = ec._Group_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "members":
-			out.Values[i] = ec._Group_members(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Group_members(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
 			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "memberCount":
 			out.Values[i] = ec._Group_memberCount(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -7782,22 +7883,6 @@ func (ec *executionContext) marshalNUser2ᚕgithubᚗcomᚋtallyᚑdevᚋtally�
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNUser2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐUser(ctx, sel, v[i])
-	})
-
-	for _, e := range ret {
-		if e == graphql.Null {
-			return graphql.Null
-		}
-	}
-
-	return ret
-}
-
-func (ec *executionContext) marshalNUser2ᚕᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐUserᚄ(ctx context.Context, sel ast.SelectionSet, v []*model1.User) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
-		fc := graphql.GetFieldContext(ctx)
-		fc.Result = &v[i]
-		return ec.marshalNUser2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐUser(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -194,9 +194,14 @@ func setComplexity(gc *graph.Config) {
 		}
 		return 1 + child*max(min(n, engine.MaxPageSize), 1)
 	}
-	c.ReadReceipts.Readers = func(child int, first *int) int { return 1 + child*limitOr(first, 50) }
-	c.ReadReceipts.Unreaders = func(child int, first *int) int { return 1 + child*limitOr(first, 50) }
-	c.Group.Members = func(child int) int { return 1 + child*50 }
+	// Lists that can grow are paged: each field costs the page it asks
+	// for (first, default 50), never the size of the group. A first over
+	// engine.MaxPageSize is refused when it runs; priced as asked, a big
+	// one is usually refused before anything runs.
+	page := func(child int, first *int, _ *string) int { return 1 + child*limitOr(first, 50) }
+	c.ReadReceipts.Readers = page
+	c.ReadReceipts.Unreaders = page
+	c.Group.Members = page
 	c.Mutation.MarkMessagesRead = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
 }
 
@@ -204,7 +209,7 @@ func limitOr(first *int, def int) int {
 	if first == nil {
 		return def
 	}
-	return max(min(*first, 1000), 1)
+	return max(min(*first, engine.MaxGroupMembers), 1)
 }
 
 // cors adds the CORS headers for an allowed cross-origin request and

@@ -23,6 +23,7 @@ func (r *Resolver) User() graph.UserResolver                 { return (*userReso
 func (r *Resolver) Viewer() graph.ViewerResolver             { return (*viewerResolver)(r) }
 func (r *Resolver) Message() graph.MessageResolver           { return (*messageResolver)(r) }
 func (r *Resolver) ReadReceipts() graph.ReadReceiptsResolver { return (*readReceiptsResolver)(r) }
+func (r *Resolver) Group() graph.GroupResolver               { return (*groupResolver)(r) }
 
 type (
 	queryResolver        Resolver
@@ -32,6 +33,7 @@ type (
 	viewerResolver       Resolver
 	messageResolver      Resolver
 	readReceiptsResolver Resolver
+	groupResolver        Resolver
 )
 
 // viewerOf returns the signed-in user; the @auth directive has already
@@ -277,12 +279,71 @@ func (r *Resolver) receipts(ctx context.Context, id engine.MessageID) (*model.Re
 	return &model.ReadReceipts{Message: id, Viewer: viewer, R: rec}, nil
 }
 
-func (r *readReceiptsResolver) Readers(ctx context.Context, rr *model.ReadReceipts, first *int) ([]model.User, error) {
-	return usersOf(rr.R.Readers, first)
+func (r *readReceiptsResolver) Readers(ctx context.Context, rr *model.ReadReceipts, first *int, after *string) ([]model.User, error) {
+	return r.receiptPage(ctx, rr, true, first, after)
 }
 
-func (r *readReceiptsResolver) Unreaders(ctx context.Context, rr *model.ReadReceipts, first *int) ([]model.User, error) {
-	return usersOf(rr.R.Unreaders, first)
+func (r *readReceiptsResolver) Unreaders(ctx context.Context, rr *model.ReadReceipts, first *int, after *string) ([]model.User, error) {
+	return r.receiptPage(ctx, rr, false, first, after)
+}
+
+// receiptPage answers a first page from what receipts read with the
+// counts; a later page is one engine call from the cursor.
+func (r *readReceiptsResolver) receiptPage(ctx context.Context, rr *model.ReadReceipts, readers bool, first *int, after *string) ([]model.User, error) {
+	n, cursor, err := pageArgs(first, after)
+	if err != nil {
+		return nil, err
+	}
+	if cursor == 0 {
+		ids := rr.R.Unreaders
+		if readers {
+			ids = rr.R.Readers
+		}
+		return usersOf(ids, &n)
+	}
+	ids, err := r.Store.ReceiptMembers(ctx, rr.Viewer, rr.Message, readers, n, cursor)
+	if err != nil {
+		return nil, err
+	}
+	return usersOf(ids, nil)
+}
+
+// Members answers the first page from Group's read when it covers it, and
+// any other page with one engine call from the cursor.
+func (r *groupResolver) Members(ctx context.Context, g *model.Group, first *int, after *string) ([]model.User, error) {
+	n, cursor, err := pageArgs(first, after)
+	if err != nil {
+		return nil, err
+	}
+	if page, ok := g.Page(n, cursor); ok {
+		return usersOf(page, &n)
+	}
+	ids, err := r.Store.GroupMembers(ctx, viewerOf(ctx), g.G.ID, n, cursor)
+	if err != nil {
+		return nil, err
+	}
+	return usersOf(ids, nil)
+}
+
+// pageArgs checks a paged list's arguments: first (null: the default 50)
+// and the user-id cursor after (null: from the start).
+func pageArgs(first *int, after *string) (int, engine.UserID, error) {
+	n := 50
+	if first != nil {
+		n = *first
+	}
+	if err := engine.CheckPage(n); err != nil {
+		return 0, 0, err
+	}
+	var cursor engine.UserID
+	if after != nil {
+		c, err := parseID[engine.UserID]("after", *after)
+		if err != nil {
+			return 0, 0, err
+		}
+		cursor = c
+	}
+	return n, cursor, nil
 }
 
 func usersOf(ids []engine.UserID, first *int) ([]model.User, error) {
@@ -488,11 +549,61 @@ func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*mod
 	if err != nil {
 		return nil, err
 	}
+	// The pages the selection asks for are read now, while the viewer may
+	// still read them, without the viewer.
+	pages := map[model.PageKey][]engine.UserID{}
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		if f.Name != "members" {
+			continue
+		}
+		args := f.ArgumentMap(graphql.GetOperationContext(ctx).Variables)
+		var first *int
+		if v, ok := args["first"].(int64); ok {
+			n := int(v)
+			first = &n
+		}
+		var after *string
+		if a, ok := args["after"].(string); ok {
+			after = &a
+		}
+		n, cursor, err := pageArgs(first, after)
+		if err != nil {
+			return nil, err
+		}
+		page, err := r.pageWithout(ctx, v, gid, n, cursor)
+		if err != nil {
+			return nil, err
+		}
+		pages[model.PageKey{First: n, After: cursor}] = page
+	}
 	if err := r.Store.LeaveGroup(ctx, v, gid); err != nil {
 		return nil, err
 	}
+	before.MemberCount--
 	before.Members = slices.DeleteFunc(before.Members, func(u engine.UserID) bool { return u == v })
-	return &model.Group{G: before}, nil
+	return &model.Group{G: before, Pages: pages}, nil
+}
+
+// pageWithout reads one page of a group's members as it will be once
+// viewer has left.
+func (r *mutationResolver) pageWithout(ctx context.Context, viewer engine.UserID, g engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error) {
+	var out []engine.UserID
+	for len(out) < first {
+		page, err := r.Store.GroupMembers(ctx, viewer, g, first, after)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range page {
+			if u != viewer && len(out) < first {
+				out = append(out, u)
+			}
+		}
+		if len(page) < first {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) SendMessage(ctx context.Context, groupID string, text string, mentions []string, idempotencyKey *string) (*model.Message, error) {

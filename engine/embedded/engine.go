@@ -1113,13 +1113,48 @@ func (e *Engine) Group(ctx context.Context, viewer engine.UserID, id engine.Grou
 	if err != nil {
 		return engine.Group{}, err
 	}
-	out := engine.Group{ID: id, Members: make([]engine.UserID, 0, g.current)}
-	for i, u := range g.byMap {
-		if !g.hasQuit(uint32(i + 1)) {
-			out.Members = append(out.Members, engine.UserID(u))
-		}
-	}
+	out := engine.Group{ID: id, MemberCount: g.current, Members: make([]engine.UserID, 0, min(g.current, engine.MaxPageSize))}
+	g.currentAfter(0, engine.MaxPageSize, func(u uint64) { out.Members = append(out.Members, engine.UserID(u)) })
 	return out, nil
+}
+
+// GroupMembers implements engine.Store.
+func (e *Engine) GroupMembers(ctx context.Context, viewer engine.UserID, id engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	g, err := e.memberGroup(uint64(id), uint64(viewer))
+	if err != nil {
+		return nil, err
+	}
+	from, err := e.cursorMapID(g, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserID, 0, min(first, g.current))
+	g.currentAfter(from, first, func(u uint64) { out = append(out, engine.UserID(u)) })
+	return out, nil
+}
+
+// cursorMapID is the mapid of the user a page starts after (0: none).
+func (e *Engine) cursorMapID(g *group, after engine.UserID) (uint32, error) {
+	if after == 0 {
+		return 0, nil
+	}
+	mapid, _ := e.st.memberOf(g, uint64(after))
+	if mapid == 0 {
+		return 0, errBadCursor(after)
+	}
+	return mapid, nil
+}
+
+func errBadCursor(after engine.UserID) error {
+	return fmt.Errorf("%w: after: user %d was never a member of the group", engine.ErrInvalid, uint64(after))
 }
 
 // SendMessage implements engine.Store.
@@ -1208,16 +1243,9 @@ func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.M
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	m, ok := e.st.message(uint64(id))
-	if !ok {
-		return engine.Receipts{}, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
-	}
-	if m.sender != uint64(viewer) {
-		return engine.Receipts{}, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
-	}
-	g, _ := e.st.group(m.group)
-	if _, cur := e.st.memberOf(g, uint64(viewer)); !cur {
-		return engine.Receipts{}, errSenderLeft
+	m, g, err := e.senderMessage(id, viewer)
+	if err != nil {
+		return engine.Receipts{}, err
 	}
 	var r engine.Receipts
 	r.ReadCount, r.UnreadCount = m.rc.Counts()
@@ -1228,6 +1256,51 @@ func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.M
 		m.rc.Unreaders(limit, func(mapid uint32) { r.Unreaders = append(r.Unreaders, engine.UserID(g.byMap[mapid-1])) })
 	}
 	return r, nil
+}
+
+// ReceiptMembers implements engine.Store.
+func (e *Engine) ReceiptMembers(ctx context.Context, viewer engine.UserID, id engine.MessageID, readers bool, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, g, err := e.senderMessage(id, viewer)
+	if err != nil {
+		return nil, err
+	}
+	from, err := e.cursorMapID(g, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserID, 0, first)
+	add := func(mapid uint32) { out = append(out, engine.UserID(g.byMap[mapid-1])) }
+	if readers {
+		m.rc.ReadersAfter(from, first, add)
+	} else {
+		m.rc.UnreadersAfter(from, first, add)
+	}
+	return out, nil
+}
+
+// senderMessage returns message id and its group for its sender, while a
+// member of the group: the receipts rule. Caller holds mu.
+func (e *Engine) senderMessage(id engine.MessageID, viewer engine.UserID) (*message, *group, error) {
+	m, ok := e.st.message(uint64(id))
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	if m.sender != uint64(viewer) {
+		return nil, nil, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
+	}
+	g, _ := e.st.group(m.group)
+	if _, cur := e.st.memberOf(g, uint64(viewer)); !cur {
+		return nil, nil, errSenderLeft
+	}
+	return m, g, nil
 }
 
 // Import implements engine.Importer: at most MaxImportBatch rows per call,

@@ -141,6 +141,27 @@ func (g *group) setQuit(mapid uint32, q bool) {
 	}
 }
 
+// currentAfter calls fn for the current members with a mapid above after,
+// in mapid order, at most limit of them. It walks the quit words, so a
+// stretch of members who left costs a word operation per 64 of them.
+func (g *group) currentAfter(after uint32, limit int, fn func(u uint64)) {
+	n := uint32(len(g.byMap))
+	for w := int(after / 64); limit > 0 && w < len(g.quit); w++ {
+		x := ^g.quit[w]
+		if w == int(after/64) {
+			x &^= 1<<(after%64) - 1
+		}
+		for ; x != 0 && limit > 0; x &= x - 1 {
+			i := uint32(w*64 + bits.TrailingZeros64(x)) // mapid i+1
+			if i >= n {
+				return
+			}
+			fn(g.byMap[i])
+			limit--
+		}
+	}
+}
+
 // quitters yields the mapids that have quit, in order.
 func (g *group) quitters(yield func(uint32) bool) {
 	for w, word := range g.quit {
@@ -468,6 +489,7 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 			r.cursor, r.flags = o.a, r.flags|flagCursor
 		}
 	case opMarkRead:
+		// Not activity (engine.CursorExpired): only a badge read is.
 		r := st.user(o.viewer)
 		switch engine.UnreadKind(o.a) {
 		case engine.Mentions:
@@ -487,7 +509,6 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 	case opClickRedDot:
 		r := st.user(o.viewer)
 		r.click = o.time
-		// Not activity (engine.CursorExpired): only a badge read is.
 		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
 	case opPushRedDot:
 		st.push = o.time

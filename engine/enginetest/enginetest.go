@@ -46,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		{"Groups", testGroups},
 		{"Messages", testMessages},
 		{"Receipts200", testReceipts200},
+		{"MemberPages", testMemberPages},
+		{"ReceiptPages", testReceiptPages},
 		{"InputErrors", testInputErrors},
 		{"Events", testEvents},
 	}
@@ -848,7 +850,13 @@ func members(t *testing.T, s engine.Store, viewer engine.UserID, g engine.GroupI
 	if gr.ID != g {
 		t.Fatalf("Group returned id %d, want %d", gr.ID, g)
 	}
-	return gr.Members
+	all := pageAll(t, engine.MaxPageSize, func(first int, after engine.UserID) ([]engine.UserID, error) {
+		return s.GroupMembers(bg, viewer, g, first, after)
+	})
+	if gr.MemberCount != len(all) || !slices.Equal(gr.Members, all[:min(len(all), engine.MaxPageSize)]) {
+		t.Fatalf("Group says %d members, first page %v; paging lists %d", gr.MemberCount, gr.Members, len(all))
+	}
+	return all
 }
 
 func wantMembers(t *testing.T, s engine.Store, viewer engine.UserID, g engine.GroupID, want ...engine.UserID) {
@@ -1299,4 +1307,189 @@ func testEvents(t *testing.T, s engine.Store) {
 	ok(t, s.Like(bg, 199, p))
 	r.wait(t, "UnreadChanged to the remaining subscriber", unreadFor(author))
 	r2.none(t, "event after cancel", 200*time.Millisecond, func(engine.Event) bool { return true })
+}
+
+// bigGroup makes a group of owner and n others (user ids base+1..base+n,
+// joined in that order), then has every leaveEvery-th of them leave. It
+// returns the group and its current members in join order.
+func bigGroup(t *testing.T, s engine.Store, owner engine.UserID, base engine.UserID, n, leaveEvery int) (engine.GroupID, []engine.UserID) {
+	t.Helper()
+	g, err := s.CreateGroup(bg, owner, nil)
+	ok(t, err)
+	all := []engine.UserID{owner}
+	for i := 0; i < n; i += engine.MaxIDsPerCall {
+		var batch []engine.UserID
+		for j := i; j < min(i+engine.MaxIDsPerCall, n); j++ {
+			batch = append(batch, base+engine.UserID(j+1))
+		}
+		ok(t, s.AddGroupMembers(bg, owner, g, batch))
+		all = append(all, batch...)
+	}
+	var current []engine.UserID
+	for i, u := range all {
+		if i > 0 && i%leaveEvery == 0 {
+			ok(t, s.LeaveGroup(bg, u, g))
+			continue
+		}
+		current = append(current, u)
+	}
+	return g, current
+}
+
+// pageAll pages through a list with page, first at a time, and returns
+// the concatenation; it fails on a page longer than first or a loop.
+func pageAll(t *testing.T, first int, page func(first int, after engine.UserID) ([]engine.UserID, error)) []engine.UserID {
+	t.Helper()
+	var all []engine.UserID
+	var after engine.UserID
+	for range 10_000 {
+		p, err := page(first, after)
+		ok(t, err)
+		if len(p) > first {
+			t.Fatalf("a page of %d for first=%d", len(p), first)
+		}
+		if len(p) == 0 {
+			return all
+		}
+		all = append(all, p...)
+		after = p[len(p)-1]
+	}
+	t.Fatal("paging never ended")
+	return nil
+}
+
+// testMemberPages: Group reads the count and the first page whatever the
+// group's size; GroupMembers pages through the current members in join
+// order with a user-id cursor, which may be a member who left since.
+func testMemberPages(t *testing.T, s engine.Store) {
+	const owner, stranger = 300, 299
+	g, current := bigGroup(t, s, owner, 10_000, 4200, 9)
+
+	grp, err := s.Group(bg, owner, g)
+	ok(t, err)
+	if grp.ID != g || grp.MemberCount != len(current) || !slices.Equal(grp.Members, current[:engine.MaxPageSize]) {
+		t.Fatalf("Group: id %d, %d members, first page of %d; want %d members and the first %d in join order",
+			grp.ID, grp.MemberCount, len(grp.Members), len(current), engine.MaxPageSize)
+	}
+	page := func(first int, after engine.UserID) ([]engine.UserID, error) {
+		return s.GroupMembers(bg, owner, g, first, after)
+	}
+	for _, first := range []int{1, 37, engine.MaxPageSize} {
+		if got := pageAll(t, first, page); !slices.Equal(got, current) {
+			t.Fatalf("paging by %d: %d members, want %d in join order", first, len(got), len(current))
+		}
+	}
+	// A cursor at a member who left continues right after their place.
+	left := engine.UserID(10_000 + 9*100)
+	got, err := s.GroupMembers(bg, owner, g, 3, left)
+	ok(t, err)
+	i := slices.Index(current, left-1)
+	if i < 0 || !slices.Equal(got, current[i+1:i+4]) {
+		t.Fatalf("page after a member who left = %v, want %v", got, current[i+1:i+4])
+	}
+	got, err = s.GroupMembers(bg, owner, g, 0, 0)
+	ok(t, err)
+	if len(got) != 0 {
+		t.Fatalf("first=0 gave %d members", len(got))
+	}
+	got, err = s.GroupMembers(bg, owner, g, 10, current[len(current)-1])
+	ok(t, err)
+	if len(got) != 0 {
+		t.Fatalf("a page after the last member gave %v", got)
+	}
+
+	_, err = s.GroupMembers(bg, owner, g, engine.MaxPageSize+1, 0)
+	wantErr(t, err, engine.ErrInvalid, "GroupMembers first over the maximum")
+	_, err = s.GroupMembers(bg, owner, g, -1, 0)
+	wantErr(t, err, engine.ErrInvalid, "GroupMembers negative first")
+	_, err = s.GroupMembers(bg, owner, g, 10, stranger)
+	wantErr(t, err, engine.ErrInvalid, "GroupMembers after a user who never joined")
+	_, err = s.GroupMembers(bg, stranger, g, 10, 0)
+	wantErr(t, err, engine.ErrForbidden, "GroupMembers by a non-member")
+	_, err = s.GroupMembers(bg, left, g, 10, 0)
+	wantErr(t, err, engine.ErrForbidden, "GroupMembers by a member who left")
+	_, err = s.GroupMembers(bg, owner, g+12345, 10, 0)
+	wantErr(t, err, engine.ErrNotFound, "GroupMembers of an unknown group")
+
+	// A small group: the first page is the whole list.
+	small, err := s.CreateGroup(bg, owner, []engine.UserID{301, 302})
+	ok(t, err)
+	grp, err = s.Group(bg, 302, small)
+	ok(t, err)
+	if grp.MemberCount != 3 || !slices.Equal(grp.Members, []engine.UserID{owner, 301, 302}) {
+		t.Fatalf("small group = %+v", grp)
+	}
+}
+
+// testReceiptPages: ReceiptMembers pages a message's readers and
+// unreaders in mapid order from a user-id cursor, for the sender only,
+// in a group large enough for every backend's large-group form.
+func testReceiptPages(t *testing.T, s engine.Store) {
+	const owner = 400
+	g, current := bigGroup(t, s, owner, 20_000, 4300, 11)
+	m, err := s.SendMessage(bg, owner, g, "to all", nil, "")
+	ok(t, err)
+	// Every 3rd current member reads it; a member added after the send
+	// (not counted) reads it too.
+	var readers, unreaders []engine.UserID
+	var toRead []engine.MessageID = []engine.MessageID{m.ID}
+	for i, u := range current[1:] {
+		if i%3 == 0 {
+			_, err := s.MarkMessagesRead(bg, u, toRead)
+			ok(t, err)
+			readers = append(readers, u)
+		} else {
+			unreaders = append(unreaders, u)
+		}
+	}
+	ok(t, s.AddGroupMembers(bg, owner, g, []engine.UserID{30_000}))
+	_, err = s.MarkMessagesRead(bg, 30_000, toRead)
+	ok(t, err)
+
+	r, err := s.Receipts(bg, owner, m.ID, engine.MaxPageSize)
+	ok(t, err)
+	if r.ReadCount != len(readers) || r.UnreadCount != len(unreaders) ||
+		!slices.Equal(r.Readers, readers[:engine.MaxPageSize]) || !slices.Equal(r.Unreaders, unreaders[:engine.MaxPageSize]) {
+		t.Fatalf("Receipts: %d read, %d unread; want %d, %d and the first pages", r.ReadCount, r.UnreadCount, len(readers), len(unreaders))
+	}
+	for _, first := range []int{1, 41, engine.MaxPageSize} {
+		for _, c := range []struct {
+			read bool
+			want []engine.UserID
+		}{{true, readers}, {false, unreaders}} {
+			got := pageAll(t, first, func(first int, after engine.UserID) ([]engine.UserID, error) {
+				return s.ReceiptMembers(bg, owner, m.ID, c.read, first, after)
+			})
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("paging readers=%v by %d: %d users, want %d", c.read, first, len(got), len(c.want))
+			}
+		}
+	}
+	// The cursor may be any user with a place in the group: an unreader
+	// for the readers' list, someone who left, the sender.
+	got, err := s.ReceiptMembers(bg, owner, m.ID, true, 2, unreaders[0])
+	ok(t, err)
+	if !slices.Equal(got, readers[1:3]) {
+		t.Fatalf("readers after the first unreader = %v, want %v", got, readers[1:3])
+	}
+	got, err = s.ReceiptMembers(bg, owner, m.ID, false, 2, owner)
+	ok(t, err)
+	if !slices.Equal(got, unreaders[:2]) {
+		t.Fatalf("unreaders after the sender = %v, want %v", got, unreaders[:2])
+	}
+
+	_, err = s.ReceiptMembers(bg, current[1], m.ID, true, 10, 0)
+	wantErr(t, err, engine.ErrForbidden, "ReceiptMembers by a member who is not the sender")
+	_, err = s.ReceiptMembers(bg, owner, m.ID, true, engine.MaxPageSize+1, 0)
+	wantErr(t, err, engine.ErrInvalid, "ReceiptMembers first over the maximum")
+	_, err = s.ReceiptMembers(bg, owner, m.ID, false, -1, 0)
+	wantErr(t, err, engine.ErrInvalid, "ReceiptMembers negative first")
+	_, err = s.ReceiptMembers(bg, owner, m.ID, true, 10, 399)
+	wantErr(t, err, engine.ErrInvalid, "ReceiptMembers after a user who never joined")
+	_, err = s.ReceiptMembers(bg, owner, 12345, true, 10, 0)
+	wantErr(t, err, engine.ErrNotFound, "ReceiptMembers of an unknown message")
+	// The sender leaves: no page by this path either.
+	ok(t, s.LeaveGroup(bg, owner, g))
+	_, err = s.ReceiptMembers(bg, owner, m.ID, false, 10, 0)
+	wantErr(t, err, engine.ErrForbidden, "ReceiptMembers by a sender who left")
 }

@@ -208,43 +208,56 @@ func (r *Receipt) Counts() (read, unread int) {
 
 // Readers calls fn for the readers in ascending mapid order, at most limit
 // of them.
-func (r *Receipt) Readers(limit int, fn func(mapid uint32)) {
-	if limit <= 0 {
+func (r *Receipt) Readers(limit int, fn func(mapid uint32)) { r.ReadersAfter(0, limit, fn) }
+
+// ReadersAfter is Readers from the first mapid above after: one page of a
+// long list, found without walking the pages before it (the Roaring form
+// seeks; the plain form starts at after's word).
+func (r *Receipt) ReadersAfter(after uint32, limit int, fn func(mapid uint32)) {
+	if limit <= 0 || after >= r.maxID {
 		return
 	}
 	if r.sp != nil {
 		it := r.sp.read.Iterator()
+		it.AdvanceIfNeeded(after + 1)
 		for ; limit > 0 && it.HasNext(); limit-- {
 			fn(it.Next())
 		}
 		return
 	}
 	n := len(r.bits) / 2
-	walk(r.bits[:n], nil, r.maxID, limit, fn)
+	walk(r.bits[:n], nil, r.maxID, after, limit, fn)
 }
 
 // Unreaders calls fn for the counted members who have not read the
 // message, in ascending mapid order, at most limit of them.
-func (r *Receipt) Unreaders(limit int, fn func(mapid uint32)) {
-	if limit <= 0 {
+func (r *Receipt) Unreaders(limit int, fn func(mapid uint32)) { r.UnreadersAfter(0, limit, fn) }
+
+// UnreadersAfter is Unreaders from the first mapid above after.
+func (r *Receipt) UnreadersAfter(after uint32, limit int, fn func(mapid uint32)) {
+	if limit <= 0 || after >= r.maxID {
 		return
 	}
 	if r.sp != nil {
-		r.sp.unreaders(r.maxID, limit, fn)
+		r.sp.unreaders(r.maxID, after, limit, fn)
 		return
 	}
 	n := len(r.bits) / 2
-	walk(r.bits[:n], r.bits[n:], r.maxID, limit, fn)
+	walk(r.bits[:n], r.bits[n:], r.maxID, after, limit, fn)
 }
 
 // unreaders is Unreaders for the Roaring form. It rebuilds plain bitmaps
 // one 4096-mapid window at a time on the stack and walks their gaps a word
 // at a time, so a long stretch of readers or excluded members costs a few
-// word operations per 64 mapids rather than a bitmap lookup per mapid.
-func (sp *sparse) unreaders(maxID uint32, limit int, fn func(uint32)) {
+// word operations per 64 mapids rather than a bitmap lookup per mapid. It
+// starts at the window holding after+1.
+func (sp *sparse) unreaders(maxID, after uint32, limit int, fn func(uint32)) {
 	const window = 4096
 	var seen [window / 64]uint64
 	ri, ei := sp.read.Iterator(), sp.excluded.Iterator()
+	first := 1 + uint64(after)/window*window
+	ri.AdvanceIfNeeded(uint32(first))
+	ei.AdvanceIfNeeded(uint32(first))
 	fill := func(it roaring.IntPeekable, base, end uint64) {
 		for it.HasNext() {
 			v := uint64(it.PeekNext())
@@ -256,7 +269,7 @@ func (sp *sparse) unreaders(maxID uint32, limit int, fn func(uint32)) {
 			seen[off/64] |= 1 << (off % 64)
 		}
 	}
-	for base := uint64(1); base <= uint64(maxID); base += window {
+	for base := first; base <= uint64(maxID); base += window {
 		clear(seen[:])
 		fill(ri, base, base+window)
 		fill(ei, base, base+window)
@@ -266,6 +279,9 @@ func (sp *sparse) unreaders(maxID uint32, limit int, fn func(uint32)) {
 				if m > uint64(maxID) || limit <= 0 {
 					return
 				}
+				if m <= uint64(after) {
+					continue
+				}
 				fn(uint32(m))
 				limit--
 			}
@@ -273,14 +289,19 @@ func (sp *sparse) unreaders(maxID uint32, limit int, fn func(uint32)) {
 	}
 }
 
-// walk calls fn for the mapids whose bit is set in set (or, when skip is
-// not nil, clear in both set and skip), ascending, at most limit of them.
-func walk(set, skip []byte, maxID uint32, limit int, fn func(uint32)) {
-	for i := 0; i < len(set) && limit > 0; i += 8 {
+// walk calls fn for the mapids above after whose bit is set in set (or,
+// when skip is not nil, clear in both set and skip), ascending, at most
+// limit of them. It starts at the word holding after+1.
+func walk(set, skip []byte, maxID, after uint32, limit int, fn func(uint32)) {
+	start := int(after/64) * 8
+	for i := start; i < len(set) && limit > 0; i += 8 {
 		w, s := word(set[i:]), uint64(0)
 		if skip != nil {
 			s = word(skip[i:])
 			w = ^(w | s)
+		}
+		if i == start {
+			w &^= 1<<(after%64) - 1 // mapids up to after
 		}
 		for w != 0 && limit > 0 {
 			m := uint64(i)*8 + uint64(bits.TrailingZeros64(w)) + 1

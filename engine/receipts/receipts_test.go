@@ -84,6 +84,7 @@ func same(t *testing.T, r *Receipt, m *model) {
 			t.Fatalf("Unreaders(%d) = %v, want %v", limit, got, want)
 		}
 	}
+	samePages(t, r, m)
 	// The encoding round-trips to the same state and the same bytes.
 	b, err := r.MarshalBinary()
 	if err != nil {
@@ -413,5 +414,66 @@ func BenchmarkMarkRead(b *testing.B) {
 	for b.Loop() {
 		id = id%200 + 1
 		r.MarkRead(id)
+	}
+}
+
+// samePages checks ReadersAfter and UnreadersAfter against the model at
+// cursors around the interesting points (window and word edges, the
+// readers themselves), and that paging through a small group's lists in
+// pages of 7 yields each list whole.
+func samePages(t *testing.T, r *Receipt, m *model) {
+	t.Helper()
+	want := func(after uint32, limit int, reader bool) []uint32 {
+		var out []uint32
+		for id := uint64(after) + 1; id <= uint64(m.maxID) && len(out) < limit; id++ {
+			if m.read[uint32(id)] == reader && m.counted(uint32(id)) {
+				out = append(out, uint32(id))
+			}
+		}
+		return out
+	}
+	afters := []uint32{0, 1, 63, 64, 65, 4095, 4096, 4097, m.maxID - 1, m.maxID, m.maxID + 5}
+	for id := range m.read {
+		if len(afters) > 40 {
+			break
+		}
+		afters = append(afters, id, id-1)
+	}
+	for _, after := range afters {
+		for _, limit := range []int{1, 5, 100} {
+			var got []uint32
+			r.ReadersAfter(after, limit, func(x uint32) { got = append(got, x) })
+			if w := want(after, limit, true); !slices.Equal(got, w) {
+				t.Fatalf("ReadersAfter(%d, %d) = %v, want %v", after, limit, got, w)
+			}
+			got = nil
+			r.UnreadersAfter(after, limit, func(x uint32) { got = append(got, x) })
+			if w := want(after, limit, false); !slices.Equal(got, w) {
+				t.Fatalf("UnreadersAfter(%d, %d) = %v, want %v", after, limit, got, w)
+			}
+		}
+	}
+	if m.maxID > 5000 {
+		return
+	}
+	for _, reader := range []bool{true, false} {
+		var all []uint32
+		after := uint32(0)
+		for {
+			var page []uint32
+			if reader {
+				r.ReadersAfter(after, 7, func(x uint32) { page = append(page, x) })
+			} else {
+				r.UnreadersAfter(after, 7, func(x uint32) { page = append(page, x) })
+			}
+			if len(page) == 0 {
+				break
+			}
+			all = append(all, page...)
+			after = page[len(page)-1]
+		}
+		if w := want(0, int(m.maxID)+1, reader); !slices.Equal(all, w) {
+			t.Fatalf("paging (readers=%v) gave %d mapids, want %d", reader, len(all), len(w))
+		}
 	}
 }

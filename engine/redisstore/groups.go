@@ -91,25 +91,52 @@ func (s *Store) LeaveGroup(ctx context.Context, viewer engine.UserID, group engi
 	return groupCode(num(r))
 }
 
-// Group implements engine.Store.
+// Group implements engine.Store: the member count and the first page.
 func (s *Store) Group(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error) {
-	g := s.k.group(uint64(group))
-	r, err := s.query(ctx, scGroupGet, []string{g.U, g.M, g.Q}, uint64(viewer))
+	count, page, err := s.groupPage(ctx, viewer, group, engine.MaxPageSize, 0)
 	if err != nil {
 		return engine.Group{}, err
 	}
-	a := vals(r)
-	if err := groupCode(num(at(a, 0))); err != nil {
-		return engine.Group{}, err
+	return engine.Group{ID: group, MemberCount: count, Members: page}, nil
+}
+
+// GroupMembers implements engine.Store.
+func (s *Store) GroupMembers(ctx context.Context, viewer engine.UserID, group engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
 	}
-	out := engine.Group{ID: group, Members: []engine.UserID{}}
-	quit := str(at(a, 2))
-	for i, u := range members(str(at(a, 1))) {
-		if !bitSet(quit, i) {
-			out.Members = append(out.Members, engine.UserID(u))
+	_, page, err := s.groupPage(ctx, viewer, group, first, after)
+	return page, err
+}
+
+func (s *Store) groupPage(ctx context.Context, viewer engine.UserID, group engine.GroupID, first int, after engine.UserID) (int, []engine.UserID, error) {
+	g := s.k.group(uint64(group))
+	r, err := s.query(ctx, scGroupPage, []string{g.U, g.M, g.Q}, uint64(viewer), uint64(after), first)
+	if err != nil {
+		return 0, nil, err
+	}
+	a := vals(r)
+	switch code := num(at(a, 0)); code {
+	case -4:
+		return 0, nil, errBadCursor(after)
+	default:
+		if err := groupCode(code); err != nil {
+			return 0, nil, err
 		}
 	}
-	return out, nil
+	packed := str(at(a, 2))
+	if len(packed)%8 != 0 {
+		return 0, nil, s.fail(errCorrupt)
+	}
+	page := make([]engine.UserID, 0, len(packed)/8)
+	for _, u := range members(packed) {
+		page = append(page, engine.UserID(u))
+	}
+	return int(num(at(a, 1))), page, nil
+}
+
+func errBadCursor(after engine.UserID) error {
+	return invalid("after: user %d was never a member of the group", uint64(after))
 }
 
 // SendMessage implements engine.Store. Steps: the message and its receipt
@@ -379,38 +406,9 @@ func (s *Store) Receipts(ctx context.Context, viewer engine.UserID, id engine.Me
 	if err != nil {
 		return engine.Receipts{}, err
 	}
-	if id == 0 {
-		return engine.Receipts{}, notFound("message")
-	}
-	gids, err := s.groupsOf(ctx, []uint64{uint64(id)})
+	rc, g, _, err := s.senderReceipts(ctx, viewer, id, 0)
 	if err != nil {
 		return engine.Receipts{}, err
-	}
-	if gids[0] == 0 {
-		return engine.Receipts{}, notFound("message")
-	}
-	g := s.k.group(gids[0])
-	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id))}, uint64(viewer), uint64(id))
-	if err != nil {
-		return engine.Receipts{}, err
-	}
-	a := vals(r)
-	switch num(at(a, 0)) {
-	case -1:
-		return engine.Receipts{}, notFound("message")
-	case -2:
-		return engine.Receipts{}, forbidden("only the sender sees read receipts, while a member of the group")
-	}
-	m, err := s.body(gids[0], uint64(id), str(at(a, 1)))
-	if err != nil {
-		return engine.Receipts{}, err
-	}
-	if m.Sender != viewer {
-		return engine.Receipts{}, forbidden("only the sender sees read receipts")
-	}
-	rc, err := parseReceipts(str(at(a, 2)), str(at(a, 3)))
-	if err != nil {
-		return engine.Receipts{}, s.fail(err)
 	}
 	var out engine.Receipts
 	var readers, unreaders []int
@@ -430,29 +428,97 @@ func (s *Store) Receipts(ctx context.Context, viewer engine.UserID, id engine.Me
 			}
 		}
 	}
-	if len(readers)+len(unreaders) == 0 {
-		return out, nil
-	}
-	// mapid -> user id: 8 bytes each from the packed member string.
-	want := append(append([]int{}, readers...), unreaders...)
-	cmds := make([]*redis.StringCmd, len(want))
-	if err := s.read(ctx, func(p redis.Pipeliner) {
-		for i, mapid := range want {
-			cmds[i] = p.GetRange(ctx, g.U, int64(mapid-1)*8, int64(mapid)*8-1)
-		}
-	}); err != nil {
+	uids, err := s.mapUIDs(ctx, g, append(readers, unreaders...))
+	if err != nil {
 		return engine.Receipts{}, err
-	}
-	uids := make([]engine.UserID, len(want))
-	for i, c := range cmds {
-		v := c.Val()
-		if len(v) != 8 {
-			return engine.Receipts{}, s.fail(errCorrupt)
-		}
-		uids[i] = engine.UserID(binary.BigEndian.Uint64([]byte(v)))
 	}
 	out.Readers, out.Unreaders = uids[:len(readers)], uids[len(readers):]
 	return out, nil
+}
+
+// ReceiptMembers implements engine.Store: the walk starts at after's
+// mapid and stops at a full page.
+func (s *Store) ReceiptMembers(ctx context.Context, viewer engine.UserID, id engine.MessageID, readers bool, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	rc, g, from, err := s.senderReceipts(ctx, viewer, id, after)
+	if err != nil {
+		return nil, err
+	}
+	var want []int
+	for mapid := from + 1; mapid <= rc.maxid && len(want) < first; mapid++ {
+		if !rc.quit(mapid) && rc.read(mapid) == readers {
+			want = append(want, mapid)
+		}
+	}
+	return s.mapUIDs(ctx, g, want)
+}
+
+// senderReceipts reads message id's receipt record for its sender, while a
+// member of the group, and the mapid of the user after (0: none).
+func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, after engine.UserID) (receipts, groupKeys, int, error) {
+	if id == 0 {
+		return receipts{}, groupKeys{}, 0, notFound("message")
+	}
+	gids, err := s.groupsOf(ctx, []uint64{uint64(id)})
+	if err != nil {
+		return receipts{}, groupKeys{}, 0, err
+	}
+	if gids[0] == 0 {
+		return receipts{}, groupKeys{}, 0, notFound("message")
+	}
+	g := s.k.group(gids[0])
+	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id))}, uint64(viewer), uint64(id), uint64(after))
+	if err != nil {
+		return receipts{}, g, 0, err
+	}
+	a := vals(r)
+	switch num(at(a, 0)) {
+	case -1:
+		return receipts{}, g, 0, notFound("message")
+	case -2:
+		return receipts{}, g, 0, forbidden("only the sender sees read receipts, while a member of the group")
+	case -4:
+		return receipts{}, g, 0, errBadCursor(after)
+	}
+	m, err := s.body(gids[0], uint64(id), str(at(a, 1)))
+	if err != nil {
+		return receipts{}, g, 0, err
+	}
+	if m.Sender != viewer {
+		return receipts{}, g, 0, forbidden("only the sender sees read receipts")
+	}
+	rc, err := parseReceipts(str(at(a, 2)), str(at(a, 3)))
+	if err != nil {
+		return receipts{}, g, 0, s.fail(err)
+	}
+	return rc, g, int(num(at(a, 4))), nil
+}
+
+// mapUIDs maps mapids to user ids: 8 bytes each from the packed member
+// string, one pipelined round trip.
+func (s *Store) mapUIDs(ctx context.Context, g groupKeys, mapids []int) ([]engine.UserID, error) {
+	uids := make([]engine.UserID, len(mapids))
+	if len(mapids) == 0 {
+		return uids, nil
+	}
+	cmds := make([]*redis.StringCmd, len(mapids))
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		for i, mapid := range mapids {
+			cmds[i] = p.GetRange(ctx, g.U, int64(mapid-1)*8, int64(mapid)*8-1)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != 8 {
+			return nil, s.fail(errCorrupt)
+		}
+		uids[i] = engine.UserID(binary.BigEndian.Uint64([]byte(v)))
+	}
+	return uids, nil
 }
 
 // receipts is a decoded receipt record.

@@ -354,12 +354,50 @@ if not m then return -2 end
 redis.call('SETBIT', KEYS[3], m - 1, 1)
 return 1`)
 
-	// KEYS U, M, Q; ARGV viewer. {1, U, Q} | {-1} | {-2}.
-	scGroupGet = newScript(`
+	// One page of a group's current members for viewer, who must be one:
+	// the members after the user ARGV[2] ('0': from the first), at most
+	// ARGV[3], and the current member count. It reads the packed member
+	// list and quit bitmap in chunks from the cursor's mapid on, skipping
+	// whole bytes of members who left, so a page costs its own length
+	// (plus leavers in between), not the group's size.
+	// KEYS U, M, Q; ARGV viewer, after, first.
+	// {1, count, packed uids} | {-1} unknown | {-2} not a member |
+	// {-4} after never joined.
+	scGroupPage = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
 if not cur then return {-2} end
-return {1, redis.call('GET', KEYS[1]), redis.call('GET', KEYS[3]) or ''}`)
+local n = redis.call('STRLEN', KEYS[1]) / 8
+local count = n - redis.call('BITCOUNT', KEYS[3])
+local i = 0
+if ARGV[2] ~= '0' then
+  local a = redis.call('HGET', KEYS[2], ARGV[2])
+  if not a then return {-4} end
+  i = tonumber(a)
+end
+local want = tonumber(ARGV[3])
+local out = {}
+while #out < want and i < n do
+  local last = math.min(i + 512, n) - 1
+  local qb = math.floor(i / 8)
+  local q = redis.call('GETRANGE', KEYS[3], qb, math.floor(last / 8))
+  local u = redis.call('GETRANGE', KEYS[1], i * 8, last * 8 + 7)
+  local j = i
+  while j <= last and #out < want do
+    local off = j - qb * 8
+    local byte = string.byte(q, math.floor(off / 8) + 1) or 0
+    if byte == 255 and off % 8 == 0 then
+      j = j + 8
+    else
+      if bit.band(byte, bit.rshift(128, off % 8)) == 0 then
+        out[#out + 1] = string.sub(u, (j - i) * 8 + 1, (j - i) * 8 + 8)
+      end
+      j = j + 1
+    end
+  end
+  i = j
+end
+return {1, count, table.concat(out)}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
 	// (seeds/004). The sender's bit is set in quitbits: "not counted" is
@@ -505,20 +543,28 @@ if not cur then return {-2} end
 return {1, body}`)
 
 	// A message's receipts for viewer, who must be a current member of
-	// its group (a sender who left sees none). KEYS M, Q, T, R, read
-	// bitmap; ARGV viewer, mid. -1 unknown, -2 not a member, else
-	// {1, body, receipt record, read bitmap or false}.
+	// its group (a sender who left sees none), and the mapid of the user
+	// ARGV[3] a page starts after ('0': none). KEYS M, Q, T, R, read
+	// bitmap; ARGV viewer, mid, after. -1 unknown, -2 not a member, -4
+	// after never joined, else {1, body, receipt record, read bitmap or
+	// false, after's mapid}.
 	scRcptGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
 local blob = redis.call('HGET', KEYS[4], ARGV[2])
 if not body or not blob then return {-1} end
 local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
 if not cur then return {-2} end
-return {1, body, blob, redis.call('GET', KEYS[5])}`)
+local from = 0
+if ARGV[3] ~= '0' then
+  local a = redis.call('HGET', KEYS[1], ARGV[3])
+  if not a then return {-4} end
+  from = tonumber(a)
+end
+return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 )
 
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
 	scSetField, scSnapshot, scPush, scIdemBegin, scPublish, scNotifs, scGroupCreate, scGroupAdd,
-	scGroupLeave, scGroupGet, scSend, scMarkRead, scMsgGet, scRcptGet, scImport, scSweep,
+	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImport, scSweep,
 }

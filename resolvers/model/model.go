@@ -69,17 +69,35 @@ func (n *SystemNotification) Title() string        { return n.N.Title }
 func (n *SystemNotification) Body() string         { return n.N.Body }
 func (n *SystemNotification) CreatedAt() time.Time { return n.N.CreatedAt }
 
-// Group wraps an engine group.
-type Group struct{ G engine.Group }
+// Group wraps an engine group: its count and first page of members.
+type Group struct {
+	G engine.Group
+	// Pages, when set, are the member pages read ahead (leaveGroup reads
+	// them before the viewer leaves); a page not in it is not served.
+	Pages map[PageKey][]engine.UserID
+}
+
+// PageKey names one page of members: its size and cursor.
+type PageKey struct {
+	First int
+	After engine.UserID
+}
 
 func (g *Group) ID() string       { return FormatID(g.G.ID) }
-func (g *Group) MemberCount() int { return len(g.G.Members) }
-func (g *Group) Members() []*User {
-	out := make([]*User, len(g.G.Members))
-	for i, m := range g.G.Members {
-		out[i] = &User{UserID: m}
+func (g *Group) MemberCount() int { return g.G.MemberCount }
+
+// Page returns the page (first, after) if the group already holds it:
+// a read-ahead page, or the first page when Group's read covers it.
+func (g *Group) Page(first int, after engine.UserID) ([]engine.UserID, bool) {
+	if g.Pages != nil {
+		// Read ahead for every members field of the selection; no other
+		// page may be read once the viewer has left.
+		return g.Pages[PageKey{first, after}], true
 	}
-	return out
+	if after == 0 && (first <= len(g.G.Members) || len(g.G.Members) == g.G.MemberCount) {
+		return g.G.Members[:min(first, len(g.G.Members))], true
+	}
+	return nil, false
 }
 
 // Message wraps an engine message.
