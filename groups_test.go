@@ -64,7 +64,7 @@ func TestGroupOf200Receipts(t *testing.T) {
 		s.readMsgs(t, uint64(owner+1+i*2), msg)
 	}
 	s.readMsgs(t, owner+1, msg) // twice: counts once
-	read, unread, readers, _ = s.receipts(t, owner, msg, 100) // a page holds at most 100
+	read, unread, readers, _ = s.receipts(t, owner, msg, 100)
 	if read != 50 || unread != 149 || len(readers) != 50 || readers[1] != id(owner+3) {
 		t.Fatalf("receipts after 50 reads = %d %d %v", read, unread, readers)
 	}
