@@ -28,13 +28,14 @@ import (
 // defaults in brackets.
 type WSConfig struct {
 	// InitTimeout is how long a socket may wait before connection_init
-	// [10s]; then it is closed with 4408.
+	// [10s; also for a negative value]; then it is closed with 4408.
 	InitTimeout time.Duration
 	// PingInterval is how often the server pings (WebSocket ping frames,
 	// which every RFC 6455 client answers); a peer that has not answered
 	// within the next interval is dropped [20s; negative: never].
 	PingInterval time.Duration
-	// WriteTimeout bounds the write of one message [10s].
+	// WriteTimeout bounds the write of one message [10s; also for a
+	// negative value].
 	WriteTimeout time.Duration
 	// SendQueueBytes bounds the messages waiting to be written to one
 	// socket [256 KiB]; a socket whose queue would grow past it is dropped
@@ -53,15 +54,19 @@ type WSConfig struct {
 }
 
 func (c WSConfig) withDefaults() WSConfig {
+	// A zero or negative timeout or queue would cut every socket at once:
+	// it means the default.
 	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
+		if *d <= 0 {
 			*d = v
 		}
 	}
 	def(&c.InitTimeout, 10*time.Second)
-	def(&c.PingInterval, 20*time.Second)
 	def(&c.WriteTimeout, 10*time.Second)
-	if c.SendQueueBytes == 0 {
+	if c.PingInterval == 0 {
+		c.PingInterval = 20 * time.Second
+	}
+	if c.SendQueueBytes <= 0 {
 		c.SendQueueBytes = 256 << 10
 	}
 	if c.MaxPerUser == 0 {

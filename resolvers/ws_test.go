@@ -163,3 +163,18 @@ func TestWSMessages(t *testing.T) {
 		t.Errorf("%+v", m)
 	}
 }
+
+func TestWSConfigDefaults(t *testing.T) {
+	d := WSConfig{}.withDefaults()
+	if d.InitTimeout != 10*time.Second || d.PingInterval != 20*time.Second || d.WriteTimeout != 10*time.Second ||
+		d.SendQueueBytes != 256<<10 || d.MaxPerUser != 16 || d.MaxSubscriptions != 100 || d.ReadLimit != 1<<20 {
+		t.Fatalf("%+v", d)
+	}
+	n := WSConfig{InitTimeout: -1, PingInterval: -1, WriteTimeout: -1, SendQueueBytes: -1, MaxPerUser: -1, MaxSubscriptions: -1}.withDefaults()
+	if n.InitTimeout != 10*time.Second || n.WriteTimeout != 10*time.Second || n.SendQueueBytes != 256<<10 {
+		t.Fatalf("a negative timeout or queue must not cut every socket: %+v", n)
+	}
+	if n.PingInterval != -1 || n.MaxPerUser != -1 || n.MaxSubscriptions != -1 {
+		t.Fatalf("negative ping interval and caps mean off: %+v", n)
+	}
+}
