@@ -421,10 +421,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type httpTimeouts struct{ readHeader, read, write, idle time.Duration }
 
 func (t *httpTimeouts) register(fs *flag.FlagSet) {
-	fs.DurationVar(&t.readHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this")
-	fs.DurationVar(&t.read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off)")
-	fs.DurationVar(&t.write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off)")
-	fs.DurationVar(&t.idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request")
+	fs.DurationVar(&t.readHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this (0: -read-timeout)")
+	fs.DurationVar(&t.read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off; 0: no limit)")
+	fs.DurationVar(&t.write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off; 0: no limit)")
+	fs.DurationVar(&t.idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request (0: -read-timeout)")
 }
 
 func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
