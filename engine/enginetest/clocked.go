@@ -7,6 +7,7 @@ import "testing"
 // named after b.
 func RunClocked(t *testing.T, b Backend) {
 	t.Run(b.Name, func(t *testing.T) {
+		t.Run("Scripts", func(t *testing.T) { RunScripts(t, b) })
 		t.Run("Metamorphic", func(t *testing.T) { RunMetamorphic(t, b) })
 	})
 }
