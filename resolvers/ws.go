@@ -106,18 +106,21 @@ const closeGrace = 2 * time.Second
 const maxQueuedMessages = 4096
 
 // wsTransport serves graphql-transport-ws on coder/websocket. It replaces
-// gqlgen's transport.Websocket, which (v0.17.95) cannot be configured to
-// follow the protocol's close codes: a subscribe before connection_ack, a
-// second connection_init and a malformed message all close with 1002, a
-// duplicate operation id silently replaces the running one instead of
-// closing with 4409, and a CloseFunc or ErrorFunc only observes. Nor does it
-// bound a socket: every write is made with no deadline under one mutex, so
-// a client that stops reading holds each subscription's goroutine (and the
-// results queued behind it) forever, and it has no notion of a cap per user
-// or per socket. Here each socket has one reader (the handler's
-// goroutine), a writer that runs while its queue (bounded in bytes, a
-// deadline per message) has something in it, and one goroutine per active
-// operation; pings and the init and token-expiry deadlines are timers.
+// gqlgen's transport.Websocket (v0.17.95), of which only the close code of a
+// refused connection_init can be chosen (WithWebsocketCloseCode on the
+// InitFunc's context): a subscribe before connection_ack and a second
+// connection_init close with 1002, a message of an unknown type or that is
+// not JSON after init ends the read loop with no close frame at all, and a
+// duplicate operation id silently replaces the running operation (which
+// can then never be completed) instead of closing with 4409; CloseFunc and
+// ErrorFunc only observe. Nor can it bound a socket: every write is made
+// with no deadline under one mutex, so a client that stops reading holds
+// each operation's goroutine, and the result it was writing, forever; and
+// it has no notion of a cap per user or per socket. Here each socket has
+// one reader (the handler's goroutine), a writer that runs while its queue
+// (bounded in bytes, a deadline per message) has something in it, and one
+// goroutine per active operation; pings and the init and token-expiry
+// deadlines are timers.
 type wsTransport struct {
 	cfg       WSConfig
 	keys      *auth.Keys
