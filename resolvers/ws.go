@@ -110,8 +110,8 @@ const maxQueuedMessages = 4096
 // refused connection_init can be chosen (WithWebsocketCloseCode on the
 // InitFunc's context): a subscribe before connection_ack and a second
 // connection_init close with 1002, a message of an unknown type or that is
-// not JSON after init ends the read loop with no close frame at all, and a
-// duplicate operation id silently replaces the running operation (which
+// not JSON after init closes with 1000 "terminated" (a normal close, to
+// clients), and a duplicate operation id silently replaces the running operation (which
 // can then never be completed) instead of closing with 4409; CloseFunc and
 // ErrorFunc only observe. Nor can it bound a socket: every write is made
 // with no deadline under one mutex, so a client that stops reading holds
