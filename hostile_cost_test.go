@@ -199,10 +199,11 @@ func TestHostileMessageFloodBounded(t *testing.T) {
 		}
 	})
 	t.Run("rate limited", func(t *testing.T) {
-		// A budget of 100 that refills at 1 a second: 20 requests of 20
-		// get the burst's 5 requests through (and perhaps a sixth), each
-		// whole; the rest are refused whole.
-		s := newHostileServer(t, resolvers.Config{RateLimit: 1, RateBurst: 100})
+		// A budget of 100 that refills at 1 every 10 s: 20 requests of 20
+		// get the burst's 5 requests through (a sixth only on a machine
+		// slow enough to take 200 s), each whole; the rest are refused
+		// whole.
+		s := newHostileServer(t, resolvers.Config{RateLimit: 0.1, RateBurst: 100})
 		g := bigGroup(t, s, 3)
 		q := aliased("mutation", "($g: ID!, $t: String!)", "sendMessage(groupId: $g, text: $t) { id }", 20)
 		applied := 0
