@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/resolvers/auth"
+)
+
+// TestSpawnRun builds the tool and runs it the way the README does, for a
+// couple of seconds with few clients: a tally it builds and starts, the
+// reference, subscriptions and broadcasts. The output must parse, every
+// kind must have succeeded, the exactness check must pass and the
+// reference must answer the same bytes as tally.
+func TestSpawnRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts tally")
+	}
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "load")
+	build := exec.Command("go", "build", "-o", tool, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	jsonPath := filepath.Join(dir, "result.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
+		"-clients", "4", "-users", "60", "-posts", "200", "-subs", "20", "-broadcasts", "2",
+		"-broadcast-every", "500ms", "-json", jsonPath)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("output:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("load: %v\n%s", err, stderr.String())
+	}
+
+	// The text: every row of a kind table parses, the run says ok.
+	text := stdout.String()
+	rows := 0
+	sc := bufio.NewScanner(strings.NewReader(text))
+	inTable := false
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 && f[0] == "kind" {
+			inTable = true
+			continue
+		}
+		if !inTable || len(f) != 8 || !slices.Contains(kindNames[:], f[0]) {
+			inTable = false
+			continue
+		}
+		rows++
+		for _, n := range f[1:3] {
+			if _, err := strconv.ParseUint(n, 10, 64); err != nil {
+				t.Errorf("row %q: %q is not a count", sc.Text(), n)
+			}
+		}
+		if _, err := strconv.ParseFloat(f[3], 64); err != nil {
+			t.Errorf("row %q: %q is not a rate", sc.Text(), f[3])
+		}
+		for _, d := range f[4:] {
+			if _, err := time.ParseDuration(strings.ReplaceAll(d, "µs", "us")); err != nil {
+				t.Errorf("row %q: %q is not a duration", sc.Text(), d)
+			}
+		}
+	}
+	if rows < 8 { // six kinds in the mixed phase, feed in each comparison
+		t.Errorf("%d table rows, want at least 8", rows)
+	}
+	if !strings.Contains(text, "\nresult: ok\n") {
+		t.Errorf("the run did not end with result: ok")
+	}
+
+	// The JSON.
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res jsonReport
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	ex, ok := res.Exactness["tally-embedded"]
+	if !ok || !ex.Exact || ex.Checked < 200*4 || ex.Likes == 0 || ex.Comments == 0 || ex.Views == 0 {
+		t.Errorf("exactness: %+v", ex)
+	}
+	var mixed *jsonPhase
+	for i, p := range res.Phases {
+		if p.Phase == "mixed" && p.Target == "tally-embedded" {
+			mixed = &res.Phases[i]
+		}
+	}
+	if mixed == nil {
+		t.Fatal("no mixed phase in the JSON")
+	}
+	for _, k := range kindNames {
+		kd := mixed.Kinds[k]
+		if kd.OK == 0 || kd.P50us <= 0 || kd.P99us < kd.P50us || kd.MaxUs < kd.P999us {
+			t.Errorf("kind %s: %+v", k, kd)
+		}
+		if len(kd.Errors) > 0 {
+			t.Errorf("kind %s had errors: %v", k, kd.Errors)
+		}
+	}
+	bc := res.Broadcast["tally-embedded"]
+	if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["quiet"].Delivered != 40 || bc.Phases["mixed"].Delivered == 0 {
+		t.Errorf("broadcast: %+v", bc)
+	}
+	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.GoroutinesPerSub <= 0 {
+		t.Errorf("subscriptions: %+v", m)
+	}
+	if !res.SameBytes {
+		t.Errorf("tally and the reference answered different bytes for the same page")
+	}
+	if r := res.Ratios["tally-embedded/reference"]; r <= 0 {
+		t.Errorf("no ratio tally-embedded/reference: %v", res.Ratios)
+	}
+}
+
+// TestVerifyCatchesMiscount runs the exactness check against the
+// reference server loaded with counts that differ from the ledger: a
+// count above what was acknowledged (a write applied twice) and one below
+// (an acknowledged write lost) must both be reported; with ambiguous
+// writes, a count within acked..acked+ambiguous passes.
+func TestVerifyCatchesMiscount(t *testing.T) {
+	ref := &refServer{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/load" {
+			ref.load(w, r)
+			return
+		}
+		ref.query(w, r)
+	}))
+	defer srv.Close()
+	keys, _ := auth.NewKeys([]byte("test-secret-0123456789"))
+	admin, _ := keys.Sign(1, true, 0)
+	g := newGQL(srv.URL, 1)
+
+	mk := func(likes, comments int64) *world {
+		w := &world{adminToken: admin, posts: []string{"100", "200"}, ledger: newLedger()}
+		w.ledger.sized(2)
+		w.ledger.likes[pair{7, 100}] = true
+		w.ledger.likes[pair{8, 100}] = true
+		w.ledger.comments[1] = 3
+		w.ledger.postsBy[5] = 2
+		author := &refUser{ID: "5", PostCount: 2}
+		posts := []*readback{}
+		for i, id := range w.posts {
+			p := &readback{ID: id}
+			p.Author = &struct {
+				ID             string `json:"id"`
+				PostCount      int64  `json:"postCount"`
+				FollowerCount  int64  `json:"followerCount"`
+				FollowingCount int64  `json:"followingCount"`
+			}{ID: author.ID, PostCount: author.PostCount}
+			if i == 0 {
+				p.Counts.Likes = likes
+			} else {
+				p.Counts.Comments = comments
+			}
+			posts = append(posts, p)
+		}
+		if err := loadReference(&server{base: srv.URL}, w, posts); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for _, c := range []struct {
+		name            string
+		likes, comments int64
+		ambiguousLike   bool
+		exact           bool
+	}{
+		{"equal", 2, 3, false, true},
+		{"a like applied twice", 3, 3, false, false},
+		{"an acknowledged like lost", 1, 3, false, false},
+		{"an acknowledged comment lost", 2, 2, false, false},
+		{"an ambiguous like applied", 3, 3, true, true},
+		{"an ambiguous like not applied", 2, 3, true, true},
+		{"beyond the ambiguous like", 4, 3, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := mk(c.likes, c.comments)
+			if c.ambiguousLike {
+				w.ledger.likes[pair{9, 100}] = false
+			}
+			ex, _, err := verify(context.Background(), g, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex.Exact != c.exact {
+				t.Errorf("exact = %v, want %v; mismatches %v", ex.Exact, c.exact, ex.Mismatches)
+			}
+		})
+	}
+}
+
+// TestHistQuantiles compares the histogram's quantiles with the exact ones
+// of the same samples: within the bucket width (1/64) everywhere.
+func TestHistQuantiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var a, b hist
+	var all []float64
+	for i := range 100_000 {
+		v := time.Duration(math.Exp(rng.NormFloat64()*1.5+13)) + time.Duration(rng.IntN(50))
+		if i%2 == 0 {
+			a.record(v)
+		} else {
+			b.record(v)
+		}
+		all = append(all, float64(v))
+	}
+	a.merge(&b)
+	slices.Sort(all)
+	if a.n != uint64(len(all)) || a.min != uint64(all[0]) || a.max != uint64(all[len(all)-1]) {
+		t.Fatalf("n %d min %d max %d, want %d %v %v", a.n, a.min, a.max, len(all), all[0], all[len(all)-1])
+	}
+	for _, q := range []float64{0.001, 0.5, 0.9, 0.99, 0.999, 1} {
+		want := all[int(math.Ceil(q*float64(len(all))))-1]
+		got := float64(a.quantile(q))
+		if math.Abs(got-want) > want/64+1 {
+			t.Errorf("q%v = %v, exact %v", q, got, want)
+		}
+	}
+	var empty hist
+	if empty.quantile(0.99) != 0 {
+		t.Error("an empty histogram has a quantile")
+	}
+	for _, v := range []uint64{0, 1, 63, 64, 65, 127, 128, 1 << 40, math.MaxUint64} {
+		i := histIndex(v)
+		if i < 0 || i >= histBuckets {
+			t.Fatalf("index of %d is %d", v, i)
+		}
+		if hv := float64(histValue(i)); math.Abs(hv-float64(v)) > float64(v)/64+1 {
+			t.Errorf("value %d lands in bucket %d valued %d", v, i, histValue(i))
+		}
+	}
+}
+
+func TestParseFlagsRefusesBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"-mix", "feed=1,bogus=2"},
+		{"-mix", "feed=x"},
+		{"-mix", "feed=0"},
+		{"-page-size", "50-20"},
+		{"-page-size", "0"},
+		{"-page-size", "20-200"},
+		{"-clients", "0"},
+		{"-posts", "10"},
+		{"-subs", "-1"},
+		{"stray"},
+	} {
+		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	if _, err := parseFlags([]string{}, io.Discard); err == nil && os.Getenv("TALLY_JWT_SECRET") == "" {
+		t.Error("no secret and no admin token accepted")
+	}
+	c, err := parseFlags([]string{"-secret", "s-0123456789abcdef", "-page-size", "50", "-mix", "feed=3,like=1"}, io.Discard)
+	if err != nil || c.pageMin != 50 || c.pageMax != 50 || c.mix[kFeed] != 3 || c.mix[kLike] != 1 || c.mix[kBadge] != 0 {
+		t.Errorf("%+v %v", c, err)
+	}
+}
+
+// TestClassify: the codes the tool reports per kind, and which failures
+// leave a write's outcome unknown.
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		r    reply
+		code string
+		amb  bool
+	}{
+		{reply{status: 200, body: []byte(`{"data":{"x":1}}`)}, "", false},
+		{reply{status: 200, body: []byte(`{"errors":[{"message":"m","extensions":{"code":"RATE_LIMITED"}}],"data":null}`)}, "RATE_LIMITED", false},
+		{reply{status: 200, body: []byte(`{"errors":[{"message":"m","extensions":{"code":"INTERNAL"}}]}`)}, "INTERNAL", true},
+		{reply{status: 200, body: []byte(`{"errors":[{"message":"m"}]}`)}, codeNoCode, false},
+		{reply{status: 503, body: []byte(`unavailable`)}, "HTTP_503", true},
+		{reply{status: 429, body: []byte(`slow down`)}, "HTTP_429", false},
+		{reply{status: 200, body: []byte(`{"data":{"title":"\"errors\""}}`)}, "", false},
+		{reply{err: io.ErrUnexpectedEOF}, codeTransport, true},
+	} {
+		if got := classify(c.r); got != c.code || ambiguous(got) != c.amb {
+			t.Errorf("%s: %q (ambiguous %v), want %q (%v)", c.r.body, got, ambiguous(got), c.code, c.amb)
+		}
+	}
+}
