@@ -67,13 +67,19 @@ func testdataDir() string {
 
 // RunScripts runs every rule script on b.
 func RunScripts(t *testing.T, b Backend) {
+	runScripts(t, b, func(t *testing.T, cfg Config) (compared, func() (engine.Store, error)) {
+		return b.Open(t, cfg)
+	})
+}
+
+func runScripts(t *testing.T, b Backend, open func(t *testing.T, cfg Config) (compared, func() (engine.Store, error))) {
 	datadriven.Walk(t, testdataDir(), func(t *testing.T, path string) {
 		name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 		if d, ok := scriptNeeds[name]; ok && b.differs(d) {
 			t.Skipf("known difference %s: %s", d, KnownDifferences[d])
 		}
 		clk := NewClock()
-		s, restart := b.Open(t, Config{Now: clk.Now})
+		s, restart := open(t, Config{Now: clk.Now})
 		sc := &script{s: s, restart: restart, clk: clk, names: map[string]uint64{}, byID: map[uint64]string{}}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return sc.run(t, d)
@@ -82,7 +88,7 @@ func RunScripts(t *testing.T, b Backend) {
 }
 
 type script struct {
-	s       engine.Store
+	s       compared
 	restart func() (engine.Store, error)
 	clk     *Clock
 	names   map[string]uint64
