@@ -309,3 +309,32 @@ func TestHostileCostRateBounded(t *testing.T) {
 		t.Fatalf("user 5 after the anonymous address spent its budget: %+v", r.Errors)
 	}
 }
+
+// A flood of requests refused for their size spends the client's cost
+// budget too (each costs the limit), and once it is dry the client's next
+// requests are answered 429 before their bodies are read.
+func TestHostileRefusedFloodRunsBudgetDry(t *testing.T) {
+	s := newHostileServer(t, resolvers.Config{CostRate: 10, CostBurst: 6000})
+	flood := introspectionFlood()
+	var gated gqlResponse
+	var header http.Header
+	for range 5 {
+		r, h := s.rawDo(t, 0, flood, nil)
+		if len(r.Errors) > 0 && r.Errors[0].Extensions["reason"] == "COST_RATE" {
+			gated, header = r, h
+			break
+		}
+		if e := expectCode(t, r, "BAD_USER_INPUT"); e.Extensions["reason"] != "COMPLEXITY_LIMIT_EXCEEDED" {
+			t.Fatalf("flood refused as %+v", e)
+		}
+	}
+	if gated.Errors == nil {
+		t.Fatal("5 floods of a budget of 6,000 refilling at 10/s were all priced: refusals cost the client nothing")
+	}
+	e := expectCode(t, gated, "RATE_LIMITED")
+	if gated.Status != http.StatusTooManyRequests || header.Get("Retry-After") == "" || e.Extensions["retryAfter"] == nil {
+		t.Fatalf("a dry client: status %d, Retry-After %q, %+v", gated.Status, header.Get("Retry-After"), e)
+	}
+	// A signed-in user on the same address is not affected.
+	s.q(t, 3, `{ viewer { id } }`, nil)
+}

@@ -85,6 +85,7 @@ func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		n, more := countMutationFields(op.SelectionSet, opCtx.Variables, c.maxMutations)
 		opCtx.Stats.SetExtension(mutationFieldsKey, n)
 		if more {
+			c.budget.charge(ctx, c.limit)
 			return &gqlerror.Error{
 				Message: fmt.Sprintf("more than %d mutation fields in one request (aliases count one each); send the rest in further requests", c.maxMutations),
 				Extensions: map[string]any{
@@ -99,6 +100,7 @@ func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	}
 	opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: c.limit})
 	if over {
+		c.budget.charge(ctx, c.limit)
 		return &gqlerror.Error{
 			Message: fmt.Sprintf("operation costs more than the limit of %d (each field 1, lists by the most they can return, list arguments by their length, introspection by what it returns)", c.limit),
 			Extensions: map[string]any{

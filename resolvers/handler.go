@@ -127,8 +127,8 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: apq})
 	budget, maxMutations := newMutationBudget(cfg)
-	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection,
-		budget: newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)})
+	costs := newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)
+	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
 	if cfg.Metrics != nil {
 		srv.Use(newMetrics(cfg.Metrics))
 	}
@@ -163,6 +163,9 @@ func NewHandler(cfg Config) http.Handler {
 		ctx := auth.With(r.Context(), p, err)
 		ctx = withLimitInfo(ctx, w, r)
 		noteUser(ctx, p.User)
+		if costs.refuseSpent(ctx, w, r) {
+			return // before the body is read: the client's budget is spent
+		}
 		if r.ContentLength > cfg.MaxBodyBytes {
 			writeRequestError(w, r, http.StatusRequestEntityTooLarge, CodeBadUserInput,
 				fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, cfg.MaxBodyBytes))

@@ -65,12 +65,8 @@ func newBuckets[K comparable](perSecond float64, burst int) *buckets[K] {
 	return &buckets[K]{limit: rate.Limit(perSecond), burst: burst, m: map[K]*rate.Limiter{}}
 }
 
-// take spends n tokens of k's bucket, all or none; when it refuses,
-// retryAfter is how long until n tokens will be there.
-func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
+// bucket returns k's bucket, made full when k has none; b.mu is held.
+func (b *buckets[K]) bucket(k K, now time.Time) *rate.Limiter {
 	if now.Sub(b.swept) > time.Minute {
 		for key, lim := range b.m {
 			if lim.TokensAt(now) >= float64(b.burst) {
@@ -84,7 +80,16 @@ func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err er
 		lim = rate.NewLimiter(b.limit, b.burst)
 		b.m[k] = lim
 	}
-	r := lim.ReserveN(now, n)
+	return lim
+}
+
+// take spends n tokens of k's bucket, all or none; when it refuses,
+// retryAfter is how long until n tokens will be there.
+func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	r := b.bucket(k, now).ReserveN(now, n)
 	if !r.OK() {
 		return false, 0, fmt.Errorf("%d tokens asked of a burst of %d", n, b.burst)
 	}
@@ -93,6 +98,31 @@ func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err er
 		return false, d, nil
 	}
 	return true, 0, nil
+}
+
+// drain spends n tokens of k's bucket, or all it holds when that is less.
+func (b *buckets[K]) drain(k K, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	lim := b.bucket(k, now)
+	lim.AllowN(now, min(n, int(lim.TokensAt(now))))
+}
+
+// empty reports whether k's bucket holds less than one token, and how
+// long until it holds one.
+func (b *buckets[K]) empty(k K) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	lim, ok := b.m[k]
+	if !ok || lim.TokensAt(now) >= 1 {
+		return false, 0
+	}
+	r := lim.ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	r.CancelAt(now)
+	return true, d
 }
 
 // localLimiter is the in-process RateLimiter: a bucket per user.
@@ -208,6 +238,50 @@ func (b *costBudget) spend(ctx context.Context, price int) *gqlerror.Error {
 	if ok {
 		return nil
 	}
+	return b.refusal(ctx, wait, price)
+}
+
+// charge spends what an operation refused for its size cost to refuse
+// (up to all the client has): a client that floods refused requests runs
+// its budget dry and meets refuseSpent, which is cheaper still.
+func (b *costBudget) charge(ctx context.Context, n int) {
+	if b == nil {
+		return
+	}
+	if p, _ := auth.From(ctx); p.User != 0 {
+		b.users.drain(p.User, n)
+	} else {
+		b.addrs.drain(limitInfoFrom(ctx).addr, n)
+	}
+}
+
+// refuseSpent answers a request of a client whose budget is empty with
+// 429 RATE_LIMITED and Retry-After before its body is read or parsed,
+// and reports whether it did.
+func (b *costBudget) refuseSpent(ctx context.Context, w http.ResponseWriter, r *http.Request) bool {
+	if b == nil {
+		return false
+	}
+	var empty bool
+	var wait time.Duration
+	if p, _ := auth.From(ctx); p.User != 0 {
+		empty, wait = b.users.empty(p.User)
+	} else {
+		empty, wait = b.addrs.empty(limitInfoFrom(ctx).addr)
+	}
+	if !empty {
+		return false
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeGraphQL(w, responseMedia(r.Header.Get("Accept")), http.StatusTooManyRequests, &graphql.Response{Errors: gqlerror.List{{
+		Message:    fmt.Sprintf("this client's operations cost more than %.0f a second; slow down (retry in %d s)", b.perSecond, secs),
+		Extensions: map[string]any{"code": CodeRateLimited, "reason": "COST_RATE", "retryAfter": secs},
+	}}})
+	return true
+}
+
+func (b *costBudget) refusal(ctx context.Context, wait time.Duration, price int) *gqlerror.Error {
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	setRetryAfter(ctx, secs)
 	msg := fmt.Sprintf("this client's operations cost more than %.0f a second; slow down (retry in %d s)", b.perSecond, secs)
