@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
@@ -337,4 +338,40 @@ func TestHostileRefusedFloodRunsBudgetDry(t *testing.T) {
 	}
 	// A signed-in user on the same address is not affected.
 	s.q(t, 3, `{ viewer { id } }`, nil)
+}
+
+// Over a WebSocket a mutation spends the same budget: one that would
+// overdraw it is refused whole with RATE_LIMITED and retryAfter, applying
+// nothing.
+func TestHostileOverBudgetOnWebSocket(t *testing.T) {
+	s := newHostileServer(t, resolvers.Config{RateLimit: 0.05, RateBurst: 10})
+	ws, err := s.dialWS(t, s.token(t, 7, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.subscribe("a", aliased("mutation", "", "createPost { id }", 8), nil)
+	if m := ws.nextData(10 * time.Second); len(m) != 8 {
+		t.Fatalf("8 of 10 over a WebSocket: %v", m)
+	}
+	ws.subscribe("b", aliased("mutation", "", "createPost { id }", 5), nil)
+	var m wsMsg
+	for m.Type == "" || m.Type == "complete" {
+		if m, err = ws.next(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p struct{ Errors []gqlError }
+	if m.Type == "next" {
+		var next struct{ Errors []gqlError }
+		json.Unmarshal(m.Payload, &next)
+		p.Errors = next.Errors
+	} else {
+		json.Unmarshal(m.Payload, &p.Errors)
+	}
+	if len(p.Errors) == 0 || p.Errors[0].Extensions["code"] != "RATE_LIMITED" || p.Errors[0].Extensions["retryAfter"] == nil {
+		t.Fatalf("5 with 2 left, over a WebSocket: %s %s", m.Type, m.Payload)
+	}
+	if n := s.postCount(t, 7); n != 8 {
+		t.Fatalf("postCount %d, want the 8 applied", n)
+	}
 }
