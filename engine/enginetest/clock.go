@@ -38,6 +38,13 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
 // Config is what a suite asks of a backend it opens.
 type Config struct {
 	Now       func() time.Time // the backend's clock (Options.Now)

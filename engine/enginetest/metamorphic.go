@@ -3,6 +3,7 @@ package enginetest
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -60,18 +61,20 @@ func metamorphicBudget(t *testing.T) (seed uint64, budget time.Duration, maxOps 
 	return seed, budget, maxOps
 }
 
-// RunMetamorphic runs the metamorphic test on b.
+// RunMetamorphic runs the metamorphic test on b. On a difference it
+// reports the op, both answers and the ops before it, then shrinks the
+// run to a short sequence of ops that still shows a difference (for at
+// most TALLY_MODEL_SHRINK, default 60s; 0 turns shrinking off).
 func RunMetamorphic(t *testing.T, b Backend) {
 	seed, budget, maxOps := metamorphicBudget(t)
 	t.Logf("metamorphic %s: seed %d (replay: TALLY_MODEL_SEED=%d)", b.Name, seed, seed)
 	clk := NewClock()
-	cfg := Config{Now: clk.Now, CursorTTL: 10 * 24 * time.Hour}
-	store, restart := b.Open(t, cfg)
+	store, restart := b.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL})
 	w := &workload{
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		clk:     clk,
 		backend: b,
-		model:   newSide(refmodel.New(clk.Now, cfg.CursorTTL)),
+		model:   newSide(refmodel.New(clk.Now, metamorphicTTL)),
 		store:   newSide(store),
 	}
 	deadline := time.Now().Add(budget)
@@ -84,13 +87,137 @@ func RunMetamorphic(t *testing.T, b Backend) {
 				t.Fatalf("seed %d op %d: restart: %v", seed, n, err)
 			}
 			w.store.s = s
-			w.log = append(w.log, "-- restart")
+			w.record(recorded{n: n, restart: true})
+			w.note("-- restart")
 			restarts++
 		}
-		w.step(t, seed, n)
+		w.advance()
+		r := recorded{n: n, at: w.clk.Now(), o: w.gen()}
+		w.record(r)
+		want, got := runOn(r, w.model, w.store)
+		w.note(fmt.Sprintf("%6d %s @%s -> %s", n, r.o.desc, r.at.Format("2006-01-02T15:04:05.000"), want))
+		if got != want {
+			t.Errorf("seed %d op %d: %s\n backend %s: %s\n model: %s\nlast ops (model answers):\n%s\nreplay: TALLY_MODEL_SEED=%d TALLY_MODEL_OPS=%d",
+				seed, n, r.o.desc, b.Name, got, want, strings.Join(w.tail, "\n"), seed, n+1)
+			w.shrink(t)
+			t.FailNow()
+		}
 	}
 	t.Logf("metamorphic %s: %d ops, %d restarts, %d posts, %d groups, %d messages, %d notifications",
 		b.Name, n, restarts, len(w.model.list[kPost]), len(w.model.list[kGroup]), len(w.model.list[kMsg]), len(w.model.list[kNotif]))
+}
+
+// metamorphicTTL is the cursor TTL of the metamorphic runs: short, so
+// that the clock's jumps cross it often.
+const metamorphicTTL = 10 * 24 * time.Hour
+
+// recorded is one step of a run, kept for shrinking.
+type recorded struct {
+	n       int
+	at      time.Time
+	restart bool
+	o       op
+}
+
+// maxRecorded bounds the steps kept for shrinking (a fast backend runs
+// millions); a run that fails later is reported without shrinking.
+const maxRecorded = 200_000
+
+func (w *workload) record(r recorded) {
+	if len(w.ops) < maxRecorded {
+		w.ops = append(w.ops, r)
+	} else {
+		w.truncated = true
+	}
+}
+
+// note keeps the last 60 lines of the run's log.
+func (w *workload) note(line string) {
+	if len(w.tail) == 60 {
+		w.tail = append(w.tail[:0], w.tail[1:]...)
+	}
+	w.tail = append(w.tail, line)
+}
+
+func runOn(r recorded, model, store *side) (want, got string) {
+	model.op, model.made = r.n, 0
+	store.op, store.made = r.n, 0
+	return r.o.run(model), r.o.run(store)
+}
+
+// replay runs ops on a fresh model and a fresh store of the backend and
+// reports whether any answer differs, with the log of the run.
+func (w *workload) replay(t *testing.T, ops []recorded) (bool, []string) {
+	clk := NewClock()
+	store, restart := w.backend.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL})
+	model, st := newSide(refmodel.New(clk.Now, metamorphicTTL)), newSide(store)
+	var log []string
+	for _, r := range ops {
+		if r.restart {
+			if restart != nil {
+				s, err := restart()
+				if err != nil {
+					t.Fatalf("replay: restart: %v", err)
+				}
+				st.s = s
+				log = append(log, "-- restart")
+			}
+			continue
+		}
+		clk.Set(r.at)
+		want, got := runOn(r, model, st)
+		if got != want {
+			return true, append(log, fmt.Sprintf("%6d %s @%s\n   model:   %s\n   backend: %s",
+				r.n, r.o.desc, r.at.Format("2006-01-02T15:04:05.000"), want, got))
+		}
+		log = append(log, fmt.Sprintf("%6d %s @%s -> %s", r.n, r.o.desc, r.at.Format("2006-01-02T15:04:05.000"), want))
+	}
+	return false, log
+}
+
+func shrinkBudget(t *testing.T) time.Duration {
+	v := os.Getenv("TALLY_MODEL_SHRINK")
+	if v == "" {
+		return time.Minute
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("TALLY_MODEL_SHRINK=%q: %v", v, err)
+	}
+	return d
+}
+
+// shrink looks for a short sequence of the run's ops that still shows a
+// difference: it drops chunks of ops, halving the chunk size, while the
+// difference stays (ops keep their numbers and names; an id whose maker
+// was dropped reads as an id no store made).
+func (w *workload) shrink(t *testing.T) {
+	budget := shrinkBudget(t)
+	if budget <= 0 || w.truncated {
+		return
+	}
+	ops := w.ops
+	if differs, _ := w.replay(t, ops); !differs {
+		t.Logf("shrinking: a fresh replay shows no difference (the difference depends on more than the ops)")
+		return
+	}
+	deadline := time.Now().Add(budget)
+	for chunk := len(ops) / 2; chunk >= 1 && time.Now().Before(deadline); {
+		removed := false
+		for start := 0; start < len(ops) && time.Now().Before(deadline); {
+			cand := append(slices.Clone(ops[:start]), ops[min(start+chunk, len(ops)):]...)
+			if differs, _ := w.replay(t, cand); differs {
+				ops, removed = cand, true
+			} else {
+				start += chunk
+			}
+		}
+		if !removed || chunk > 1 {
+			chunk /= 2
+		}
+	}
+	_, log := w.replay(t, ops)
+	t.Errorf("shrunk to %d ops that still differ (in %v at most):\n%s", len(ops), budget, strings.Join(log, "\n"))
 }
 
 // Handle kinds: ids a store made are compared by the order in which each
@@ -143,55 +270,71 @@ type compared interface {
 
 var _ compared = (*refmodel.Model)(nil)
 
+// side is the model or the backend with its own names for the ids it
+// made: an id is named after the op that first returned it (p120: the
+// post op 120 made), so both sides name the same things alike, and a
+// shrunk replay keeps the names of what it still makes.
 type side struct {
-	s    compared
-	ids  [nKinds]map[uint64]int
-	list [nKinds][]uint64
+	s      compared
+	ids    [nKinds]map[uint64]string
+	byName map[string]uint64
+	list   [nKinds][]string // names in the order made
+	op     int              // the op running
+	made   int              // ids it has named so far
 }
 
 func newSide(s compared) *side {
-	sd := &side{s: s}
+	sd := &side{s: s, byName: map[string]uint64{}}
 	for k := range sd.ids {
-		sd.ids[k] = map[uint64]int{}
+		sd.ids[k] = map[uint64]string{}
 	}
 	return sd
 }
 
-// ref renders an id a store returned as its handle, registering it when
-// new; ids that are not the store's own (unknown ids the workload made
-// up) are the same on both sides and print raw.
+// ref renders an id a store returned by its name, naming it when new.
 func (sd *side) ref(kind int, id uint64) string {
 	if id == 0 {
 		return "0"
 	}
-	h, ok := sd.ids[kind][id]
-	if !ok {
-		h = len(sd.list[kind])
-		sd.ids[kind][id] = h
-		sd.list[kind] = append(sd.list[kind], id)
+	if n, ok := sd.ids[kind][id]; ok {
+		return n
 	}
-	return fmt.Sprintf("%s%d", kindLetter[kind], h)
+	n := fmt.Sprintf("%s%d", kindLetter[kind], sd.op)
+	if sd.made > 0 {
+		n += fmt.Sprintf(".%d", sd.made)
+	}
+	sd.made++
+	sd.ids[kind][id], sd.byName[n] = n, id
+	sd.list[kind] = append(sd.list[kind], n)
+	return n
 }
 
-// arg is an id argument: a handle (translated per side) or a raw id.
+// arg is an id argument: a name (translated per side) or a raw id that
+// is the same on both sides (an id no store made, or bad input).
 type arg struct {
-	kind   int
-	handle int    // ≥ 0: the handle's id on each side
-	raw    uint64 // handle < 0: this id on both sides
+	kind int
+	name string
+	raw  uint64
 }
 
 func (a arg) id(sd *side) uint64 {
-	if a.handle < 0 {
+	if a.name == "" {
 		return a.raw
 	}
-	return sd.list[a.kind][a.handle]
+	if id, ok := sd.byName[a.name]; ok {
+		return id
+	}
+	// The op that made it was dropped by shrinking: an id no store made.
+	h := fnv.New32a()
+	h.Write([]byte(a.name))
+	return snowflake.Make(ClockStart.UnixMilli(), 1003, uint64(h.Sum32()%4096))
 }
 
 func (a arg) String() string {
-	if a.handle < 0 {
+	if a.name == "" {
 		return fmt.Sprintf("#%d", a.raw)
 	}
-	return fmt.Sprintf("%s%d", kindLetter[a.kind], a.handle)
+	return a.name
 }
 
 func ids[T ~uint64](sd *side, as []arg) []T {
@@ -207,7 +350,9 @@ type workload struct {
 	clk          *Clock
 	backend      Backend
 	model, store *side
-	log          []string
+	tail         []string
+	ops          []recorded
+	truncated    bool
 	unknownSeq   uint64
 }
 
@@ -234,20 +379,6 @@ func errClass(err error) string {
 type op struct {
 	desc string
 	run  func(sd *side) string
-}
-
-func (w *workload) step(t *testing.T, seed uint64, n int) {
-	t.Helper()
-	w.advance()
-	o := w.gen()
-	want := o.run(w.model)
-	got := o.run(w.store)
-	w.log = append(w.log, fmt.Sprintf("%6d %s @%s -> %s", n, o.desc, w.clk.Now().Format("01-02T15:04:05.000"), want))
-	if got != want {
-		tail := w.log[max(0, len(w.log)-60):]
-		t.Fatalf("seed %d op %d: %s\n backend %s: %s\n model: %s\nlast ops (model answers):\n%s\nreplay: TALLY_MODEL_SEED=%d TALLY_MODEL_OPS=%d",
-			seed, n, o.desc, w.backend.Name, got, want, strings.Join(tail, "\n"), seed, n+1)
-	}
 }
 
 // advance moves the clock at least 1 ms (so ids of different ops never
@@ -317,16 +448,17 @@ func (w *workload) unknown() uint64 {
 // pick returns a handle of kind, or sometimes (always when there is none)
 // an unknown id.
 func (w *workload) pick(kind int) arg {
-	n := len(w.model.list[kind])
+	names := w.model.list[kind]
+	n := len(names)
 	if n == 0 || w.rng.IntN(25) == 0 {
-		return arg{kind: kind, handle: -1, raw: w.unknown()}
+		return arg{kind: kind, raw: w.unknown()}
 	}
 	// Favour recent handles.
 	h := n - 1 - min(n-1, int(w.rng.ExpFloat64()*4))
 	if w.rng.IntN(3) == 0 {
 		h = w.rng.IntN(n)
 	}
-	return arg{kind: kind, handle: h}
+	return arg{kind: kind, name: names[h]}
 }
 
 func (w *workload) picks(kind, max int) []arg {
@@ -370,13 +502,13 @@ func (w *workload) gen() op {
 		var id arg
 		switch r := w.rng.IntN(10); {
 		case r < 6:
-			id = arg{handle: -1}
+			id = arg{}
 		case r < 8:
-			id = arg{handle: -1, raw: snowflake.Make(w.clk.Now().UnixMilli(), 1000, uint64(w.rng.IntN(4)))}
+			id = arg{raw: snowflake.Make(w.clk.Now().UnixMilli(), 1000, uint64(w.rng.IntN(4)))}
 		case r < 9:
 			id = w.pick(kPost) // an existing one: refused unless a retry
 		default:
-			id = arg{handle: -1, raw: 12345} // not a snowflake of a plausible time
+			id = arg{raw: 12345} // not a snowflake of a plausible time
 		}
 		return op{fmt.Sprintf("createPost u%d id=%s key=%q", v, id, key), func(sd *side) string {
 			p, err := sd.s.CreatePost(ctx, v, engine.PostID(id.id(sd)), key)
@@ -461,7 +593,7 @@ func (w *workload) gen() op {
 	case 15:
 		ps := w.picks(kPost, 5)
 		if w.rng.IntN(30) == 0 {
-			ps = append(ps, arg{handle: -1, raw: 0})
+			ps = append(ps, arg{})
 		}
 		return op{"recordViews " + renderArgs(ps), func(sd *side) string {
 			return errClass(sd.s.RecordViews(ctx, ids[engine.PostID](sd, ps)))
@@ -540,7 +672,7 @@ func (w *workload) gen() op {
 		if w.rng.IntN(30) == 0 {
 			first = -1
 		}
-		after := arg{handle: -1}
+		after := arg{}
 		if w.rng.IntN(2) == 0 {
 			after = w.pick(kNotif)
 		}
@@ -627,10 +759,9 @@ func (w *workload) gen() op {
 	case 36, 37:
 		v := w.member()
 		ms := w.picks(kMsg, 3)
-		if w.backend.differs(MarkReadFirstErrorWins) && slices.ContainsFunc(ms, func(a arg) bool { return a.handle < 0 }) {
-			ms = ms[:1] // an unknown id alone: no other error to order it against
-			ms[0].handle = -1
-			ms[0].raw = w.unknown()
+		if w.backend.differs(MarkReadFirstErrorWins) && slices.ContainsFunc(ms, func(a arg) bool { return a.name == "" }) {
+			// an unknown id alone: no other error to order it against
+			ms = []arg{{kind: kMsg, raw: w.unknown()}}
 		}
 		return op{fmt.Sprintf("markMessagesRead u%d %s", v, renderArgs(ms)), func(sd *side) string {
 			r, err := sd.s.MarkMessagesRead(ctx, v, ids[engine.MessageID](sd, ms))
@@ -668,7 +799,7 @@ func (w *workload) gen() op {
 			if w.rng.IntN(2) == 0 {
 				posts[i] = w.pick(kPost)
 			} else {
-				posts[i] = arg{handle: -1, raw: snowflake.Make(w.clk.Now().UnixMilli()-int64(w.rng.IntN(1e6)), 1002, uint64(i))}
+				posts[i] = arg{kind: kPost, raw: snowflake.Make(w.clk.Now().UnixMilli()-int64(w.rng.IntN(1e6)), 1002, uint64(i))}
 			}
 			if w.rng.IntN(2) == 0 {
 				rows[i].Author = w.validUser()
