@@ -3,8 +3,8 @@ package enginetest
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"slices"
