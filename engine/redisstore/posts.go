@@ -135,32 +135,42 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
-	pid, err := s.registerPost(ctx, viewer, want, in.op, "a")
+	// The registry entry and the intent of the author's post count, in
+	// the post's slot; then the count (see intents.go).
+	iid := in.op
+	if iid == "" {
+		iid = newIntentID()
+	}
+	it := intent{kind: intentPost, viewer: uint64(viewer), at: s.now().UnixMilli()}
+	desc := it.encode()
+	pid, err := s.registerPost(ctx, viewer, want, in.op, "a", iid, desc)
 	if err != nil {
 		s.idemAbort(ctx, in)
 		return 0, err
 	}
-	if err := s.bumpUsers(ctx, in.op, "b", []bump{{uint64(viewer), uPosts, 1}}); err != nil {
+	maybeCrash(intentPost)
+	bucket, _ := s.k.post(pid)
+	if err := s.finishIntent(ctx, bucket, iid, desc, it, true); err != nil {
 		return 0, err
 	}
 	if err := s.idemDone(ctx, in); err != nil {
 		return 0, err
 	}
-	s.emit(ctx, engine.Event{Kind: engine.AuthorPosted, Author: viewer})
 	return engine.PostID(pid), nil
 }
 
 // registerPost adds a post by author to the registry. id 0 asks for a
 // fresh id; a fresh id that collides (a client's id from our node) is
 // replaced by another.
-func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step string) (uint64, error) {
+func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step, intentID, intent string) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		pid := id
 		if pid == 0 {
 			pid = s.gen.Next()
 		}
 		bucket, low := s.k.post(pid)
-		r, err := s.one(ctx, scPostCreate, []string{bucket, marker(bucket, op+step)}, ttlArg(op), low, postHead(uint64(author)))
+		r, err := s.one(ctx, scPostCreate, []string{bucket, marker(bucket, op+step), intentsKey(bucket)},
+			ttlArg(op), low, postHead(uint64(author)), intentID, intent)
 		if err != nil {
 			return 0, err
 		}
@@ -333,7 +343,17 @@ func (s *Store) flag(ctx context.Context, viewer engine.UserID, post engine.Post
 		return invalid("post id 0")
 	}
 	bucket, low := s.k.post(uint64(post))
-	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low)}, low, uint64(viewer), field, d)
+	// A new like owes the author a badge bump in another slot: the first
+	// step records that intent with the like (see intents.go).
+	var id, desc string
+	var in intent
+	if d > 0 && field == pLikes {
+		id = newIntentID()
+		in = intent{kind: intentLike, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli()}
+		desc = in.encode()
+	}
+	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low), intentsKey(bucket)},
+		low, uint64(viewer), field, d, id, desc, postHead(uint64(viewer)))
 	if err != nil {
 		return err
 	}
@@ -345,7 +365,7 @@ func (s *Store) flag(ctx context.Context, viewer engine.UserID, post engine.Post
 		return nil
 	}
 	s.stats.counted.Add(num(at(a, 2)))
-	if d < 0 || field != pLikes {
+	if desc == "" {
 		return nil
 	}
 	author, err := decodeHead(str(at(a, 1)))
@@ -353,19 +373,17 @@ func (s *Store) flag(ctx context.Context, viewer engine.UserID, post engine.Post
 		return s.fail(err)
 	}
 	if author == 0 || author == uint64(viewer) {
-		return nil
+		return nil // no intent was written: nothing follows
 	}
-	if err := s.bumpUsers(ctx, "", "", []bump{{author, uLikes, 1}}); err != nil {
-		return err
-	}
-	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{engine.UserID(author)}})
-	return nil
+	maybeCrash(intentLike)
+	in.author, in.authorKnown = author, true
+	return s.finishIntent(ctx, bucket, id, desc, in, true)
 }
 
 // countOn adds one to a count of a known post and returns its author.
-func (s *Store) countOn(ctx context.Context, post engine.PostID, field int, op, step string) (uint64, error) {
+func (s *Store) countOn(ctx context.Context, post engine.PostID, field int, op, step, intentID, intent string) (uint64, error) {
 	bucket, low := s.k.post(uint64(post))
-	r, err := s.one(ctx, scPostIncr, []string{bucket, marker(bucket, op+step)}, ttlArg(op), low, field)
+	r, err := s.one(ctx, scPostIncr, []string{bucket, marker(bucket, op+step), intentsKey(bucket)}, ttlArg(op), low, field, intentID, intent)
 	if err != nil {
 		return 0, err
 	}
@@ -401,31 +419,35 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	if err != nil || in.done {
 		return err
 	}
-	author, err := s.countOn(ctx, post, pComments, in.op, "a")
+	// The count and the intent of the badges that follow, in the post's
+	// slot; the badges guarded by markers of the same id (the key's
+	// operation id, so that a client retry and a sweeper agree).
+	id := in.op
+	if id == "" {
+		id = newIntentID()
+	}
+	it := intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(mentions)}
+	desc := it.encode()
+	author, err := s.countOn(ctx, post, pComments, in.op, "a", id, desc)
 	if err != nil {
 		s.idemAbort(ctx, in)
 		return err
 	}
-	var bumps []bump
-	var woke []engine.UserID
-	if author != 0 && author != uint64(viewer) {
-		bumps = append(bumps, bump{author, uComments, 1})
-		woke = append(woke, engine.UserID(author))
-	}
-	for _, m := range mentions {
-		bumps = append(bumps, bump{uint64(m), uMentions, 1})
-		woke = append(woke, m)
-	}
-	if err := s.bumpUsers(ctx, in.op, "b", bumps); err != nil {
+	maybeCrash(intentComment)
+	it.author, it.authorKnown = author, true
+	bucket, _ := s.k.post(uint64(post))
+	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
 		return err
 	}
-	if err := s.idemDone(ctx, in); err != nil {
-		return err
+	return s.idemDone(ctx, in)
+}
+
+func ids64(us []engine.UserID) []uint64 {
+	out := make([]uint64, len(us))
+	for i, u := range us {
+		out[i] = uint64(u)
 	}
-	if len(woke) > 0 {
-		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: woke})
-	}
-	return nil
+	return out
 }
 
 // Repost implements engine.Store.
@@ -452,11 +474,11 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
-	if _, err := s.countOn(ctx, post, pReposts, in.op, "a"); err != nil {
+	if _, err := s.countOn(ctx, post, pReposts, in.op, "a", "", ""); err != nil {
 		s.idemAbort(ctx, in)
 		return 0, err
 	}
-	np, err := s.registerPost(ctx, viewer, want, in.op, "b")
+	np, err := s.registerPost(ctx, viewer, want, in.op, "b", "", "")
 	if err != nil {
 		return 0, err
 	}

@@ -97,17 +97,36 @@ end
 func newScript(body string) *redis.Script { return redis.NewScript(prelude + body) }
 
 var (
-	// KEYS bucket, marker; ARGV marker-ttl, low, head.
+	// KEYS bucket, marker, intents; ARGV marker-ttl, low, head, intent
+	// id, intent ('' = none; see intents.go).
 	// 1 created, 0 the id exists, 2 already applied by this operation.
 	scPostCreate = newScript(`
 local ttl = tonumber(ARGV[1])
 if ttl > 0 and redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
 if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3]) == 0 then return 0 end
 if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
 return 1`)
 
-	// Like/favorite de-dup and count in one step. KEYS bucket, set;
-	// ARGV low, user, count index, +1|-1.
+	// Deletes intent ARGV[1] if it still holds ARGV[2]. KEYS intents.
+	// 1 deleted, 0 not (claimed by a sweeper, or gone).
+	scIntentDone = newScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1`)
+
+	// Claims intent ARGV[1]: ARGV[2] -> ARGV[3] if unchanged. KEYS
+	// intents. 1 claimed, 0 not.
+	scIntentClaim = newScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1`)
+
+	// Like/favorite de-dup and count in one step, and the intent of what
+	// follows (the author's badge) when it changed something. KEYS
+	// bucket, set, intents; ARGV low, user, count index, +1|-1, intent
+	// id, intent ('' = none), the user's own post head (no intent when
+	// the author is the user, or unknown: nothing follows then).
 	// {-1} unknown post; {0, head, 0} no change; {1, head, zero-transition}.
 	scPostFlag = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
@@ -119,6 +138,7 @@ else changed = redis.call('SREM', KEYS[2], ARGV[2]) end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
+if ARGV[6] ~= '' and L > 0 and head ~= ARGV[7] then redis.call('HSET', KEYS[3], ARGV[5], ARGV[6]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
 n = add(t, n, tonumber(ARGV[3]), d)
@@ -126,14 +146,16 @@ local after = enc(t, n)
 redis.call('HSET', KEYS[1], ARGV[1], head .. after)
 return {1, head, tr(before, after)}`)
 
-	// +1 on one count of a known post. KEYS bucket, marker;
-	// ARGV marker-ttl, low, count index. Results as scPostFlag.
+	// +1 on one count of a known post, and the intent of what follows.
+	// KEYS bucket, marker, intents; ARGV marker-ttl, low, count index,
+	// intent id, intent ('' = none). Results as scPostFlag.
 	scPostIncr = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[2])
 if not rec then return {-1} end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, head, 0} end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
 n = add(t, n, tonumber(ARGV[3]), 1)
@@ -565,6 +587,6 @@ return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
-	scSetField, scSnapshot, scPush, scIdemBegin, scPublish, scNotifs, scGroupCreate, scGroupAdd,
+	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupAdd,
 	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImport, scSweep,
 }

@@ -34,6 +34,10 @@ type Options struct {
 	// SweepInterval: how often expired cursors are dropped from memory
 	// (one replica sweeps per interval). Default 1h; negative disables.
 	SweepInterval time.Duration
+	// IntentSweepInterval: how often operations left half-applied by a
+	// crashed process are finished (SweepIntents; one replica sweeps per
+	// interval). Default 5s; negative disables.
+	IntentSweepInterval time.Duration
 	// Node is this replica's snowflake node (1..1023). 0 asks Redis for
 	// one (INCR), so replicas sharing a data set never share a node.
 	Node uint64
@@ -118,6 +122,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = time.Hour
+	}
+	if opts.IntentSweepInterval == 0 {
+		opts.IntentSweepInterval = 5 * time.Second
 	}
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 500 * time.Millisecond
@@ -231,6 +238,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.SweepInterval > 0 {
 		s.wg.Add(1)
 		go s.sweepLoop()
+	}
+	if opts.IntentSweepInterval > 0 {
+		s.wg.Add(1)
+		go s.intentSweepLoop()
 	}
 	return s, nil
 }

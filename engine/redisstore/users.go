@@ -26,6 +26,10 @@ type bump struct {
 // bucket's part is guarded by its own marker, so a replay skips the
 // buckets already done.
 func (s *Store) bumpUsers(ctx context.Context, op, step string, bumps []bump) error {
+	return s.bumpUsersTTL(ctx, op, step, ttlArg(op), bumps)
+}
+
+func (s *Store) bumpUsersTTL(ctx context.Context, op, step string, ttl int64, bumps []bump) error {
 	if len(bumps) == 0 {
 		return nil
 	}
@@ -35,7 +39,7 @@ func (s *Store) bumpUsers(ctx context.Context, op, step string, bumps []bump) er
 		bucket, low := s.k.user(b.uid)
 		if _, ok := byBucket[bucket]; !ok {
 			order = append(order, bucket)
-			byBucket[bucket] = []any{ttlArg(op)}
+			byBucket[bucket] = []any{ttl}
 		}
 		byBucket[bucket] = append(byBucket[bucket], low, b.field, b.delta)
 	}

@@ -1,0 +1,216 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
+)
+
+// TestIntentChild is not a test on its own: the crash tests re-execute
+// the test binary with TALLY_INTENT_CHILD set, and this runs one
+// operation (or one sweep) in that separate process against their Redis.
+func TestIntentChild(t *testing.T) {
+	mode := os.Getenv("TALLY_INTENT_CHILD")
+	if mode == "" {
+		t.Skip("run by the intent crash tests in a child process")
+	}
+	opts := redisstore.Options{
+		Addrs: strings.Split(os.Getenv("TALLY_INTENT_ADDRS"), ","), KeyPrefix: os.Getenv("TALLY_INTENT_PREFIX"),
+		SweepInterval: -1, IntentSweepInterval: -1, ReadTimeout: 5 * time.Second,
+	}
+	arg := func(name string) uint64 {
+		v, err := strconv.ParseUint(os.Getenv(name), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return v
+	}
+	if mode == "sweep" {
+		// A later process: its clock is past the intents' grace period.
+		opts.Now = func() time.Time { return time.Now().Add(time.Minute) }
+	}
+	s, err := redisstore.Open(bg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	viewer := engine.UserID(arg("TALLY_INTENT_VIEWER"))
+	switch mode {
+	case "like":
+		err = s.Like(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")))
+	case "comment":
+		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
+	case "post":
+		_, err = s.CreatePost(bg, viewer, 0, "")
+	case "sweep":
+		var n int
+		n, err = s.SweepIntents(bg)
+		fmt.Printf("finished %d intents\n", n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// child runs TestIntentChild in a new process and returns its output and
+// whether SIGKILL ended it.
+func child(t *testing.T, addrs []string, prefix, mode string, env ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIntentChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TALLY_INTENT_CHILD="+mode, "TALLY_INTENT_ADDRS="+strings.Join(addrs, ","),
+		"TALLY_INTENT_PREFIX="+prefix)
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return out.String(), true
+	}
+	if err != nil {
+		t.Fatalf("child %s: %v\n%s", mode, err, out.String())
+	}
+	return out.String(), false
+}
+
+// TestIntentKill9 kills a process with SIGKILL between the first step
+// of a like, a comment and a new post (the post's slot) and the next (the
+// users' slots), checks that the crash left exactly the first step
+// applied, and that a fresh process's sweep finishes each operation
+// exactly once: counts and badges exact, a second sweep changes nothing.
+func TestIntentKill9(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	addr, _ := redistest.StartSingle(t)
+	runIntentKill9(t, []string{addr})
+}
+
+func TestIntentKill9Cluster(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	c := redistest.StartCluster(t, 3, 0)
+	runIntentKill9(t, c.Addrs())
+}
+
+func runIntentKill9(t *testing.T, addrs []string) {
+	p := prefix()
+	s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, IntentSweepInterval: -1})
+	const author, liker, commenter, poster = 70, 71, 72, 73
+	for _, u := range []engine.UserID{author, liker, commenter, poster, 81, 82} {
+		if _, err := s.Unread(bg, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post, err := s.CreatePost(bg, author, 0, "")
+	must(t, err)
+	pid := strconv.FormatUint(uint64(post), 10)
+	crash := func(mode, kind string, env ...string) {
+		t.Helper()
+		out, killed := child(t, addrs, p, mode, append(env, "TALLY_REDIS_CRASH_AFTER_STEP1="+kind)...)
+		if !killed {
+			t.Fatalf("%s: the child was not killed between the steps:\n%s", mode, out)
+		}
+	}
+	unread := func(u engine.UserID) engine.Unread {
+		t.Helper()
+		n, err := s.Unread(bg, u)
+		must(t, err)
+		return n
+	}
+	counts := func() engine.Counts {
+		t.Helper()
+		c, err := s.Counts(bg, []engine.PostID{post})
+		must(t, err)
+		return c[0]
+	}
+	posts := func(u engine.UserID) int64 {
+		t.Helper()
+		c, err := s.UserCounts(bg, []engine.UserID{u})
+		must(t, err)
+		return c[0].Posts
+	}
+
+	crash("like", "like", "TALLY_INTENT_VIEWER="+strconv.Itoa(liker), "TALLY_INTENT_POST="+pid)
+	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid)
+	crash("post", "post", "TALLY_INTENT_VIEWER="+strconv.Itoa(poster))
+
+	// Exactly the first steps: counted, registered; no badge, no count.
+	if c := counts(); c.Likes != 1 || c.Comments != 1 {
+		t.Fatalf("after the crashes: %+v, want 1 like and 1 comment counted", c)
+	}
+	if n := unread(author); n.Likes != 0 || n.Comments != 0 {
+		t.Fatalf("the author's badges moved before any sweep: %+v", n)
+	}
+	if n := unread(81); n.Mentions != 0 {
+		t.Fatalf("a mention applied before any sweep: %+v", n)
+	}
+	if n := posts(poster); n != 0 {
+		t.Fatalf("poster's count = %d before any sweep", n)
+	}
+	// A retried like changes nothing by itself (it finds itself counted).
+	must(t, s.Like(bg, liker, post))
+	if n := unread(author); n.Likes != 0 {
+		t.Fatalf("a retried like bumped the badge: %+v", n)
+	}
+	// A live sweep leaves intents younger than the grace period alone.
+	if n, err := s.SweepIntents(bg); err != nil || n != 0 {
+		t.Fatalf("an immediate sweep finished %d intents (%v), want 0", n, err)
+	}
+
+	out, killed := child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
+	if killed || !strings.Contains(out, "finished 3 intents") {
+		t.Fatalf("the sweeping process:\n%s", out)
+	}
+	check := func() {
+		t.Helper()
+		if c := counts(); c.Likes != 1 || c.Comments != 1 {
+			t.Fatalf("counts %+v, want 1 like and 1 comment", c)
+		}
+		if n := unread(author); n.Likes != 1 || n.Comments != 1 {
+			t.Fatalf("author's badges = %+v, want 1 like and 1 comment", n)
+		}
+		for _, u := range []engine.UserID{81, 82} {
+			if n := unread(u); n.Mentions != 1 {
+				t.Fatalf("user %d mentions = %d, want 1", u, n.Mentions)
+			}
+		}
+		if n := posts(poster); n != 1 {
+			t.Fatalf("poster's count = %d, want 1", n)
+		}
+	}
+	check()
+	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
+	if !strings.Contains(out, "finished 0 intents") {
+		t.Fatalf("a second sweep:\n%s", out)
+	}
+	check()
+
+	// With an idempotency key, the client's retry and the sweeper agree
+	// on the operation: whichever comes first applies, the other nothing.
+	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid, "TALLY_INTENT_KEY=k1")
+	must(t, s.Comment(bg, commenter, post, []engine.UserID{81, 82}, "k1"))
+	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
+	if !strings.Contains(out, "finished 1 intents") {
+		t.Fatalf("sweep after a retried keyed comment:\n%s", out)
+	}
+	if c := counts(); c.Comments != 2 {
+		t.Fatalf("comments = %d, want 2", c.Comments)
+	}
+	if n := unread(author); n.Comments != 2 {
+		t.Fatalf("author's comments = %d, want 2", n.Comments)
+	}
+	if n := unread(81); n.Mentions != 2 {
+		t.Fatalf("mentions = %d, want 2", n.Mentions)
+	}
+}
