@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ type config struct {
 	seed              uint64
 	userBase          uint64
 	jsonPath          string
+	profileDir        string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -114,6 +116,7 @@ Flags:
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of every random choice (the data and the requests)")
 	fs.Uint64Var(&c.userBase, "user-base", 0, "first user id (the admin; users follow it, subscribers from +5,000,000); 0: 1000 with -spawn, else derived from the clock so that runs on one server do not mix")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&c.profileDir, "cpuprofile", "", "write a CPU profile of each tally during its comparison phase into this directory (TARGET-compare.pprof; from tally's -pprof, so -spawn or -pprof-url)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -315,6 +318,7 @@ func run(cfg config, out *report) (bool, error) {
 			if err != nil {
 				return false, err
 			}
+			tr.backend = rs
 			stops = append(stops, tr)
 			targets = append(targets, tr)
 		}
@@ -413,8 +417,10 @@ func run(cfg config, out *report) (bool, error) {
 			g := newGQL(t.base, cfg.clients)
 			m := mix{}
 			m[kFeed] = 1
+			prof := profile(t, cfg, out)
 			res := runPhase(g, worlds[t], phaseCfg{name: "compare", duration: cfg.compare, clients: cfg.clients, mix: m,
 				pageMin: cfg.comparePage, pageMax: cfg.comparePage, seed: cfg.seed + 1}, t, nil)
+			<-prof
 			results = append(results, res)
 		}
 		out.compare(results, cfg)
@@ -468,6 +474,40 @@ func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *token
 	}
 	out.subscriptions(t.name, m)
 	return subs, err
+}
+
+// profile starts fetching a CPU profile of t for the comparison phase
+// (whole seconds of it) when -cpuprofile is set; the channel closes when
+// it is written.
+func profile(t *server, cfg config, out *report) <-chan struct{} {
+	done := make(chan struct{})
+	secs := int(cfg.compare.Seconds())
+	if cfg.profileDir == "" || t.pprof == "" || secs < 1 {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		path := filepath.Join(cfg.profileDir, t.name+"-compare.pprof")
+		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.pprof, secs))
+		if err == nil && resp.StatusCode == 200 {
+			var b []byte
+			if b, err = io.ReadAll(resp.Body); err == nil {
+				err = os.WriteFile(path, b, 0o644)
+			}
+		} else if err == nil {
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if err != nil {
+			out.printf("cpu profile of %s: %v\n", t.name, err)
+			return
+		}
+		out.printf("cpu profile of %s during the comparison: %s (go tool pprof -top %s)\n", t.name, path, path)
+	}()
+	return done
 }
 
 // loadReference gives the reference server the posts as tally counted

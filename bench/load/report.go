@@ -225,18 +225,20 @@ func (r *report) exactness(target string, ex exactness) {
 func (r *report) compare(results []*phaseResult, cfg config) {
 	r.printf("\n== feed page of %d posts (counts, both viewer flags, author counts), %d clients, %s each, one after another\n",
 		cfg.comparePage, cfg.clients, cfg.compare)
+	r.printf("   (server CPU of tally-redis includes its redis-server's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew)\n")
 	for _, p := range results {
 		r.phase(p)
 	}
-	r.printf("\n  %-16s %10s %9s %9s %9s %12s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU")
+	r.printf("\n  %-16s %10s %9s %9s %9s %12s %12s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU", "CPU/page")
 	byName := map[string]*phaseResult{}
 	for _, p := range results {
 		h := &p.Kinds[kFeed].lat
-		cpu := "?"
-		if p.ServerCPU >= 0 {
+		cpu, perPage := "?", "?"
+		if p.ServerCPU >= 0 && p.Kinds[kFeed].ok > 0 {
 			cpu = fmt.Sprintf("%.2f cores", p.ServerCPU.Seconds()/p.Elapsed.Seconds())
+			perPage = dur(p.ServerCPU / time.Duration(p.Kinds[kFeed].ok))
 		}
-		r.printf("  %-16s %10.1f %9s %9s %9s %12s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu)
+		r.printf("  %-16s %10.1f %9s %9s %9s %12s %12s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu, perPage)
 		byName[p.Target] = p
 	}
 	r.json.Ratios = map[string]float64{}
@@ -249,6 +251,12 @@ func (r *report) compare(results []*phaseResult, cfg config) {
 		r.printf("  ratio %s / %s: %.2f× the pages per second (p99 %s vs %s)\n", a, b, x,
 			dur(pa.Kinds[kFeed].lat.quantile(0.99)), dur(pb.Kinds[kFeed].lat.quantile(0.99)))
 		r.json.Ratios[a+"/"+b] = x
+		if pa.ServerCPU > 0 && pb.ServerCPU > 0 {
+			ca := pa.ServerCPU.Seconds() / float64(pa.Kinds[kFeed].ok)
+			cb := pb.ServerCPU.Seconds() / float64(pb.Kinds[kFeed].ok)
+			r.printf("  %*s server CPU per page %s vs %s: %s costs %.2f× what %s costs\n", len("ratio "), "", dur(time.Duration(ca*1e9)), dur(time.Duration(cb*1e9)), a, ca/cb, b)
+			r.json.Ratios[a+"/"+b+" cpu_per_page"] = ca / cb
+		}
 	}
 	first := results[0].Target
 	ratio(first, "reference")

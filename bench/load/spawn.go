@@ -27,7 +27,8 @@ type server struct {
 	done    chan struct{} // closed when a started process has exited
 	logPath string
 	tally   bool
-	pprof   string // base URL of tally's -pprof listener, when the tool started it with one
+	pprof   string  // base URL of tally's -pprof listener, when the tool started it with one
+	backend *server // the redis-server a spawned tally uses: its CPU counts as the server's
 }
 
 // collectGarbage asks a tally started with -pprof for a heap profile with
@@ -54,6 +55,17 @@ const clockTicks = 100
 // (10 ms resolution), or from tally's /metrics (process_cpu_seconds_total)
 // when the pid is unknown; -1 when neither is available.
 func (s *server) cpu() time.Duration {
+	own := s.ownCPU()
+	if s.backend != nil && own >= 0 {
+		if b := s.backend.ownCPU(); b >= 0 {
+			return own + b
+		}
+		return -1
+	}
+	return own
+}
+
+func (s *server) ownCPU() time.Duration {
 	if s.pid > 0 {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
 		if err == nil {
