@@ -560,11 +560,25 @@
     return li;
   }
 
+  // The server caps subscriptions per socket (-ws-max-subscriptions, 100 by
+  // default); the demo keeps its own under that, beside unreadChanged, by
+  // letting the oldest message's receipts go still.
+  var MAX_RECEIPT_WATCHES = 50;
+
   // watchReceipts reads a message's receipts and subscribes to changes.
   function watchReceipts(id) {
     if (state.receiptSubs.has(id)) return;
     var entry = { receipts: null, stop: null };
     state.receiptSubs.set(id, entry);
+    var live = 0;
+    state.receiptSubs.forEach(function (e) { if (e.stop) live++; });
+    state.receiptSubs.forEach(function (old) {
+      if (live >= MAX_RECEIPT_WATCHES && old.stop) {
+        old.stop();
+        old.stop = null;
+        live--;
+      }
+    });
     var apply = function (r) {
       entry.receipts = r;
       var b = document.querySelector('.msg[data-message-id="' + id + '"] .receipt');
