@@ -21,10 +21,20 @@ var KnownDifferences = map[string]string{
 	// any id is unknown. The fix belongs in embedded's prepare of
 	// opMarkMessagesRead (two passes), code the receipts change owned.
 	MarkReadFirstErrorWins: "MarkMessagesRead answers the first refused id's error, not ErrNotFound when any id is unknown",
+
+	// Redis judges ReceiptMembers' cursor before the sender-only rule:
+	// scRcptGet answers -4 (a cursor who never joined: ErrInvalid) for any
+	// current member, and only then does Go compare the viewer with the
+	// sender, so a member who is not the sender learns whether a user ever
+	// joined instead of getting ErrForbidden. Minimal case (seed
+	// 1795423112818779686): createGroup u1 [7 3 6 4]; sendMessage u1 → m;
+	// receiptMembers u4 m after=5 → ErrInvalid, want ErrForbidden.
+	ReceiptPageCursorFirst: "ReceiptMembers by a member who is not the sender, with a cursor who never joined, is ErrInvalid instead of ErrForbidden",
 }
 
 // Names of KnownDifferences entries.
 const (
 	IdemExpiryWallClock    = "idem-expiry-wall-clock"
 	MarkReadFirstErrorWins = "mark-read-first-error-wins"
+	ReceiptPageCursorFirst = "receipt-page-cursor-first"
 )

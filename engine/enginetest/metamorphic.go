@@ -266,6 +266,8 @@ type compared interface {
 	Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error)
 	MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids []engine.MessageID) ([]engine.Message, error)
 	Receipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error)
+	GroupMembers(ctx context.Context, viewer engine.UserID, group engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error)
+	ReceiptMembers(ctx context.Context, viewer engine.UserID, id engine.MessageID, readers bool, first int, after engine.UserID) ([]engine.UserID, error)
 }
 
 var _ compared = (*refmodel.Model)(nil)
@@ -484,6 +486,47 @@ func (w *workload) key() string {
 	return k
 }
 
+// page returns a page size (sometimes out of range) and a cursor: none,
+// someone who joined group g (per the model), or anyone.
+func (w *workload) page(g arg) (first int, after engine.UserID) {
+	first = w.rng.IntN(6)
+	switch r := w.rng.IntN(40); {
+	case r == 0:
+		first = -1
+	case r == 1:
+		first = engine.MaxPageSize + 1
+	case r < 10:
+		first = w.rng.IntN(engine.MaxPageSize + 1)
+	}
+	switch w.rng.IntN(3) {
+	case 0:
+		return first, 0
+	case 1:
+		if joined := w.joined(g); len(joined) > 0 {
+			return first, joined[w.rng.IntN(len(joined))]
+		}
+	}
+	return first, w.member()
+}
+
+// joined lists who ever joined group g, per the model.
+func (w *workload) joined(g arg) []engine.UserID {
+	if id, ok := w.model.byName[g.name]; ok {
+		return w.model.s.(*refmodel.Model).Joined(engine.GroupID(id))
+	}
+	return nil
+}
+
+// sender returns the sender of message m per the model, or any user.
+func (w *workload) sender(m arg) engine.UserID {
+	if id, ok := w.model.byName[m.name]; ok {
+		if msg, err := w.model.s.(*refmodel.Model).MessageInfo(engine.MessageID(id)); err == nil {
+			return msg.Sender
+		}
+	}
+	return w.member()
+}
+
 func render(v any) string { return fmt.Sprintf("%+v", v) }
 
 func renderArgs(as []arg) string {
@@ -495,7 +538,7 @@ func renderArgs(as []arg) string {
 }
 
 func (w *workload) gen() op {
-	switch w.rng.IntN(40) {
+	switch w.rng.IntN(43) {
 	case 0, 1, 2:
 		v := w.user()
 		key := w.key()
@@ -727,8 +770,7 @@ func (w *workload) gen() op {
 			if err != nil {
 				return errClass(err)
 			}
-			// Group's first page: API.md pages Group.members.
-			return sd.ref(kGroup, uint64(r.ID)) + render(r.Members[:min(len(r.Members), engine.MaxPageSize)])
+			return fmt.Sprintf("%s count=%d %v", sd.ref(kGroup, uint64(r.ID)), r.MemberCount, r.Members)
 		}}
 	case 33, 34:
 		v := w.member()
@@ -777,6 +819,9 @@ func (w *workload) gen() op {
 	case 38:
 		m := w.pick(kMsg)
 		v := w.member()
+		if w.rng.IntN(2) == 0 {
+			v = w.sender(m)
+		}
 		limit := w.rng.IntN(4)
 		if w.rng.IntN(4) == 0 {
 			limit = w.rng.IntN(engine.MaxPageSize + 20)
@@ -790,6 +835,45 @@ func (w *workload) gen() op {
 				return errClass(err)
 			}
 			return fmt.Sprintf("read=%d unread=%d readers=%v unreaders=%v", r.ReadCount, r.UnreadCount, r.Readers, r.Unreaders)
+		}}
+	case 40, 41:
+		// One page of a group's members, from a cursor of someone who
+		// joined (or not).
+		v := w.member()
+		g := w.pick(kGroup)
+		first, after := w.page(g)
+		return op{fmt.Sprintf("groupMembers u%d %s first=%d after=%d", v, g, first, after), func(sd *side) string {
+			r, err := sd.s.GroupMembers(ctx, v, engine.GroupID(g.id(sd)), first, after)
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
+		}}
+	case 42:
+		m := w.pick(kMsg)
+		v := w.member()
+		if w.rng.IntN(2) == 0 {
+			v = w.sender(m)
+		}
+		readers := w.rng.IntN(2) == 0
+		first, after := w.page(arg{})
+		if ms, ok := w.model.byName[m.name]; ok && w.rng.IntN(2) == 0 {
+			if msg, err := w.model.s.(*refmodel.Model).MessageInfo(engine.MessageID(ms)); err == nil {
+				g := arg{kind: kGroup, name: w.model.ids[kGroup][uint64(msg.Group)]}
+				first, after = w.page(g)
+				if w.backend.differs(ReceiptPageCursorFirst) && !slices.Contains(w.joined(g), after) {
+					after = 0
+				}
+			}
+		} else if w.backend.differs(ReceiptPageCursorFirst) {
+			after = 0
+		}
+		return op{fmt.Sprintf("receiptMembers u%d %s readers=%v first=%d after=%d", v, m, readers, first, after), func(sd *side) string {
+			r, err := sd.s.ReceiptMembers(ctx, v, engine.MessageID(m.id(sd)), readers, first, after)
+			if err != nil {
+				return errClass(err)
+			}
+			return render(r)
 		}}
 	default:
 		// Import: replace counts of known and new posts.

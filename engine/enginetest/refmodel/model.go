@@ -27,8 +27,7 @@ import (
 // ModelNode is the snowflake node of ids the model makes.
 const ModelNode = 1022
 
-// Model is an in-memory engine.Store (every method of it the metamorphic
-// test compares). Every method takes one lock, so
+// Model is an in-memory engine.Store. Every method takes one lock, so
 // each call is atomic.
 type Model struct {
 	mu        sync.Mutex
@@ -113,7 +112,10 @@ func New(now func() time.Time, cursorTTL time.Duration) *Model {
 	}
 }
 
-var _ engine.Importer = (*Model)(nil)
+var (
+	_ engine.Store    = (*Model)(nil)
+	_ engine.Importer = (*Model)(nil)
+)
 
 func (m *Model) nextID() uint64 {
 	ms := m.now().UnixMilli()
@@ -737,7 +739,56 @@ func (m *Model) Group(_ context.Context, viewer engine.UserID, id engine.GroupID
 	if err != nil {
 		return engine.Group{}, err
 	}
-	return engine.Group{ID: id, Members: g.members()}, nil
+	ms := g.members()
+	return engine.Group{ID: id, MemberCount: len(ms), Members: ms[:min(len(ms), engine.MaxPageSize)]}, nil
+}
+
+// GroupMembers implements engine.Store.
+func (m *Model) GroupMembers(_ context.Context, viewer engine.UserID, id engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, err := m.memberGroup(viewer, id)
+	if err != nil {
+		return nil, err
+	}
+	from, err := g.cursor(after)
+	if err != nil {
+		return nil, err
+	}
+	out := []engine.UserID{}
+	for mapid := from + 1; mapid <= len(g.byMap) && len(out) < first; mapid++ {
+		if u := g.byMap[mapid-1]; !g.quit[u] {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// cursor is the mapid of the user a page starts after (0: from the
+// first); a user who never joined is ErrInvalid.
+func (g *group) cursor(after engine.UserID) (int, error) {
+	if after == 0 {
+		return 0, nil
+	}
+	mapid, ok := g.mapid[after]
+	if !ok {
+		return 0, invalid("user %d never joined the group", after)
+	}
+	return mapid, nil
+}
+
+// Joined lists everyone who ever joined group id, in mapid order (for a
+// workload generator choosing page cursors).
+func (m *Model) Joined(id engine.GroupID) []engine.UserID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g := m.groups[id]; g != nil {
+		return slices.Clone(g.byMap)
+	}
+	return nil
 }
 
 // SendMessage implements engine.Store.
@@ -786,6 +837,16 @@ func (m *Model) SendMessage(_ context.Context, viewer engine.UserID, id engine.G
 	}
 	m.recordIdem(viewer, idemKey, idemRec{fp: fp, msg: msg.Message})
 	return msg.Message, nil
+}
+
+// MessageInfo returns message id whoever asks (for a workload generator).
+func (m *Model) MessageInfo(id engine.MessageID) (engine.Message, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if msg := m.messages[id]; msg != nil {
+		return msg.Message, nil
+	}
+	return engine.Message{}, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
 }
 
 // Message implements engine.Store.
@@ -840,6 +901,48 @@ func (m *Model) MarkMessagesRead(_ context.Context, viewer engine.UserID, ids []
 	return out, nil
 }
 
+// senderMessage returns a message for its sender while a member.
+func (m *Model) senderMessage(viewer engine.UserID, id engine.MessageID) (*message, *group, error) {
+	msg := m.messages[id]
+	if msg == nil {
+		return nil, nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	g := m.groups[msg.Group]
+	if msg.Sender != viewer || !g.isMember(viewer) {
+		return nil, nil, fmt.Errorf("%w: only the sender, while a member, sees read receipts", engine.ErrForbidden)
+	}
+	return msg, g, nil
+}
+
+// counted reports whether mapid counts in msg's receipts.
+func (msg *message) counted(g *group, mapid int) bool {
+	return mapid <= msg.maxid && mapid != g.mapid[msg.Sender] && !msg.quit[mapid]
+}
+
+// ReceiptMembers implements engine.Store.
+func (m *Model) ReceiptMembers(_ context.Context, viewer engine.UserID, id engine.MessageID, readers bool, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg, g, err := m.senderMessage(viewer, id)
+	if err != nil {
+		return nil, err
+	}
+	from, err := g.cursor(after)
+	if err != nil {
+		return nil, err
+	}
+	out := []engine.UserID{}
+	for mapid := from + 1; mapid <= msg.maxid && len(out) < first; mapid++ {
+		if msg.counted(g, mapid) && msg.read[mapid] == readers {
+			out = append(out, g.byMap[mapid-1])
+		}
+	}
+	return out, nil
+}
+
 // Receipts implements engine.Store.
 func (m *Model) Receipts(_ context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error) {
 	limit, err := engine.ClampPage(limit)
@@ -848,18 +951,13 @@ func (m *Model) Receipts(_ context.Context, viewer engine.UserID, id engine.Mess
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	msg := m.messages[id]
-	if msg == nil {
-		return engine.Receipts{}, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
-	}
-	g := m.groups[msg.Group]
-	if msg.Sender != viewer || !g.isMember(viewer) {
-		return engine.Receipts{}, fmt.Errorf("%w: only the sender, while a member, sees read receipts", engine.ErrForbidden)
+	msg, g, err := m.senderMessage(viewer, id)
+	if err != nil {
+		return engine.Receipts{}, err
 	}
 	var r engine.Receipts
-	senderMap := g.mapid[msg.Sender]
 	for mapid := 1; mapid <= msg.maxid; mapid++ {
-		if mapid == senderMap || msg.quit[mapid] {
+		if !msg.counted(g, mapid) {
 			continue
 		}
 		u := g.byMap[mapid-1]
