@@ -59,12 +59,21 @@ func TestConformanceSingle(t *testing.T) {
 }
 
 // clockedBackend opens stores on addrs for the clocked suites (rule
-// scripts, metamorphic test), each under its own key prefix.
+// scripts, metamorphic test), each under its own key prefix. A restart is
+// a new Store (a replica restarting) on the same data.
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
 		Name: name,
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
-			return open(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}), nil
+			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
+			cur := open(t, opts)
+			return cur, func() (engine.Store, error) {
+				if err := cur.Close(); err != nil {
+					return nil, err
+				}
+				cur = open(t, opts)
+				return cur, nil
+			}
 		},
 		Differs: []string{enginetest.IdemExpiryWallClock, enginetest.ReceiptPageCursorFirst},
 	}
