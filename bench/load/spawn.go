@@ -327,13 +327,23 @@ func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) 
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	paddr := "127.0.0.1:" + strconv.Itoa(pport)
-	args := []string{"-addr", addr, "-data", filepath.Join(dir, name+"-data"), "-log-level", "warn", "-pprof", paddr}
+	args := []string{"-addr", addr, "-data", filepath.Join(dir, name+"-data")}
+	// Older tally binaries (an earlier commit, for a before/after) may
+	// lack -pprof or -log-level.
+	help, _ := exec.Command(bin, "-h").CombinedOutput()
+	if bytes.Contains(help, []byte("-log-level")) {
+		args = append(args, "-log-level", "warn")
+	}
+	paddr := ""
+	if bytes.Contains(help, []byte("-pprof")) {
+		pport, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		paddr = "127.0.0.1:" + strconv.Itoa(pport)
+		args = append(args, "-pprof", paddr)
+	}
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}
@@ -342,7 +352,10 @@ func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) 
 	if err != nil {
 		return nil, err
 	}
-	s.base, s.tally, s.pprof = "http://"+addr, true, "http://"+paddr
+	s.base, s.tally = "http://"+addr, true
+	if paddr != "" {
+		s.pprof = "http://" + paddr
+	}
 	if err := s.waitHTTP("/readyz"); err != nil {
 		s.stop()
 		return nil, err
