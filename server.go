@@ -289,7 +289,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
 	maxMutations := fs.Int("max-mutations-per-request", resolvers.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
-	costRate := fs.Float64("cost-rate", 20000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
+	costRate := fs.Float64("cost-rate", 10000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
 	costBurst := fs.Int("cost-burst", 50000, "burst of -cost-rate (at least -complexity-limit)")
 	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
 	var timeouts httpTimeouts
