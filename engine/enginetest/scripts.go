@@ -47,6 +47,9 @@ import (
 //	add-members user=U group=NAME users=(U,...)
 //	leave user=U group=NAME
 //	members user=U group=NAME
+//	group-info user=U group=NAME                      memberCount and the first page
+//	members-page user=U group=NAME [first=N] [after=U]
+//	receipt-page user=U msg=NAME list=readers|unreaders [first=N] [after=U]
 //	send user=U group=NAME text=T [mentions=(...)] [key=K] as=NAME
 //	message user=U msg=NAME
 //	read-messages user=U msgs=(NAME,...)
@@ -418,6 +421,25 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 			return errClass(err)
 		}
 		return userNames(g.Members)
+	case "group-info":
+		g, err := s.Group(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))))
+		if err != nil {
+			return errClass(err)
+		}
+		return fmt.Sprintf("count=%d first page: %s", g.MemberCount, userNames(g.Members))
+	case "members-page":
+		ms, err := s.GroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), int(num(t, d, "first", 50)), userArg(t, d, "after"))
+		if err != nil {
+			return errClass(err)
+		}
+		return userNames(ms)
+	case "receipt-page":
+		ms, err := s.ReceiptMembers(ctx, u, engine.MessageID(sc.id(t, str(d, "msg"))), str(d, "list") != "unreaders",
+			int(num(t, d, "first", 50)), userArg(t, d, "after"))
+		if err != nil {
+			return errClass(err)
+		}
+		return userNames(ms)
 	case "send":
 		m, err := s.SendMessage(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), str(d, "text"), userList(t, d, "mentions"), str(d, "key"))
 		if err != nil {
