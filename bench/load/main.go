@@ -46,6 +46,7 @@ type config struct {
 	secret, adminToken string
 	pid                int
 	pprofURL           string
+	referencePID       int
 
 	spawn, redis, peer bool
 	repo, serverCPUs   string
@@ -92,6 +93,7 @@ Flags:
 	fs.StringVar(&c.secret, "secret", os.Getenv("TALLY_JWT_SECRET"), "HS256 secret the server verifies tokens with, to sign the tool's users (default $TALLY_JWT_SECRET; with -spawn a random one)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "without a secret: one admin token used for every request (one user: likes de-duplicate, rate limits bind, at most -ws-max-per-user subscriptions)")
 	fs.IntVar(&c.pid, "pid", 0, "pid of the running tally, for CPU from /proc/<pid>/stat and RSS (without -spawn; else CPU comes from /metrics)")
+	fs.IntVar(&c.referencePID, "reference-pid", 0, "pid of the running reference server, for its CPU (without -spawn)")
 	fs.StringVar(&c.pprofURL, "pprof-url", "", "without -spawn: base URL of the running tally's -pprof listener, used to force a GC before memory readings")
 	fs.BoolVar(&c.spawn, "spawn", false, "build tally (go build -o into a temp dir) and start it on a fresh data directory, and the reference, on free loopback ports")
 	fs.BoolVar(&c.redis, "redis", false, "with -spawn: also start a redis-server and a tally on it, and compare")
@@ -337,7 +339,7 @@ func run(cfg config, out *report) (bool, error) {
 	} else {
 		targets = []*server{{name: "tally", base: strings.TrimRight(cfg.url, "/"), pid: cfg.pid, tally: true, pprof: strings.TrimRight(cfg.pprofURL, "/")}}
 		if cfg.referenceURL != "" {
-			ref = &server{name: "reference", base: strings.TrimRight(cfg.referenceURL, "/")}
+			ref = &server{name: "reference", base: strings.TrimRight(cfg.referenceURL, "/"), pid: cfg.referencePID}
 		}
 	}
 
