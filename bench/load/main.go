@@ -118,7 +118,7 @@ Flags:
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of every random choice (the data and the requests)")
 	fs.Uint64Var(&c.userBase, "user-base", 0, "first user id (the admin; users follow it, subscribers from +5,000,000); 0: 1000 with -spawn, else derived from the clock so that runs on one server do not mix")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
-	fs.StringVar(&c.profileDir, "cpuprofile", "", "write a CPU profile of each tally during its comparison phase into this directory (TARGET-compare.pprof; from tally's -pprof, so -spawn or -pprof-url)")
+	fs.StringVar(&c.profileDir, "cpuprofile", "", "write into this directory a CPU profile of each tally during its comparison phase (TARGET-compare.pprof) and a heap profile with the -subs subscriptions open (TARGET-subs-heap.pprof); from tally's -pprof, so -spawn or -pprof-url")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -459,6 +459,14 @@ func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *token
 	time.Sleep(2 * time.Second) // the server's per-socket timers and first pushes settle
 	t.collectGarbage()
 	after, _ := t.scrape()
+	if cfg.profileDir != "" && t.pprof != "" {
+		path := filepath.Join(cfg.profileDir, t.name+"-subs-heap.pprof")
+		if err := fetchTo(t.pprof+"/debug/pprof/heap", path); err != nil {
+			out.printf("heap profile of %s: %v\n", t.name, err)
+		} else {
+			out.printf("heap profile of %s with the subscriptions open: %s (go tool pprof -sample_index=inuse_space -top %s)\n", t.name, path, path)
+		}
+	}
 	rss1 := t.status("VmRSS")
 	n := float64(len(subs.conns))
 	m := subMemory{Subs: len(subs.conns), Requested: cfg.subs, OpenSeconds: subs.openTime.Seconds(), AfterGC: gc}
@@ -491,25 +499,29 @@ func profile(t *server, cfg config, out *report) <-chan struct{} {
 	go func() {
 		defer close(done)
 		path := filepath.Join(cfg.profileDir, t.name+"-compare.pprof")
-		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.pprof, secs))
-		if err == nil && resp.StatusCode == 200 {
-			var b []byte
-			if b, err = io.ReadAll(resp.Body); err == nil {
-				err = os.WriteFile(path, b, 0o644)
-			}
-		} else if err == nil {
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if resp != nil {
-			resp.Body.Close()
-		}
-		if err != nil {
+		if err := fetchTo(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.pprof, secs), path); err != nil {
 			out.printf("cpu profile of %s: %v\n", t.name, err)
 			return
 		}
 		out.printf("cpu profile of %s during the comparison: %s (go tool pprof -top %s)\n", t.name, path, path)
 	}()
 	return done
+}
+
+func fetchTo(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // loadReference gives the reference server the posts as tally counted
