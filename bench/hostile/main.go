@@ -95,7 +95,7 @@ func run(args []string, out io.Writer) error {
 	conns := fs.Int("conns", 200, "slowloris and slow-reader connections held open at once, each (at most 2000)")
 	sockets := fs.Int("sockets", 64, "WebSockets the socket attacker tries to hold open (at most 1000)")
 	rssBudget := fs.Int64("rss-budget-mb", 256, "RSS growth under attack, in MB, that still counts as bounded")
-	victimEvery := fs.Duration("victim-every", 10*time.Millisecond, "the well-behaved client's pause between feed reads")
+	victimEvery := fs.Duration("victim-every", 20*time.Millisecond, "the well-behaved client's pause between feed reads (a page costs ~190: at 20 ms it spends ~9,000 of the server's default -cost-rate of 10,000 a second)")
 	attackEvery := fs.Duration("attack-every", 0, "each request-level attacker's pause between requests (0: back to back, a flood)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -326,25 +326,40 @@ func setup(ctx context.Context, c *client) (world, error) {
 type latencies struct {
 	mu     sync.Mutex
 	d      []time.Duration
-	errors int
+	errors map[string]int // by code ("transport" for no answer)
 }
 
-func (l *latencies) add(d time.Duration, failed bool) {
+func (l *latencies) add(d time.Duration, failure string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if failed {
-		l.errors++
+	if failure != "" {
+		if l.errors == nil {
+			l.errors = map[string]int{}
+		}
+		l.errors[failure]++
 		return
 	}
 	l.d = append(l.d, d)
 }
 
-func (l *latencies) take() (ds []time.Duration, errs int) {
+func (l *latencies) take() (ds []time.Duration, errs map[string]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ds, errs = l.d, l.errors
-	l.d, l.errors = nil, 0
+	l.d, l.errors = nil, nil
 	return ds, errs
+}
+
+func errorSummary(errs map[string]int) string {
+	if len(errs) == 0 {
+		return "errors 0"
+	}
+	var parts []string
+	for code, n := range errs {
+		parts = append(parts, fmt.Sprintf("%s×%d", code, n))
+	}
+	sort.Strings(parts)
+	return "errors " + strings.Join(parts, " ")
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -365,7 +380,11 @@ func victim(ctx context.Context, c *client, w world, rec *latencies) {
 		if ctx.Err() != nil {
 			return
 		}
-		rec.add(r.elapsed, err != nil || r.code != "")
+		failure := r.code
+		if err != nil {
+			failure = "transport"
+		}
+		rec.add(r.elapsed, failure)
 		time.Sleep(c.cfg.victimRate)
 	}
 }
@@ -756,15 +775,15 @@ func soak(cfg config, out io.Writer) error {
 	}
 	qp99, ap99 := quantile(quietLat, 0.99), quantile(attackLat, 0.99)
 	fmt.Fprintf(out, "\nwell-behaved client (feed page of %d posts + badges):\n", len(w.feed))
-	fmt.Fprintf(out, "  quiet:    %6d reads, p50 %s, p99 %s, errors %d\n", len(quietLat), ms(quantile(quietLat, 0.5)), ms(qp99), quietErrs)
-	fmt.Fprintf(out, "  attack:   %6d reads, p50 %s, p99 %s, errors %d\n", len(attackLat), ms(quantile(attackLat, 0.5)), ms(ap99), attackErrs)
+	fmt.Fprintf(out, "  quiet:    %6d reads, p50 %s, p99 %s, %s\n", len(quietLat), ms(quantile(quietLat, 0.5)), ms(qp99), errorSummary(quietErrs))
+	fmt.Fprintf(out, "  attack:   %6d reads, p50 %s, p99 %s, %s\n", len(attackLat), ms(quantile(attackLat, 0.5)), ms(ap99), errorSummary(attackErrs))
 	fmt.Fprintf(out, "  cooldown: %6d reads, p99 %s\n", len(coolLat), ms(quantile(coolLat, 0.99)))
 	ratio := 0.0
 	if qp99 > 0 {
 		ratio = float64(ap99) / float64(qp99)
 	}
 	verdict := "within"
-	if ratio > 2 || attackErrs > 0 {
+	if ratio > 2 || len(attackErrs) > 0 {
 		verdict = "NOT within"
 	}
 	fmt.Fprintf(out, "  p99 under attack ÷ quiet = %.2f× (%s the 2× target)\n", ratio, verdict)
