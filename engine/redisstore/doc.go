@@ -29,8 +29,9 @@
 //	P{u<b>}F<uid>          hash  followee -> post count at snapshot
 //	P{u<b>}i<uid>:*:<key>  str   idempotency record ('p'|'d' + result + '#' +
 //	                             fingerprint), 24h (posts.go)
-//	P{p<w>.<s>}I           hash  intent id -> pending cross-slot operation
-//	                             (intents.go); empty unless a process died
+//	P{p<w>.<s>}I, P{g<gid>}I hash intent id -> pending cross-slot
+//	                             operation (intents.go); empty unless a
+//	                             process died
 //	P{…}o<op><step>         str  marker: step of op applied here, 25h
 //	P{g<gid>}U             str   packed member uids, 8 bytes per mapid
 //	P{g<gid>}M             hash  uid -> mapid
@@ -77,14 +78,13 @@
 // leave a later, derived effect unapplied, never apply one twice. Steps of
 // an operation with an idempotency key are each guarded by a marker keyed
 // by the operation, so the client's retry completes the operation exactly
-// once. A like, a comment and a new post also record, atomically with
-// their first step and in its slot, an intent naming what is left; the
-// operation finishes and deletes it, and if its process dies first a
-// sweeper in every replica (SweepIntents, every IntentSweepInterval, one
-// replica at a time) finishes it, its steps guarded by the same markers:
-// applied exactly once either way. intents.go has the protocol. Reposts
-// and messages without an idempotency key are not covered yet: a crash
-// between their steps can still leave the later ones unapplied. Writes go through a client with go-redis retries off (a script
+// once. A like, a comment, a new post, a repost and a message also record,
+// atomically with their first step and in its slot (the post's or the
+// group's), an intent naming what is left; the operation finishes and
+// deletes it, and if its process dies first a sweeper in every replica
+// (SweepIntents, every IntentSweepInterval, one replica at a time)
+// finishes it, its steps guarded by the same markers: applied exactly
+// once either way. intents.go has the protocol. Writes go through a client with go-redis retries off (a script
 // whose reply was lost may have run); only MOVED/ASK replies, which prove
 // the command did not run, are re-sent, to the node they name.
 //

@@ -172,9 +172,19 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 			return s.loadMessage(ctx, mid)
 		}
 	}
+	// The message, its receipts and the intent of what follows (the id
+	// index, the members' badges) in the group's slot; then the rest (see
+	// intents.go).
+	id := in.op
+	if id == "" {
+		id = newIntentID()
+	}
+	it := intent{kind: intentMessage, viewer: uint64(viewer), post: mid, aux: uint64(group),
+		at: s.now().UnixMilli(), mentions: ids64(mentions)}
+	desc := it.encode()
 	g := s.k.group(uint64(group))
-	r, err := s.one(ctx, scSend, []string{g.U, g.M, g.Q, g.T, g.R},
-		uint64(viewer), mid, encodeBody(uint64(viewer), text), denseMaxID)
+	r, err := s.one(ctx, scSend, []string{g.U, g.M, g.Q, g.T, g.R, intentsKey(g.tag)},
+		uint64(viewer), mid, encodeBody(uint64(viewer), text), denseMaxID, id, desc)
 	if err != nil {
 		return engine.Message{}, err
 	}
@@ -187,37 +197,20 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	if code == 1 {
 		s.stats.messages.Add(1)
 	}
-	ib, il := s.k.msgIndex(mid)
-	if err := s.exec(ctx, raw("HSET", ib, il, uint64(group))); err != nil {
-		return engine.Message{}, err
-	}
-
-	// Badges: every other current member, and mentioned current members.
+	maybeCrash(intentMessage)
+	// Recipients: every other current member at send time.
 	quit := str(at(a, 2))
-	current := map[uint64]bool{}
-	var bumps []bump
-	var woke []engine.UserID
+	it.recipKnown = true
 	for i, u := range members(str(at(a, 1))) {
-		if bitSet(quit, i) || u == uint64(viewer) {
-			continue
-		}
-		current[u] = true
-		bumps = append(bumps, bump{u, uMessages, 1})
-		woke = append(woke, engine.UserID(u))
-	}
-	for _, m := range mentions {
-		if current[uint64(m)] {
-			bumps = append(bumps, bump{uint64(m), uMentions, 1})
+		if !bitSet(quit, i) && u != uint64(viewer) {
+			it.recipients = append(it.recipients, u)
 		}
 	}
-	if err := s.bumpUsers(ctx, in.op, "b", bumps); err != nil {
+	if err := s.finishIntent(ctx, g.tag, id, desc, it, true); err != nil {
 		return engine.Message{}, err
 	}
 	if err := s.idemDone(ctx, in); err != nil {
 		return engine.Message{}, err
-	}
-	if len(woke) > 0 {
-		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: woke})
 	}
 	return decodeBody(uint64(group), mid, encodeBody(uint64(viewer), text))
 }

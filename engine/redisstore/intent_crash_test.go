@@ -52,6 +52,10 @@ func TestIntentChild(t *testing.T) {
 		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
 	case "post":
 		_, err = s.CreatePost(bg, viewer, 0, "")
+	case "repost":
+		_, err = s.Repost(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81}, "")
+	case "message":
+		_, err = s.SendMessage(bg, viewer, engine.GroupID(arg("TALLY_INTENT_GROUP")), "hi @82", []engine.UserID{82, 99}, "")
 	case "sweep":
 		var n int
 		n, err = s.SweepIntents(bg)
@@ -83,8 +87,9 @@ func child(t *testing.T, addrs []string, prefix, mode string, env ...string) (st
 }
 
 // TestIntentKill9 kills a process with SIGKILL between the first step
-// of a like, a comment and a new post (the post's slot) and the next (the
-// users' slots), checks that the crash left exactly the first step
+// of a like, a comment, a new post, a repost (the post's slot) and a
+// message (the group's slot) and the next (the users' slots, the new
+// post's, the message index), checks that the crash left exactly the first step
 // applied, and that a fresh process's sweep finishes each operation
 // exactly once: counts and badges exact, a second sweep changes nothing.
 func TestIntentKill9(t *testing.T) {
@@ -107,7 +112,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	p := prefix()
 	s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, IntentSweepInterval: -1})
 	const author, liker, commenter, poster = 70, 71, 72, 73
-	for _, u := range []engine.UserID{author, liker, commenter, poster, 81, 82} {
+	for _, u := range []engine.UserID{author, liker, commenter, poster, 81, 82, 83} {
 		if _, err := s.Unread(bg, u); err != nil {
 			t.Fatal(err)
 		}
@@ -144,16 +149,26 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	crash("like", "like", "TALLY_INTENT_VIEWER="+strconv.Itoa(liker), "TALLY_INTENT_POST="+pid)
 	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid)
 	crash("post", "post", "TALLY_INTENT_VIEWER="+strconv.Itoa(poster))
+	// A repost by poster mentioning 81; a message by author to a group of
+	// author, 81, 82 and (left before the message) 83, mentioning 82 and
+	// 99 (not a member).
+	crash("repost", "repost", "TALLY_INTENT_VIEWER="+strconv.Itoa(poster), "TALLY_INTENT_POST="+pid)
+	g, err := s.CreateGroup(bg, author, []engine.UserID{81, 82, 83})
+	must(t, err)
+	must(t, s.LeaveGroup(bg, 83, g))
+	crash("message", "message", "TALLY_INTENT_VIEWER="+strconv.Itoa(author), "TALLY_INTENT_GROUP="+strconv.FormatUint(uint64(g), 10))
 
 	// Exactly the first steps: counted, registered; no badge, no count.
-	if c := counts(); c.Likes != 1 || c.Comments != 1 {
-		t.Fatalf("after the crashes: %+v, want 1 like and 1 comment counted", c)
+	if c := counts(); c.Likes != 1 || c.Comments != 1 || c.Reposts != 1 {
+		t.Fatalf("after the crashes: %+v, want 1 like, 1 comment and 1 repost counted", c)
 	}
 	if n := unread(author); n.Likes != 0 || n.Comments != 0 {
 		t.Fatalf("the author's badges moved before any sweep: %+v", n)
 	}
-	if n := unread(81); n.Mentions != 0 {
-		t.Fatalf("a mention applied before any sweep: %+v", n)
+	for _, u := range []engine.UserID{81, 82} {
+		if n := unread(u); n.Mentions != 0 || n.Messages != 0 {
+			t.Fatalf("user %d's badges moved before any sweep: %+v", u, n)
+		}
 	}
 	if n := posts(poster); n != 0 {
 		t.Fatalf("poster's count = %d before any sweep", n)
@@ -169,7 +184,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	}
 
 	out, killed := child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
-	if killed || !strings.Contains(out, "finished 3 intents") {
+	if killed || !strings.Contains(out, "finished 5 intents") {
 		t.Fatalf("the sweeping process:\n%s", out)
 	}
 	check := func() {
@@ -180,13 +195,20 @@ func runIntentKill9(t *testing.T, addrs []string) {
 		if n := unread(author); n.Likes != 1 || n.Comments != 1 {
 			t.Fatalf("author's badges = %+v, want 1 like and 1 comment", n)
 		}
-		for _, u := range []engine.UserID{81, 82} {
-			if n := unread(u); n.Mentions != 1 {
-				t.Fatalf("user %d mentions = %d, want 1", u, n.Mentions)
+		// 81: the comment's and the repost's mentions, one message;
+		// 82: the comment's and the message's mentions, one message;
+		// 83 left before the message: nothing.
+		want := map[engine.UserID]engine.Unread{81: {Mentions: 2, Messages: 1}, 82: {Mentions: 2, Messages: 1}, 83: {}}
+		for u, w := range want {
+			if n := unread(u); n.Mentions != w.Mentions || n.Messages != w.Messages {
+				t.Fatalf("user %d: %+v, want %d mentions and %d messages", u, n, w.Mentions, w.Messages)
 			}
 		}
-		if n := posts(poster); n != 1 {
-			t.Fatalf("poster's count = %d, want 1", n)
+		if n := posts(poster); n != 2 {
+			t.Fatalf("poster's count = %d, want 2 (a post and a repost)", n)
+		}
+		if c := counts(); c.Reposts != 1 {
+			t.Fatalf("reposts = %d, want 1", c.Reposts)
 		}
 	}
 	check()
@@ -210,7 +232,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	if n := unread(author); n.Comments != 2 {
 		t.Fatalf("author's comments = %d, want 2", n.Comments)
 	}
-	if n := unread(81); n.Mentions != 2 {
-		t.Fatalf("mentions = %d, want 2", n.Mentions)
+	if n := unread(81); n.Mentions != 3 {
+		t.Fatalf("mentions = %d, want 3", n.Mentions)
 	}
 }

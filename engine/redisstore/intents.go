@@ -19,15 +19,18 @@ import (
 
 // Intents: no operation is left half-applied by a crash.
 //
-// A like, a comment or a new post changes two slots: the post's (the
-// de-duplicated count, the registry) and then the users' (the author's
-// badge, the mentioned users', the author's post count). A tally process
+// A like, a comment, a new post, a repost or a group message changes
+// several slots: the post's (the de-duplicated count, the registry) or the
+// group's (the message and its receipts), then the users' (the author's
+// badge, the mentioned users', the author's post count, the members'
+// message badges), and for a repost the new post's, for a message the id
+// index. A tally process
 // killed between the two used to leave the first applied and the second
 // never: a retried like finds itself counted and changes nothing.
 //
 // Now the first step's script also writes an intent into its own slot,
-// atomically with the effect: field <id> of the hash "<post bucket>I",
-// value "<kind>|<viewer>|<post>|<unix ms>|<mentions>". The intent names
+// atomically with the effect: field <id> of the hash "<slot tag>I",
+// value "<kind>|<viewer>|<post>|<unix ms>|<mentions>[|<aux>]". The intent names
 // what is left to do, which is derived from it and from the post record in
 // the same slot (the author never changes). Finishing an intent applies
 // the user-slot effects, each user bucket guarded by the marker
@@ -58,6 +61,8 @@ const (
 	intentLike    = 'l'
 	intentComment = 'c'
 	intentPost    = 'p'
+	intentRepost  = 'r' // post: the original; aux: the new post
+	intentMessage = 'm' // post: the message; aux: its group
 )
 
 // intent is one pending cross-slot operation.
@@ -67,10 +72,15 @@ type intent struct {
 	post     uint64
 	at       int64 // unix ms when written
 	mentions []uint64
+	aux      uint64
 	// author, when known (the operation's own first step read it), spares
-	// the finisher reading the post record; not recorded.
+	// the finisher reading the post record; recipients likewise for a
+	// message (its current members at send time but the sender). Not
+	// recorded.
 	author      uint64
 	authorKnown bool
+	recipients  []uint64
+	recipKnown  bool
 }
 
 func (in intent) encode() string {
@@ -83,6 +93,9 @@ func (in intent) encode() string {
 		}
 		b.WriteString(strconv.FormatUint(m, 10))
 	}
+	if in.aux != 0 {
+		fmt.Fprintf(&b, "|%d", in.aux)
+	}
 	return b.String()
 }
 
@@ -90,10 +103,17 @@ var errBadIntent = errors.New("redisstore: malformed intent record")
 
 func decodeIntent(v string) (intent, error) {
 	f := strings.Split(v, "|")
-	if len(f) != 5 || len(f[0]) != 1 {
+	if len(f) != 5 && len(f) != 6 || len(f[0]) != 1 {
 		return intent{}, errBadIntent
 	}
 	in := intent{kind: f[0][0]}
+	if len(f) == 6 {
+		aux, err := strconv.ParseUint(f[5], 10, 64)
+		if err != nil || aux == 0 {
+			return intent{}, errBadIntent
+		}
+		in.aux = aux
+	}
 	var err1, err2, err3 error
 	in.viewer, err1 = strconv.ParseUint(f[1], 10, 64)
 	in.post, err2 = strconv.ParseUint(f[2], 10, 64)
@@ -112,6 +132,10 @@ func decodeIntent(v string) (intent, error) {
 	}
 	switch in.kind {
 	case intentLike, intentComment, intentPost:
+	case intentRepost, intentMessage:
+		if in.aux == 0 {
+			return intent{}, errBadIntent
+		}
 	default:
 		return intent{}, errBadIntent
 	}
@@ -129,7 +153,7 @@ func newIntentID() string {
 func intentsKey(bucket string) string { return bucket + "I" }
 
 // crashAfterStep1 is a test failpoint: TALLY_REDIS_CRASH_AFTER_STEP1 set
-// to an intent kind ("like", "comment", "post") makes the process kill
+// to an intent kind ("like", "comment", "post", "repost", "message") makes the process kill
 // itself with SIGKILL right after that operation's first step, as a crash
 // between the two slots would.
 var crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
@@ -138,7 +162,8 @@ func maybeCrash(kind byte) {
 	if crashAfterStep1 == "" {
 		return
 	}
-	if name := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post"}[kind]; name == crashAfterStep1 {
+	names := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post", intentRepost: "repost", intentMessage: "message"}
+	if names[kind] == crashAfterStep1 {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}
@@ -150,6 +175,9 @@ func maybeCrash(kind byte) {
 func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in intent, own bool) error {
 	var bumps []bump
 	var ev *engine.Event
+	// Step names (marker suffixes) are those the operations used before
+	// intents, so that a keyed retry across an upgrade agrees on them.
+	bumpStep := "b"
 	switch in.kind {
 	case intentLike, intentComment:
 		author := in.author
@@ -184,8 +212,49 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 	case intentPost:
 		bumps = []bump{{in.viewer, uPosts, 1}}
 		ev = &engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(in.viewer)}
+	case intentRepost:
+		// The new post, then the reposter's count and the mentions.
+		if _, err := s.registerPost(ctx, engine.UserID(in.viewer), in.aux, id, "b", "", ""); err != nil {
+			return err
+		}
+		bumpStep = "c"
+		bumps = []bump{{in.viewer, uPosts, 1}}
+		for _, m := range in.mentions {
+			bumps = append(bumps, bump{m, uMentions, 1})
+		}
+		ev = &engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(in.viewer)}
+		if len(in.mentions) > 0 {
+			s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: users64(in.mentions)})
+		}
+	case intentMessage:
+		// The id -> group index (an idempotent HSET), then the badges of
+		// the members counted at send time.
+		ib, il := s.k.msgIndex(in.post)
+		if err := s.exec(ctx, raw("HSET", ib, il, in.aux)); err != nil {
+			return err
+		}
+		recipients := in.recipients
+		if !in.recipKnown {
+			var err error
+			if recipients, err = s.messageRecipients(ctx, in.aux, in.post); err != nil {
+				return err
+			}
+		}
+		counted := map[uint64]bool{}
+		for _, u := range recipients {
+			counted[u] = true
+			bumps = append(bumps, bump{u, uMessages, 1})
+		}
+		for _, m := range in.mentions {
+			if counted[m] {
+				bumps = append(bumps, bump{m, uMentions, 1})
+			}
+		}
+		if len(recipients) > 0 {
+			ev = &engine.Event{Kind: engine.UnreadChanged, Users: users64(recipients)}
+		}
 	}
-	if err := s.bumpUsersMarked(ctx, id, "b", bumps); err != nil {
+	if err := s.bumpUsersMarked(ctx, id, bumpStep, bumps); err != nil {
 		return err
 	}
 	r, err := s.one(ctx, scIntentDone, []string{intentsKey(bucket)}, id, value)
@@ -199,7 +268,11 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 		var dels []*call
 		for _, b := range bumps {
 			ub, _ := s.k.user(b.uid)
-			dels = append(dels, raw("DEL", marker(ub, id+"b")))
+			dels = append(dels, raw("DEL", marker(ub, id+bumpStep)))
+		}
+		if in.kind == intentRepost {
+			nb, _ := s.k.post(in.aux)
+			dels = append(dels, raw("DEL", marker(nb, id+"b")))
 		}
 		if err := s.exec(ctx, dels...); err != nil {
 			return err
@@ -223,7 +296,7 @@ func (s *Store) SweepIntents(ctx context.Context) (int, error) {
 	done := 0
 	now := s.now().UnixMilli()
 	sweep := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, s.k.p+"{p*}I", 1000).Iterator()
+		iter := c.Scan(ctx, 0, s.k.p+"{*}I", 1000).Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
 			bucket := strings.TrimSuffix(key, "I")
@@ -307,4 +380,38 @@ func (s *Store) intentSweepLoop() {
 			cancel()
 		}
 	}
+}
+
+func users64(us []uint64) []engine.UserID {
+	out := make([]engine.UserID, len(us))
+	for i, u := range us {
+		out[i] = engine.UserID(u)
+	}
+	return out
+}
+
+// messageRecipients are the members message mid of group gid counts (and
+// so badges): mapids up to its maxid that had not quit, the sender
+// excluded, as its receipt record says.
+func (s *Store) messageRecipients(ctx context.Context, gid, mid uint64) ([]uint64, error) {
+	g := s.k.group(gid)
+	var blob, packed *redis.StringCmd
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		blob = p.HGet(ctx, g.R, strconv.FormatUint(mid, 10))
+		packed = p.Get(ctx, g.U)
+	}); err != nil {
+		return nil, err
+	}
+	rc, err := parseReceipts(blob.Val(), "")
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	all := members(packed.Val())
+	var out []uint64
+	for mapid := 1; mapid <= rc.maxid && mapid <= len(all); mapid++ {
+		if !rc.quit(mapid) {
+			out = append(out, all[mapid-1])
+		}
+	}
+	return out, nil
 }

@@ -465,38 +465,33 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	if err := engine.CheckIdemKey(idemKey); err != nil {
 		return 0, err
 	}
-	var want uint64
-	if idemKey != "" {
-		want = s.gen.Next()
-	}
-	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, want, engine.IdemRepost,
+	// The new post's id is fixed before the first step: the intent names
+	// it, so whoever finishes the repost registers that post.
+	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, s.gen.Next(), engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: mentions})
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
-	if _, err := s.countOn(ctx, post, pReposts, in.op, "a", "", ""); err != nil {
+	id := in.op
+	if id == "" {
+		id = newIntentID()
+	}
+	it := intent{kind: intentRepost, viewer: uint64(viewer), post: uint64(post), aux: want,
+		at: s.now().UnixMilli(), mentions: ids64(mentions)}
+	desc := it.encode()
+	if _, err := s.countOn(ctx, post, pReposts, in.op, "a", id, desc); err != nil {
 		s.idemAbort(ctx, in)
 		return 0, err
 	}
-	np, err := s.registerPost(ctx, viewer, want, in.op, "b", "", "")
-	if err != nil {
-		return 0, err
-	}
-	bumps := []bump{{uint64(viewer), uPosts, 1}}
-	for _, m := range mentions {
-		bumps = append(bumps, bump{uint64(m), uMentions, 1})
-	}
-	if err := s.bumpUsers(ctx, in.op, "c", bumps); err != nil {
+	maybeCrash(intentRepost)
+	bucket, _ := s.k.post(uint64(post))
+	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
 		return 0, err
 	}
 	if err := s.idemDone(ctx, in); err != nil {
 		return 0, err
 	}
-	s.emit(ctx, engine.Event{Kind: engine.AuthorPosted, Author: viewer})
-	if len(mentions) > 0 {
-		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: mentions})
-	}
-	return engine.PostID(np), nil
+	return engine.PostID(want), nil
 }
 
 // RecordViews implements engine.Store: one script per bucket, one round

@@ -126,7 +126,7 @@ func TestReplayAfterCrash(t *testing.T) {
 		engine.IdemArgs{Group: g, Mentions: []engine.UserID{mentioned}, Text: "hi"})
 	check(t, err)
 	gk := s.k.group(uint64(g))
-	_, err = s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R}, uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID)
+	_, err = s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R, intentsKey(gk.tag)}, uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID, "", "")
 	check(t, err)
 	for range 2 {
 		m, err := s.SendMessage(ctx, actor, g, "hi", []engine.UserID{mentioned}, "m1")

@@ -429,7 +429,8 @@ return {1, count, table.concat(out)}`)
 	// of quit mapids, and read bits in their own key set with SETBIT, so a
 	// read costs O(1) whatever the group's size. The header's top bit tells
 	// the two apart.
-	// KEYS U, M, Q, T, R; ARGV sender, mid, body, dense max.
+	// KEYS U, M, Q, T, R, intents; ARGV sender, mid, body, dense max,
+	// intent id, intent ('' = none).
 	// {created, U, Q} | {-1} unknown group | {-2} not a member.
 	scSend = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
@@ -467,6 +468,7 @@ else
   end
 end
 redis.call('HSET', KEYS[5], ARGV[2], blob)
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[6], ARGV[5], ARGV[6]) end
 return {1, U, Q}`)
 
 	// Marks messages of one group read by viewer. A read counts only for a
