@@ -236,3 +236,91 @@ func runIntentKill9(t *testing.T, addrs []string) {
 		t.Fatalf("mentions = %d, want 3", n.Mentions)
 	}
 }
+
+// TestIntentSweepRacesLiveOperations: a sweeper whose clock is past every
+// intent's grace period sweeps in a loop while likes, comments and
+// messages run: whichever finishes an operation, its effects apply once.
+func TestIntentSweepRacesLiveOperations(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	addr, _ := redistest.StartSingle(t)
+	p := prefix()
+	live := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: p, IntentSweepInterval: -1})
+	sweeper := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: p, IntentSweepInterval: -1,
+		Now: func() time.Time { return time.Now().Add(time.Minute) }})
+	const author, mentioned = 1, 2
+	for _, u := range []engine.UserID{author, mentioned} {
+		if _, err := live.Unread(bg, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post, err := live.CreatePost(bg, author, 0, "")
+	must(t, err)
+	g, err := live.CreateGroup(bg, author, []engine.UserID{mentioned})
+	must(t, err)
+	stop := make(chan struct{})
+	swept := make(chan int)
+	go func() {
+		total := 0
+		for {
+			select {
+			case <-stop:
+				swept <- total
+				return
+			default:
+			}
+			n, err := sweeper.SweepIntents(bg)
+			if err != nil {
+				t.Error(err)
+			}
+			total += n
+		}
+	}()
+	const n = 300
+	errs := make(chan error, 3)
+	go func() {
+		for i := range n {
+			if err := live.Like(bg, engine.UserID(100+i), post); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for i := range n {
+			if err := live.Comment(bg, engine.UserID(1000+i), post, []engine.UserID{mentioned}, ""); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for range n {
+			if _, err := live.SendMessage(bg, author, g, "x", []engine.UserID{mentioned}, ""); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range 3 {
+		must(t, <-errs)
+	}
+	close(stop)
+	total := <-swept
+	if _, err := sweeper.SweepIntents(bg); err != nil {
+		t.Fatal(err)
+	}
+	a, err := live.Unread(bg, author)
+	must(t, err)
+	m, err := live.Unread(bg, mentioned)
+	must(t, err)
+	if a.Likes != n || a.Comments != n || m.Mentions != 2*n || m.Messages != n {
+		t.Fatalf("author %+v, mentioned %+v; want %d likes and comments, %d mentions and %d messages (sweeps finished %d)",
+			a, m, n, 2*n, n, total)
+	}
+	t.Logf("the racing sweeper finished %d of %d operations", total, 3*n)
+}
