@@ -201,7 +201,9 @@ type Event struct {
 // Store is Tally's engine. Every method is safe for concurrent use. Every
 // mutation that returns nil is durable (as the backend's durability setting
 // promises) and applied exactly once, even when retried with the same
-// idempotency key. Methods taking a viewer act as that signed-in user.
+// idempotency key. A key is bound to the kind and arguments of its first
+// use (IdemFingerprint): the same key for anything else is ErrInvalid.
+// Methods taking a viewer act as that signed-in user.
 type Store interface {
 	// Posts. CreatePost registers a post by viewer; id 0 asks the engine for
 	// a fresh snowflake id. Supplying an existing post's id is ErrInvalid
