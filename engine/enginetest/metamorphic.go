@@ -464,9 +464,16 @@ func (w *workload) pick(kind int) arg {
 }
 
 func (w *workload) picks(kind, max int) []arg {
-	out := make([]arg, w.rng.IntN(max+1))
+	n := w.rng.IntN(max + 1)
+	if w.rng.IntN(200) == 0 {
+		n = engine.MaxIDsPerCall + 1 // refused whole
+	}
+	out := make([]arg, n)
 	for i := range out {
 		out[i] = w.pick(kind)
+	}
+	if w.rng.IntN(60) == 0 {
+		out = append(out, arg{kind: kind}) // id 0: refused whole
 	}
 	return out
 }
@@ -643,6 +650,9 @@ func (w *workload) gen() op {
 		}}
 	case 16:
 		us := w.users(4)
+		if w.rng.IntN(40) == 0 {
+			us = append(us, 0)
+		}
 		return op{fmt.Sprintf("userCounts %v", us), func(sd *side) string {
 			r, err := sd.s.UserCounts(ctx, us)
 			if err != nil {
