@@ -198,12 +198,16 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 		s.stats.messages.Add(1)
 	}
 	maybeCrash(intentMessage)
-	// Recipients: every other current member at send time.
-	quit := str(at(a, 2))
-	it.recipKnown = true
-	for i, u := range members(str(at(a, 1))) {
-		if !bitSet(quit, i) && u != uint64(viewer) {
-			it.recipients = append(it.recipients, u)
+	if code == 1 {
+		// Recipients: every other current member now, at send time. (A
+		// retry of a stored message reads them from its receipt record
+		// instead, as a sweeper does: members may have changed since.)
+		quit := str(at(a, 2))
+		it.recipKnown = true
+		for i, u := range members(str(at(a, 1))) {
+			if !bitSet(quit, i) && u != uint64(viewer) {
+				it.recipients = append(it.recipients, u)
+			}
 		}
 	}
 	if err := s.finishIntent(ctx, g.tag, id, desc, it, true); err != nil {
