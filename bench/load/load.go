@@ -105,6 +105,7 @@ type phaseResult struct {
 	Kinds     [nKinds]*counts
 	ServerCPU time.Duration // -1: unknown
 	ToolCPU   time.Duration
+	LoadAvg   string // the machine's 1-minute load average at the end
 }
 
 func (p *phaseResult) rate(k kind) float64 {
@@ -328,6 +329,7 @@ func runPhase(g *gql, w *world, cfg phaseCfg, srv *server, subs *subscribers) *p
 		res.ServerCPU = cpu1 - cpu0
 	}
 	res.ToolCPU = tool1 - tool0
+	res.LoadAvg = loadAvg()
 	for _, c := range clients {
 		for k := range c.kinds {
 			res.Kinds[k].merge(c.kinds[k])

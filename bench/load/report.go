@@ -40,6 +40,7 @@ type jsonPhase struct {
 	ServerCPUs float64             `json:"server_cpu_seconds"` // -1: unknown
 	ToolCPUs   float64             `json:"tool_cpu_seconds"`
 	Kinds      map[string]jsonKind `json:"kinds"`
+	LoadAvg    string              `json:"load_average"`
 }
 
 type subMemory struct {
@@ -105,11 +106,11 @@ func (r *report) phase(p *phaseResult) {
 	if p.ServerCPU >= 0 {
 		cpu = fmt.Sprintf("server CPU %.2fs (%.2f cores)", p.ServerCPU.Seconds(), p.ServerCPU.Seconds()/p.Elapsed.Seconds())
 	}
-	r.printf("phase %s on %s: %d clients, %.1fs, mix %s, pages %s; %s, tool CPU %.2fs (%.2f cores)\n",
-		p.Phase, p.Target, p.Clients, p.Elapsed.Seconds(), p.Mix, p.Pages, cpu, p.ToolCPU.Seconds(), p.ToolCPU.Seconds()/p.Elapsed.Seconds())
+	r.printf("phase %s on %s: %d clients, %.1fs, mix %s, pages %s; %s, tool CPU %.2fs (%.2f cores), load average %s\n",
+		p.Phase, p.Target, p.Clients, p.Elapsed.Seconds(), p.Mix, p.Pages, cpu, p.ToolCPU.Seconds(), p.ToolCPU.Seconds()/p.Elapsed.Seconds(), p.LoadAvg)
 	r.printf("  %-10s %9s %7s %10s %9s %9s %9s %9s\n", "kind", "ok", "errors", "per s", "p50", "p99", "p999", "max")
 	jp := jsonPhase{Target: p.Target, Phase: p.Phase, Clients: p.Clients, Mix: p.Mix, Pages: p.Pages, Seconds: p.Elapsed.Seconds(),
-		ServerCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}}
+		ServerCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}, LoadAvg: p.LoadAvg}
 	if p.ServerCPU >= 0 {
 		jp.ServerCPUs = p.ServerCPU.Seconds()
 	}
@@ -161,7 +162,7 @@ func (r *report) subscriptions(target string, m subMemory) {
 }
 
 func (r *report) broadcast(target string, b *broadcastResult) {
-	r.printf("broadcast delivery to %d subscribers (latency: push received − publish sent):\n", b.Subs)
+	r.printf("broadcast delivery to %d subscribers (latency: push received − publish sent; load average %s):\n", b.Subs, loadAvg())
 	jb := jsonBroadcast{Subs: b.Subs, Phases: map[string]jsonDelivery{}, CPUPerPushUs: -1, ToolCPUPerMsg: us(b.ToolCPUPerMsg),
 		AllWithin1s: b.AllWithin1s, Codes: b.Codes, Stray: b.Stray}
 	phases := slices.Sorted(maps.Keys(b.Expected))
