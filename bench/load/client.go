@@ -216,7 +216,6 @@ type tokens struct {
 	sign  func(user uint64, admin bool) (string, error)
 	mu    sync.Mutex
 	cache map[uint64]string
-	admin string
 }
 
 func (t *tokens) user(u uint64) string {

@@ -380,6 +380,9 @@ func run(cfg config, out *report) (bool, error) {
 			bres := subs.check(g, w, t, cfg.broadcasts)
 			subs.summary(bres)
 			out.broadcast(t.name, bres)
+			if n := w.ledger.ambiguousPublish; n > 0 {
+				out.printf("  warning: %d broadcasts got no definite answer; deliveries after them may be attributed to the wrong broadcast\n", n)
+			}
 			if !bres.AllWithin1s {
 				allOK = false
 			}

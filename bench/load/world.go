@@ -34,23 +34,20 @@ type pair struct{ user, post uint64 }
 // answer is "ambiguous": it may or may not have been applied, so with
 // ambiguous writes the check becomes acked ≤ count ≤ acked + ambiguous.
 type ledger struct {
-	mu                       sync.Mutex
-	likes, favs              map[pair]bool // pair → acknowledged (false: ambiguous so far)
-	comments, commentsAmb    []int64
-	views, viewsAmb          []int64
-	follows                  map[pair]bool // follower, followee (acknowledged only)
-	postsBy                  map[uint64]int64
-	postIDs                  map[string]bool
-	unexpectedAuthor         int
-	ambiguousCreate          int
-	ambiguousFollow          int
-	ambiguousPublish         int
-	likesAcked, commentAcked int64
+	mu                    sync.Mutex
+	likes, favs           map[pair]bool // pair → acknowledged (false: ambiguous so far)
+	comments, commentsAmb []int64
+	views, viewsAmb       []int64
+	follows               map[pair]bool // follower, followee (acknowledged only)
+	postsBy               map[uint64]int64
+	ambiguousCreate       int
+	ambiguousFollow       int
+	ambiguousPublish      int // broadcasts without a definite answer: delivery figures may be off by one
 }
 
 func newLedger() *ledger {
 	return &ledger{likes: map[pair]bool{}, favs: map[pair]bool{}, follows: map[pair]bool{},
-		postsBy: map[uint64]int64{}, postIDs: map[string]bool{}}
+		postsBy: map[uint64]int64{}}
 }
 
 func (l *ledger) sized(posts int) {
@@ -183,7 +180,6 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	w.postIndex = make(map[string]int, len(w.posts))
 	for i, id := range w.posts {
 		w.postIndex[id] = i
-		l.postIDs[id] = true
 	}
 	l.sized(len(w.posts))
 
