@@ -41,7 +41,7 @@ func TestSpawnRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
-		"-clients", "4", "-users", "60", "-posts", "200", "-subs", "20", "-broadcasts", "2",
+		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-broadcasts", "2",
 		"-broadcast-every", "500ms", "-json", jsonPath)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -57,6 +57,7 @@ type config struct {
 	addr      string
 
 	duration, compare time.Duration
+	warmup            time.Duration
 	comparePage       int
 	clients           int
 	mix               mix
@@ -106,6 +107,7 @@ Flags:
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "with -reference: listen address")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the mixed phase on each tally (0 skips it)")
 	fs.DurationVar(&c.compare, "compare", 5*time.Second, "length of the feed-only comparison phase on each server (0 skips it)")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load on each server before its comparison phase")
 	fs.IntVar(&c.comparePage, "compare-page", 50, "posts per page in the comparison phase")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent closed-loop clients")
 	mixFlag := fs.String("mix", "feed=50,badge=25,like=10,comment=5,view=10", "weights of the kinds in the mixed phase")
@@ -422,6 +424,10 @@ func run(cfg config, out *report) (bool, error) {
 			g := newGQL(t.base, cfg.clients)
 			m := mix{}
 			m[kFeed] = 1
+			if cfg.warmup > 0 {
+				runPhase(g, worlds[t], phaseCfg{name: "warmup", duration: cfg.warmup, clients: cfg.clients, mix: m,
+					pageMin: cfg.comparePage, pageMax: cfg.comparePage, seed: cfg.seed + 2}, t, nil)
+			}
 			prof := profile(t, cfg, out)
 			res := runPhase(g, worlds[t], phaseCfg{name: "compare", duration: cfg.compare, clients: cfg.clients, mix: m,
 				pageMin: cfg.comparePage, pageMax: cfg.comparePage, seed: cfg.seed + 1}, t, nil)
@@ -611,7 +617,12 @@ func gitHead(repo string) string {
 	if err != nil {
 		return "unknown commit"
 	}
-	return strings.TrimSpace(string(b))
+	head := strings.TrimSpace(string(b))
+	// go build takes the working tree, which may hold edits not committed.
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		head += fmt.Sprintf(" + uncommitted changes in %d files", bytes.Count(bytes.TrimSpace(st), []byte("\n"))+1)
+	}
+	return head
 }
 
 func base64URL(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }

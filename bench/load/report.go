@@ -132,6 +132,9 @@ func (r *report) phase(p *phaseResult) {
 	for _, l := range errLines {
 		r.printf("%s\n", l)
 	}
+	if strings.Contains(strings.Join(errLines, "\n"), " RATE_LIMITED ") {
+		r.printf("  (tally's limits are per user: more -users spreads the same load thinner; -tally-args can raise -rate-limit or -cost-rate)\n")
+	}
 	r.json.Phases = append(r.json.Phases, jp)
 }
 
