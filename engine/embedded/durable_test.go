@@ -586,7 +586,7 @@ func TestRepair(t *testing.T) {
 			!strings.Contains(err.Error(), "tally repair") {
 			t.Fatalf("Open without the newest log segment: %v", err)
 		}
-		rep := repairOK(t, dir, "log incomplete: "+newest.name+" is missing", "accepted the loss", "the directory loads")
+		rep := repairOK(t, dir, "log incomplete: "+newest.name+" is missing", "accepted the loss", "the log now ends at record", "the directory loads")
 		e, err = Open(durableOpts(dir, nil))
 		ok(t, err)
 		defer e.Close()

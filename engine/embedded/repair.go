@@ -94,7 +94,7 @@ func Repair(dir string) (report string, err error) {
 	logger := slog.New(reportHandler{&rep})
 	wopts := wal.Options{Sync: wal.SyncAlways, FirstIndex: baseIndex + 1, Logger: logger}
 	var first, last uint64
-	cut := false
+	cut, missing := false, false
 	for {
 		l, err := wal.Open(dir, wopts)
 		if err == nil {
@@ -105,6 +105,8 @@ func Repair(dir string) (report string, err error) {
 			if cut {
 				say("the log now ends at record %d; every record after %d that was in the dropped bytes is lost",
 					last, max(last, baseIndex))
+			} else if missing {
+				say("the log now ends at record %d", last)
 			}
 			break
 		}
@@ -117,10 +119,9 @@ func Repair(dir string) (report string, err error) {
 			if _, err := wal.Repair(dir); err != nil {
 				return rep.String(), err
 			}
-			say("accepted the loss: the log now ends with the newest segment left; the acknowledged records " +
-				"that were in the missing segments are lost (their effects are not in the state; a snapshot " +
-				"newer than what is left still holds what it covered)")
-			cut = true
+			say("accepted the loss of the missing segments: the acknowledged records in them are lost " +
+				"(a snapshot still holds what it covered)")
+			missing = true
 			continue
 		}
 		say("log damaged: %s at offset %d: %s", ce.File, ce.Offset, ce.Reason)
