@@ -100,13 +100,13 @@ func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err er
 	return true, 0, nil
 }
 
-// drain spends n tokens of k's bucket, or all it holds when that is less.
-func (b *buckets[K]) drain(k K, n int) {
+// owe spends n tokens of k's bucket (at most the burst), into debt when
+// it holds fewer: the bucket then stays empty until the debt is repaid.
+func (b *buckets[K]) owe(k K, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
-	lim := b.bucket(k, now)
-	lim.AllowN(now, min(n, int(lim.TokensAt(now))))
+	b.bucket(k, now).ReserveN(now, min(n, b.burst))
 }
 
 // empty reports whether k's bucket holds less than one token, and how
@@ -241,17 +241,18 @@ func (b *costBudget) spend(ctx context.Context, price int) *gqlerror.Error {
 	return b.refusal(ctx, wait, price)
 }
 
-// charge spends what an operation refused for its size cost to refuse
-// (up to all the client has): a client that floods refused requests runs
-// its budget dry and meets refuseSpent, which is cheaper still.
+// charge spends n from the client's budget even when that leaves it in
+// debt: a request refused for its size costs the limit. A client that
+// floods such requests gets about rate/limit of them parsed a second; the
+// rest meet refuseSpent, which costs no parse.
 func (b *costBudget) charge(ctx context.Context, n int) {
 	if b == nil {
 		return
 	}
 	if p, _ := auth.From(ctx); p.User != 0 {
-		b.users.drain(p.User, n)
+		b.users.owe(p.User, n)
 	} else {
-		b.addrs.drain(limitInfoFrom(ctx).addr, n)
+		b.addrs.owe(limitInfoFrom(ctx).addr, n)
 	}
 }
 
