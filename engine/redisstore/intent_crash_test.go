@@ -259,6 +259,15 @@ func TestIntentSweepRacesLiveOperations(t *testing.T) {
 	must(t, err)
 	g, err := live.CreateGroup(bg, author, []engine.UserID{mentioned})
 	must(t, err)
+	// Keys that hold client text and end like an intent hash's name are
+	// not taken for one (they are strings: a sweep over them would fail).
+	_, err = live.PublishNotification(bg, "t", "b", "k}I")
+	must(t, err)
+	_, err = live.CreatePost(bg, 9, 0, "k}I")
+	must(t, err)
+	if _, err := sweeper.SweepIntents(bg); err != nil {
+		t.Fatalf("a sweep next to idempotency records named like intents: %v", err)
+	}
 	stop := make(chan struct{})
 	swept := make(chan int)
 	go func() {

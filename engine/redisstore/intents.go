@@ -295,8 +295,20 @@ func (s *Store) bumpUsersMarked(ctx context.Context, id, step string, bumps []bu
 func (s *Store) SweepIntents(ctx context.Context) (int, error) {
 	done := 0
 	now := s.now().UnixMilli()
+	var sweepPattern func(ctx context.Context, c *redis.Client, pattern string) error
 	sweep := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, s.k.p+"{*}I", 1000).Iterator()
+		// Intent hashes live in post buckets and group tags only, whose
+		// keys hold no client text: these patterns match nothing else
+		// (an idempotency key ending in "}I" lives under {u…} or {s}).
+		for _, pattern := range []string{s.k.p + "{p*}I", s.k.p + "{g*}I"} {
+			if err := sweepPattern(ctx, c, pattern); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sweepPattern = func(ctx context.Context, c *redis.Client, pattern string) error {
+		iter := c.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
 			bucket := strings.TrimSuffix(key, "I")
