@@ -1480,6 +1480,10 @@ func testReceiptPages(t *testing.T, s engine.Store) {
 
 	_, err = s.ReceiptMembers(bg, current[1], m.ID, true, 10, 0)
 	wantErr(t, err, engine.ErrForbidden, "ReceiptMembers by a member who is not the sender")
+	// The sender-only rule comes before the cursor: a member who is not
+	// the sender learns nothing about who ever joined.
+	_, err = s.ReceiptMembers(bg, current[1], m.ID, true, 10, 399)
+	wantErr(t, err, engine.ErrForbidden, "ReceiptMembers by a non-sender with a cursor who never joined")
 	_, err = s.ReceiptMembers(bg, owner, m.ID, true, engine.MaxPageSize+1, 0)
 	wantErr(t, err, engine.ErrInvalid, "ReceiptMembers first over the maximum")
 	_, err = s.ReceiptMembers(bg, owner, m.ID, false, -1, 0)

@@ -476,8 +476,6 @@ func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id eng
 		return receipts{}, g, 0, notFound("message")
 	case -2:
 		return receipts{}, g, 0, forbidden("only the sender sees read receipts, while a member of the group")
-	case -4:
-		return receipts{}, g, 0, errBadCursor(after)
 	}
 	m, err := s.body(gids[0], uint64(id), str(at(a, 1)))
 	if err != nil {
@@ -486,11 +484,15 @@ func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id eng
 	if m.Sender != viewer {
 		return receipts{}, g, 0, forbidden("only the sender sees read receipts")
 	}
+	from := int(num(at(a, 4)))
+	if from < 0 {
+		return receipts{}, g, 0, errBadCursor(after)
+	}
 	rc, err := parseReceipts(str(at(a, 2)), str(at(a, 3)))
 	if err != nil {
 		return receipts{}, g, 0, s.fail(err)
 	}
-	return rc, g, int(num(at(a, 4))), nil
+	return rc, g, from, nil
 }
 
 // mapUIDs maps mapids to user ids: 8 bytes each from the packed member

@@ -75,7 +75,7 @@ func clockedBackend(name string, addrs []string) enginetest.Backend {
 				return cur, nil
 			}
 		},
-		Differs: []string{enginetest.IdemExpiryWallClock, enginetest.ReceiptPageCursorFirst},
+		Differs: []string{enginetest.IdemExpiryWallClock},
 	}
 }
 

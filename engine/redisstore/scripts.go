@@ -569,9 +569,9 @@ return {1, body}`)
 	// A message's receipts for viewer, who must be a current member of
 	// its group (a sender who left sees none), and the mapid of the user
 	// ARGV[3] a page starts after ('0': none). KEYS M, Q, T, R, read
-	// bitmap; ARGV viewer, mid, after. -1 unknown, -2 not a member, -4
-	// after never joined, else {1, body, receipt record, read bitmap or
-	// false, after's mapid}.
+	// bitmap; ARGV viewer, mid, after. -1 unknown, -2 not a member, else
+	// {1, body, receipt record, read bitmap or false, after's mapid or -1
+	// if after never joined} (judged after the sender-only rule, in Go).
 	scRcptGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
 local blob = redis.call('HGET', KEYS[4], ARGV[2])
@@ -581,8 +581,7 @@ if not cur then return {-2} end
 local from = 0
 if ARGV[3] ~= '0' then
   local a = redis.call('HGET', KEYS[1], ARGV[3])
-  if not a then return {-4} end
-  from = tonumber(a)
+  if a then from = tonumber(a) else from = -1 end
 end
 return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 )
