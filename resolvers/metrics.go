@@ -10,9 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
-	"golang.org/x/time/rate"
-
-	"github.com/tally-dev/tally/engine"
 )
 
 // metrics counts and times GraphQL operations by type (query, mutation,
@@ -184,45 +181,4 @@ func (n *nameLimiter) label(name string) string {
 	}
 	n.seen[name] = true
 	return name
-}
-
-// rateLimiter is a token bucket per user for mutations. Buckets idle for
-// longer than it takes to refill are dropped by a sweep, so memory follows
-// the number of recently active users.
-type rateLimiter struct {
-	limit rate.Limit
-	burst int
-	mu    sync.Mutex
-	users map[engine.UserID]*rate.Limiter
-	swept time.Time
-}
-
-func newRateLimiter(perSecond float64, burst int) *rateLimiter {
-	if burst <= 0 {
-		burst = max(1, int(perSecond*2))
-	}
-	return &rateLimiter{limit: rate.Limit(perSecond), burst: burst, users: map[engine.UserID]*rate.Limiter{}}
-}
-
-func (l *rateLimiter) allow(u engine.UserID) bool {
-	if l.limit <= 0 {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.swept) > time.Minute {
-		for id, lim := range l.users {
-			if lim.TokensAt(now) >= float64(l.burst) {
-				delete(l.users, id)
-			}
-		}
-		l.swept = now
-	}
-	lim := l.users[u]
-	if lim == nil {
-		lim = rate.NewLimiter(l.limit, l.burst)
-		l.users[u] = lim
-	}
-	return lim.AllowN(now, 1)
 }
