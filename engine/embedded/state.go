@@ -364,7 +364,7 @@ func (st *state) messageOut(m *message) engine.Message {
 // than engine.IdempotencyTTL at now.
 func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
 	v, ok := st.idem.Get(k)
-	if !ok || v.time <= now-int64(engine.IdempotencyTTL) {
+	if !ok || engine.IdemExpired(nsTime(v.time), nsTime(now)) {
 		return idemVal{}, false
 	}
 	return v, true
@@ -374,10 +374,10 @@ func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
 // runs at the start of every apply, with the op's own time, so replay
 // forgets exactly what the live engine forgot.
 func (st *state) expireIdem(now int64) {
-	cut := now - int64(engine.IdempotencyTTL)
+	at := nsTime(now)
 	q := st.idemQ
 	h := st.idemHead
-	for h < len(q) && q[h].time <= cut {
+	for h < len(q) && engine.IdemExpired(nsTime(q[h].time), at) {
 		// A key re-logged later (after it expired) has a newer time in the
 		// table; only the entry this queue slot put there is removed.
 		if v, ok := st.idem.Get(q[h].key); ok && v.time == q[h].time {

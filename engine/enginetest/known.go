@@ -7,14 +7,6 @@ package enginetest
 // it) instead of failing, so every other answer is still compared. An
 // entry is removed when the backend is fixed.
 var KnownDifferences = map[string]string{
-	// Redis keeps idempotency records with PX (Redis's own clock), so a
-	// fake clock moved past engine.IdempotencyTTL does not forget them.
-	// The record would need the clock's time stored in it and judged by
-	// engine.IdemExpired; that code (engine/redisstore/posts.go idemBegin,
-	// scIdemBegin, the step markers) was being reworked by the crash-intent
-	// change at the time.
-	IdemExpiryWallClock: "idempotency records expire by Redis's clock (PX), not the store's clock",
-
 	// The embedded engine judges the ids of MarkMessagesRead in order, so
 	// a message the viewer may not read listed before an unknown id
 	// answers ErrForbidden; the rule (and Redis) answer ErrNotFound when
@@ -34,7 +26,6 @@ var KnownDifferences = map[string]string{
 
 // Names of KnownDifferences entries.
 const (
-	IdemExpiryWallClock    = "idem-expiry-wall-clock"
 	MarkReadFirstErrorWins = "mark-read-first-error-wins"
 	ReceiptPageCursorFirst = "receipt-page-cursor-first"
 )

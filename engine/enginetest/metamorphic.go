@@ -478,19 +478,12 @@ func (w *workload) picks(kind, max int) []arg {
 	return out
 }
 
-// key returns an idempotency key, often one used before. A backend whose
-// keys do not expire by the store's clock gets keys scoped by the clock's
-// IdempotencyTTL period, so no key is reused across an expiry.
+// key returns an idempotency key, often one used before.
 func (w *workload) key() string {
 	if w.rng.IntN(3) == 0 {
 		return ""
 	}
-	k := fmt.Sprintf("k%d", w.rng.IntN(12))
-	if w.backend.differs(IdemExpiryWallClock) {
-		epoch := w.clk.Now().Sub(ClockStart) / engine.IdempotencyTTL
-		k = fmt.Sprintf("e%d-%s", epoch, k)
-	}
-	return k
+	return fmt.Sprintf("k%d", w.rng.IntN(12))
 }
 
 // page returns a page size (sometimes out of range) and a cursor: none,

@@ -59,9 +59,7 @@ import (
 
 // scriptNeeds names the KnownDifferences entry a script exercises: it is
 // skipped, with the reason, on a backend that lists that entry.
-var scriptNeeds = map[string]string{
-	"idempotency_expiry": IdemExpiryWallClock,
-}
+var scriptNeeds = map[string]string{}
 
 func testdataDir() string {
 	_, file, _, _ := runtime.Caller(0)

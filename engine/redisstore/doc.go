@@ -28,7 +28,9 @@
 //	                             cursor(seq+1) clicked-stamp active-seconds
 //	P{u<b>}F<uid>          hash  followee -> post count at snapshot
 //	P{u<b>}i<uid>:*:<key>  str   idempotency record ('p'|'d' + result + '#' +
-//	                             fingerprint), 24h (posts.go)
+//	                             fingerprint + '@' + store clock's unix ns),
+//	                             forgotten after 24h by that time, 25h PX
+//	                             (posts.go)
 //	P{p<w>.<s>}I, P{g<gid>}I hash intent id -> pending cross-slot
 //	                             operation (intents.go); empty unless a
 //	                             process died
@@ -42,7 +44,8 @@
 //	P{m<w>.<s>}            hash  message low bits -> group id
 //	P{s}n, P{s}x           list + hash: shared notifications, id -> seq
 //	P{s}r                  str   red-dot push stamp (ms, strictly increasing)
-//	P{s}i:<key>            str   publish idempotency record
+//	P{s}i:<key>            str   publish idempotency record (id + '@' +
+//	                             unix ns, as above; users.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)

@@ -118,16 +118,30 @@ func (k keyspace) channel(i int) string { return k.p + "{e" + strconv.Itoa(i) + 
 // marker is the "operation op already applied here" key in tag's slot.
 func marker(tag, op string) string { return tag + "o" + op }
 
-// opID names an idempotent operation: who, what, which key. Hashed so a
-// marker key stays short whatever the client's key looks like.
-func opID(uid uint64, kind byte, key string) string {
+// opID names an idempotent operation: who, what, which key, and when the
+// key was recorded (unix ns by the store's clock), so a key used again
+// after it expired names a new operation whose steps no marker of the old
+// one skips. at 0 (a record from before times were kept) names it as
+// those versions did. Hashed so a marker key stays short whatever the
+// client's key looks like.
+func opID(uid uint64, kind byte, key string, at int64) string {
 	h := sha256.New()
-	var b [9]byte
+	var b [17]byte
 	for i := range 8 {
 		b[i] = byte(uid >> (56 - 8*i))
 	}
 	b[8] = kind
-	h.Write(b[:])
+	n := 9
+	if at != 0 {
+		// The kind's high bit set keeps the two forms apart whatever
+		// bytes the key holds.
+		b[8] |= 0x80
+		for i := range 8 {
+			b[9+i] = byte(uint64(at) >> (56 - 8*i))
+		}
+		n = 17
+	}
+	h.Write(b[:n])
 	h.Write([]byte(key))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:15])
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,15 +13,19 @@ import (
 )
 
 // Idempotency: the record (viewer, key) lives in the viewer's slot and
-// holds the operation's result and the engine.IdemFingerprint of its first
-// call, "<state><result>#<fingerprint hex>", state 'p' while the operation
-// runs and 'd' once every step is applied. A retry whose fingerprint
+// holds the operation's result, the engine.IdemFingerprint of its first
+// call and the store clock's time when it was made,
+// "<state><result>#<fingerprint hex>@<unix ns>", state 'p' while the
+// operation runs and 'd' once every step is applied. A record is forgotten
+// when engine.IdemExpired says so by the store's clock (Redis's own expiry,
+// idemRecordTTL, only reclaims the memory later). A retry whose fingerprint
 // differs is refused (engine.ErrIdemReused); one that finds 'd' returns the
 // result; one that finds 'p' (a crash or a concurrent attempt) replays the
 // steps, each guarded by its marker, so nothing applies twice. Records
-// written before fingerprints were kept lived under a key scoped by kind
-// too and have no '#'; they are still found (for their 24 hours) and taken
-// as retries.
+// without "@<unix ns>" (older versions) expire by Redis's clock only;
+// records written before fingerprints were kept lived under a key scoped
+// by kind too and have no '#'; both are still found (for their 24 hours)
+// and taken as retries.
 
 const (
 	kindPost    = 'p'
@@ -32,12 +37,27 @@ const (
 	kindAny = '*'
 )
 
+// idemRecordTTL is Redis's expiry of an idempotency record: longer than
+// engine.IdempotencyTTL, which the store's clock judges, so that Redis
+// reclaims only records already forgotten.
+const idemRecordTTL = engine.IdempotencyTTL + time.Hour
+
 type idem struct {
 	key    string // record key; "" when the call carries no idempotency key
 	op     string // marker name of the operation
 	result string // the result this operation stands for
 	fp     string // fingerprint, hex
+	at     int64  // unix ns the record was made (store's clock); 0: not kept
 	done   bool   // a previous attempt completed
+}
+
+// value is the record of in in state ('p' or 'd').
+func (in idem) value(state byte) string {
+	v := string(state) + in.result + "#" + in.fp
+	if in.at != 0 {
+		v += "@" + strconv.FormatInt(in.at, 10)
+	}
+	return v
 }
 
 // idemBegin reserves (viewer, key) for result, or returns the result of
@@ -48,37 +68,58 @@ func (s *Store) idemBegin(ctx context.Context, viewer uint64, kind byte, key, re
 		return idem{result: result}, nil
 	}
 	fp := strconv.FormatUint(engine.IdemFingerprint(op, args), 16)
-	in := idem{key: s.k.idem(viewer, kindAny, key), op: opID(viewer, kind, key), result: result, fp: fp}
+	now := s.now()
+	in := idem{key: s.k.idem(viewer, kindAny, key), result: result, fp: fp, at: now.UnixNano()}
+	in.op = opID(viewer, kind, key, in.at)
 	legacy := s.k.idem(viewer, kind, key)
-	r, err := s.one(ctx, scIdemBegin, []string{in.key, legacy}, "p"+result+"#"+fp, engine.IdempotencyTTL.Milliseconds())
-	if err != nil {
-		return in, err
-	}
-	prev, _ := r.(string)
-	if len(prev) == 0 {
-		return in, nil
-	}
-	rest, storedFP, withFP := strings.Cut(prev[1:], "#")
-	var stored uint64
-	if withFP {
-		if stored, err = strconv.ParseUint(storedFP, 16, 64); err != nil || stored == 0 {
-			return in, s.fail(fmt.Errorf("idempotency record %q: bad fingerprint", in.key))
+	expired := ""
+	// Each pass either reserves, finds a live record, or finds one expired
+	// and replaces it unless another call got there first (then the next
+	// pass judges that call's record).
+	for range 4 {
+		r, err := s.one(ctx, scIdemBegin, []string{in.key, legacy}, in.value('p'), idemRecordTTL.Milliseconds(), expired)
+		if err != nil {
+			return in, err
 		}
-	} else {
-		in.key = legacy
+		prev, _ := r.(string)
+		if len(prev) == 0 {
+			return in, nil
+		}
+		rest, stored, withFP := strings.Cut(prev[1:], "#")
+		var storedFP uint64
+		var at int64
+		if withFP {
+			fpHex, atDec, withAt := strings.Cut(stored, "@")
+			if storedFP, err = strconv.ParseUint(fpHex, 16, 64); err != nil || storedFP == 0 {
+				return in, s.fail(fmt.Errorf("idempotency record %q: bad fingerprint", in.key))
+			}
+			if withAt {
+				if at, err = strconv.ParseInt(atDec, 10, 64); err != nil || at == 0 {
+					return in, s.fail(fmt.Errorf("idempotency record %q: bad time", in.key))
+				}
+				if engine.IdemExpired(time.Unix(0, at), now) {
+					expired = prev
+					continue
+				}
+			}
+		}
+		if err := engine.CheckIdemReuse(storedFP, engine.IdemFingerprint(op, args)); err != nil {
+			return idem{}, err
+		}
+		found := idem{key: in.key, op: opID(viewer, kind, key, at), result: rest, fp: fp, at: at, done: prev[0] == 'd'}
+		if !withFP {
+			found.key = legacy
+		}
+		return found, nil
 	}
-	if err := engine.CheckIdemReuse(stored, engine.IdemFingerprint(op, args)); err != nil {
-		return idem{}, err
-	}
-	in.result, in.done = rest, prev[0] == 'd'
-	return in, nil
+	return in, s.fail(fmt.Errorf("idempotency record %q: replaced by others on every attempt", in.key))
 }
 
 func (s *Store) idemDone(ctx context.Context, in idem) error {
 	if in.key == "" || in.done {
 		return nil
 	}
-	return s.exec(ctx, raw("SET", in.key, "d"+in.result+"#"+in.fp, "XX", "KEEPTTL"))
+	return s.exec(ctx, raw("SET", in.key, in.value('d'), "XX", "KEEPTTL"))
 }
 
 // idemAbort forgets a reservation whose operation failed on a product rule

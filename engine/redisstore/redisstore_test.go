@@ -75,7 +75,6 @@ func clockedBackend(name string, addrs []string) enginetest.Backend {
 				return cur, nil
 			}
 		},
-		Differs: []string{enginetest.IdemExpiryWallClock},
 	}
 }
 

@@ -267,34 +267,38 @@ if v <= old then v = old + 1 end
 redis.call('SET', KEYS[1], string.format('%.0f', v))
 return v`)
 
-	// Appends a notification to the shared list (O(1) in users).
-	// KEYS list, id index, idem key; ARGV id, payload, idem ttl (0: none).
-	// {1, id, payload} published; {0, id, payload} a retry; {-1} id clash.
 	// The idempotency record of (viewer, key): the one an older version
 	// wrote under a kind-scoped key if any, else this one, reserved now.
-	// KEYS record, legacy record; ARGV value, ttl ms. Returns the existing
-	// value or false.
+	// A record equal to ARGV[3] (one the caller judged expired by the
+	// store's clock) is replaced. KEYS record, legacy record; ARGV value,
+	// ttl ms, expired value ("" for none). Returns the existing value or
+	// false.
 	scIdemBegin = newScript(`
 local v = redis.call('GET', KEYS[2])
 if v then return v end
 v = redis.call('GET', KEYS[1])
-if v then return v end
+if v and v ~= ARGV[3] then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false`)
 
+	// Appends a notification to the shared list (O(1) in users).
+	// KEYS list, id index, idem key; ARGV id, payload, idem ttl (0: none),
+	// idem record ("<id>@<unix ns>"), expired record (replaced as if
+	// absent; "" for none). {1, id, payload} published; {0, record,
+	// payload} a retry; {-1} id clash.
 	scPublish = newScript(`
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
   local v = redis.call('GET', KEYS[3])
-  if v then
-    local seq = redis.call('HGET', KEYS[2], v)
+  if v and v ~= ARGV[5] then
+    local seq = redis.call('HGET', KEYS[2], string.match(v, '^[^@]*'))
     return {0, v, redis.call('LINDEX', KEYS[1], tonumber(seq) - 1)}
   end
 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {-1} end
 local seq = redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], seq)
-if ttl > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl) end
+if ttl > 0 then redis.call('SET', KEYS[3], ARGV[4], 'PX', ttl) end
 return {1, ARGV[1], ARGV[2]}`)
 
 	// A page of the shared list, oldest first: the first entries older

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -352,15 +353,22 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 	if err := engine.CheckIdemKey(idemKey); err != nil {
 		return engine.Notification{}, err
 	}
+	// The key's record, "<id>@<unix ns>", holds the store clock's time it
+	// was made at, judged by engine.IdemExpired; Redis's expiry
+	// (idemRecordTTL) only reclaims it later. A record from an older
+	// version is the bare id and expires by Redis's clock.
 	ttl := int64(0)
 	if idemKey != "" {
-		ttl = engine.IdempotencyTTL.Milliseconds()
+		ttl = idemRecordTTL.Milliseconds()
 	}
+	expired := ""
 	for range 10 {
 		id := s.gen.Next()
+		now := s.now()
 		n := engine.Notification{ID: engine.NotificationID(id), Title: title, Body: body, CreatedAt: snowflake.Time(id)}
+		record := strconv.FormatUint(id, 10) + "@" + strconv.FormatInt(now.UnixNano(), 10)
 		r, err := s.one(ctx, scPublish, []string{s.k.notifList(), s.k.notifIndex(), s.k.sysIdem(idemKey)},
-			id, encodeNotif(n), ttl)
+			id, encodeNotif(n), ttl, record, expired)
 		if err != nil {
 			return engine.Notification{}, err
 		}
@@ -370,6 +378,17 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 			s.emit(ctx, engine.Event{Kind: engine.Broadcast})
 			return n, nil
 		case 0:
+			v := str(at(a, 1))
+			if _, ns, timed := strings.Cut(v, "@"); timed {
+				recorded, err := strconv.ParseInt(ns, 10, 64)
+				if err != nil {
+					return engine.Notification{}, s.fail(fmt.Errorf("notification idempotency record %q: bad time", v))
+				}
+				if engine.IdemExpired(time.Unix(0, recorded), now) {
+					expired = v
+					continue
+				}
+			}
 			prev, err := decodeNotif(str(at(a, 2)))
 			if err != nil {
 				return engine.Notification{}, s.fail(err)
