@@ -838,7 +838,6 @@ func TestClocked(t *testing.T) {
 			return next, nil
 		}
 	}
-	differs := []string{enginetest.MarkReadFirstErrorWins}
-	enginetest.RunClocked(t, enginetest.Backend{Name: "memory", Open: memory, Differs: differs})
-	enginetest.RunClocked(t, enginetest.Backend{Name: "durable", Open: durable, Differs: differs})
+	enginetest.RunClocked(t, enginetest.Backend{Name: "memory", Open: memory})
+	enginetest.RunClocked(t, enginetest.Backend{Name: "durable", Open: durable})
 }

@@ -622,12 +622,18 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 		}
 		o.b = e.newID(func(id uint64) bool { _, ok := st.msgs.Get(id); return ok })
 	case opMarkMessagesRead:
-		changes := false
-		for _, id := range o.list {
+		// Every id is known before any membership is judged: an unknown
+		// id anywhere in the list answers ErrNotFound, whatever the order.
+		msgs := make([]*message, len(o.list))
+		for i, id := range o.list {
 			m, ok := st.message(id)
 			if !ok {
 				return 0, false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
 			}
+			msgs[i] = m
+		}
+		changes := false
+		for _, m := range msgs {
 			g, _ := st.group(m.group)
 			mapid, cur := st.memberOf(g, o.viewer)
 			if !cur {

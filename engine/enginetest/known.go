@@ -7,13 +7,6 @@ package enginetest
 // it) instead of failing, so every other answer is still compared. An
 // entry is removed when the backend is fixed.
 var KnownDifferences = map[string]string{
-	// The embedded engine judges the ids of MarkMessagesRead in order, so
-	// a message the viewer may not read listed before an unknown id
-	// answers ErrForbidden; the rule (and Redis) answer ErrNotFound when
-	// any id is unknown. The fix belongs in embedded's prepare of
-	// opMarkMessagesRead (two passes), code the receipts change owned.
-	MarkReadFirstErrorWins: "MarkMessagesRead answers the first refused id's error, not ErrNotFound when any id is unknown",
-
 	// Redis judges ReceiptMembers' cursor before the sender-only rule:
 	// scRcptGet answers -4 (a cursor who never joined: ErrInvalid) for any
 	// current member, and only then does Go compare the viewer with the
@@ -26,6 +19,5 @@ var KnownDifferences = map[string]string{
 
 // Names of KnownDifferences entries.
 const (
-	MarkReadFirstErrorWins = "mark-read-first-error-wins"
 	ReceiptPageCursorFirst = "receipt-page-cursor-first"
 )

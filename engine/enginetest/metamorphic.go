@@ -804,10 +804,6 @@ func (w *workload) gen() op {
 	case 36, 37:
 		v := w.member()
 		ms := w.picks(kMsg, 3)
-		if w.backend.differs(MarkReadFirstErrorWins) && slices.ContainsFunc(ms, func(a arg) bool { return a.name == "" }) {
-			// an unknown id alone: no other error to order it against
-			ms = []arg{{kind: kMsg, raw: w.unknown()}}
-		}
 		return op{fmt.Sprintf("markMessagesRead u%d %s", v, renderArgs(ms)), func(sd *side) string {
 			r, err := sd.s.MarkMessagesRead(ctx, v, ids[engine.MessageID](sd, ms))
 			if err != nil {
