@@ -120,7 +120,7 @@ Flags:
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of every random choice (the data and the requests)")
 	fs.Uint64Var(&c.userBase, "user-base", 0, "first user id (the admin; users follow it, subscribers from +5,000,000); 0: 1000 with -spawn, else derived from the clock so that runs on one server do not mix")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
-	fs.StringVar(&c.profileDir, "cpuprofile", "", "write into this directory a CPU profile of each tally during its comparison phase (TARGET-compare.pprof) and a heap profile with the -subs subscriptions open (TARGET-subs-heap.pprof); from tally's -pprof, so -spawn or -pprof-url")
+	fs.StringVar(&c.profileDir, "cpuprofile", "", "write into this directory a CPU profile of each tally during its comparison phase (TARGET-compare.pprof) and during the first quiet broadcasts (TARGET-broadcast.pprof), and a heap profile with the -subs subscriptions open (TARGET-subs-heap.pprof); from tally's -pprof, so -spawn or -pprof-url")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -379,7 +379,9 @@ func run(cfg config, out *report) (bool, error) {
 			if cfg.duration > 0 {
 				time.Sleep(time.Second) // let the mixed phase's last broadcast arrive
 			}
+			prof := profileFor(t, cfg, "broadcast", max(1, cfg.broadcasts*6/10), out)
 			bres := subs.check(g, w, t, cfg.broadcasts)
+			<-prof
 			subs.summary(bres)
 			out.broadcast(t.name, bres)
 			if n := w.ledger.ambiguousPublish; n > 0 {
@@ -499,20 +501,25 @@ func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *token
 // (whole seconds of it) when -cpuprofile is set; the channel closes when
 // it is written.
 func profile(t *server, cfg config, out *report) <-chan struct{} {
+	return profileFor(t, cfg, "compare", int(cfg.compare.Seconds()), out)
+}
+
+// profileFor fetches secs seconds of CPU profile of t into
+// TARGET-phase.pprof.
+func profileFor(t *server, cfg config, phase string, secs int, out *report) <-chan struct{} {
 	done := make(chan struct{})
-	secs := int(cfg.compare.Seconds())
 	if cfg.profileDir == "" || t.pprof == "" || secs < 1 {
 		close(done)
 		return done
 	}
 	go func() {
 		defer close(done)
-		path := filepath.Join(cfg.profileDir, t.name+"-compare.pprof")
+		path := filepath.Join(cfg.profileDir, t.name+"-"+phase+".pprof")
 		if err := fetchTo(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.pprof, secs), path); err != nil {
 			out.printf("cpu profile of %s: %v\n", t.name, err)
 			return
 		}
-		out.printf("cpu profile of %s during the comparison: %s (go tool pprof -top %s)\n", t.name, path, path)
+		out.printf("cpu profile of %s during the %s phase: %s (go tool pprof -top %s)\n", t.name, phase, path, path)
 	}()
 	return done
 }
