@@ -328,6 +328,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// load balancer persists a query once, not once per replica.
 	var apq graphql.Cache[string]
 	var limiter resolvers.RateLimiter
+	var socketCap resolvers.SocketCap
 	if rs, ok := store.(*redisstore.Store); ok {
 		apq = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
 		// Replicas share each user's mutation budget in Redis.
@@ -342,6 +343,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			limiter = resolvers.SharedRateLimiter(l)
 		}
+		// And each user's open WebSockets: a crashed replica's stop
+		// counting one lease after its last renewal.
+		if n := wsCfg.UserCap(); n > 0 {
+			sc, err := rs.NewSocketCap(n, 0)
+			if err != nil {
+				return usageError{err}
+			}
+			defer sc.Close()
+			socketCap = resolvers.SharedSocketCap(sc)
+		}
 	}
 	handler := newHandler(store, h, resolvers.Config{
 		APQCache:        apq,
@@ -355,6 +366,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		RateBurst:       *rateBurst,
 		RateLimiter:     limiter,
 		WebSocket:       wsCfg,
+		SocketCap:       socketCap,
 
 		MaxMutationsPerRequest: *maxMutations,
 		DisableIntrospection:   !*introspection,
@@ -439,7 +451,7 @@ func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
 }
 
 func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
-	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user, and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
+	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas), and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
 	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
 	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "ping each WebSocket this often; one that has not answered by the next ping is dropped (negative: never)")

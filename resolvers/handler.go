@@ -64,6 +64,10 @@ type Config struct {
 	CostBurst int
 	// WebSocket bounds sockets and their operations (see WSConfig).
 	WebSocket WSConfig
+	// SocketCap counts each user's open WebSockets against
+	// WebSocket.MaxPerUser; nil counts them in this process
+	// (SharedSocketCap counts them across replicas on Redis).
+	SocketCap SocketCap
 	// APQCache holds automatic persisted queries (by SHA-256); nil keeps
 	// 100 in this process. Replicas share one through NewRedisAPQCache.
 	APQCache graphql.Cache[string]

@@ -44,7 +44,9 @@ type WSConfig struct {
 	SendQueueBytes int
 	// MaxPerUser caps the open sockets of one user, and of one remote IP
 	// for sockets without a token and sockets not yet initialised [16;
-	// negative: no cap].
+	// negative: no cap]. A user's count is every replica's when
+	// Config.SocketCap is shared (Redis mode); an address's is always this
+	// process's.
 	MaxPerUser int
 	// MaxSubscriptions caps the operations active at once on one socket
 	// [100; negative: no cap].
@@ -52,6 +54,9 @@ type WSConfig struct {
 	// ReadLimit bounds one incoming message [1 MiB].
 	ReadLimit int64
 }
+
+// UserCap is MaxPerUser with its default applied (not above 0: no cap).
+func (c WSConfig) UserCap() int { return c.withDefaults().MaxPerUser }
 
 func (c WSConfig) withDefaults() WSConfig {
 	// A zero or negative timeout or queue would cut every socket at once:
@@ -126,7 +131,8 @@ type wsTransport struct {
 	keys      *auth.Keys
 	origins   []string
 	presenter graphql.ErrorPresenterFunc
-	slots     *wsSlots
+	slots     *wsSlots  // per remote IP, and per user without Redis
+	userCap   SocketCap // per user: slots, or shared by replicas on Redis
 	closes    *prometheus.CounterVec
 }
 
@@ -348,7 +354,9 @@ func (c *wsConn) init(payload json.RawMessage, ip string, release *func()) bool 
 		return false
 	}
 	if pr.User != 0 {
-		rel, ok := c.t.slots.acquire("user " + strconv.FormatUint(uint64(pr.User), 10))
+		// (An error is a shared count that could not be asked; ok says
+		// what the cap decided then: see SharedSocketCap.)
+		rel, ok, _ := c.t.userCap.Acquire(c.ctx, pr.User)
 		if !ok {
 			c.closeWith(closeTooManyInitRequests, truncateReason(fmt.Sprintf("Too many open sockets for this user (limit %d)", c.t.cfg.MaxPerUser)))
 			return false
@@ -808,6 +816,10 @@ func newWSTransport(cfg Config) *wsTransport {
 		origins:   cfg.OriginPatterns,
 		presenter: presentError,
 		slots:     newWSSlots(ws.MaxPerUser),
+	}
+	t.userCap = localSocketCap{t.slots}
+	if cfg.SocketCap != nil && ws.MaxPerUser > 0 {
+		t.userCap = bothCaps{local: t.userCap, shared: cfg.SocketCap}
 	}
 	t.closes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tally_websocket_closes_total",
