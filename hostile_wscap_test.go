@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/resolvers/auth"
 )
 
 // wsCapReplica is a Tally handler on addrs whose per-user socket count is
@@ -94,4 +96,42 @@ func TestHostileWSCapRedisDownFailsOpen(t *testing.T) {
 	wsInit(t, rawWS(t, a), alice)
 	wsInit(t, rawWS(t, a), alice)
 	wsInitRefused(t, a, alice, "2")
+}
+
+// Two tally processes with -redis share -ws-max-per-user; a replica
+// killed with its socket open (kill -9: nothing released) stops counting
+// against the user once -ws-lease has passed.
+func TestHostileWSCapReplicaKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	addr, stop := redistest.StartSingle(t)
+	t.Cleanup(stop)
+	flags := []string{"-redis", addr, "-ws-max-per-user", "1", "-ws-lease", "1500ms"}
+	pa, pb := startTally(t, t.TempDir(), flags...), startTally(t, t.TempDir(), flags...)
+	keys, _ := auth.NewKeys([]byte(crashSecret))
+	tok, _ := keys.Sign(1, false, 0)
+	a := &testServer{Server: &httptest.Server{URL: pa.url}}
+	b := &testServer{Server: &httptest.Server{URL: pb.url}}
+	wsInit(t, rawWS(t, a), tok)
+	wsInitRefused(t, b, tok, "1")
+
+	if err := pa.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Still counted at once (A never said goodbye), freed within the lease.
+	wsInitRefused(t, b, tok, "1")
+	deadline := time.Now().Add(1500*time.Millisecond + 3*time.Second)
+	for {
+		c := rawWS(t, b)
+		wsWrite(t, c, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + tok}})
+		m, err := readMsg(c, 5*time.Second)
+		if err == nil && m.Type == "connection_ack" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a killed replica's socket still counted after its lease: %v %+v\n%s", err, m, pb.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

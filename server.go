@@ -296,6 +296,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	timeouts.register(fs)
 	var wsCfg resolvers.WSConfig
 	registerWSFlags(fs, &wsCfg)
+	wsLease := fs.Duration("ws-lease", redisstore.DefaultSocketLease, "with -redis: how long a replica's open WebSockets stay in the shared per-user count without being renewed (each replica renews every third of it), so a crashed replica's sockets stop counting within it")
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -346,7 +347,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// And each user's open WebSockets: a crashed replica's stop
 		// counting one lease after its last renewal.
 		if n := wsCfg.UserCap(); n > 0 {
-			sc, err := rs.NewSocketCap(n, 0)
+			sc, err := rs.NewSocketCap(n, *wsLease)
 			if err != nil {
 				return usageError{err}
 			}
