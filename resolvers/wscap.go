@@ -50,6 +50,9 @@ func (s *sharedSocketCap) Acquire(ctx context.Context, user engine.UserID) (func
 	ctx, cancel := context.WithTimeout(ctx, sharedCapTimeout)
 	defer cancel()
 	rel, ok, err := s.redis.Acquire(ctx, uint64(user))
+	if rel == nil {
+		rel = func() {}
+	}
 	if err != nil {
 		if now := time.Now().Unix(); s.warned.Swap(now) < now-10 {
 			slog.Warn("WebSocket admitted on this replica's count alone: the shared per-user count in Redis could not be asked", "err", err)

@@ -120,7 +120,9 @@ for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
 end
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', KEYS[1], math.max(lease, tonumber(top[2]) - now) + 1)
+if top[2] then
+  redis.call('PEXPIRE', KEYS[1], math.max(lease, tonumber(top[2]) - now) + 1)
+end
 return #ARGV - 1
 `)
 
@@ -197,8 +199,10 @@ func (c *SocketCap) renewLoop() {
 }
 
 // renew extends the lease of every socket this replica holds: one script
-// call per user, all in one pipeline (the cluster client splits it by
-// slot).
+// call per user, pipelined in batches of renewBatch users (the cluster
+// client splits each by slot). EVALSHA keeps a batch small; users whose
+// node does not have the script yet (NOSCRIPT) are sent again with EVAL,
+// which also loads it there.
 func (c *SocketCap) renew(ctx context.Context) error {
 	c.renewing.Lock()
 	defer c.renewing.Unlock()
@@ -208,20 +212,57 @@ func (c *SocketCap) renew(ctx context.Context) error {
 		byKey[key] = append(byKey[key], member)
 	}
 	c.mu.Unlock()
-	if len(byKey) == 0 {
-		return nil
+	keys := make([]string, 0, len(byKey))
+	for key := range byKey {
+		keys = append(keys, key)
 	}
 	lease := c.lease.Milliseconds()
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for key, members := range byKey {
-			args := append([]any{lease}, members...)
-			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-			socketRenewScript.Eval(ctx, p, []string{key}, args...)
+	run := func(keys []string, eval bool) (noScript []string, err error) {
+		cmds := make([]*redis.Cmd, len(keys))
+		// Each command carries its own error, a lost connection included.
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, key := range keys {
+				args := append([]any{lease}, byKey[key]...)
+				if eval {
+					cmds[i] = socketRenewScript.Eval(ctx, p, []string{key}, args...)
+				} else {
+					cmds[i] = socketRenewScript.EvalSha(ctx, p, []string{key}, args...)
+				}
+			}
+			return nil
+		})
+		for i, cmd := range cmds {
+			switch e := cmd.Err(); {
+			case e == nil:
+			case redis.HasErrorPrefix(e, "NOSCRIPT"):
+				noScript = append(noScript, keys[i])
+			case err == nil:
+				err = e
+			}
 		}
-		return nil
-	})
-	return unavailable(err)
+		return noScript, err
+	}
+	var firstErr error
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), renewBatch)]
+		keys = keys[len(batch):]
+		again, err := run(batch, false)
+		if len(again) > 0 {
+			_, err2 := run(again, true)
+			if err == nil {
+				err = err2
+			}
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return unavailable(firstErr)
 }
+
+// renewBatch bounds the users renewed in one pipeline, so that a replica
+// holding many sockets sends its renewals in pieces.
+const renewBatch = 512
 
 // Close stops renewing. Sockets still counted stay counted until they are
 // released or their leases end, as if this replica had crashed.

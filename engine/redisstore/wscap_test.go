@@ -164,3 +164,29 @@ func TestSocketCapUnavailable(t *testing.T) {
 		t.Fatal("released socket still tracked")
 	}
 }
+
+// A Redis that lost the counts (flushed, or restarted empty) and its
+// scripts gets both back at the next renewal: open sockets count again.
+func TestSocketCapRenewRestoresLostCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	addr, stop := redistest.StartSingle(t)
+	defer stop()
+	c, err := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()}).NewSocketCap(2, 0)
+	must(t, err)
+	defer c.Close()
+	for range 2 {
+		if _, ok, err := c.Acquire(bg, 1); err != nil || !ok {
+			t.Fatalf("admission under the cap: %v %v", ok, err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	must(t, rdb.FlushAll(bg).Err())
+	must(t, rdb.ScriptFlush(bg).Err())
+	must(t, c.RenewNow(bg))
+	if _, ok, err := c.Acquire(bg, 1); err != nil || ok {
+		t.Fatalf("third socket after the renewal restored two: ok %v, err %v", ok, err)
+	}
+}
