@@ -372,28 +372,6 @@ func (s *Store) claimAndFinish(ctx context.Context, bucket, id, value string, no
 	return 1, nil
 }
 
-// intentSweepLoop runs SweepIntents every IntentSweepInterval on one
-// replica at a time (a lock per interval).
-func (s *Store) intentSweepLoop() {
-	defer s.wg.Done()
-	every := s.opts.IntentSweepInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), every)
-			ok, err := s.wdb.SetNX(ctx, s.k.sys()+"isweep", s.gen.Node, every*9/10).Result()
-			if err == nil && ok {
-				_, _ = s.SweepIntents(ctx)
-			}
-			cancel()
-		}
-	}
-}
-
 func users64(us []uint64) []engine.UserID {
 	out := make([]engine.UserID, len(us))
 	for i, u := range us {

@@ -237,11 +237,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	go s.flushLoop()
 	if opts.SweepInterval > 0 {
 		s.wg.Add(1)
-		go s.sweepLoop()
+		go s.electedLoop(s.opts.SweepInterval, "sweep", func(ctx context.Context) { _, _ = s.SweepCursors(ctx) })
 	}
 	if opts.IntentSweepInterval > 0 {
 		s.wg.Add(1)
-		go s.intentSweepLoop()
+		go s.electedLoop(s.opts.IntentSweepInterval, "isweep", func(ctx context.Context) { _, _ = s.SweepIntents(ctx) })
 	}
 	return s, nil
 }

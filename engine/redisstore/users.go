@@ -486,11 +486,10 @@ func globEscape(p string) string {
 	return b.String()
 }
 
-// sweepLoop runs SweepCursors every SweepInterval on one replica: a lock
+// electedLoop runs sweep every interval on one replica at a time: a lock
 // key that expires with the interval elects whoever takes it first.
-func (s *Store) sweepLoop() {
+func (s *Store) electedLoop(every time.Duration, lock string, sweep func(context.Context)) {
 	defer s.wg.Done()
-	every := s.opts.SweepInterval
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -499,9 +498,9 @@ func (s *Store) sweepLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), every)
-			ok, err := s.wdb.SetNX(ctx, s.k.sys()+"sweep", s.gen.Node, every*9/10).Result()
+			ok, err := s.wdb.SetNX(ctx, s.k.sys()+lock, s.gen.Node, every*9/10).Result()
 			if err == nil && ok {
-				_, _ = s.SweepCursors(ctx)
+				sweep(ctx)
 			}
 			cancel()
 		}
