@@ -85,7 +85,8 @@ func TestHostileWSCapSharedAcrossReplicas(t *testing.T) {
 }
 
 // Redis unreachable at connection_init: sockets are still admitted
-// (fail-open), and the replica's own count still caps the user.
+// (fail-open), counted in /metrics, and the replica's own count still caps
+// the user.
 func TestHostileWSCapRedisDownFailsOpen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -97,6 +98,9 @@ func TestHostileWSCapRedisDownFailsOpen(t *testing.T) {
 	wsInit(t, rawWS(t, a), alice)
 	wsInit(t, rawWS(t, a), alice)
 	wsInitRefused(t, a, alice, "2")
+	if m := metricsText(t, a.URL); !strings.Contains(m, "tally_websocket_cap_unshared_total 2") {
+		t.Fatalf("/metrics: %q, want the 2 sockets admitted without Redis", grepLines(m, "cap_unshared"))
+	}
 }
 
 // Two tally processes with -redis share -ws-max-per-user; a replica

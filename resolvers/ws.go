@@ -134,6 +134,7 @@ type wsTransport struct {
 	slots     *wsSlots  // per remote IP, and per user without Redis
 	userCap   SocketCap // per user: slots, or shared by replicas on Redis
 	closes    *prometheus.CounterVec
+	unshared  prometheus.Counter // admitted while the shared count could not be asked
 }
 
 var _ graphql.Transport = (*wsTransport)(nil)
@@ -356,7 +357,10 @@ func (c *wsConn) init(payload json.RawMessage, ip string, release *func()) bool 
 	if pr.User != 0 {
 		// (An error is a shared count that could not be asked; ok says
 		// what the cap decided then: see SharedSocketCap.)
-		rel, ok, _ := c.t.userCap.Acquire(c.ctx, pr.User)
+		rel, ok, err := c.t.userCap.Acquire(c.ctx, pr.User)
+		if err != nil && ok {
+			c.t.unshared.Inc()
+		}
 		if !ok {
 			c.closeWith(closeTooManyInitRequests, truncateReason(fmt.Sprintf("Too many open sockets for this user (limit %d)", c.t.cfg.MaxPerUser)))
 			return false
@@ -825,9 +829,13 @@ func newWSTransport(cfg Config) *wsTransport {
 		Name: "tally_websocket_closes_total",
 		Help: "WebSockets ended, by the close code the server sent or answered with (-1: cut without a close frame: a slow or dead peer).",
 	}, []string{"code"})
+	t.unshared = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tally_websocket_cap_unshared_total",
+		Help: "WebSockets admitted on this replica's per-user count alone because the count shared by replicas in Redis could not be asked (fail-open).",
+	})
 	if cfg.Metrics != nil {
 		// (Open sockets are tally_websockets_open, from ObserveHTTP.)
-		cfg.Metrics.MustRegister(t.closes)
+		cfg.Metrics.MustRegister(t.closes, t.unshared)
 	}
 	return t
 }
