@@ -2,12 +2,9 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tally-dev/tally/resolvers/auth"
 )
 
 // A deleted log segment stops the start with a message naming the missing
@@ -17,30 +14,14 @@ func TestMissingLogSegmentCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	data := filepath.Join(t.TempDir(), "data")
-	p := startTally(t, data, "-snapshot-interval", "-1s", "-snapshot-log-bytes", "-1")
-	keys, _ := auth.NewKeys([]byte(crashSecret))
-	c := &crashClient{http: httpClient(), keys: keys}
-	for range 20 {
-		if _, err := c.call(p.url, 3, false, `mutation { createPost { id } }`, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.kill9()
-	segs, _ := filepath.Glob(filepath.Join(data, "wal-*.log"))
-	if len(segs) == 0 {
-		t.Fatal("no log segment")
-	}
+	data, c, segs := killedAfterPosts(t, 20)
 	newest := segs[len(segs)-1]
 	if err := os.Remove(newest); err != nil {
 		t.Fatal(err)
 	}
 
-	bin, _ := buildTally()
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-data", data)
-	cmd.Env = append(os.Environ(), "TALLY_JWT_SECRET="+crashSecret)
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), filepath.Base(newest)+" is missing") || !strings.Contains(string(out), "tally repair") {
+	out, err := refusedStart(data)
+	if err == nil || !strings.Contains(out, filepath.Base(newest)+" is missing") || !strings.Contains(out, "tally repair") {
 		t.Fatalf("start without the newest log segment: %v\n%s", err, out)
 	}
 	code, rep, errs := runCLI(t, "repair", "-data", data)
@@ -52,7 +33,7 @@ func TestMissingLogSegmentCommand(t *testing.T) {
 	if len(segs) > 1 {
 		want = `"postCount":` // some were in older segments
 	}
-	p = startTally(t, data)
+	p := startTally(t, data)
 	d, err := c.call(p.url, 3, false, `{ viewer { user { postCount } } }`, nil)
 	if err != nil || !strings.Contains(string(d), want) {
 		t.Fatalf("after repair: %s %v", d, err)
