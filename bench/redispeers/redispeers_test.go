@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/sealed"
 )
@@ -155,7 +155,7 @@ func BenchmarkPage(b *testing.B) {
 	ctx := context.Background()
 
 	var all []uint64
-	open := counters.New(n)
+	open := countertable.New(n)
 	var nonZero int
 	datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
 		all = append(all, id)

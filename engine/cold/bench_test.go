@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/sealed"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -32,7 +32,7 @@ type benchSet struct {
 	nonzero int
 	wins    []*sealed.Window // per day, nil where no post
 	paths   []string
-	table   *counters.Table
+	table   *countertable.Table
 }
 
 var (
@@ -56,7 +56,7 @@ func benchData(b *testing.B) *benchSet {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := &benchSet{dir: dir, table: counters.New(0)}
+		s := &benchSet{dir: dir, table: countertable.New(0)}
 		type post struct {
 			id uint64
 			c  engine.Counts

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
-// The benchmarks measure the store against counters.Table (the open
-// table it replaces) on the same data, in the same run:
+// The benchmarks measure the store against countertable.Table (the open
+// table it replaced, kept in bench/) on the same data, in the same run:
 //
 //	go test ./engine/postcounts -run '^$' -bench Memory -benchtime 1x
 //	go test ./engine/postcounts -run '^$' -bench GetPage
@@ -81,8 +81,8 @@ func load(b testing.TB, opts Options, n int) *Store {
 	return s
 }
 
-func loadCounters(n int) *counters.Table {
-	t := counters.New(0)
+func loadCounters(n int) *countertable.Table {
+	t := countertable.New(0)
 	for id, c := range dataset(n) {
 		if !c.IsZero() {
 			t.Set(id, c)
@@ -94,7 +94,7 @@ func loadCounters(n int) *counters.Table {
 // BenchmarkMemory reports, for each policy, the bytes per stored
 // (non-zero) post and per post overall (zeros included), from the
 // store's MemoryBytes and from the live Go heap after GC; and the same
-// for counters.Table holding the same posts, measured in the same
+// for countertable.Table holding the same posts, measured in the same
 // sub-benchmark. The cold policy's heap figures leave out the block
 // cache, a fixed budget (Options.ColdCacheBytes).
 func BenchmarkMemory(b *testing.B) {
@@ -180,7 +180,7 @@ type pageBench struct {
 	mem        *Store  // the default policy
 	cold       *Store  // the sealed windows in files, block cache on
 	coldNoCach *Store  // the same files, no cache: every block a pread
-	peer       *counters.Table
+	peer       *countertable.Table
 }
 
 var (
@@ -234,7 +234,7 @@ func pageData(b *testing.B) *pageBench {
 
 // BenchmarkGetPage reads 50-post pages with GetMany: ns/op is one page
 // (wall), cpu-ns/page the benchmark thread's CPU time. The -vs-counters
-// variants interleave the store and counters.Table page by page on the
+// variants interleave the store and countertable.Table page by page on the
 // same pages, so that both see the same machine, and report the ratio.
 // cold-miss reads every block with a pread served by the OS page cache
 // (engine/cold's BenchmarkGetPage measures the device).

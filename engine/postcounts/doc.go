@@ -1,7 +1,8 @@
 // Package postcounts owns the post-count store of the embedded engine:
 // post id → the five counts of engine.Counts, partitioned into time
 // windows by the millisecond timestamp a snowflake id carries, each
-// window kept in the form its age calls for. It replaces counters.Table
+// window kept in the form its age calls for. It replaced the single
+// open-addressing table (kept as bench/countertable, the benchmarks' peer)
 // and offers a superset of its API (Get, GetMany, Add, Set, Len, Range,
 // MemoryBytes).
 //
@@ -27,7 +28,7 @@
 //
 // It promises:
 //   - Counts are exact from 0 to math.MaxInt64: additions saturate there,
-//     subtractions clamp at 0, per write, as counters.Table does; reading
+//     subtractions clamp at 0, per write, as countertable.Table does; reading
 //     base + delta gives the same answer before and after any sealing,
 //     compaction or move (the delta keeps each field of base + delta
 //     within [0, MaxInt64], which is when cold.Merge agrees).
@@ -66,12 +67,12 @@
 // On bench/datagen (seed 1, day windows, the clock at the data set's end;
 // BenchmarkMemory, live Go heap after GC, N = 1M / 10M): open tables
 // 19.1 / 17.4 bytes per stored post (17.7 / 16.6 by MemoryBytes; 0.15% of
-// posts overflow), against 76 / 61 for counters.Table; all windows sealed
+// posts overflow), against 76 / 61 for countertable.Table; all windows sealed
 // 7.4 / 6.2; the default policy (7 days open, the rest sealed) 7.6 / 6.4,
 // that is 3.0 / 2.6 bytes per post overall, zero posts included; the
 // sealed windows in files 1.0 / 0.5 in memory (the cache aside) and 6.3 /
 // 5.8 on disk. A 50-post page (BenchmarkGetPage, 1M): 2.1 µs from open
-// windows, 0.36x counters.Table's time on the same pages; from sealed
+// windows, 0.36x countertable.Table's time on the same pages; from sealed
 // windows the time of engine/sealed plus 2%. Under a garbage-making
 // goroutine (BenchmarkGCLatency) the p99 of a page is within noise of the
 // p99 with no GC at all at 1M, 10M and 100M posts resident, and the GC's

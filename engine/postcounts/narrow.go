@@ -509,7 +509,7 @@ func (t *narrow) overflowed() int {
 }
 
 // clampAdd returns cur+d within [0, math.MaxInt64], for cur >= 0: what
-// counters.Table does and what cold.Merge assumes.
+// countertable.Table does and what cold.Merge assumes.
 func clampAdd(cur, d int64) int64 {
 	switch {
 	case d > 0 && cur > math.MaxInt64-d:

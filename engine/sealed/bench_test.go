@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // The benchmarks measure sealed windows against the open table
-// (engine/counters) on the same data in the same run:
+// (bench/countertable) on the same data in the same run:
 //
 //	go test ./engine/sealed -run '^$' -bench . -benchtime 1x   # memory, encodings
 //	go test ./engine/sealed -run '^$' -bench GetPage           # page reads
@@ -31,7 +31,7 @@ type dataset struct {
 	posts   []post   // the non-zero posts
 	windows []*Window
 	day0    int64
-	table   *counters.Table
+	table   *countertable.Table
 }
 
 func day(id uint64) int64 { return snowflake.Millis(id) / 86_400_000 }
@@ -79,8 +79,8 @@ func buildWindows(b testing.TB, posts []post, opts Options) []*Window {
 
 // buildTable loads posts into an open table grown on demand, as the
 // engine's open windows are.
-func buildTable(posts []post) *counters.Table {
-	t := counters.New(0)
+func buildTable(posts []post) *countertable.Table {
+	t := countertable.New(0)
 	for _, p := range posts {
 		t.Set(p.id, p.c)
 	}
