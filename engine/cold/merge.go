@@ -1,13 +1,11 @@
 package cold
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/sealed"
 )
 
 // Source is a stream of posts in strictly increasing id order:
@@ -93,47 +91,6 @@ func clampAdd(a, d int64) int64 {
 		return 0
 	}
 	return a + d
-}
-
-// MergeWindow is Merge into a new in-memory window.
-func MergeWindow(base *sealed.Window, delta Source, opts sealed.Options) (*sealed.Window, error) {
-	var src Source
-	if base != nil {
-		src = base.Iter()
-	}
-	var merr error
-	w, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
-		merr = Merge(yieldSink(yield), src, delta)
-	}, opts)
-	if merr != nil && !errors.Is(merr, errStopped) {
-		return nil, merr
-	}
-	return w, err
-}
-
-var errStopped = errors.New("cold: merge stopped by its consumer")
-
-// yieldSink adapts an iterator's yield to a Sink.
-type yieldSink func(uint64, engine.Counts) bool
-
-func (y yieldSink) Add(id uint64, c engine.Counts) error {
-	if !y(id, c) {
-		return errStopped
-	}
-	return nil
-}
-
-// MergeFile is Merge into a new file at path, written atomically (see
-// Create). path may be base's own name: an open File keeps reading the
-// file it opened until it is closed.
-func MergeFile(path string, base *File, delta Source, opts sealed.Options) error {
-	var src Source
-	if base != nil {
-		src = base.Iter()
-	}
-	return CreateWindow(path, opts, func(w *sealed.Writer) error {
-		return Merge(w, src, delta)
-	})
 }
 
 // SliceSource is a Source over a delta held in two parallel slices.

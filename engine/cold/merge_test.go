@@ -1,6 +1,7 @@
 package cold
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -64,6 +65,45 @@ func randomDelta(s *testSet, seed uint64) (ids []uint64, d []engine.Counts, want
 	return ids, d, want
 }
 
+// mergeWindow is Merge into a new in-memory window, as the engine's
+// compaction of a sealed window does (engine/postcounts, buildMerged).
+func mergeWindow(base *sealed.Window, delta Source, opts sealed.Options) (*sealed.Window, error) {
+	var src Source
+	if base != nil {
+		src = base.Iter()
+	}
+	errStopped := errors.New("merge stopped by sealed.Build")
+	var merr error
+	w, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
+		merr = Merge(sinkFunc(func(id uint64, c engine.Counts) error {
+			if !yield(id, c) {
+				return errStopped
+			}
+			return nil
+		}), src, delta)
+	}, opts)
+	if merr != nil && !errors.Is(merr, errStopped) {
+		return nil, merr
+	}
+	return w, err
+}
+
+type sinkFunc func(uint64, engine.Counts) error
+
+func (f sinkFunc) Add(id uint64, c engine.Counts) error { return f(id, c) }
+
+// mergeFile is Merge into a new file at path, written atomically as the
+// engine's compaction to a cold file does. path may be base's own name.
+func mergeFile(path string, base *File, delta Source, opts sealed.Options) error {
+	var src Source
+	if base != nil {
+		src = base.Iter()
+	}
+	return CreateWindow(path, opts, func(w *sealed.Writer) error {
+		return Merge(w, src, delta)
+	})
+}
+
 func checkMerged(t *testing.T, w *sealed.Window, want map[uint64]engine.Counts) {
 	t.Helper()
 	if w.Len() != len(want) {
@@ -79,7 +119,7 @@ func checkMerged(t *testing.T, w *sealed.Window, want map[uint64]engine.Counts) 
 func TestMergeWindow(t *testing.T) {
 	s := newSet(t, 30000, 11, sealed.Options{})
 	ids, d, want := randomDelta(s, 1)
-	merged, err := MergeWindow(s.win, NewSliceSource(ids, d), sealed.Options{})
+	merged, err := mergeWindow(s.win, NewSliceSource(ids, d), sealed.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +142,13 @@ func TestMergeWindow(t *testing.T) {
 			only[id] = c
 		}
 	}
-	merged, err = MergeWindow(nil, NewSliceSource(ids2, d2), sealed.Options{})
+	merged, err = mergeWindow(nil, NewSliceSource(ids2, d2), sealed.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkMerged(t, merged, only)
 	// An empty delta gives the base back.
-	merged, err = MergeWindow(s.win, NewSliceSource(nil, nil), sealed.Options{})
+	merged, err = mergeWindow(s.win, NewSliceSource(nil, nil), sealed.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +171,7 @@ func TestMergeFile(t *testing.T) {
 	ids, d, want := randomDelta(s, 3)
 	// Compact in place: the new file replaces the old under its name while
 	// the open base keeps reading the old one.
-	if err := MergeFile(path, base, NewSliceSource(ids, d), sealed.Options{}); err != nil {
+	if err := mergeFile(path, base, NewSliceSource(ids, d), sealed.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range s.all[:2000] {
@@ -160,14 +200,14 @@ func TestMergeFile(t *testing.T) {
 func TestMergeRejectsUnsortedDelta(t *testing.T) {
 	s := newSet(t, 2000, 13, sealed.Options{})
 	src := &SliceSource{ids: []uint64{5, 3}, counts: []engine.Counts{{Likes: 1}, {Likes: 1}}, i: -1}
-	_, err := MergeWindow(s.win, src, sealed.Options{})
+	_, err := mergeWindow(s.win, src, sealed.Options{})
 	if err == nil || !strings.Contains(err.Error(), "not increasing") {
 		t.Fatalf("unsorted delta: %v", err)
 	}
 	// NewSliceSource sorts.
 	ids := []uint64{9, 2, 7}
 	cs := []engine.Counts{{Likes: 9}, {Likes: 2}, {Likes: 7}}
-	w, err := MergeWindow(nil, NewSliceSource(ids, cs), sealed.Options{})
+	w, err := mergeWindow(nil, NewSliceSource(ids, cs), sealed.Options{})
 	if err != nil || w.Get(2).Likes != 2 || w.Get(7).Likes != 7 || w.Get(9).Likes != 9 {
 		t.Fatalf("sorted delta: %v", err)
 	}

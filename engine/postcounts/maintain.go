@@ -248,7 +248,7 @@ func (j *Job) Run() error {
 	return j.err
 }
 
-// buildMerged is cold.MergeWindow for any base source.
+// buildMerged is cold.Merge into a new in-memory window.
 func buildMerged(base, delta cold.Source, opts sealed.Options) (*sealed.Window, error) {
 	var merr error
 	w, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
