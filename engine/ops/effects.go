@@ -1,0 +1,139 @@
+package ops
+
+import (
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+)
+
+// CountDelta adds Delta to counter Field of Post. A backend clamps a
+// counter at zero (a delta never takes it below).
+type CountDelta struct {
+	Post  engine.PostID
+	Field counters.Field
+	Delta int64
+}
+
+// Registration enters Post in the registry of posts, by Author, and adds
+// one to Author's post count (which is what followers' feed unread sums).
+type Registration struct {
+	Post   engine.PostID
+	Author engine.UserID
+}
+
+// Bump adds one to User's unread counter Kind (Mentions, Comments, Likes
+// or Messages).
+type Bump struct {
+	User engine.UserID
+	Kind engine.UnreadKind
+}
+
+// FollowerDelta adds Delta to User's follower count.
+type FollowerDelta struct {
+	User  engine.UserID
+	Delta int64
+}
+
+// FollowEdge adds (Add) or removes Viewer's follow of Target. An added
+// edge starts Viewer's feed snapshot of Target at Snapshot, Target's post
+// count when the follow was decided.
+type FollowEdge struct {
+	Viewer, Target engine.UserID
+	Add            bool
+	Snapshot       int64
+}
+
+// ReadMark clears one of User's badges (MarkRead): a counter kind is set
+// to zero; System moves the user's cursor to Cursor (the backend's
+// position of its newest notification); Feed refreshes the user's
+// snapshot of every followee to their current post count.
+type ReadMark struct {
+	User   engine.UserID
+	Kind   engine.UnreadKind
+	Cursor uint64
+}
+
+// Fanout bumps unread Kind of every current member of Group except
+// Except (the sender), as the group is when the effect is applied, and
+// tells them in one UnreadChanged event. It is one effect rather than a
+// bump per member so that a backend walks its own member structure once.
+type Fanout struct {
+	Group  engine.GroupID
+	Except engine.UserID
+	Kind   engine.UnreadKind
+}
+
+// Effects are what one operation changes. The zero value changes nothing.
+// A backend keeps one and Resets it between operations, so appending to
+// it does not allocate once warm.
+type Effects struct {
+	Counts    []CountDelta
+	Registers []Registration
+	Bumps     []Bump
+	Followers []FollowerDelta
+	Follows   []FollowEdge
+	Reads     []ReadMark
+	Fanouts   []Fanout
+	Clicks    []Click
+	// Push is the new red-dot push stamp (0: no push).
+	Push int64
+	// Joins and Leaves change group membership: a new member takes the
+	// next mapid, a returning one their old mapid; leaving marks the
+	// member quit, keeping the mapid.
+	Joins  []Membership
+	Leaves []Membership
+	// Receipts mark messages read by a member they count (MarkReceipt).
+	Receipts []ReceiptRead
+	// Events are for subscribers, published once the effects are
+	// durable. Users slices of the events are freshly allocated: events
+	// outlive the buffer.
+	Events []engine.Event
+}
+
+// Reset empties e, keeping its capacity.
+func (e *Effects) Reset() {
+	e.Counts = e.Counts[:0]
+	e.Registers = e.Registers[:0]
+	e.Bumps = e.Bumps[:0]
+	e.Followers = e.Followers[:0]
+	e.Follows = e.Follows[:0]
+	e.Reads = e.Reads[:0]
+	e.Fanouts = e.Fanouts[:0]
+	e.Clicks = e.Clicks[:0]
+	e.Push = 0
+	e.Joins = e.Joins[:0]
+	e.Leaves = e.Leaves[:0]
+	e.Receipts = e.Receipts[:0]
+	e.Events = e.Events[:0]
+}
+
+// Empty reports whether e changes nothing and tells nobody.
+func (e *Effects) Empty() bool {
+	return len(e.Counts)+len(e.Registers)+len(e.Bumps)+len(e.Followers)+len(e.Follows)+
+		len(e.Reads)+len(e.Fanouts)+len(e.Clicks)+len(e.Joins)+len(e.Leaves)+len(e.Receipts)+
+		len(e.Events) == 0 && e.Push == 0
+}
+
+func (e *Effects) count(post engine.PostID, f counters.Field, d int64) {
+	e.Counts = append(e.Counts, CountDelta{Post: post, Field: f, Delta: d})
+}
+
+// register enters a new post by author; its followers learn of it.
+func (e *Effects) register(post engine.PostID, author engine.UserID) {
+	e.Registers = append(e.Registers, Registration{Post: post, Author: author})
+	e.Events = append(e.Events, engine.Event{Kind: engine.AuthorPosted, Author: author})
+}
+
+func (e *Effects) bump(u engine.UserID, k engine.UnreadKind) {
+	e.Bumps = append(e.Bumps, Bump{User: u, Kind: k})
+}
+
+// unreadChanged tells users their badges changed (none: no event).
+func (e *Effects) unreadChanged(users []engine.UserID) {
+	if len(users) > 0 {
+		e.Events = append(e.Events, engine.Event{Kind: engine.UnreadChanged, Users: users})
+	}
+}
+
+func (e *Effects) broadcast() {
+	e.Events = append(e.Events, engine.Event{Kind: engine.Broadcast})
+}

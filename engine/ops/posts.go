@@ -1,0 +1,256 @@
+package ops
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+)
+
+// PostFacts are what a backend knows of the post an operation targets.
+type PostFacts struct {
+	Exists bool
+	Author engine.UserID // 0: imported without its author
+}
+
+func errPostNotFound(id engine.PostID) error {
+	return fmt.Errorf("%w: post %d", engine.ErrNotFound, uint64(id))
+}
+
+func checkPostTarget(viewer engine.UserID, post engine.PostID) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	if post == 0 {
+		return fmt.Errorf("%w: post id 0", engine.ErrInvalid)
+	}
+	return nil
+}
+
+// CreatePost registers Post by Viewer. Post 0 asks the backend for a fresh
+// id, which it fills in before Decide.
+type CreatePost struct {
+	Viewer  engine.UserID
+	Post    engine.PostID
+	IdemKey string
+}
+
+// Check validates the call: a client-supplied id must be a snowflake of
+// a plausible time at now.
+func (op *CreatePost) Check(now time.Time) error {
+	if err := engine.CheckViewer(op.Viewer); err != nil {
+		return err
+	}
+	if err := engine.CheckIdemKey(op.IdemKey); err != nil {
+		return err
+	}
+	if op.Post != 0 {
+		return engine.CheckPostID(op.Post, now)
+	}
+	return nil
+}
+
+// Decide: an id already taken is invalid (a retry with the same
+// idempotency key never gets here); otherwise the post is registered.
+func (op *CreatePost) Decide(exists bool, eff *Effects) error {
+	if exists {
+		return fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, uint64(op.Post))
+	}
+	eff.register(op.Post, op.Viewer)
+	return nil
+}
+
+// FlagFacts are what a like or favorite reads: the post, and whether the
+// viewer's flag on it is set already.
+type FlagFacts struct {
+	PostFacts
+	Set bool
+}
+
+// Like is like (Undo false) or unlike (Undo true).
+type Like struct {
+	Viewer engine.UserID
+	Post   engine.PostID
+	Undo   bool
+}
+
+// Check validates the call.
+func (op *Like) Check() error { return checkPostTarget(op.Viewer, op.Post) }
+
+// Decide: likes are de-duplicated per (user, post), so a like already
+// there (or an unlike of none) changes nothing. A new like of someone
+// else's post adds one to the author's unread likes; an unlike takes
+// the like back and leaves the author's badge alone.
+func (op *Like) Decide(f FlagFacts, eff *Effects) error {
+	if !f.Exists {
+		return errPostNotFound(op.Post)
+	}
+	if f.Set != op.Undo {
+		return nil
+	}
+	if op.Undo {
+		eff.count(op.Post, counters.Likes, -1)
+		return nil
+	}
+	eff.count(op.Post, counters.Likes, 1)
+	if f.Author != 0 && f.Author != op.Viewer {
+		eff.bump(f.Author, engine.Likes)
+		eff.unreadChanged([]engine.UserID{f.Author})
+	}
+	return nil
+}
+
+// Favorite is favorite (Undo false) or unfavorite (Undo true).
+type Favorite struct {
+	Viewer engine.UserID
+	Post   engine.PostID
+	Undo   bool
+}
+
+// Check validates the call.
+func (op *Favorite) Check() error { return checkPostTarget(op.Viewer, op.Post) }
+
+// Decide: as Like, de-duplicated, without any badge.
+func (op *Favorite) Decide(f FlagFacts, eff *Effects) error {
+	if !f.Exists {
+		return errPostNotFound(op.Post)
+	}
+	if f.Set != op.Undo {
+		return nil
+	}
+	d := int64(1)
+	if op.Undo {
+		d = -1
+	}
+	eff.count(op.Post, counters.Favorites, d)
+	return nil
+}
+
+// Comment is one comment on Post by Viewer, mentioning Mentions.
+type Comment struct {
+	Viewer   engine.UserID
+	Post     engine.PostID
+	Mentions []engine.UserID
+	IdemKey  string
+}
+
+// Check validates the call and normalises Mentions (each user once,
+// never the viewer).
+func (op *Comment) Check() error {
+	if err := checkPostTarget(op.Viewer, op.Post); err != nil {
+		return err
+	}
+	m, err := engine.NormalizeMentions(op.Viewer, op.Mentions)
+	if err != nil {
+		return err
+	}
+	op.Mentions = m
+	return engine.CheckIdemKey(op.IdemKey)
+}
+
+// Decide: +1 comment on the post; the author's unread comments +1 when
+// the commenter is someone else; each mentioned user's unread mentions
+// +1.
+func (op *Comment) Decide(f PostFacts, eff *Effects) error {
+	if !f.Exists {
+		return errPostNotFound(op.Post)
+	}
+	eff.count(op.Post, counters.Comments, 1)
+	woken := make([]engine.UserID, 0, len(op.Mentions)+1)
+	if f.Author != 0 && f.Author != op.Viewer {
+		eff.bump(f.Author, engine.Comments)
+		woken = append(woken, f.Author)
+	}
+	woken = mention(eff, op.Mentions, woken)
+	eff.unreadChanged(woken)
+	return nil
+}
+
+// mention bumps the unread mentions of users (normalised) and returns
+// woken with them appended.
+func mention(eff *Effects, users, woken []engine.UserID) []engine.UserID {
+	for _, u := range users {
+		eff.bump(u, engine.Mentions)
+		woken = append(woken, u)
+	}
+	return woken
+}
+
+// Repost is a repost of Post by Viewer: a new post NewPost (filled in by
+// the backend before Decide) mentioning Mentions.
+type Repost struct {
+	Viewer   engine.UserID
+	Post     engine.PostID
+	NewPost  engine.PostID
+	Mentions []engine.UserID
+	IdemKey  string
+}
+
+// Check validates the call and normalises Mentions.
+func (op *Repost) Check() error {
+	if err := checkPostTarget(op.Viewer, op.Post); err != nil {
+		return err
+	}
+	m, err := engine.NormalizeMentions(op.Viewer, op.Mentions)
+	if err != nil {
+		return err
+	}
+	op.Mentions = m
+	return engine.CheckIdemKey(op.IdemKey)
+}
+
+// Decide: +1 repost on the original; the repost is a new post by the
+// viewer (their post count, their followers' feed); mentions as for a
+// comment. The original's author gets no badge.
+func (op *Repost) Decide(f PostFacts, eff *Effects) error {
+	if !f.Exists {
+		return errPostNotFound(op.Post)
+	}
+	eff.count(op.Post, counters.Reposts, 1)
+	eff.register(op.NewPost, op.Viewer)
+	eff.unreadChanged(mention(eff, op.Mentions, nil))
+	return nil
+}
+
+// RecordViews adds a view to each known post of Posts.
+type RecordViews struct {
+	Posts []engine.PostID
+}
+
+// Check validates the ids.
+func (op *RecordViews) Check() error { return engine.CheckIDs(op.Posts) }
+
+// Decide: views arrive in bulk and are best-effort, so unknown posts are
+// skipped rather than refused; a post listed twice gets two views.
+func (op *RecordViews) Decide(exists func(engine.PostID) bool, eff *Effects) {
+	for _, p := range op.Posts {
+		if exists(p) {
+			eff.count(p, counters.Views, 1)
+		}
+	}
+}
+
+// ImportRow is one row of a bulk import as it applies: Decide says
+// whether the post is registered by it and whether its author's post
+// count grows.
+type ImportRow = engine.ImportRow
+
+// DecideImport is engine.Importer's rule for one row, given what the
+// registry holds for the post: a post unknown so far is registered when
+// the row has an author or a non-zero count (a row with neither is
+// skipped); a post known without an author takes the row's author; the
+// counts always replace the post's. register says the row (re)enters the
+// registry with row.Author; authorPosts says that author's post count
+// grows by one (a re-import of a known author does not).
+func DecideImport(row ImportRow, known PostFacts) (skip, register, authorPosts bool) {
+	switch {
+	case !known.Exists && row.Author == 0 && row.Counts.IsZero():
+		return true, false, false
+	case !known.Exists:
+		return false, true, row.Author != 0
+	case known.Author == 0 && row.Author != 0:
+		return false, true, true
+	}
+	return false, false, false
+}
