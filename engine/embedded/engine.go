@@ -535,115 +535,34 @@ func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
 	}()
 	switch o.kind {
 	case opCreatePost:
-		if o.a == 0 {
-			o.a = e.newID(exists)
-		} else if exists(o.a) {
-			return 0, false, fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, o.a)
-		}
+		err = e.prepareCreatePost(o, exists)
 	case opLike, opUnlike, opFavorite, opUnfavorite:
-		if !exists(o.a) {
-			return 0, false, errPostNotFound(o.a)
-		}
-		set := st.likes
-		if o.kind == opFavorite || o.kind == opUnfavorite {
-			set = st.favs
-		}
-		present := set.Has(o.viewer, o.a)
-		adding := o.kind == opLike || o.kind == opFavorite
-		if present == adding {
-			return 0, true, nil
-		}
+		done, err = e.prepareLike(o, exists)
 	case opComment:
-		if !exists(o.a) {
-			return 0, false, errPostNotFound(o.a)
-		}
+		err = prepareComment(o, exists)
 	case opRepost:
-		if !exists(o.a) {
-			return 0, false, errPostNotFound(o.a)
-		}
-		o.b = e.newID(exists)
+		err = e.prepareRepost(o, exists)
 	case opViews:
-		o.list = slices.DeleteFunc(o.list, func(p uint64) bool { return !exists(p) })
-		if len(o.list) == 0 {
-			return 0, true, nil
-		}
+		done = prepareViews(o, exists)
 	case opFollow, opUnfollow:
-		if following := st.follows.Contains(o.viewer, o.a); following == (o.kind == opFollow) {
-			return 0, true, nil
-		}
+		done = e.prepareFollow(o)
 	case opTouch:
-		r, ok := st.users.Get(o.viewer)
-		live := ok && cursorLive(&r, now, e.ttl)
-		if live && r.day == day(now) {
-			return 0, true, nil
-		}
-		if !live {
-			o.a, o.b = st.newestNotif(), 1
-		}
+		done = e.prepareTouch(o, now)
 	case opPublish:
-		newest := st.newestNotif()
-		o.a = e.newID(func(id uint64) bool { return id <= newest })
+		e.preparePublish(o)
 	case opCreateGroup:
-		o.a = e.newID(func(id uint64) bool { _, ok := st.groups.Get(id); return ok })
-		o.list = slices.DeleteFunc(o.list, func(u uint64) bool { return u == o.viewer })
+		e.prepareCreateGroup(o)
 	case opAddMembers:
-		g, err := e.memberGroup(o.a, o.viewer)
-		if err != nil {
-			return 0, false, err
-		}
-		o.list = slices.DeleteFunc(o.list, func(u uint64) bool { _, cur := st.memberOf(g, u); return cur })
-		if len(o.list) == 0 {
-			return 0, true, nil
-		}
-		fresh := 0
-		for _, u := range o.list {
-			if _, ok := st.members.Get(pair{g.id, u}); !ok {
-				fresh++
-			}
-		}
-		if len(g.byMap)+fresh > engine.MaxGroupMembers {
-			return 0, false, fmt.Errorf("%w: a group holds at most %d members", engine.ErrInvalid, engine.MaxGroupMembers)
-		}
+		done, err = e.prepareAddMembers(o)
 	case opLeaveGroup:
-		g, ok := st.group(o.a)
-		if !ok {
-			return 0, false, errGroupNotFound(o.a)
-		}
-		mapid, cur := st.memberOf(g, o.viewer)
-		if mapid == 0 {
-			return 0, false, errNotMember
-		}
-		if !cur {
-			return 0, true, nil // left already
-		}
+		done, err = e.prepareLeaveGroup(o)
 	case opSendMessage:
-		if _, err := e.memberGroup(o.a, o.viewer); err != nil {
-			return 0, false, err
-		}
-		o.b = e.newID(func(id uint64) bool { _, ok := st.msgs.Get(id); return ok })
+		err = e.prepareSendMessage(o)
 	case opMarkMessagesRead:
-		// Every id is known before any membership is judged: an unknown
-		// id anywhere in the list answers ErrNotFound, whatever the order.
-		msgs := make([]*message, len(o.list))
-		for i, id := range o.list {
-			m, ok := st.message(id)
-			if !ok {
-				return 0, false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
-			}
-			msgs[i] = m
-		}
-		changes := false
-		for _, m := range msgs {
-			g, _ := st.group(m.group)
-			mapid, cur := st.memberOf(g, o.viewer)
-			if !cur {
-				return 0, false, errNotMember
-			}
-			changes = changes || (m.rc.Counted(mapid) && !m.rc.IsRead(mapid))
-		}
-		if !changes {
-			return 0, true, nil
-		}
+		done, err = e.prepareMarkMessagesRead(o)
+	}
+	if err != nil || done {
+		return 0, done, err
 	}
 	return opResult(o), false, nil
 }
@@ -1501,4 +1420,151 @@ func (e *Engine) runSteps(what string, plan func(now time.Time) *maintStep) {
 			return
 		}
 	}
+}
+
+// prepareCreatePost picks the new post's id, or refuses a client's id
+// that is taken.
+func (e *Engine) prepareCreatePost(o *op, exists func(uint64) bool) error {
+	if o.a == 0 {
+		o.a = e.newID(exists)
+	} else if exists(o.a) {
+		return fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, o.a)
+	}
+	return nil
+}
+
+// prepareLike handles like, unlike, favorite and unfavorite: done when
+// the set already says what the op would make it say.
+func (e *Engine) prepareLike(o *op, exists func(uint64) bool) (done bool, err error) {
+	if !exists(o.a) {
+		return false, errPostNotFound(o.a)
+	}
+	set := e.st.likes
+	if o.kind == opFavorite || o.kind == opUnfavorite {
+		set = e.st.favs
+	}
+	present := set.Has(o.viewer, o.a)
+	adding := o.kind == opLike || o.kind == opFavorite
+	return present == adding, nil
+}
+
+func prepareComment(o *op, exists func(uint64) bool) error {
+	if !exists(o.a) {
+		return errPostNotFound(o.a)
+	}
+	return nil
+}
+
+func (e *Engine) prepareRepost(o *op, exists func(uint64) bool) error {
+	if !exists(o.a) {
+		return errPostNotFound(o.a)
+	}
+	o.b = e.newID(exists)
+	return nil
+}
+
+// prepareViews drops the posts that do not exist; done if none is left.
+func prepareViews(o *op, exists func(uint64) bool) (done bool) {
+	o.list = slices.DeleteFunc(o.list, func(p uint64) bool { return !exists(p) })
+	return len(o.list) == 0
+}
+
+// prepareFollow: done when the viewer already (un)follows the target.
+func (e *Engine) prepareFollow(o *op) (done bool) {
+	following := e.st.follows.Contains(o.viewer, o.a)
+	return following == (o.kind == opFollow)
+}
+
+// prepareTouch: done when the cursor is live and today's activity is
+// already recorded; otherwise an expired or missing cursor restarts at
+// the newest notification.
+func (e *Engine) prepareTouch(o *op, now int64) (done bool) {
+	r, ok := e.st.users.Get(o.viewer)
+	live := ok && cursorLive(&r, now, e.ttl)
+	if live && r.day == day(now) {
+		return true
+	}
+	if !live {
+		o.a, o.b = e.st.newestNotif(), 1
+	}
+	return false
+}
+
+func (e *Engine) preparePublish(o *op) {
+	newest := e.st.newestNotif()
+	o.a = e.newID(func(id uint64) bool { return id <= newest })
+}
+
+func (e *Engine) prepareCreateGroup(o *op) {
+	o.a = e.newID(func(id uint64) bool { _, ok := e.st.groups.Get(id); return ok })
+	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { return u == o.viewer })
+}
+
+// prepareAddMembers keeps only the users not yet current members and
+// checks the group's size limit.
+func (e *Engine) prepareAddMembers(o *op) (done bool, err error) {
+	st := e.st
+	g, err := e.memberGroup(o.a, o.viewer)
+	if err != nil {
+		return false, err
+	}
+	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { _, cur := st.memberOf(g, u); return cur })
+	if len(o.list) == 0 {
+		return true, nil
+	}
+	fresh := 0
+	for _, u := range o.list {
+		if _, ok := st.members.Get(pair{g.id, u}); !ok {
+			fresh++
+		}
+	}
+	if len(g.byMap)+fresh > engine.MaxGroupMembers {
+		return false, fmt.Errorf("%w: a group holds at most %d members", engine.ErrInvalid, engine.MaxGroupMembers)
+	}
+	return false, nil
+}
+
+func (e *Engine) prepareLeaveGroup(o *op) (done bool, err error) {
+	g, ok := e.st.group(o.a)
+	if !ok {
+		return false, errGroupNotFound(o.a)
+	}
+	mapid, cur := e.st.memberOf(g, o.viewer)
+	if mapid == 0 {
+		return false, errNotMember
+	}
+	return !cur, nil // !cur: left already
+}
+
+func (e *Engine) prepareSendMessage(o *op) error {
+	if _, err := e.memberGroup(o.a, o.viewer); err != nil {
+		return err
+	}
+	o.b = e.newID(func(id uint64) bool { _, ok := e.st.msgs.Get(id); return ok })
+	return nil
+}
+
+// prepareMarkMessagesRead: done when no message would change.
+func (e *Engine) prepareMarkMessagesRead(o *op) (done bool, err error) {
+	st := e.st
+	// Every id is known before any membership is judged: an unknown
+	// id anywhere in the list answers ErrNotFound, whatever the order.
+	msgs := make([]*message, len(o.list))
+	for i, id := range o.list {
+		m, ok := st.message(id)
+		if !ok {
+			return false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+		}
+		msgs[i] = m
+	}
+	changes := false
+	for _, m := range msgs {
+		g, _ := st.group(m.group)
+		mapid, cur := st.memberOf(g, o.viewer)
+		if !cur {
+			return false, errNotMember
+		}
+		changes = changes || (m.rc.Counted(mapid) && !m.rc.IsRead(mapid))
+	}
+	return !changes, nil
 }

@@ -449,120 +449,41 @@ func (st *state) apply(o *op, out *[]engine.Event) {
 	case opUnfavorite:
 		st.clearLike(st.favs, counters.Favorites, o)
 	case opComment:
-		st.counts.Add(o.a, counters.Comments, 1)
-		var bumped []engine.UserID
-		if a := st.author(o.a); a != 0 && a != o.viewer {
-			st.bump(a, nComments)
-			bumped = append(bumped, engine.UserID(a))
-		}
-		emitUnread(out, st.mention(o.list, bumped, out != nil))
+		st.applyComment(o, out)
 	case opRepost:
-		st.counts.Add(o.a, counters.Reposts, 1)
-		st.addPost(o.b, o.viewer, out)
-		emitUnread(out, st.mention(o.list, nil, out != nil))
+		st.applyRepost(o, out)
 	case opViews:
-		for _, p := range o.list {
-			st.counts.Add(p, counters.Views, 1)
-		}
+		st.applyViews(o)
 	case opFollow:
-		if st.follows.Contains(o.viewer, o.a) {
+		// A follow or unfollow that changes nothing records nothing, not
+		// even its idempotency key.
+		if !st.applyFollow(o, out) {
 			return
 		}
-		if !st.known(o.viewer) {
-			st.nusers++
-		}
-		st.follows.Follow(o.viewer, o.a, st.postCount(o.a))
-		st.profile(o.a).followers++
-		emitFollows(out, o)
 	case opUnfollow:
-		// An emptied list keeps its viewer (follows.Store.Has), so the
-		// user stays known for the Users statistic.
-		if !st.follows.Unfollow(o.viewer, o.a) {
+		if !st.applyUnfollow(o, out) {
 			return
 		}
-		st.profile(o.a).followers--
-		emitFollows(out, o)
 	case opTouch:
-		r := st.user(o.viewer)
-		r.day = day(o.time)
-		if o.b != 0 {
-			r.cursor, r.flags = o.a, r.flags|flagCursor
-		}
+		st.applyTouch(o)
 	case opMarkRead:
-		// Not activity (engine.CursorExpired): only a badge read is.
-		r := st.user(o.viewer)
-		switch engine.UnreadKind(o.a) {
-		case engine.Mentions:
-			st.setCounter(o.viewer, r, nMentions, 0)
-		case engine.Comments:
-			st.setCounter(o.viewer, r, nComments, 0)
-		case engine.Likes:
-			st.setCounter(o.viewer, r, nLikes, 0)
-		case engine.Messages:
-			st.setCounter(o.viewer, r, nMessages, 0)
-		case engine.System:
-			r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
-		case engine.Feed:
-			st.follows.SetSnaps(o.viewer, st.postCount)
-		}
-		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+		st.applyMarkRead(o, out)
 	case opClickRedDot:
-		r := st.user(o.viewer)
-		r.click = o.time
-		emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+		st.applyClickRedDot(o, out)
 	case opPushRedDot:
-		st.push = o.time
-		emitBroadcast(out)
+		st.applyPushRedDot(o, out)
 	case opPublish:
-		off := uint64(len(st.notifText))
-		st.notifText = append(append(st.notifText, o.s1...), o.s2...)
-		st.notifs = append(st.notifs, notif{id: o.a, time: o.time, off: off,
-			titleLen: uint32(len(o.s1)), bodyLen: uint32(len(o.s2))})
-		emitBroadcast(out)
+		st.applyPublish(o, out)
 	case opCreateGroup:
-		st.groups.Put(o.a, uint32(len(st.groupList)))
-		st.groupList = append(st.groupList, group{id: o.a})
-		g := &st.groupList[len(st.groupList)-1]
-		st.members.Put(pair{o.a, o.viewer}, g.join(o.viewer))
-		for _, u := range o.list {
-			st.addMember(g, u)
-		}
+		st.applyCreateGroup(o)
 	case opAddMembers:
-		if g, ok := st.group(o.a); ok {
-			for _, u := range o.list {
-				st.addMember(g, u)
-			}
-		}
+		st.applyAddMembers(o)
 	case opLeaveGroup:
-		if g, ok := st.group(o.a); ok {
-			if mapid, cur := st.memberOf(g, o.viewer); cur {
-				g.setQuit(mapid, true)
-				g.current--
-			}
-		}
+		st.applyLeaveGroup(o)
 	case opSendMessage:
-		st.sendMessage(o, out)
+		st.applySendMessage(o, out)
 	case opMarkMessagesRead:
-		for _, id := range o.list {
-			m, ok := st.message(id)
-			if !ok {
-				continue
-			}
-			g, _ := st.group(m.group)
-			mapid, cur := st.memberOf(g, o.viewer)
-			if !cur {
-				continue
-			}
-			size := m.rc.SizeBytes()
-			if !m.rc.MarkRead(mapid) {
-				continue
-			}
-			st.rcBytes += m.rc.SizeBytes() - size
-			if out != nil {
-				*out = append(*out, engine.Event{Kind: engine.ReceiptsChanged,
-					Message: engine.MessageID(m.id), Users: []engine.UserID{engine.UserID(m.sender)}})
-			}
-		}
+		st.applyMarkMessagesRead(o, out)
 	case opSweepCursors:
 		st.sweepCursors(o.time, int64(o.a))
 	case opImport:
@@ -663,7 +584,7 @@ func (st *state) addMember(g *group, u uint64) {
 	}
 }
 
-func (st *state) sendMessage(o *op, out *[]engine.Event) {
+func (st *state) applySendMessage(o *op, out *[]engine.Event) {
 	g, ok := st.group(o.a)
 	if !ok {
 		return
@@ -830,5 +751,150 @@ func emitFollows(out *[]engine.Event, o *op) {
 	if out != nil {
 		*out = append(*out, engine.Event{Kind: engine.FollowsChanged,
 			Users: []engine.UserID{engine.UserID(o.viewer)}, Author: engine.UserID(o.a)})
+	}
+}
+
+func (st *state) applyComment(o *op, out *[]engine.Event) {
+	st.counts.Add(o.a, counters.Comments, 1)
+	var bumped []engine.UserID
+	if a := st.author(o.a); a != 0 && a != o.viewer {
+		st.bump(a, nComments)
+		bumped = append(bumped, engine.UserID(a))
+	}
+	emitUnread(out, st.mention(o.list, bumped, out != nil))
+}
+
+func (st *state) applyRepost(o *op, out *[]engine.Event) {
+	st.counts.Add(o.a, counters.Reposts, 1)
+	st.addPost(o.b, o.viewer, out)
+	emitUnread(out, st.mention(o.list, nil, out != nil))
+}
+
+func (st *state) applyViews(o *op) {
+	for _, p := range o.list {
+		st.counts.Add(p, counters.Views, 1)
+	}
+}
+
+// applyFollow reports whether the follow changed anything.
+func (st *state) applyFollow(o *op, out *[]engine.Event) bool {
+	if st.follows.Contains(o.viewer, o.a) {
+		return false
+	}
+	if !st.known(o.viewer) {
+		st.nusers++
+	}
+	st.follows.Follow(o.viewer, o.a, st.postCount(o.a))
+	st.profile(o.a).followers++
+	emitFollows(out, o)
+	return true
+}
+
+// applyUnfollow reports whether the unfollow changed anything.
+func (st *state) applyUnfollow(o *op, out *[]engine.Event) bool {
+	// An emptied list keeps its viewer (follows.Store.Has), so the
+	// user stays known for the Users statistic.
+	if !st.follows.Unfollow(o.viewer, o.a) {
+		return false
+	}
+	st.profile(o.a).followers--
+	emitFollows(out, o)
+	return true
+}
+
+func (st *state) applyTouch(o *op) {
+	r := st.user(o.viewer)
+	r.day = day(o.time)
+	if o.b != 0 {
+		r.cursor, r.flags = o.a, r.flags|flagCursor
+	}
+}
+
+func (st *state) applyMarkRead(o *op, out *[]engine.Event) {
+	// Not activity (engine.CursorExpired): only a badge read is.
+	r := st.user(o.viewer)
+	switch engine.UnreadKind(o.a) {
+	case engine.Mentions:
+		st.setCounter(o.viewer, r, nMentions, 0)
+	case engine.Comments:
+		st.setCounter(o.viewer, r, nComments, 0)
+	case engine.Likes:
+		st.setCounter(o.viewer, r, nLikes, 0)
+	case engine.Messages:
+		st.setCounter(o.viewer, r, nMessages, 0)
+	case engine.System:
+		r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
+	case engine.Feed:
+		st.follows.SetSnaps(o.viewer, st.postCount)
+	}
+	emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+}
+
+func (st *state) applyClickRedDot(o *op, out *[]engine.Event) {
+	r := st.user(o.viewer)
+	r.click = o.time
+	emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
+}
+
+func (st *state) applyPushRedDot(o *op, out *[]engine.Event) {
+	st.push = o.time
+	emitBroadcast(out)
+}
+
+func (st *state) applyPublish(o *op, out *[]engine.Event) {
+	off := uint64(len(st.notifText))
+	st.notifText = append(append(st.notifText, o.s1...), o.s2...)
+	st.notifs = append(st.notifs, notif{id: o.a, time: o.time, off: off,
+		titleLen: uint32(len(o.s1)), bodyLen: uint32(len(o.s2))})
+	emitBroadcast(out)
+}
+
+func (st *state) applyCreateGroup(o *op) {
+	st.groups.Put(o.a, uint32(len(st.groupList)))
+	st.groupList = append(st.groupList, group{id: o.a})
+	g := &st.groupList[len(st.groupList)-1]
+	st.members.Put(pair{o.a, o.viewer}, g.join(o.viewer))
+	for _, u := range o.list {
+		st.addMember(g, u)
+	}
+}
+
+func (st *state) applyAddMembers(o *op) {
+	if g, ok := st.group(o.a); ok {
+		for _, u := range o.list {
+			st.addMember(g, u)
+		}
+	}
+}
+
+func (st *state) applyLeaveGroup(o *op) {
+	if g, ok := st.group(o.a); ok {
+		if mapid, cur := st.memberOf(g, o.viewer); cur {
+			g.setQuit(mapid, true)
+			g.current--
+		}
+	}
+}
+
+func (st *state) applyMarkMessagesRead(o *op, out *[]engine.Event) {
+	for _, id := range o.list {
+		m, ok := st.message(id)
+		if !ok {
+			continue
+		}
+		g, _ := st.group(m.group)
+		mapid, cur := st.memberOf(g, o.viewer)
+		if !cur {
+			continue
+		}
+		size := m.rc.SizeBytes()
+		if !m.rc.MarkRead(mapid) {
+			continue
+		}
+		st.rcBytes += m.rc.SizeBytes() - size
+		if out != nil {
+			*out = append(*out, engine.Event{Kind: engine.ReceiptsChanged,
+				Message: engine.MessageID(m.id), Users: []engine.UserID{engine.UserID(m.sender)}})
+		}
 	}
 }

@@ -205,121 +205,19 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		tag  snapshot.Tag
 		body func()
 	}{
-		{tagMeta, func() {
-			e.start()
-			e.u(stateVersion)
-			e.v(im.lastTime)
-			e.u(im.genHigh)
-			e.v(st.push)
-			e.v(st.nusers)
-			e.end()
-		}},
+		{tagMeta, func() { writeMeta(e, im) }},
 		{registryTagWritten, func() { writeRegistry(w, e, st) }},
 		{countsTagWritten, func() { writeCounts(w, e, st) }},
 		{tagLikes, func() { writeSet(e, st.likes) }},
 		{tagFavs, func() { writeSet(e, st.favs) }},
-		{tagUsers, func() {
-			st.users.Range(func(u uint64, r userRec) bool {
-				f := st.userFields(u, &r)
-				e.start()
-				e.u(u)
-				e.masked(f[:])
-				e.end()
-				return true
-			})
-		}},
-		{tagProfiles, func() {
-			st.profiles.Range(func(u uint64, p profile) bool {
-				e.start()
-				e.u(u)
-				e.v(p.posts)
-				e.v(p.followers)
-				e.end()
-				return true
-			})
-		}},
-		{tagFollows, func() {
-			st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {
-				for first := true; first || len(targets) > 0; first = false {
-					n := min(len(targets), followsPerItem)
-					e.start()
-					e.u(viewer)
-					e.u(uint64(n))
-					for i, f := range targets[:n] {
-						e.u(f)
-						e.v(snaps[i])
-					}
-					e.end()
-					targets, snaps = targets[n:], snaps[n:]
-				}
-				return true
-			})
-		}},
-		{tagNotifs, func() {
-			for i := range st.notifs {
-				n := &st.notifs[i]
-				text := st.notifText[n.off : n.off+uint64(n.titleLen)+uint64(n.bodyLen)]
-				e.start()
-				e.u(n.id)
-				e.v(n.time)
-				e.str(text[:n.titleLen])
-				e.str(text[n.titleLen:])
-				e.end()
-			}
-		}},
-		{tagGroups, func() {
-			for i := range st.groupList {
-				g := &st.groupList[i]
-				e.start()
-				e.u(g.id)
-				e.u(uint64(len(g.byMap)))
-				for _, u := range g.byMap {
-					e.u(u)
-				}
-				for _, q := range g.quit[:(len(g.byMap)+63)/64] {
-					e.u(q)
-				}
-				e.end()
-			}
-		}},
-		{tagMsgs, func() {
-			for i := range st.msgList {
-				m := &st.msgList[i]
-				e.start()
-				e.u(m.id)
-				e.u(m.group)
-				e.u(m.sender)
-				e.v(m.time)
-				e.str(st.msgText[m.off : m.off+uint64(m.textLen)])
-				var err error
-				if e.scratch, err = m.rc.AppendBinary(e.scratch[:0]); err != nil {
-					panic(err) // appending to a slice cannot fail
-				}
-				e.str(e.scratch)
-				e.end()
-			}
-		}},
-		{tagIdem2, func() {
-			st.idem.Range(func(k idemKey, v idemVal) bool {
-				e.start()
-				e.fixed(k[0])
-				e.fixed(k[1])
-				e.u(v.result)
-				e.v(v.time)
-				e.fixed(v.fp)
-				e.end()
-				return true
-			})
-		}},
-		{tagIdemQ, func() {
-			for _, q := range st.idemQ[st.idemHead:] {
-				e.start()
-				e.v(q.time)
-				e.fixed(q.key[0])
-				e.fixed(q.key[1])
-				e.end()
-			}
-		}},
+		{tagUsers, func() { writeUsers(e, st) }},
+		{tagProfiles, func() { writeProfiles(e, st) }},
+		{tagFollows, func() { writeFollows(e, st) }},
+		{tagNotifs, func() { writeNotifs(e, st) }},
+		{tagGroups, func() { writeGroups(e, st) }},
+		{tagMsgs, func() { writeMsgs(e, st) }},
+		{tagIdem2, func() { writeIdem(e, st) }},
+		{tagIdemQ, func() { writeIdemQ(e, st) }},
 	}
 	for _, s := range steps {
 		if err := section(s.tag, s.body); err != nil {
@@ -1139,4 +1037,124 @@ func readIdemQ(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		}
 		st.idemQ = append(st.idemQ, q)
 	})
+}
+
+func writeMeta(e *enc, im *image) {
+	e.start()
+	e.u(stateVersion)
+	e.v(im.lastTime)
+	e.u(im.genHigh)
+	e.v(im.st.push)
+	e.v(im.st.nusers)
+	e.end()
+}
+
+func writeUsers(e *enc, st *state) {
+	st.users.Range(func(u uint64, r userRec) bool {
+		f := st.userFields(u, &r)
+		e.start()
+		e.u(u)
+		e.masked(f[:])
+		e.end()
+		return true
+	})
+}
+
+func writeProfiles(e *enc, st *state) {
+	st.profiles.Range(func(u uint64, p profile) bool {
+		e.start()
+		e.u(u)
+		e.v(p.posts)
+		e.v(p.followers)
+		e.end()
+		return true
+	})
+}
+
+func writeFollows(e *enc, st *state) {
+	st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {
+		for first := true; first || len(targets) > 0; first = false {
+			n := min(len(targets), followsPerItem)
+			e.start()
+			e.u(viewer)
+			e.u(uint64(n))
+			for i, f := range targets[:n] {
+				e.u(f)
+				e.v(snaps[i])
+			}
+			e.end()
+			targets, snaps = targets[n:], snaps[n:]
+		}
+		return true
+	})
+}
+
+func writeNotifs(e *enc, st *state) {
+	for i := range st.notifs {
+		n := &st.notifs[i]
+		text := st.notifText[n.off : n.off+uint64(n.titleLen)+uint64(n.bodyLen)]
+		e.start()
+		e.u(n.id)
+		e.v(n.time)
+		e.str(text[:n.titleLen])
+		e.str(text[n.titleLen:])
+		e.end()
+	}
+}
+
+func writeGroups(e *enc, st *state) {
+	for i := range st.groupList {
+		g := &st.groupList[i]
+		e.start()
+		e.u(g.id)
+		e.u(uint64(len(g.byMap)))
+		for _, u := range g.byMap {
+			e.u(u)
+		}
+		for _, q := range g.quit[:(len(g.byMap)+63)/64] {
+			e.u(q)
+		}
+		e.end()
+	}
+}
+
+func writeMsgs(e *enc, st *state) {
+	for i := range st.msgList {
+		m := &st.msgList[i]
+		e.start()
+		e.u(m.id)
+		e.u(m.group)
+		e.u(m.sender)
+		e.v(m.time)
+		e.str(st.msgText[m.off : m.off+uint64(m.textLen)])
+		var err error
+		if e.scratch, err = m.rc.AppendBinary(e.scratch[:0]); err != nil {
+			panic(err) // appending to a slice cannot fail
+		}
+		e.str(e.scratch)
+		e.end()
+	}
+}
+
+func writeIdem(e *enc, st *state) {
+	st.idem.Range(func(k idemKey, v idemVal) bool {
+		e.start()
+		e.fixed(k[0])
+		e.fixed(k[1])
+		e.u(v.result)
+		e.v(v.time)
+		e.fixed(v.fp)
+		e.end()
+		return true
+	})
+}
+
+func writeIdemQ(e *enc, st *state) {
+	for _, q := range st.idemQ[st.idemHead:] {
+		e.start()
+		e.v(q.time)
+		e.fixed(q.key[0])
+		e.fixed(q.key[1])
+		e.end()
+	}
 }
