@@ -22,11 +22,11 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/fastpath"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // The differential proof of the fast path: generated operations run

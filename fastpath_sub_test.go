@@ -12,10 +12,10 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/fastpath"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // unreadReads counts a server's badge reads.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // The feed-page benchmarks: one GraphQL request for a page of 50 posts'

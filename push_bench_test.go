@@ -14,9 +14,9 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // BenchmarkUnreadBroadcast: one system notification pushes a new badge to

@@ -27,13 +27,13 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/engine/importfile"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/wal"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/hub"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/demoseed"
 )

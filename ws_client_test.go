@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/hub"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/clients"
 )

@@ -15,11 +15,11 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/graph"
 	"github.com/tally-dev/tally/loaders"
 	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/fastpath"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // Config is what the GraphQL endpoint needs.

@@ -8,7 +8,7 @@ package resolvers
 
 import (
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/hub"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // Resolver is the root resolver; one per server.

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/hub"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/resolvers/hub"
 )
 
 // The soak runs end to end against an in-process server with the

@@ -1,6 +1,10 @@
-// Package hub routes engine events to connected subscribers. It owns the
-// question "which open subscriptions does this change concern?" and answers
-// it without touching users who are not connected: a broadcast wakes the
+// Package hub routes engine events to the subscriptions open on this
+// server (the resolvers' badge and receipt streams). It sits beside the
+// resolvers, not in engine/, because it holds connection state and no
+// product rule, and works on any engine.Store through Subscribe.
+//
+// It owns the question "which open subscriptions does this change
+// concern?" and answers it without touching users who are not connected: a broadcast wakes the
 // connected badge subscribers only, and a post by an author with millions of
 // followers wakes only the connected ones, found through an index of each
 // connected viewer's followees (built when they subscribe, kept current by
