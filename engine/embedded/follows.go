@@ -1,0 +1,207 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snapshot"
+)
+
+// Follow implements engine.Store.
+func (e *Engine) Follow(ctx context.Context, viewer, target engine.UserID) error {
+	return e.followOp(ctx, opFollow, viewer, target)
+}
+
+// Unfollow implements engine.Store.
+func (e *Engine) Unfollow(ctx context.Context, viewer, target engine.UserID) error {
+	return e.followOp(ctx, opUnfollow, viewer, target)
+}
+
+func (e *Engine) followOp(ctx context.Context, kind opKind, viewer, target engine.UserID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	if err := engine.CheckViewer(target); err != nil {
+		return err
+	}
+	if viewer == target {
+		return fmt.Errorf("%w: cannot follow oneself", engine.ErrInvalid)
+	}
+	_, err := e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(target)})
+	return err
+}
+
+// Followees implements engine.Store.
+func (e *Engine) Followees(ctx context.Context, viewer engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	targets, _ := e.st.follows.List(uint64(viewer))
+	out := make([]engine.UserID, len(targets))
+	for i, f := range targets {
+		out[i] = engine.UserID(f)
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+// UserCounts implements engine.Store.
+func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.UserCounts, error) {
+	if err := readCheck(ctx, us); err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserCounts, len(us))
+	e.mu.RLock()
+	for i, u := range us {
+		p, _ := e.st.profiles.Get(uint64(u))
+		out[i] = engine.UserCounts{Posts: p.posts, Followers: p.followers,
+			Following: int64(e.st.follows.Following(uint64(u)))}
+	}
+	e.mu.RUnlock()
+	return out, nil
+}
+
+// profile is one user's public counters. Following is not stored: it is
+// the length of the user's followee list.
+type profile struct {
+	posts, followers int64
+}
+
+// profile returns u's public counters, creating them; valid as user's.
+func (st *state) profile(u uint64) *profile {
+	if p, ok := st.profiles.Ref(u); ok {
+		return p
+	}
+	if !st.known(u) {
+		st.nusers++
+	}
+	return st.profiles.Upsert(u)
+}
+
+func (st *state) postCount(u uint64) int64 {
+	p, _ := st.profiles.Get(u)
+	return p.posts
+}
+
+// prepareFollow: done when the viewer already (un)follows the target.
+func (e *Engine) prepareFollow(o *op) (done bool) {
+	following := e.st.follows.Contains(o.viewer, o.a)
+	return following == (o.kind == opFollow)
+}
+
+// applyFollow reports whether the follow changed anything.
+func (st *state) applyFollow(o *op, out *[]engine.Event) bool {
+	if st.follows.Contains(o.viewer, o.a) {
+		return false
+	}
+	if !st.known(o.viewer) {
+		st.nusers++
+	}
+	st.follows.Follow(o.viewer, o.a, st.postCount(o.a))
+	st.profile(o.a).followers++
+	emitFollows(out, o)
+	return true
+}
+
+// applyUnfollow reports whether the unfollow changed anything.
+func (st *state) applyUnfollow(o *op, out *[]engine.Event) bool {
+	// An emptied list keeps its viewer (follows.Store.Has), so the
+	// user stays known for the Users statistic.
+	if !st.follows.Unfollow(o.viewer, o.a) {
+		return false
+	}
+	st.profile(o.a).followers--
+	emitFollows(out, o)
+	return true
+}
+
+func emitFollows(out *[]engine.Event, o *op) {
+	if out != nil {
+		*out = append(*out, engine.Event{Kind: engine.FollowsChanged,
+			Users: []engine.UserID{engine.UserID(o.viewer)}, Author: engine.UserID(o.a)})
+	}
+}
+
+// followsPerItem bounds a FOLW item so that a user following millions
+// stays far below snapshot.MaxChunkBytes.
+const followsPerItem = 4096
+
+func writeProfiles(e *enc, st *state) {
+	st.profiles.Range(func(u uint64, p profile) bool {
+		e.start()
+		e.u(u)
+		e.v(p.posts)
+		e.v(p.followers)
+		e.end()
+		return true
+	})
+}
+
+func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	err := eachItem(sr, pc, func(d *dec) {
+		u := d.u("user")
+		p := profile{posts: d.v("posts"), followers: d.v("followers")}
+		if d.err == "" {
+			st.profiles.Put(u, p)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return checkLen(sr, st.profiles.Len())
+}
+
+func writeFollows(e *enc, st *state) {
+	st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {
+		for first := true; first || len(targets) > 0; first = false {
+			n := min(len(targets), followsPerItem)
+			e.start()
+			e.u(viewer)
+			e.u(uint64(n))
+			for i, f := range targets[:n] {
+				e.u(f)
+				e.v(snaps[i])
+			}
+			e.end()
+			targets, snaps = targets[n:], snaps[n:]
+		}
+		return true
+	})
+}
+
+func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	var last, lastN uint64
+	var targets []uint64
+	var snaps []int64
+	return eachItem(sr, pc, func(d *dec) {
+		viewer := d.u("viewer")
+		n := d.u("list length")
+		if d.err != "" {
+			return
+		}
+		if n > followsPerItem || n > uint64(len(d.b)/2) {
+			d.fail("follow list too long")
+			return
+		}
+		if st.follows.Has(viewer) && (viewer != last || lastN != followsPerItem || n == 0) {
+			// A continuation follows a full item of its viewer and is
+			// never empty; anything else is a second list for one viewer.
+			d.fail(fmt.Sprintf("viewer %d listed twice", viewer))
+			return
+		}
+		last, lastN = viewer, n
+		targets, snaps = targets[:0], snaps[:0]
+		for range n {
+			targets = append(targets, d.u("followee"))
+			snaps = append(snaps, d.v("snapshot"))
+		}
+		if d.err != "" {
+			return
+		}
+		if err := st.follows.Load(viewer, targets, snaps); err != nil {
+			d.fail(err.Error())
+		}
+	})
+}

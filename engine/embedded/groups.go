@@ -1,0 +1,684 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/receipts"
+	"github.com/tally-dev/tally/engine/snapshot"
+)
+
+// group maps mapids to users. mapid i+1 belongs to byMap[i] forever;
+// leaving only sets the quit bit, so old messages' bitmaps stay readable
+// and a returning member gets their old mapid back (seeds/004).
+type group struct {
+	id      uint64
+	byMap   []uint64
+	quit    []uint64 // bit i: mapid i+1 has quit
+	current int      // members who have not quit
+}
+
+func (g *group) hasQuit(mapid uint32) bool {
+	i := mapid - 1
+	return g.quit[i/64]&(1<<(i%64)) != 0
+}
+
+func (g *group) setQuit(mapid uint32, q bool) {
+	i := mapid - 1
+	if q {
+		g.quit[i/64] |= 1 << (i % 64)
+	} else {
+		g.quit[i/64] &^= 1 << (i % 64)
+	}
+}
+
+// currentAfter calls fn for the current members with a mapid above after,
+// in mapid order, at most limit of them. It walks the quit words, so a
+// stretch of members who left costs a word operation per 64 of them.
+func (g *group) currentAfter(after uint32, limit int, fn func(u uint64)) {
+	n := uint32(len(g.byMap))
+	for w := int(after / 64); limit > 0 && w < len(g.quit); w++ {
+		x := ^g.quit[w]
+		if w == int(after/64) {
+			x &^= 1<<(after%64) - 1
+		}
+		for ; x != 0 && limit > 0; x &= x - 1 {
+			i := uint32(w*64 + bits.TrailingZeros64(x)) // mapid i+1
+			if i >= n {
+				return
+			}
+			fn(g.byMap[i])
+			limit--
+		}
+	}
+}
+
+// quitters yields the mapids that have quit, in order.
+func (g *group) quitters(yield func(uint32) bool) {
+	for w, word := range g.quit {
+		for word != 0 {
+			if !yield(uint32(w*64+bits.TrailingZeros64(word)) + 1) {
+				return
+			}
+			word &= word - 1
+		}
+	}
+}
+
+// join gives u the next mapid.
+func (g *group) join(u uint64) uint32 {
+	g.byMap = append(g.byMap, u)
+	if len(g.byMap) > len(g.quit)*64 {
+		g.quit = append(g.quit, 0)
+	}
+	g.current++
+	return uint32(len(g.byMap))
+}
+
+// message is one group message; its text lives in state.msgText.
+type message struct {
+	id, group, sender uint64
+	time              int64
+	off               uint64
+	textLen           uint32
+	rc                receipts.Receipt
+}
+
+func (st *state) group(id uint64) (*group, bool) {
+	i, ok := st.groups.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return &st.groupList[i], true
+}
+
+// memberOf returns u's mapid in g and whether u is a current member.
+func (st *state) memberOf(g *group, u uint64) (mapid uint32, current bool) {
+	mapid, ok := st.members.Get(pair{g.id, u})
+	if !ok {
+		return 0, false
+	}
+	return mapid, !g.hasQuit(mapid)
+}
+
+func (st *state) message(id uint64) (*message, bool) {
+	i, ok := st.msgs.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return &st.msgList[i], true
+}
+
+func (st *state) messageOut(m *message) engine.Message {
+	return engine.Message{
+		ID:     engine.MessageID(m.id),
+		Group:  engine.GroupID(m.group),
+		Sender: engine.UserID(m.sender),
+		Text:   string(st.msgText[m.off : m.off+uint64(m.textLen)]),
+		SentAt: nsTime(m.time),
+	}
+}
+
+var errNotMember = fmt.Errorf("%w: not a member of the group", engine.ErrForbidden)
+
+// errSenderLeft: receipts are for a sender who is still a member.
+var errSenderLeft = fmt.Errorf("%w: only the sender sees read receipts, while a member of the group", engine.ErrForbidden)
+
+func errGroupNotFound(id uint64) error {
+	return fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
+}
+
+// memberGroup returns group id if viewer is a current member of it.
+func (e *Engine) memberGroup(id, viewer uint64) (*group, error) {
+	g, ok := e.st.group(id)
+	if !ok {
+		return nil, errGroupNotFound(id)
+	}
+	if _, cur := e.st.memberOf(g, viewer); !cur {
+		return nil, errNotMember
+	}
+	return g, nil
+}
+
+// CreateGroup implements engine.Store.
+func (e *Engine) CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return 0, err
+	}
+	ms, err := engine.NormalizeUsers(members)
+	if err != nil {
+		return 0, err
+	}
+	id, err := e.commit(&op{kind: opCreateGroup, viewer: uint64(viewer), list: ids(ms)})
+	return engine.GroupID(id), err
+}
+
+// AddGroupMembers implements engine.Store.
+func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g engine.GroupID, us []engine.UserID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	ms, err := engine.NormalizeUsers(us)
+	if err != nil {
+		return err
+	}
+	_, err = e.commit(&op{kind: opAddMembers, viewer: uint64(viewer), a: uint64(g), list: ids(ms)})
+	return err
+}
+
+// LeaveGroup implements engine.Store. Leaving again is a no-op; a user who
+// never joined gets ErrForbidden.
+func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.GroupID) error {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return err
+	}
+	_, err := e.commit(&op{kind: opLeaveGroup, viewer: uint64(viewer), a: uint64(g)})
+	return err
+}
+
+// Group implements engine.Store.
+func (e *Engine) Group(ctx context.Context, viewer engine.UserID, id engine.GroupID) (engine.Group, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Group{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	g, err := e.memberGroup(uint64(id), uint64(viewer))
+	if err != nil {
+		return engine.Group{}, err
+	}
+	out := engine.Group{ID: id, MemberCount: g.current, Members: make([]engine.UserID, 0, min(g.current, engine.MaxPageSize))}
+	g.currentAfter(0, engine.MaxPageSize, func(u uint64) { out.Members = append(out.Members, engine.UserID(u)) })
+	return out, nil
+}
+
+// GroupMembers implements engine.Store.
+func (e *Engine) GroupMembers(ctx context.Context, viewer engine.UserID, id engine.GroupID, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	g, err := e.memberGroup(uint64(id), uint64(viewer))
+	if err != nil {
+		return nil, err
+	}
+	from, err := e.cursorMapID(g, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserID, 0, min(first, g.current))
+	g.currentAfter(from, first, func(u uint64) { out = append(out, engine.UserID(u)) })
+	return out, nil
+}
+
+// cursorMapID is the mapid of the user a page starts after (0: none).
+func (e *Engine) cursorMapID(g *group, after engine.UserID) (uint32, error) {
+	if after == 0 {
+		return 0, nil
+	}
+	mapid, _ := e.st.memberOf(g, uint64(after))
+	if mapid == 0 {
+		return 0, errBadCursor(after)
+	}
+	return mapid, nil
+}
+
+func errBadCursor(after engine.UserID) error {
+	return fmt.Errorf("%w: after: user %d was never a member of the group", engine.ErrInvalid, uint64(after))
+}
+
+// SendMessage implements engine.Store.
+func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
+	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+		return engine.Message{}, err
+	}
+	if err := engine.CheckText(text); err != nil {
+		return engine.Message{}, err
+	}
+	m, err := engine.NormalizeMentions(viewer, mentions)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	o := &op{kind: opSendMessage, viewer: uint64(viewer), a: uint64(g), list: ids(m), s1: text}
+	id, err := e.commit(o.withIdem(uint64(viewer), idemKey, engine.IdemSendMessage,
+		engine.IdemArgs{Group: g, Mentions: m, Text: text}))
+	if err != nil {
+		return engine.Message{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	msg, _ := e.st.message(id)
+	return e.st.messageOut(msg), nil
+}
+
+// memberMessage returns message id if viewer is a current member of its
+// group. Caller holds mu.
+func (e *Engine) memberMessage(id, viewer uint64) (*message, error) {
+	m, ok := e.st.message(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	if _, err := e.memberGroup(m.group, viewer); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Message implements engine.Store.
+func (e *Engine) Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Message{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, err := e.memberMessage(uint64(id), uint64(viewer))
+	if err != nil {
+		return engine.Message{}, err
+	}
+	return e.st.messageOut(m), nil
+}
+
+// MarkMessagesRead implements engine.Store.
+func (e *Engine) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ms []engine.MessageID) ([]engine.Message, error) {
+	if err := checkMutation(ctx, viewer, ""); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckIDs(ms); err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return []engine.Message{}, nil
+	}
+	if _, err := e.commit(&op{kind: opMarkMessagesRead, viewer: uint64(viewer), list: ids(ms)}); err != nil {
+		return nil, err
+	}
+	out := make([]engine.Message, len(ms))
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for i, id := range ms {
+		m, _ := e.st.message(uint64(id))
+		out[i] = e.st.messageOut(m)
+	}
+	return out, nil
+}
+
+// Receipts implements engine.Store.
+func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, limit int) (engine.Receipts, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Receipts{}, err
+	}
+	limit, err := engine.ClampPage(limit)
+	if err != nil {
+		return engine.Receipts{}, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, g, err := e.senderMessage(id, viewer)
+	if err != nil {
+		return engine.Receipts{}, err
+	}
+	var r engine.Receipts
+	r.ReadCount, r.UnreadCount = m.rc.Counts()
+	if limit > 0 {
+		r.Readers = make([]engine.UserID, 0, min(limit, r.ReadCount))
+		m.rc.Readers(limit, func(mapid uint32) { r.Readers = append(r.Readers, engine.UserID(g.byMap[mapid-1])) })
+		r.Unreaders = make([]engine.UserID, 0, min(limit, r.UnreadCount))
+		m.rc.Unreaders(limit, func(mapid uint32) { r.Unreaders = append(r.Unreaders, engine.UserID(g.byMap[mapid-1])) })
+	}
+	return r, nil
+}
+
+// ReceiptMembers implements engine.Store.
+func (e *Engine) ReceiptMembers(ctx context.Context, viewer engine.UserID, id engine.MessageID, readers bool, first int, after engine.UserID) ([]engine.UserID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckPage(first); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, g, err := e.senderMessage(id, viewer)
+	if err != nil {
+		return nil, err
+	}
+	from, err := e.cursorMapID(g, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.UserID, 0, first)
+	add := func(mapid uint32) { out = append(out, engine.UserID(g.byMap[mapid-1])) }
+	if readers {
+		m.rc.ReadersAfter(from, first, add)
+	} else {
+		m.rc.UnreadersAfter(from, first, add)
+	}
+	return out, nil
+}
+
+// senderMessage returns message id and its group for its sender, while a
+// member of the group: the receipts rule. Caller holds mu.
+func (e *Engine) senderMessage(id engine.MessageID, viewer engine.UserID) (*message, *group, error) {
+	m, ok := e.st.message(uint64(id))
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	}
+	if m.sender != uint64(viewer) {
+		return nil, nil, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
+	}
+	g, _ := e.st.group(m.group)
+	if _, cur := e.st.memberOf(g, uint64(viewer)); !cur {
+		return nil, nil, errSenderLeft
+	}
+	return m, g, nil
+}
+
+func (e *Engine) prepareCreateGroup(o *op) {
+	o.a = e.newID(func(id uint64) bool { _, ok := e.st.groups.Get(id); return ok })
+	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { return u == o.viewer })
+}
+
+// prepareAddMembers keeps only the users not yet current members and
+// checks the group's size limit.
+func (e *Engine) prepareAddMembers(o *op) (done bool, err error) {
+	st := e.st
+	g, err := e.memberGroup(o.a, o.viewer)
+	if err != nil {
+		return false, err
+	}
+	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { _, cur := st.memberOf(g, u); return cur })
+	if len(o.list) == 0 {
+		return true, nil
+	}
+	fresh := 0
+	for _, u := range o.list {
+		if _, ok := st.members.Get(pair{g.id, u}); !ok {
+			fresh++
+		}
+	}
+	if len(g.byMap)+fresh > engine.MaxGroupMembers {
+		return false, fmt.Errorf("%w: a group holds at most %d members", engine.ErrInvalid, engine.MaxGroupMembers)
+	}
+	return false, nil
+}
+
+func (e *Engine) prepareLeaveGroup(o *op) (done bool, err error) {
+	g, ok := e.st.group(o.a)
+	if !ok {
+		return false, errGroupNotFound(o.a)
+	}
+	mapid, cur := e.st.memberOf(g, o.viewer)
+	if mapid == 0 {
+		return false, errNotMember
+	}
+	return !cur, nil // !cur: left already
+}
+
+func (e *Engine) prepareSendMessage(o *op) error {
+	if _, err := e.memberGroup(o.a, o.viewer); err != nil {
+		return err
+	}
+	o.b = e.newID(func(id uint64) bool { _, ok := e.st.msgs.Get(id); return ok })
+	return nil
+}
+
+// prepareMarkMessagesRead: done when no message would change.
+func (e *Engine) prepareMarkMessagesRead(o *op) (done bool, err error) {
+	st := e.st
+	// Every id is known before any membership is judged: an unknown
+	// id anywhere in the list answers ErrNotFound, whatever the order.
+	msgs := make([]*message, len(o.list))
+	for i, id := range o.list {
+		m, ok := st.message(id)
+		if !ok {
+			return false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+		}
+		msgs[i] = m
+	}
+	changes := false
+	for _, m := range msgs {
+		g, _ := st.group(m.group)
+		mapid, cur := st.memberOf(g, o.viewer)
+		if !cur {
+			return false, errNotMember
+		}
+		changes = changes || (m.rc.Counted(mapid) && !m.rc.IsRead(mapid))
+	}
+	return !changes, nil
+}
+
+func (st *state) applyCreateGroup(o *op) {
+	st.groups.Put(o.a, uint32(len(st.groupList)))
+	st.groupList = append(st.groupList, group{id: o.a})
+	g := &st.groupList[len(st.groupList)-1]
+	st.members.Put(pair{o.a, o.viewer}, g.join(o.viewer))
+	for _, u := range o.list {
+		st.addMember(g, u)
+	}
+}
+
+func (st *state) applyAddMembers(o *op) {
+	if g, ok := st.group(o.a); ok {
+		for _, u := range o.list {
+			st.addMember(g, u)
+		}
+	}
+}
+
+func (st *state) applyLeaveGroup(o *op) {
+	if g, ok := st.group(o.a); ok {
+		if mapid, cur := st.memberOf(g, o.viewer); cur {
+			g.setQuit(mapid, true)
+			g.current--
+		}
+	}
+}
+
+// addMember makes u a current member of g: a returning member gets their
+// old mapid back, a new one the next mapid.
+func (st *state) addMember(g *group, u uint64) {
+	mapid, cur := st.memberOf(g, u)
+	switch {
+	case cur:
+	case mapid != 0:
+		g.setQuit(mapid, false)
+		g.current++
+	default:
+		st.members.Put(pair{g.id, u}, g.join(u))
+	}
+}
+
+func (st *state) applySendMessage(o *op, out *[]engine.Event) {
+	g, ok := st.group(o.a)
+	if !ok {
+		return
+	}
+	senderMap, _ := st.memberOf(g, o.viewer)
+	maxID := uint32(len(g.byMap))
+	off := uint64(len(st.msgText))
+	st.msgText = append(st.msgText, o.s1...)
+	st.msgs.Put(o.b, uint32(len(st.msgList)))
+	rc := receipts.New(maxID, senderMap, g.quitters)
+	st.rcBytes += rc.SizeBytes()
+	st.msgList = append(st.msgList, message{id: o.b, group: o.a, sender: o.viewer, time: o.time,
+		off: off, textLen: uint32(len(o.s1)), rc: rc})
+
+	// Every other current member gets +1 message; this is O(members) per
+	// message, which groups (unlike followers) can afford.
+	var bumped []engine.UserID
+	if out != nil {
+		bumped = make([]engine.UserID, 0, g.current)
+	}
+	for i, u := range g.byMap {
+		if u == o.viewer || g.hasQuit(uint32(i+1)) {
+			continue
+		}
+		st.bump(u, nMessages)
+		if out != nil {
+			bumped = append(bumped, engine.UserID(u))
+		}
+	}
+	for _, u := range o.list {
+		if _, cur := st.memberOf(g, u); cur {
+			st.bump(u, nMentions)
+		}
+	}
+	emitUnread(out, bumped)
+}
+
+func (st *state) applyMarkMessagesRead(o *op, out *[]engine.Event) {
+	for _, id := range o.list {
+		m, ok := st.message(id)
+		if !ok {
+			continue
+		}
+		g, _ := st.group(m.group)
+		mapid, cur := st.memberOf(g, o.viewer)
+		if !cur {
+			continue
+		}
+		size := m.rc.SizeBytes()
+		if !m.rc.MarkRead(mapid) {
+			continue
+		}
+		st.rcBytes += m.rc.SizeBytes() - size
+		if out != nil {
+			*out = append(*out, engine.Event{Kind: engine.ReceiptsChanged,
+				Message: engine.MessageID(m.id), Users: []engine.UserID{engine.UserID(m.sender)}})
+		}
+	}
+}
+
+func writeGroups(e *enc, st *state) {
+	for i := range st.groupList {
+		g := &st.groupList[i]
+		e.start()
+		e.u(g.id)
+		e.u(uint64(len(g.byMap)))
+		for _, u := range g.byMap {
+			e.u(u)
+		}
+		for _, q := range g.quit[:(len(g.byMap)+63)/64] {
+			e.u(q)
+		}
+		e.end()
+	}
+}
+
+func readGroups(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	err := eachItem(sr, pc, func(d *dec) {
+		id := d.u("group")
+		n := d.u("members")
+		if d.err != "" {
+			return
+		}
+		if n == 0 || n > engine.MaxGroupMembers || n > uint64(len(d.b)) {
+			d.fail("bad member count")
+			return
+		}
+		if _, dup := st.groups.Get(id); dup {
+			d.fail(fmt.Sprintf("group %d listed twice", id))
+			return
+		}
+		g := group{id: id, byMap: make([]uint64, n), quit: make([]uint64, (n+63)/64)}
+		for i := range g.byMap {
+			g.byMap[i] = d.u("member")
+		}
+		for i := range g.quit {
+			g.quit[i] = d.u("quit word")
+		}
+		if d.err != "" {
+			return
+		}
+		if tail := n % 64; tail != 0 && g.quit[len(g.quit)-1]>>tail != 0 {
+			d.fail("quit bits past the last member")
+			return
+		}
+		quit := 0
+		for _, w := range g.quit {
+			quit += bits.OnesCount64(w)
+		}
+		g.current = int(n) - quit
+		for i, u := range g.byMap {
+			k := pair{id, u}
+			if _, dup := st.members.Get(k); dup {
+				d.fail(fmt.Sprintf("user %d twice in group %d", u, id))
+				return
+			}
+			st.members.Put(k, uint32(i+1))
+		}
+		st.groups.Put(id, uint32(len(st.groupList)))
+		st.groupList = append(st.groupList, g)
+	})
+	if err != nil {
+		return err
+	}
+	return checkLen(sr, st.groups.Len())
+}
+
+func writeMsgs(e *enc, st *state) {
+	for i := range st.msgList {
+		m := &st.msgList[i]
+		e.start()
+		e.u(m.id)
+		e.u(m.group)
+		e.u(m.sender)
+		e.v(m.time)
+		e.str(st.msgText[m.off : m.off+uint64(m.textLen)])
+		var err error
+		if e.scratch, err = m.rc.AppendBinary(e.scratch[:0]); err != nil {
+			panic(err) // appending to a slice cannot fail
+		}
+		e.str(e.scratch)
+		e.end()
+	}
+}
+
+func readMsgs(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	err := eachItem(sr, pc, func(d *dec) {
+		id := d.u("message")
+		gid := d.u("group")
+		sender := d.u("sender")
+		t := d.nonNeg(d.v("time"), "time")
+		text := d.bytes(maxStringLen, "text")
+		rcb := d.bytes(snapshot.MaxChunkBytes, "receipt")
+		if d.err != "" {
+			return
+		}
+		g, ok := st.group(gid)
+		if !ok {
+			d.fail(fmt.Sprintf("message %d of unknown group %d", id, gid))
+			return
+		}
+		if _, dup := st.msgs.Get(id); dup {
+			d.fail(fmt.Sprintf("message %d listed twice", id))
+			return
+		}
+		var rc receipts.Receipt
+		if err := rc.UnmarshalBinary(rcb); err != nil {
+			d.fail(fmt.Sprintf("message %d: %v", id, err))
+			return
+		}
+		if rc.MaxID() > uint32(len(g.byMap)) {
+			d.fail(fmt.Sprintf("message %d counts mapids past its group's members", id))
+			return
+		}
+		off := uint64(len(st.msgText))
+		st.msgText = append(st.msgText, text...)
+		st.msgs.Put(id, uint32(len(st.msgList)))
+		st.rcBytes += rc.SizeBytes()
+		st.msgList = append(st.msgList, message{id: id, group: gid, sender: sender, time: t,
+			off: off, textLen: uint32(len(text)), rc: rc})
+	})
+	if err != nil {
+		return err
+	}
+	return checkLen(sr, st.msgs.Len())
+}

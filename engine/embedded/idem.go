@@ -1,0 +1,170 @@
+package embedded
+
+import (
+	"hash/fnv"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/table"
+)
+
+// idemKey is a 128-bit hash of (op kind, viewer, idempotency key). The
+// record carries the hash rather than the key, which keeps records small
+// and makes the key's length irrelevant to the state.
+type idemKey [2]uint64
+
+func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
+
+type idemVal struct {
+	result uint64
+	time   int64
+	fp     uint64 // engine.IdemFingerprint of the first call; 0: not recorded
+}
+
+type idemExpiry struct {
+	time int64
+	key  idemKey
+}
+
+// idemLookup returns what the op logged under k recorded, if it is younger
+// than engine.IdempotencyTTL at now.
+func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
+	v, ok := st.idem.Get(k)
+	if !ok || engine.IdemExpired(nsTime(v.time), nsTime(now)) {
+		return idemVal{}, false
+	}
+	return v, true
+}
+
+// expireIdem forgets idempotency keys older than the TTL at time now. It
+// runs at the start of every apply, with the op's own time, so replay
+// forgets exactly what the live engine forgot.
+func (st *state) expireIdem(now int64) {
+	at := nsTime(now)
+	q := st.idemQ
+	h := st.idemHead
+	for h < len(q) && engine.IdemExpired(nsTime(q[h].time), at) {
+		// A key re-logged later (after it expired) has a newer time in the
+		// table; only the entry this queue slot put there is removed.
+		if v, ok := st.idem.Get(q[h].key); ok && v.time == q[h].time {
+			st.idem.Delete(q[h].key)
+		}
+		h++
+	}
+	// Compact once the dead prefix is the larger half, keeping the queue
+	// amortised O(1) per key.
+	if h > 1024 && h > len(q)/2 {
+		n := copy(q, q[h:])
+		q, h = q[:n], 0
+	}
+	st.idemQ, st.idemHead = q, h
+}
+
+// makeIdemKey hashes an idempotency key with the viewer: a key is scoped
+// to one viewer, and bound (by the fingerprint kept with it) to the kind
+// and arguments of its first use, so reusing it for anything else is
+// refused rather than answered with another call's result.
+func makeIdemKey(viewer uint64, key string) idemKey { return hashIdemKey(0, viewer, key) }
+
+// legacyIdemKey is the key as versions before fingerprints hashed it,
+// scoped by kind too; kinds start at 1, so it never equals a makeIdemKey.
+func legacyIdemKey(kind opKind, viewer uint64, key string) idemKey {
+	return hashIdemKey(byte(kind), viewer, key)
+}
+
+func hashIdemKey(kind byte, viewer uint64, key string) idemKey {
+	if key == "" {
+		return idemKey{}
+	}
+	h := fnv.New128a()
+	var b [9]byte
+	b[0] = kind
+	for i := range 8 {
+		b[1+i] = byte(viewer >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(key))
+	var sum [16]byte
+	h.Sum(sum[:0])
+	k := idemKey{}
+	for i := range 8 {
+		k[0] |= uint64(sum[i]) << (8 * i)
+		k[1] |= uint64(sum[8+i]) << (8 * i)
+	}
+	if k == (idemKey{}) {
+		k[0] = 1 // zero means "no key"
+	}
+	return k
+}
+
+// withIdem sets o's idempotency fields for a call carrying key.
+func (o *op) withIdem(viewer uint64, key string, kind engine.IdemOp, args engine.IdemArgs) *op {
+	if key == "" {
+		return o
+	}
+	o.idem = makeIdemKey(viewer, key)
+	o.legacyIdem = legacyIdemKey(o.kind, viewer, key)
+	o.fp = engine.IdemFingerprint(kind, args)
+	return o
+}
+
+func writeIdem(e *enc, st *state) {
+	st.idem.Range(func(k idemKey, v idemVal) bool {
+		e.start()
+		e.fixed(k[0])
+		e.fixed(k[1])
+		e.u(v.result)
+		e.v(v.time)
+		e.fixed(v.fp)
+		e.end()
+		return true
+	})
+}
+
+func writeIdemQ(e *enc, st *state) {
+	for _, q := range st.idemQ[st.idemHead:] {
+		e.start()
+		e.v(q.time)
+		e.fixed(q.key[0])
+		e.fixed(q.key[1])
+		e.end()
+	}
+}
+
+func readIdem(sr *snapshot.SectionReader, pc *pacer, st *state, withFP bool) error {
+	err := eachItem(sr, pc, func(d *dec) {
+		k := idemKey{d.fixed("key"), d.fixed("key")}
+		v := idemVal{result: d.u("result"), time: d.v("time")}
+		if withFP {
+			v.fp = d.fixed("fingerprint")
+		}
+		if d.err == "" && k == (idemKey{}) {
+			d.fail("zero key")
+		}
+		if d.err == "" {
+			st.idem.Put(k, v)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return checkLen(sr, st.idem.Len())
+}
+
+func readIdemQ(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	return eachItem(sr, pc, func(d *dec) {
+		q := idemExpiry{time: d.v("time"), key: idemKey{d.fixed("key"), d.fixed("key")}}
+		if d.err != "" {
+			return
+		}
+		if q.key == (idemKey{}) {
+			d.fail("zero key")
+			return
+		}
+		if n := len(st.idemQ); n > 0 && q.time < st.idemQ[n-1].time {
+			d.fail("expiry queue out of time order")
+			return
+		}
+		st.idemQ = append(st.idemQ, q)
+	})
+}

@@ -1,0 +1,440 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/postcounts"
+	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/wal"
+)
+
+// DefaultSweepInterval is how often idle system cursors are swept.
+const DefaultSweepInterval = time.Hour
+
+// SubscriberBuffer is how many events may wait for one subscriber before
+// further events to it are dropped.
+const SubscriberBuffer = 4096
+
+// Options configure an Engine.
+type Options struct {
+	// Dir is the data directory: the log's segments (wal-*.log) and the
+	// snapshots (snap-*.snap) live directly in it. "" keeps state in
+	// memory only (nothing survives Close).
+	Dir string
+	// Sync is the log's durability mode (wal.SyncAlways by default).
+	Sync wal.SyncMode
+	// BatchWindow bounds, under wal.SyncBatch, how long a written record
+	// waits for its fsync; zero means wal.DefaultBatchWindow.
+	BatchWindow time.Duration
+	// Now is the clock; nil means time.Now. Tests pass a fake one.
+	Now func() time.Time
+	// CursorTTL is how long an idle user keeps their system cursor; zero
+	// means engine.DefaultCursorTTL.
+	CursorTTL time.Duration
+	// SweepInterval is how often expired cursors are dropped from memory;
+	// zero means DefaultSweepInterval, negative never.
+	SweepInterval time.Duration
+	// SnapshotInterval is how often a snapshot is taken while the log has
+	// records no snapshot covers; zero means DefaultSnapshotInterval,
+	// negative never (Snapshot still works).
+	SnapshotInterval time.Duration
+	// SnapshotLogBytes triggers a snapshot once the log has grown this much
+	// since the last one; zero means DefaultSnapshotLogBytes, negative
+	// never.
+	SnapshotLogBytes int64
+	// LogSegmentBytes is the size of the log's segment files, the unit in
+	// which a snapshot frees log space; zero means wal.DefaultSegmentBytes.
+	LogSegmentBytes int64
+	// Counts tunes the time-partitioned post-count store (engine/postcounts):
+	// the window size, when windows are sealed, and the cold tier (ColdAge,
+	// MemoryBudget, ColdCacheBytes). Its Dir is set by Open: cold files live
+	// in Dir/cold. They are derived data — every count is also in the
+	// snapshots and the log — so Open clears that directory and the tier is
+	// rebuilt from the recovered state by the maintenance loop.
+	Counts postcounts.Options
+	// MaintainInterval is how often windows are sealed, moved to the cold
+	// tier and compacted; zero means DefaultMaintainInterval, negative never.
+	MaintainInterval time.Duration
+	// Node is the snowflake node of the ids this engine makes.
+	Node uint64
+	// Logger receives operational messages; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, receives the log's batch sizes and fsync
+	// durations and each snapshot's duration and size (for /metrics).
+	Metrics Metrics
+}
+
+// Metrics receives the engine's figures; its methods must be quick and
+// never block.
+type Metrics interface {
+	wal.Observer
+	// SnapshotWritten reports a snapshot written: how long it took and
+	// the size of its file.
+	SnapshotWritten(took time.Duration, bytes int64)
+}
+
+// Engine is the embedded engine.Store. Safe for concurrent use.
+type Engine struct {
+	now    func() time.Time
+	ttl    int64 // cursor TTL, ns
+	logger *slog.Logger
+
+	mu        sync.RWMutex
+	st        *state
+	gen       snowflake.Generator
+	lastTime  int64 // time of the last record
+	log       *wal.Log
+	lastIndex uint64 // index of the last record appended to log
+	buf       []byte // record encoding buffer, reused under mu (the log copies)
+	closed    bool
+	// tap, when set (tests), sees every record committed, under mu.
+	tap func(rec []byte)
+
+	failed atomic.Pointer[error] // why the engine is read-only: a log failure, an unwritable directory
+
+	// Durability beyond the log (durable.go).
+	dir       string
+	syncFiles bool         // fsync snapshots (not under wal.SyncNone)
+	unlock    func() error // releases the data directory's lock
+	snapMu    sync.Mutex   // one snapshot or backup rebuild at a time
+	metrics   Metrics      // nil: none
+	snapIndex atomic.Uint64
+	snapBase  atomic.Int64 // log size just after the newest snapshot
+	// createSnapshot is snapshot.Create; tests substitute failing files.
+	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
+	ctx            context.Context // cancelled by Close
+	cancel         context.CancelFunc
+
+	subsMu  sync.Mutex
+	subs    atomic.Pointer[[]*subscriber]
+	dropped atomic.Uint64
+
+	// shadowCounts are the post-count options of the states a snapshot is
+	// rebuilt in: in memory only, never touching the live cold files.
+	shadowCounts postcounts.Options
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// DefaultMaintainInterval is how often the post-count store is maintained.
+const DefaultMaintainInterval = time.Minute
+
+// memCounts is co without the cold tier: for states that are rebuilt to be
+// written out (snapshots, backups) or that cannot write (read-only).
+func memCounts(co postcounts.Options) postcounts.Options {
+	co.Dir, co.ColdAge, co.MemoryBudget = "", 0, 0
+	return co
+}
+
+var _ engine.Store = (*Engine)(nil)
+var _ engine.Importer = (*Engine)(nil)
+
+// Open starts an engine. With opts.Dir set it recovers the state kept
+// there (the newest snapshot, then the log after it) or starts an empty
+// one; a damaged snapshot or log stops Open with an error naming the file
+// and offset (see Repair), and a directory it cannot write is opened
+// read-only (see the package doc).
+func Open(opts Options) (*Engine, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.CursorTTL <= 0 {
+		opts.CursorTTL = engine.DefaultCursorTTL
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Node > snowflake.MaxNode {
+		return nil, fmt.Errorf("embedded: node %d exceeds %d", opts.Node, snowflake.MaxNode)
+	}
+	if opts.SnapshotInterval == 0 {
+		opts.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if opts.SnapshotLogBytes == 0 {
+		opts.SnapshotLogBytes = DefaultSnapshotLogBytes
+	}
+	if opts.MaintainInterval == 0 {
+		opts.MaintainInterval = DefaultMaintainInterval
+	}
+	opts.Counts.Dir = ""
+	if opts.Counts.Now == nil {
+		opts.Counts.Now = opts.Now
+	}
+	if _, err := postcounts.New(opts.Counts); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	e := &Engine{
+		now:            opts.Now,
+		ttl:            int64(opts.CursorTTL),
+		logger:         opts.Logger,
+		metrics:        opts.Metrics,
+		st:             newState(opts.Counts),
+		shadowCounts:   memCounts(opts.Counts),
+		stop:           make(chan struct{}),
+		createSnapshot: snapshot.Create,
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.gen.Node, e.gen.Now = opts.Node, opts.Now
+	if opts.Dir != "" {
+		if err := e.openDir(opts); err != nil {
+			e.cancel()
+			return nil, err
+		}
+	}
+	if opts.SweepInterval > 0 {
+		e.wg.Add(1)
+		go e.sweeper(opts.SweepInterval)
+	}
+	if opts.MaintainInterval > 0 {
+		e.wg.Add(1)
+		go e.maintainer(opts.MaintainInterval)
+	}
+	if e.log != nil && (opts.SnapshotInterval > 0 || opts.SnapshotLogBytes > 0) {
+		e.wg.Add(1)
+		go e.snapshotter(opts.SnapshotInterval, opts.SnapshotLogBytes)
+	}
+	return e, nil
+}
+
+// openDir locks the data directory and recovers its state: the newest
+// snapshot, then the log after it, without events.
+func (e *Engine) openDir(opts Options) error {
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockDir(opts.Dir)
+	if err != nil {
+		if cannotWrite(err) {
+			return e.openReadOnly(opts, err)
+		}
+		return err
+	}
+	co := opts.Counts
+	co.Dir = filepath.Join(opts.Dir, "cold")
+	if err := os.RemoveAll(co.Dir); err != nil { // derived data: rebuilt from the state below
+		unlock()
+		return fmt.Errorf("embedded: clearing the cold tier: %w", err)
+	}
+	if err := os.MkdirAll(co.Dir, 0o755); err != nil {
+		unlock()
+		return fmt.Errorf("embedded: %w", err)
+	}
+	var observer wal.Observer
+	if opts.Metrics != nil {
+		observer = opts.Metrics
+	}
+	im, l, rec, err := recoverDir(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow,
+		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger, Observer: observer}, co)
+	if err != nil {
+		unlock()
+		return err
+	}
+	e.dir, e.unlock, e.log = opts.Dir, unlock, l
+	e.syncFiles = opts.Sync != wal.SyncNone
+	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
+	if im.genHigh != 0 {
+		e.gen.Observe(im.genHigh)
+	}
+	e.snapIndex.Store(rec.snapIndex)
+	e.snapBase.Store(l.Size() - rec.bytes)
+	opts.Logger.Info("embedded: state recovered", "dir", opts.Dir, "snapshot", rec.snapshot, "snapshot_load", rec.loadTook,
+		"log_records", rec.records, "log_replay", rec.replayDur, "last_index", im.index)
+	return nil
+}
+
+func (e *Engine) sweeper(every time.Duration) {
+	defer e.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if _, err := e.commit(&op{kind: opSweepCursors, a: uint64(e.ttl)}); err != nil {
+				e.logger.Warn("embedded: cursor sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// Ready implements engine.Store.
+func (e *Engine) Ready(ctx context.Context) error {
+	if p := e.failed.Load(); p != nil {
+		return errWrite
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// Stats implements engine.Store.
+func (e *Engine) Stats() engine.Stats {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	st := e.st
+	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes() + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
+		st.users.MemoryBytes() + st.wide.MemoryBytes() + st.profiles.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
+		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
+		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
+	mem += st.follows.MemoryBytes() + st.rcBytes
+	for i := range st.groupList {
+		g := &st.groupList[i]
+		mem += 8*cap(g.byMap) + 8*cap(g.quit)
+	}
+	return engine.Stats{
+		Posts:         int64(st.posts.Len()),
+		CountedPosts:  int64(st.counts.Len()),
+		Users:         st.nusers,
+		Groups:        int64(len(st.groupList)),
+		Messages:      int64(len(st.msgList)),
+		Notifications: int64(len(st.notifs)),
+		MemoryBytes:   int64(mem),
+	}
+}
+
+// DroppedEvents returns how many events were dropped because a
+// subscriber's buffer was full.
+func (e *Engine) DroppedEvents() uint64 { return e.dropped.Load() }
+
+// Close stops the sweeper and event delivery and closes the log, after
+// which every record acknowledged so far is on disk.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	close(e.stop)
+	e.cancel()
+	e.wg.Wait()
+	// A Snapshot or Backup called by the user sees the cancel and stops
+	// reading the log before it is closed.
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+	e.subsMu.Lock()
+	if subs := e.subs.Load(); subs != nil {
+		for _, s := range *subs {
+			s.close()
+		}
+	}
+	e.subs.Store(nil)
+	e.subsMu.Unlock()
+	e.mu.Lock()
+	cerr := errors.Join(e.st.counts.Close(), e.st.posts.Close())
+	e.mu.Unlock()
+	if e.log == nil {
+		return cerr
+	}
+	err := e.log.Close()
+	if err == nil {
+		err = cerr
+	}
+	if uerr := e.unlock(); err == nil && uerr != nil {
+		err = fmt.Errorf("embedded: unlock: %w", uerr)
+	}
+	return err
+}
+
+// maintainer seals, cools and compacts post-count windows and seals the
+// registry's. A step is
+// planned under the write lock, run without any lock (readers and writers
+// carry on against the frozen inputs), and finished under the lock again.
+// It changes how counts are kept, never what they are, so it is not
+// logged: replay gives the same values whatever was sealed when.
+func (e *Engine) maintainer(every time.Duration) {
+	defer e.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		e.maintain()
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Engine) maintain() {
+	e.runSteps("post-count", func(now time.Time) *maintStep {
+		j := e.st.counts.Plan(now)
+		if j == nil {
+			return nil
+		}
+		return &maintStep{j.String(), j.Run, func() error { return e.st.counts.Finish(j) }}
+	})
+	e.runSteps("registry", func(now time.Time) *maintStep {
+		j := e.st.posts.Plan(now)
+		if j == nil {
+			return nil
+		}
+		return &maintStep{j.String(), j.Run, j.Finish}
+	})
+	for _, set := range []func() *likeset.Set{func() *likeset.Set { return e.st.likes }, func() *likeset.Set { return e.st.favs }} {
+		e.runSteps("like-set", func(now time.Time) *maintStep {
+			j := set().Plan(now)
+			if j == nil {
+				return nil
+			}
+			return &maintStep{j.String(), j.Run, func() error { return set().Finish(j) }}
+		})
+	}
+}
+
+// maintStep is one planned step of a store's upkeep.
+type maintStep struct {
+	name   string
+	run    func() error // without the lock
+	finish func() error // under the write lock
+}
+
+// runSteps runs the steps plan gives until it has none (or one fails,
+// to be retried at the next tick): each planned under the write lock, run
+// without it, finished under it again.
+func (e *Engine) runSteps(what string, plan func(now time.Time) *maintStep) {
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		e.mu.Lock()
+		step := plan(e.now())
+		e.mu.Unlock()
+		if step == nil {
+			return
+		}
+		runErr := step.run()
+		e.mu.Lock()
+		err := step.finish()
+		e.mu.Unlock()
+		if err == nil {
+			err = runErr
+		}
+		if err != nil {
+			e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", step.name, "err", err)
+			return
+		}
+	}
+}
