@@ -1,0 +1,554 @@
+// Command memory measures what a server holding a large imported data set
+// costs in memory, as an operator sees it: it generates the bench/datagen
+// posts (optionally with authors) as a CSV file, loads it with the built
+// binary's `tally import`, starts `tally serve` on the data directory,
+// waits for the engine's tables to settle, verifies a sample of posts
+// exactly through GraphQL (counts, author, the author's post count, null
+// for posts that were never known), forces a GC and reads the live heap
+// from /metrics and RSS from /proc/<pid>/status — and prints both per post,
+// with where the bytes between them go (free heap kept, stacks, GC
+// metadata, file-backed pages).
+//
+// It starts only processes of its own (the import and the server, on free
+// loopback ports) and stops them by pid. See -h for the flags and
+// README.md for figures.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tally-dev/tally/bench/datagen"
+	"github.com/tally-dev/tally/engine"
+)
+
+type config struct {
+	posts, users int
+	seed         uint64
+	cases        []bool // with authors?
+	work         string
+	tally, repo  string
+	sample       int
+	settle       time.Duration
+	afterGC      time.Duration
+	serveArgs    []string
+	env          []string
+	keep         bool
+	jsonPath     string
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("memory", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "memory imports a generated data set into tally, serves it and reports live heap and RSS per post.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&c.posts, "posts", 1_000_000, "posts in the data set (the issue's figures: 10000000)")
+	fs.IntVar(&c.users, "users", datagen.DefaultUsers, "users the authors are drawn from")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data set")
+	authors := fs.String("authors", "both", "which sets to measure: with (an author on every post), without (counts only; all-zero posts are not imported) or both")
+	fs.StringVar(&c.work, "work", filepath.Join(os.TempDir(), "tally-memory"), "directory for the CSV files (kept and reused) and the data directories")
+	fs.StringVar(&c.tally, "tally", "", "tally binary to measure (default: go build the repository at -repo into -work)")
+	fs.StringVar(&c.repo, "repo", ".", "the repository's root, for building tally")
+	fs.IntVar(&c.sample, "verify", 2100, "posts verified exactly through GraphQL, spread evenly over the set")
+	fs.DurationVar(&c.settle, "settle", 10*time.Minute, "longest wait for the engine's tables to settle after the server starts")
+	fs.DurationVar(&c.afterGC, "after-gc", 5*time.Second, "wait between the forced GC and reading RSS (the runtime returns freed pages in the background)")
+	serveArgs := fs.String("serve-args", "", "extra flags for tally serve, space-separated (e.g. \"-memory-limit 300MiB\")")
+	env := fs.String("env", "", "extra environment for tally serve, comma-separated KEY=VALUE (e.g. GOGC=50)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
+	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch *authors {
+	case "both":
+		c.cases = []bool{true, false}
+	case "with":
+		c.cases = []bool{true}
+	case "without":
+		c.cases = []bool{false}
+	default:
+		return c, fmt.Errorf("-authors must be with, without or both, not %q", *authors)
+	}
+	if err := (datagen.Config{N: c.posts}).Validate(); err != nil || c.posts < 1 {
+		return c, fmt.Errorf("-posts %d: must be positive and a valid data set size (%v)", c.posts, err)
+	}
+	if err := (datagen.AuthorConfig{Users: c.users}).Validate(); err != nil || c.users < 1 {
+		return c, fmt.Errorf("-users %d: must be positive", c.users)
+	}
+	if c.sample < 0 {
+		return c, fmt.Errorf("-verify %d: must not be negative", c.sample)
+	}
+	c.serveArgs = strings.Fields(*serveArgs)
+	for kv := range strings.SplitSeq(*env, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		if !strings.Contains(kv, "=") {
+			return c, fmt.Errorf("-env: %q is not KEY=VALUE", kv)
+		}
+		c.env = append(c.env, kv)
+	}
+	return c, nil
+}
+
+// result is one measured case.
+type result struct {
+	Authors       bool    `json:"authors"`
+	Posts         int     `json:"posts"`
+	KnownPosts    int64   `json:"knownPosts"`
+	CountedPosts  int64   `json:"countedPosts"`
+	Verified      int     `json:"verified"`
+	ImportSeconds float64 `json:"importSeconds"`
+	ImportPeakRSS int64   `json:"importPeakRss"`
+	StartSeconds  float64 `json:"startSeconds"`
+	ServeArgs     string  `json:"serveArgs"`
+	Env           string  `json:"env"`
+	mem
+}
+
+// mem is the server's memory after a forced GC.
+type mem struct {
+	EngineBytes   int64 `json:"engineBytes"`   // tally_engine_memory_bytes: the engine's own count
+	HeapLive      int64 `json:"heapLive"`      // go_memstats_heap_alloc_bytes right after the GC
+	HeapInuse     int64 `json:"heapInuse"`     // spans in use (live objects plus their size-class waste)
+	HeapIdleKept  int64 `json:"heapIdleKept"`  // free heap spans still backed by memory (idle - released)
+	HeapReleased  int64 `json:"heapReleased"`  // free heap spans returned to the OS
+	Stacks        int64 `json:"stacks"`        // go_memstats_stack_sys_bytes
+	GCMeta        int64 `json:"gcMeta"`        // go_memstats_gc_sys_bytes
+	OtherRuntime  int64 `json:"otherRuntime"`  // mspan, mcache, buckhash, other
+	RuntimeMapped int64 `json:"runtimeMapped"` // go_memstats_sys_bytes - heap released
+	RSS           int64 `json:"rss"`           // VmRSS
+	RSSAnon       int64 `json:"rssAnon"`
+	RSSFile       int64 `json:"rssFile"`
+	PeakRSS       int64 `json:"peakRss"` // VmHWM: the most the server held, at start included
+	GOGC          int64 `json:"gogc"`    // go_gc_gogc_percent, -1 when off or absent
+	MemLimit      int64 `json:"memLimit"`
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if err := os.MkdirAll(cfg.work, 0o755); err != nil {
+		return err
+	}
+	bin := cfg.tally
+	if bin == "" {
+		bin = filepath.Join(cfg.work, "tally")
+		fmt.Fprintf(out, "building tally from %s\n", cfg.repo)
+		b := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+		b.Dir = cfg.repo
+		if o, err := b.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, o)
+		}
+	}
+	var results []result
+	for _, withAuthors := range cfg.cases {
+		r, err := measure(ctx, cfg, bin, withAuthors, out)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		report(out, r)
+	}
+	if len(results) > 1 {
+		summary(out, results)
+	}
+	if cfg.jsonPath != "" {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		return os.WriteFile(cfg.jsonPath, append(b, '\n'), 0o644)
+	}
+	return nil
+}
+
+// sampled is a post the tool checks through GraphQL.
+type sampled struct {
+	id     uint64
+	author engine.UserID
+	counts engine.Counts
+}
+
+// dataset writes (or reuses) the CSV of the case and returns the sample to
+// verify, the authors' post totals and how many posts have counts.
+func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample []sampled, perUser []int32, counted int, err error) {
+	name := fmt.Sprintf("posts-%d-seed%d.csv", cfg.posts, cfg.seed)
+	if withAuthors {
+		name = fmt.Sprintf("posts-%d-seed%d-authors%d.csv", cfg.posts, cfg.seed, cfg.users)
+	}
+	path = filepath.Join(cfg.work, name)
+	var w *bufio.Writer
+	var f *os.File
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(out, "generating %s\n", path)
+		f, err = os.Create(path + ".tmp")
+		if err != nil {
+			return "", nil, nil, 0, err
+		}
+		defer f.Close()
+		w = bufio.NewWriterSize(f, 1<<20)
+		if withAuthors {
+			w.WriteString("post_id,author_id,likes,comments,reposts,views,favorites\n")
+		} else {
+			w.WriteString("post_id,likes,comments,reposts,views,favorites\n")
+		}
+	}
+	var authors *datagen.Authors
+	if withAuthors {
+		authors = datagen.NewAuthors(datagen.AuthorConfig{Users: cfg.users, Seed: cfg.seed})
+		perUser = make([]int32, cfg.users+1)
+	}
+	stride := max(cfg.posts/max(cfg.sample, 1), 1)
+	gen := datagen.New(datagen.Config{N: cfg.posts, Seed: cfg.seed})
+	var buf []byte
+	for i := 0; ; i++ {
+		id, c, ok := gen.Next()
+		if !ok {
+			break
+		}
+		var a engine.UserID
+		if authors != nil {
+			a = authors.Next()
+			perUser[a]++
+		}
+		if c != (engine.Counts{}) {
+			counted++
+		}
+		if i%stride == stride/2 && len(sample) < cfg.sample {
+			sample = append(sample, sampled{id, a, c})
+		}
+		if w == nil || (authors == nil && c == (engine.Counts{})) {
+			// An import without authors skips all-zero rows anyway; they
+			// are not written, which keeps the file a plausible export.
+			continue
+		}
+		buf = strconv.AppendUint(buf[:0], id, 10)
+		if authors != nil {
+			buf = append(buf, ',')
+			buf = strconv.AppendUint(buf, uint64(a), 10)
+		}
+		for _, v := range []int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites} {
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, v, 10)
+		}
+		buf = append(buf, '\n')
+		w.Write(buf)
+	}
+	if w != nil {
+		if err := w.Flush(); err != nil {
+			return "", nil, nil, 0, err
+		}
+		if err := f.Close(); err != nil {
+			return "", nil, nil, 0, err
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			return "", nil, nil, 0, err
+		}
+	}
+	return path, sample, perUser, counted, nil
+}
+
+func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out io.Writer) (result, error) {
+	r := result{Authors: withAuthors, Posts: cfg.posts, ServeArgs: strings.Join(cfg.serveArgs, " "), Env: strings.Join(cfg.env, ",")}
+	csvPath, sample, perUser, counted, err := dataset(cfg, withAuthors, out)
+	if err != nil {
+		return r, err
+	}
+	data := filepath.Join(cfg.work, "data-"+map[bool]string{true: "authors", false: "counts"}[withAuthors])
+	if err := os.RemoveAll(data); err != nil {
+		return r, err
+	}
+	if !cfg.keep {
+		defer os.RemoveAll(data)
+	}
+
+	fmt.Fprintf(out, "importing %s\n", filepath.Base(csvPath))
+	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-data", data, csvPath)
+	var impOut bytes.Buffer
+	imp.Stdout, imp.Stderr = &impOut, &impOut
+	start := time.Now()
+	if err := imp.Run(); err != nil {
+		return r, fmt.Errorf("tally import: %v\n%s", err, tail(impOut.Bytes(), 2000))
+	}
+	r.ImportSeconds = time.Since(start).Seconds()
+	if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.ImportPeakRSS = ru.Maxrss << 10
+	}
+
+	port, err := freePort()
+	if err != nil {
+		return r, err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return r, err
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	pprof := fmt.Sprintf("http://127.0.0.1:%d", pport)
+	args := append([]string{"serve", "-data", data, "-addr", fmt.Sprintf("127.0.0.1:%d", port),
+		"-pprof", fmt.Sprintf("127.0.0.1:%d", pport), "-cost-rate", "0", "-log-format", "json"}, cfg.serveArgs...)
+	logPath := data + ".log"
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return r, err
+	}
+	defer logf.Close()
+	srv := exec.Command(bin, args...)
+	srv.Stdout, srv.Stderr = logf, logf
+	srv.Env = append(os.Environ(), cfg.env...)
+	start = time.Now()
+	if err := srv.Start(); err != nil {
+		return r, err
+	}
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	defer stopProcess(srv, done)
+	fmt.Fprintf(out, "serving (pid %d, log %s)\n", srv.Process.Pid, logPath)
+	if err := waitReady(ctx, base, done, 10*time.Minute); err != nil {
+		return r, fmt.Errorf("%v (see %s)", err, logPath)
+	}
+	r.StartSeconds = time.Since(start).Seconds()
+	if err := settle(ctx, base, cfg.settle); err != nil {
+		return r, err
+	}
+	n, err := verify(ctx, base, sample, perUser, withAuthors)
+	if err != nil {
+		return r, fmt.Errorf("verification: %v", err)
+	}
+	r.Verified = n
+
+	if err := collectGarbage(pprof); err != nil {
+		return r, err
+	}
+	m, err := scrape(base)
+	if err != nil {
+		return r, err
+	}
+	select {
+	case <-time.After(cfg.afterGC):
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+	pid := srv.Process.Pid
+	r.mem = mem{
+		EngineBytes:   int64(m["tally_engine_memory_bytes"]),
+		HeapLive:      int64(m["go_memstats_heap_alloc_bytes"]),
+		HeapInuse:     int64(m["go_memstats_heap_inuse_bytes"]),
+		HeapIdleKept:  int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"]),
+		HeapReleased:  int64(m["go_memstats_heap_released_bytes"]),
+		Stacks:        int64(m["go_memstats_stack_sys_bytes"]),
+		GCMeta:        int64(m["go_memstats_gc_sys_bytes"]),
+		OtherRuntime:  int64(m["go_memstats_mspan_sys_bytes"] + m["go_memstats_mcache_sys_bytes"] + m["go_memstats_buck_hash_sys_bytes"] + m["go_memstats_other_sys_bytes"]),
+		RuntimeMapped: int64(m["go_memstats_sys_bytes"] - m["go_memstats_heap_released_bytes"]),
+		RSS:           procStatus(pid, "VmRSS"),
+		RSSAnon:       procStatus(pid, "RssAnon"),
+		RSSFile:       procStatus(pid, "RssFile"),
+		PeakRSS:       procStatus(pid, "VmHWM"),
+		GOGC:          -1,
+		MemLimit:      -1,
+	}
+	if v, ok := m["tally_heap_live_bytes"]; ok {
+		r.HeapLive = int64(v) // the runtime's own /gc/heap/live:bytes, when the server has it
+	}
+	if v, ok := m["go_gc_gogc_percent"]; ok {
+		r.GOGC = int64(v)
+	}
+	if v, ok := m["go_gc_gomemlimit_bytes"]; ok {
+		r.MemLimit = int64(v)
+	}
+	r.KnownPosts = int64(m["tally_engine_posts"])
+	r.CountedPosts = int64(m["tally_engine_counted_posts"])
+	if r.CountedPosts != int64(counted) {
+		return r, fmt.Errorf("the server counts %d posts with counts; the data set has %d", r.CountedPosts, counted)
+	}
+	if withAuthors && r.KnownPosts != int64(cfg.posts) {
+		return r, fmt.Errorf("the server knows %d posts; the data set has %d, all with an author", r.KnownPosts, cfg.posts)
+	}
+	return r, nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stopProcess ends a process this tool started: SIGTERM, then SIGKILL
+// after 30 s, by its pid only.
+func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+func waitReady(ctx context.Context, base string, done <-chan struct{}, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-done:
+			return errors.New("tally serve exited before it was ready")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("tally serve not ready after %s", limit)
+}
+
+// settle waits until the engine's own memory count has not changed for 5
+// s: the maintenance loop seals windows after a start, and memory read
+// before that would be a moment, not the server's steady state.
+func settle(ctx context.Context, base string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	last, same := -1.0, 0
+	for time.Now().Before(deadline) {
+		m, err := scrape(base)
+		if err != nil {
+			return err
+		}
+		v := m["tally_engine_memory_bytes"]
+		if v == last {
+			same++
+			if same >= 5 {
+				return nil
+			}
+		} else {
+			last, same = v, 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("tally_engine_memory_bytes still changing after %s", limit)
+}
+
+// collectGarbage asks tally's -pprof listener for a heap profile with
+// gc=1, which runs a full GC first: the heap figures that follow are live
+// memory, not live memory plus garbage not yet collected.
+func collectGarbage(pprof string) error {
+	resp, err := http.Get(pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("pprof heap: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// scrape reads /metrics (Prometheus text) into name → value for unlabelled
+// series.
+func scrape(base string) (map[string]float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			m[name] = v
+		}
+	}
+	return m, sc.Err()
+}
+
+// procStatus returns a kB field of /proc/<pid>/status in bytes; -1 when
+// unknown.
+func procStatus(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, val, ok := strings.Cut(line, ":")
+		if !ok || name != field {
+			continue
+		}
+		f := strings.Fields(val)
+		if len(f) == 0 {
+			return -1
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return -1
+		}
+		if len(f) > 1 && f[1] == "kB" {
+			v <<= 10
+		}
+		return v
+	}
+	return -1
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// per is bytes per post with one decimal.
+func per(b int64, n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(b)/float64(n))
+}
+
+func report(out io.Writer, r result) {
+	name := "without authors (counts only)"
+	denom, denomName := r.CountedPosts, "non-zero post"
+	if r.Authors {
+		name = "with an author on every post"
+		denom, denomName = int64(r.Posts), "post"
+	}
+	fmt.Fprintf(out, "\n== %d posts, %s\n", r.Posts, name)
+	if r.ServeArgs != "" || r.Env != "" {
+		fmt.Fprintf(out, "server: %s %s\n", r.Env, r.ServeArgs)
+	}
+	fmt.Fprintf(out, "known posts %d, with counts %d; %d posts verified exactly through GraphQL\n", r.KnownPosts, r.CountedPosts, r.Verified)
+	fmt.Fprintf(out, "import %.1f s (peak RSS %s); server ready in %.1f s\n", r.ImportSeconds, mib(r.ImportPeakRSS), r.StartSeconds)
+	fmt.Fprintf(out, "GOGC %d, memory limit %s\n", r.GOGC, limitString(r.MemLimit))
+	fmt.Fprintf(out, "%-34s %12s %10s\n", "after a forced GC", "bytes", "B/"+denomName)
+	row := func(k string, v int64) { fmt.Fprintf(out, "%-34s %12s %10s\n", k, mib(v), per(v, denom)) }
+	row("engine's own count", r.EngineBytes)
+	row("live heap", r.HeapLive)
+	row("RSS", r.RSS)
+	fmt.Fprintf(out, "RSS / live heap: %.2f\n", float64(r.RSS)/float64(r.HeapLive))
+	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s; peak RSS %s\n",
+		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile), mib(r.PeakRSS))
+}
+
+func limitString(l int64) string {
+	if l < 0 || l >= 1<<62 {
+		return "none"
+	}
+	return mib(l)
+}
+
+func summary(out io.Writer, rs []result) {
+	fmt.Fprintf(out, "\n== summary (bytes per post: all posts with authors, non-zero posts without)\n")
+	fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap")
+	for _, r := range rs {
+		denom, set := r.CountedPosts, "counts"
+		if r.Authors {
+			denom, set = int64(r.Posts), "authors"
+		}
+		fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10.2f\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive))
+	}
+}
