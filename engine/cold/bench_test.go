@@ -91,7 +91,7 @@ func benchData(b *testing.B) *benchSet {
 				b.Fatal(err)
 			}
 			path := filepath.Join(dir, fmt.Sprintf("day-%d.win", day(ps[start].id)))
-			if err := WriteFile(path, w); err != nil {
+			if err := writeWindow(path, w); err != nil {
 				b.Fatal(err)
 			}
 			s.wins = append(s.wins, w)

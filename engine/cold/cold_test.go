@@ -19,6 +19,15 @@ import (
 	"github.com/tally-dev/tally/engine/sealed"
 )
 
+// writeWindow stores window w at path atomically (Create). The engine streams
+// its windows with CreateWindow instead; the tests write one they built.
+func writeWindow(path string, w *sealed.Window) error {
+	return Create(path, func(out io.Writer) error {
+		_, err := out.Write(w.Bytes())
+		return err
+	})
+}
+
 // testSet is a data set, its window and the expected counts.
 type testSet struct {
 	all  []uint64 // every id, zero posts included
@@ -81,7 +90,7 @@ func openMem(t testing.TB, data []byte, cache *Cache) (*File, *countingReader) {
 func TestRoundTrip(t *testing.T) {
 	s := newSet(t, 60000, 1, sealed.Options{})
 	path := filepath.Join(t.TempDir(), "w1.win")
-	if err := WriteFile(path, s.win); err != nil {
+	if err := writeWindow(path, s.win); err != nil {
 		t.Fatal(err)
 	}
 	f, err := Open(path, NewCache(1<<20))

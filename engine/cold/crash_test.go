@@ -39,7 +39,7 @@ func TestCrashDuringCreate(t *testing.T) {
 	if path := os.Getenv("TALLY_COLD_CRASH_CHILD"); path != "" {
 		g, _ := strconv.Atoi(os.Getenv("TALLY_COLD_CRASH_GEN"))
 		for ; ; g++ {
-			if err := WriteFile(path, generation(t, g)); err != nil {
+			if err := writeWindow(path, generation(t, g)); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(3)
 			}
@@ -50,7 +50,7 @@ func TestCrashDuringCreate(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.win")
-	if err := WriteFile(path, generation(t, 0)); err != nil {
+	if err := writeWindow(path, generation(t, 0)); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -159,7 +159,7 @@ func TestMergeFile(t *testing.T) {
 	s := newSet(t, 30000, 12, sealed.Options{})
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.win")
-	if err := WriteFile(path, s.win); err != nil {
+	if err := writeWindow(path, s.win); err != nil {
 		t.Fatal(err)
 	}
 	cache := NewCache(256 << 10)

@@ -16,14 +16,6 @@ import (
 // other file in a cold directory has it, so CleanTemp may delete them.
 const tmpMarker = ".coldtmp-"
 
-// WriteFile stores window w at path, atomically (see Create).
-func WriteFile(path string, w *sealed.Window) error {
-	return Create(path, func(out io.Writer) error {
-		_, err := out.Write(w.Bytes())
-		return err
-	})
-}
-
 // Create writes a file at path with the bytes write produces, so that path
 // holds either its old contents or the complete new ones, whatever happens
 // (kill -9, power loss): the bytes go to a temporary file in the same

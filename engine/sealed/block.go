@@ -341,9 +341,6 @@ func (k *Block) Parse(first uint64, b []byte) error {
 // Len returns the number of posts in the block.
 func (k *Block) Len() int { return k.n }
 
-// First returns the block's first (smallest) id.
-func (k *Block) First() uint64 { return k.first }
-
 // Find returns the position of id in the block.
 func (k *Block) Find(id uint64) (int, bool) {
 	h, lo, st := k.start(id)
