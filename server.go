@@ -154,15 +154,8 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		}
 		return s, err
 	}
-	var sync wal.SyncMode
-	switch f.fsync {
-	case "always":
-		sync = wal.SyncAlways
-	case "batch":
-		sync = wal.SyncBatch
-	case "none":
-		sync = wal.SyncNone
-	default:
+	sync, err := wal.ParseSyncMode(f.fsync)
+	if err != nil {
 		return nil, usageError{fmt.Errorf("-fsync must be always, batch or none, not %q", f.fsync)}
 	}
 	if f.data == "" {
