@@ -219,3 +219,50 @@ func BenchmarkLikeHotPost(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "likes/s")
 }
+
+// BenchmarkUnread: one viewer's badges, the viewer following 20 authors
+// with posts (the record, followee snapshot and broadcast values in one
+// round trip, the followees' post counts in a second).
+func BenchmarkUnread(b *testing.B) {
+	addr, _ := redistest.StartSingle(b)
+	s := open(b, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()})
+	const viewer = 1
+	for a := engine.UserID(2); a < 22; a++ {
+		must(b, s.Follow(bg, viewer, a))
+		for range int(a % 4) {
+			_, err := s.CreatePost(bg, a, 0, "")
+			must(b, err)
+		}
+	}
+	must(b, s.Comment(bg, 2, mustPost(b, s, viewer), nil, ""))
+	b.ResetTimer()
+	for b.Loop() {
+		u, err := s.Unread(bg, viewer)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if u.Feed == 0 || u.Comments != 1 {
+			b.Fatalf("%+v", u)
+		}
+	}
+}
+
+// BenchmarkComment: comments with one mention on someone else's post (the
+// count and intent in the post's slot, the badges in the users', the
+// intent's deletion).
+func BenchmarkComment(b *testing.B) {
+	addr, _ := redistest.StartSingle(b)
+	s := open(b, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()})
+	post := mustPost(b, s, 1)
+	b.ResetTimer()
+	for b.Loop() {
+		must(b, s.Comment(bg, 2, post, []engine.UserID{3}, ""))
+	}
+}
+
+func mustPost(t testing.TB, s *redisstore.Store, author engine.UserID) engine.PostID {
+	t.Helper()
+	p, err := s.CreatePost(bg, author, 0, "")
+	must(t, err)
+	return p
+}

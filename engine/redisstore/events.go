@@ -251,6 +251,13 @@ func (s *Store) Subscribe(fn func(engine.Event)) (cancel func()) {
 
 var shardSeed = maphash.MakeSeed()
 
+// emitAll emits the events an operation's effects carry, in order.
+func (s *Store) emitAll(ctx context.Context, evs []engine.Event) {
+	for _, ev := range evs {
+		s.emit(ctx, ev)
+	}
+}
+
 // emit publishes ev after the change it reports is applied. It never fails
 // the operation: the change is durable, and events are at most once.
 func (s *Store) emit(ctx context.Context, ev engine.Event) {

@@ -199,16 +199,12 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	}
 	maybeCrash(intentMessage)
 	if code == 1 {
-		// Recipients: every other current member now, at send time. (A
-		// retry of a stored message reads them from its receipt record
-		// instead, as a sweeper does: members may have changed since.)
+		// The group at send time, as the step saw it. (A retry of a
+		// stored message reads it from its receipt record instead, as a
+		// sweeper does: members may have changed since.)
+		uids := members(str(at(a, 1)))
 		quit := str(at(a, 2))
-		it.recipKnown = true
-		for i, u := range members(str(at(a, 1))) {
-			if !bitSet(quit, i) && u != uint64(viewer) {
-				it.recipients = append(it.recipients, u)
-			}
-		}
+		it.view = &sendView{uids: uids, maxid: len(uids), quit: func(m int) bool { return bitSet(quit, m-1) }}
 	}
 	if err := s.finishIntent(ctx, g.tag, id, desc, it, true); err != nil {
 		return engine.Message{}, err

@@ -24,7 +24,7 @@ func TestIdemRecordsWithoutTime(t *testing.T) {
 	fp := strconv.FormatUint(engine.IdemFingerprint(engine.IdemCreatePost, engine.IdemArgs{}), 16)
 	record := s.k.idem(author, kindAny, "old")
 	check(t, s.rdb.Set(ctx, record, "p"+strconv.FormatUint(want, 10)+"#"+fp, engine.IdempotencyTTL).Err())
-	_, err := s.registerPost(ctx, author, want, opID(author, kindPost, "old", 0), "a", "", "")
+	_, _, err := s.registerPost(ctx, author, want, opID(author, kindPost, "old", 0), "a", "", nil)
 	check(t, err)
 	for range 2 {
 		got, err := s.CreatePost(ctx, author, 0, "old")

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 )
 
 // Intents: no operation is left half-applied by a crash.
@@ -65,22 +66,21 @@ const (
 	intentMessage = 'm' // post: the message; aux: its group
 )
 
-// intent is one pending cross-slot operation.
+// intent is one pending cross-slot operation: the operation itself (its
+// ops type is the kind), from which ops re-derives the effects.
 type intent struct {
 	kind     byte
 	viewer   uint64
-	post     uint64
-	at       int64 // unix ms when written
+	post     uint64 // the post; a message's id; 0 in a post intent of older versions
+	at       int64  // unix ms when written
 	mentions []uint64
 	aux      uint64
 	// author, when known (the operation's own first step read it), spares
-	// the finisher reading the post record; recipients likewise for a
-	// message (its current members at send time but the sender). Not
-	// recorded.
+	// the finisher reading the post record; view likewise for a message
+	// (its group at send time). Not recorded.
 	author      uint64
 	authorKnown bool
-	recipients  []uint64
-	recipKnown  bool
+	view        *sendView
 }
 
 func (in intent) encode() string {
@@ -169,89 +169,123 @@ func maybeCrash(kind byte) {
 	}
 }
 
-// finishIntent applies what intent id (recorded as value in bucket's
-// intent hash) has left to do, then deletes it if it still holds value.
-// own says the caller wrote the intent (its markers may go once done).
-func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in intent, own bool) error {
-	var bumps []bump
-	var ev *engine.Event
-	// Step names (marker suffixes) are those the operations used before
-	// intents, so that a keyed retry across an upgrade agrees on them.
-	bumpStep := "b"
+// intentEffects re-derives what intent in changes, with ops: the
+// operation it records, decided on the facts of its slot (the post's
+// author; the message's group as its receipt record saw it). The intent
+// exists only because its first step changed something, which fixes the
+// remaining facts (a like's flag was not set; the sender was a member).
+func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, eff *ops.Effects) error {
+	viewer := engine.UserID(in.viewer)
+	mentions := users64(in.mentions)
+	postFacts := func() (ops.PostFacts, error) {
+		if in.authorKnown {
+			return ops.PostFacts{Exists: true, Author: engine.UserID(in.author)}, nil
+		}
+		_, low := s.k.post(in.post)
+		rec, err := s.rdb.HGet(ctx, bucket, low).Result()
+		if errors.Is(err, redis.Nil) {
+			return ops.PostFacts{}, nil
+		}
+		if err != nil {
+			return ops.PostFacts{}, s.fail(err)
+		}
+		author, err := decodeHead(rec)
+		if err != nil {
+			return ops.PostFacts{}, s.fail(err)
+		}
+		return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, nil
+	}
+	var err error
 	switch in.kind {
-	case intentLike, intentComment:
-		author := in.author
-		if !in.authorKnown {
-			_, low := s.k.post(in.post)
-			rec, err := s.rdb.HGet(ctx, bucket, low).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return s.fail(err)
-			}
-			if rec != "" {
-				if author, err = decodeHead(rec); err != nil {
-					return s.fail(err)
-				}
-			}
+	case intentLike:
+		var f ops.PostFacts
+		if f, err = postFacts(); err == nil {
+			op := ops.Like{Viewer: viewer, Post: engine.PostID(in.post)}
+			err = op.Decide(ops.FlagFacts{PostFacts: f}, eff)
 		}
-		var woke []engine.UserID
-		field := uLikes
-		if in.kind == intentComment {
-			field = uComments
-		}
-		if author != 0 && author != in.viewer {
-			bumps = append(bumps, bump{author, field, 1})
-			woke = append(woke, engine.UserID(author))
-		}
-		for _, m := range in.mentions {
-			bumps = append(bumps, bump{m, uMentions, 1})
-			woke = append(woke, engine.UserID(m))
-		}
-		if len(woke) > 0 {
-			ev = &engine.Event{Kind: engine.UnreadChanged, Users: woke}
+	case intentComment:
+		var f ops.PostFacts
+		if f, err = postFacts(); err == nil {
+			op := ops.Comment{Viewer: viewer, Post: engine.PostID(in.post), Mentions: mentions}
+			err = op.Decide(f, eff)
 		}
 	case intentPost:
-		bumps = []bump{{in.viewer, uPosts, 1}}
-		ev = &engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(in.viewer)}
+		op := ops.CreatePost{Viewer: viewer, Post: engine.PostID(in.post)}
+		err = op.Decide(false, eff)
 	case intentRepost:
-		// The new post, then the reposter's count and the mentions.
-		if _, err := s.registerPost(ctx, engine.UserID(in.viewer), in.aux, id, "b", "", ""); err != nil {
-			return err
-		}
-		bumpStep = "c"
-		bumps = []bump{{in.viewer, uPosts, 1}}
-		for _, m := range in.mentions {
-			bumps = append(bumps, bump{m, uMentions, 1})
-		}
-		ev = &engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(in.viewer)}
-		if len(in.mentions) > 0 {
-			s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: users64(in.mentions)})
-		}
+		// The original's author plays no part in a repost's effects.
+		op := ops.Repost{Viewer: viewer, Post: engine.PostID(in.post), NewPost: engine.PostID(in.aux), Mentions: mentions}
+		err = op.Decide(ops.PostFacts{Exists: true}, eff)
 	case intentMessage:
-		// The id -> group index (an idempotent HSET), then the badges of
-		// the members counted at send time.
-		ib, il := s.k.msgIndex(in.post)
-		if err := s.exec(ctx, raw("HSET", ib, il, in.aux)); err != nil {
-			return err
-		}
-		recipients := in.recipients
-		if !in.recipKnown {
-			var err error
-			if recipients, err = s.messageRecipients(ctx, in.aux, in.post); err != nil {
+		if in.view == nil {
+			if in.view, err = s.messageView(ctx, in.aux, in.post); err != nil {
 				return err
 			}
 		}
-		counted := map[uint64]bool{}
-		for _, u := range recipients {
-			counted[u] = true
-			bumps = append(bumps, bump{u, uMessages, 1})
-		}
-		for _, m := range in.mentions {
-			if counted[m] {
-				bumps = append(bumps, bump{m, uMentions, 1})
+		op := ops.SendMessage{Viewer: viewer, Group: engine.GroupID(in.aux), Message: engine.MessageID(in.post), Mentions: mentions}
+		err = op.Decide(ops.GroupFacts{Exists: true, Viewer: ops.MemberState{Joined: true, Current: true}},
+			func(u engine.UserID) bool { return in.view.current(uint64(u), in.viewer) }, eff)
+	}
+	if err != nil && !errors.Is(err, engine.ErrUnavailable) {
+		// A product error: the slot no longer has what the first step
+		// saw (a post record gone), so nothing is left to do.
+		eff.Reset()
+		return nil
+	}
+	return err
+}
+
+// finishIntent applies what intent id (recorded as value in bucket's
+// intent hash) has left to do, then deletes it if it still holds value.
+// own says the caller wrote the intent (its markers may go once done).
+//
+// Left to do are the effects outside the first step's slot: the first
+// step applied the count deltas on the post (a like, a comment, a
+// repost), a new post's registry entry, a message and its receipts.
+func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in intent, own bool) error {
+	var eff ops.Effects
+	if err := s.intentEffects(ctx, bucket, &in, &eff); err != nil {
+		return err
+	}
+	// Step names (marker suffixes) are those the operations used before
+	// intents, so that a keyed retry across an upgrade agrees on them.
+	bumpStep := "b"
+	var registered []uint64
+	var bumps []bump
+	for _, r := range eff.Registers {
+		if in.kind != intentPost {
+			// A repost's new post: its registry entry, in its own slot.
+			if _, _, err := s.registerPost(ctx, r.Author, uint64(r.Post), id, "b", "", nil); err != nil {
+				return err
 			}
+			registered = append(registered, uint64(r.Post))
+			bumpStep = "c"
 		}
-		if len(recipients) > 0 {
-			ev = &engine.Event{Kind: engine.UnreadChanged, Users: users64(recipients)}
+		bumps = append(bumps, bump{uint64(r.Author), uPosts, 1})
+	}
+	for _, b := range eff.Bumps {
+		field, ok := unreadField[b.Kind]
+		if !ok {
+			return s.fail(fmt.Errorf("redisstore: bump of unread kind %d", b.Kind))
+		}
+		bumps = append(bumps, bump{uint64(b.User), field, 1})
+	}
+	var woken []engine.UserID
+	for _, f := range eff.Fanouts {
+		field, ok := unreadField[f.Kind]
+		if !ok || in.view == nil || uint64(f.Group) != in.aux {
+			return s.fail(fmt.Errorf("redisstore: fan-out %+v outside the message's group", f))
+		}
+		for _, u := range in.view.currentMembers(uint64(f.Except)) {
+			bumps = append(bumps, bump{u, field, 1})
+			woken = append(woken, engine.UserID(u))
+		}
+	}
+	if in.kind == intentMessage {
+		// The id -> group index (an idempotent HSET), before the badges.
+		ib, il := s.k.msgIndex(in.post)
+		if err := s.exec(ctx, raw("HSET", ib, il, in.aux)); err != nil {
+			return err
 		}
 	}
 	if err := s.bumpUsersMarked(ctx, id, bumpStep, bumps); err != nil {
@@ -270,16 +304,18 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 			ub, _ := s.k.user(b.uid)
 			dels = append(dels, raw("DEL", marker(ub, id+bumpStep)))
 		}
-		if in.kind == intentRepost {
-			nb, _ := s.k.post(in.aux)
+		for _, p := range registered {
+			nb, _ := s.k.post(p)
 			dels = append(dels, raw("DEL", marker(nb, id+"b")))
 		}
 		if err := s.exec(ctx, dels...); err != nil {
 			return err
 		}
 	}
-	if ev != nil {
-		s.emit(ctx, *ev)
+	s.emitAll(ctx, eff.Events)
+	if len(woken) > 0 {
+		// A fan-out tells its members in one event.
+		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: woken})
 	}
 	return nil
 }
@@ -380,10 +416,40 @@ func users64(us []uint64) []engine.UserID {
 	return out
 }
 
-// messageRecipients are the members message mid of group gid counts (and
-// so badges): mapids up to its maxid that had not quit, the sender
-// excluded, as its receipt record says.
-func (s *Store) messageRecipients(ctx context.Context, gid, mid uint64) ([]uint64, error) {
+// sendView is a group as a message saw it when sent: the packed member
+// uids by mapid and, for mapids up to maxid (the members then), who had
+// quit. A receipt record also has the sender's bit set.
+type sendView struct {
+	uids  []uint64
+	maxid int
+	quit  func(mapid int) bool
+}
+
+// current reports whether u was a current member at send time (sender,
+// the message's sender, was).
+func (v *sendView) current(u, sender uint64) bool {
+	for i := 0; i < v.maxid && i < len(v.uids); i++ {
+		if v.uids[i] == u {
+			return u == sender || !v.quit(i+1)
+		}
+	}
+	return false
+}
+
+// currentMembers are the members current at send time but except.
+func (v *sendView) currentMembers(except uint64) []uint64 {
+	var out []uint64
+	for mapid := 1; mapid <= v.maxid && mapid <= len(v.uids); mapid++ {
+		if u := v.uids[mapid-1]; u != except && !v.quit(mapid) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// messageView reads message mid's group as its receipt record says it
+// was at send time.
+func (s *Store) messageView(ctx context.Context, gid, mid uint64) (*sendView, error) {
 	g := s.k.group(gid)
 	var blob, packed *redis.StringCmd
 	if err := s.read(ctx, func(p redis.Pipeliner) {
@@ -396,12 +462,5 @@ func (s *Store) messageRecipients(ctx context.Context, gid, mid uint64) ([]uint6
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	all := members(packed.Val())
-	var out []uint64
-	for mapid := 1; mapid <= rc.maxid && mapid <= len(all); mapid++ {
-		if !rc.quit(mapid) {
-			out = append(out, all[mapid-1])
-		}
-	}
-	return out, nil
+	return &sendView{uids: members(packed.Val()), maxid: rc.maxid, quit: rc.quit}, nil
 }

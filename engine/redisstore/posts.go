@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/ops"
 )
 
 // Idempotency: the record (viewer, key) lives in the viewer's slot and
@@ -157,16 +161,9 @@ func (s *Store) reservePostID(ctx context.Context, viewer engine.UserID, kind by
 
 // CreatePost implements engine.Store.
 func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
-	if err := checkUser(viewer); err != nil {
+	op := ops.CreatePost{Viewer: viewer, Post: id, IdemKey: idemKey}
+	if err := op.Check(s.now()); err != nil {
 		return 0, err
-	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
-		return 0, err
-	}
-	if id != 0 {
-		if err := engine.CheckPostID(id, s.now()); err != nil {
-			return 0, err
-		}
 	}
 	want := uint64(id)
 	if want == 0 && idemKey != "" {
@@ -182,9 +179,12 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if iid == "" {
 		iid = newIntentID()
 	}
-	it := intent{kind: intentPost, viewer: uint64(viewer), at: s.now().UnixMilli()}
-	desc := it.encode()
-	pid, err := s.registerPost(ctx, viewer, want, in.op, "a", iid, desc)
+	var it intent
+	mk := func(pid uint64) string {
+		it = intent{kind: intentPost, viewer: uint64(viewer), post: pid, at: s.now().UnixMilli()}
+		return it.encode()
+	}
+	pid, desc, err := s.registerPost(ctx, viewer, want, in.op, "a", iid, mk)
 	if err != nil {
 		s.idemAbort(ctx, in)
 		return 0, err
@@ -200,30 +200,45 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	return engine.PostID(pid), nil
 }
 
-// registerPost adds a post by author to the registry. id 0 asks for a
-// fresh id; a fresh id that collides (a client's id from our node) is
-// replaced by another.
-func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step, intentID, intent string) (uint64, error) {
+// registerPost enters a post by author in the registry: the registry
+// half of ops.CreatePost's Registration (the author's post count is a
+// later step). id 0 asks for a fresh id; a fresh id that collides (a
+// client's id from our node) is replaced by another, while a given id
+// that is taken is what CreatePost.Decide refuses. intent, when not nil,
+// makes the intent recorded with the entry for the id it gets.
+func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step, intentID string, intent func(pid uint64) string) (uint64, string, error) {
 	for attempt := 0; ; attempt++ {
 		pid := id
 		if pid == 0 {
 			pid = s.gen.Next()
 		}
-		bucket, low := s.k.post(pid)
+		desc := ""
+		if intent != nil {
+			desc = intent(pid)
+		}
+		create := ops.CreatePost{Viewer: author, Post: engine.PostID(pid)}
+		var eff ops.Effects
+		if err := create.Decide(false, &eff); err != nil || len(eff.Registers) != 1 {
+			return 0, "", s.fail(fmt.Errorf("redisstore: CreatePost decided %+v (%v), want one registration", eff, err))
+		}
+		reg := eff.Registers[0]
+		bucket, low := s.k.post(uint64(reg.Post))
 		r, err := s.one(ctx, scPostCreate, []string{bucket, marker(bucket, op+step), intentsKey(bucket)},
-			ttlArg(op), low, postHead(uint64(author)), intentID, intent)
+			ttlArg(op), low, postHead(uint64(reg.Author)), intentID, desc)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		switch num(r) {
 		case 1:
 			s.stats.posts.Add(1)
-			return pid, nil
+			return pid, desc, nil
 		case 2:
-			return pid, nil
+			return pid, desc, nil
 		}
 		if id != 0 || attempt >= 10 {
-			return 0, invalid("post %d already exists", pid)
+			// The id is taken: the fact the entry was written against
+			// changed, and Decide judges the real one.
+			return 0, "", create.Decide(true, &eff)
 		}
 	}
 }
@@ -353,110 +368,187 @@ func (s *Store) flags(ctx context.Context, viewer engine.UserID, ids []engine.Po
 
 // Like implements engine.Store.
 func (s *Store) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, viewer, post, likersKey, pLikes, 1)
+	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post}, viewer, post, false, likersKey, intentLike)
 }
 
 // Unlike implements engine.Store.
 func (s *Store) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, viewer, post, likersKey, pLikes, -1)
+	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, likersKey, 0)
 }
 
 // Favorite implements engine.Store.
 func (s *Store) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, viewer, post, favsKey, pFavorites, 1)
+	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post}, viewer, post, false, favsKey, 0)
 }
 
 // Unfavorite implements engine.Store.
 func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, viewer, post, favsKey, pFavorites, -1)
+	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, favsKey, 0)
 }
 
-// flag is like/unlike/favorite/unfavorite: de-dup and count atomically in
-// the post's slot, then (a new like only) the author's badge in theirs.
-// The badge step comes second so that a crash between the two can only
-// lose a badge bump, never count a like twice: a retried like finds itself
-// already in the set and changes nothing.
-func (s *Store) flag(ctx context.Context, viewer engine.UserID, post engine.PostID, set func(b, low string) string, field int, d int) error {
-	if err := checkUser(viewer); err != nil {
+// flagOp is ops.Like or ops.Favorite.
+type flagOp interface {
+	Check() error
+	Decide(ops.FlagFacts, *ops.Effects) error
+}
+
+// speculate asks decide for the effects of an operation on post under
+// the facts that make it change something: the post exists, someone
+// other than viewer wrote it (and the flag, for flagOps, is not yet in
+// the wanted state). It returns the count deltas on post, as script
+// arguments (record index, delta), which the first step applies if the
+// facts hold, and whether any effect reaches beyond the post's slot, in
+// which case the first step records an intent (intents.go).
+func speculate(viewer engine.UserID, post engine.PostID, decide func(author engine.UserID, eff *ops.Effects) error) ([]any, bool, error) {
+	someoneElse := viewer + 1
+	if someoneElse == 0 {
+		someoneElse = viewer - 1
+	}
+	var eff ops.Effects
+	if err := decide(someoneElse, &eff); err != nil {
+		return nil, false, err
+	}
+	args, err := countArgs(post, eff.Counts)
+	beyond := len(eff.Registers)+len(eff.Bumps)+len(eff.Followers)+len(eff.Follows)+len(eff.Reads)+
+		len(eff.Fanouts)+len(eff.Clicks)+len(eff.Joins)+len(eff.Leaves)+len(eff.Receipts) > 0 || eff.Push != 0
+	return args, beyond, err
+}
+
+// postIndex is the record index (the scripts' 1-based field) of each
+// counter.
+var postIndex = [counters.NumFields]int{
+	counters.Views: pViews, counters.Likes: pLikes, counters.Comments: pComments,
+	counters.Reposts: pReposts, counters.Favorites: pFavorites,
+}
+
+// countArgs turns count deltas on post into (index, delta) script
+// arguments. A delta on any other post is a rule this backend does not
+// apply in one step, and an error.
+func countArgs(post engine.PostID, counts []ops.CountDelta) ([]any, error) {
+	args := make([]any, 0, 2*len(counts))
+	for _, c := range counts {
+		if c.Post != post || c.Field >= counters.NumFields {
+			return nil, fmt.Errorf("redisstore: count delta %+v outside post %d", c, uint64(post))
+		}
+		args = append(args, postIndex[c.Field], c.Delta)
+	}
+	return args, nil
+}
+
+// flag is like/unlike/favorite/unfavorite. The post's slot de-duplicates
+// and counts in one step: the set change is the fact Decide's counts were
+// speculated on, and they are applied only if it happens. Then Decide
+// runs on the facts the step returned (the author, whether the flag was
+// set); effects beyond the slot (a like's badge) were recorded as an
+// intent by the step and are finished in the users' slots, so a crash in
+// between can only delay a badge bump, never count a like twice: a
+// retried like finds itself already in the set and changes nothing.
+func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post engine.PostID, undo bool, set func(b, low string) string, kind byte) error {
+	if err := op.Check(); err != nil {
 		return err
 	}
-	if post == 0 {
-		return invalid("post id 0")
-	}
-	bucket, low := s.k.post(uint64(post))
-	// A new like owes the author a badge bump in another slot: the first
-	// step records that intent with the like (see intents.go).
-	var id, desc string
-	var in intent
-	if d > 0 && field == pLikes {
-		id = newIntentID()
-		in = intent{kind: intentLike, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli()}
-		desc = in.encode()
-	}
-	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low), intentsKey(bucket)},
-		low, uint64(viewer), field, d, id, desc, postHead(uint64(viewer)))
-	if err != nil {
-		return err
-	}
-	a := vals(r)
-	switch num(at(a, 0)) {
-	case -1:
-		return notFound("post")
-	case 0:
-		return nil
-	}
-	s.stats.counted.Add(num(at(a, 2)))
-	if desc == "" {
-		return nil
-	}
-	author, err := decodeHead(str(at(a, 1)))
+	counts, beyond, err := speculate(viewer, post, func(author engine.UserID, eff *ops.Effects) error {
+		return op.Decide(ops.FlagFacts{PostFacts: ops.PostFacts{Exists: true, Author: author}, Set: undo}, eff)
+	})
 	if err != nil {
 		return s.fail(err)
 	}
-	if author == 0 || author == uint64(viewer) {
-		return nil // no intent was written: nothing follows
+	bucket, low := s.k.post(uint64(post))
+	var id, desc string
+	var in intent
+	if beyond {
+		if kind == 0 {
+			return s.fail(fmt.Errorf("redisstore: %T has effects beyond the post's slot and no intent kind", op))
+		}
+		id = newIntentID()
+		in = intent{kind: kind, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli()}
+		desc = in.encode()
 	}
-	maybeCrash(intentLike)
-	in.author, in.authorKnown = author, true
+	verb := "add"
+	if undo {
+		verb = "rem"
+	}
+	args := append([]any{low, uint64(viewer), verb, id, desc}, counts...)
+	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low), intentsKey(bucket)}, args...)
+	if err != nil {
+		return err
+	}
+	a := vals(r)
+	code := num(at(a, 0))
+	facts := ops.FlagFacts{PostFacts: ops.PostFacts{Exists: code != -1}, Set: undo}
+	if code == 0 {
+		facts.Set = !undo
+	}
+	if code != -1 {
+		author, err := decodeHead(str(at(a, 1)))
+		if err != nil {
+			return s.fail(err)
+		}
+		facts.Author = engine.UserID(author)
+	}
+	var eff ops.Effects
+	if err := op.Decide(facts, &eff); err != nil || code != 1 {
+		return err
+	}
+	s.stats.counted.Add(num(at(a, 2)))
+	if err := sameCounts(post, eff.Counts, counts); err != nil {
+		return s.fail(err)
+	}
+	if !beyond {
+		s.emitAll(ctx, eff.Events)
+		return nil
+	}
+	maybeCrash(in.kind)
+	in.author, in.authorKnown = uint64(facts.Author), true
 	return s.finishIntent(ctx, bucket, id, desc, in, true)
 }
 
-// countOn adds one to a count of a known post and returns its author.
-func (s *Store) countOn(ctx context.Context, post engine.PostID, field int, op, step, intentID, intent string) (uint64, error) {
+// sameCounts checks that Decide on the real facts asks for the count
+// deltas the first step applied on the speculated ones: counts must not
+// depend on facts the step does not verify (the author).
+func sameCounts(post engine.PostID, counts []ops.CountDelta, applied []any) error {
+	got, err := countArgs(post, counts)
+	if err == nil && !slices.Equal(got, applied) {
+		err = fmt.Errorf("redisstore: decided counts %v on post %d, applied %v", got, uint64(post), applied)
+	}
+	return err
+}
+
+// countOn applies count deltas to a known post, once per operation op,
+// with the intent of what follows; it returns the post's facts.
+func (s *Store) countOn(ctx context.Context, post engine.PostID, counts []any, op, step, intentID, intent string) (ops.PostFacts, error) {
 	bucket, low := s.k.post(uint64(post))
-	r, err := s.one(ctx, scPostIncr, []string{bucket, marker(bucket, op+step), intentsKey(bucket)}, ttlArg(op), low, field, intentID, intent)
+	args := append([]any{ttlArg(op), low, intentID, intent}, counts...)
+	r, err := s.one(ctx, scPostCount, []string{bucket, marker(bucket, op+step), intentsKey(bucket)}, args...)
 	if err != nil {
-		return 0, err
+		return ops.PostFacts{}, err
 	}
 	a := vals(r)
 	if num(at(a, 0)) == -1 {
-		return 0, notFound("post")
+		return ops.PostFacts{}, nil
 	}
 	s.stats.counted.Add(num(at(a, 2)))
 	author, err := decodeHead(str(at(a, 1)))
 	if err != nil {
-		return 0, s.fail(err)
+		return ops.PostFacts{}, s.fail(err)
 	}
-	return author, nil
+	return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, nil
 }
 
 // Comment implements engine.Store.
 func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
-	if err := checkUser(viewer); err != nil {
+	op := ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}
+	if err := op.Check(); err != nil {
 		return err
 	}
-	if post == 0 {
-		return invalid("post id 0")
-	}
-	mentions, err := engine.NormalizeMentions(viewer, mentions)
+	counts, _, err := speculate(viewer, post, func(author engine.UserID, eff *ops.Effects) error {
+		return op.Decide(ops.PostFacts{Exists: true, Author: author}, eff)
+	})
 	if err != nil {
-		return err
-	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
-		return err
+		return s.fail(err)
 	}
 	in, err := s.idemBegin(ctx, uint64(viewer), kindComment, idemKey, "", engine.IdemComment,
-		engine.IdemArgs{Post: post, Mentions: mentions})
+		engine.IdemArgs{Post: post, Mentions: op.Mentions})
 	if err != nil || in.done {
 		return err
 	}
@@ -467,15 +559,19 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	if id == "" {
 		id = newIntentID()
 	}
-	it := intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(mentions)}
+	it := intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
 	desc := it.encode()
-	author, err := s.countOn(ctx, post, pComments, in.op, "a", id, desc)
+	facts, err := s.countOn(ctx, post, counts, in.op, "a", id, desc)
+	if err == nil && !facts.Exists {
+		var eff ops.Effects
+		err = op.Decide(facts, &eff)
+	}
 	if err != nil {
 		s.idemAbort(ctx, in)
 		return err
 	}
 	maybeCrash(intentComment)
-	it.author, it.authorKnown = author, true
+	it.author, it.authorKnown = uint64(facts.Author), true
 	bucket, _ := s.k.post(uint64(post))
 	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
 		return err
@@ -493,38 +589,43 @@ func ids64(us []engine.UserID) []uint64 {
 
 // Repost implements engine.Store.
 func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
-	if err := checkUser(viewer); err != nil {
-		return 0, err
-	}
-	if post == 0 {
-		return 0, invalid("post id 0")
-	}
-	mentions, err := engine.NormalizeMentions(viewer, mentions)
-	if err != nil {
-		return 0, err
-	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
+	op := ops.Repost{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}
+	if err := op.Check(); err != nil {
 		return 0, err
 	}
 	// The new post's id is fixed before the first step: the intent names
 	// it, so whoever finishes the repost registers that post.
 	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, s.gen.Next(), engine.IdemRepost,
-		engine.IdemArgs{Post: post, Mentions: mentions})
+		engine.IdemArgs{Post: post, Mentions: op.Mentions})
 	if err != nil || in.done {
 		return engine.PostID(want), err
+	}
+	op.NewPost = engine.PostID(want)
+	counts, _, err := speculate(viewer, post, func(author engine.UserID, eff *ops.Effects) error {
+		return op.Decide(ops.PostFacts{Exists: true, Author: author}, eff)
+	})
+	if err != nil {
+		s.idemAbort(ctx, in)
+		return 0, s.fail(err)
 	}
 	id := in.op
 	if id == "" {
 		id = newIntentID()
 	}
 	it := intent{kind: intentRepost, viewer: uint64(viewer), post: uint64(post), aux: want,
-		at: s.now().UnixMilli(), mentions: ids64(mentions)}
+		at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
 	desc := it.encode()
-	if _, err := s.countOn(ctx, post, pReposts, in.op, "a", id, desc); err != nil {
+	facts, err := s.countOn(ctx, post, counts, in.op, "a", id, desc)
+	if err == nil && !facts.Exists {
+		var eff ops.Effects
+		err = op.Decide(facts, &eff)
+	}
+	if err != nil {
 		s.idemAbort(ctx, in)
 		return 0, err
 	}
 	maybeCrash(intentRepost)
+	it.author, it.authorKnown = uint64(facts.Author), true
 	bucket, _ := s.k.post(uint64(post))
 	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
 		return 0, err
@@ -536,19 +637,30 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 }
 
 // RecordViews implements engine.Store: one script per bucket, one round
-// trip for the page.
+// trip for the page. Decide runs on the fact every post exists; the
+// script skips an unknown post's delta, which is what Decide says for it.
 func (s *Store) RecordViews(ctx context.Context, ids []engine.PostID) error {
-	if err := engine.CheckIDs(ids); err != nil {
+	op := ops.RecordViews{Posts: ids}
+	if err := op.Check(); err != nil {
 		return err
 	}
-	groups, order := s.groupPosts(ids, s.k.post)
+	var eff ops.Effects
+	op.Decide(func(engine.PostID) bool { return true }, &eff)
+	byBucket := map[string][]any{}
+	var order []string
+	for _, c := range eff.Counts {
+		if c.Field >= counters.NumFields {
+			return s.fail(fmt.Errorf("redisstore: views decided %+v", c))
+		}
+		b, low := s.k.post(uint64(c.Post))
+		if _, ok := byBucket[b]; !ok {
+			order = append(order, b)
+		}
+		byBucket[b] = append(byBucket[b], low, postIndex[c.Field], c.Delta)
+	}
 	calls := make([]*call, len(order))
 	for i, b := range order {
-		args := make([]any, len(groups[b].lows))
-		for j, l := range groups[b].lows {
-			args[j] = l
-		}
-		calls[i] = script(scViews, []string{b}, args...)
+		calls[i] = script(scPostCounts, []string{b}, byBucket[b]...)
 	}
 	if err := s.exec(ctx, calls...); err != nil {
 		return err
@@ -564,11 +676,15 @@ var _ engine.Importer = (*Store)(nil)
 // importChunk bounds one pipelined round trip of Import.
 const importChunk = 2000
 
-// Import implements engine.Importer: each row's counts replace the post's
-// counts; an unknown post is registered when it has an author or a
-// non-zero count. Rows go per bucket, one pipelined round trip per
-// importChunk rows. Like every write here it is durable when it returns
-// as far as the server's appendfsync (or WaitReplicas) makes it.
+// Import implements engine.Importer: ops.DecideImport judges each row
+// against the post's record (an unknown post is registered when it has
+// an author or a non-zero count, a known one without an author takes the
+// row's; the counts replace the post's). Rows go per bucket: one
+// pipelined round trip reads the records of importChunk rows, one writes
+// them (compare-and-set on each post's head; a post changed in between
+// is read and decided again). Like every write here it is durable when
+// it returns as far as the server's appendfsync (or WaitReplicas) makes
+// it.
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 	for i, r := range rows {
 		c := r.Counts
@@ -590,47 +706,119 @@ func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 }
 
 func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error {
-	type grp struct {
-		args []any
-		rows []int
-	}
-	groups := map[string]*grp{}
+	byBucket := map[string][]int{}
 	var order []string
 	for i, r := range rows {
-		b, low := s.k.post(uint64(r.Post))
-		g := groups[b]
-		if g == nil {
-			g = &grp{}
-			groups[b] = g
+		b, _ := s.k.post(uint64(r.Post))
+		if _, ok := byBucket[b]; !ok {
 			order = append(order, b)
 		}
-		head := ""
-		if r.Author != 0 {
-			head = postHead(uint64(r.Author))
-		}
-		g.args = append(g.args, low, head, encodeCounts(r.Counts))
-		g.rows = append(g.rows, i)
-	}
-	calls := make([]*call, len(order))
-	for i, b := range order {
-		calls[i] = script(scImport, []string{b}, groups[b].args...)
-	}
-	if err := s.exec(ctx, calls...); err != nil {
-		return err
+		byBucket[b] = append(byBucket[b], i)
 	}
 	var bumps []bump
-	for i, b := range order {
-		a := vals(calls[i].res.Val())
-		for j, row := range groups[b].rows {
-			flags := num(at(a, j))
-			if flags&1 != 0 {
-				s.stats.posts.Add(1)
+	for attempt := 0; len(order) > 0; attempt++ {
+		if attempt == 10 {
+			return s.fail(errors.New("import: posts keep changing under the import"))
+		}
+		// Facts: each post's head (exists, author) as stored now.
+		reads := make([]*redis.SliceCmd, len(order))
+		if err := s.read(ctx, func(p redis.Pipeliner) {
+			for i, b := range order {
+				lows := make([]string, len(byBucket[b]))
+				for j, row := range byBucket[b] {
+					_, lows[j] = s.k.post(uint64(rows[row].Post))
+				}
+				reads[i] = p.HMGet(ctx, b, lows...)
 			}
-			if flags&2 != 0 {
-				bumps = append(bumps, bump{uint64(rows[row].Author), uPosts, 1})
+		}); err != nil {
+			return err
+		}
+		calls := make([]*call, len(order))
+		written := make([][]int, len(order)) // rows sent, per bucket
+		grows := make([][]bool, len(order))  // their authors' post counts grow
+		fresh := make([][]bool, len(order))  // they enter the registry
+		for i, b := range order {
+			heads := map[engine.PostID]string{} // as the rows before leave it
+			var args []any
+			for j, row := range byBucket[b] {
+				r := rows[row]
+				head, seen := heads[r.Post]
+				if !seen {
+					rec, _ := reads[i].Val()[j].(string)
+					if rec != "" {
+						if len(rec) < 1+int(rec[0]) {
+							return s.fail(errCorrupt)
+						}
+						head = rec[:1+int(rec[0])]
+					}
+				}
+				known := ops.PostFacts{Exists: head != ""}
+				if known.Exists {
+					a, err := decodeHead(head)
+					if err != nil {
+						return s.fail(err)
+					}
+					known.Author = engine.UserID(a)
+				}
+				skip, register, authorPosts := ops.DecideImport(r, known)
+				if skip {
+					continue
+				}
+				next := head
+				if register {
+					next = postHead(uint64(r.Author))
+				}
+				_, low := s.k.post(uint64(r.Post))
+				args = append(args, low, head, next+encodeCounts(r.Counts))
+				heads[r.Post] = next
+				written[i] = append(written[i], row)
+				grows[i] = append(grows[i], authorPosts)
+				fresh[i] = append(fresh[i], !known.Exists)
+			}
+			if len(args) > 0 {
+				calls[i] = script(scImportRows, []string{b}, args...)
 			}
 		}
-		s.stats.counted.Add(num(at(a, len(groups[b].rows))))
+		var sent []*call
+		for _, c := range calls {
+			if c != nil {
+				sent = append(sent, c)
+			}
+		}
+		if err := s.exec(ctx, sent...); err != nil {
+			return err
+		}
+		var again []string
+		for i, b := range order {
+			if calls[i] == nil {
+				continue
+			}
+			a := vals(calls[i].res.Val())
+			n := int(num(at(a, 0)))
+			s.stats.counted.Add(num(at(a, 1)))
+			for j := range n {
+				row := rows[written[i][j]]
+				if fresh[i][j] {
+					s.stats.posts.Add(1)
+				}
+				if grows[i][j] {
+					bumps = append(bumps, bump{uint64(row.Author), uPosts, 1})
+				}
+			}
+			if n < len(written[i]) {
+				// Rows from the first one not written are read again.
+				first := written[i][n]
+				rest := byBucket[b][:0:0]
+				for _, row := range byBucket[b] {
+					if row >= first {
+						rest = append(rest, row)
+					}
+				}
+				byBucket[b] = rest
+				again = append(again, b)
+			}
+		}
+		order = again
 	}
 	return s.bumpUsers(ctx, "", "", bumps)
 }

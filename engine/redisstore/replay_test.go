@@ -52,7 +52,7 @@ func TestReplayAfterCrash(t *testing.T) {
 	want := s.gen.Next()
 	in, err := s.idemBegin(ctx, author, kindPost, "cp", strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{})
 	check(t, err)
-	_, err = s.registerPost(ctx, author, want, in.op, "a", "", "")
+	_, _, err = s.registerPost(ctx, author, want, in.op, "a", "", nil)
 	check(t, err)
 	for range 2 {
 		got, err := s.CreatePost(ctx, author, 0, "cp")
@@ -72,7 +72,7 @@ func TestReplayAfterCrash(t *testing.T) {
 	in, err = s.idemBegin(ctx, actor, kindComment, "c1", "", engine.IdemComment,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
-	_, err = s.countOn(ctx, post, pComments, in.op, "a", "", "")
+	_, err = s.countOn(ctx, post, []any{pComments, 1}, in.op, "a", "", "")
 	check(t, err)
 	for range 2 {
 		check(t, s.Comment(ctx, actor, post, []engine.UserID{mentioned}, "c1"))
@@ -95,9 +95,9 @@ func TestReplayAfterCrash(t *testing.T) {
 	in, err = s.idemBegin(ctx, actor, kindRepost, "r1", strconv.FormatUint(rid, 10), engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
-	_, err = s.countOn(ctx, post, pReposts, in.op, "a", "", "")
+	_, err = s.countOn(ctx, post, []any{pReposts, 1}, in.op, "a", "", "")
 	check(t, err)
-	_, err = s.registerPost(ctx, actor, rid, in.op, "b", "", "")
+	_, _, err = s.registerPost(ctx, actor, rid, in.op, "b", "", nil)
 	check(t, err)
 	for range 2 {
 		got, err := s.Repost(ctx, actor, post, []engine.UserID{mentioned}, "r1")

@@ -122,59 +122,67 @@ if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1`)
 
-	// Like/favorite de-dup and count in one step, and the intent of what
-	// follows (the author's badge) when it changed something. KEYS
-	// bucket, set, intents; ARGV low, user, count index, +1|-1, intent
-	// id, intent ('' = none), the user's own post head (no intent when
-	// the author is the user, or unknown: nothing follows then).
-	// {-1} unknown post; {0, head, 0} no change; {1, head, zero-transition}.
+	// Like/favorite: the viewer's flag changes (SADD, or SREM with ARGV[3]
+	// 'rem') and, only if the set changed (the fact ops.Like.Decide was
+	// given: the flag was not yet in the wanted state), the count deltas
+	// Go decided are applied with it, and the intent is recorded when Go
+	// passed one. KEYS bucket, set, intents; ARGV low, user, 'add'|'rem',
+	// intent id, intent ('' = none), then (count index, delta) pairs.
+	// {-1} unknown post; {0, head, 0} the set did not change, nothing
+	// applied; {1, head, zero-transition}.
 	scPostFlag = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return {-1} end
-local d = tonumber(ARGV[4])
 local changed
-if d > 0 then changed = redis.call('SADD', KEYS[2], ARGV[2])
+if ARGV[3] == 'add' then changed = redis.call('SADD', KEYS[2], ARGV[2])
 else changed = redis.call('SREM', KEYS[2], ARGV[2]) end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
-if ARGV[6] ~= '' and L > 0 and head ~= ARGV[7] then redis.call('HSET', KEYS[3], ARGV[5], ARGV[6]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
-n = add(t, n, tonumber(ARGV[3]), d)
+for i = 6, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
 local after = enc(t, n)
 redis.call('HSET', KEYS[1], ARGV[1], head .. after)
 return {1, head, tr(before, after)}`)
 
-	// +1 on one count of a known post, and the intent of what follows.
-	// KEYS bucket, marker, intents; ARGV marker-ttl, low, count index,
-	// intent id, intent ('' = none). Results as scPostFlag.
-	scPostIncr = newScript(`
+	// Count deltas Go decided on a post that exists (the fact its Decide
+	// was given), once per operation (marker), and the intent of what
+	// follows. KEYS bucket, marker, intents; ARGV marker-ttl, low, intent
+	// id, intent ('' = none), then (count index, delta) pairs. Results as
+	// scPostFlag (0: this operation applied them already).
+	scPostCount = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[2])
 if not rec then return {-1} end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, head, 0} end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[3], ARGV[4]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
-n = add(t, n, tonumber(ARGV[3]), 1)
+for i = 5, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
 local after = enc(t, n)
 redis.call('HSET', KEYS[1], ARGV[2], head .. after)
 return {1, head, tr(before, after)}`)
 
-	// +1 view on each known post of one bucket. KEYS bucket; ARGV lows.
-	// Returns how many posts went from all-zero to counted.
-	scViews = newScript(`
+	// Count deltas on posts of one bucket, each applied only where the
+	// post exists (the fact ops.RecordViews.Decide was given: an unknown
+	// post is skipped, as Decide skips it). KEYS bucket; ARGV (low, count
+	// index, delta) triples. Returns how many posts went from all-zero to
+	// counted.
+	scPostCounts = newScript(`
 local trs = 0
-for i = 1, #ARGV do
+for i = 1, #ARGV, 3 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
   if rec then
     local L = string.byte(rec, 1)
     local t, n = dec(rec, L + 2)
-    if n == 0 then trs = trs + 1 end
-    n = add(t, n, 1, 1)
-    redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L + 1) .. enc(t, n))
+    local before = enc(t, n)
+    n = add(t, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
+    local after = enc(t, n)
+    trs = trs + tr(before, after)
+    redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L + 1) .. after)
   end
 end
 return trs`)
@@ -529,37 +537,24 @@ for i = 3, #ARGV do
 end
 return out`)
 
-	// Import: replaces the counts of posts in one bucket and registers the
-	// ones not known yet (engine.Importer's rules: a known author is kept;
-	// a post known without one takes the imported author). KEYS bucket;
-	// ARGV (low, head or '', counts) triples. Per row: bit 0 = a new post,
-	// bit 1 = the author's postCount grows; then the counted-posts delta.
-	scImport = newScript(`
-local out, counted = {}, 0
+	// Import: Go decided each row (ops.DecideImport) from the records it
+	// read; this writes the rows in order while each post's head (exists,
+	// author) is still the one Go read, and stops at the first row whose
+	// post changed meanwhile (Go reads and decides the rest again). KEYS
+	// bucket; ARGV (low, expected head or '' for no record, new record)
+	// triples. {rows written, counted-posts delta}.
+	scImportRows = newScript(`
+local counted = 0
 for i = 1, #ARGV, 3 do
-  local rec = redis.call('HGET', KEYS[1], ARGV[i])
-  local head, counts = ARGV[i + 1], ARGV[i + 2]
-  local flags = 0
-  if rec then
-    local L = string.byte(rec, 1)
-    if L == 0 and head ~= '' then
-      flags = 2
-    else
-      head = string.sub(rec, 1, L + 1)
-    end
-    if #rec > L + 1 then counted = counted - 1 end
-  elseif head ~= '' or counts ~= '' then
-    flags = 1
-    if head == '' then head = '\0' else flags = 3 end
-  end
-  if head ~= '' then
-    redis.call('HSET', KEYS[1], ARGV[i], head .. counts)
-    if counts ~= '' then counted = counted + 1 end
-  end
-  out[#out + 1] = flags
+  local rec = redis.call('HGET', KEYS[1], ARGV[i]) or ''
+  local head = ''
+  if rec ~= '' then head = string.sub(rec, 1, string.byte(rec, 1) + 1) end
+  if head ~= ARGV[i + 1] then return {(i - 1) / 3, counted} end
+  local new = ARGV[i + 2]
+  counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, string.byte(new, 1) + 2))
+  redis.call('HSET', KEYS[1], ARGV[i], new)
 end
-out[#out + 1] = counted
-return out`)
+return {#ARGV / 3, counted}`)
 
 	// A message for a current member. KEYS M, Q, T; ARGV viewer, mid.
 	// {1, body} | {-1} unknown | {-2} not a member.
@@ -591,7 +586,7 @@ return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 )
 
 var allScripts = []*redis.Script{
-	scPostCreate, scPostFlag, scPostIncr, scViews, scUserBump, scFollow, scTouch,
+	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scTouch,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupAdd,
-	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImport, scSweep,
+	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImportRows, scSweep,
 }
