@@ -3,7 +3,6 @@ package redisstore
 import (
 	"encoding/binary"
 	"errors"
-	"time"
 	"unicode/utf8"
 
 	"github.com/tally-dev/tally/engine"
@@ -103,6 +102,22 @@ func decodeUser(rec string) (userRec, error) {
 
 func (u *userRec) get(field int) int64 { return u[field-1] }
 
+func (u *userRec) set(field int, v int64) { u[field-1] = v }
+
+// encode packs u as the scripts' enc does (trailing zeros dropped), so
+// that a record Go decided compares equal to one Lua wrote.
+func (u *userRec) encode() string {
+	n := len(u)
+	for n > 0 && u[n-1] == 0 {
+		n--
+	}
+	var b []byte
+	for _, v := range u[:n] {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return string(b)
+}
+
 func decodeVarints(s string, out []int64) error {
 	b := []byte(s)
 	for i := 0; len(b) > 0; i++ {
@@ -181,5 +196,3 @@ func bitSet(s string, i int) bool {
 	}
 	return s[i/8]&(0x80>>(i%8)) != 0
 }
-
-func unixSec(t time.Time) int64 { return t.Unix() }

@@ -197,35 +197,45 @@ for i = 2, #ARGV, 3 do
 end
 return {1, users}`)
 
-	// Follow (+1) or unfollow (-1): the followee entry with its snapshot
-	// and the follower's following count. KEYS user bucket, followees;
-	// ARGV low, target, snapshot, +1|-1. {changed, users+-}.
+	// A follow edge Go decided (ops.Follow): added with its snapshot
+	// ('add') or removed ('rem'), with the viewer's following count, if
+	// the edge is still absent (present) as Decide assumed; otherwise
+	// nothing (then Decide, on the real fact, changes nothing either).
+	// KEYS user bucket, followees; ARGV low, target, 'add'|'rem',
+	// snapshot. {changed, users+-}.
 	scFollow = newScript(`
-local d = tonumber(ARGV[4])
-if d > 0 then
-  if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 0 then return {0, 0} end
+local d = 1
+if ARGV[3] == 'add' then
+  if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[4]) == 0 then return {0, 0} end
 else
   if redis.call('HDEL', KEYS[2], ARGV[2]) == 0 then return {0, 0} end
+  d = -1
 end
 return {1, bump(KEYS[1], ARGV[1], 3, d)}`)
 
-	// Sets up a viewer's badges: a missing or expired system cursor (an
-	// activity stamp before the cutoff, engine.CursorCutoff) starts at the
-	// newest notification; the activity stamp is refreshed once a day.
-	// KEYS bucket; ARGV low, latest seq, now s, cutoff s, start of today s.
-	// {record, users+-}.
-	scTouch = newScript(`
-local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
-local t, n = dec(rec)
-for i = n + 1, 10 do t[i] = 0 end
-if t[8] == 0 or t[10] < tonumber(ARGV[4]) then
-  t[8] = tonumber(ARGV[2]) + 1
+	// Compare-and-set of user records: each record Go decided is written
+	// if the record is still the one it decided on (a cursor touch,
+	// ops.DecideTouch; a cursor dropped by the sweep, ops.CursorLive).
+	// KEYS bucket; ARGV (low, expected record, new record) triples.
+	// {users+-, then per row: 1 written | 0 and the record found}.
+	scUserCAS = newScript(`
+local out, users = {0}, 0
+for i = 1, #ARGV, 3 do
+  local rec = redis.call('HGET', KEYS[1], ARGV[i]) or ''
+  if rec == ARGV[i + 1] then
+    users = users + write(KEYS[1], ARGV[i], rec, ARGV[i + 2])
+    out[#out + 1] = 1
+    out[#out + 1] = ''
+  else
+    out[#out + 1] = 0
+    out[#out + 1] = rec
+  end
 end
-if t[10] < tonumber(ARGV[5]) then t[10] = tonumber(ARGV[3]) end
-local after = enc(t, 10)
-return {after, write(KEYS[1], ARGV[1], rec, after)}`)
+out[1] = users
+return out`)
 
-	// Sets one field of a user record ('set'), or raises it ('max').
+	// Sets one field of a user record ('set'), or raises it ('max': a
+	// click's stamp, which only grows, is not lowered by a slower click).
 	// KEYS bucket; ARGV low, field, value, mode. Returns users+-.
 	scSetField = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
@@ -238,24 +248,6 @@ if ARGV[4] == 'max' and t[idx] > v then v = t[idx] end
 t[idx] = v
 return write(KEYS[1], ARGV[1], rec, enc(t, n))`)
 
-	// Drops the system cursors whose activity stamp is before the cutoff
-	// (engine.CursorCutoff; the record goes if nothing else is left).
-	// KEYS bucket; ARGV cutoff s. {dropped, users+-}.
-	scSweep = newScript(`
-local all = redis.call('HGETALL', KEYS[1])
-local cutoff = tonumber(ARGV[1])
-local dropped, users = 0, 0
-for i = 1, #all, 2 do
-  local t, n = dec(all[i + 1])
-  for j = n + 1, 10 do t[j] = 0 end
-  if t[8] > 0 and t[10] < cutoff then
-    t[8], t[10] = 0, 0
-    dropped = dropped + 1
-    users = users + write(KEYS[1], all[i], all[i + 1], enc(t, 10))
-  end
-end
-return {dropped, users}`)
-
 	// Refreshes the feed snapshot of followees still followed.
 	// KEYS followees; ARGV (target, count) pairs.
 	scSnapshot = newScript(`
@@ -266,14 +258,14 @@ for i = 1, #ARGV, 2 do
 end
 return 1`)
 
-	// The red-dot push stamp: now in ms, strictly increasing so that two
-	// pushes in one millisecond are still two pushes. KEYS stamp; ARGV now.
+	// The red-dot push stamp Go decided (ops.PushRedDot), set if the
+	// stamp is still the one it decided from. KEYS stamp; ARGV expected
+	// ('' for none), new. {1} | {0, stamp found}.
 	scPush = newScript(`
-local old = tonumber(redis.call('GET', KEYS[1]) or '0')
-local v = tonumber(ARGV[1])
-if v <= old then v = old + 1 end
-redis.call('SET', KEYS[1], string.format('%.0f', v))
-return v`)
+local cur = redis.call('GET', KEYS[1]) or ''
+if cur ~= ARGV[1] then return {0, cur} end
+redis.call('SET', KEYS[1], ARGV[2])
+return {1}`)
 
 	// The idempotency record of (viewer, key): the one an older version
 	// wrote under a kind-scoped key if any, else this one, reserved now.
@@ -586,7 +578,7 @@ return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 )
 
 var allScripts = []*redis.Script{
-	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scTouch,
+	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupAdd,
-	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImportRows, scSweep,
+	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImportRows,
 }

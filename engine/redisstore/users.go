@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -124,43 +126,57 @@ func (s *Store) UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.U
 // count follows in theirs (a crash in between can leave it one short,
 // never one over).
 func (s *Store) Follow(ctx context.Context, viewer, target engine.UserID) error {
-	return s.follow(ctx, viewer, target, 1)
+	return s.follow(ctx, ops.Follow{Viewer: viewer, Target: target})
 }
 
 // Unfollow implements engine.Store.
 func (s *Store) Unfollow(ctx context.Context, viewer, target engine.UserID) error {
-	return s.follow(ctx, viewer, target, -1)
+	return s.follow(ctx, ops.Follow{Viewer: viewer, Target: target, Undo: true})
 }
 
-func (s *Store) follow(ctx context.Context, viewer, target engine.UserID, d int) error {
-	if err := checkUser(viewer); err != nil {
+// follow decides on the facts under which it changes something (the
+// edge is absent for a follow, present for an unfollow; the target's
+// post count as read now, a follow's snapshot); the viewer's slot adds or
+// removes the edge only if that fact holds, and otherwise Decide on the
+// real fact would change nothing either.
+func (s *Store) follow(ctx context.Context, op ops.Follow) error {
+	if err := op.Check(); err != nil {
 		return err
 	}
-	if target == 0 || target == viewer {
-		return invalid("cannot follow user %d", target)
-	}
-	var snapshot int64
-	if d > 0 {
-		recs, err := s.userRecords(ctx, []uint64{uint64(target)})
+	facts := ops.FollowFacts{Following: op.Undo}
+	if !op.Undo {
+		recs, err := s.userRecords(ctx, []uint64{uint64(op.Target)})
 		if err != nil {
 			return err
 		}
-		snapshot = recs[0].get(uPosts)
+		facts.TargetPosts = recs[0].get(uPosts)
 	}
-	bucket, low := s.k.user(uint64(viewer))
-	r, err := s.one(ctx, scFollow, []string{bucket, s.k.followees(uint64(viewer))}, low, uint64(target), snapshot, d)
-	if err != nil {
+	var eff ops.Effects
+	op.Decide(facts, &eff)
+	for _, e := range eff.Follows {
+		verb := "rem"
+		if e.Add {
+			verb = "add"
+		}
+		bucket, low := s.k.user(uint64(e.Viewer))
+		r, err := s.one(ctx, scFollow, []string{bucket, s.k.followees(uint64(e.Viewer))}, low, uint64(e.Target), verb, e.Snapshot)
+		if err != nil {
+			return err
+		}
+		a := vals(r)
+		if num(at(a, 0)) == 0 {
+			return nil // the edge was already as wanted: nothing changes
+		}
+		s.stats.users.Add(num(at(a, 1)))
+	}
+	var bumps []bump
+	for _, f := range eff.Followers {
+		bumps = append(bumps, bump{uint64(f.User), uFollowers, f.Delta})
+	}
+	if err := s.bumpUsers(ctx, "", "", bumps); err != nil {
 		return err
 	}
-	a := vals(r)
-	if num(at(a, 0)) == 0 {
-		return nil
-	}
-	s.stats.users.Add(num(at(a, 1)))
-	if err := s.bumpUsers(ctx, "", "", []bump{{uint64(target), uFollowers, int64(d)}}); err != nil {
-		return err
-	}
-	s.emit(ctx, engine.Event{Kind: engine.FollowsChanged, Users: []engine.UserID{viewer}, Author: target})
+	s.emitAll(ctx, eff.Events)
 	return nil
 }
 
@@ -182,8 +198,9 @@ func (s *Store) Followees(ctx context.Context, viewer engine.UserID) ([]engine.U
 
 // Unread implements engine.Store. Round trip 1 reads the viewer's record,
 // their followee snapshot and the two broadcast values; round trip 2 reads
-// the followees' post counts (and, at most once per refresh interval, sets
-// up or refreshes the viewer's cursor).
+// the followees' post counts (and, at most once a day, sets up or
+// refreshes the viewer's cursor as ops.DecideTouch says, compare-and-set
+// on the record). ops.Unread computes the badges from what was read.
 func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread, error) {
 	if err := checkUser(viewer); err != nil {
 		return engine.Unread{}, err
@@ -200,57 +217,85 @@ func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread
 	}); err != nil {
 		return engine.Unread{}, err
 	}
-	u, err := decodeUser(rec.Val())
-	if err != nil {
-		return engine.Unread{}, s.fail(err)
-	}
-	// The activity stamp is rewritten once a day (engine.CursorExpired
-	// judges it by day), so a polling client writes rarely.
 	now := s.now()
-	today := engine.ActivityDayStart(now).Unix()
-	if u.get(uCursor) == 0 || u.get(uActive) < today {
-		r, err := s.one(ctx, scTouch, []string{bucket}, low, latest.Val(), now.Unix(),
-			engine.CursorCutoff(now, s.opts.CursorTTL).Unix(), today)
-		if err != nil {
-			return engine.Unread{}, err
-		}
-		a := vals(r)
-		if u, err = decodeUser(str(at(a, 0))); err != nil {
-			return engine.Unread{}, s.fail(err)
-		}
-		s.stats.users.Add(num(at(a, 1)))
+	u, err := s.touch(ctx, bucket, low, rec.Val(), latest.Val(), now)
+	if err != nil {
+		return engine.Unread{}, err
 	}
-	out := engine.Unread{
-		Mentions: u.get(uMentions),
-		Comments: u.get(uComments),
-		Likes:    u.get(uLikes),
-		Messages: u.get(uMessages),
-		System:   max(0, latest.Val()-(u.get(uCursor)-1)),
+	f := ops.UnreadFacts{
+		Mentions:   u.get(uMentions),
+		Comments:   u.get(uComments),
+		Likes:      u.get(uLikes),
+		Messages:   u.get(uMessages),
+		CursorLive: ops.CursorLive(cursorFacts(u), now, s.opts.CursorTTL),
+		Newer:      max(0, latest.Val()-(u.get(uCursor)-1)),
+		Click:      u.get(uClick),
 	}
-	stamp, _ := strconv.ParseInt(push.Val(), 10, 64)
-	out.RedDot = stamp > u.get(uClick)
+	f.Push, _ = strconv.ParseInt(push.Val(), 10, 64)
 	if fs := follows.Val(); len(fs) > 0 {
 		targets := make([]uint64, 0, len(fs))
-		snaps := make([]int64, 0, len(fs))
+		f.Snapshots = make([]int64, 0, len(fs))
 		for k, v := range fs {
 			t, err1 := strconv.ParseUint(k, 10, 64)
 			n, err2 := strconv.ParseInt(v, 10, 64)
 			if err1 == nil && err2 == nil {
 				targets = append(targets, t)
-				snaps = append(snaps, n)
+				f.Snapshots = append(f.Snapshots, n)
 			}
 		}
 		recs, err := s.userRecords(ctx, targets)
 		if err != nil {
 			return engine.Unread{}, err
 		}
-		cur := make([]int64, len(recs))
+		f.FolloweePosts = make([]int64, len(recs))
 		for i, r := range recs {
-			cur[i] = r.get(uPosts)
+			f.FolloweePosts[i] = r.get(uPosts)
 		}
-		out.Feed = engine.FeedUnread(cur, snaps)
 	}
-	return out, nil
+	return ops.Unread(f), nil
+}
+
+// cursorFacts are what a user record says of its system cursor.
+func cursorFacts(u userRec) ops.CursorFacts {
+	f := ops.CursorFacts{HasCursor: u.get(uCursor) != 0}
+	if a := u.get(uActive); a != 0 {
+		f.LastActive = time.Unix(a, 0)
+	}
+	return f
+}
+
+// touch applies ops.DecideTouch to the viewer's record raw (as read) at
+// now, latest being the newest notification's position, and returns the
+// record as it then is. The write is a compare-and-set: a record changed
+// meanwhile (a badge bump) is decided again from what the script found.
+func (s *Store) touch(ctx context.Context, bucket, low, raw string, latest int64, now time.Time) (userRec, error) {
+	for range 8 {
+		u, err := decodeUser(raw)
+		if err != nil {
+			return u, s.fail(err)
+		}
+		t := ops.DecideTouch(cursorFacts(u), now, s.opts.CursorTTL)
+		if !t.Needed() {
+			return u, nil
+		}
+		if t.ResetCursor {
+			u.set(uCursor, latest+1) // positions are stored +1: 0 is "none"
+		}
+		if t.Stamp {
+			u.set(uActive, now.Unix())
+		}
+		r, err := s.one(ctx, scUserCAS, []string{bucket}, low, raw, u.encode())
+		if err != nil {
+			return u, err
+		}
+		a := vals(r)
+		s.stats.users.Add(num(at(a, 0)))
+		if num(at(a, 1)) == 1 {
+			return u, nil
+		}
+		raw = str(at(a, 2))
+	}
+	return userRec{}, s.fail(errors.New("user record keeps changing under its cursor touch"))
 }
 
 var unreadField = map[engine.UnreadKind]int{
@@ -260,64 +305,82 @@ var unreadField = map[engine.UnreadKind]int{
 	engine.Messages: uMessages,
 }
 
-// MarkRead implements engine.Store.
+// MarkRead implements engine.Store: ops.MarkRead decides on the newest
+// notification's position (for SYSTEM); the read mark is applied as the
+// kind says.
 func (s *Store) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
-	if err := checkUser(viewer); err != nil {
+	op := ops.MarkRead{Viewer: viewer, Kind: kind}
+	if err := op.Check(); err != nil {
 		return err
 	}
-	bucket, low := s.k.user(uint64(viewer))
-	switch kind {
+	var newest int64
+	if kind == engine.System {
+		var err error
+		if newest, err = s.rdb.LLen(ctx, s.k.notifList()).Result(); err != nil {
+			return s.fail(err)
+		}
+	}
+	var eff ops.Effects
+	op.Decide(uint64(newest), &eff)
+	for _, m := range eff.Reads {
+		if err := s.markRead(ctx, m); err != nil {
+			return err
+		}
+	}
+	s.emitAll(ctx, eff.Events)
+	return nil
+}
+
+func (s *Store) markRead(ctx context.Context, m ops.ReadMark) error {
+	bucket, low := s.k.user(uint64(m.User))
+	switch m.Kind {
 	case engine.Mentions, engine.Comments, engine.Likes, engine.Messages:
-		r, err := s.one(ctx, scSetField, []string{bucket}, low, unreadField[kind], 0, "set")
+		r, err := s.one(ctx, scSetField, []string{bucket}, low, unreadField[m.Kind], 0, "set")
 		if err != nil {
 			return err
 		}
 		s.stats.users.Add(num(r))
 	case engine.System:
-		latest, err := s.rdb.LLen(ctx, s.k.notifList()).Result()
-		if err != nil {
-			return s.fail(err)
-		}
-		r, err := s.one(ctx, scSetField, []string{bucket}, low, uCursor, latest+1, "set")
+		r, err := s.one(ctx, scSetField, []string{bucket}, low, uCursor, m.Cursor+1, "set")
 		if err != nil {
 			return err
 		}
 		s.stats.users.Add(num(r))
 	case engine.Feed:
-		key := s.k.followees(uint64(viewer))
+		key := s.k.followees(uint64(m.User))
 		names, err := s.rdb.HKeys(ctx, key).Result()
 		if err != nil {
 			return s.fail(err)
 		}
-		if len(names) > 0 {
-			targets := make([]uint64, len(names))
-			for i, n := range names {
-				targets[i], _ = strconv.ParseUint(n, 10, 64)
-			}
-			recs, err := s.userRecords(ctx, targets)
-			if err != nil {
-				return err
-			}
-			args := make([]any, 0, 2*len(names))
-			for i, n := range names {
-				args = append(args, n, recs[i].get(uPosts))
-			}
-			if _, err := s.one(ctx, scSnapshot, []string{key}, args...); err != nil {
-				return err
-			}
+		if len(names) == 0 {
+			return nil
+		}
+		targets := make([]uint64, len(names))
+		for i, n := range names {
+			targets[i], _ = strconv.ParseUint(n, 10, 64)
+		}
+		recs, err := s.userRecords(ctx, targets)
+		if err != nil {
+			return err
+		}
+		args := make([]any, 0, 2*len(names))
+		for i, n := range names {
+			args = append(args, n, recs[i].get(uPosts))
+		}
+		if _, err := s.one(ctx, scSnapshot, []string{key}, args...); err != nil {
+			return err
 		}
 	default:
-		return invalid("unknown unread kind %d", kind)
+		return s.fail(fmt.Errorf("redisstore: read mark of unread kind %d", m.Kind))
 	}
-	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{viewer}})
 	return nil
 }
 
 // ClickRedDot implements engine.Store: the viewer records the push stamp
-// they have seen (stamps only grow, so "push newer than click" is
-// "global stamp > recorded stamp").
+// they have seen (ops.ClickRedDot on the stamp in force).
 func (s *Store) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
-	if err := checkUser(viewer); err != nil {
+	op := ops.ClickRedDot{Viewer: viewer}
+	if err := op.Check(); err != nil {
 		return err
 	}
 	v, err := s.rdb.Get(ctx, s.k.redDot()).Result()
@@ -325,32 +388,51 @@ func (s *Store) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
 		return s.fail(err)
 	}
 	stamp, _ := strconv.ParseInt(v, 10, 64)
-	bucket, low := s.k.user(uint64(viewer))
-	r, err := s.one(ctx, scSetField, []string{bucket}, low, uClick, stamp, "max")
-	if err != nil {
-		return err
+	var eff ops.Effects
+	op.Decide(stamp, &eff)
+	for _, c := range eff.Clicks {
+		bucket, low := s.k.user(uint64(c.User))
+		r, err := s.one(ctx, scSetField, []string{bucket}, low, uClick, c.Stamp, "max")
+		if err != nil {
+			return err
+		}
+		s.stats.users.Add(num(r))
 	}
-	s.stats.users.Add(num(r))
-	s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{viewer}})
+	s.emitAll(ctx, eff.Events)
 	return nil
 }
 
-// PushRedDot implements engine.Store: one SET, whatever the user count.
+// PushRedDot implements engine.Store: one stamp, whatever the user count.
+// ops.PushRedDot decides it from the clock and the stamp in force; the
+// write is a compare-and-set on that stamp.
 func (s *Store) PushRedDot(ctx context.Context) error {
-	if _, err := s.one(ctx, scPush, []string{s.k.redDot()}, s.now().UnixMilli()); err != nil {
-		return err
+	cur, err := s.rdb.Get(ctx, s.k.redDot()).Result()
+	if err != nil && err != redis.Nil {
+		return s.fail(err)
 	}
-	s.emit(ctx, engine.Event{Kind: engine.Broadcast})
-	return nil
+	for range 8 {
+		last, _ := strconv.ParseInt(cur, 10, 64)
+		var eff ops.Effects
+		stamp := ops.PushRedDot{}.Decide(s.now().UnixMilli(), last, &eff)
+		r, err := s.one(ctx, scPush, []string{s.k.redDot()}, cur, strconv.FormatInt(stamp, 10))
+		if err != nil {
+			return err
+		}
+		a := vals(r)
+		if num(at(a, 0)) == 1 {
+			s.emitAll(ctx, eff.Events)
+			return nil
+		}
+		cur = str(at(a, 1))
+	}
+	return s.fail(errors.New("red-dot stamp keeps changing under the push"))
 }
 
 // PublishNotification implements engine.Store: one RPUSH to the shared
 // list, whatever the user count.
 func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey string) (engine.Notification, error) {
-	if err := engine.CheckNotification(title, body); err != nil {
-		return engine.Notification{}, err
-	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
+	op := ops.Publish{Title: title, Body: body, IdemKey: idemKey}
+	if err := op.Check(); err != nil {
 		return engine.Notification{}, err
 	}
 	// The key's record, "<id>@<unix ns>", holds the store clock's time it
@@ -375,7 +457,9 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 		a := vals(r)
 		switch num(at(a, 0)) {
 		case 1:
-			s.emit(ctx, engine.Event{Kind: engine.Broadcast})
+			var eff ops.Effects
+			op.Decide(&eff)
+			s.emitAll(ctx, eff.Events)
 			return n, nil
 		case 0:
 			v := str(at(a, 1))
@@ -428,14 +512,17 @@ func (s *Store) Notifications(ctx context.Context, first int, after engine.Notif
 	return out, nil
 }
 
-// SweepCursors drops the system cursors of users inactive for longer than
-// CursorTTL, freeing their memory (Unread already treats such a cursor as
-// absent). It scans the user buckets of every master; the Store runs it
-// every SweepInterval, one replica at a time. It returns how many cursors
-// it dropped.
+// SweepCursors drops the system cursors that no longer count
+// (ops.CursorLive: users inactive for longer than CursorTTL), freeing
+// their memory (Unread already treats such a cursor as absent). It scans
+// the user buckets of every master: one pipelined round trip reads a
+// batch of buckets, Go judges each record, one writes the records to
+// change (compare-and-set: a record changed meanwhile waits for the next
+// sweep). The Store runs it every SweepInterval, one replica at a time.
+// It returns how many cursors it dropped.
 func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 	var dropped atomic.Int64
-	cutoff := engine.CursorCutoff(s.now(), s.opts.CursorTTL).Unix()
+	now := s.now()
 	pattern := globEscape(s.k.p) + "{u*}"
 	sweep := func(ctx context.Context, c *redis.Client) error {
 		var cursor uint64
@@ -444,18 +531,46 @@ func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 			if err != nil {
 				return err
 			}
-			calls := make([]*call, len(keys))
-			for i, k := range keys {
-				calls[i] = script(scSweep, []string{k}, cutoff)
-			}
-			if len(calls) > 0 {
-				if err := s.runPipe(ctx, c, calls, false); err != nil {
+			if len(keys) > 0 {
+				p := c.Pipeline()
+				reads := make([]*redis.MapStringStringCmd, len(keys))
+				for i, k := range keys {
+					reads[i] = p.HGetAll(ctx, k)
+				}
+				if _, err := p.Exec(ctx); err != nil {
 					return err
 				}
-				for _, cl := range calls {
-					a := vals(cl.res.Val())
-					dropped.Add(num(at(a, 0)))
-					s.stats.users.Add(num(at(a, 1)))
+				var calls []*call
+				for i, k := range keys {
+					var args []any
+					for low, raw := range reads[i].Val() {
+						u, err := decodeUser(raw)
+						if err != nil {
+							return err
+						}
+						f := cursorFacts(u)
+						if !f.HasCursor || ops.CursorLive(f, now, s.opts.CursorTTL) {
+							continue
+						}
+						u.set(uCursor, 0)
+						u.set(uActive, 0)
+						args = append(args, low, raw, u.encode())
+					}
+					if len(args) > 0 {
+						calls = append(calls, script(scUserCAS, []string{k}, args...))
+					}
+				}
+				if len(calls) > 0 {
+					if err := s.runPipe(ctx, c, calls, false); err != nil {
+						return err
+					}
+					for _, cl := range calls {
+						a := vals(cl.res.Val())
+						s.stats.users.Add(num(at(a, 0)))
+						for j := 1; j < len(a); j += 2 {
+							dropped.Add(num(a[j]))
+						}
+					}
 				}
 			}
 			if cursor = next; cursor == 0 {
