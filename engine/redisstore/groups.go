@@ -4,91 +4,176 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 )
 
 var errIDClash = errors.New("fresh ids keep colliding: two replicas share a snowflake node")
 
-// CreateGroup implements engine.Store. The viewer gets mapid 1, the others
-// the next mapids in the order given.
+// CreateGroup implements engine.Store: ops.CreateGroup's joins (the
+// viewer first, mapid 1, then the others in the order given) make a group
+// under a fresh id.
 func (s *Store) CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
-	if err := checkUser(viewer); err != nil {
+	op := ops.CreateGroup{Viewer: viewer, Members: members}
+	if err := op.Check(); err != nil {
 		return 0, err
 	}
-	users, err := engine.NormalizeUsers(members)
-	if err != nil {
-		return 0, err
-	}
-	args := []any{uint64(viewer), uid8(uint64(viewer))}
-	for _, u := range users {
-		if u != viewer {
-			args = append(args, uint64(u), uid8(uint64(u)))
-		}
-	}
+	var eff ops.Effects
 	for range 10 {
-		gid := s.gen.Next()
-		g := s.k.group(gid)
+		op.Group = engine.GroupID(s.gen.Next())
+		eff.Reset()
+		op.Decide(&eff)
+		args := make([]any, 0, 2*len(eff.Joins))
+		for _, j := range eff.Joins {
+			if j.Group != op.Group {
+				return 0, s.fail(fmt.Errorf("redisstore: CreateGroup decided a join of group %d", j.Group))
+			}
+			args = append(args, uint64(j.User), uid8(uint64(j.User)))
+		}
+		g := s.k.group(uint64(op.Group))
 		r, err := s.one(ctx, scGroupCreate, []string{g.U, g.M}, args...)
 		if err != nil {
 			return 0, err
 		}
 		if num(r) == 1 {
 			s.stats.groups.Add(1)
-			return engine.GroupID(gid), nil
+			s.emitAll(ctx, eff.Events)
+			return op.Group, nil
 		}
 	}
 	return 0, s.fail(errIDClash)
 }
 
-func groupCode(code int64) error {
-	switch code {
-	case -1:
-		return notFound("group")
-	case -2:
-		return forbidden("not a member of the group")
-	case -3:
-		return invalid("a group has at most %d members", engine.MaxGroupMembers)
+// groupFacts reads what ops needs of a group and of users in it.
+func (s *Store) groupFacts(ctx context.Context, g groupKeys, viewer engine.UserID, users []engine.UserID) (ops.GroupFacts, []memberFact, error) {
+	args := make([]any, 0, 1+len(users))
+	args = append(args, uint64(viewer))
+	for _, u := range users {
+		args = append(args, uint64(u))
 	}
-	return nil
+	r, err := s.query(ctx, scGroupFacts, []string{g.U, g.M, g.Q}, args...)
+	if err != nil {
+		return ops.GroupFacts{}, nil, err
+	}
+	a := vals(r)
+	f := ops.GroupFacts{Exists: num(at(a, 0)) == 1, MapIDs: int(num(at(a, 1)))}
+	ms := make([]memberFact, 1+len(users))
+	for i := range ms {
+		ms[i] = memberFact{mapid: num(at(a, 2+2*i)), quit: num(at(a, 3+2*i))}
+	}
+	f.Viewer = ms[0].state()
+	return f, ms[1:], nil
 }
 
-// AddGroupMembers implements engine.Store.
+// memberFact is a user's entry in a group as read: mapid (0: never
+// joined) and quit bit.
+type memberFact struct{ mapid, quit int64 }
+
+func (m memberFact) state() ops.MemberState {
+	return ops.MemberState{Joined: m.mapid != 0, Current: m.mapid != 0 && m.quit == 0}
+}
+
+// AddGroupMembers implements engine.Store: the group's facts are read,
+// ops.AddMembers decides, and the joins are applied if those facts still
+// hold (else read and decided again).
 func (s *Store) AddGroupMembers(ctx context.Context, viewer engine.UserID, group engine.GroupID, users []engine.UserID) error {
-	if err := checkUser(viewer); err != nil {
-		return err
-	}
-	users, err := engine.NormalizeUsers(users)
-	if err != nil {
+	op := ops.AddMembers{Viewer: viewer, Group: group, Users: users}
+	if err := op.Check(); err != nil {
 		return err
 	}
 	g := s.k.group(uint64(group))
-	args := []any{uint64(viewer), engine.MaxGroupMembers}
-	for _, u := range users {
-		args = append(args, uint64(u), uid8(uint64(u)))
+	for range 8 {
+		f, ms, err := s.groupFacts(ctx, g, viewer, op.Users)
+		if err != nil {
+			return err
+		}
+		byUser := make(map[engine.UserID]memberFact, len(op.Users))
+		for i, u := range op.Users {
+			byUser[u] = ms[i]
+		}
+		var eff ops.Effects
+		if err := op.Decide(f, func(u engine.UserID) ops.MemberState { return byUser[u].state() }, &eff); err != nil {
+			return err
+		}
+		if len(eff.Joins) == 0 {
+			return nil
+		}
+		joins := make(map[engine.UserID]bool, len(eff.Joins))
+		for _, j := range eff.Joins {
+			if j.Group != group {
+				return s.fail(fmt.Errorf("redisstore: AddMembers decided a join of group %d", j.Group))
+			}
+			joins[j.User] = true
+		}
+		args := []any{uint64(viewer), f.MapIDs}
+		for i, u := range op.Users {
+			join := "0"
+			if joins[u] {
+				join = "1"
+			}
+			args = append(args, uint64(u), uid8(uint64(u)), ms[i].mapid, ms[i].quit, join)
+		}
+		r, err := s.one(ctx, scGroupJoin, []string{g.U, g.M, g.Q}, args...)
+		if err != nil {
+			return err
+		}
+		if num(r) == 1 {
+			s.emitAll(ctx, eff.Events)
+			return nil
+		}
 	}
-	r, err := s.one(ctx, scGroupAdd, []string{g.U, g.M, g.Q}, args...)
-	if err != nil {
-		return err
-	}
-	return groupCode(num(r))
+	return s.fail(errors.New("group keeps changing under AddGroupMembers"))
 }
 
-// LeaveGroup implements engine.Store. Leaving again is a no-op; the mapid
-// is kept for a rejoin.
+// LeaveGroup implements engine.Store. ops.LeaveGroup decides on the facts
+// under which leaving changes something; the script applies the leave
+// only if they hold and returns the real ones, which Decide then judges
+// (unknown group, never a member; leaving again changes nothing).
 func (s *Store) LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) error {
-	if err := checkUser(viewer); err != nil {
+	op := ops.LeaveGroup{Viewer: viewer, Group: group}
+	if err := op.Check(); err != nil {
 		return err
+	}
+	var eff ops.Effects
+	assumed := ops.GroupFacts{Exists: true, Viewer: ops.MemberState{Joined: true, Current: true}}
+	if err := op.Decide(assumed, &eff); err != nil {
+		return s.fail(err)
+	}
+	if len(eff.Leaves) != 1 || eff.Leaves[0] != (ops.Membership{Group: group, User: viewer}) {
+		return s.fail(fmt.Errorf("redisstore: LeaveGroup decided %+v", eff.Leaves))
 	}
 	g := s.k.group(uint64(group))
 	r, err := s.one(ctx, scGroupLeave, []string{g.U, g.M, g.Q}, uint64(viewer))
 	if err != nil {
 		return err
 	}
-	return groupCode(num(r))
+	a := vals(r)
+	found := ops.GroupFacts{Exists: num(at(a, 0)) == 1,
+		Viewer: memberFact{mapid: num(at(a, 1)), quit: num(at(a, 2))}.state()}
+	if found != assumed {
+		eff.Reset()
+		return op.Decide(found, &eff) // nothing was applied, nor is due
+	}
+	s.emitAll(ctx, eff.Events)
+	return nil
+}
+
+// groupCode is a read script's verdict on the viewer (reads are judged
+// as the mutations' ops judge: an unknown group, then a non-member).
+func groupCode(code int64) error {
+	switch code {
+	case -1:
+		return notFound("group")
+	case -2:
+		return ops.ErrNotMember
+	}
+	return nil
 }
 
 // Group implements engine.Store: the member count and the first page.
@@ -140,25 +225,21 @@ func errBadCursor(after engine.UserID) error {
 }
 
 // SendMessage implements engine.Store. Steps: the message and its receipt
-// record in the group's slot (membership checked there, atomically), then
-// the id -> group index, then the members' badges; each guarded by a
+// record in the group's slot (membership checked there, atomically: the
+// facts ops.SendMessage needs to allow the send), then the id -> group
+// index, then what ops.SendMessage decides for the members (the fan-out
+// to the group as it was at send time, the mentions); each guarded by a
 // marker when an idempotency key makes the send retryable.
 func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
-	if err := checkUser(viewer); err != nil {
+	op := ops.SendMessage{Viewer: viewer, Group: group, Text: text, Mentions: mentions, IdemKey: idemKey}
+	if err := op.Check(); err != nil {
 		return engine.Message{}, err
 	}
-	if err := engine.CheckText(text); err != nil {
-		return engine.Message{}, err
-	}
-	mentions, err := engine.NormalizeMentions(viewer, mentions)
-	if err != nil {
-		return engine.Message{}, err
-	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
-		return engine.Message{}, err
-	}
+	mentions = op.Mentions
+	var eff ops.Effects
 	if group == 0 {
-		return engine.Message{}, notFound("group")
+		// No group has id 0: decided without asking Redis.
+		return engine.Message{}, op.Decide(ops.GroupFacts{}, nil, &eff)
 	}
 	mid := s.gen.Next()
 	in, err := s.idemBegin(ctx, uint64(viewer), kindMessage, idemKey, strconv.FormatUint(mid, 10), engine.IdemSendMessage,
@@ -190,9 +271,14 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	}
 	a := vals(r)
 	code := num(at(a, 0))
-	if err := groupCode(code); err != nil {
-		s.idemAbort(ctx, in)
-		return engine.Message{}, err
+	if code < 0 {
+		// The step refused: the facts it checks are not those of a send.
+		f := ops.GroupFacts{Exists: code != -1}
+		if err := op.Decide(f, nil, &eff); err != nil {
+			s.idemAbort(ctx, in)
+			return engine.Message{}, err
+		}
+		return engine.Message{}, s.fail(fmt.Errorf("redisstore: send refused with %d, Decide allows it", code))
 	}
 	if code == 1 {
 		s.stats.messages.Add(1)
@@ -289,14 +375,18 @@ func (s *Store) Message(ctx context.Context, viewer engine.UserID, id engine.Mes
 	return s.body(gids[0], uint64(id), str(at(a, 1)))
 }
 
-// MarkMessagesRead implements engine.Store. Messages of one group are
-// checked and marked by one script; when they span groups, every group is
-// checked first so that a forbidden or unknown id changes nothing.
+// MarkMessagesRead implements engine.Store. The facts of every message
+// (known, its sender, the viewer's standing in its group now, whether
+// the viewer counts for it and has read it) are read in one round trip,
+// one script per group computing them from the receipt records;
+// ops.MarkMessagesRead decides (an unknown or forbidden id anywhere
+// changes nothing); the reads it decides are set in one more round trip.
+// Read bits only ever get set, and whom a message counts never changes,
+// so the facts cannot go stale in between except by the viewer leaving,
+// and a read decided before a leave is one that came first.
 func (s *Store) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids []engine.MessageID) ([]engine.Message, error) {
-	if err := checkUser(viewer); err != nil {
-		return nil, err
-	}
-	if err := engine.CheckIDs(ids); err != nil {
+	op := ops.MarkMessagesRead{Viewer: viewer, Messages: ids}
+	if err := op.Check(); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -310,87 +400,95 @@ func (s *Store) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids 
 	if err != nil {
 		return nil, err
 	}
-	byGroup := map[uint64][]uint64{}
+	byGroup := map[uint64][]int{} // positions in ids
 	var order []uint64
 	for i, gid := range gids {
 		if gid == 0 {
-			return nil, notFound("message")
+			continue
 		}
 		if _, ok := byGroup[gid]; !ok {
 			order = append(order, gid)
 		}
-		byGroup[gid] = append(byGroup[gid], raw64[i])
-	}
-	mk := func(gid uint64, check bool) *call {
-		g := s.k.group(gid)
-		keys := []string{g.M, g.Q, g.T, g.R}
-		flag := "0"
-		if check {
-			flag = "1"
-		}
-		args := []any{uint64(viewer), flag}
-		for _, mid := range byGroup[gid] {
-			keys = append(keys, g.readKey(mid))
-			args = append(args, mid)
-		}
-		return script(scMarkRead, keys, args...)
-	}
-	verdict := func(c *call) error {
-		switch num(at(vals(c.res.Val()), 0)) {
-		case -1:
-			return notFound("message")
-		case -2:
-			return forbidden("not a member of the message's group")
-		}
-		return nil
-	}
-	if len(order) > 1 {
-		checks := make([]*call, len(order))
-		for i, gid := range order {
-			checks[i] = mk(gid, true)
-		}
-		if err := s.exec(ctx, checks...); err != nil {
-			return nil, err
-		}
-		for _, c := range checks {
-			if err := verdict(c); err != nil {
-				return nil, err
-			}
-		}
+		byGroup[gid] = append(byGroup[gid], i)
 	}
 	calls := make([]*call, len(order))
 	for i, gid := range order {
-		calls[i] = mk(gid, false)
+		g := s.k.group(gid)
+		keys := []string{g.M, g.Q, g.T, g.R}
+		args := []any{uint64(viewer)}
+		for _, pos := range byGroup[gid] {
+			keys = append(keys, g.readKey(raw64[pos]))
+			args = append(args, raw64[pos])
+		}
+		calls[i] = script(scReceiptFacts, keys, args...)
 	}
-	if err := s.exec(ctx, calls...); err != nil {
-		return nil, err
-	}
-	msgs := map[uint64]engine.Message{}
-	var changed []uint64
-	for i, gid := range order {
-		if err := verdict(calls[i]); err != nil {
+	if len(calls) > 0 {
+		if err := s.runPipe(ctx, s.rdb, calls, false); err != nil {
 			return nil, err
 		}
+	}
+	facts := make([]ops.MessageFacts, len(ids))
+	msgs := make([]engine.Message, len(ids))
+	mapids := map[uint64]int64{} // the viewer's, per group
+	for i, gid := range order {
 		a := vals(calls[i].res.Val())
-		for j, mid := range byGroup[gid] {
-			if num(at(a, 1+2*j)) == 1 {
-				changed = append(changed, mid)
+		viewerIn := memberFact{mapid: num(at(a, 0)), quit: num(at(a, 1))}
+		mapids[gid] = viewerIn.mapid
+		for j, pos := range byGroup[gid] {
+			body, ok := at(a, 2+4*j).(string)
+			if !ok {
+				continue // unknown
 			}
-			m, err := s.body(gid, mid, str(at(a, 2+2*j)))
+			m, err := s.body(gid, raw64[pos], body)
 			if err != nil {
 				return nil, err
 			}
-			msgs[mid] = m
+			msgs[pos] = m
+			maxid, quit, read := num(at(a, 3+4*j)), num(at(a, 4+4*j)), num(at(a, 5+4*j))
+			facts[pos] = ops.MessageFacts{
+				Exists:  true,
+				Sender:  m.Sender,
+				Viewer:  viewerIn.state(),
+				Counted: ops.Counted(uint32(viewerIn.mapid), uint32(maxid), quit == 1, m.Sender == viewer),
+				Read:    read == 1,
+			}
 		}
 	}
-	out := make([]engine.Message, len(ids))
-	for i, id := range raw64 {
-		out[i] = msgs[id]
+	var eff ops.Effects
+	if err := op.Decide(facts, &eff); err != nil {
+		return nil, err
 	}
-	for _, mid := range changed {
-		s.emit(ctx, engine.Event{Kind: engine.ReceiptsChanged, Message: engine.MessageID(mid)})
+	if len(eff.Receipts) > 0 {
+		marks := map[uint64][]uint64{} // group -> messages
+		var morder []uint64
+		for _, r := range eff.Receipts {
+			pos := slices.Index(ids, r.Message)
+			if r.User != viewer || pos < 0 {
+				return nil, s.fail(fmt.Errorf("redisstore: MarkMessagesRead decided %+v", r))
+			}
+			gid := gids[pos]
+			if _, ok := marks[gid]; !ok {
+				morder = append(morder, gid)
+			}
+			marks[gid] = append(marks[gid], uint64(r.Message))
+		}
+		sets := make([]*call, len(morder))
+		for i, gid := range morder {
+			g := s.k.group(gid)
+			keys := []string{g.R}
+			args := []any{mapids[gid]}
+			for _, mid := range marks[gid] {
+				keys = append(keys, g.readKey(mid))
+				args = append(args, mid)
+			}
+			sets[i] = script(scReceiptRead, keys, args...)
+		}
+		if err := s.exec(ctx, sets...); err != nil {
+			return nil, err
+		}
 	}
-	return out, nil
+	s.emitAll(ctx, eff.Events)
+	return msgs, nil
 }
 
 // Receipts implements engine.Store.
@@ -406,7 +504,7 @@ func (s *Store) Receipts(ctx context.Context, viewer engine.UserID, id engine.Me
 	var out engine.Receipts
 	var readers, unreaders []int
 	for mapid := 1; mapid <= rc.maxid; mapid++ {
-		if rc.quit(mapid) {
+		if !rc.counted(mapid) {
 			continue
 		}
 		if rc.read(mapid) {
@@ -441,7 +539,7 @@ func (s *Store) ReceiptMembers(ctx context.Context, viewer engine.UserID, id eng
 	}
 	var want []int
 	for mapid := from + 1; mapid <= rc.maxid && len(want) < first; mapid++ {
-		if !rc.quit(mapid) && rc.read(mapid) == readers {
+		if rc.counted(mapid) && rc.read(mapid) == readers {
 			want = append(want, mapid)
 		}
 	}
@@ -521,6 +619,12 @@ type receipts struct {
 	maxid int
 	quit  func(mapid int) bool
 	read  func(mapid int) bool
+}
+
+// counted is ops.Counted for the member with mapid: the record marks
+// the sender as quit, so its quit bit covers both.
+func (rc receipts) counted(mapid int) bool {
+	return ops.Counted(uint32(mapid), uint32(rc.maxid), rc.quit(mapid), false)
 }
 
 func parseReceipts(blob, readBits string) (receipts, error) {

@@ -347,38 +347,67 @@ end
 redis.call('SET', KEYS[1], table.concat(buf))
 return 1`)
 
-	// KEYS U, M, Q; ARGV viewer, max mapids, (uid, uid8) pairs.
-	// 1 ok, -1 unknown group, -2 viewer not a member, -3 group full.
-	scGroupAdd = newScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
-if not cur then return -2 end
-local n = redis.call('STRLEN', KEYS[1]) / 8
-local fresh = 0
-for i = 3, #ARGV, 2 do
-  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then fresh = fresh + 1 end
-end
-if n + fresh > tonumber(ARGV[2]) then return -3 end
-for i = 3, #ARGV, 2 do
-  local x = redis.call('HGET', KEYS[2], ARGV[i])
-  if x then
-    if redis.call('GETBIT', KEYS[3], x - 1) == 1 then redis.call('SETBIT', KEYS[3], x - 1, 0) end
+	// A group's facts for ops (GroupFacts, MemberState): whether it
+	// exists, how many mapids it gave out, and per user their mapid (0:
+	// never joined) and quit bit. KEYS U, M, Q; ARGV uids.
+	// {exists, mapids, mapid1, quit1, mapid2, quit2, ...}.
+	scGroupFacts = newScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local out = {1, redis.call('STRLEN', KEYS[1]) / 8}
+for i = 1, #ARGV do
+  local m = redis.call('HGET', KEYS[2], ARGV[i])
+  if m then
+    out[#out + 1] = tonumber(m)
+    out[#out + 1] = redis.call('GETBIT', KEYS[3], m - 1)
   else
-    n = n + 1
-    redis.call('HSET', KEYS[2], ARGV[i], n)
-    redis.call('APPEND', KEYS[1], ARGV[i + 1])
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+  end
+end
+return out`)
+
+	// The joins ops.AddMembers decided, if the facts it decided on still
+	// hold (compare-and-set): the group has as many mapids, the viewer is
+	// still current, each user listed still has the mapid and quit bit it
+	// had. A join gives a new member the next mapid and a returning one
+	// their quit bit cleared. KEYS U, M, Q; ARGV viewer, mapids, then
+	// (uid, uid8, mapid, quit, join 0|1) per user. 1 applied, 0 the facts
+	// changed (Go reads and decides again).
+	scGroupJoin = newScript(`
+local n = redis.call('STRLEN', KEYS[1]) / 8
+if n ~= tonumber(ARGV[2]) then return 0 end
+local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
+if not cur then return 0 end
+for i = 3, #ARGV, 5 do
+  local x = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  if x ~= tonumber(ARGV[i + 2]) then return 0 end
+  if x > 0 and redis.call('GETBIT', KEYS[3], x - 1) ~= tonumber(ARGV[i + 3]) then return 0 end
+end
+for i = 3, #ARGV, 5 do
+  if ARGV[i + 4] == '1' then
+    local x = tonumber(ARGV[i + 2])
+    if x > 0 then
+      redis.call('SETBIT', KEYS[3], x - 1, 0)
+    else
+      n = n + 1
+      redis.call('HSET', KEYS[2], ARGV[i], n)
+      redis.call('APPEND', KEYS[1], ARGV[i + 1])
+    end
   end
 end
 return 1`)
 
-	// Leaving marks the member as quit; the mapid is kept for a rejoin.
-	// KEYS U, M, Q; ARGV viewer. 1 ok, -1 unknown group, -2 never a member.
+	// The leave ops.LeaveGroup decided on the facts that make it change
+	// something (the group exists, the viewer joined and is current): the
+	// viewer is marked quit, keeping the mapid, only if they hold. KEYS U,
+	// M, Q; ARGV viewer. The facts found: {exists, mapid (0: never
+	// joined), quit before}.
 	scGroupLeave = newScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
 local m = redis.call('HGET', KEYS[2], ARGV[1])
-if not m then return -2 end
-redis.call('SETBIT', KEYS[3], m - 1, 1)
-return 1`)
+if not m then return {1, 0, 0} end
+local q = redis.call('SETBIT', KEYS[3], m - 1, 1)
+return {1, tonumber(m), q}`)
 
 	// One page of a group's current members for viewer, who must be one:
 	// the members after the user ARGV[2] ('0': from the first), at most
@@ -475,14 +504,15 @@ redis.call('HSET', KEYS[5], ARGV[2], blob)
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[6], ARGV[5], ARGV[6]) end
 return {1, U, Q}`)
 
-	// Marks messages of one group read by viewer. A read counts only for a
-	// member counted at send time (mapid <= maxid, not quit, not sender);
-	// anyone else's read changes nothing. The viewer must be a current
-	// member. KEYS M, Q, T, R, then one read key per message;
-	// ARGV viewer, check-only flag, mids.
-	// {-2} not a member | {-1, mid} unknown | {1} checked |
-	// {1, changed1, body1, changed2, body2, ...}.
-	scMarkRead = newScript(`
+	// The facts ops.MarkMessagesRead decides on, for messages of one
+	// group, computed from each message's receipt record in O(1) (O(log n)
+	// for a large group's quit list) so that Go need not fetch it: the
+	// viewer's mapid (0: never joined) and quit bit now, then per message
+	// its body (false: unknown), its maxid, and the viewer's bits in its
+	// record: quit at send (the sender's is set too) and read. KEYS M, Q,
+	// T, R, then one read key per message; ARGV viewer, mids.
+	// {mapid, quit, body1, maxid1, quit1, read1, body2, ...}.
+	scReceiptFacts = newScript(`
 local function quitLarge(blob, m)
   if string.byte(blob, 5) == 0 then
     return bit.band(string.byte(blob, 6 + math.floor((m - 1) / 8)), bit.rshift(128, (m - 1) % 8)) ~= 0
@@ -495,37 +525,68 @@ local function quitLarge(blob, m)
   end
   return false
 end
-local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
-if not cur then return {-2} end
-for i = 3, #ARGV do
-  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then return {-1, ARGV[i]} end
-end
-if ARGV[2] == '1' then return {1} end
-local out = {1}
+local m = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local q = 0
+if m > 0 then q = redis.call('GETBIT', KEYS[2], m - 1) end
+local out = {m, q}
 local b0 = math.floor((m - 1) / 8)
 local mask = bit.rshift(128, (m - 1) % 8)
-for i = 3, #ARGV do
-  local changed = 0
+for i = 2, #ARGV do
+  local body = redis.call('HGET', KEYS[3], ARGV[i])
   local blob = redis.call('HGET', KEYS[4], ARGV[i])
+  local maxid, quit, read = 0, 0, 0
+  if body and blob then
+    local x = rd32(blob, 1)
+    if x < 2147483648 then
+      maxid = x
+      if m > 0 and m <= x then
+        if bit.band(string.byte(blob, 5 + b0), mask) ~= 0 then quit = 1 end
+        if bit.band(string.byte(blob, 5 + math.ceil(x / 8) + b0), mask) ~= 0 then read = 1 end
+      end
+    else
+      maxid = x - 2147483648
+      if m > 0 and m <= maxid then
+        if quitLarge(blob, m) then quit = 1 end
+        read = redis.call('GETBIT', KEYS[i + 3], m - 1)
+      end
+    end
+  end
+  out[#out + 1] = body or false
+  out[#out + 1] = maxid
+  out[#out + 1] = quit
+  out[#out + 1] = read
+end
+return out`)
+
+	// The receipts ops.MarkMessagesRead decided: mapid's read bit set in
+	// each message's record (a large group's in its read key), within
+	// the members the record covers. KEYS R, then one read key per
+	// message; ARGV mapid, mids. Per message 1 set, 0 already set.
+	scReceiptRead = newScript(`
+local m = tonumber(ARGV[1])
+local b0 = math.floor((m - 1) / 8)
+local mask = bit.rshift(128, (m - 1) % 8)
+local out = {}
+for i = 2, #ARGV do
+  local changed = 0
+  local blob = redis.call('HGET', KEYS[1], ARGV[i])
   if blob then
     local x = rd32(blob, 1)
     if x < 2147483648 then
-      local nb = math.ceil(x / 8)
-      if m <= x and bit.band(string.byte(blob, 5 + b0), mask) == 0 then
-        local ri = 5 + nb + b0
+      if m <= x then
+        local ri = 5 + math.ceil(x / 8) + b0
         local rb = string.byte(blob, ri)
         if bit.band(rb, mask) == 0 then
-          redis.call('HSET', KEYS[4], ARGV[i],
+          redis.call('HSET', KEYS[1], ARGV[i],
             string.sub(blob, 1, ri - 1) .. string.char(bit.bor(rb, mask)) .. string.sub(blob, ri + 1))
           changed = 1
         end
       end
-    elseif m <= x - 2147483648 and not quitLarge(blob, m) then
-      if redis.call('SETBIT', KEYS[i + 2], m - 1, 1) == 0 then changed = 1 end
+    elseif m <= x - 2147483648 then
+      if redis.call('SETBIT', KEYS[i], m - 1, 1) == 0 then changed = 1 end
     end
   end
   out[#out + 1] = changed
-  out[#out + 1] = redis.call('HGET', KEYS[3], ARGV[i])
 end
 return out`)
 
@@ -579,6 +640,6 @@ return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
 
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
-	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupAdd,
-	scGroupLeave, scGroupPage, scSend, scMarkRead, scMsgGet, scRcptGet, scImportRows,
+	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
+	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
 }
