@@ -1,0 +1,366 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tally-dev/tally/engine/cold"
+)
+
+// Job rewrites one window: it seals an open table, folds a delta back into
+// a sealed or cold window, or moves a sealed window to a file (folding its
+// delta on the way). Plan makes jobs under the caller's write lock, Run
+// does the work with no lock, Finish installs the result under the write
+// lock again.
+type Job[R any] struct {
+	t      *Tier[R]
+	w      *window
+	epoch  uint64
+	base   body       // the window's body when planned: immutable while the job runs
+	fold   *openTable // the delta frozen by Plan, folded into the result; may be nil
+	toCold bool
+	name   string // the file written when toCold
+	seg    *segment
+	file   *coldFile
+	err    error
+	ran    bool
+}
+
+// What describes the job for logs: the window, its form and what it
+// becomes.
+func (j *Job[R]) What() string {
+	to := Sealed
+	if j.toCold {
+		to = Cold
+	}
+	fold := 0
+	if j.fold != nil {
+		fold = j.fold.n
+	}
+	return fmt.Sprintf("window %d: %v to %v, folding %d records", j.w.num, j.base.kind(), to, fold)
+}
+
+func (t *Tier[R]) sealDue(end, now int64) bool {
+	if t.opts.OpenAge < 0 {
+		return end <= now
+	}
+	return end+t.opts.OpenAge.Milliseconds() <= now
+}
+
+func (t *Tier[R]) coldDue(end, now int64) bool {
+	return t.opts.Dir != "" && t.opts.ColdAge > 0 && end+t.opts.ColdAge.Milliseconds() <= now
+}
+
+func (t *Tier[R]) deltaDue(w *window) bool {
+	d := 0
+	if w.delta != nil {
+		d = w.delta.n
+	}
+	return d > 0 && d >= t.opts.CompactMin && d*8 >= w.n
+}
+
+// Plan returns the jobs due at now: open windows past OpenAge to seal,
+// sealed windows past ColdAge (or the oldest, while MemoryBytes exceeds
+// MemoryBudget) to move to files, and deltas large enough to fold back.
+// It marks their windows busy and freezes their deltas; writes to them
+// go to fresh deltas meanwhile. Call it under the write lock; every job
+// must then be Run and Finished.
+func (t *Tier[R]) Plan(now time.Time) []*Job[R] {
+	ms := now.UnixMilli()
+	var jobs []*Job[R]
+	for _, w := range t.wins {
+		if w.busy {
+			continue
+		}
+		end := t.win.End(w.num)
+		switch w.body.(type) {
+		case *openBody:
+			if t.sealDue(end, ms) {
+				jobs = append(jobs, t.plan(w, t.coldDue(end, ms)))
+			}
+		case *sealedBody:
+			if t.coldDue(end, ms) {
+				jobs = append(jobs, t.plan(w, true))
+			} else if t.deltaDue(w) {
+				jobs = append(jobs, t.plan(w, false))
+			}
+		case *coldBody:
+			if t.deltaDue(w) {
+				jobs = append(jobs, t.plan(w, true))
+			}
+		}
+	}
+	if t.opts.Dir != "" && t.opts.MemoryBudget > 0 {
+		mem := t.MemoryBytes()
+		for _, w := range t.wins {
+			if mem <= t.opts.MemoryBudget {
+				break
+			}
+			if b, ok := w.body.(*sealedBody); ok && !w.busy {
+				mem -= int64(b.s.sizeBytes())
+				jobs = append(jobs, t.plan(w, true))
+			}
+		}
+	}
+	return jobs
+}
+
+func (t *Tier[R]) plan(w *window, toCold bool) *Job[R] {
+	w.busy = true
+	if w.delta != nil {
+		w.frozen, w.delta = w.delta, nil
+	}
+	j := &Job[R]{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.frozen, toCold: toCold}
+	if toCold {
+		j.name = fileName(t.opts.Prefix, w.num, t.nextGen)
+		t.nextGen++
+		if t.pending == nil {
+			t.pending = map[string]bool{}
+		}
+		t.pending[j.name] = true
+	}
+	return j
+}
+
+// Run builds the job's new window: in memory, or in a new file written
+// complete or not at all (cold.Create). It reads only what Plan froze, so
+// it needs no lock and may run while readers and writers use the tier.
+func (j *Job[R]) Run() error {
+	if j.ran {
+		return j.err
+	}
+	j.ran = true
+	t := j.t
+	if !j.toCold {
+		j.seg, j.err = buildSegment(t.tag, t.cols, j.merge)
+		return j.err
+	}
+	path := filepath.Join(t.opts.Dir, j.name)
+	j.err = cold.Create(path, func(w io.Writer) error {
+		ww := newWindowWriter(w, t.tag, t.cols)
+		if err := j.merge(ww.add); err != nil {
+			return err
+		}
+		return ww.close()
+	})
+	if j.err == nil {
+		j.file, j.err = openCold(t.opts.Dir, j.name, t.tag, t.cols, t.cache)
+	}
+	if j.err != nil {
+		j.err = fmt.Errorf("tier: %s: %w", j.What(), j.err)
+	}
+	return j.err
+}
+
+// merge passes the window's records in id order to add: the base's, with
+// the folded delta's in their place.
+func (j *Job[R]) merge(add func(id uint64, r *Row) error) error {
+	w, l := j.w, &j.t.layout
+	var fk []uint64
+	if j.fold != nil {
+		fk = j.fold.sorted()
+	}
+	fi := 0
+	var fr Row
+	emit := func(id uint64, r *Row) error {
+		for fi < len(fk) && w.lo+fk[fi]-1 < id {
+			j.fold.get(fk[fi], l, &fr)
+			if err := add(w.lo+fk[fi]-1, &fr); err != nil {
+				return err
+			}
+			fi++
+		}
+		if fi < len(fk) && w.lo+fk[fi]-1 == id {
+			j.fold.get(fk[fi], l, &fr)
+			fi++
+			return add(id, &fr)
+		}
+		return add(id, r)
+	}
+	if err := eachBase(j.base, w.lo, l, emit); err != nil {
+		return err
+	}
+	for ; fi < len(fk); fi++ {
+		j.fold.get(fk[fi], l, &fr)
+		if err := add(w.lo+fk[fi]-1, &fr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachBase passes the records of a window body to fn in id order. A cold
+// body's blocks are read from the file and fully checked, not cached.
+func eachBase(b body, lo uint64, l *slotLayout, fn func(id uint64, r *Row) error) error {
+	var row Row
+	switch b := b.(type) {
+	case *openBody:
+		for _, key := range b.t.sorted() {
+			b.t.get(key, l, &row)
+			if err := fn(lo+key-1, &row); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *sealedBody:
+		return eachBlock(&b.s.idx, b.s.cols, "", func(i int) ([]byte, error) {
+			_, blk := b.s.blockBytes(i)
+			return blk, nil
+		}, fn)
+	case *coldBody:
+		f := b.f
+		var buf []byte
+		return eachBlock(&f.idx, f.cols, f.name, func(i int) ([]byte, error) {
+			_, off, end := f.idx.Block(i)
+			if n := int(end - off); cap(buf) < n+BlockSlack {
+				buf = make([]byte, 0, n+BlockSlack)
+			}
+			blk := buf[:end-off]
+			return blk, f.readAt(blk, int64(off))
+		}, fn)
+	}
+	return errors.New("tier: unknown window body")
+}
+
+func eachBlock(idx interface {
+	Blocks() int
+	Block(int) (uint64, uint64, uint64)
+}, cols int, file string, block func(int) ([]byte, error), fn func(id uint64, r *Row) error) error {
+	ids := make([]uint64, MaxBlockRecords)
+	rows := make([]Row, MaxBlockRecords)
+	for b := range idx.Blocks() {
+		first, off, _ := idx.Block(b)
+		blk, err := block(b)
+		if err != nil {
+			return err
+		}
+		if err := checkBlock(first, blk, cols); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", b, err)
+		}
+		var k Block
+		_ = k.Parse(first, blk[:len(blk)-4], cols)
+		if err := k.Decode(ids, rows); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", b, err)
+		}
+		for i := range k.n {
+			if err := fn(ids[i], &rows[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Finish installs a job's result under the write lock. A job that failed
+// leaves its window as it was (its frozen delta back under the delta)
+// and returns its error; a job planned before a Load is dropped.
+func (t *Tier[R]) Finish(j *Job[R]) error {
+	if !j.ran {
+		return errors.New("tier: Finish of a job that did not Run")
+	}
+	delete(t.pending, j.name)
+	if j.epoch != t.epoch {
+		j.discard()
+		return nil
+	}
+	w := j.w
+	w.busy = false
+	if j.err != nil {
+		j.discard()
+		if w.frozen != nil {
+			if w.delta == nil {
+				w.delta = w.frozen
+			} else {
+				var row Row
+				for _, key := range w.frozen.sorted() {
+					if !w.delta.has(key) {
+						w.frozen.get(key, &t.layout, &row)
+						w.delta.put(key, &t.layout, &row)
+					}
+				}
+			}
+			w.frozen = nil
+		}
+		return j.err
+	}
+	if old, ok := w.body.(*coldBody); ok {
+		t.obsolete = append(t.obsolete, old.f)
+	}
+	if j.toCold {
+		w.body = &coldBody{j.file}
+	} else {
+		w.body = &sealedBody{j.seg}
+	}
+	w.frozen = nil
+	return nil
+}
+
+func (j *Job[R]) discard() {
+	if j.file != nil {
+		j.file.close()
+		os.Remove(j.file.path)
+		j.file = nil
+	}
+}
+
+// Maintain plans, runs and finishes jobs until none is due: for imports,
+// tests and benchmarks, where the caller holds the write lock throughout.
+func (t *Tier[R]) Maintain(now time.Time) error {
+	for {
+		jobs := t.Plan(now)
+		if len(jobs) == 0 {
+			return nil
+		}
+		var errs []error
+		for _, j := range jobs {
+			j.Run()
+			if err := t.Finish(j); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+	}
+}
+
+// Collect closes the files that jobs have replaced and deletes from Dir
+// every file of this tier's prefix that the tier does not use, that no
+// job is writing, and that keep (the files of the snapshots the caller
+// still keeps) does not name. Call it under the write lock.
+func (t *Tier[R]) Collect(keep []string) error {
+	for _, f := range t.obsolete {
+		f.close()
+	}
+	t.obsolete = nil
+	if t.opts.Dir == "" {
+		return nil
+	}
+	used := map[string]bool{}
+	for _, n := range keep {
+		used[n] = true
+	}
+	for _, n := range t.Files() {
+		used[n] = true
+	}
+	for n := range t.pending {
+		used[n] = true
+	}
+	ents, err := os.ReadDir(t.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("tier: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if _, _, ok := parseFileName(t.opts.Prefix, e.Name()); ok && !used[e.Name()] {
+			if err := os.Remove(filepath.Join(t.opts.Dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,96 @@
+package tier
+
+import (
+	"math"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// Post is the record of the post table: who wrote the post (0 for a post
+// known without its author) and its five counts.
+type Post struct {
+	Author uint64
+	Counts engine.Counts
+}
+
+// PostCodec is the post record's codec: six columns, the author then
+// likes, comments, reposts, views and favorites. In a sealed window each
+// column is packed per block at the width its values need, with the rare
+// wide value as an exception, so a column that is zero in a whole block
+// costs three header bytes: a post with an author and no counts costs its
+// id (Elias–Fano, about log2 of the gap to the next post plus 2 bits) and
+// its author's bits. In an open table a post is 24 bytes (the id's offset
+// in its window, then 40 bits of author, 20 of likes, 16 of comments, 14
+// of reposts, 24 of views and 14 of favorites); a post with a wider value
+// goes to the table's overflow map.
+type PostCodec struct{}
+
+var postTag = [4]byte{'P', 'O', 'S', 'T'}
+
+func (PostCodec) Tag() [4]byte { return postTag }
+func (PostCodec) Cols() int    { return 6 }
+func (PostCodec) SlotWidths() [MaxCols]uint8 {
+	return [MaxCols]uint8{40, 20, 16, 14, 24, 14}
+}
+
+func (PostCodec) Split(p Post) Row {
+	c := &p.Counts
+	return Row{p.Author, uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)}
+}
+
+func (PostCodec) Join(r Row) Post {
+	return Post{Author: r[0], Counts: engine.Counts{
+		Likes: int64(r[1]), Comments: int64(r[2]), Reposts: int64(r[3]), Views: int64(r[4]), Favorites: int64(r[5]),
+	}}
+}
+
+// Posts is the post table.
+type Posts = Tier[Post]
+
+// NewPosts returns an empty post table.
+func NewPosts(opts Options) (*Posts, error) { return New[Post](PostCodec{}, opts) }
+
+// AddCounts adds d to the counts of post id, field by field, saturating at
+// math.MaxInt64 and clamping at 0 per field as engine/postcounts does, and
+// returns the post after the change. A post that does not exist is
+// created (with author 0) only when the result has a non-zero count.
+func AddCounts(t *Posts, id uint64, d engine.Counts) (Post, error) {
+	p, ok, err := t.Get(id)
+	if err != nil {
+		return Post{}, err
+	}
+	n := p
+	c := &n.Counts
+	c.Likes = clampAdd(c.Likes, d.Likes)
+	c.Comments = clampAdd(c.Comments, d.Comments)
+	c.Reposts = clampAdd(c.Reposts, d.Reposts)
+	c.Views = clampAdd(c.Views, d.Views)
+	c.Favorites = clampAdd(c.Favorites, d.Favorites)
+	if n == p && (ok || n.Counts.IsZero()) {
+		return p, nil
+	}
+	return n, t.Put(id, n)
+}
+
+// SetAuthor records the author of post id, creating the post.
+func SetAuthor(t *Posts, id, author uint64) error {
+	p, ok, err := t.Get(id)
+	if err != nil {
+		return err
+	}
+	if ok && p.Author == author {
+		return nil
+	}
+	p.Author = author
+	return t.Put(id, p)
+}
+
+func clampAdd(cur, d int64) int64 {
+	switch {
+	case d > 0 && cur > math.MaxInt64-d:
+		return math.MaxInt64
+	case cur+d < 0:
+		return 0
+	}
+	return cur + d
+}

@@ -1,0 +1,322 @@
+package tier
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// testEpoch is the first window of the tests' ids.
+var testEpoch = time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
+
+const testWindow = 1000 // ms
+
+func testOpts(dir string) Options {
+	return Options{
+		WindowMillis: testWindow,
+		OpenAge:      3 * time.Second,
+		ColdAge:      8 * time.Second,
+		CompactMin:   4,
+		Dir:          dir,
+		Prefix:       "post",
+	}
+}
+
+// randID returns an id in one of the first nWin windows.
+func randID(rng *rand.Rand, nWin int) uint64 {
+	ms := testEpoch.UnixMilli() + rng.Int64N(int64(nWin)*testWindow)
+	return snowflake.Make(ms, rng.Uint64N(4), rng.Uint64N(3))
+}
+
+func randPost(rng *rand.Rand) Post {
+	var p Post
+	switch rng.IntN(4) {
+	case 0: // an author only
+		p.Author = 1 + rng.Uint64N(1_000_000)
+	case 1:
+		p.Author = 1 + rng.Uint64N(1_000_000)
+		p.Counts.Likes = rng.Int64N(100)
+		p.Counts.Views = rng.Int64N(100_000)
+	case 2: // wide values: the open table's overflow, columns' exceptions
+		p.Author = rng.Uint64()
+		p.Counts = engine.Counts{Likes: math.MaxInt64, Comments: rng.Int64N(1 << 40), Reposts: 1, Views: rng.Int64(), Favorites: rng.Int64N(1 << 20)}
+	case 3: // no author, counts
+		p.Counts.Comments = 1 + rng.Int64N(10)
+	}
+	return p
+}
+
+// check compares the tier with the model: Len, Get of every model id and
+// of absent ids, GetMany of random pages.
+func check(t *testing.T, tr *Posts, model map[uint64]Post, rng *rand.Rand, nWin int) {
+	t.Helper()
+	if tr.Len() != len(model) {
+		t.Fatalf("Len %d, model %d", tr.Len(), len(model))
+	}
+	ids := make([]uint64, 0, len(model))
+	for id, want := range model {
+		got, ok, err := tr.Get(id)
+		if err != nil || !ok || got != want {
+			t.Fatalf("Get(%d) = %+v %v %v, want %+v", id, got, ok, err, want)
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for range 200 {
+		id := randID(rng, nWin+2)
+		want, in := model[id]
+		got, ok, err := tr.Get(id)
+		if err != nil || ok != in || got != want {
+			t.Fatalf("Get(%d) = %+v %v %v, want %+v %v", id, got, ok, err, want, in)
+		}
+	}
+	var out [100]Post
+	var found [100]bool
+	for range 20 {
+		n := 1 + rng.IntN(100)
+		page := make([]uint64, n)
+		for i := range page {
+			if len(ids) > 0 && rng.IntN(3) > 0 {
+				page[i] = ids[rng.IntN(len(ids))]
+			} else {
+				page[i] = randID(rng, nWin+2)
+			}
+		}
+		if err := tr.GetMany(page, out[:n], found[:n]); err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range page {
+			want, in := model[id]
+			if found[i] != in || out[i] != want {
+				t.Fatalf("GetMany[%d] id %d = %+v %v, want %+v %v", i, id, out[i], found[i], want, in)
+			}
+		}
+	}
+}
+
+// TestModel drives a post table and a map through random writes, clock
+// steps with maintenance (sealing, cooling, compaction, jobs whose
+// windows take writes while they run), snapshots reloaded into a new
+// table over the same cold files, and Collect, checking every answer.
+func TestModel(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run("", func(t *testing.T) { runModel(t, seed, 3000) })
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	dir := t.TempDir()
+	opts := testOpts(dir)
+	if seed%2 == 1 {
+		opts.MemoryBudget = 4 << 10 // the budget, not age, sends windows to files
+		opts.ColdAge = 0
+	}
+	tr, err := NewPosts(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := map[uint64]Post{}
+	const nWin = 30
+	clock := testEpoch
+	var kept []string // files of the last snapshot
+	var pending []*Job[Post]
+	for step := range steps {
+		switch r := rng.IntN(100); {
+		case r < 60:
+			id := randID(rng, nWin)
+			p := randPost(rng)
+			if err := tr.Put(id, p); err != nil {
+				t.Fatal(err)
+			}
+			model[id] = p
+		case r < 75:
+			id := randID(rng, nWin)
+			if len(model) > 0 && rng.IntN(2) == 0 {
+				for k := range model { // an existing post
+					id = k
+					break
+				}
+			}
+			d := engine.Counts{Likes: rng.Int64N(5) - 2, Views: rng.Int64N(50)}
+			got, err := AddCounts(tr, id, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, ok := model[id]
+			want.Counts.Likes = clampAdd(want.Counts.Likes, d.Likes)
+			want.Counts.Views = clampAdd(want.Counts.Views, d.Views)
+			if ok || !want.Counts.IsZero() {
+				model[id] = want
+			}
+			if got != want {
+				t.Fatalf("AddCounts = %+v, want %+v", got, want)
+			}
+		case r < 80:
+			id := randID(rng, nWin)
+			a := rng.Uint64N(100)
+			if err := SetAuthor(tr, id, a); err != nil {
+				t.Fatal(err)
+			}
+			p := model[id]
+			p.Author = a
+			model[id] = p
+		case r < 88:
+			clock = clock.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			if rng.IntN(2) == 0 {
+				if err := tr.Maintain(clock); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// Jobs stay planned across the next steps' writes.
+				pending = append(pending, tr.Plan(clock)...)
+			}
+		case r < 93:
+			for _, j := range pending {
+				if err := j.Run(); err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Finish(j); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pending = nil
+		case r < 96:
+			var buf bytes.Buffer
+			if _, err := tr.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			kept = tr.Files()
+			for _, j := range pending { // planned before the snapshot: still run and finish
+				j.Run()
+				tr.Finish(j)
+			}
+			pending = nil
+			if err := tr.Collect(kept); err != nil {
+				t.Fatal(err)
+			}
+			tr.Close()
+			if tr, err = NewPosts(opts); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Load(&buf); err != nil {
+				t.Fatalf("step %d: Load: %v", step, err)
+			}
+		default:
+			if len(pending) == 0 {
+				if err := tr.Collect(kept); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if step%500 == 0 {
+			check(t, tr, model, rng, nWin)
+		}
+	}
+	for _, j := range pending {
+		j.Run()
+		if err := tr.Finish(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, tr, model, rng, nWin)
+	if err := tr.Maintain(clock.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	check(t, tr, model, rng, nWin)
+	kinds := map[Kind]int{}
+	for _, s := range tr.Stats() {
+		kinds[s.Kind]++
+	}
+	if kinds[Cold] == 0 || kinds[Open] != 0 {
+		t.Fatalf("windows at the end: %v; want every window cold or sealed, some cold", kinds)
+	}
+	// Collect leaves exactly the files in use.
+	if err := tr.Collect(nil); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	files := tr.Files()
+	slices.Sort(names)
+	slices.Sort(files)
+	if !slices.Equal(names, files) {
+		t.Fatalf("dir holds %v, the tier uses %v", names, files)
+	}
+	check(t, tr, model, rng, nWin)
+	tr.Close()
+}
+
+// TestGenerations checks that a rewrite of a cold window writes a new
+// generation, that the old file stays while a kept snapshot names it,
+// and that a table loaded from that snapshot reads it.
+func TestGenerations(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOpts(dir)
+	opts.OpenAge, opts.ColdAge = -1, time.Nanosecond
+	tr, _ := NewPosts(opts)
+	id := snowflake.Make(testEpoch.UnixMilli(), 1, 0)
+	tr.Put(id, Post{Author: 7})
+	now := testEpoch.Add(time.Minute)
+	if err := tr.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
+	first := tr.Files()
+	if len(first) != 1 {
+		t.Fatalf("files %v", first)
+	}
+	var snap bytes.Buffer
+	tr.WriteTo(&snap)
+	for i := range 8 { // enough late writes to fold back
+		tr.Put(id+uint64(i+1), Post{Author: uint64(i)})
+	}
+	if err := tr.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
+	second := tr.Files()
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("after compaction files %v, before %v", second, first)
+	}
+	if _, err := os.Stat(filepath.Join(dir, first[0])); err != nil {
+		t.Fatal("the old generation went before Collect")
+	}
+	tr.Collect(first) // a snapshot still names it
+	if _, err := os.Stat(filepath.Join(dir, first[0])); err != nil {
+		t.Fatal("Collect removed a kept file")
+	}
+	old, _ := NewPosts(opts)
+	if err := old.Load(bytes.NewReader(snap.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := old.Get(id); err != nil || !ok || p.Author != 7 {
+		t.Fatalf("old snapshot: %+v %v %v", p, ok, err)
+	}
+	if _, ok, _ := old.Get(id + 1); ok {
+		t.Fatal("old snapshot sees a later write")
+	}
+	old.Close()
+	tr.Collect(nil)
+	if _, err := os.Stat(filepath.Join(dir, first[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("unreferenced generation kept: %v", err)
+	}
+	if p, ok, err := tr.Get(id + 3); err != nil || !ok || p.Author != 2 {
+		t.Fatalf("%+v %v %v", p, ok, err)
+	}
+	// A new table in the same directory never reuses a generation.
+	again, _ := NewPosts(opts)
+	if again.nextGen <= tr.nextGen-1 {
+		t.Fatalf("nextGen %d after files up to %d", again.nextGen, tr.nextGen-1)
+	}
+}

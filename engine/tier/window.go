@@ -1,0 +1,339 @@
+package tier
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/tally-dev/tally/engine/sealed"
+)
+
+// The window image: the bytes of a sealed window, the same in memory, in
+// a snapshot and in a cold file.
+//
+//	window  = header block* index footer
+//	header  = "TLYTIER1" (8) | codec tag (4) | cols uint8 | version uint8 (1) | 0 uint16   (16 bytes)
+//	index   = (first id uint64 | block offset uint64)*      one per block, in id order
+//	footer  = index offset uint64 | blocks uint64 | records uint64 |
+//	          min id uint64 | max id uint64 | index CRC32C uint32 |
+//	          version uint32 (1) | 0 uint32 | CRC32C of the 52 bytes before it uint32   (56 bytes)
+//
+// The index and footer have engine/sealed's layout, and the index is
+// checked and searched by sealed.Index.
+const (
+	windowMagic   = "TLYTIER1"
+	windowVersion = 1
+	headerSize    = 16
+	footerSize    = 56
+	entrySize     = 16
+)
+
+// ErrCorrupt is wrapped by every error about bytes that are not what a
+// tier wrote: a window image, a cold block, a snapshot image.
+var ErrCorrupt = errors.New("tier: corrupt data")
+
+// CorruptError says where bytes are damaged. File is empty for an
+// in-memory window or a snapshot.
+type CorruptError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	where := "in-memory window"
+	if e.File != "" {
+		where = e.File
+	}
+	return fmt.Sprintf("tier: %s corrupt at offset %d: %s", where, e.Offset, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+func corruptAt(file string, off int64, format string, args ...any) error {
+	return &CorruptError{File: file, Offset: off, Reason: fmt.Sprintf(format, args...)}
+}
+
+func appendWindowHeader(dst []byte, tag [4]byte, cols int) []byte {
+	dst = append(dst, windowMagic...)
+	dst = append(dst, tag[:]...)
+	return append(dst, byte(cols), windowVersion, 0, 0)
+}
+
+func checkWindowHeader(b []byte, tag [4]byte, cols int) error {
+	switch {
+	case len(b) < headerSize || string(b[:8]) != windowMagic:
+		return corruptAt("", 0, "not a tier window (bad magic)")
+	case [4]byte(b[8:12]) != tag:
+		return corruptAt("", 8, "codec %q, this table's is %q", b[8:12], tag[:])
+	case int(b[12]) != cols:
+		return corruptAt("", 12, "%d columns, the codec has %d", b[12], cols)
+	case b[13] != windowVersion:
+		return corruptAt("", 13, "format version %d, this build reads %d", b[13], windowVersion)
+	case b[14] != 0 || b[15] != 0:
+		return corruptAt("", 14, "reserved header bytes are not zero")
+	}
+	return nil
+}
+
+func appendFooter(dst []byte, f sealed.Footer) []byte {
+	start := len(dst)
+	dst = le.AppendUint64(dst, f.IndexOffset)
+	dst = le.AppendUint64(dst, f.Blocks)
+	dst = le.AppendUint64(dst, f.Posts)
+	dst = le.AppendUint64(dst, f.MinID)
+	dst = le.AppendUint64(dst, f.MaxID)
+	dst = le.AppendUint32(dst, f.IndexCRC)
+	dst = le.AppendUint32(dst, windowVersion)
+	dst = le.AppendUint32(dst, 0)
+	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// parseFooter decodes and checks the footer b of a window of size bytes.
+func parseFooter(b []byte, size int64) (sealed.Footer, error) {
+	var f sealed.Footer
+	fo := size - footerSize
+	if len(b) != footerSize || size < headerSize+footerSize {
+		return f, corruptAt("", 0, "%d bytes is too short for a window", size)
+	}
+	if got, want := crc32.Checksum(b[:52], castagnoli), le.Uint32(b[52:]); got != want {
+		return f, corruptAt("", fo, "footer checksum mismatch (computed %08x, stored %08x)", got, want)
+	}
+	if v := le.Uint32(b[44:]); v != windowVersion || le.Uint32(b[48:]) != 0 {
+		return f, corruptAt("", fo+44, "footer version %d, this build reads %d", v, windowVersion)
+	}
+	f = sealed.Footer{
+		IndexOffset: le.Uint64(b[0:]), Blocks: le.Uint64(b[8:]), Posts: le.Uint64(b[16:]),
+		MinID: le.Uint64(b[24:]), MaxID: le.Uint64(b[32:]), IndexCRC: le.Uint32(b[40:]),
+	}
+	if f.IndexOffset < headerSize || f.IndexOffset > uint64(size)-footerSize {
+		return f, corruptAt("", fo, "index offset %d outside the window", f.IndexOffset)
+	}
+	idxLen := uint64(size) - footerSize - f.IndexOffset
+	switch {
+	case idxLen%entrySize != 0 || idxLen/entrySize != f.Blocks:
+		return f, corruptAt("", fo, "index of %d bytes for %d blocks", idxLen, f.Blocks)
+	case f.Posts < f.Blocks || f.Posts > f.Blocks*MaxBlockRecords:
+		return f, corruptAt("", fo, "%d records in %d blocks", f.Posts, f.Blocks)
+	case f.Blocks == 0 && (f.IndexOffset != headerSize || f.MinID != 0 || f.MaxID != 0):
+		return f, corruptAt("", fo, "empty window with blocks or ids")
+	case f.MinID > f.MaxID:
+		return f, corruptAt("", fo, "min id %d above max id %d", f.MinID, f.MaxID)
+	}
+	return f, nil
+}
+
+// windowWriter encodes a window from records given in increasing id order,
+// streaming blocks to an io.Writer: memory stays at one block plus 16
+// bytes of index per block.
+type windowWriter struct {
+	w      io.Writer
+	enc    blockEncoder
+	buf    []byte
+	index  []byte
+	off    uint64
+	n      uint64
+	minID  uint64
+	last   uint64
+	any    bool
+	err    error
+	closed bool
+}
+
+func newWindowWriter(w io.Writer, tag [4]byte, cols int) *windowWriter {
+	ww := &windowWriter{w: w}
+	ww.enc.cols = cols
+	ww.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, cols)
+	ww.off = headerSize
+	return ww
+}
+
+var errOrder = errors.New("tier: ids must be added in strictly increasing order")
+
+func (ww *windowWriter) add(id uint64, r *Row) error {
+	if ww.err != nil {
+		return ww.err
+	}
+	if ww.any && id <= ww.last {
+		ww.err = errOrder
+		return ww.err
+	}
+	if !ww.any {
+		ww.minID, ww.any = id, true
+	}
+	ww.last = id
+	ww.enc.add(id, r)
+	ww.n++
+	if ww.enc.n == blockRecords {
+		ww.finishBlock()
+	}
+	return ww.err
+}
+
+func (ww *windowWriter) finishBlock() {
+	if ww.enc.n == 0 {
+		return
+	}
+	ww.index = le.AppendUint64(ww.index, ww.enc.ids[0])
+	ww.index = le.AppendUint64(ww.index, ww.off)
+	before := len(ww.buf)
+	ww.buf = ww.enc.encode(ww.buf)
+	ww.off += uint64(len(ww.buf) - before)
+	if len(ww.buf) >= 64<<10 {
+		ww.flush()
+	}
+}
+
+func (ww *windowWriter) flush() {
+	if ww.err == nil && len(ww.buf) > 0 {
+		_, ww.err = ww.w.Write(ww.buf)
+	}
+	ww.buf = ww.buf[:0]
+}
+
+// close writes the rest, the index and the footer.
+func (ww *windowWriter) close() error {
+	if ww.closed {
+		return ww.err
+	}
+	ww.closed = true
+	ww.finishBlock()
+	f := sealed.Footer{
+		IndexOffset: ww.off,
+		Blocks:      uint64(len(ww.index) / entrySize),
+		Posts:       ww.n,
+		IndexCRC:    crc32.Checksum(ww.index, castagnoli),
+	}
+	if ww.any {
+		f.MinID, f.MaxID = ww.minID, ww.last
+	}
+	ww.buf = append(ww.buf, ww.index...)
+	ww.buf = appendFooter(ww.buf, f)
+	ww.flush()
+	return ww.err
+}
+
+// segment is a sealed window in memory: its encoded bytes and nothing
+// else but the parsed index over them. Immutable, safe for concurrent use.
+type segment struct {
+	data []byte
+	idx  sealed.Index
+	cols int
+}
+
+// openSegment checks data as a complete window of the codec — header,
+// footer, index, and (verify) every block's checksum and contents — and
+// returns a segment aliasing data.
+func openSegment(data []byte, tag [4]byte, cols int, verify bool) (*segment, error) {
+	if err := checkWindowHeader(data, tag, cols); err != nil {
+		return nil, err
+	}
+	size := int64(len(data))
+	if size < headerSize+footerSize {
+		return nil, corruptAt("", 0, "%d bytes is too short for a window", size)
+	}
+	f, err := parseFooter(data[size-footerSize:], size)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := sealed.NewIndex(f, data[f.IndexOffset:size-footerSize])
+	if err != nil {
+		return nil, corruptAt("", int64(f.IndexOffset), "%v", err)
+	}
+	s := &segment{data: data, idx: idx, cols: cols}
+	if verify {
+		if err := verifyBlocks(&s.idx, cols, "", func(b int) ([]byte, error) {
+			_, off, end := s.idx.Block(b)
+			return s.data[off:end], nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// verifyBlocks decodes every block of a window, checking checksums,
+// structure, id order across blocks and the footer's totals.
+func verifyBlocks(idx *sealed.Index, cols int, file string, block func(b int) ([]byte, error)) error {
+	var ids [MaxBlockRecords]uint64
+	var rows [MaxBlockRecords]Row
+	var last uint64
+	n := 0
+	for b := range idx.Blocks() {
+		first, off, _ := idx.Block(b)
+		blk, err := block(b)
+		if err != nil {
+			return err
+		}
+		var k Block
+		if err := checkBlock(first, blk, cols); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", b, err)
+		}
+		_ = k.Parse(first, blk[:len(blk)-4], cols)
+		if err := k.Decode(ids[:], rows[:]); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", b, err)
+		}
+		if b > 0 && first <= last {
+			return corruptAt(file, int64(off), "block %d starts at id %d, not above %d", b, first, last)
+		}
+		last = ids[k.n-1]
+		n += k.n
+	}
+	if n != idx.Posts() || (idx.Blocks() > 0 && last != idx.MaxID()) {
+		return corruptAt(file, 0, "footer says %d records up to id %d, blocks hold %d up to %d", idx.Posts(), idx.MaxID(), n, last)
+	}
+	return nil
+}
+
+// buildSegment encodes the records of seq into an in-memory window.
+func buildSegment(tag [4]byte, cols int, each func(add func(id uint64, r *Row) error) error) (*segment, error) {
+	var buf bytes.Buffer
+	ww := newWindowWriter(&buf, tag, cols)
+	if err := each(ww.add); err != nil {
+		return nil, err
+	}
+	if err := ww.close(); err != nil {
+		return nil, err
+	}
+	data := make([]byte, buf.Len(), buf.Len()+BlockSlack)
+	copy(data, buf.Bytes())
+	return openSegment(data, tag, cols, false)
+}
+
+func (s *segment) blockBytes(b int) (uint64, []byte) {
+	first, off, end := s.idx.Block(b)
+	return first, s.data[off:end]
+}
+
+// sizeBytes is the memory the segment holds.
+func (s *segment) sizeBytes() int { return cap(s.data) }
+
+// touch loads one byte of every cache line of the blocks keys need before
+// any is decoded: the loads do not depend on each other, so the CPU keeps
+// many in flight, where decoding is a chain of dependent loads (engine/
+// sealed measured a third off a page out of cache).
+func (s *segment) touch(keys []uint64) byte {
+	var x byte
+	prev := -1
+	for _, key := range keys {
+		b := int(key >> 8)
+		if b == prev {
+			continue
+		}
+		prev = b
+		_, off, end := s.idx.Block(b)
+		for p := off; p < end; p += 64 {
+			x ^= s.data[p]
+		}
+	}
+	return x
+}
+
+// use consumes the bytes touch loaded so the compiler keeps the loads.
+//
+//go:noinline
+func use(byte) {}
+
