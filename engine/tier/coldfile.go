@@ -171,4 +171,3 @@ func (f *coldFile) verify() error {
 		return blk, f.readAt(blk, int64(off))
 	})
 }
-

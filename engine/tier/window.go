@@ -336,4 +336,3 @@ func (s *segment) touch(keys []uint64) byte {
 //
 //go:noinline
 func use(byte) {}
-
