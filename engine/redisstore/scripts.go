@@ -213,23 +213,41 @@ else
 end
 return {1, bump(KEYS[1], ARGV[1], 3, d)}`)
 
-	// Compare-and-set of user records: each record Go decided is written
-	// if the record is still the one it decided on (a cursor touch,
-	// ops.DecideTouch; a cursor dropped by the sweep, ops.CursorLive).
-	// KEYS bucket; ARGV (low, expected record, new record) triples.
-	// {users+-, then per row: 1 written | 0 and the record found}.
+	// Compare-and-set on fields of user records: each row's fields are
+	// set to the values Go decided if they still hold the values it
+	// decided on (a cursor touch, ops.DecideTouch; a cursor dropped by the
+	// sweep, ops.CursorLive). Only those fields are compared, so badge
+	// bumps in between (a popular user's record changes all the time) do
+	// not make the write fail. KEYS bucket; ARGV (low, nfields, then
+	// (field, expected, new) per field) rows. {users+-, then per row: 1
+	// written | 0 and the record found}.
 	scUserCAS = newScript(`
 local out, users = {0}, 0
-for i = 1, #ARGV, 3 do
-  local rec = redis.call('HGET', KEYS[1], ARGV[i]) or ''
-  if rec == ARGV[i + 1] then
-    users = users + write(KEYS[1], ARGV[i], rec, ARGV[i + 2])
+local i = 1
+while i <= #ARGV do
+  local low, nf = ARGV[i], tonumber(ARGV[i + 1])
+  local rec = redis.call('HGET', KEYS[1], low) or ''
+  local t, n = dec(rec)
+  local ok = true
+  for j = 0, nf - 1 do
+    local f = tonumber(ARGV[i + 2 + 3 * j])
+    if (t[f] or 0) ~= tonumber(ARGV[i + 3 + 3 * j]) then ok = false end
+  end
+  if ok then
+    for j = 0, nf - 1 do
+      local f = tonumber(ARGV[i + 2 + 3 * j])
+      for k = n + 1, f do t[k] = 0 end
+      if f > n then n = f end
+      t[f] = tonumber(ARGV[i + 4 + 3 * j])
+    end
+    users = users + write(KEYS[1], low, rec, enc(t, n))
     out[#out + 1] = 1
     out[#out + 1] = ''
   else
     out[#out + 1] = 0
     out[#out + 1] = rec
   end
+  i = i + 2 + 3 * nf
 end
 out[1] = users
 return out`)

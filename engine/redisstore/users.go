@@ -266,8 +266,10 @@ func cursorFacts(u userRec) ops.CursorFacts {
 
 // touch applies ops.DecideTouch to the viewer's record raw (as read) at
 // now, latest being the newest notification's position, and returns the
-// record as it then is. The write is a compare-and-set: a record changed
-// meanwhile (a badge bump) is decided again from what the script found.
+// record as it then is. The write is a compare-and-set on the cursor and
+// activity fields DecideTouch read: if they changed meanwhile (another
+// replica touched them), it decides again from the record the script
+// found.
 func (s *Store) touch(ctx context.Context, bucket, low, raw string, latest int64, now time.Time) (userRec, error) {
 	for range 8 {
 		u, err := decodeUser(raw)
@@ -278,24 +280,35 @@ func (s *Store) touch(ctx context.Context, bucket, low, raw string, latest int64
 		if !t.Needed() {
 			return u, nil
 		}
+		was := u
 		if t.ResetCursor {
 			u.set(uCursor, latest+1) // positions are stored +1: 0 is "none"
 		}
 		if t.Stamp {
 			u.set(uActive, now.Unix())
 		}
-		r, err := s.one(ctx, scUserCAS, []string{bucket}, low, raw, u.encode())
+		r, err := s.one(ctx, scUserCAS, []string{bucket}, cursorCAS(low, was, u)...)
 		if err != nil {
 			return u, err
 		}
 		a := vals(r)
 		s.stats.users.Add(num(at(a, 0)))
 		if num(at(a, 1)) == 1 {
+			// The other fields may have moved on (bumps): the cursor
+			// fields are what this read decided.
 			return u, nil
 		}
 		raw = str(at(a, 2))
 	}
-	return userRec{}, s.fail(errors.New("user record keeps changing under its cursor touch"))
+	return userRec{}, s.fail(errors.New("user record's cursor keeps changing under its touch"))
+}
+
+// cursorCAS is the scUserCAS row setting low's cursor fields from was to
+// now.
+func cursorCAS(low string, was, now userRec) []any {
+	return []any{low, 2,
+		uCursor, was.get(uCursor), now.get(uCursor),
+		uActive, was.get(uActive), now.get(uActive)}
 }
 
 var unreadField = map[engine.UnreadKind]int{
@@ -410,7 +423,9 @@ func (s *Store) PushRedDot(ctx context.Context) error {
 	if err != nil && err != redis.Nil {
 		return s.fail(err)
 	}
-	for range 8 {
+	// Pushes are rare (an operator's); the loop bounds a pathological
+	// race, each lost round being another push's win.
+	for range 64 {
 		last, _ := strconv.ParseInt(cur, 10, 64)
 		var eff ops.Effects
 		stamp := ops.PushRedDot{}.Decide(s.now().UnixMilli(), last, &eff)
@@ -552,9 +567,10 @@ func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 						if !f.HasCursor || ops.CursorLive(f, now, s.opts.CursorTTL) {
 							continue
 						}
+						was := u
 						u.set(uCursor, 0)
 						u.set(uActive, 0)
-						args = append(args, low, raw, u.encode())
+						args = append(args, cursorCAS(low, was, u)...)
 					}
 					if len(args) > 0 {
 						calls = append(calls, script(scUserCAS, []string{k}, args...))

@@ -1,0 +1,230 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
+)
+
+// Tests of the paths where the store applies what engine/ops decided:
+// the facts a script re-verifies, and the compare-and-set retries when
+// they changed in between.
+
+// A self-like writes an intent with no user effects, which is deleted; a
+// like by someone else bumps the author; an unlike never does. No intent
+// is left behind either way.
+func TestLikeIntentsAreFinished(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const author, fan = 1, 2
+	post, err := s.CreatePost(ctx, author, 0, "")
+	check(t, err)
+	check(t, s.Like(ctx, author, post))
+	check(t, s.Like(ctx, fan, post))
+	check(t, s.Unlike(ctx, fan, post))
+	check(t, s.Like(ctx, fan, post))
+	check(t, s.Like(ctx, fan, post)) // a repeat changes nothing
+	bucket, _ := s.k.post(uint64(post))
+	if n := s.rdb.HLen(ctx, intentsKey(bucket)).Val(); n != 0 {
+		t.Fatalf("%d intents left in the post's slot", n)
+	}
+	u, err := s.Unread(ctx, author)
+	check(t, err)
+	cs, err := s.Counts(ctx, []engine.PostID{post})
+	check(t, err)
+	if u.Likes != 2 || cs[0].Likes != 2 {
+		t.Fatalf("author's like badge %d, likes %d; want 2, 2", u.Likes, cs[0].Likes)
+	}
+}
+
+// The cursor touch is a compare-and-set on the fields it decided on: a
+// badge bump since the read does not make it fail (nor is it lost), and
+// a touch by another replica since the read makes it decide again on the
+// record found.
+func TestTouchDecidesAgainOnChangedCursor(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const user = 7
+	check(t, s.bumpUsers(ctx, "", "", []bump{{user, uMentions, 1}}))
+	bucket, low := s.k.user(user)
+	now := time.Now()
+	u, err := s.touch(ctx, bucket, low, "" /* read before the bump */, 4, now)
+	check(t, err)
+	if u.get(uCursor) != 5 || u.get(uActive) != now.Unix() {
+		t.Fatalf("touched record %v", u)
+	}
+	raw, err := s.rdb.HGet(ctx, bucket, low).Result()
+	check(t, err)
+	stored, err := decodeUser(raw)
+	check(t, err)
+	if stored.get(uMentions) != 1 || stored.get(uCursor) != 5 || stored.get(uActive) != now.Unix() {
+		t.Fatalf("stored record %v lost the bump or the touch", stored)
+	}
+	// Decided on the record before that touch: the cursor fields differ,
+	// so it decides again on the record found (touched today: nothing).
+	again, err := s.touch(ctx, bucket, low, "", 9, now)
+	check(t, err)
+	if again != stored {
+		t.Fatalf("stale touch returned %v, want the stored %v", again, stored)
+	}
+	if raw2 := s.rdb.HGet(ctx, bucket, low).Val(); raw2 != raw {
+		t.Fatalf("stale touch rewrote the record: %q, was %q", raw2, raw)
+	}
+}
+
+// Pushes at one instant still give strictly increasing stamps
+// (ops.PushRedDot), however many replicas race: each stamp is a
+// compare-and-set on the one it was decided from.
+func TestPushRedDotRacesKeepStampsDistinct(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := redistest.StartSingle(t)
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	var stores []*Store
+	for range 4 {
+		s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "push:", ReadTimeout: 5 * time.Second,
+			Now: func() time.Time { return at }})
+		check(t, err)
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	const each = 10
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for range each {
+				if err := s.PushRedDot(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	v, err := stores[0].rdb.Get(ctx, stores[0].k.redDot()).Result()
+	check(t, err)
+	want := at.UnixMilli() + int64(len(stores)*each) - 1
+	if got, _ := strconv.ParseInt(v, 10, 64); got != want {
+		t.Fatalf("stamp %d after %d pushes at one instant, want %d", got, len(stores)*each, want)
+	}
+}
+
+// Concurrent AddGroupMembers each decide on the group's facts and apply
+// their joins only if those still hold: every user gets exactly one
+// mapid, none is lost.
+func TestAddMembersRacesGiveEachOneMapid(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const creator = 1
+	g, err := s.CreateGroup(ctx, creator, nil)
+	check(t, err)
+	const adders, per = 6, 5
+	var wg sync.WaitGroup
+	for a := range adders {
+		wg.Go(func() {
+			var users []engine.UserID
+			for i := range per {
+				users = append(users, engine.UserID(100+a*per+i))
+			}
+			users = append(users, 100) // everyone also adds user 100
+			if err := s.AddGroupMembers(ctx, creator, g, users); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	gr, err := s.Group(ctx, creator, g)
+	check(t, err)
+	if gr.MemberCount != 1+adders*per {
+		t.Fatalf("member count %d, want %d", gr.MemberCount, 1+adders*per)
+	}
+	k := s.k.group(uint64(g))
+	ids, err := s.rdb.HVals(ctx, k.M).Result()
+	check(t, err)
+	slices.Sort(ids)
+	if n := s.rdb.StrLen(ctx, k.U).Val(); n != int64(8*len(ids)) || len(slices.Compact(ids)) != 1+adders*per {
+		t.Fatalf("packed members %d bytes, mapids %v", n, ids)
+	}
+	// A user who left is current again after a re-add, with their mapid.
+	check(t, s.LeaveGroup(ctx, 100, g))
+	check(t, s.LeaveGroup(ctx, 100, g)) // leaving again changes nothing
+	before := s.rdb.HGet(ctx, k.M, "100").Val()
+	check(t, s.AddGroupMembers(ctx, creator, g, []engine.UserID{100}))
+	if after := s.rdb.HGet(ctx, k.M, "100").Val(); after != before {
+		t.Fatalf("returning member's mapid %s, was %s", after, before)
+	}
+	if gr, err = s.Group(ctx, creator, g); err != nil || gr.MemberCount != 1+adders*per {
+		t.Fatalf("after leave and re-add: %v %+v", err, gr)
+	}
+}
+
+// ReceiptsChanged names the message's sender (ops.MarkMessagesRead), as
+// the embedded engine's does; a second read of the same message tells
+// nobody.
+func TestReceiptsChangedNamesSender(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const sender, reader = 1, 2
+	events := make(chan engine.Event, 16)
+	cancel := s.Subscribe(func(ev engine.Event) {
+		if ev.Kind == engine.ReceiptsChanged {
+			events <- ev
+		}
+	})
+	defer cancel()
+	g, err := s.CreateGroup(ctx, sender, []engine.UserID{reader})
+	check(t, err)
+	m, err := s.SendMessage(ctx, sender, g, "hi", nil, "")
+	check(t, err)
+	_, err = s.MarkMessagesRead(ctx, reader, []engine.MessageID{m.ID, m.ID})
+	check(t, err)
+	select {
+	case ev := <-events:
+		if ev.Message != m.ID || !slices.Equal(ev.Users, []engine.UserID{sender}) {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no ReceiptsChanged event")
+	}
+	_, err = s.MarkMessagesRead(ctx, reader, []engine.MessageID{m.ID})
+	check(t, err)
+	// The sender's own read does not count either.
+	_, err = s.MarkMessagesRead(ctx, sender, []engine.MessageID{m.ID})
+	check(t, err)
+	select {
+	case ev := <-events:
+		t.Fatalf("unexpected %+v", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+	rc, err := s.Receipts(ctx, sender, m.ID, 10)
+	check(t, err)
+	if rc.ReadCount != 1 || rc.UnreadCount != 0 {
+		t.Fatalf("receipts %+v", rc)
+	}
+}
+
+// Import rows of one post in one chunk are decided in order, each on the
+// post as the rows before left it (ops.DecideImport).
+func TestImportDecidesRowsInOrder(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	post := engine.PostID(s.gen.Next())
+	check(t, s.Import(ctx, []engine.ImportRow{
+		{Post: post, Counts: engine.Counts{Likes: 3}}, // registered without an author
+		{Post: post, Author: 7, Counts: engine.Counts{Likes: 5}},
+		{Post: post, Author: 8, Counts: engine.Counts{Views: 1}}, // a known author is kept
+	}))
+	ps, err := s.Posts(ctx, []engine.PostID{post})
+	check(t, err)
+	cs, err := s.Counts(ctx, []engine.PostID{post})
+	check(t, err)
+	uc, err := s.UserCounts(ctx, []engine.UserID{7, 8})
+	check(t, err)
+	if ps[0].Author != 7 || cs[0] != (engine.Counts{Views: 1}) || uc[0].Posts != 1 || uc[1].Posts != 0 {
+		t.Fatalf("post %+v counts %+v user counts %+v", ps[0], cs[0], uc)
+	}
+}
