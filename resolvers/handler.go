@@ -108,33 +108,42 @@ func NewHandler(cfg Config) http.Handler {
 	// Plain-data queries and unreadChanged pushes run as compiled plans
 	// inside gqlgen's pipeline (see resolvers/fastpath).
 	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
+	var fast *fastOps // nil: every operation context is gqlgen's
 	if !cfg.DisableFastPath {
-		es = fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged,
+		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: res.Subscription().UnreadChanged,
 			Metrics: cfg.Metrics})
+		es, fast = fs, newFastOps(fs)
 	}
 	srv := handler.New(es)
 	srv.AddTransport(newWSTransport(cfg))
 	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
 	// whatever no transport above it supports, so it stays last.
-	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes})
+	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes, fast: fast})
 	srv.AddTransport(refuseTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(15000)
 	srv.SetErrorPresenter(presentError)
 	srv.SetRecoverFunc(recoverPanic)
+	// Extensions go through fast.use: plan-served queries replay their
+	// parameter and context mutators without gqlgen's
+	// CreateOperationContext (see fastpath_ops.go), so one registered with
+	// srv.Use directly would be skipped there.
+	if fast != nil {
+		srv.Use(baseCapture{fast})
+	}
 	if !cfg.DisableIntrospection {
-		srv.Use(extension.Introspection{})
+		fast.use(srv, extension.Introspection{})
 	}
 	apq := cfg.APQCache
 	if apq == nil {
 		apq = lru.New[string](100)
 	}
-	srv.Use(extension.AutomaticPersistedQuery{Cache: apq})
+	fast.use(srv, extension.AutomaticPersistedQuery{Cache: apq})
 	budget, maxMutations := newMutationBudget(cfg)
 	costs := newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)
-	srv.Use(&costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
+	fast.use(srv, &costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
 	if cfg.Metrics != nil {
-		srv.Use(newMetrics(cfg.Metrics))
+		fast.use(srv, newMetrics(cfg.Metrics))
 	}
 
 	// A presented but bad token fails the whole operation, even one that

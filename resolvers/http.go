@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -214,6 +215,11 @@ func writeRequestError(w http.ResponseWriter, r *http.Request, status int, code,
 // GET.
 type httpTransport struct {
 	maxBody int64
+	// fast, when set, makes the operation context of plan-served queries
+	// (fastpath_ops.go), and POST bodies are decoded by hand
+	// (http_decode.go); nil keeps both gqlgen's and encoding/json's, which
+	// the differential tests compare against.
+	fast *fastOps
 }
 
 var _ graphql.Transport = httpTransport{}
@@ -244,7 +250,18 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	media := responseMedia(r.Header.Get("Accept"))
 	ctx := r.Context()
 
-	opCtx, errs := exec.CreateOperationContext(ctx, params)
+	var opCtx *graphql.OperationContext
+	var errs gqlerror.List
+	fast := false
+	if t.fast != nil {
+		opCtx, errs, fast = t.fast.operationContext(ctx, params)
+	}
+	if !fast {
+		opCtx, errs = exec.CreateOperationContext(ctx, params)
+	}
+	if observeOperation != nil {
+		observeOperation(opCtx, errs, fast)
+	}
 	if errs != nil {
 		writeGraphQL(w, media, 0, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
 		return
@@ -268,6 +285,9 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	}
 	responses, ctx := exec.DispatchOperation(ctx, opCtx)
 	writeGraphQL(w, media, 0, responses(ctx))
+	if t.fast != nil && !fast {
+		t.fast.learn(opCtx)
+	}
 }
 
 // requestError is a request that is not well-formed GraphQL over HTTP.
@@ -325,7 +345,14 @@ func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*grap
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	bp := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBody {
+			bodyBuffers.Put(bp)
+		}
+	}()
+	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), (*bp)[:0], r.ContentLength)
+	*bp = body[:0]
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, &requestError{status: http.StatusRequestEntityTooLarge,
@@ -333,6 +360,45 @@ func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*grap
 		}
 		return nil, badRequest("the request body could not be read")
 	}
+	if t.fast != nil {
+		if p, ok := decodeBodyFast(string(body)); ok {
+			return p, nil
+		}
+	}
+	return paramsFromBody(body)
+}
+
+// bodyBuffers hold request bodies while they are decoded (nothing
+// decoded keeps a reference: both decoders copy what they return);
+// maxPooledBody keeps an occasional large body's buffer out of the pool.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledBody = 64 << 10
+
+// readBody reads r to its end into buf, sized from the request's
+// Content-Length when it gives one.
+func readBody(r io.Reader, buf []byte, contentLength int64) ([]byte, error) {
+	if contentLength > 0 && contentLength < 1<<30 && int64(cap(buf)) < contentLength+1 {
+		buf = make([]byte, 0, contentLength+1) // +1: the read that sees EOF
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// paramsFromBody decodes a POST body with encoding/json and checks its
+// parameters' types, writing what is wrong.
+func paramsFromBody(body []byte) (*graphql.RawParams, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequest(`the request body is empty: send {"query": "..."}`)
 	}

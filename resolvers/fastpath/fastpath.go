@@ -197,6 +197,37 @@ func (c *planCache) get(op *ast.OperationDefinition, doc *ast.QueryDocument) *op
 	return o
 }
 
+// peek returns op's compiled plans, or nil when none were made yet.
+func (c *planCache) peek(op *ast.OperationDefinition) *opPlans {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ops[op]
+}
+
+// Planned reports whether a plan already compiled answers the query op
+// under vars (coerced as gqlgen coerces them), and which variant of op
+// that is (its mask: the values of its @skip/@include conditions). It
+// compiles nothing: an operation not yet executed once is not planned.
+// The resolvers' HTTP transport uses it to skip the parts of gqlgen's
+// pipeline that depend only on the document (see
+// resolvers/fastpath_ops.go); the plan itself still runs from Exec.
+func (s *Schema) Planned(op *ast.OperationDefinition, vars map[string]any) (mask uint64, ok bool) {
+	if op == nil || op.Operation != ast.Query {
+		return 0, false
+	}
+	o := s.cache.peek(op)
+	if o == nil || o.ineligible {
+		return 0, false
+	}
+	if mask, ok = o.mask(vars); !ok {
+		return 0, false
+	}
+	o.mu.RLock()
+	p := o.variants[mask]
+	o.mu.RUnlock()
+	return mask, p != nil
+}
+
 // planFor returns the plan of the operation under its variables' @skip and
 // @include values, or nil when gqlgen must run it.
 func (s *Schema) planFor(opCtx *graphql.OperationContext) *plan {
