@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 )
 
@@ -97,36 +98,50 @@ func day(ns int64) uint32 { return uint32(ns / nsPerDay) }
 
 const nsPerDay = int64(24 * 60 * 60 * 1e9)
 
-// cursorLive reports whether r's system cursor still counts at now, by
-// engine.CursorExpired (r.day is the user's last activity day).
-func cursorLive(r *userRec, now, ttl int64) bool {
-	return r.flags&flagCursor != 0 &&
-		!engine.CursorExpired(time.Unix(0, int64(r.day)*nsPerDay), time.Unix(0, now), time.Duration(ttl))
+// cursorFacts are what u's badge record r (ok: u has one) says of their
+// system cursor, for the ops cursor rules. Activity is kept per day: a
+// user last active on day d was last active at its start.
+func cursorFacts(r *userRec, ok bool) ops.CursorFacts {
+	if !ok {
+		return ops.CursorFacts{}
+	}
+	return ops.CursorFacts{HasCursor: r.flags&flagCursor != 0, LastActive: time.Unix(0, int64(r.day)*nsPerDay)}
 }
 
-// unread computes viewer's badges at now. It also reports whether the
-// viewer needs a touch op: a first visit (set the cursor), a cursor that
-// has expired (set it again), or a new day of activity.
-func (st *state) unread(viewer uint64, now, ttl int64) (u engine.Unread, touch bool) {
+// unread computes viewer's badges at now (ops.Unread) and what the read
+// owes the viewer's record (ops.DecideTouch): a first visit (set the
+// cursor), a cursor that has expired (set it again), or a new day of
+// activity.
+func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch) {
 	r, ok := st.users.Get(viewer)
+	var f ops.UnreadFacts
 	if ok {
-		u.Mentions, u.Comments = st.counter(viewer, &r, nMentions), st.counter(viewer, &r, nComments)
-		u.Likes, u.Messages = st.counter(viewer, &r, nLikes), st.counter(viewer, &r, nMessages)
+		f.Mentions, f.Comments = st.counter(viewer, &r, nMentions), st.counter(viewer, &r, nComments)
+		f.Likes, f.Messages = st.counter(viewer, &r, nLikes), st.counter(viewer, &r, nMessages)
 	}
-	live := ok && cursorLive(&r, now, ttl)
-	if live {
-		u.System = int64(st.notifsAfter(r.cursor))
+	cf, at := cursorFacts(&r, ok), time.Unix(0, now)
+	if f.CursorLive = ops.CursorLive(cf, at, time.Duration(ttl)); f.CursorLive {
+		f.Newer = int64(st.notifsAfter(r.cursor))
 	}
 	targets, snaps := st.follows.List(viewer)
-	for i, f := range targets {
-		// As engine.FeedUnread: a count below the snapshot (an import
-		// replaced it) adds nothing rather than subtracting.
-		if d := st.postCount(f) - snaps[i]; d > 0 {
-			u.Feed += d
-		}
+	var buf [128]int64 // most users follow fewer; more spill to the heap
+	posts := buf[:0]
+	for _, t := range targets {
+		posts = append(posts, st.postCount(t))
 	}
-	u.RedDot = st.push > r.click
-	return u, !live || r.day != day(now)
+	f.FolloweePosts, f.Snapshots = posts, snaps
+	f.Push, f.Click = st.push, r.click
+	return ops.Unread(f), ops.DecideTouch(cf, at, time.Duration(ttl))
+}
+
+// touchRec logs what a badge read owed its viewer's record: today's
+// activity and, when reset, a cursor restarting at cursor (the newest
+// notification when it was logged).
+type touchRec struct {
+	recHeader
+	viewer engine.UserID
+	cursor uint64
+	reset  bool
 }
 
 // Unread implements engine.Store. A first visit, an expired cursor or the
@@ -142,10 +157,10 @@ func (e *Engine) Unread(ctx context.Context, viewer engine.UserID) (engine.Unrea
 	e.mu.RLock()
 	u, touch := e.st.unread(uint64(viewer), e.now().UnixNano(), e.ttl)
 	e.mu.RUnlock()
-	if !touch {
+	if !touch.Needed() {
 		return u, nil
 	}
-	if _, err := e.commit(&op{kind: opTouch, viewer: uint64(viewer)}); err != nil {
+	if _, err := e.commit(&touchRec{viewer: viewer}); err != nil {
 		// A read-only engine still answers: what was read is right,
 		// only the bookkeeping of the visit is lost.
 		if errors.Is(err, engine.ErrUnavailable) {
@@ -159,24 +174,46 @@ func (e *Engine) Unread(ctx context.Context, viewer engine.UserID) (engine.Unrea
 	return u, nil
 }
 
+// markReadRec, clickRec and pushRec log MarkRead, ClickRedDot and
+// PushRedDot.
+type markReadRec struct {
+	recHeader
+	ops.MarkRead
+}
+
+type clickRec struct {
+	recHeader
+	ops.ClickRedDot
+}
+
+type pushRec struct {
+	recHeader
+	ops.PushRedDot
+}
+
 // MarkRead implements engine.Store.
 func (e *Engine) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if kind < engine.Mentions || kind > engine.Feed {
-		return fmt.Errorf("%w: unknown unread kind %d", engine.ErrInvalid, kind)
+	r := &markReadRec{MarkRead: ops.MarkRead{Viewer: viewer, Kind: kind}}
+	if err := r.Check(); err != nil {
+		return err
 	}
-	_, err := e.commit(&op{kind: opMarkRead, viewer: uint64(viewer), a: uint64(kind)})
+	_, err := e.commit(r)
 	return err
 }
 
 // ClickRedDot implements engine.Store.
 func (e *Engine) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := e.commit(&op{kind: opClickRedDot, viewer: uint64(viewer)})
+	r := &clickRec{ClickRedDot: ops.ClickRedDot{Viewer: viewer}}
+	if err := r.Check(); err != nil {
+		return err
+	}
+	_, err := e.commit(r)
 	return err
 }
 
@@ -185,71 +222,66 @@ func (e *Engine) PushRedDot(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := e.commit(&op{kind: opPushRedDot})
+	_, err := e.commit(&pushRec{})
 	return err
 }
 
-// prepareTouch: done when the cursor is live and today's activity is
-// already recorded; otherwise an expired or missing cursor restarts at
-// the newest notification.
-func (e *Engine) prepareTouch(o *op, now int64) (done bool) {
-	r, ok := e.st.users.Get(o.viewer)
-	live := ok && cursorLive(&r, now, e.ttl)
-	if live && r.day == day(now) {
+// prepareTouch decides the touch at now (ops.DecideTouch): done when the
+// cursor is live and today's activity is already recorded; an expired or
+// missing cursor restarts at the newest notification.
+func (e *Engine) prepareTouch(r *touchRec, now int64) (done bool) {
+	u, ok := e.st.users.Get(uint64(r.viewer))
+	t := ops.DecideTouch(cursorFacts(&u, ok), time.Unix(0, now), time.Duration(e.ttl))
+	if !t.Needed() {
 		return true
 	}
-	if !live {
-		o.a, o.b = e.st.newestNotif(), 1
+	if r.reset = t.ResetCursor; r.reset {
+		r.cursor = e.st.newestNotif()
 	}
 	return false
 }
 
-func (st *state) applyTouch(o *op) {
-	r := st.user(o.viewer)
-	r.day = day(o.time)
-	if o.b != 0 {
-		r.cursor, r.flags = o.a, r.flags|flagCursor
+func (st *state) applyTouch(r *touchRec) {
+	u := st.user(uint64(r.viewer))
+	u.day = day(r.time)
+	if r.reset {
+		u.cursor, u.flags = r.cursor, u.flags|flagCursor
 	}
 }
 
-func (st *state) applyMarkRead(o *op, out *[]engine.Event) {
-	// Not activity (engine.CursorExpired): only a badge read is.
-	r := st.user(o.viewer)
-	switch engine.UnreadKind(o.a) {
-	case engine.Mentions:
-		st.setCounter(o.viewer, r, nMentions, 0)
-	case engine.Comments:
-		st.setCounter(o.viewer, r, nComments, 0)
-	case engine.Likes:
-		st.setCounter(o.viewer, r, nLikes, 0)
-	case engine.Messages:
-		st.setCounter(o.viewer, r, nMessages, 0)
+// applyRead clears the badge m names.
+func (st *state) applyRead(m ops.ReadMark) {
+	u := uint64(m.User)
+	r := st.user(u)
+	switch m.Kind {
+	case engine.Mentions, engine.Comments, engine.Likes, engine.Messages:
+		st.setCounter(u, r, counterOf(m.Kind), 0)
 	case engine.System:
-		r.cursor, r.flags = st.newestNotif(), r.flags|flagCursor
+		r.cursor, r.flags = m.Cursor, r.flags|flagCursor
 	case engine.Feed:
-		st.follows.SetSnaps(o.viewer, st.postCount)
+		st.follows.SetSnaps(u, st.postCount)
 	}
-	emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
 }
 
-func (st *state) applyClickRedDot(o *op, out *[]engine.Event) {
-	r := st.user(o.viewer)
-	r.click = o.time
-	emitUnread(out, []engine.UserID{engine.UserID(o.viewer)})
-}
+// counterOf is the userRec.n index of unread kind k, one of Mentions,
+// Comments, Likes and Messages.
+func counterOf(k engine.UnreadKind) int { return int(k - engine.Mentions) }
 
-func (st *state) applyPushRedDot(o *op, out *[]engine.Event) {
-	st.push = o.time
-	emitBroadcast(out)
+// sweepRec logs a sweep of the cursors expired at its time with the TTL
+// then in force.
+type sweepRec struct {
+	recHeader
+	ttl int64
 }
 
 // sweepCursors drops the system cursors that expired at now, and the
 // badge records left holding nothing. A dropped cursor reads exactly as an
-// expired one (cursorLive), so the sweep changes memory, never answers.
+// expired one (ops.CursorLive), so the sweep changes memory, never answers.
 func (st *state) sweepCursors(now, ttl int64) {
 	var expired []uint64
+	at := time.Unix(0, now)
 	st.users.Range(func(u uint64, r userRec) bool {
-		if r.flags&flagCursor != 0 && !cursorLive(&r, now, ttl) {
+		if r.flags&flagCursor != 0 && !ops.CursorLive(cursorFacts(&r, true), at, time.Duration(ttl)) {
 			expired = append(expired, u)
 		}
 		return true
@@ -353,20 +385,25 @@ func (st *state) notification(n *notif) engine.Notification {
 	}
 }
 
+// publishRec logs a system notification with the id it was given.
+type publishRec struct {
+	recHeader
+	ops.Publish
+	id uint64
+}
+
 // PublishNotification implements engine.Store: one append, O(1). Its
 // idempotency keys have no viewer (publishing is an admin act).
 func (e *Engine) PublishNotification(ctx context.Context, title, body, idemKey string) (engine.Notification, error) {
 	if err := ctx.Err(); err != nil {
 		return engine.Notification{}, err
 	}
-	if err := engine.CheckNotification(title, body); err != nil {
+	r := &publishRec{Publish: ops.Publish{Title: title, Body: body, IdemKey: idemKey}}
+	if err := r.Check(); err != nil {
 		return engine.Notification{}, err
 	}
-	if err := engine.CheckIdemKey(idemKey); err != nil {
-		return engine.Notification{}, err
-	}
-	o := &op{kind: opPublish, s1: title, s2: body}
-	id, err := e.commit(o.withIdem(0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body}))
+	r.withIdem(opPublish, 0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body})
+	id, err := e.commit(r)
 	if err != nil {
 		return engine.Notification{}, err
 	}
@@ -399,17 +436,12 @@ func (e *Engine) Notifications(ctx context.Context, first int, after engine.Noti
 	return out, nil
 }
 
-func (e *Engine) preparePublish(o *op) {
-	newest := e.st.newestNotif()
-	o.a = e.newID(func(id uint64) bool { return id <= newest })
-}
-
-func (st *state) applyPublish(o *op, out *[]engine.Event) {
+// applyPublish appends r's notification to the list.
+func (st *state) applyPublish(r *publishRec) {
 	off := uint64(len(st.notifText))
-	st.notifText = append(append(st.notifText, o.s1...), o.s2...)
-	st.notifs = append(st.notifs, notif{id: o.a, time: o.time, off: off,
-		titleLen: uint32(len(o.s1)), bodyLen: uint32(len(o.s2))})
-	emitBroadcast(out)
+	st.notifText = append(append(st.notifText, r.Title...), r.Body...)
+	st.notifs = append(st.notifs, notif{id: r.id, time: r.time, off: off,
+		titleLen: uint32(len(r.Title)), bodyLen: uint32(len(r.Body))})
 }
 
 func writeNotifs(e *enc, st *state) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -49,24 +50,25 @@ func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int6
 			b.Fatal(err)
 		}
 	}
-	row := make([]uint64, 0, MaxImportBatch*importStride)
+	row := make([]engine.ImportRow, 0, MaxImportBatch)
 	var index uint64
 	var rec []byte
 	flush := func() {
 		index++
-		o := op{kind: opImport, time: int64(index), list: row}
+		r := &importRec{recHeader: recHeader{time: int64(index)}, rows: row}
 		if l != nil {
-			rec = appendOp(rec[:0], &o)
+			rec = appendRecord(rec[:0], r)
 			if _, err := l.Append(rec); err != nil {
 				b.Fatal(err)
 			}
 		}
-		st.apply(&o, nil)
+		st.apply(r, nil, false)
 		row = row[:0]
 	}
 	for i := range n {
-		row = append(row, uint64(1<<50+uint64(i)*2654435761), uint64(i%100_000+1),
-			uint64(i%50), uint64(i%7), uint64(i%3), uint64(i%1000+1), uint64(i%11))
+		row = append(row, engine.ImportRow{Post: engine.PostID(1<<50 + uint64(i)*2654435761), Author: engine.UserID(i%100_000 + 1),
+			Counts: engine.Counts{Likes: int64(i % 50), Comments: int64(i % 7), Reposts: int64(i % 3),
+				Views: int64(i%1000 + 1), Favorites: int64(i % 11)}})
 		if len(row) == cap(row) {
 			flush()
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 )
 
 // errWrite is what clients see when the log cannot write; the cause (with
@@ -33,10 +34,10 @@ func (e *Engine) waitDurable(index uint64) error {
 	return nil
 }
 
-// commit runs o through the write path (see the package doc) and returns
+// commit runs r through the write path (see the package doc) and returns
 // its result: the id it made or, for an idempotent retry, the id the first
 // attempt made.
-func (e *Engine) commit(o *op) (uint64, error) {
+func (e *Engine) commit(r record) (uint64, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -47,7 +48,9 @@ func (e *Engine) commit(o *op) (uint64, error) {
 		return 0, errWrite
 	}
 	now := e.now().UnixNano()
-	res, done, err := e.prepare(o, now)
+	h, _, _, _ := recordInfo(r)
+	h.time = max(now, e.lastTime+1)
+	res, done, err := e.prepare(r, now)
 	if err != nil || done {
 		seen := e.lastIndex
 		e.mu.Unlock()
@@ -56,10 +59,9 @@ func (e *Engine) commit(o *op) (uint64, error) {
 		}
 		return res, e.waitDurable(seen)
 	}
-	o.time = max(now, e.lastTime+1)
 	var index uint64
 	if e.log != nil || e.tap != nil {
-		e.buf = appendOp(e.buf[:0], o)
+		e.buf = appendRecord(e.buf[:0], r)
 		if e.log != nil {
 			if index, err = e.log.AppendAsync(e.buf); err != nil {
 				e.mu.Unlock()
@@ -71,9 +73,9 @@ func (e *Engine) commit(o *op) (uint64, error) {
 			e.tap(e.buf)
 		}
 	}
-	e.lastTime = o.time
+	e.lastTime = h.time
 	var evs []engine.Event
-	e.st.apply(o, &evs)
+	e.st.apply(r, &evs, true)
 	if cerr := e.st.fault(); cerr != nil {
 		// A write to a post in an unreadable cold block was not applied in
 		// memory. Its record is in the log, and a restart rebuilds the cold
@@ -99,90 +101,87 @@ func (e *Engine) newID(taken func(uint64) bool) uint64 {
 	}
 }
 
-// prepare validates o against the state and completes it (generated ids,
-// lists reduced to what will change). done means o changes nothing and
-// needs no record; res is then the answer to return.
-func (e *Engine) prepare(o *op, now int64) (res uint64, done bool, err error) {
+// prepare completes r (the ids it makes, decided now) and decides it
+// against the state (state.decide, leaving its effects in st.eff for
+// apply): a product error, or done when r changes nothing and needs no
+// record; res is then the answer to return. An idempotent retry is done
+// with the first attempt's result.
+func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error) {
 	st := e.st
-	if o.idem != (idemKey{}) {
-		v, ok := st.idemLookup(o.idem, now)
-		if !ok && o.legacyIdem != (idemKey{}) {
-			v, ok = st.idemLookup(o.legacyIdem, now)
+	h, _, _, _ := recordInfo(r)
+	if h.idem != (idemKey{}) {
+		v, ok := st.idemLookup(h.idem, now)
+		if !ok && h.legacyIdem != (idemKey{}) {
+			v, ok = st.idemLookup(h.legacyIdem, now)
 		}
 		if ok {
-			if err := engine.CheckIdemReuse(v.fp, o.fp); err != nil {
+			if err := engine.CheckIdemReuse(v.fp, h.fp); err != nil {
 				return 0, false, err
 			}
 			return v.result, true, nil
 		}
 	}
+	switch r := r.(type) {
+	case *createPostRec:
+		if r.Post == 0 {
+			r.Post = engine.PostID(e.newID(st.postTaken))
+		}
+	case *repostRec:
+		r.NewPost = engine.PostID(e.newID(st.postTaken))
+	case *publishRec:
+		newest := st.newestNotif()
+		r.id = e.newID(func(id uint64) bool { return id <= newest })
+	case *createGroupRec:
+		r.Group = engine.GroupID(e.newID(st.groupTaken))
+	case *sendMessageRec:
+		r.Message = engine.MessageID(e.newID(st.messageTaken))
+	case *touchRec:
+		done = e.prepareTouch(r, now)
+	}
+	err = st.decide(r)
 	// A registry block that cannot be read (a damaged cold file) fails
 	// the operation rather than let it take the post for absent.
-	var readErr error
-	exists := func(p uint64) bool {
-		_, ok, err := st.posts.Get(p)
-		if err != nil && readErr == nil {
-			readErr = err
-		}
-		return ok
-	}
-	defer func() {
-		if readErr != nil {
-			res, done, err = 0, false, e.unreadable("post registry", readErr)
-		}
-	}()
-	switch o.kind {
-	case opCreatePost:
-		err = e.prepareCreatePost(o, exists)
-	case opLike, opUnlike, opFavorite, opUnfavorite:
-		done, err = e.prepareLike(o, exists)
-	case opComment:
-		err = prepareComment(o, exists)
-	case opRepost:
-		err = e.prepareRepost(o, exists)
-	case opViews:
-		done = prepareViews(o, exists)
-	case opFollow, opUnfollow:
-		done = e.prepareFollow(o)
-	case opTouch:
-		done = e.prepareTouch(o, now)
-	case opPublish:
-		e.preparePublish(o)
-	case opCreateGroup:
-		e.prepareCreateGroup(o)
-	case opAddMembers:
-		done, err = e.prepareAddMembers(o)
-	case opLeaveGroup:
-		done, err = e.prepareLeaveGroup(o)
-	case opSendMessage:
-		err = e.prepareSendMessage(o)
-	case opMarkMessagesRead:
-		done, err = e.prepareMarkMessagesRead(o)
+	if rerr := st.takeReadErr(); rerr != nil {
+		return 0, false, e.unreadable("post registry", rerr)
 	}
 	if err != nil || done {
 		return 0, done, err
 	}
-	return opResult(o), false, nil
+	if hasEffects(r) && st.eff.Empty() {
+		return 0, true, nil
+	}
+	trim(r, &st.eff)
+	_, _, res, _ = recordInfo(r)
+	return res, false, nil
 }
 
-// opResult is what a retry of o with the same idempotency key returns.
-func opResult(o *op) uint64 {
-	switch o.kind {
-	case opRepost, opSendMessage:
-		return o.b
+// trim keeps in r's lists only what its effects change, so that records
+// stay small: the views of known posts, the users who join, the messages
+// read. Decide gives the same effects from the trimmed record.
+func trim(r record, eff *ops.Effects) {
+	switch r := r.(type) {
+	case *viewsRec:
+		if len(eff.Counts) != len(r.Posts) {
+			r.Posts = make([]engine.PostID, len(eff.Counts))
+			for i, c := range eff.Counts {
+				r.Posts[i] = c.Post
+			}
+		}
+	case *addMembersRec:
+		if len(eff.Joins) != len(r.Users) {
+			r.Users = make([]engine.UserID, len(eff.Joins))
+			for i, j := range eff.Joins {
+				r.Users[i] = j.User
+			}
+		}
+	case *markMessagesReadRec:
+		if len(eff.Receipts) != len(r.Messages) {
+			r.Messages = make([]engine.MessageID, len(eff.Receipts))
+			for i, rc := range eff.Receipts {
+				r.Messages[i] = rc.Message
+			}
+		}
 	}
-	return o.a
-}
-
-// checkMutation runs the checks every mutation by a viewer shares.
-func checkMutation(ctx context.Context, viewer engine.UserID, idemKey string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := engine.CheckViewer(viewer); err != nil {
-		return err
-	}
-	return engine.CheckIdemKey(idemKey)
 }
 
 func readCheck[T ~uint64](ctx context.Context, ids []T) error {
@@ -200,19 +199,11 @@ func (e *Engine) unreadable(what string, err error) error {
 	return fmt.Errorf("%w: %s cannot be read", engine.ErrUnavailable, what)
 }
 
-// ids converts a list of ids to the record's []uint64.
+// ids converts a list of ids to []uint64.
 func ids[T ~uint64](in []T) []uint64 {
 	out := make([]uint64, len(in))
 	for i, v := range in {
 		out[i] = uint64(v)
-	}
-	return out
-}
-
-func users(in []uint64) []engine.UserID {
-	out := make([]engine.UserID, len(in))
-	for i, v := range in {
-		out[i] = engine.UserID(v)
 	}
 	return out
 }

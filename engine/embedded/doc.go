@@ -138,8 +138,10 @@
 //	            the maintenance loop
 //	commit.go   the write path: commit (validate → record → log → apply →
 //	            publish), prepare's dispatch, durability waits, new ids
-//	op.go       the log record and its encoding
-//	state.go    the state struct, newState and apply's dispatch
+//	record.go   the log records' kinds and common header, their encoding
+//	recordv1.go version-1 records (before typed records) and their reader
+//	state.go    the state struct, newState, decide and apply's dispatch,
+//	            applyEffects
 //	stateio.go  the snapshot container: the section list, the image,
 //	            writeImage and readImage, item and chunk coding
 //	posts.go    posts, counts, likes and favorites, views, comments,

@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -168,6 +169,7 @@ func TestSweepCursors(t *testing.T) {
 	for _, u := range []engine.UserID{idle, clicked, liked, active} {
 		unread(t, e, u)
 	}
+	ok(t, e.PushRedDot(bg))
 	ok(t, e.ClickRedDot(bg, clicked))
 	publish(t, e, 1)
 	users := func() int {
@@ -183,10 +185,11 @@ func TestSweepCursors(t *testing.T) {
 		unread(t, e, active)
 	}
 	before := e.Stats().Users
-	_, err = e.commit(&op{kind: opSweepCursors, a: uint64(ttl)})
+	_, err = e.commit(&sweepRec{ttl: int64(ttl)})
 	ok(t, err)
-	// idle had nothing but a cursor: gone. clicked keeps the click time
-	// (dropping it would show old pushes again), liked keeps its badge.
+	// idle had nothing but a cursor: gone. clicked keeps the push stamp
+	// it saw (dropping it would show that push again), liked keeps its
+	// badge.
 	if n := users(); n != 3 {
 		t.Fatalf("%d badge records after the sweep, want 3", n)
 	}
@@ -199,8 +202,11 @@ func TestSweepCursors(t *testing.T) {
 	if r.flags&flagCursor != 0 || r.n[nLikes] != 1 {
 		t.Fatalf("liked's record after the sweep: %+v", r)
 	}
-	if n := unread(t, e, liked); n != (engine.Unread{Likes: 1}) {
+	if n := unread(t, e, liked); n != (engine.Unread{Likes: 1, RedDot: true}) {
 		t.Fatalf("liked reads %+v", n)
+	}
+	if unread(t, e, clicked).RedDot {
+		t.Fatal("clicked sees the push they clicked away again after the sweep")
 	}
 	if n := unread(t, e, active).System; n != 1 {
 		t.Fatalf("active: %d system unread, want 1", n)
@@ -252,7 +258,7 @@ func TestIdemLegacyRecords(t *testing.T) {
 	post, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
 	// What an older version logged for Comment(2, post, nil, "old").
-	if _, err := e.commit(&op{kind: opComment, viewer: 2, a: uint64(post), idem: legacyIdemKey(opComment, 2, "old")}); err != nil {
+	if _, err := e.commit(&commentRec{recHeader{idem: legacyIdemKey(opComment, 2, "old")}, ops.Comment{Viewer: 2, Post: post}}); err != nil {
 		t.Fatal(err)
 	}
 	ok(t, e.Close())
@@ -597,7 +603,7 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 			}
 		case 23:
 			if rng.IntN(4) == 0 {
-				_, err = e.commit(&op{kind: opSweepCursors, a: uint64(e.ttl)})
+				_, err = e.commit(&sweepRec{ttl: e.ttl})
 			} else {
 				err = e.Import(bg, []engine.ImportRow{{Post: post(), Author: user(), Counts: engine.Counts{Views: int64(rng.IntN(3))}}})
 			}
@@ -620,15 +626,16 @@ func TestReplayDeterminism(t *testing.T) {
 		replayed := newState(postcounts.Options{})
 		kinds := map[opKind]int{}
 		for i, rec := range recs {
-			o, err := decodeOp(rec)
+			r, err := decodeRecord(rec)
 			if err != nil {
 				t.Fatalf("record %d: %v", i, err)
 			}
-			if re := appendOp(nil, &o); !bytes.Equal(re, rec) {
+			if re := appendRecord(nil, r); !bytes.Equal(re, rec) {
 				t.Fatalf("record %d does not re-encode to itself:\n%x\n%x", i, rec, re)
 			}
-			kinds[o.kind]++
-			replayed.apply(&o, nil)
+			_, kind, _, _ := recordInfo(r)
+			kinds[kind]++
+			replayed.apply(r, nil, false)
 		}
 		for k := opCreatePost; k < opKindEnd; k++ {
 			if kinds[k] == 0 {
@@ -710,7 +717,7 @@ func TestOpenRejectsGarbageRecord(t *testing.T) {
 	dir := t.TempDir()
 	l, err := wal.Open(dir, wal.Options{Sync: wal.SyncNone})
 	ok(t, err)
-	good := appendOp(nil, &op{kind: opCreatePost, time: 1, viewer: 1, a: 1 << 30})
+	good := appendV1(nil, &v1op{kind: opCreatePost, time: 1, viewer: 1, a: 1 << 30})
 	for _, rec := range [][]byte{good, {opVersion, 200, 0, 1}} {
 		_, err = l.Append(rec)
 		ok(t, err)
@@ -723,7 +730,7 @@ func TestOpenRejectsGarbageRecord(t *testing.T) {
 }
 
 func TestOpRoundTrip(t *testing.T) {
-	ops := []op{
+	recs := []v1op{
 		{kind: opLike, time: 1, viewer: 5, a: 1 << 60},
 		{kind: opPushRedDot, time: time.Now().UnixNano()},
 		{kind: opSendMessage, time: 3, viewer: ^uint64(0), a: 2, b: 3, idem: idemKey{1, 2},
@@ -731,9 +738,9 @@ func TestOpRoundTrip(t *testing.T) {
 		{kind: opPublish, time: 4, a: 9, s1: "t", s2: strings.Repeat("b", 5000)},
 		{kind: opImport, time: 5, list: []uint64{1, 2, 3, 4, 5, 6, 7}},
 	}
-	for _, o := range ops {
-		rec := appendOp(nil, &o)
-		got, err := decodeOp(rec)
+	for _, o := range recs {
+		rec := appendV1(nil, &o)
+		got, err := decodeV1(rec)
 		if err != nil {
 			t.Fatalf("%v: %v", o.kind, err)
 		}
@@ -743,33 +750,33 @@ func TestOpRoundTrip(t *testing.T) {
 		}
 		// Every strict prefix is rejected, as is any trailing byte.
 		for i := range len(rec) {
-			if _, err := decodeOp(rec[:i]); err == nil {
+			if _, err := decodeV1(rec[:i]); err == nil {
 				t.Fatalf("%v: prefix of %d bytes decoded", o.kind, i)
 			}
 		}
-		if _, err := decodeOp(append(rec, 0)); err == nil {
+		if _, err := decodeV1(append(rec, 0)); err == nil {
 			t.Fatalf("%v: trailing byte accepted", o.kind)
 		}
 	}
-	if n := len(appendOp(nil, &ops[0])); n > 25 {
+	if n := len(appendV1(nil, &recs[0])); n > 25 {
 		t.Fatalf("a like record takes %d bytes", n)
 	}
 }
 
 func FuzzDecodeOp(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(appendOp(nil, &op{kind: opLike, time: 1, viewer: 5, a: 7}))
-	f.Add(appendOp(nil, &op{kind: opSendMessage, time: 3, viewer: 1, a: 2, b: 3, idem: idemKey{1, 2},
+	f.Add(appendV1(nil, &v1op{kind: opLike, time: 1, viewer: 5, a: 7}))
+	f.Add(appendV1(nil, &v1op{kind: opSendMessage, time: 3, viewer: 1, a: 2, b: 3, idem: idemKey{1, 2},
 		list: []uint64{4, 5}, s1: "hi"}))
-	f.Add(appendOp(nil, &op{kind: opImport, time: 5, list: []uint64{1, 2, 3, 4, 5, 6, 7}}))
+	f.Add(appendV1(nil, &v1op{kind: opImport, time: 5, list: []uint64{1, 2, 3, 4, 5, 6, 7}}))
 	f.Add([]byte{opVersion, byte(opViews), maskList, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, rec []byte) {
-		o, err := decodeOp(rec)
+		o, err := decodeV1(rec)
 		if err != nil {
 			return
 		}
 		// Whatever decodes is canonical: it re-encodes to the same bytes.
-		if re := appendOp(nil, &o); !bytes.Equal(re, rec) {
+		if re := appendV1(nil, &o); !bytes.Equal(re, rec) {
 			t.Fatalf("decoded %x re-encodes as %x", rec, re)
 		}
 	})

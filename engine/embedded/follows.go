@@ -5,30 +5,34 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 )
 
+// followRec logs a follow (Undo: an unfollow).
+type followRec struct {
+	recHeader
+	ops.Follow
+}
+
 // Follow implements engine.Store.
 func (e *Engine) Follow(ctx context.Context, viewer, target engine.UserID) error {
-	return e.followOp(ctx, opFollow, viewer, target)
+	return e.follow(ctx, ops.Follow{Viewer: viewer, Target: target})
 }
 
 // Unfollow implements engine.Store.
 func (e *Engine) Unfollow(ctx context.Context, viewer, target engine.UserID) error {
-	return e.followOp(ctx, opUnfollow, viewer, target)
+	return e.follow(ctx, ops.Follow{Viewer: viewer, Target: target, Undo: true})
 }
 
-func (e *Engine) followOp(ctx context.Context, kind opKind, viewer, target engine.UserID) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+func (e *Engine) follow(ctx context.Context, op ops.Follow) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := engine.CheckViewer(target); err != nil {
+	if err := op.Check(); err != nil {
 		return err
 	}
-	if viewer == target {
-		return fmt.Errorf("%w: cannot follow oneself", engine.ErrInvalid)
-	}
-	_, err := e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(target)})
+	_, err := e.commit(&followRec{Follow: op})
 	return err
 }
 
@@ -85,43 +89,24 @@ func (st *state) postCount(u uint64) int64 {
 	return p.posts
 }
 
-// prepareFollow: done when the viewer already (un)follows the target.
-func (e *Engine) prepareFollow(o *op) (done bool) {
-	following := e.st.follows.Contains(o.viewer, o.a)
-	return following == (o.kind == opFollow)
+func (st *state) decideFollow(r *followRec) {
+	following := st.follows.Contains(uint64(r.Viewer), uint64(r.Target))
+	r.Decide(ops.FollowFacts{Following: following, TargetPosts: st.postCount(uint64(r.Target))}, &st.eff)
 }
 
-// applyFollow reports whether the follow changed anything.
-func (st *state) applyFollow(o *op, out *[]engine.Event) bool {
-	if st.follows.Contains(o.viewer, o.a) {
-		return false
+// applyFollowEdge adds or removes a follow; a new edge starts the feed
+// snapshot where Decide read it. An emptied list keeps its viewer
+// (follows.Store.Has), so the user stays known for the Users statistic.
+func (st *state) applyFollowEdge(f ops.FollowEdge) {
+	v, t := uint64(f.Viewer), uint64(f.Target)
+	if !f.Add {
+		st.follows.Unfollow(v, t)
+		return
 	}
-	if !st.known(o.viewer) {
+	if !st.known(v) {
 		st.nusers++
 	}
-	st.follows.Follow(o.viewer, o.a, st.postCount(o.a))
-	st.profile(o.a).followers++
-	emitFollows(out, o)
-	return true
-}
-
-// applyUnfollow reports whether the unfollow changed anything.
-func (st *state) applyUnfollow(o *op, out *[]engine.Event) bool {
-	// An emptied list keeps its viewer (follows.Store.Has), so the
-	// user stays known for the Users statistic.
-	if !st.follows.Unfollow(o.viewer, o.a) {
-		return false
-	}
-	st.profile(o.a).followers--
-	emitFollows(out, o)
-	return true
-}
-
-func emitFollows(out *[]engine.Event, o *op) {
-	if out != nil {
-		*out = append(*out, engine.Event{Kind: engine.FollowsChanged,
-			Users: []engine.UserID{engine.UserID(o.viewer)}, Author: engine.UserID(o.a)})
-	}
+	st.follows.Follow(v, t, f.Snapshot)
 }
 
 // followsPerItem bounds a FOLW item so that a user following millions

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
-	"slices"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/snapshot"
 )
@@ -122,8 +122,6 @@ func (st *state) messageOut(m *message) engine.Message {
 	}
 }
 
-var errNotMember = fmt.Errorf("%w: not a member of the group", engine.ErrForbidden)
-
 // errSenderLeft: receipts are for a sender who is still a member.
 var errSenderLeft = fmt.Errorf("%w: only the sender sees read receipts, while a member of the group", engine.ErrForbidden)
 
@@ -138,44 +136,66 @@ func (e *Engine) memberGroup(id, viewer uint64) (*group, error) {
 		return nil, errGroupNotFound(id)
 	}
 	if _, cur := e.st.memberOf(g, viewer); !cur {
-		return nil, errNotMember
+		return nil, ops.ErrNotMember
 	}
 	return g, nil
 }
 
+// createGroupRec logs a new group, with the id it was given;
+// addMembersRec the users an AddGroupMembers made current members;
+// leaveGroupRec a member leaving.
+type createGroupRec struct {
+	recHeader
+	ops.CreateGroup
+}
+
+type addMembersRec struct {
+	recHeader
+	ops.AddMembers
+}
+
+type leaveGroupRec struct {
+	recHeader
+	ops.LeaveGroup
+}
+
 // CreateGroup implements engine.Store.
 func (e *Engine) CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ms, err := engine.NormalizeUsers(members)
-	if err != nil {
+	r := &createGroupRec{CreateGroup: ops.CreateGroup{Viewer: viewer, Members: members}}
+	if err := r.Check(); err != nil {
 		return 0, err
 	}
-	id, err := e.commit(&op{kind: opCreateGroup, viewer: uint64(viewer), list: ids(ms)})
+	id, err := e.commit(r)
 	return engine.GroupID(id), err
 }
 
 // AddGroupMembers implements engine.Store.
 func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g engine.GroupID, us []engine.UserID) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ms, err := engine.NormalizeUsers(us)
-	if err != nil {
+	r := &addMembersRec{AddMembers: ops.AddMembers{Viewer: viewer, Group: g, Users: us}}
+	if err := r.Check(); err != nil {
 		return err
 	}
-	_, err = e.commit(&op{kind: opAddMembers, viewer: uint64(viewer), a: uint64(g), list: ids(ms)})
+	_, err := e.commit(r)
 	return err
 }
 
 // LeaveGroup implements engine.Store. Leaving again is a no-op; a user who
 // never joined gets ErrForbidden.
 func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.GroupID) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := e.commit(&op{kind: opLeaveGroup, viewer: uint64(viewer), a: uint64(g)})
+	r := &leaveGroupRec{LeaveGroup: ops.LeaveGroup{Viewer: viewer, Group: g}}
+	if err := r.Check(); err != nil {
+		return err
+	}
+	_, err := e.commit(r)
 	return err
 }
 
@@ -234,21 +254,24 @@ func errBadCursor(after engine.UserID) error {
 	return fmt.Errorf("%w: after: user %d was never a member of the group", engine.ErrInvalid, uint64(after))
 }
 
+// sendMessageRec logs a message, with the id it was given.
+type sendMessageRec struct {
+	recHeader
+	ops.SendMessage
+}
+
 // SendMessage implements engine.Store.
 func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
-	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+	if err := ctx.Err(); err != nil {
 		return engine.Message{}, err
 	}
-	if err := engine.CheckText(text); err != nil {
+	r := &sendMessageRec{SendMessage: ops.SendMessage{Viewer: viewer, Group: g, Text: text, Mentions: mentions, IdemKey: idemKey}}
+	if err := r.Check(); err != nil {
 		return engine.Message{}, err
 	}
-	m, err := engine.NormalizeMentions(viewer, mentions)
-	if err != nil {
-		return engine.Message{}, err
-	}
-	o := &op{kind: opSendMessage, viewer: uint64(viewer), a: uint64(g), list: ids(m), s1: text}
-	id, err := e.commit(o.withIdem(uint64(viewer), idemKey, engine.IdemSendMessage,
-		engine.IdemArgs{Group: g, Mentions: m, Text: text}))
+	r.withIdem(opSendMessage, viewer, idemKey, engine.IdemSendMessage,
+		engine.IdemArgs{Group: g, Mentions: r.Mentions, Text: text})
+	id, err := e.commit(r)
 	if err != nil {
 		return engine.Message{}, err
 	}
@@ -285,18 +308,25 @@ func (e *Engine) Message(ctx context.Context, viewer engine.UserID, id engine.Me
 	return e.st.messageOut(m), nil
 }
 
+// markMessagesReadRec logs the messages a MarkMessagesRead marked read.
+type markMessagesReadRec struct {
+	recHeader
+	ops.MarkMessagesRead
+}
+
 // MarkMessagesRead implements engine.Store.
 func (e *Engine) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ms []engine.MessageID) ([]engine.Message, error) {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := engine.CheckIDs(ms); err != nil {
+	r := &markMessagesReadRec{MarkMessagesRead: ops.MarkMessagesRead{Viewer: viewer, Messages: ms}}
+	if err := r.Check(); err != nil {
 		return nil, err
 	}
 	if len(ms) == 0 {
 		return []engine.Message{}, nil
 	}
-	if _, err := e.commit(&op{kind: opMarkMessagesRead, viewer: uint64(viewer), list: ids(ms)}); err != nil {
+	if _, err := e.commit(r); err != nil {
 		return nil, err
 	}
 	out := make([]engine.Message, len(ms))
@@ -380,182 +410,161 @@ func (e *Engine) senderMessage(id engine.MessageID, viewer engine.UserID) (*mess
 	return m, g, nil
 }
 
-func (e *Engine) prepareCreateGroup(o *op) {
-	o.a = e.newID(func(id uint64) bool { _, ok := e.st.groups.Get(id); return ok })
-	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { return u == o.viewer })
+// memberState is u's standing in g.
+func (st *state) memberState(g *group, u engine.UserID) ops.MemberState {
+	mapid, cur := st.memberOf(g, uint64(u))
+	return ops.MemberState{Joined: mapid != 0, Current: cur}
 }
 
-// prepareAddMembers keeps only the users not yet current members and
-// checks the group's size limit.
-func (e *Engine) prepareAddMembers(o *op) (done bool, err error) {
-	st := e.st
-	g, err := e.memberGroup(o.a, o.viewer)
-	if err != nil {
-		return false, err
-	}
-	o.list = slices.DeleteFunc(o.list, func(u uint64) bool { _, cur := st.memberOf(g, u); return cur })
-	if len(o.list) == 0 {
-		return true, nil
-	}
-	fresh := 0
-	for _, u := range o.list {
-		if _, ok := st.members.Get(pair{g.id, u}); !ok {
-			fresh++
-		}
-	}
-	if len(g.byMap)+fresh > engine.MaxGroupMembers {
-		return false, fmt.Errorf("%w: a group holds at most %d members", engine.ErrInvalid, engine.MaxGroupMembers)
-	}
-	return false, nil
-}
-
-func (e *Engine) prepareLeaveGroup(o *op) (done bool, err error) {
-	g, ok := e.st.group(o.a)
+// groupFacts are what a group operation by viewer reads of group id; g is
+// nil when there is no such group.
+func (st *state) groupFacts(id engine.GroupID, viewer engine.UserID) (ops.GroupFacts, *group) {
+	g, ok := st.group(uint64(id))
 	if !ok {
-		return false, errGroupNotFound(o.a)
+		return ops.GroupFacts{}, nil
 	}
-	mapid, cur := e.st.memberOf(g, o.viewer)
-	if mapid == 0 {
-		return false, errNotMember
-	}
-	return !cur, nil // !cur: left already
+	return ops.GroupFacts{Exists: true, Viewer: st.memberState(g, viewer), MapIDs: len(g.byMap)}, g
 }
 
-func (e *Engine) prepareSendMessage(o *op) error {
-	if _, err := e.memberGroup(o.a, o.viewer); err != nil {
-		return err
-	}
-	o.b = e.newID(func(id uint64) bool { _, ok := e.st.msgs.Get(id); return ok })
-	return nil
+func (st *state) groupTaken(id uint64) bool { _, ok := st.groups.Get(id); return ok }
+
+func (st *state) messageTaken(id uint64) bool { _, ok := st.msgs.Get(id); return ok }
+
+func (st *state) decideAddMembers(r *addMembersRec) error {
+	f, g := st.groupFacts(r.Group, r.Viewer)
+	return r.Decide(f, func(u engine.UserID) ops.MemberState { return st.memberState(g, u) }, &st.eff)
 }
 
-// prepareMarkMessagesRead: done when no message would change.
-func (e *Engine) prepareMarkMessagesRead(o *op) (done bool, err error) {
-	st := e.st
-	// Every id is known before any membership is judged: an unknown
-	// id anywhere in the list answers ErrNotFound, whatever the order.
-	msgs := make([]*message, len(o.list))
-	for i, id := range o.list {
-		m, ok := st.message(id)
+func (st *state) decideLeaveGroup(r *leaveGroupRec) error {
+	f, _ := st.groupFacts(r.Group, r.Viewer)
+	return r.Decide(f, &st.eff)
+}
+
+func (st *state) decideSendMessage(r *sendMessageRec) error {
+	f, g := st.groupFacts(r.Group, r.Viewer)
+	return r.Decide(f, func(u engine.UserID) bool { return st.memberState(g, u).Current }, &st.eff)
+}
+
+func (st *state) decideMarkMessagesRead(r *markMessagesReadRec) error {
+	facts := st.msgFacts[:0]
+	for _, id := range r.Messages {
+		m, ok := st.message(uint64(id))
 		if !ok {
-			return false, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+			facts = append(facts, ops.MessageFacts{})
+			continue
 		}
-		msgs[i] = m
-	}
-	changes := false
-	for _, m := range msgs {
 		g, _ := st.group(m.group)
-		mapid, cur := st.memberOf(g, o.viewer)
-		if !cur {
-			return false, errNotMember
-		}
-		changes = changes || (m.rc.Counted(mapid) && !m.rc.IsRead(mapid))
+		mapid, cur := st.memberOf(g, uint64(r.Viewer))
+		counted := counted(m, mapid, r.Viewer)
+		facts = append(facts, ops.MessageFacts{Exists: true, Sender: engine.UserID(m.sender),
+			Viewer:  ops.MemberState{Joined: mapid != 0, Current: cur},
+			Counted: counted, Read: counted && m.rc.IsRead(mapid)})
 	}
-	return !changes, nil
+	st.msgFacts = facts
+	return r.Decide(facts, &st.eff)
 }
 
-func (st *state) applyCreateGroup(o *op) {
-	st.groups.Put(o.a, uint32(len(st.groupList)))
-	st.groupList = append(st.groupList, group{id: o.a})
-	g := &st.groupList[len(st.groupList)-1]
-	st.members.Put(pair{o.a, o.viewer}, g.join(o.viewer))
-	for _, u := range o.list {
-		st.addMember(g, u)
-	}
+// counted applies ops.Counted to member mapid (user u) of message m. The
+// receipt keeps, from the time m was sent, its last mapid and which
+// mapids it leaves out (the sender and those who had quit).
+func counted(m *message, mapid uint32, u engine.UserID) bool {
+	sender := uint64(u) == m.sender
+	inRange := mapid >= 1 && mapid <= m.rc.MaxID()
+	quitAtSend := inRange && !sender && !m.rc.Counted(mapid)
+	return ops.Counted(mapid, m.rc.MaxID(), quitAtSend, sender)
 }
 
-func (st *state) applyAddMembers(o *op) {
-	if g, ok := st.group(o.a); ok {
-		for _, u := range o.list {
-			st.addMember(g, u)
-		}
-	}
+// newGroup makes the empty group r creates; its members join as effects.
+func (st *state) newGroup(r *createGroupRec) {
+	st.groups.Put(uint64(r.Group), uint32(len(st.groupList)))
+	st.groupList = append(st.groupList, group{id: uint64(r.Group)})
 }
 
-func (st *state) applyLeaveGroup(o *op) {
-	if g, ok := st.group(o.a); ok {
-		if mapid, cur := st.memberOf(g, o.viewer); cur {
-			g.setQuit(mapid, true)
-			g.current--
-		}
+// addMember makes u a current member of group id: a returning member gets
+// their old mapid back, a new one the next mapid.
+func (st *state) addMember(id engine.GroupID, u engine.UserID) {
+	g, ok := st.group(uint64(id))
+	if !ok {
+		return
 	}
-}
-
-// addMember makes u a current member of g: a returning member gets their
-// old mapid back, a new one the next mapid.
-func (st *state) addMember(g *group, u uint64) {
-	mapid, cur := st.memberOf(g, u)
+	mapid, cur := st.memberOf(g, uint64(u))
 	switch {
 	case cur:
 	case mapid != 0:
 		g.setQuit(mapid, false)
 		g.current++
 	default:
-		st.members.Put(pair{g.id, u}, g.join(u))
+		st.members.Put(pair{g.id, uint64(u)}, g.join(uint64(u)))
 	}
 }
 
-func (st *state) applySendMessage(o *op, out *[]engine.Event) {
-	g, ok := st.group(o.a)
+// removeMember marks u quit in group id, keeping their mapid.
+func (st *state) removeMember(id engine.GroupID, u engine.UserID) {
+	if g, ok := st.group(uint64(id)); ok {
+		if mapid, cur := st.memberOf(g, uint64(u)); cur {
+			g.setQuit(mapid, true)
+			g.current--
+		}
+	}
+}
+
+// storeMessage keeps r's message, with its receipt counting the group's
+// members as they are now.
+func (st *state) storeMessage(r *sendMessageRec) {
+	g, ok := st.group(uint64(r.Group))
 	if !ok {
 		return
 	}
-	senderMap, _ := st.memberOf(g, o.viewer)
-	maxID := uint32(len(g.byMap))
+	senderMap, _ := st.memberOf(g, uint64(r.Viewer))
 	off := uint64(len(st.msgText))
-	st.msgText = append(st.msgText, o.s1...)
-	st.msgs.Put(o.b, uint32(len(st.msgList)))
-	rc := receipts.New(maxID, senderMap, g.quitters)
+	st.msgText = append(st.msgText, r.Text...)
+	st.msgs.Put(uint64(r.Message), uint32(len(st.msgList)))
+	rc := receipts.New(uint32(len(g.byMap)), senderMap, g.quitters)
 	st.rcBytes += rc.SizeBytes()
-	st.msgList = append(st.msgList, message{id: o.b, group: o.a, sender: o.viewer, time: o.time,
-		off: off, textLen: uint32(len(o.s1)), rc: rc})
+	st.msgList = append(st.msgList, message{id: uint64(r.Message), group: uint64(r.Group), sender: uint64(r.Viewer),
+		time: r.time, off: off, textLen: uint32(len(r.Text)), rc: rc})
+}
 
-	// Every other current member gets +1 message; this is O(members) per
-	// message, which groups (unlike followers) can afford.
-	var bumped []engine.UserID
+// fanout bumps unread f.Kind of every current member of f.Group but
+// f.Except: O(members) per message, which groups (unlike followers) can
+// afford. With out set it tells them in one event.
+func (st *state) fanout(f ops.Fanout, out *[]engine.Event) {
+	g, ok := st.group(uint64(f.Group))
+	if !ok {
+		return
+	}
+	var told []engine.UserID
 	if out != nil {
-		bumped = make([]engine.UserID, 0, g.current)
+		told = make([]engine.UserID, 0, g.current)
 	}
+	k := counterOf(f.Kind)
 	for i, u := range g.byMap {
-		if u == o.viewer || g.hasQuit(uint32(i+1)) {
+		if u == uint64(f.Except) || g.hasQuit(uint32(i+1)) {
 			continue
 		}
-		st.bump(u, nMessages)
+		st.bump(u, k)
 		if out != nil {
-			bumped = append(bumped, engine.UserID(u))
+			told = append(told, engine.UserID(u))
 		}
 	}
-	for _, u := range o.list {
-		if _, cur := st.memberOf(g, u); cur {
-			st.bump(u, nMentions)
-		}
+	if out != nil && len(told) > 0 {
+		*out = append(*out, engine.Event{Kind: engine.UnreadChanged, Users: told})
 	}
-	emitUnread(out, bumped)
 }
 
-func (st *state) applyMarkMessagesRead(o *op, out *[]engine.Event) {
-	for _, id := range o.list {
-		m, ok := st.message(id)
-		if !ok {
-			continue
-		}
-		g, _ := st.group(m.group)
-		mapid, cur := st.memberOf(g, o.viewer)
-		if !cur {
-			continue
-		}
-		size := m.rc.SizeBytes()
-		if !m.rc.MarkRead(mapid) {
-			continue
-		}
+// markReceipt marks message r.Message read by r.User.
+func (st *state) markReceipt(r ops.ReceiptRead) {
+	m, ok := st.message(uint64(r.Message))
+	if !ok {
+		return
+	}
+	g, _ := st.group(m.group)
+	mapid, _ := st.memberOf(g, uint64(r.User))
+	size := m.rc.SizeBytes()
+	if m.rc.MarkRead(mapid) {
 		st.rcBytes += m.rc.SizeBytes() - size
-		if out != nil {
-			*out = append(*out, engine.Event{Kind: engine.ReceiptsChanged,
-				Message: engine.MessageID(m.id), Users: []engine.UserID{engine.UserID(m.sender)}})
-		}
 	}
 }
-
 func writeGroups(e *enc, st *state) {
 	for i := range st.groupList {
 		g := &st.groupList[i]

@@ -97,17 +97,6 @@ func hashIdemKey(kind byte, viewer uint64, key string) idemKey {
 	return k
 }
 
-// withIdem sets o's idempotency fields for a call carrying key.
-func (o *op) withIdem(viewer uint64, key string, kind engine.IdemOp, args engine.IdemArgs) *op {
-	if key == "" {
-		return o
-	}
-	o.idem = makeIdemKey(viewer, key)
-	o.legacyIdem = legacyIdemKey(o.kind, viewer, key)
-	o.fp = engine.IdemFingerprint(kind, args)
-	return o
-}
-
 func writeIdem(e *enc, st *state) {
 	st.idem.Range(func(k idemKey, v idemVal) bool {
 		e.start()

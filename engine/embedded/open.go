@@ -266,7 +266,7 @@ func (e *Engine) sweeper(every time.Duration) {
 		case <-e.stop:
 			return
 		case <-t.C:
-			if _, err := e.commit(&op{kind: opSweepCursors, a: uint64(e.ttl)}); err != nil {
+			if _, err := e.commit(&sweepRec{ttl: e.ttl}); err != nil {
 				e.logger.Warn("embedded: cursor sweep failed", "err", err)
 			}
 		}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snapshot"
@@ -19,18 +19,24 @@ import (
 // MaxImportBatch is the most rows one Import call takes (one log record).
 const MaxImportBatch = 10000
 
+// createPostRec logs a new post; a zero Post in the call is filled in
+// with a fresh id before logging.
+type createPostRec struct {
+	recHeader
+	ops.CreatePost
+}
+
 // CreatePost implements engine.Store.
 func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
-	if err := checkMutation(ctx, viewer, idemKey); err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if id != 0 {
-		if err := engine.CheckPostID(id, e.now()); err != nil {
-			return 0, err
-		}
+	r := &createPostRec{CreatePost: ops.CreatePost{Viewer: viewer, Post: id, IdemKey: idemKey}}
+	if err := r.Check(e.now()); err != nil {
+		return 0, err
 	}
-	o := &op{kind: opCreatePost, viewer: uint64(viewer), a: uint64(id)}
-	res, err := e.commit(o.withIdem(uint64(viewer), idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id}))
+	r.withIdem(opCreatePost, viewer, idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	res, err := e.commit(r)
 	return engine.PostID(res), err
 }
 
@@ -96,72 +102,122 @@ func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, pos
 	return out, nil
 }
 
-func (e *Engine) likeOp(ctx context.Context, kind opKind, viewer engine.UserID, post engine.PostID) error {
-	if err := checkMutation(ctx, viewer, ""); err != nil {
-		return err
-	}
-	_, err := e.commit(&op{kind: kind, viewer: uint64(viewer), a: uint64(post)})
-	return err
+// likeRec logs a like (Undo: an unlike); favoriteRec a favorite.
+type likeRec struct {
+	recHeader
+	ops.Like
+}
+
+type favoriteRec struct {
+	recHeader
+	ops.Favorite
 }
 
 // Like implements engine.Store.
 func (e *Engine) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.likeOp(ctx, opLike, viewer, post)
+	return e.like(ctx, ops.Like{Viewer: viewer, Post: post})
 }
 
 // Unlike implements engine.Store.
 func (e *Engine) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.likeOp(ctx, opUnlike, viewer, post)
+	return e.like(ctx, ops.Like{Viewer: viewer, Post: post, Undo: true})
+}
+
+func (e *Engine) like(ctx context.Context, op ops.Like) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := op.Check(); err != nil {
+		return err
+	}
+	_, err := e.commit(&likeRec{Like: op})
+	return err
 }
 
 // Favorite implements engine.Store.
 func (e *Engine) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.likeOp(ctx, opFavorite, viewer, post)
+	return e.favorite(ctx, ops.Favorite{Viewer: viewer, Post: post})
 }
 
 // Unfavorite implements engine.Store.
 func (e *Engine) Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.likeOp(ctx, opUnfavorite, viewer, post)
+	return e.favorite(ctx, ops.Favorite{Viewer: viewer, Post: post, Undo: true})
+}
+
+func (e *Engine) favorite(ctx context.Context, op ops.Favorite) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := op.Check(); err != nil {
+		return err
+	}
+	_, err := e.commit(&favoriteRec{Favorite: op})
+	return err
+}
+
+// commentRec logs a comment; repostRec a repost, with the id of the new
+// post it makes.
+type commentRec struct {
+	recHeader
+	ops.Comment
+}
+
+type repostRec struct {
+	recHeader
+	ops.Repost
 }
 
 // Comment implements engine.Store.
 func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
-	_, err := e.postWithMentions(ctx, opComment, viewer, post, mentions, idemKey)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &commentRec{Comment: ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}}
+	if err := r.Check(); err != nil {
+		return err
+	}
+	r.withIdem(opComment, viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
+	_, err := e.commit(r)
 	return err
 }
 
 // Repost implements engine.Store.
 func (e *Engine) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
-	id, err := e.postWithMentions(ctx, opRepost, viewer, post, mentions, idemKey)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r := &repostRec{Repost: ops.Repost{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}}
+	if err := r.Check(); err != nil {
+		return 0, err
+	}
+	r.withIdem(opRepost, viewer, idemKey, engine.IdemRepost, engine.IdemArgs{Post: post, Mentions: r.Mentions})
+	id, err := e.commit(r)
 	return engine.PostID(id), err
 }
 
-func (e *Engine) postWithMentions(ctx context.Context, kind opKind, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (uint64, error) {
-	if err := checkMutation(ctx, viewer, idemKey); err != nil {
-		return 0, err
-	}
-	m, err := engine.NormalizeMentions(viewer, mentions)
-	if err != nil {
-		return 0, err
-	}
-	ik := engine.IdemComment
-	if kind == opRepost {
-		ik = engine.IdemRepost
-	}
-	o := &op{kind: kind, viewer: uint64(viewer), a: uint64(post), list: ids(m)}
-	return e.commit(o.withIdem(uint64(viewer), idemKey, ik, engine.IdemArgs{Post: post, Mentions: m}))
+// viewsRec logs views of posts known when it was logged.
+type viewsRec struct {
+	recHeader
+	ops.RecordViews
 }
 
 // RecordViews implements engine.Store.
 func (e *Engine) RecordViews(ctx context.Context, posts []engine.PostID) error {
-	if err := readCheck(ctx, posts); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(posts) == 0 {
-		return nil
+	r := &viewsRec{RecordViews: ops.RecordViews{Posts: posts}}
+	if err := r.Check(); err != nil || len(posts) == 0 {
+		return err
 	}
-	_, err := e.commit(&op{kind: opViews, list: ids(posts)})
+	_, err := e.commit(r)
 	return err
+}
+
+// importRec logs one Import batch.
+type importRec struct {
+	recHeader
+	rows []engine.ImportRow
 }
 
 // Import implements engine.Importer: at most MaxImportBatch rows per call,
@@ -173,7 +229,6 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if len(rows) > MaxImportBatch {
 		return fmt.Errorf("%w: at most %d rows per import batch", engine.ErrInvalid, MaxImportBatch)
 	}
-	list := make([]uint64, 0, len(rows)*importStride)
 	for _, r := range rows {
 		c := r.Counts
 		if r.Post == 0 {
@@ -182,173 +237,100 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
 			return fmt.Errorf("%w: post %d has a negative count", engine.ErrInvalid, r.Post)
 		}
-		list = append(list, uint64(r.Post), uint64(r.Author), uint64(c.Likes), uint64(c.Comments),
-			uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites))
 	}
-	if len(list) == 0 {
+	if len(rows) == 0 {
 		return nil
 	}
-	_, err := e.commit(&op{kind: opImport, list: list})
+	_, err := e.commit(&importRec{rows: rows})
 	return err
 }
 
-func errPostNotFound(id uint64) error {
-	return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+// postFacts reads what the registry knows of post. A cold block that
+// cannot be read is kept for the caller (takeReadErr) and reads as absent.
+func (st *state) postFacts(post engine.PostID) ops.PostFacts {
+	a, ok, err := st.posts.Get(uint64(post))
+	if err != nil && st.readErr == nil {
+		st.readErr = err
+	}
+	return ops.PostFacts{Exists: ok, Author: engine.UserID(a)}
 }
 
-// prepareCreatePost picks the new post's id, or refuses a client's id
-// that is taken.
-func (e *Engine) prepareCreatePost(o *op, exists func(uint64) bool) error {
-	if o.a == 0 {
-		o.a = e.newID(exists)
-	} else if exists(o.a) {
-		return fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, o.a)
-	}
-	return nil
+func (st *state) postExists(post engine.PostID) bool { return st.postFacts(post).Exists }
+
+// postTaken reports whether id is a known post, for the id generator.
+func (st *state) postTaken(id uint64) bool { return st.postExists(engine.PostID(id)) }
+
+func (st *state) decideCreatePost(r *createPostRec) error {
+	return r.Decide(st.postExists(r.Post), &st.eff)
 }
 
-// prepareLike handles like, unlike, favorite and unfavorite: done when
-// the set already says what the op would make it say.
-func (e *Engine) prepareLike(o *op, exists func(uint64) bool) (done bool, err error) {
-	if !exists(o.a) {
-		return false, errPostNotFound(o.a)
-	}
-	set := e.st.likes
-	if o.kind == opFavorite || o.kind == opUnfavorite {
-		set = e.st.favs
-	}
-	present := set.Has(o.viewer, o.a)
-	adding := o.kind == opLike || o.kind == opFavorite
-	return present == adding, nil
+func (st *state) decideLike(r *likeRec) error {
+	set := st.likes.Has(uint64(r.Viewer), uint64(r.Post))
+	return r.Decide(ops.FlagFacts{PostFacts: st.postFacts(r.Post), Set: set}, &st.eff)
 }
 
-func prepareComment(o *op, exists func(uint64) bool) error {
-	if !exists(o.a) {
-		return errPostNotFound(o.a)
-	}
-	return nil
+func (st *state) decideFavorite(r *favoriteRec) error {
+	set := st.favs.Has(uint64(r.Viewer), uint64(r.Post))
+	return r.Decide(ops.FlagFacts{PostFacts: st.postFacts(r.Post), Set: set}, &st.eff)
 }
 
-func (e *Engine) prepareRepost(o *op, exists func(uint64) bool) error {
-	if !exists(o.a) {
-		return errPostNotFound(o.a)
-	}
-	o.b = e.newID(exists)
-	return nil
+func (st *state) decideComment(r *commentRec) error {
+	return r.Decide(st.postFacts(r.Post), &st.eff)
 }
 
-// prepareViews drops the posts that do not exist; done if none is left.
-func prepareViews(o *op, exists func(uint64) bool) (done bool) {
-	o.list = slices.DeleteFunc(o.list, func(p uint64) bool { return !exists(p) })
-	return len(o.list) == 0
+func (st *state) decideRepost(r *repostRec) error {
+	return r.Decide(st.postFacts(r.Post), &st.eff)
 }
 
-// author returns post's author (0: none or unknown). A cold registry
-// block that cannot be read is noted in st.err and reads as no author.
-func (st *state) author(post uint64) uint64 {
-	a, _, err := st.posts.Get(post)
-	st.noteErr(err)
-	return a
+func (st *state) decideViews(r *viewsRec) {
+	r.Decide(st.postExists, &st.eff)
 }
 
-func (st *state) addPost(post, author uint64, out *[]engine.Event) {
-	_, err := st.posts.Put(post, author)
-	st.noteErr(err)
-	st.profile(author).posts++
-	if out != nil {
-		*out = append(*out, engine.Event{Kind: engine.AuthorPosted, Author: engine.UserID(author)})
+// applyFlag sets or clears the (viewer, post) flag of a like or favorite
+// that its Decide found changes something: the flag is the record's own
+// change, its count and badge are its effects.
+func applyFlag(set *likeset.Set, viewer engine.UserID, post engine.PostID, undo bool) {
+	if undo {
+		set.Remove(uint64(viewer), uint64(post))
+	} else {
+		set.Add(uint64(viewer), uint64(post))
 	}
-}
-
-// setLike adds (viewer, post) to set; the like's count and the author's
-// badge move only if it was not there, so one record carries the whole
-// de-duplicated effect.
-func (st *state) setLike(set *likeset.Set, f counters.Field, o *op, out *[]engine.Event) {
-	if !set.Add(o.viewer, o.a) {
-		return
-	}
-	st.counts.Add(o.a, f, 1)
-	if f != counters.Likes {
-		return
-	}
-	if a := st.author(o.a); a != 0 && a != o.viewer {
-		st.bump(a, nLikes)
-		emitUnread(out, []engine.UserID{engine.UserID(a)})
-	}
-}
-
-func (st *state) clearLike(set *likeset.Set, f counters.Field, o *op) {
-	if set.Remove(o.viewer, o.a) {
-		st.counts.Add(o.a, f, -1)
-	}
-}
-
-func (st *state) applyComment(o *op, out *[]engine.Event) {
-	st.counts.Add(o.a, counters.Comments, 1)
-	var bumped []engine.UserID
-	if a := st.author(o.a); a != 0 && a != o.viewer {
-		st.bump(a, nComments)
-		bumped = append(bumped, engine.UserID(a))
-	}
-	emitUnread(out, st.mention(o.list, bumped, out != nil))
-}
-
-func (st *state) applyRepost(o *op, out *[]engine.Event) {
-	st.counts.Add(o.a, counters.Reposts, 1)
-	st.addPost(o.b, o.viewer, out)
-	emitUnread(out, st.mention(o.list, nil, out != nil))
-}
-
-func (st *state) applyViews(o *op) {
-	for _, p := range o.list {
-		st.counts.Add(p, counters.Views, 1)
-	}
-}
-
-// mention bumps the unread mentions of users (already normalised) and,
-// when collecting events, returns bumped with them appended.
-func (st *state) mention(users []uint64, bumped []engine.UserID, collect bool) []engine.UserID {
-	for _, u := range users {
-		st.bump(u, nMentions)
-		if collect {
-			bumped = append(bumped, engine.UserID(u))
-		}
-	}
-	return bumped
 }
 
 // importRows registers the posts of an import record and replaces their
-// counts (engine.Importer): the counts in one postcounts.Import and the
-// authors in one registry.Import, so that old windows of both are built
-// straight into sealed form. at (the record's time) is the clock that
-// tells old windows from open ones: it changes the layout, never a value.
-func (st *state) importRows(list []uint64, at int64) {
+// counts (engine.Importer, the rule of each row ops.DecideImport): the
+// counts in one postcounts.Import and the authors in one registry.Import,
+// so that old windows of both are built straight into sealed form. at
+// (the record's time) is the clock that tells old windows from open ones:
+// it changes the layout, never a value.
+func (st *state) importRows(rows []engine.ImportRow, at int64) {
 	var reg []registry.Row
-	pending := map[uint64]uint64{} // this record's registrations, by post
+	pending := map[engine.PostID]engine.UserID{} // this record's registrations, by post
 	st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
-		for row := range slices.Chunk(list, importStride) {
-			post, author := row[0], row[1]
-			c := engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
-				Views: int64(row[5]), Favorites: int64(row[6])}
-			old, exists := pending[post]
-			if !exists {
-				var err error
-				if old, exists, err = st.posts.Get(post); err != nil {
+		for _, row := range rows {
+			known := ops.PostFacts{}
+			if a, ok := pending[row.Post]; ok {
+				known = ops.PostFacts{Exists: true, Author: a}
+			} else {
+				a, ok, err := st.posts.Get(uint64(row.Post))
+				if err != nil {
 					st.noteErr(err)
 					continue
 				}
+				known = ops.PostFacts{Exists: ok, Author: engine.UserID(a)}
 			}
-			switch {
-			case !exists && author == 0 && c.IsZero():
+			skip, register, authorPosts := ops.DecideImport(row, known)
+			if skip {
 				continue
-			case !exists || (old == 0 && author != 0):
-				pending[post] = author
-				reg = append(reg, registry.Row{ID: post, Author: author})
-				if author != 0 {
-					st.profile(author).posts++
-				}
 			}
-			if !yield(post, c) {
+			if register {
+				pending[row.Post] = row.Author
+				reg = append(reg, registry.Row{ID: uint64(row.Post), Author: uint64(row.Author)})
+			}
+			if authorPosts {
+				st.profile(uint64(row.Author)).posts++
+			}
+			if !yield(uint64(row.Post), row.Counts) {
 				return
 			}
 		}

@@ -8,9 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/table"
@@ -60,6 +60,15 @@ type state struct {
 	idemQ []idemExpiry // in time order; idemQ[idemHead:] are live
 	// idemHead is where the queue's live part starts.
 	idemHead int
+
+	// eff holds the effects of the record being prepared or applied
+	// (decide), reused so that deciding does not allocate once warm;
+	// msgFacts likewise holds a MarkMessagesRead's facts.
+	eff      ops.Effects
+	msgFacts []ops.MessageFacts
+	// readErr is the first error a cold registry block gave while facts
+	// were read, until taken (takeReadErr).
+	readErr error
 }
 
 // newState makes an empty state whose post counts are kept as co says.
@@ -91,68 +100,163 @@ func (st *state) known(u uint64) bool {
 	return st.follows.Has(u)
 }
 
-// apply performs o on the state. It is deterministic: the result depends
-// only on the state and o, so replaying the log rebuilds the state
-// exactly. It never fails; prepare has rejected ops that would. When out
-// is non-nil (live commits, not replay) apply appends the events o causes.
-func (st *state) apply(o *op, out *[]engine.Event) {
-	st.expireIdem(o.time)
-	switch o.kind {
-	case opCreatePost:
-		st.addPost(o.a, o.viewer, out)
-	case opLike:
-		st.setLike(st.likes, counters.Likes, o, out)
-	case opUnlike:
-		st.clearLike(st.likes, counters.Likes, o)
-	case opFavorite:
-		st.setLike(st.favs, counters.Favorites, o, out)
-	case opUnfavorite:
-		st.clearLike(st.favs, counters.Favorites, o)
-	case opComment:
-		st.applyComment(o, out)
-	case opRepost:
-		st.applyRepost(o, out)
-	case opViews:
-		st.applyViews(o)
-	case opFollow:
-		// A follow or unfollow that changes nothing records nothing, not
-		// even its idempotency key.
-		if !st.applyFollow(o, out) {
+// decide reads the facts r's operation needs from the state and runs its
+// Decide (engine/ops) into st.eff, which it resets first. The live write
+// path calls it while preparing r, replay just before applying r: the
+// state is the same both times, so is the decision.
+func (st *state) decide(r record) error {
+	st.eff.Reset()
+	switch r := r.(type) {
+	case *createPostRec:
+		return st.decideCreatePost(r)
+	case *likeRec:
+		return st.decideLike(r)
+	case *favoriteRec:
+		return st.decideFavorite(r)
+	case *commentRec:
+		return st.decideComment(r)
+	case *repostRec:
+		return st.decideRepost(r)
+	case *viewsRec:
+		st.decideViews(r)
+	case *followRec:
+		st.decideFollow(r)
+	case *markReadRec:
+		r.Decide(st.newestNotif(), &st.eff)
+	case *clickRec:
+		r.Decide(st.push, &st.eff)
+	case *pushRec:
+		r.Decide(r.time, st.push, &st.eff)
+	case *publishRec:
+		r.Decide(&st.eff)
+	case *createGroupRec:
+		r.Decide(&st.eff)
+	case *addMembersRec:
+		return st.decideAddMembers(r)
+	case *leaveGroupRec:
+		return st.decideLeaveGroup(r)
+	case *sendMessageRec:
+		return st.decideSendMessage(r)
+	case *markMessagesReadRec:
+		return st.decideMarkMessagesRead(r)
+	}
+	// touch, sweep and import carry their decision in the record.
+	return nil
+}
+
+// hasEffects reports whether r's kind changes the state through ops
+// Effects (decide), rather than by a decision its record carries.
+func hasEffects(r record) bool {
+	switch r.(type) {
+	case *touchRec, *sweepRec, *importRec:
+		return false
+	}
+	return true
+}
+
+// apply performs r on the state. It is deterministic: the result depends
+// only on the state and r, so replaying the log rebuilds the state
+// exactly. decided says st.eff already holds r's decision (the live write
+// path decided while preparing, on this same state); otherwise (replay)
+// apply decides first. A record whose operation changes nothing records
+// nothing, not even its idempotency key. When out is non-nil (live
+// commits, not replay) apply appends the events r causes.
+func (st *state) apply(r record, out *[]engine.Event, decided bool) {
+	h, _, result, _ := recordInfo(r)
+	st.expireIdem(h.time)
+	if hasEffects(r) {
+		if !decided {
+			err := st.decide(r)
+			st.noteErr(st.takeReadErr())
+			if err != nil {
+				return
+			}
+		}
+		if st.eff.Empty() {
 			return
 		}
-	case opUnfollow:
-		if !st.applyUnfollow(o, out) {
-			return
-		}
-	case opTouch:
-		st.applyTouch(o)
-	case opMarkRead:
-		st.applyMarkRead(o, out)
-	case opClickRedDot:
-		st.applyClickRedDot(o, out)
-	case opPushRedDot:
-		st.applyPushRedDot(o, out)
-	case opPublish:
-		st.applyPublish(o, out)
-	case opCreateGroup:
-		st.applyCreateGroup(o)
-	case opAddMembers:
-		st.applyAddMembers(o)
-	case opLeaveGroup:
-		st.applyLeaveGroup(o)
-	case opSendMessage:
-		st.applySendMessage(o, out)
-	case opMarkMessagesRead:
-		st.applyMarkMessagesRead(o, out)
-	case opSweepCursors:
-		st.sweepCursors(o.time, int64(o.a))
-	case opImport:
-		st.importRows(o.list, o.time)
 	}
-	if o.idem != (idemKey{}) {
-		st.idem.Put(o.idem, idemVal{result: opResult(o), time: o.time, fp: o.fp})
-		st.idemQ = append(st.idemQ, idemExpiry{o.time, o.idem})
+	// The record's own change, beside its effects.
+	switch r := r.(type) {
+	case *likeRec:
+		applyFlag(st.likes, r.Viewer, r.Post, r.Undo)
+	case *favoriteRec:
+		applyFlag(st.favs, r.Viewer, r.Post, r.Undo)
+	case *touchRec:
+		st.applyTouch(r)
+	case *publishRec:
+		st.applyPublish(r)
+	case *createGroupRec:
+		st.newGroup(r)
+	case *sendMessageRec:
+		st.storeMessage(r)
+	case *sweepRec:
+		st.sweepCursors(r.time, r.ttl)
+	case *importRec:
+		st.importRows(r.rows, r.time)
 	}
+	if hasEffects(r) {
+		st.applyEffects(&st.eff, out)
+	}
+	if h.idem != (idemKey{}) {
+		st.idem.Put(h.idem, idemVal{result: result, time: h.time, fp: h.fp})
+		st.idemQ = append(st.idemQ, idemExpiry{h.time, h.idem})
+	}
+}
+
+// applyEffects changes the state as eff says; it is the only place where
+// an operation's effects reach the state. With out set it appends eff's
+// events, and the fan-outs' own.
+func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
+	for _, c := range eff.Counts {
+		st.counts.Add(uint64(c.Post), c.Field, c.Delta)
+	}
+	for _, r := range eff.Registers {
+		_, err := st.posts.Put(uint64(r.Post), uint64(r.Author))
+		st.noteErr(err)
+		st.profile(uint64(r.Author)).posts++
+	}
+	for _, b := range eff.Bumps {
+		st.bump(uint64(b.User), counterOf(b.Kind))
+	}
+	for _, f := range eff.Follows {
+		st.applyFollowEdge(f)
+	}
+	for _, f := range eff.Followers {
+		st.profile(uint64(f.User)).followers += f.Delta
+	}
+	for _, m := range eff.Reads {
+		st.applyRead(m)
+	}
+	for _, f := range eff.Fanouts {
+		st.fanout(f, out)
+	}
+	for _, c := range eff.Clicks {
+		st.user(uint64(c.User)).click = c.Stamp
+	}
+	if eff.Push != 0 {
+		st.push = eff.Push
+	}
+	for _, j := range eff.Joins {
+		st.addMember(j.Group, j.User)
+	}
+	for _, l := range eff.Leaves {
+		st.removeMember(l.Group, l.User)
+	}
+	for _, r := range eff.Receipts {
+		st.markReceipt(r)
+	}
+	if out != nil {
+		*out = append(*out, eff.Events...)
+	}
+}
+
+// takeReadErr returns and forgets the first error a cold registry block
+// gave while facts were read (postFacts).
+func (st *state) takeReadErr() error {
+	err := st.readErr
+	st.readErr = nil
+	return err
 }
 
 func (st *state) noteErr(err error) {
@@ -218,15 +322,3 @@ const (
 	sizeofIdemExpiry = unsafe.Sizeof(idemExpiry{})
 	sizeofMessage    = unsafe.Sizeof(message{})
 )
-
-func emitUnread(out *[]engine.Event, users []engine.UserID) {
-	if out != nil && len(users) > 0 {
-		*out = append(*out, engine.Event{Kind: engine.UnreadChanged, Users: users})
-	}
-}
-
-func emitBroadcast(out *[]engine.Event) {
-	if out != nil {
-		*out = append(*out, engine.Event{Kind: engine.Broadcast})
-	}
-}

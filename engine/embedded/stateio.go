@@ -97,20 +97,18 @@ func newImage(co postcounts.Options) *image { return &image{st: newState(co)} }
 
 // applyRecord applies one log record, exactly as Open's replay does.
 func (im *image) applyRecord(index uint64, payload []byte) error {
-	o, err := decodeOp(payload)
+	r, err := decodeRecord(payload)
 	if err != nil {
 		return fmt.Errorf("embedded: log record %d: %w", index, err)
 	}
-	im.st.apply(&o, nil)
-	im.lastTime = max(im.lastTime, o.time)
+	im.st.apply(r, nil, false)
+	h, _, _, id := recordInfo(r)
+	im.lastTime = max(im.lastTime, h.time)
 	im.index = index
 	// Ids made after a restart must stay above every id made before it,
 	// even if the clock stepped back: notification ids order the list.
-	switch o.kind {
-	case opRepost, opSendMessage:
-		im.genHigh = laterID(im.genHigh, o.b)
-	case opPublish, opCreateGroup:
-		im.genHigh = laterID(im.genHigh, o.a)
+	if id != 0 {
+		im.genHigh = laterID(im.genHigh, id)
 	}
 	return nil
 }
