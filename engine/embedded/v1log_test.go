@@ -1,0 +1,65 @@
+package embedded
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tally-dev/tally/engine/wal"
+)
+
+// TestV1LogReplays opens testdata/v1log, a log of version-1 records
+// written by the engine before typed records (commit 76c48a7, with
+// testdata/v1log/gen_v1log_test.go.txt), and checks that it replays to
+// the state that engine had and gives the answers it gave.
+func TestV1LogReplays(t *testing.T) {
+	b, err := os.ReadFile("testdata/v1log/golden.json")
+	ok(t, err)
+	var g v1Golden
+	ok(t, json.Unmarshal(b, &g))
+	// The testdata is what it claims: every record is of version 1.
+	l, err := wal.Open(copyLogDir(t, "testdata/v1log"), wal.Options{Sync: wal.SyncNone})
+	ok(t, err)
+	n := 0
+	ok(t, l.Replay(1, func(_ uint64, rec []byte) error {
+		if rec[0] != 1 {
+			t.Fatalf("record %d has version %d", n+1, rec[0])
+		}
+		n++
+		return nil
+	}))
+	ok(t, l.Close())
+	if n < 1000 {
+		t.Fatalf("%d records in testdata/v1log", n)
+	}
+	dump, answers := answersOf(t, "testdata/v1log", &g)
+	if dump != g.Dump {
+		t.Errorf("replayed state differs from the one the version-1 engine had:\n%s", lineDiff(g.Dump, dump))
+	}
+	if answers != g.Answers {
+		t.Errorf("answers differ from the version-1 engine's:\n%s", lineDiff(g.Answers, answers))
+	}
+}
+
+// lineDiff shows the first lines where want and got differ.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 10; i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "line %d\n  want %s\n  got  %s\n", i+1, wl, gl)
+			shown++
+		}
+	}
+	return b.String()
+}
