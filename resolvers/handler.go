@@ -168,11 +168,15 @@ func NewHandler(cfg Config) http.Handler {
 		return next(loaders.With(ctx, loaders.New(cfg.Store)))
 	})
 
+	fromHeader := cfg.Keys.FromHeader
+	if fast != nil {
+		fromHeader = newTokenCache(cfg.Keys).fromHeader // see http_tokens.go
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cors(w, r, cfg.CORSOrigins) {
 			return // a preflight, answered
 		}
-		p, _, err := cfg.Keys.FromHeader(r.Header.Get("Authorization"))
+		p, _, err := fromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)
 		ctx = withLimitInfo(ctx, w, r)
 		noteUser(ctx, p.User)

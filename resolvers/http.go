@@ -131,26 +131,49 @@ func writeGraphQL(w http.ResponseWriter, media string, status int, resp *graphql
 			status = statusForErrors(resp.Errors)
 		}
 	}
-	b, err := encodeResponse(resp)
+	bp := responseBuffers.Get().(*[]byte)
+	b, err := appendResponse((*bp)[:0], resp)
 	if err != nil {
 		// Only an unencodable extension value can get here.
 		b, _ = json.Marshal(httpResponse{Errors: errorResponse(CodeInternal, "internal error").Errors})
 		status = http.StatusInternalServerError
 	}
 	h := w.Header()
-	h.Set("Content-Type", media+"; charset=utf-8")
+	ct := "application/json; charset=utf-8"
+	if media == mediaGraphQLResponse {
+		ct = "application/graphql-response+json; charset=utf-8"
+	}
+	h.Set("Content-Type", ct)
 	h.Add("Vary", "Accept") // the status and media type follow it
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
+	// A Write keeps nothing of b (io.Writer's contract), so the buffer
+	// serves the next response; an occasional large one is let go.
+	if err == nil && cap(b) <= maxPooledResponse {
+		*bp = b[:0]
+		responseBuffers.Put(bp)
+	}
 }
+
+// responseBuffers hold responses while they are written.
+var responseBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledResponse = 256 << 10
 
 // encodeResponse writes resp as httpResponse would marshal, except that
 // Data, which gqlgen and the fast path's plans both produce as compact,
 // valid JSON, is copied as it is: json.Marshal would re-scan and compact a
 // RawMessage byte by byte, which costs more than producing a feed page.
 func encodeResponse(resp *graphql.Response) ([]byte, error) {
-	out := make([]byte, 0, len(resp.Data)+32)
+	return appendResponse(nil, resp)
+}
+
+// appendResponse is encodeResponse appending to out.
+func appendResponse(out []byte, resp *graphql.Response) ([]byte, error) {
+	if need := len(resp.Data) + 32; cap(out) < need {
+		out = make([]byte, 0, need)
+	}
 	out = append(out, '{')
 	field := func(name string) {
 		if len(out) > 1 {
