@@ -1,0 +1,45 @@
+package tier
+
+import (
+	"testing"
+)
+
+// BenchmarkLayout reports where a sealed window's bytes go, per post, on
+// the benchmark data with every window sealed: the id column, block
+// headers, CRCs, the index, and each column (author, likes, comments,
+// reposts, views, favorites).
+//
+//	go test ./engine/tier -run '^$' -bench Layout -benchtime 1x
+func BenchmarkLayout(b *testing.B) {
+	d := benchData()
+	var tr *Posts
+	for b.Loop() {
+		tr = loadPosts(b, benchOpts(b, "sealed"), d)
+	}
+	var ids, hdr, crc, idx, recs float64
+	var col [MaxCols]float64
+	for _, w := range tr.wins {
+		s := w.body.(*sealedBody).s
+		idx += float64(s.idx.Blocks() * entrySize)
+		for blk := range s.idx.Blocks() {
+			first, raw := s.blockBytes(blk)
+			var k Block
+			if err := k.Parse(first, raw[:len(raw)-4], tr.cols); err != nil {
+				b.Fatal(err)
+			}
+			recs += float64(k.n)
+			ids += float64((k.n-1)*k.l+k.hiLen) / 8
+			crc += 4
+			hdr += float64(len(raw) - 4 - len(k.area) + BlockSlack)
+			for f := range tr.cols {
+				cv := k.f[f]
+				col[f] += float64(k.n*cv.w+cv.nexc*(k.iw+cv.xw)) / 8
+			}
+		}
+	}
+	b.ReportMetric(ids/recs, "id-B/post")
+	b.ReportMetric((hdr+crc+idx)/recs, "header+crc+index-B/post")
+	for f, name := range []string{"author", "likes", "comments", "reposts", "views", "favorites"} {
+		b.ReportMetric(col[f]/recs, name+"-B/post")
+	}
+}
