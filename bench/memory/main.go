@@ -50,6 +50,8 @@ type config struct {
 	env          []string
 	keep         bool
 	jsonPath     string
+	load         time.Duration
+	clients      int
 }
 
 func main() {
@@ -89,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.afterGC, "after-gc", 5*time.Second, "wait between the forced GC and reading RSS (the runtime returns freed pages in the background)")
 	serveArgs := fs.String("serve-args", "", "extra flags for tally serve, space-separated (e.g. \"-memory-limit 300MiB\")")
 	env := fs.String("env", "", "extra environment for tally serve, comma-separated KEY=VALUE (e.g. GOGC=50)")
+	fs.DurationVar(&c.load, "load", 20*time.Second, "after the idle reading, serve random 50-post pages this long and sample RSS (0: skip)")
+	fs.IntVar(&c.clients, "clients", 4, "concurrent clients of the load phase")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -142,6 +146,7 @@ type result struct {
 	ServeArgs     string  `json:"serveArgs"`
 	Env           string  `json:"env"`
 	mem
+	Load *loadResult `json:"load,omitempty"`
 }
 
 // mem is the server's memory after a forced GC.
@@ -159,6 +164,7 @@ type mem struct {
 	RSSAnon       int64 `json:"rssAnon"`
 	RSSFile       int64 `json:"rssFile"`
 	PeakRSS       int64 `json:"peakRss"` // VmHWM: the most the server held, at start included
+	GCScan        int64 `json:"gcScan"`  // tally_gc_scan_bytes: what each collection scans (-1: absent)
 	GOGC          int64 `json:"gogc"`    // go_gc_gogc_percent, -1 when off or absent
 	MemLimit      int64 `json:"memLimit"`
 }
@@ -205,7 +211,7 @@ type sampled struct {
 
 // dataset writes (or reuses) the CSV of the case and returns the sample to
 // verify, the authors' post totals and how many posts have counts.
-func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample []sampled, perUser []int32, counted int, err error) {
+func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample []sampled, pool []uint64, perUser []int32, counted int, err error) {
 	name := fmt.Sprintf("posts-%d-seed%d.csv", cfg.posts, cfg.seed)
 	if withAuthors {
 		name = fmt.Sprintf("posts-%d-seed%d-authors%d.csv", cfg.posts, cfg.seed, cfg.users)
@@ -217,7 +223,7 @@ func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample [
 		fmt.Fprintf(out, "generating %s\n", path)
 		f, err = os.Create(path + ".tmp")
 		if err != nil {
-			return "", nil, nil, 0, err
+			return "", nil, nil, nil, 0, err
 		}
 		defer f.Close()
 		w = bufio.NewWriterSize(f, 1<<20)
@@ -251,6 +257,10 @@ func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample [
 		if i%stride == stride/2 && len(sample) < cfg.sample {
 			sample = append(sample, sampled{id, a, c})
 		}
+		// The load phase's pages come from every 100th imported post.
+		if i%100 == 0 && (authors != nil || c != (engine.Counts{})) {
+			pool = append(pool, id)
+		}
 		if w == nil || (authors == nil && c == (engine.Counts{})) {
 			// An import without authors skips all-zero rows anyway; they
 			// are not written, which keeps the file a plausible export.
@@ -270,21 +280,21 @@ func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample [
 	}
 	if w != nil {
 		if err := w.Flush(); err != nil {
-			return "", nil, nil, 0, err
+			return "", nil, nil, nil, 0, err
 		}
 		if err := f.Close(); err != nil {
-			return "", nil, nil, 0, err
+			return "", nil, nil, nil, 0, err
 		}
 		if err := os.Rename(path+".tmp", path); err != nil {
-			return "", nil, nil, 0, err
+			return "", nil, nil, nil, 0, err
 		}
 	}
-	return path, sample, perUser, counted, nil
+	return path, sample, pool, perUser, counted, nil
 }
 
 func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out io.Writer) (result, error) {
 	r := result{Authors: withAuthors, Posts: cfg.posts, ServeArgs: strings.Join(cfg.serveArgs, " "), Env: strings.Join(cfg.env, ",")}
-	csvPath, sample, perUser, counted, err := dataset(cfg, withAuthors, out)
+	csvPath, sample, pool, perUser, counted, err := dataset(cfg, withAuthors, out)
 	if err != nil {
 		return r, err
 	}
@@ -354,7 +364,7 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 	if err := collectGarbage(pprof); err != nil {
 		return r, err
 	}
-	m, err := scrape(base)
+	afterGC, err := scrape(base)
 	if err != nil {
 		return r, err
 	}
@@ -363,10 +373,16 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 	case <-ctx.Done():
 		return r, ctx.Err()
 	}
+	// The heap is read right after the GC; the rest, RSS above all, once
+	// the runtime has had -after-gc to return what it frees.
+	m, err := scrape(base)
+	if err != nil {
+		return r, err
+	}
 	pid := srv.Process.Pid
 	r.mem = mem{
 		EngineBytes:   int64(m["tally_engine_memory_bytes"]),
-		HeapLive:      int64(m["go_memstats_heap_alloc_bytes"]),
+		HeapLive:      int64(afterGC["go_memstats_heap_alloc_bytes"]),
 		HeapInuse:     int64(m["go_memstats_heap_inuse_bytes"]),
 		HeapIdleKept:  int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"]),
 		HeapReleased:  int64(m["go_memstats_heap_released_bytes"]),
@@ -378,10 +394,14 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 		RSSAnon:       procStatus(pid, "RssAnon"),
 		RSSFile:       procStatus(pid, "RssFile"),
 		PeakRSS:       procStatus(pid, "VmHWM"),
+		GCScan:        -1,
 		GOGC:          -1,
 		MemLimit:      -1,
 	}
-	if v, ok := m["tally_heap_live_bytes"]; ok {
+	if v, ok := m["tally_gc_scan_bytes"]; ok {
+		r.GCScan = int64(v)
+	}
+	if v, ok := afterGC["tally_heap_live_bytes"]; ok {
 		r.HeapLive = int64(v) // the runtime's own /gc/heap/live:bytes, when the server has it
 	}
 	if v, ok := m["go_gc_gogc_percent"]; ok {
@@ -397,6 +417,14 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 	}
 	if withAuthors && r.KnownPosts != int64(cfg.posts) {
 		return r, fmt.Errorf("the server knows %d posts; the data set has %d, all with an author", r.KnownPosts, cfg.posts)
+	}
+	if cfg.load > 0 && len(pool) > 0 {
+		fmt.Fprintf(out, "serving random 50-post pages for %s with %d clients\n", cfg.load, cfg.clients)
+		lr, err := serveLoad(ctx, base, pid, pool, cfg.clients, cfg.load)
+		if err != nil {
+			return r, fmt.Errorf("load: %v", err)
+		}
+		r.Load = &lr
 	}
 	return r, nil
 }

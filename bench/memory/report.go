@@ -36,7 +36,11 @@ func report(out io.Writer, r result) {
 	}
 	fmt.Fprintf(out, "known posts %d, with counts %d; %d posts verified exactly through GraphQL\n", r.KnownPosts, r.CountedPosts, r.Verified)
 	fmt.Fprintf(out, "import %.1f s (peak RSS %s); server ready in %.1f s\n", r.ImportSeconds, mib(r.ImportPeakRSS), r.StartSeconds)
-	fmt.Fprintf(out, "GOGC %d, memory limit %s\n", r.GOGC, limitString(r.MemLimit))
+	scan := "-"
+	if r.GCScan >= 0 {
+		scan = mib(r.GCScan)
+	}
+	fmt.Fprintf(out, "GOGC %d, memory limit %s; each collection scans %s\n", r.GOGC, limitString(r.MemLimit), scan)
 	fmt.Fprintf(out, "%-34s %12s %10s\n", "after a forced GC", "bytes", "B/"+denomName)
 	row := func(k string, v int64) { fmt.Fprintf(out, "%-34s %12s %10s\n", k, mib(v), per(v, denom)) }
 	row("engine's own count", r.EngineBytes)
@@ -45,6 +49,16 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "RSS / live heap: %.2f\n", float64(r.RSS)/float64(r.HeapLive))
 	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s; peak RSS %s\n",
 		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile), mib(r.PeakRSS))
+	if l := r.Load; l != nil {
+		gc := "-"
+		if l.GCCPU >= 0 {
+			gc = fmt.Sprintf("%.2f s (%.1f%% of the server's)", l.GCCPU, 100*l.GCCPU/l.ServerCPU)
+		}
+		fmt.Fprintf(out, "under load: %d pages in %.1f s (%.0f/s), server CPU %.1f µs/page, %d GCs, GC CPU %s\n",
+			l.Pages, l.Seconds, float64(l.Pages)/l.Seconds, 1e6*l.ServerCPU/float64(l.Pages), l.GCCycles, gc)
+		fmt.Fprintf(out, "RSS under load: mean %s (%s B/%s, %.2f × live heap), peak %s (%.2f ×)\n",
+			mib(l.RSSMean), per(l.RSSMean, denom), denomName, float64(l.RSSMean)/float64(r.HeapLive), mib(l.RSSPeak), float64(l.RSSPeak)/float64(r.HeapLive))
+	}
 }
 
 func limitString(l int64) string {
@@ -56,12 +70,16 @@ func limitString(l int64) string {
 
 func summary(out io.Writer, rs []result) {
 	fmt.Fprintf(out, "\n== summary (bytes per post: all posts with authors, non-zero posts without)\n")
-	fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap")
+	fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10s %14s %14s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap", "RSS load mean", "RSS load/heap")
 	for _, r := range rs {
 		denom, set := r.CountedPosts, "counts"
 		if r.Authors {
 			denom, set = int64(r.Posts), "authors"
 		}
-		fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10.2f\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive))
+		loadMean, loadRatio := "-", "-"
+		if r.Load != nil {
+			loadMean, loadRatio = per(r.Load.RSSMean, denom), fmt.Sprintf("%.2f", float64(r.Load.RSSMean)/float64(r.HeapLive))
+		}
+		fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10.2f %14s %14s\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive), loadMean, loadRatio)
 	}
 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loadResult is what a server did and held while serving feed pages.
+type loadResult struct {
+	Seconds   float64 `json:"seconds"`
+	Pages     int64   `json:"pages"`
+	ServerCPU float64 `json:"serverCpuSeconds"` // user+system, from /proc/<pid>/stat
+	GCCPU     float64 `json:"gcCpuSeconds"`     // tally_gc_cpu_seconds_total, when the server has it (-1 otherwise)
+	GCCycles  int64   `json:"gcCycles"`
+	RSSPeak   int64   `json:"rssPeak"` // the most RSS sampled every 100 ms
+	RSSMean   int64   `json:"rssMean"`
+}
+
+const loadQuery = `query($ids: [ID!]!) { posts(ids: $ids) { id author { id postCount } counts { likes comments reposts views favorites } } }`
+
+// serveLoad sends pages of 50 random ids from pool with `clients`
+// concurrent clients for d and samples the server's RSS meanwhile: the
+// allocation a real server sees (request decoding, gqlgen, encoding) makes
+// its heap grow between collections, so RSS under load is what the GC's
+// pacing lets it be, not the idle figure.
+func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients int, d time.Duration) (loadResult, error) {
+	var lr loadResult
+	before, err := scrape(base)
+	if err != nil {
+		return lr, err
+	}
+	cpu0 := procCPU(pid)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var pages atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 99))
+			client := &http.Client{}
+			ids := make([]string, 50)
+			for ctx.Err() == nil {
+				for i := range ids {
+					ids[i] = strconv.FormatUint(pool[rng.IntN(len(pool))], 10)
+				}
+				body, _ := json.Marshal(map[string]any{"query": loadQuery, "variables": map[string]any{"ids": ids}})
+				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/query", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+					}
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || bytes.Contains(b, []byte(`"errors"`)) {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("page: HTTP %d %.200s", resp.StatusCode, b))
+					return
+				}
+				pages.Add(1)
+			}
+		}()
+	}
+	var sum, n int64
+	tick := time.NewTicker(100 * time.Millisecond)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			if v := procStatus(pid, "VmRSS"); v > 0 {
+				lr.RSSPeak = max(lr.RSSPeak, v)
+				sum += v
+				n++
+			}
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	lr.Seconds = time.Since(start).Seconds()
+	if e := firstErr.Load(); e != nil {
+		return lr, e.(error)
+	}
+	lr.Pages = pages.Load()
+	lr.ServerCPU = (procCPU(pid) - cpu0).Seconds()
+	if n > 0 {
+		lr.RSSMean = sum / n
+	}
+	after, err := scrape(base)
+	if err != nil {
+		return lr, err
+	}
+	lr.GCCycles = int64(after["go_gc_duration_seconds_count"] - before["go_gc_duration_seconds_count"])
+	lr.GCCPU = -1
+	if v, ok := after["tally_gc_cpu_seconds_total"]; ok {
+		lr.GCCPU = v - before["tally_gc_cpu_seconds_total"]
+	}
+	return lr, nil
+}
+
+// procCPU is the process's user+system time from /proc/<pid>/stat (10 ms
+// resolution).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields start after the last ')';
+	// utime and stime are the 12th and 13th after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100
+}

@@ -1,0 +1,337 @@
+package main
+
+// How the server's Go runtime paces collections and gives memory back, so
+// that RSS — what an operator plans capacity on — stays close to the live
+// heap, and the metrics that show both.
+//
+// Measured with bench/memory (10M imported posts with authors, README
+// "Memory"): the tables are ~97% of the live heap and almost all of them
+// pointer-free, so a collection costs what the small pointerful rest costs
+// to mark, whatever the tables' size. Go's default pacing (GOGC=100) lets
+// the heap grow by the whole live heap between collections, and the
+// scavenger keeps that much (plus 10%) mapped: under load RSS ran 2.2× the
+// live heap, 1.3× at idle. What sits between RSS and the heap is free heap
+// the runtime keeps, not fragmentation or metadata (GC metadata and other
+// runtime structures are ~5 MiB, the binary's pages ~17 MiB, at any size).
+// So the fix is in the pacing: the heap may grow between collections by
+// GOGC% of what the GC has to scan, not of what it holds.
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Pacing modes of -gc-pacing.
+const (
+	pacingScan = "scan"
+	pacingHeap = "heap"
+)
+
+// defaultMinHeadroom is -gc-min-headroom's default: below it collections
+// of a small heap would come often enough for their fixed costs (stop-the-
+// world phases, stack scans of every goroutine, the write barrier during
+// marking) to show, and with it a server whose heap is small paces as Go
+// does by default. 32 MiB keeps a 10M-post server within 1.35× of its live
+// heap under load (bench/memory).
+const defaultMinHeadroom = 32 << 20
+
+// minMemoryLimit is the smallest -memory-limit accepted: below it the GC
+// would run continuously on any real data set.
+const minMemoryLimit = 64 << 20
+
+// memorySettings are serve's flags for the runtime's memory.
+type memorySettings struct {
+	limit       byteSize // -memory-limit; 0: none
+	limitGiven  bool
+	pacing      string
+	minHeadroom byteSize
+}
+
+func (m *memorySettings) register(fs *flag.FlagSet) {
+	m.pacing = pacingScan
+	m.minHeadroom = defaultMinHeadroom
+	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and twice -memory-budget")
+	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
+	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB)")
+}
+
+// limitFlag records that -memory-limit was given, so that GOMEMLIMIT is
+// left alone when it was not.
+type limitFlag struct{ m *memorySettings }
+
+func (f *limitFlag) String() string {
+	if f.m == nil || f.m.limit == 0 {
+		return "off"
+	}
+	return f.m.limit.String()
+}
+
+func (f *limitFlag) Set(s string) error {
+	if strings.EqualFold(strings.TrimSpace(s), "off") {
+		f.m.limit, f.m.limitGiven = 0, true
+		return nil
+	}
+	if err := f.m.limit.Set(s); err != nil {
+		return err
+	}
+	f.m.limitGiven = true
+	return nil
+}
+
+// check validates the settings against each other and against
+// -memory-budget, which bounds the post counts and, separately, the post
+// registry: a limit below what those two tables may hold could never be
+// kept and would have the GC run without end.
+func (m *memorySettings) check(budget int64) error {
+	switch m.pacing {
+	case pacingScan, pacingHeap:
+	default:
+		return fmt.Errorf("-gc-pacing must be scan or heap, not %q", m.pacing)
+	}
+	if m.minHeadroom < 4<<20 {
+		return fmt.Errorf("-gc-min-headroom %s is below 4MiB: collections would come after every few allocations", m.minHeadroom)
+	}
+	if !m.limitGiven || m.limit == 0 {
+		return nil
+	}
+	if m.limit < minMemoryLimit {
+		return fmt.Errorf("-memory-limit %s is below 64MiB: the GC would run continuously", m.limit)
+	}
+	if budget > 0 && int64(m.limit) < 2*budget {
+		return fmt.Errorf("-memory-limit %s is below twice -memory-budget (%s for the post counts plus as much for the post registry): the tables alone may hold more than the limit", m.limit, byteSize(budget))
+	}
+	return nil
+}
+
+// apply sets the memory limit and starts the pacer; restore undoes both
+// (tests run several servers in one process).
+func (m *memorySettings) apply() (restore func()) {
+	prevLimit := debug.SetMemoryLimit(-1)
+	if m.limitGiven {
+		limit := int64(m.limit)
+		if limit == 0 {
+			limit = math.MaxInt64
+		}
+		if v := os.Getenv("GOMEMLIMIT"); v != "" {
+			slog.Info("-memory-limit overrides GOMEMLIMIT", "memory_limit", m.limit.String(), "GOMEMLIMIT", v)
+		}
+		debug.SetMemoryLimit(limit)
+	}
+	stopPacer := func() {}
+	if m.pacing == pacingScan {
+		stopPacer = startScanPacer(uint64(m.minHeadroom))
+	}
+	return func() {
+		stopPacer()
+		debug.SetMemoryLimit(prevLimit)
+	}
+}
+
+// scanPacer sets GOGC after every collection so that the heap may grow by
+// base% of the bytes the GC scans (at least minHeadroom) instead of base%
+// of the live heap. It never goes above base, the operator's GOGC (100 by
+// default), so a heap that is mostly pointers paces exactly as before.
+type scanPacer struct {
+	base        int
+	minHeadroom uint64
+	samples     []metrics.Sample
+	stopped     atomic.Bool
+	mu          sync.Mutex
+	percent     int
+}
+
+const (
+	mHeapLive    = "/gc/heap/live:bytes"
+	mScanHeap    = "/gc/scan/heap:bytes"
+	mScanStack   = "/gc/scan/stack:bytes"
+	mScanGlobals = "/gc/scan/globals:bytes"
+)
+
+// startScanPacer starts the pacer; GOGC=off (or a negative GOGC) leaves
+// collections off, as asked.
+func startScanPacer(minHeadroom uint64) (stop func()) {
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	if base < 0 {
+		return func() {}
+	}
+	p := &scanPacer{base: base, minHeadroom: minHeadroom, percent: base}
+	for _, n := range []string{mHeapLive, mScanHeap, mScanStack, mScanGlobals} {
+		p.samples = append(p.samples, metrics.Sample{Name: n})
+	}
+	p.adjust()
+	p.arm()
+	return func() {
+		p.stopped.Store(true)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		debug.SetGCPercent(p.base)
+	}
+}
+
+// gcSentinel is garbage whose cleanup runs once per collection. It holds
+// pointers so that it is never batched into the tiny allocator's blocks,
+// whose cleanups would wait for their neighbours.
+type gcSentinel struct{ _ [2]*byte }
+
+// arm leaves a new sentinel to be collected: its cleanup adjusts GOGC to
+// what the collection found and arms the next one.
+func (p *scanPacer) arm() {
+	if p.stopped.Load() {
+		return
+	}
+	runtime.AddCleanup(new(gcSentinel), func(p *scanPacer) {
+		p.adjust()
+		p.arm()
+	}, p)
+}
+
+// scanPercent returns the GOGC that gives a heap of live bytes, whose GC scans
+// scan bytes of heap objects and stackGlobals of stacks and globals, a
+// headroom of max(minHeadroom, scan × base%). Go's goal is
+// live + (live + stacks + globals) × GOGC/100.
+func scanPercent(base int, minHeadroom, live, scanHeap, stackGlobals uint64) int {
+	if base <= 0 {
+		return base
+	}
+	scan := scanHeap + stackGlobals
+	headroom := max(minHeadroom, scan*uint64(base)/100)
+	total := live + stackGlobals
+	if total == 0 {
+		return base
+	}
+	pct := int(min(uint64(base), headroom*100/total))
+	return max(pct, 1)
+}
+
+func (p *scanPacer) adjust() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped.Load() {
+		return
+	}
+	metrics.Read(p.samples)
+	v := func(i int) uint64 {
+		if p.samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return p.samples[i].Value.Uint64()
+	}
+	pct := scanPercent(p.base, p.minHeadroom, v(0), v(1), v(2)+v(3))
+	// SetGCPercent takes the heap lock and recomputes the pacing: only
+	// worth it when the goal moves by a tenth or more.
+	if d := pct - p.percent; d*10 >= p.percent || -d*10 >= p.percent {
+		debug.SetGCPercent(pct)
+		p.percent = pct
+	}
+}
+
+// registerMemoryMetrics adds what an operator needs beside
+// process_resident_memory_bytes (the process collector's RSS) to see where
+// memory goes: the live heap as of the last collection (steady between
+// collections, unlike go_memstats_heap_alloc_bytes), what the GC scans,
+// the free heap kept mapped, and the CPU collections cost.
+func registerMemoryMetrics(reg prometheus.Registerer) {
+	names := []string{mHeapLive, mScanHeap, mScanStack, mScanGlobals, "/memory/classes/heap/free:bytes", "/cpu/classes/gc/total:cpu-seconds"}
+	var mu sync.Mutex
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	read := func(i int) float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		metrics.Read(samples)
+		switch samples[i].Value.Kind() {
+		case metrics.KindUint64:
+			return float64(samples[i].Value.Uint64())
+		case metrics.KindFloat64:
+			return samples[i].Value.Float64()
+		}
+		return 0
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_heap_live_bytes",
+			Help: "Live heap as of the last collection (runtime/metrics /gc/heap/live:bytes); compare with process_resident_memory_bytes, which is what the process holds."},
+			func() float64 { return read(0) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_gc_scan_bytes",
+			Help: "Bytes the GC scans each cycle: pointerful heap, stacks and globals (the pointer-free tables cost nothing to scan); -gc-pacing scan sizes the heap's headroom by it."},
+			func() float64 { return read(1) + read(2) + read(3) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_heap_free_kept_bytes",
+			Help: "Free heap the runtime keeps mapped (not yet returned to the OS): counted in RSS, not in the live heap."},
+			func() float64 { return read(4) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_gc_cpu_seconds_total",
+			Help: "CPU time spent collecting garbage (runtime/metrics /cpu/classes/gc/total:cpu-seconds, an estimate): what the GC pacing costs."},
+			func() float64 { return read(5) }),
+	)
+}
+
+// byteSize is a flag of bytes: a plain number, or one with a unit (KB,
+// MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024; B).
+type byteSize int64
+
+var byteUnits = []struct {
+	name string
+	mult int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+}
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// String writes b in the largest binary unit that divides it.
+func (b byteSize) String() string {
+	for i := 3; i >= 0 && b != 0; i-- {
+		if u := byteUnits[i]; int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if len(t) > len(u.name) && strings.EqualFold(t[len(t)-len(u.name):], u.name) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.name)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%q is too large", s)
+		}
+		return 0, fmt.Errorf("%q is not a size in bytes (e.g. 512MiB, 2GiB, 1500000000)", s)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseByteSize(t *testing.T) {
+	good := map[string]int64{
+		"0": 0, "1500000000": 1_500_000_000, "512MiB": 512 << 20, "2GiB": 2 << 30, "2gib": 2 << 30,
+		" 3 GB ": 3e9, "64KiB": 64 << 10, "10MB": 10e6, "1TiB": 1 << 40, "7B": 7,
+	}
+	for in, want := range good {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	bad := map[string]string{
+		"":                     "not a size",
+		"-1":                   "negative",
+		"-5MiB":                "negative",
+		"12 parsec":            "not a size",
+		"1.5GiB":               "not a size",
+		"MiB":                  "not a size",
+		"9999999TiB":           "too large",
+		"99999999999999999999": "too large",
+	}
+	for in, want := range bad {
+		if _, err := parseByteSize(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseByteSize(%q) error %v; want one saying %q", in, err, want)
+		}
+	}
+	for _, b := range []byteSize{512 << 20, 3 << 30, 1_500_000_000, 7, 1 << 40} {
+		if n, err := parseByteSize(b.String()); err != nil || byteSize(n) != b {
+			t.Errorf("%d printed as %q reads back as %d, %v", b, b.String(), n, err)
+		}
+	}
+}
+
+// memoryFlags parses args with serve's memory flags and checks them
+// against budget, as serve does.
+func memoryFlags(t *testing.T, budget int64, args ...string) (memorySettings, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var m memorySettings
+	m.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return m, err
+	}
+	return m, m.check(budget)
+}
+
+func TestMemoryFlagsRejectBadValues(t *testing.T) {
+	cases := []struct {
+		budget int64
+		args   []string
+		want   string
+	}{
+		{0, []string{"-memory-limit", "lots"}, "not a size in bytes"},
+		{0, []string{"-memory-limit", "-1GiB"}, "negative"},
+		{0, []string{"-memory-limit", "10MiB"}, "below 64MiB"},
+		{512 << 20, []string{"-memory-limit", "1000MiB"}, "below twice -memory-budget (512MiB"},
+		{0, []string{"-gc-pacing", "fast"}, `-gc-pacing must be scan or heap, not "fast"`},
+		{0, []string{"-gc-min-headroom", "1MiB"}, "below 4MiB"},
+		{0, []string{"-gc-min-headroom", "x"}, "not a size in bytes"},
+	}
+	for _, c := range cases {
+		_, err := memoryFlags(t, c.budget, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v with -memory-budget %d: error %v; want one saying %q", c.args, c.budget, err, c.want)
+		}
+	}
+	ok := []struct {
+		budget int64
+		args   []string
+		limit  byteSize
+	}{
+		{0, nil, 0},
+		{0, []string{"-memory-limit", "off"}, 0},
+		{0, []string{"-memory-limit", "0"}, 0},
+		{512 << 20, []string{"-memory-limit", "1GiB"}, 1 << 30},
+		{0, []string{"-memory-limit", "3000000000", "-gc-pacing", "heap", "-gc-min-headroom", "8MiB"}, 3e9},
+	}
+	for _, c := range ok {
+		m, err := memoryFlags(t, c.budget, c.args...)
+		if err != nil || m.limit != c.limit {
+			t.Errorf("%v with -memory-budget %d: limit %d, error %v; want %d and no error", c.args, c.budget, m.limit, err, c.limit)
+		}
+	}
+}
+
+// TestMemoryLimitApplied: -memory-limit sets the runtime's limit and its
+// restore puts back what was there (GOMEMLIMIT's value when set); without
+// the flag the limit is left as the environment made it.
+func TestMemoryLimitApplied(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	m, err := memoryFlags(t, 0, "-memory-limit", "3GiB", "-gc-pacing", "heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := m.apply()
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Errorf("limit %d after -memory-limit 3GiB", got)
+	}
+	restore()
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("limit %d after restore; was %d", got, before)
+	}
+
+	debug.SetMemoryLimit(5 << 30) // as GOMEMLIMIT=5GiB would have at start
+	defer debug.SetMemoryLimit(before)
+	m, _ = memoryFlags(t, 0, "-gc-pacing", "heap")
+	restore = m.apply()
+	if got := debug.SetMemoryLimit(-1); got != 5<<30 {
+		t.Errorf("limit %d without -memory-limit; GOMEMLIMIT's 5GiB should stay", got)
+	}
+	restore()
+	m, _ = memoryFlags(t, 0, "-memory-limit", "off", "-gc-pacing", "heap")
+	restore = m.apply()
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("limit %d with -memory-limit off", got)
+	}
+	restore()
+}
+
+func TestScanPercent(t *testing.T) {
+	const mib = 1 << 20
+	cases := []struct {
+		name                                  string
+		base                                  int
+		minHeadroom, live, scan, stackGlobals uint64
+		want                                  int
+	}{
+		// 1 GiB of pointer-free tables, 10 MiB to scan: 32 MiB headroom.
+		{"tables", 100, 32 * mib, 1024 * mib, 9 * mib, 1 * mib, 3},
+		// A small heap keeps Go's pacing: the floor is above GOGC's.
+		{"small heap", 100, 32 * mib, 10 * mib, 8 * mib, 1 * mib, 100},
+		// A heap of pointers paces as GOGC says.
+		{"all pointers", 100, 32 * mib, 1024 * mib, 1024 * mib, 4 * mib, 100},
+		// Half scannable: headroom is half of GOGC's.
+		{"half", 100, 32 * mib, 1000 * mib, 500 * mib, 0, 50},
+		// The operator's GOGC scales the headroom and caps the result.
+		{"GOGC=50", 50, 32 * mib, 1000 * mib, 500 * mib, 0, 25},
+		{"GOGC=200 small", 200, 32 * mib, 10 * mib, 1 * mib, 0, 200},
+		// Never below 1: GOGC=0 would collect continuously.
+		{"huge heap", 100, 4 * mib, 1 << 40, 0, 0, 1},
+		{"empty", 100, 32 * mib, 0, 0, 0, 100},
+	}
+	for _, c := range cases {
+		if got := scanPercent(c.base, c.minHeadroom, c.live, c.scan, c.stackGlobals); got != c.want {
+			t.Errorf("%s: GOGC %d; want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestScanPacerFollowsCollections: with a heap of a big pointer-free
+// table, the pacer lowers GOGC after a collection, and stopping it
+// restores the operator's GOGC.
+func TestScanPacerFollowsCollections(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+	table := make([]uint64, 256<<20/8) // 256 MiB, no pointers
+	stop := startScanPacer(16 << 20)
+	deadline := time.Now().Add(10 * time.Second)
+	var got int
+	for time.Now().Before(deadline) {
+		runtime.GC()
+		got = debug.SetGCPercent(-1)
+		debug.SetGCPercent(got)
+		if got < 100 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runtime.KeepAlive(table)
+	// 16 MiB over ~256 MiB of live heap: about 6%.
+	if got < 1 || got > 15 {
+		t.Errorf("GOGC %d with 256 MiB of pointer-free heap and a 16 MiB floor; want ~6", got)
+	}
+	stop()
+	if g := debug.SetGCPercent(100); g != 100 {
+		t.Errorf("GOGC %d after the pacer stopped; want the base 100 back", g)
+	}
+}
+
+// TestMemoryMetricsExposed: the server's /metrics shows RSS (the process
+// collector's process_resident_memory_bytes) beside the live heap and the
+// GC's own figures, each with a plausible value.
+func TestMemoryMetricsExposed(t *testing.T) {
+	srv := newTestServer(t)
+	runtime.GC()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	vals := map[string]float64{}
+	for line := range bytes.Lines(body) {
+		f := strings.Fields(string(line))
+		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err == nil {
+				vals[f[0]] = v
+			}
+		}
+	}
+	for _, name := range []string{"process_resident_memory_bytes", "tally_heap_live_bytes", "tally_gc_scan_bytes", "tally_heap_free_kept_bytes", "go_gc_gogc_percent", "go_gc_gomemlimit_bytes"} {
+		if _, ok := vals[name]; !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if _, ok := vals["tally_gc_cpu_seconds_total"]; !ok {
+		t.Errorf("/metrics has no tally_gc_cpu_seconds_total")
+	}
+	live, rss := vals["tally_heap_live_bytes"], vals["process_resident_memory_bytes"]
+	if live <= 0 || rss <= live {
+		t.Errorf("live heap %.0f, RSS %.0f: want 0 < live < RSS", live, rss)
+	}
+	if s := vals["tally_gc_scan_bytes"]; s <= 0 || s > live+64<<20 {
+		t.Errorf("scan bytes %.0f with live heap %.0f", s, live)
+	}
+}
+
+// TestCommandsRefuseBadMemoryFlags: serve and import say what is wrong
+// with a memory flag, from the command line or the environment, and exit
+// 2 before opening anything.
+func TestCommandsRefuseBadMemoryFlags(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "posts.csv")
+	cases := []struct {
+		env  string // TALLY_MEMORY_LIMIT
+		args []string
+		want string
+	}{
+		{"", []string{"serve", "-memory-limit", "10MiB"}, "-memory-limit 10MiB is below 64MiB"},
+		{"", []string{"serve", "-memory-limit", "plenty"}, `invalid value "plenty" for flag -memory-limit: "plenty" is not a size in bytes`},
+		{"", []string{"serve", "-memory-budget", "1073741824", "-memory-limit", "1GiB"}, "below twice -memory-budget (1GiB"},
+		{"", []string{"serve", "-gc-pacing", "eager"}, "-gc-pacing must be scan or heap"},
+		{"lots", []string{"serve"}, `TALLY_MEMORY_LIMIT="lots"`},
+		{"", []string{"import", "-gc-min-headroom", "1KiB", csv}, "-gc-min-headroom 1KiB is below 4MiB"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv("TALLY_MEMORY_LIMIT", c.env)
+			}
+			args := append([]string{c.args[0], "-data", filepath.Join(dir, "data"), "-addr", "127.0.0.1:0"}, c.args[1:]...)
+			if c.args[0] == "import" {
+				args = append([]string{"import", "-data", filepath.Join(dir, "data")}, c.args[1:]...)
+			}
+			code, _, errs := runCLI(t, args...)
+			if code != 2 || !strings.Contains(errs, c.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errs, c.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Errorf("a refused command made its data directory")
+	}
+}
