@@ -5,8 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
@@ -227,4 +230,68 @@ func TestImportDecidesRowsInOrder(t *testing.T) {
 	if ps[0].Author != 7 || cs[0] != (engine.Counts{Views: 1}) || uc[0].Posts != 1 || uc[1].Posts != 0 {
 		t.Fatalf("post %+v counts %+v user counts %+v", ps[0], cs[0], uc)
 	}
+}
+
+// tripCounter counts round trips to Redis: each command or pipeline sent,
+// except the store's once-a-second stats flush.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "hincrby" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRoundTrips pins how many round trips the hot operations cost, so
+// that deciding in Go (engine/ops) does not quietly add any: a like of
+// someone else's post is its step, the badge, the intent's deletion, its
+// markers' deletion and the event; a comment likewise; a page is one; a
+// badge read is two (three once a day, the cursor touch). A script call
+// costing two (NOSCRIPT, then EVAL) shows here too.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := redistest.StartSingle(t)
+	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "rt:", ReadTimeout: 5 * time.Second,
+		SweepInterval: -1, IntentSweepInterval: -1})
+	check(t, err)
+	t.Cleanup(func() { s.Close() })
+	var c tripCounter
+	s.rdb.AddHook(&c)
+	s.wdb.AddHook(&c)
+	const author, fan, other = 1, 2, 3
+	post, err := s.CreatePost(ctx, author, 0, "")
+	check(t, err)
+	check(t, s.Follow(ctx, fan, author))
+	trips := func(name string, want int64, op func() error) {
+		t.Helper()
+		c.n.Store(0)
+		check(t, op())
+		if got := c.n.Load(); got != want {
+			t.Errorf("%s: %d round trips, want %d", name, got, want)
+		}
+	}
+	trips("like", 5, func() error { return s.Like(ctx, fan, post) })
+	trips("repeated like", 1, func() error { return s.Like(ctx, fan, post) })
+	trips("unlike", 1, func() error { return s.Unlike(ctx, fan, post) })
+	trips("self-like", 2, func() error { return s.Like(ctx, author, post) })
+	trips("comment", 5, func() error { return s.Comment(ctx, fan, post, []engine.UserID{other}, "") })
+	ids := []engine.PostID{post}
+	views := make([]engine.PostView, 1)
+	trips("page", 1, func() error {
+		return s.Page(ctx, fan, ids, engine.PageWant{Counts: true, Liked: true, Favorited: true}, views)
+	})
+	trips("first badge read", 3, func() error { _, err := s.Unread(ctx, fan); return err })
+	trips("badge read", 2, func() error { _, err := s.Unread(ctx, fan); return err })
 }

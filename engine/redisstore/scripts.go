@@ -94,7 +94,18 @@ local function member(M, Q, uid)
 end
 `
 
-func newScript(body string) *redis.Script { return redis.NewScript(prelude + body) }
+// scriptSource is each script's source, which loadScripts sends with
+// SCRIPT LOAD. (redis.Script.Load, given a pipeline, takes the reply it
+// has not received yet, an empty digest, for the script's hash: every
+// call then paid a NOSCRIPT round trip and an EVAL of the whole source.)
+var scriptSource = map[*redis.Script]string{}
+
+func newScript(body string) *redis.Script {
+	src := prelude + body
+	sc := redis.NewScript(src)
+	scriptSource[sc] = src
+	return sc
+}
 
 var (
 	// KEYS bucket, marker, intents; ARGV marker-ttl, low, head, intent

@@ -281,11 +281,19 @@ func probe(ctx context.Context, opts Options) (cluster bool, major int, err erro
 func (s *Store) loadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
 		p := c.Pipeline()
-		for _, sc := range allScripts {
-			sc.Load(ctx, p)
+		digests := make([]*redis.StringCmd, len(allScripts))
+		for i, sc := range allScripts {
+			digests[i] = p.ScriptLoad(ctx, scriptSource[sc])
 		}
-		_, err := p.Exec(ctx)
-		return err
+		if _, err := p.Exec(ctx); err != nil {
+			return err
+		}
+		for i, sc := range allScripts {
+			if d := digests[i].Val(); d != sc.Hash() {
+				return fmt.Errorf("script %d loaded as %q, want %q", i, d, sc.Hash())
+			}
+		}
+		return nil
 	}
 	if s.cluster != nil {
 		return s.cluster.ForEachMaster(ctx, load)
