@@ -7,6 +7,28 @@
 // that every Redis failure surfaces quickly as an error wrapping
 // engine.ErrUnavailable, after which the client recovers by itself.
 //
+// # Rules
+//
+// No product rule is decided here: every mutation is an engine/ops
+// operation. Its Check validates the call; the facts its Decide needs
+// (does the post exist, who wrote it, was it liked, is the viewer a
+// member, ...) are read from Redis, either by the script of the first
+// step, which returns them, or by a pipelined read or read-only script;
+// Decide, in Go, turns them into ops.Effects; the effects are applied by
+// scripts that take them as arguments (which counter, which delta, which
+// users, which cursor value). A script may apply what it is told, read
+// facts atomically and return them, and check that a fact Go decided on
+// still holds, refusing otherwise (compare-and-set: Go then decides
+// again on the facts found). Where one round trip must both check and
+// apply (a like: the set changes and the count with it), Go decides
+// first on the facts under which the operation changes something, the
+// script applies those effects only if the facts hold and returns the
+// real ones, and Go decides again on them for the rest (a like's badge
+// depends on the author the step returned). Reads follow the same rules
+// (ops.Unread, ops.Counted, ops.CursorLive). The conformance suite
+// (engine/enginetest) holds this backend and the embedded engine to the
+// same answers.
+//
 // # Key layout
 //
 // P is Options.KeyPrefix; {…} is the hash tag (one slot); numbers in key
@@ -78,12 +100,13 @@
 // pipeline per cluster node and runs the parts in parallel).
 // Operations that touch several slots (a like: the post, then the author's
 // badge) run their steps in an order where a crash in between can only
-// leave a later, derived effect unapplied, never apply one twice. Steps of
+// leave a later effect unapplied, never apply one twice. Steps of
 // an operation with an idempotency key are each guarded by a marker keyed
 // by the operation, so the client's retry completes the operation exactly
 // once. A like, a comment, a new post, a repost and a message also record,
 // atomically with their first step and in its slot (the post's or the
-// group's), an intent naming what is left; the operation finishes and
+// group's), an intent recording the operation, from which ops re-derives
+// what is left; the operation finishes and
 // deletes it, and if its process dies first a sweeper in every replica
 // (SweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly

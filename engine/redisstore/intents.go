@@ -31,9 +31,16 @@ import (
 //
 // Now the first step's script also writes an intent into its own slot,
 // atomically with the effect: field <id> of the hash "<slot tag>I",
-// value "<kind>|<viewer>|<post>|<unix ms>|<mentions>[|<aux>]". The intent names
-// what is left to do, which is derived from it and from the post record in
-// the same slot (the author never changes). Finishing an intent applies
+// value "<kind>|<viewer>|<post>|<unix ms>|<mentions>[|<aux>]". The intent
+// records the operation (kind is its engine/ops type); what is left to
+// do is re-derived from it by that operation's Decide, on the facts in
+// the same slot (the post's author, which never changes; a message's
+// group as its receipt record saw it at send time), so the operation and
+// a sweeper finishing it apply the same effects. An operation writes an
+// intent when its effects may reach beyond the first step's slot (Go
+// asks Decide, before the step, under facts where they would); one whose
+// real facts leave nothing to do there (a self-like) has it simply
+// deleted. Finishing an intent applies
 // the user-slot effects, each user bucket guarded by the marker
 // "<user bucket>o<id>b" (so a second finisher skips what a first one
 // did), then deletes the intent with a compare-and-delete in its slot.

@@ -4,9 +4,14 @@ import "github.com/redis/go-redis/v9"
 
 // Every multi-key step runs as one Lua script over keys of one hash slot,
 // so it is atomic on a single node and on Redis Cluster alike. Scripts
-// report product outcomes (not found, forbidden, already applied) as
-// return codes, never as Redis errors, so that a Redis error always means
-// "the store is unavailable".
+// decide no product rule: those live in engine/ops, and Go decides them
+// (see the package doc). A script applies the effects Go passes as
+// arguments, reads facts atomically and returns them, and checks that the
+// facts an effect was decided on still hold, refusing it otherwise (a
+// "facts changed" reply: Go reads, or takes the facts returned, and
+// decides again). Scripts report facts and refusals as return codes,
+// never as Redis errors, so that a Redis error always means "the store is
+// unavailable".
 //
 // Marker keys make a cross-slot step idempotent: a step of an operation
 // that carries an idempotency key first sets "<tag>o<op><step>" NX with a
@@ -484,8 +489,13 @@ end
 return {1, count, table.concat(out)}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
-	// (seeds/004). The sender's bit is set in quitbits: "not counted" is
-	// all a receipt needs to know about them. Small groups keep both
+	// (seeds/004): the group as it is at send time, the facts ops.Counted
+	// and the fan-out (ops.Fanout) are later decided on. The sender's bit
+	// is set in quitbits, so Go need not look up who sent it to see that
+	// they are not counted. The send is refused unless the facts
+	// ops.SendMessage allows it on hold (the group exists, the sender is
+	// a current member); Go decides on the facts the refusal reports.
+	// Small groups keep both
 	// bitmaps in one hash field (54 bytes for 200 members); large groups
 	// (maxid > ARGV[4]) keep the smaller of a quit bitmap or a sorted list
 	// of quit mapids, and read bits in their own key set with SETBIT, so a
