@@ -239,7 +239,7 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	var eff ops.Effects
 	if group == 0 {
 		// No group has id 0: decided without asking Redis.
-		return engine.Message{}, op.Decide(ops.GroupFacts{}, nil, &eff)
+		return engine.Message{}, op.Decide(ops.GroupFacts{}, notCurrent, &eff)
 	}
 	mid := s.gen.Next()
 	in, err := s.idemBegin(ctx, uint64(viewer), kindMessage, idemKey, strconv.FormatUint(mid, 10), engine.IdemSendMessage,
@@ -274,7 +274,7 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	if code < 0 {
 		// The step refused: the facts it checks are not those of a send.
 		f := ops.GroupFacts{Exists: code != -1}
-		if err := op.Decide(f, nil, &eff); err != nil {
+		if err := op.Decide(f, notCurrent, &eff); err != nil {
 			s.idemAbort(ctx, in)
 			return engine.Message{}, err
 		}
@@ -300,6 +300,10 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	}
 	return decodeBody(uint64(group), mid, encodeBody(uint64(viewer), text))
 }
+
+// notCurrent stands for the members when a send is refused: Decide
+// judges the refusal before it asks about anyone.
+func notCurrent(engine.UserID) bool { return false }
 
 // groupsOf looks up the groups of message ids (0 = unknown) in one round
 // trip.
