@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -475,4 +476,48 @@ func readNotifs(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		st.notifs = append(st.notifs, notif{id: id, time: t, off: off,
 			titleLen: uint32(len(title)), bodyLen: uint32(len(body))})
 	})
+}
+
+// The badges' records' encodings (record.go has the format).
+
+// A touch that does not reset the cursor has none to log.
+func (r *touchRec) appendTo(b []byte) []byte {
+	b = appendFlag(appendID(b, r.viewer), r.reset)
+	if r.reset {
+		b = binary.AppendUvarint(b, r.cursor)
+	}
+	return b
+}
+
+func (r *touchRec) readFrom(d *decoder) {
+	r.viewer, r.reset = engine.UserID(d.id("viewer")), d.flag("reset")
+	if r.reset {
+		r.cursor = d.uvarint("cursor")
+	}
+}
+
+func (r *markReadRec) appendTo(b []byte) []byte { return append(appendID(b, r.Viewer), byte(r.Kind)) }
+
+func (r *markReadRec) readFrom(d *decoder) {
+	r.Viewer = engine.UserID(d.id("viewer"))
+	if k := d.bytes(1, "unread kind"); k != nil {
+		if r.Kind = engine.UnreadKind(k[0]); r.Kind < engine.Mentions || r.Kind > engine.Feed {
+			d.fail(fmt.Sprintf("unread kind %d", k[0]))
+		}
+	}
+}
+
+func (r *clickRec) appendTo(b []byte) []byte { return appendID(b, r.Viewer) }
+
+func (r *clickRec) readFrom(d *decoder) { r.Viewer = engine.UserID(d.id("viewer")) }
+
+func (r *publishRec) appendTo(b []byte) []byte {
+	b = appendIdem(binary.AppendUvarint(b, r.id), &r.recHeader)
+	return appendString(appendString(b, r.Title), r.Body)
+}
+
+func (r *publishRec) readFrom(d *decoder) {
+	r.id = d.id("notification")
+	d.idem(&r.recHeader)
+	r.Title, r.Body = d.text(true, "title"), d.text(false, "body")
 }

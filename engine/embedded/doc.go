@@ -2,21 +2,69 @@
 // engine.Store over packed, pointer-free tables, made durable by an
 // append-only log.
 //
-// It owns the engine's state and its log records. It is built as a
-// deterministic state machine: a mutation is validated against the state,
-// turned into one op record carrying every non-deterministic input (the
-// time, generated ids), appended to the log and applied, all under one
-// lock; replaying the records in log order rebuilds the same state. A like
-// is one record, and its de-duplication and the author's badge bump are
-// both consequences of applying it, so a replay can neither lose one nor
-// apply it twice. Validation failures, repeats that change nothing and
-// idempotent retries are not logged.
+// It owns the engine's state and its log records, not the product rules:
+// those are in engine/ops, one typed operation per mutation whose Check
+// validates the call and whose Decide maps the facts a backend read to a
+// product error or to Effects. The engine is built as a deterministic
+// state machine: a mutation is validated (Check), decided against the
+// state (read the facts, Decide), turned into one typed log record
+// carrying the operation and every non-deterministic input (the time,
+// generated ids), appended to the log and applied, all under one lock;
+// replaying the records in log order rebuilds the same state. A like is
+// one record, and its de-duplication and the author's badge bump are both
+// consequences of applying it, so a replay can neither lose one nor apply
+// it twice. Validation failures, product errors, operations that change
+// nothing and idempotent retries are not logged.
 //
 // # Commit path
 //
-//	lock → idempotency lookup → prepare (validate; decide ids) → time →
-//	encode → wal.AppendAsync (log order = apply order) → apply → unlock →
-//	wal.Wait (group commit: concurrent commits share one fsync) → events
+//	Store method: op.Check → lock → time → idempotency lookup →
+//	prepare (make ids; decide: facts → ops Decide → effects in st.eff)
+//	→ encode → wal.AppendAsync (log order = apply order) → apply (the
+//	record's own change, then applyEffects) → unlock → wal.Wait (group
+//	commit: concurrent commits share one fsync) → events
+//
+// # Rules, facts and effects
+//
+// No rule is decided here. For each record, decide (state.go) reads the
+// facts its operation's Decide asks for — does the post exist and who
+// wrote it, is the like set already, who are the group's members, the
+// newest notification, the push stamp — and runs it into one ops.Effects
+// buffer the state keeps (reset per record, so that only the events' user
+// lists are allocated once it is warm). applyEffects is then the one place where effects change the
+// state: count deltas, new posts in the registry and their authors' post
+// counts, unread bumps, badges marked read, follow edges and follower
+// counts, a message's fan-out over its group's current members, joins and
+// leaves, receipts, red-dot clicks and pushes. What a record changes
+// besides its effects is its own entity: the like or favorite flag, the
+// new group, message or notification, a touch's cursor, a sweep. The
+// badge read, the cursor's liveness, the red dot and an import's rows
+// likewise call ops.Unread, ops.DecideTouch and ops.CursorLive, ops.RedDot
+// and ops.DecideImport.
+//
+// The live path decides while preparing (a product error is returned, an
+// operation that changes nothing is not logged) and applies those effects;
+// replay decides again just before applying, on the same state, so it
+// reaches the same effects. Events are the effects' Events (plus each
+// fan-out's recipients) and are collected on live commits only, never
+// during replay.
+//
+// # Log records
+//
+// Each kind of mutation has its own record type (record.go and the
+// domains' files: createPostRec, likeRec, commentRec, sendMessageRec,
+// ...), embedding its engine/ops operation plus the record's header (time,
+// idempotency key hash and fingerprint) and the ids the engine decided
+// before logging (new post, message, group and notification ids; a
+// touch's cursor). Each has its own encoder and decoder (appendTo,
+// readFrom) under format version 2; the format is described in record.go.
+// Version 1, the generic record every earlier version wrote, is still
+// read (recordv1.go) and converted to the typed records, so logs written
+// by older versions replay unchanged (TestV1LogReplays replays one
+// written by the last version-1 engine). A decoder never panics and
+// rejects anything its encoder would not have written (FuzzRecord). The
+// WAL's framing and the snapshot format are not records and did not
+// change.
 //
 // A mutation returns only after its record is as durable as Options.Sync
 // promises. Anything that returns nil without logging (a repeated like, a
@@ -93,18 +141,20 @@
 // # Time
 //
 // Each record's time is the engine clock in Unix nanoseconds, forced to
-// increase by at least 1 ns per record so that "a push after a click"
-// stays true within one clock tick. Idempotency keys expire by record time
+// increase by at least 1 ns per record so that records stay ordered
+// within one clock tick (two pushes in one tick are still two pushes,
+// ops.PushRedDot). Idempotency keys expire by record time
 // (every apply forgets keys older than engine.IdempotencyTTL), so replay
 // forgets exactly what the live engine had forgotten.
 //
 // # System cursors
 //
 // A user's cursor counts while they were active within Options.CursorTTL
-// (activity kept per day). Expiry is decided on read: a cursor past its
-// TTL reads as absent (0 system unread) and the read records a touch op
-// that restarts it at the newest notification. Separately, a periodic
-// sweep op (Options.SweepInterval) drops expired cursors from memory; it
+// (activity kept per day; the rule is ops.DecideTouch and ops.CursorLive).
+// Expiry is decided on read: a cursor past its TTL reads as absent (0
+// system unread) and the read records a touch that restarts it at the
+// newest notification. Separately, a periodic sweep record
+// (Options.SweepInterval) drops expired cursors from memory; it
 // changes no answer, only memory. The sweep walks every badge record under
 // the write lock: about 10 ns a user, so it runs rarely.
 //
@@ -137,9 +187,10 @@
 //	open.go     Options, Engine, Open, Close, Ready, Stats, the sweeper and
 //	            the maintenance loop
 //	commit.go   the write path: commit (validate → record → log → apply →
-//	            publish), prepare's dispatch, durability waits, new ids
-//	record.go   the log records' kinds and common header, their encoding
-//	recordv1.go version-1 records (before typed records) and their reader
+//	            publish), prepare, durability waits, new ids
+//	record.go   the record kinds, the common header, the version-2 format,
+//	            appendRecord and the decoder (recordReader) with its helpers
+//	recordv1.go version-1 records and their conversion to typed records
 //	state.go    the state struct, newState, decide and apply's dispatch,
 //	            applyEffects
 //	stateio.go  the snapshot container: the section list, the image,
@@ -157,7 +208,8 @@
 //	repair.go   Repair, offline
 //	lock_*.go   the data directory's lock
 //
-// Each domain file holds that domain's state types, its engine.Store
-// methods, its prepare and apply steps and its snapshot sections' encoders
-// and decoders.
+// Each domain file holds that domain's state types, its records and their
+// encoders and decoders, its engine.Store methods, the facts its decide
+// steps read, its parts of apply and applyEffects, and its snapshot
+// sections' encoders and decoders.
 package embedded

@@ -190,3 +190,10 @@ func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		}
 	})
 }
+
+// followRec's encoding (record.go has the format); Undo is in the kind.
+func (r *followRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Target) }
+
+func (r *followRec) readFrom(d *decoder) {
+	r.Viewer, r.Target = engine.UserID(d.id("viewer")), engine.UserID(d.id("target"))
+}

@@ -691,3 +691,52 @@ func readMsgs(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	}
 	return checkLen(sr, st.msgs.Len())
 }
+
+// The groups' records' encodings (record.go has the format).
+
+func (r *createGroupRec) appendTo(b []byte) []byte {
+	return appendIDs(appendID(appendID(b, r.Viewer), r.Group), r.Members)
+}
+
+func (r *createGroupRec) readFrom(d *decoder) {
+	r.Viewer, r.Group = engine.UserID(d.id("viewer")), engine.GroupID(d.id("group"))
+	r.Members = readIDs(d, r.Members, false, "member")
+}
+
+func (r *addMembersRec) appendTo(b []byte) []byte {
+	return appendIDs(appendID(appendID(b, r.Viewer), r.Group), r.Users)
+}
+
+func (r *addMembersRec) readFrom(d *decoder) {
+	r.Viewer, r.Group = engine.UserID(d.id("viewer")), engine.GroupID(d.id("group"))
+	r.Users = readIDs(d, r.Users, true, "user")
+}
+
+func (r *leaveGroupRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Group) }
+
+func (r *leaveGroupRec) readFrom(d *decoder) {
+	r.Viewer, r.Group = engine.UserID(d.id("viewer")), engine.GroupID(d.id("group"))
+}
+
+func (r *sendMessageRec) appendTo(b []byte) []byte {
+	b = appendID(appendID(appendID(b, r.Viewer), r.Group), r.Message)
+	b = appendIdem(b, &r.recHeader)
+	return appendIDs(appendString(b, r.Text), r.Mentions)
+}
+
+func (r *sendMessageRec) readFrom(d *decoder) {
+	r.Viewer, r.Group = engine.UserID(d.id("viewer")), engine.GroupID(d.id("group"))
+	r.Message = engine.MessageID(d.id("message"))
+	d.idem(&r.recHeader)
+	r.Text = d.text(true, "text")
+	r.Mentions = readIDs(d, r.Mentions, false, "mention")
+}
+
+func (r *markMessagesReadRec) appendTo(b []byte) []byte {
+	return appendIDs(appendID(b, r.Viewer), r.Messages)
+}
+
+func (r *markMessagesReadRec) readFrom(d *decoder) {
+	r.Viewer = engine.UserID(d.id("viewer"))
+	r.Messages = readIDs(d, r.Messages, true, "message")
+}

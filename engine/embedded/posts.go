@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -509,4 +510,92 @@ func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		return sr.Corrupt(ierr.Error())
 	}
 	return checkLen(sr, st.counts.Len())
+}
+
+// The posts' records' encodings (record.go has the format).
+
+func (r *createPostRec) appendTo(b []byte) []byte {
+	b = appendID(appendID(b, r.Viewer), r.Post)
+	return appendIdem(b, &r.recHeader)
+}
+
+func (r *createPostRec) readFrom(d *decoder) {
+	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+	d.idem(&r.recHeader)
+}
+
+// Undo is in the kind (like or unlike).
+func (r *likeRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Post) }
+
+func (r *likeRec) readFrom(d *decoder) {
+	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+}
+
+func (r *favoriteRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Post) }
+
+func (r *favoriteRec) readFrom(d *decoder) {
+	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+}
+
+func (r *commentRec) appendTo(b []byte) []byte {
+	b = appendID(appendID(b, r.Viewer), r.Post)
+	b = appendIdem(b, &r.recHeader)
+	return appendIDs(b, r.Mentions)
+}
+
+func (r *commentRec) readFrom(d *decoder) {
+	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+	d.idem(&r.recHeader)
+	r.Mentions = readIDs(d, r.Mentions, false, "mention")
+}
+
+func (r *repostRec) appendTo(b []byte) []byte {
+	b = appendID(appendID(appendID(b, r.Viewer), r.Post), r.NewPost)
+	b = appendIdem(b, &r.recHeader)
+	return appendIDs(b, r.Mentions)
+}
+
+func (r *repostRec) readFrom(d *decoder) {
+	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+	r.NewPost = engine.PostID(d.id("new post"))
+	d.idem(&r.recHeader)
+	r.Mentions = readIDs(d, r.Mentions, false, "mention")
+}
+
+func (r *viewsRec) appendTo(b []byte) []byte { return appendIDs(b, r.Posts) }
+
+func (r *viewsRec) readFrom(d *decoder) { r.Posts = readIDs(d, r.Posts, true, "post") }
+
+// An import row is its post, its author (0: none) and its five counts.
+func (r *importRec) appendTo(b []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(r.rows)))
+	for _, row := range r.rows {
+		c := &row.Counts
+		b = appendID(appendID(b, row.Post), row.Author)
+		for _, v := range [...]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites} {
+			b = binary.AppendUvarint(b, uint64(v))
+		}
+	}
+	return b
+}
+
+func (r *importRec) readFrom(d *decoder) {
+	n := d.uvarint("row count")
+	switch {
+	case d.err != nil:
+		return
+	case n == 0:
+		d.fail("no rows")
+		return
+	case n > MaxImportBatch || n > uint64(len(d.b)/7):
+		d.fail("too many rows")
+		return
+	}
+	for range n {
+		row := engine.ImportRow{Post: engine.PostID(d.id("post")), Author: engine.UserID(d.uvarint("author"))}
+		c := &row.Counts
+		c.Likes, c.Comments, c.Reposts = d.count("likes"), d.count("comments"), d.count("reposts")
+		c.Views, c.Favorites = d.count("views"), d.count("favorites")
+		r.rows = append(r.rows, row)
+	}
 }

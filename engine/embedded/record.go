@@ -1,9 +1,12 @@
 package embedded
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 )
 
 // opKind names one kind of log record. The numbers are part of the log
@@ -154,18 +157,381 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 	panic("embedded: unknown record type")
 }
 
+// Record format, version 2 (the one written; version 1 is still read,
+// see recordv1.go):
+//
+//	byte 0   version (2)
+//	byte 1   kind
+//	uvarint  time (Unix ns, non-negative)
+//	...      the kind's own fields, in the order its appendTo writes them
+//
+// Each kind's appendTo and readFrom, in its domain's file, are one pair.
+// Ids and counts are uvarints, a flag one byte (0 or 1), a string or id
+// list a uvarint length then the bytes or the uvarint ids, and the kinds
+// that take an idempotency key have one byte saying which of the key (16
+// bytes, LE) and its fingerprint (8 bytes, LE) follow. A like is about 25
+// bytes. The log frames and checksums records; a decoder only has to
+// reject, without panicking, anything its encoder would not have written:
+// an overlong varint, zero where the engine never logs zero, an unknown
+// flag bit, a list or string too long, truncation, trailing bytes. Its
+// bounds are the format's own, not the product's limits, so that raising
+// or lowering a limit never makes a log unreadable.
+const recordVersion = 2
+
+// The idempotency byte's bits.
+const (
+	idemKeyBit = 1 << iota
+	idemFPBit
+)
+
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
-	o := toV1(r)
-	return appendV1(dst, &o)
+	h, kind, _, _ := recordInfo(r)
+	dst = append(dst, recordVersion, byte(kind))
+	dst = binary.AppendUvarint(dst, uint64(h.time))
+	switch r := r.(type) {
+	case *createPostRec:
+		return r.appendTo(dst)
+	case *likeRec:
+		return r.appendTo(dst)
+	case *favoriteRec:
+		return r.appendTo(dst)
+	case *commentRec:
+		return r.appendTo(dst)
+	case *repostRec:
+		return r.appendTo(dst)
+	case *viewsRec:
+		return r.appendTo(dst)
+	case *followRec:
+		return r.appendTo(dst)
+	case *touchRec:
+		return r.appendTo(dst)
+	case *markReadRec:
+		return r.appendTo(dst)
+	case *clickRec:
+		return r.appendTo(dst)
+	case *pushRec:
+		return dst
+	case *publishRec:
+		return r.appendTo(dst)
+	case *createGroupRec:
+		return r.appendTo(dst)
+	case *addMembersRec:
+		return r.appendTo(dst)
+	case *leaveGroupRec:
+		return r.appendTo(dst)
+	case *sendMessageRec:
+		return r.appendTo(dst)
+	case *markMessagesReadRec:
+		return r.appendTo(dst)
+	case *sweepRec:
+		return binary.AppendUvarint(dst, uint64(r.ttl))
+	case *importRec:
+		return r.appendTo(dst)
+	}
+	panic("embedded: unknown record type")
 }
 
-// decodeRecord parses one record. It never panics and rejects anything
-// that appendRecord would not have produced.
+// decodeRecord parses one record of either version into a new record. It
+// never panics and rejects anything that appendRecord (or, for version 1,
+// the encoder of that time) would not have produced.
 func decodeRecord(rec []byte) (record, error) {
-	o, err := decodeV1(rec)
-	if err != nil {
-		return nil, err
+	var rd recordReader
+	return rd.decode(rec)
+}
+
+// recordReader decodes records into one record of each kind that it
+// reuses, lists included, so that replaying a log does not allocate a
+// record per record. What decode returns is valid until its next call.
+type recordReader struct {
+	createPost       createPostRec
+	like             likeRec
+	favorite         favoriteRec
+	comment          commentRec
+	repost           repostRec
+	views            viewsRec
+	follow           followRec
+	touch            touchRec
+	markRead         markReadRec
+	click            clickRec
+	push             pushRec
+	publish          publishRec
+	createGroup      createGroupRec
+	addMembers       addMembersRec
+	leaveGroup       leaveGroupRec
+	sendMessage      sendMessageRec
+	markMessagesRead markMessagesReadRec
+	sweep            sweepRec
+	imports          importRec
+}
+
+func (rd *recordReader) decode(rec []byte) (record, error) {
+	if len(rec) < 2 {
+		return nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(rec))
 	}
-	return fromV1(&o)
+	switch rec[0] {
+	case opVersion:
+		o, err := decodeV1(rec)
+		if err != nil {
+			return nil, err
+		}
+		return fromV1(&o)
+	case recordVersion:
+	default:
+		return nil, fmt.Errorf("%w: version %d, want %d or %d", errBadRecord, rec[0], opVersion, recordVersion)
+	}
+	kind := opKind(rec[1])
+	d := decoder{b: rec[2:]}
+	t := d.uvarint("time")
+	if t > math.MaxInt64 {
+		d.fail("time out of range")
+	}
+	h := recHeader{time: int64(t)}
+	var r record
+	switch kind {
+	case opCreatePost:
+		x := &rd.createPost
+		*x = createPostRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opLike, opUnlike:
+		x := &rd.like
+		*x = likeRec{recHeader: h}
+		x.Undo = kind == opUnlike
+		x.readFrom(&d)
+		r = x
+	case opFavorite, opUnfavorite:
+		x := &rd.favorite
+		*x = favoriteRec{recHeader: h}
+		x.Undo = kind == opUnfavorite
+		x.readFrom(&d)
+		r = x
+	case opComment:
+		x := &rd.comment
+		*x = commentRec{recHeader: h, Comment: ops.Comment{Mentions: x.Mentions[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opRepost:
+		x := &rd.repost
+		*x = repostRec{recHeader: h, Repost: ops.Repost{Mentions: x.Mentions[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opViews:
+		x := &rd.views
+		*x = viewsRec{recHeader: h, RecordViews: ops.RecordViews{Posts: x.Posts[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opFollow, opUnfollow:
+		x := &rd.follow
+		*x = followRec{recHeader: h}
+		x.Undo = kind == opUnfollow
+		x.readFrom(&d)
+		r = x
+	case opTouch:
+		x := &rd.touch
+		*x = touchRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opMarkRead:
+		x := &rd.markRead
+		*x = markReadRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opClickRedDot:
+		x := &rd.click
+		*x = clickRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opPushRedDot:
+		x := &rd.push
+		*x = pushRec{recHeader: h}
+		r = x
+	case opPublish:
+		x := &rd.publish
+		*x = publishRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opCreateGroup:
+		x := &rd.createGroup
+		*x = createGroupRec{recHeader: h, CreateGroup: ops.CreateGroup{Members: x.Members[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opAddMembers:
+		x := &rd.addMembers
+		*x = addMembersRec{recHeader: h, AddMembers: ops.AddMembers{Users: x.Users[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opLeaveGroup:
+		x := &rd.leaveGroup
+		*x = leaveGroupRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opSendMessage:
+		x := &rd.sendMessage
+		*x = sendMessageRec{recHeader: h, SendMessage: ops.SendMessage{Mentions: x.Mentions[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opMarkMessagesRead:
+		x := &rd.markMessagesRead
+		*x = markMessagesReadRec{recHeader: h, MarkMessagesRead: ops.MarkMessagesRead{Messages: x.Messages[:0]}}
+		x.readFrom(&d)
+		r = x
+	case opSweepCursors:
+		x := &rd.sweep
+		*x = sweepRec{recHeader: h}
+		if ttl := d.uvarint("cursor TTL"); ttl > math.MaxInt64 {
+			d.fail("cursor TTL out of range")
+		} else {
+			x.ttl = int64(ttl)
+		}
+		r = x
+	case opImport:
+		x := &rd.imports
+		*x = importRec{recHeader: h, rows: x.rows[:0]}
+		x.readFrom(&d)
+		r = x
+	default:
+		return nil, fmt.Errorf("%w: unknown kind %d", errBadRecord, rec[1])
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return r, nil
+}
+
+// Coding helpers shared by the kinds' appendTo and readFrom.
+
+func appendID[T ~uint64](dst []byte, id T) []byte { return binary.AppendUvarint(dst, uint64(id)) }
+
+func appendIDs[T ~uint64](dst []byte, ids []T) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
+		dst = binary.AppendUvarint(dst, uint64(id))
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendFlag(dst []byte, f bool) []byte {
+	if f {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+// appendIdem writes h's idempotency key and fingerprint.
+func appendIdem(dst []byte, h *recHeader) []byte {
+	var bits byte
+	if h.idem != (idemKey{}) {
+		bits |= idemKeyBit
+		if h.fp != 0 {
+			bits |= idemFPBit
+		}
+	}
+	dst = append(dst, bits)
+	if bits&idemKeyBit != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, h.idem[0])
+		dst = binary.LittleEndian.AppendUint64(dst, h.idem[1])
+	}
+	if bits&idemFPBit != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, h.fp)
+	}
+	return dst
+}
+
+// id reads a uvarint that the engine never logs as zero.
+func (d *decoder) id(what string) uint64 {
+	v := d.uvarint(what)
+	if v == 0 && d.err == nil {
+		d.fail(what + " is zero")
+	}
+	return v
+}
+
+// count reads a uvarint that fits an int64.
+func (d *decoder) count(what string) int64 {
+	v := d.uvarint(what)
+	if v > math.MaxInt64 {
+		d.fail(what + " out of range")
+		return 0
+	}
+	return int64(v)
+}
+
+func (d *decoder) flag(what string) bool {
+	b := d.bytes(1, what)
+	if b == nil {
+		return false
+	}
+	if b[0] > 1 {
+		d.fail(fmt.Sprintf("%s is %d", what, b[0]))
+	}
+	return b[0] == 1
+}
+
+// readIDs reads an id list into dst's storage; nonEmpty refuses a list
+// of none.
+func readIDs[T ~uint64](d *decoder, dst []T, nonEmpty bool, what string) []T {
+	dst = dst[:0]
+	n := d.uvarint(what + " count")
+	// Each id takes at least a byte: a count beyond what is left is
+	// garbage, and checking first keeps a bad count from allocating.
+	switch {
+	case d.err != nil:
+		return dst
+	case n == 0 && nonEmpty:
+		d.fail("no " + what)
+		return dst
+	case n > maxListLen || n > uint64(len(d.b)):
+		d.fail(what + " list too long")
+		return dst
+	}
+	for range n {
+		dst = append(dst, T(d.id(what)))
+	}
+	return dst
+}
+
+// text reads a string; nonEmpty refuses "".
+func (d *decoder) text(nonEmpty bool, what string) string {
+	s := d.str(what)
+	if s == "" && nonEmpty && d.err == nil {
+		d.fail(what + " is empty")
+	}
+	return s
+}
+
+// idem reads what appendIdem wrote into h.
+func (d *decoder) idem(h *recHeader) {
+	b := d.bytes(1, "idempotency bits")
+	if b == nil {
+		return
+	}
+	bits := b[0]
+	if bits&^(idemKeyBit|idemFPBit) != 0 || bits == idemFPBit {
+		d.fail(fmt.Sprintf("idempotency bits %#x", bits))
+		return
+	}
+	if bits&idemKeyBit != 0 {
+		if k := d.bytes(16, "idem key"); k != nil {
+			h.idem = idemKey{binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[8:])}
+			if h.idem == (idemKey{}) {
+				d.fail("idem key is zero")
+			}
+		}
+	}
+	if bits&idemFPBit != 0 {
+		if k := d.bytes(8, "fingerprint"); k != nil {
+			if h.fp = binary.LittleEndian.Uint64(k); h.fp == 0 {
+				d.fail("fingerprint is zero")
+			}
+		}
+	}
 }

@@ -90,68 +90,6 @@ const (
 
 var errBadRecord = errors.New("embedded: malformed op record")
 
-// appendV1 appends o's encoding to dst.
-func appendV1(dst []byte, o *v1op) []byte {
-	var mask byte
-	if o.viewer != 0 {
-		mask |= maskViewer
-	}
-	if o.a != 0 {
-		mask |= maskA
-	}
-	if o.b != 0 {
-		mask |= maskB
-	}
-	if o.idem != (idemKey{}) {
-		mask |= maskIdem
-	}
-	if len(o.list) > 0 {
-		mask |= maskList
-	}
-	if o.s1 != "" {
-		mask |= maskS1
-	}
-	if o.s2 != "" {
-		mask |= maskS2
-	}
-	if o.fp != 0 {
-		mask |= maskFP
-	}
-	dst = append(dst, opVersion, byte(o.kind), mask)
-	dst = binary.AppendUvarint(dst, uint64(o.time))
-	if mask&maskViewer != 0 {
-		dst = binary.AppendUvarint(dst, o.viewer)
-	}
-	if mask&maskA != 0 {
-		dst = binary.AppendUvarint(dst, o.a)
-	}
-	if mask&maskB != 0 {
-		dst = binary.AppendUvarint(dst, o.b)
-	}
-	if mask&maskIdem != 0 {
-		dst = binary.LittleEndian.AppendUint64(dst, o.idem[0])
-		dst = binary.LittleEndian.AppendUint64(dst, o.idem[1])
-	}
-	if mask&maskList != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(o.list)))
-		for _, v := range o.list {
-			dst = binary.AppendUvarint(dst, v)
-		}
-	}
-	if mask&maskS1 != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(o.s1)))
-		dst = append(dst, o.s1...)
-	}
-	if mask&maskS2 != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(o.s2)))
-		dst = append(dst, o.s2...)
-	}
-	if mask&maskFP != 0 {
-		dst = binary.LittleEndian.AppendUint64(dst, o.fp)
-	}
-	return dst
-}
-
 // decoder reads a record front to back, remembering the first error.
 type decoder struct {
 	b   []byte
@@ -329,9 +267,12 @@ var v1Fields = [opKindEnd]struct {
 	opImport:           {list: true},
 }
 
-// fromV1 turns a version-1 record into its typed record. It refuses a
-// field the kind never carried and a value the typed record cannot hold,
-// so that whatever it accepts converts back (toV1) to the same record.
+// fromV1 turns a version-1 record into its typed record. It refuses what
+// no engine logged — a field the kind never carried, a zero id where
+// every engine since the first set one (the viewer, the post, the group,
+// the ids it made, list entries), an empty list or text — and a value the
+// typed record cannot hold, so that whatever it accepts converts back
+// (toV1) to the same record and has a version-2 encoding.
 func fromV1(o *v1op) (record, error) {
 	f := v1Fields[o.kind]
 	switch {
@@ -339,6 +280,22 @@ func fromV1(o *v1op) (record, error) {
 		!f.idem && o.idem != (idemKey{}), !f.list && len(o.list) > 0,
 		!f.s1 && o.s1 != "", !f.s2 && o.s2 != "":
 		return nil, fmt.Errorf("%w: a field %v records do not have", errBadRecord, o.kind)
+	case f.viewer && o.viewer == 0:
+		return nil, fmt.Errorf("%w: %v without a viewer", errBadRecord, o.kind)
+	case f.a && o.a == 0 && o.kind != opTouch && o.kind != opSweepCursors,
+		f.b && o.b == 0 && o.kind != opTouch:
+		return nil, fmt.Errorf("%w: %v without an id", errBadRecord, o.kind)
+	case f.s1 && o.s1 == "":
+		return nil, fmt.Errorf("%w: %v without a text", errBadRecord, o.kind)
+	}
+	switch o.kind {
+	case opViews, opAddMembers, opMarkMessagesRead, opImport:
+		if len(o.list) == 0 {
+			return nil, fmt.Errorf("%w: %v of nothing", errBadRecord, o.kind)
+		}
+	}
+	if o.kind != opImport && slices.Contains(o.list, 0) {
+		return nil, fmt.Errorf("%w: id 0 in a %v list", errBadRecord, o.kind)
 	}
 	h := recHeader{time: o.time, idem: o.idem, fp: o.fp}
 	v := engine.UserID(o.viewer)
@@ -359,8 +316,8 @@ func fromV1(o *v1op) (record, error) {
 	case opFollow, opUnfollow:
 		return &followRec{h, ops.Follow{Viewer: v, Target: engine.UserID(o.a), Undo: o.kind == opUnfollow}}, nil
 	case opTouch:
-		if o.b > 1 {
-			return nil, fmt.Errorf("%w: touch reset flag %d", errBadRecord, o.b)
+		if o.b > 1 || o.b == 0 && o.a != 0 {
+			return nil, fmt.Errorf("%w: touch reset flag %d, cursor %d", errBadRecord, o.b, o.a)
 		}
 		return &touchRec{recHeader: h, viewer: v, cursor: o.a, reset: o.b == 1}, nil
 	case opMarkRead:
@@ -393,8 +350,8 @@ func fromV1(o *v1op) (record, error) {
 	case opImport:
 		rows := make([]engine.ImportRow, 0, len(o.list)/importStride)
 		for row := range slices.Chunk(o.list, importStride) {
-			if max(row[2], row[3], row[4], row[5], row[6]) > math.MaxInt64 {
-				return nil, fmt.Errorf("%w: import count out of range", errBadRecord)
+			if row[0] == 0 || max(row[2], row[3], row[4], row[5], row[6]) > math.MaxInt64 {
+				return nil, fmt.Errorf("%w: import row of post 0 or a count out of range", errBadRecord)
 			}
 			rows = append(rows, engine.ImportRow{Post: engine.PostID(row[0]), Author: engine.UserID(row[1]),
 				Counts: engine.Counts{Likes: int64(row[2]), Comments: int64(row[3]), Reposts: int64(row[4]),
@@ -403,60 +360,6 @@ func fromV1(o *v1op) (record, error) {
 		return &importRec{recHeader: h, rows: rows}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown kind %d", errBadRecord, o.kind)
-}
-
-// toV1 is fromV1's inverse: r as a version-1 record.
-func toV1(r record) v1op {
-	h, kind, _, _ := recordInfo(r)
-	o := v1op{kind: kind, time: h.time, idem: h.idem, fp: h.fp}
-	switch r := r.(type) {
-	case *createPostRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Post)
-	case *likeRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Post)
-	case *favoriteRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Post)
-	case *commentRec:
-		o.viewer, o.a, o.list = uint64(r.Viewer), uint64(r.Post), ids(r.Mentions)
-	case *repostRec:
-		o.viewer, o.a, o.b, o.list = uint64(r.Viewer), uint64(r.Post), uint64(r.NewPost), ids(r.Mentions)
-	case *viewsRec:
-		o.list = ids(r.Posts)
-	case *followRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Target)
-	case *touchRec:
-		o.viewer, o.a = uint64(r.viewer), r.cursor
-		if r.reset {
-			o.b = 1
-		}
-	case *markReadRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Kind)
-	case *clickRec:
-		o.viewer = uint64(r.Viewer)
-	case *pushRec:
-	case *publishRec:
-		o.a, o.s1, o.s2 = r.id, r.Title, r.Body
-	case *createGroupRec:
-		o.viewer, o.a, o.list = uint64(r.Viewer), uint64(r.Group), ids(r.Members)
-	case *addMembersRec:
-		o.viewer, o.a, o.list = uint64(r.Viewer), uint64(r.Group), ids(r.Users)
-	case *leaveGroupRec:
-		o.viewer, o.a = uint64(r.Viewer), uint64(r.Group)
-	case *sendMessageRec:
-		o.viewer, o.a, o.b, o.list, o.s1 = uint64(r.Viewer), uint64(r.Group), uint64(r.Message), ids(r.Mentions), r.Text
-	case *markMessagesReadRec:
-		o.viewer, o.list = uint64(r.Viewer), ids(r.Messages)
-	case *sweepRec:
-		o.a = uint64(r.ttl)
-	case *importRec:
-		o.list = make([]uint64, 0, len(r.rows)*importStride)
-		for _, row := range r.rows {
-			c := row.Counts
-			o.list = append(o.list, uint64(row.Post), uint64(row.Author), uint64(c.Likes), uint64(c.Comments),
-				uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites))
-		}
-	}
-	return o
 }
 
 // idsAs converts a record's []uint64 to typed ids (nil stays nil).

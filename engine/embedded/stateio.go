@@ -91,13 +91,14 @@ type image struct {
 	index    uint64 // the last record applied
 	lastTime int64
 	genHigh  uint64 // snowflake.Generator high-water mark, 0 if none
+	rd       recordReader
 }
 
 func newImage(co postcounts.Options) *image { return &image{st: newState(co)} }
 
 // applyRecord applies one log record, exactly as Open's replay does.
 func (im *image) applyRecord(index uint64, payload []byte) error {
-	r, err := decodeRecord(payload)
+	r, err := im.rd.decode(payload)
 	if err != nil {
 		return fmt.Errorf("embedded: log record %d: %w", index, err)
 	}
