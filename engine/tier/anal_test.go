@@ -16,7 +16,7 @@ func BenchmarkLayout(b *testing.B) {
 	for b.Loop() {
 		tr = loadPosts(b, benchOpts(b, "sealed"), d)
 	}
-	var ids, hdr, crc, idx, recs float64
+	var ids, hdr, crc, idx, recs, pres float64
 	var col [MaxCols]float64
 	for _, w := range tr.wins {
 		s := w.body.(*sealedBody).s
@@ -24,21 +24,29 @@ func BenchmarkLayout(b *testing.B) {
 		for blk := range s.idx.Blocks() {
 			first, raw := s.blockBytes(blk)
 			var k Block
-			if err := k.Parse(first, raw[:len(raw)-4], tr.cols); err != nil {
+			if err := k.Parse(first, raw[:len(raw)-4], tr.sh); err != nil {
 				b.Fatal(err)
 			}
 			recs += float64(k.n)
 			ids += float64((k.n-1)*k.l+k.hiLen) / 8
 			crc += 4
 			hdr += float64(len(raw) - 4 - len(k.area) + BlockSlack)
+			if k.pres >= 0 {
+				pres += float64(k.n) / 8
+			}
 			for f := range tr.cols {
 				cv := k.f[f]
-				col[f] += float64(k.n*cv.w+cv.nexc*(k.iw+cv.xw)) / 8
+				c := k.n
+				if f >= tr.sh.dense {
+					c = k.k
+				}
+				col[f] += float64(c*cv.w+cv.nexc*(cv.iw+cv.xw)) / 8
 			}
 		}
 	}
 	b.ReportMetric(ids/recs, "id-B/post")
 	b.ReportMetric((hdr+crc+idx)/recs, "header+crc+index-B/post")
+	b.ReportMetric(pres/recs, "presence-B/post")
 	for f, name := range []string{"author", "likes", "comments", "reposts", "views", "favorites"} {
 		b.ReportMetric(col[f]/recs, name+"-B/post")
 	}

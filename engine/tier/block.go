@@ -36,10 +36,20 @@ func blockCRC(first uint64, b []byte) uint32 {
 	return crc32.Update(^crc, castagnoli, b)
 }
 
+// shape is the column layout of a codec's records: cols columns, of which
+// the first dense are stored for every record and the rest form the
+// sparse group, stored only for the records where one of them is not
+// zero (a presence bit says which).
+type shape struct{ cols, dense int }
+
+func (sh shape) valid() bool {
+	return sh.cols >= 1 && sh.cols <= MaxCols && sh.dense >= 0 && sh.dense <= sh.cols
+}
+
 // blockEncoder collects up to MaxBlockRecords records and encodes them.
 // It is reused from block to block.
 type blockEncoder struct {
-	cols int
+	sh   shape
 	ids  [MaxBlockRecords]uint64
 	vals [MaxCols][MaxBlockRecords]uint64
 	n    int
@@ -48,7 +58,7 @@ type blockEncoder struct {
 
 func (e *blockEncoder) add(id uint64, r *Row) {
 	e.ids[e.n] = id
-	for f := range e.cols {
+	for f := range e.sh.cols {
 		e.vals[f][e.n] = r[f]
 	}
 	e.n++
@@ -87,9 +97,18 @@ func planCol(vals []uint64, iw int) colPlan {
 	return best
 }
 
+// posWidth is the bits of an exception's position among n values.
+func posWidth(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return bits.Len(uint(n - 1))
+}
+
 // encode appends the encoded block (bytes and CRC) to dst and resets e.
 //
 //	block = n-1 uint8 | top uint8 | l uint8 | holes uvarint | hiLen uvarint |
+//	        k uvarint (records with the sparse group; only if the shape has one) |
 //	        cols × (w uint8 | xw uint8 | nexc uvarint) | bit area | CRC32C
 func (e *blockEncoder) encode(dst []byte) []byte {
 	n := e.n
@@ -115,17 +134,44 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	if m > 0 {
 		hiLen = int(maxX>>uint(l)) + m
 	}
-	iw := bits.Len(uint(n - 1))
+	sh := e.sh
+	// The sparse group: which records have it, and its columns squeezed
+	// to those records.
+	var present [MaxBlockRecords]bool
+	k := n
+	if sh.dense < sh.cols {
+		k = 0
+		for i := range n {
+			for f := sh.dense; f < sh.cols; f++ {
+				if e.vals[f][i] != 0 {
+					present[i] = true
+				}
+			}
+			if present[i] {
+				for f := sh.dense; f < sh.cols; f++ {
+					e.vals[f][k] = e.vals[f][i]
+				}
+				k++
+			}
+		}
+	}
 	var plans [MaxCols]colPlan
-	for f := range e.cols {
-		plans[f] = planCol(e.vals[f][:n], iw)
+	for f := range sh.cols {
+		c := n
+		if f >= sh.dense {
+			c = k
+		}
+		plans[f] = planCol(e.vals[f][:c], posWidth(c))
 	}
 
 	start := len(dst)
 	dst = append(dst, byte(n-1), byte(top), byte(l))
 	dst = binary.AppendUvarint(dst, holes)
 	dst = binary.AppendUvarint(dst, uint64(hiLen))
-	for _, p := range plans[:e.cols] {
+	if sh.dense < sh.cols {
+		dst = binary.AppendUvarint(dst, uint64(k))
+	}
+	for _, p := range plans[:sh.cols] {
 		dst = append(dst, p.w, p.xw)
 		dst = binary.AppendUvarint(dst, uint64(p.nexc))
 	}
@@ -141,14 +187,28 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 		bw.Put(1, 1)
 		prevHigh = h
 	}
-	for f, p := range plans[:e.cols] {
-		vals := e.vals[f][:n]
+	for f, p := range plans[:sh.cols] {
+		c := n
+		if f >= sh.dense {
+			c = k
+			if f == sh.dense && k > 0 && k < n {
+				for _, b := range present[:n] {
+					if b {
+						bw.Put(1, 1)
+					} else {
+						bw.Put(0, 1)
+					}
+				}
+			}
+		}
+		vals := e.vals[f][:c]
 		for _, v := range vals {
 			bw.Put(v, int(p.w))
 		}
 		if p.nexc == 0 {
 			continue
 		}
+		iw := posWidth(c)
 		for i, v := range vals {
 			if v>>p.w != 0 {
 				bw.Put(uint64(i), iw)
@@ -173,30 +233,31 @@ var errBlock = errors.New("malformed block")
 // Block is a parsed view of one encoded block: its header decoded so that
 // one record can be found and read without decoding the others. The id
 // column is an Elias–Fano list, the value columns fixed width with
-// exceptions, so a lookup is O(1) bit reads. It holds no memory of its
-// own beyond the slice it was parsed from.
+// exceptions, so a lookup is O(1) bit reads plus a rank in the presence
+// bits. It holds no memory of its own beyond the slice it was parsed from.
 type Block struct {
 	area  []byte // bit area, and BlockSlack bytes past it
 	first uint64
 	mask  uint64
 	sq0   uint64
 	lmask uint64
-	imask uint64
 	n     int
 	l     int
 	hiLen int
-	iw    int
-	cols  int
+	sh    shape
+	k     int // records with the sparse group
+	pres  int // bit offset of the presence bits; -1 when k is 0 or n
 	low   int
 	hi    int
 	f     [MaxCols]colView
 }
 
 type colView struct {
-	w, xw          int
+	w, xw, iw      int
 	nexc           int
 	vals, idx, exc int
 	wmask, xmask   uint64
+	imask          uint64
 }
 
 func uvarint(b []byte, p int) (uint64, int) {
@@ -214,18 +275,18 @@ func uvarint(b []byte, p int) (uint64, int) {
 }
 
 // Parse parses the header of block b (its bytes without the CRC), whose
-// first id is first and which has cols columns, checking that every region
-// the header declares fits the block exactly. cap(b) must exceed len(b) by
-// BlockSlack. Lookups on a block that passed Parse stay within its bytes
-// whatever they hold; Decode checks the contents.
-func (k *Block) Parse(first uint64, b []byte, cols int) error {
-	if cap(b)-len(b) < BlockSlack || cols < 1 || cols > MaxCols {
+// first id is first and whose records have shape sh, checking that every
+// region the header declares fits the block exactly. cap(b) must exceed
+// len(b) by BlockSlack. Lookups on a block that passed Parse stay within
+// its bytes whatever they hold; Decode checks the contents.
+func (k *Block) Parse(first uint64, b []byte, sh shape) error {
+	if cap(b)-len(b) < BlockSlack || !sh.valid() {
 		return errBlock
 	}
 	if len(b) < 3 {
 		return errBlock
 	}
-	k.first, k.cols = first, cols
+	k.first, k.sh = first, sh
 	k.n = int(b[0]) + 1
 	top := uint(b[1])
 	k.l = int(b[2])
@@ -244,27 +305,44 @@ func (k *Block) Parse(first uint64, b []byte, cols int) error {
 	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
 		return errBlock
 	}
-	k.iw = bits.Len(uint(k.n - 1))
+	k.k = k.n
+	if sh.dense < sh.cols {
+		var kk uint64
+		kk, p = uvarint(b, p)
+		if p < 0 || kk > uint64(k.n) {
+			return errBlock
+		}
+		k.k = int(kk)
+	}
 	off := m*k.l + k.hiLen
 	k.low, k.hi = 0, m*k.l
-	for f := range cols {
+	k.pres = -1
+	for f := range sh.cols {
 		if p < 0 || p+2 > len(b) {
 			return errBlock
+		}
+		c := k.n
+		if f >= sh.dense {
+			c = k.k
+			if f == sh.dense && k.k > 0 && k.k < k.n {
+				k.pres = off
+				off += k.n
+			}
 		}
 		cv := &k.f[f]
 		cv.w, cv.xw = int(b[p]), int(b[p+1])
 		var nexc uint64
 		nexc, p = uvarint(b, p+2)
-		if p < 0 || nexc > uint64(k.n) || cv.w+cv.xw > 64 ||
-			(nexc == 0) != (cv.xw == 0) {
+		if p < 0 || nexc > uint64(c) || cv.w+cv.xw > 64 || (nexc == 0) != (cv.xw == 0) {
 			return errBlock
 		}
 		cv.nexc = int(nexc)
-		cv.wmask, cv.xmask = bitpack.LowMask(uint(cv.w)), bitpack.LowMask(uint(cv.xw))
+		cv.iw = posWidth(c)
+		cv.wmask, cv.xmask, cv.imask = bitpack.LowMask(uint(cv.w)), bitpack.LowMask(uint(cv.xw)), bitpack.LowMask(uint(cv.iw))
 		cv.vals = off
-		off += k.n * cv.w
+		off += c * cv.w
 		cv.idx = off
-		off += cv.nexc * k.iw
+		off += cv.nexc * cv.iw
 		cv.exc = off
 		off += cv.nexc * cv.xw
 	}
@@ -272,7 +350,7 @@ func (k *Block) Parse(first uint64, b []byte, cols int) error {
 		return errBlock
 	}
 	k.area = b[p : len(b)+BlockSlack]
-	k.lmask, k.imask = bitpack.LowMask(uint(k.l)), bitpack.LowMask(uint(k.iw))
+	k.lmask = bitpack.LowMask(uint(k.l))
 	return nil
 }
 
@@ -347,16 +425,48 @@ func (k *Block) selectZero(r int) int {
 	return -1
 }
 
+// sparsePos returns record i's position among the records that have the
+// sparse group, or -1 when it has none.
+func (k *Block) sparsePos(i int) int {
+	switch {
+	case k.k == k.n:
+		return i
+	case k.k == 0:
+		return -1
+	}
+	a := k.area
+	if getBits(a, k.pres+i, 1, 1) == 0 {
+		return -1
+	}
+	r := 0
+	p := 0
+	for ; p+56 <= i; p += 56 {
+		r += bits.OnesCount64(getBits56(a, k.pres+p) & (1<<56 - 1))
+	}
+	return r + bits.OnesCount64(getBits56(a, k.pres+p)&bitpack.LowMask(uint(i-p)))
+}
+
 // Row reads the record at position i (0 <= i < Len()) into r.
 func (k *Block) Row(i int, r *Row) {
-	for f := range k.cols {
+	for f := range k.sh.dense {
 		r[f] = k.value(&k.f[f], i)
+	}
+	if k.sh.dense == k.sh.cols {
+		return
+	}
+	j := k.sparsePos(i)
+	for f := k.sh.dense; f < k.sh.cols; f++ {
+		if j < 0 {
+			r[f] = 0
+		} else {
+			r[f] = k.value(&k.f[f], j)
+		}
 	}
 }
 
-// value returns column cv of record i: its inline bits, then, if i is in
-// the exception list (a short binary search over at most 256 positions),
-// its high bits.
+// value returns value i of column cv: its inline bits, then, if i is in
+// the exception list (a binary search over at most 256 positions), its
+// high bits.
 func (k *Block) value(cv *colView, i int) uint64 {
 	a := k.area
 	v := getBits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
@@ -367,13 +477,13 @@ func (k *Block) value(cv *colView, i int) uint64 {
 	lo, hi := 0, n
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if int(getBits(a, cv.idx+mid*k.iw, uint(k.iw), k.imask)) < i {
+		if int(getBits(a, cv.idx+mid*cv.iw, uint(cv.iw), cv.imask)) < i {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	if lo < n && int(getBits(a, cv.idx+lo*k.iw, uint(k.iw), k.imask)) == i {
+	if lo < n && int(getBits(a, cv.idx+lo*cv.iw, uint(cv.iw), cv.imask)) == i {
 		v |= getBits(a, cv.exc+lo*cv.xw, uint(cv.xw), cv.xmask) << uint(cv.w&63)
 	}
 	return v
@@ -381,8 +491,8 @@ func (k *Block) value(cv *colView, i int) uint64 {
 
 // Decode writes the block's ids and rows to ids[:Len()] and rows[:Len()],
 // checking what Parse does not: that ids increase, that the declared
-// varying bits vary, that exceptions are canonical. A block that decodes
-// without error reads back exactly what it decodes to.
+// varying bits vary, that exceptions and presence bits are canonical. A
+// block that decodes without error reads back exactly what it decodes to.
 func (k *Block) Decode(ids []uint64, rows []Row) error {
 	n := k.n
 	ids, rows = ids[:n], rows[:n]
@@ -425,24 +535,68 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 	if mask != k.mask {
 		return errBlock
 	}
-	for f := range k.cols {
-		cv := &k.f[f]
+	// The columns as stored (the sparse ones squeezed), then spread.
+	var at [MaxBlockRecords]int // record -> position among the sparse
+	if k.pres >= 0 {
+		c := 0
 		for i := range n {
-			rows[i][f] = getBits(k.area, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
+			at[i] = -1
+			if getBits(k.area, k.pres+i, 1, 1) == 1 {
+				at[i] = c
+				c++
+			}
+		}
+		if c != k.k {
+			return errBlock
+		}
+	} else {
+		for i := range n {
+			at[i] = i
+			if k.k == 0 {
+				at[i] = -1
+			}
+		}
+	}
+	var col [MaxBlockRecords]uint64
+	for f := range k.sh.cols {
+		cv := &k.f[f]
+		c := n
+		if f >= k.sh.dense {
+			c = k.k
+		}
+		for i := range c {
+			col[i] = getBits(k.area, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
 		}
 		prev := -1
 		for e := range cv.nexc {
-			i := int(getBits(k.area, cv.idx+e*k.iw, uint(k.iw), k.imask))
+			i := int(getBits(k.area, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
 			hi := getBits(k.area, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
-			if i <= prev || i >= n || hi == 0 {
+			if i <= prev || i >= c || hi == 0 {
 				return errBlock
 			}
 			prev = i
-			rows[i][f] |= hi << uint(cv.w)
+			col[i] |= hi << uint(cv.w)
+		}
+		for i := range n {
+			switch {
+			case f < k.sh.dense:
+				rows[i][f] = col[i]
+			case at[i] < 0:
+				rows[i][f] = 0
+			default:
+				rows[i][f] = col[at[i]]
+			}
 		}
 	}
 	for i := range rows {
-		for f := k.cols; f < MaxCols; f++ {
+		zero := true
+		for f := k.sh.dense; f < k.sh.cols; f++ {
+			zero = zero && rows[i][f] == 0
+		}
+		if k.sh.dense < k.sh.cols && zero != (at[i] < 0) {
+			return errBlock // a present record with a zero group, or the reverse
+		}
+		for f := k.sh.cols; f < MaxCols; f++ {
 			rows[i][f] = 0
 		}
 	}
@@ -452,7 +606,7 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 // checkBlock checks block b — its bytes including the trailing CRC, with
 // cap(b) >= len(b)+BlockSlack-4 — whose first id is first: the checksum,
 // then the header. That is enough to read it safely.
-func checkBlock(first uint64, b []byte, cols int) error {
+func checkBlock(first uint64, b []byte, sh shape) error {
 	if len(b) < 4 {
 		return fmt.Errorf("block of %d bytes: %w", len(b), errBlock)
 	}
@@ -461,5 +615,5 @@ func checkBlock(first uint64, b []byte, cols int) error {
 		return fmt.Errorf("block checksum mismatch (computed %08x, stored %08x)", got, want)
 	}
 	var k Block
-	return k.Parse(first, body, cols)
+	return k.Parse(first, body, sh)
 }

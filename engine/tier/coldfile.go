@@ -24,7 +24,7 @@ type coldFile struct {
 	fh    *os.File
 	size  int64
 	idx   sealed.Index
-	cols  int
+	sh    shape
 	cache *cold.Cache
 	id    uint32 // the cache's name for this file's blocks
 }
@@ -55,7 +55,7 @@ func parseFileName(prefix, name string) (num int64, gen uint64, ok bool) {
 
 // openCold opens the window file dir/name and checks its header, footer
 // and index; blocks are checked as they are read.
-func openCold(dir, name string, tag [4]byte, cols int, cache *cold.Cache) (*coldFile, error) {
+func openCold(dir, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
 	path := filepath.Join(dir, name)
 	fh, err := os.Open(path)
 	if err != nil {
@@ -66,7 +66,7 @@ func openCold(dir, name string, tag [4]byte, cols int, cache *cold.Cache) (*cold
 		fh.Close()
 		return nil, fmt.Errorf("tier: cold file: %w", err)
 	}
-	f, err := newColdFile(fh, st.Size(), name, tag, cols, cache)
+	f, err := newColdFile(fh, st.Size(), name, tag, sh, cache)
 	if err != nil {
 		fh.Close()
 		return nil, err
@@ -75,8 +75,8 @@ func openCold(dir, name string, tag [4]byte, cols int, cache *cold.Cache) (*cold
 	return f, nil
 }
 
-func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, cols int, cache *cold.Cache) (*coldFile, error) {
-	f := &coldFile{name: name, r: r, size: size, cols: cols, cache: cache, id: cache.NewFileID()}
+func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
+	f := &coldFile{name: name, r: r, size: size, sh: sh, cache: cache, id: cache.NewFileID()}
 	if size < headerSize+footerSize {
 		return nil, corruptAt(name, 0, "%d bytes is too short for a window", size)
 	}
@@ -84,7 +84,7 @@ func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, cols int, 
 	if err := f.readAt(hdr[:], 0); err != nil {
 		return nil, err
 	}
-	if err := checkWindowHeader(hdr[:], tag, cols); err != nil {
+	if err := checkWindowHeader(hdr[:], tag, sh); err != nil {
 		return nil, f.named(err)
 	}
 	var foot [footerSize]byte
@@ -149,7 +149,7 @@ func (f *coldFile) readBlock(b int, sc *scratch) ([]byte, error) {
 	if err := f.readAt(blk, int64(off)); err != nil {
 		return nil, err
 	}
-	if err := checkBlock(first, blk, f.cols); err != nil {
+	if err := checkBlock(first, blk, f.sh); err != nil {
 		return nil, corruptAt(f.name, int64(off), "block %d: %v; nothing is read from it", b, err)
 	}
 	f.cache.Put(f.id, b, blk)
@@ -162,7 +162,7 @@ func (f *coldFile) memoryBytes() int { return f.idx.SizeBytes() }
 // verify reads and decodes every block.
 func (f *coldFile) verify() error {
 	var sc scratch
-	return verifyBlocks(&f.idx, f.cols, f.name, func(b int) ([]byte, error) {
+	return verifyBlocks(&f.idx, f.sh, f.name, func(b int) ([]byte, error) {
 		_, off, end := f.idx.Block(b)
 		if cap(sc.b) < int(end-off)+BlockSlack {
 			sc.b = make([]byte, 0, int(end-off)+BlockSlack)

@@ -188,7 +188,7 @@ func TestTornSnapshot(t *testing.T) {
 // by block, so a damaged block with a recomputed image checksum is still
 // refused.
 func TestCorruptSealedImage(t *testing.T) {
-	s, err := buildSegment(postTag, 6, func(add func(uint64, *Row) error) error {
+	s, err := buildSegment(&arena{}, postTag, shape{6, 1}, func(add func(uint64, *Row) error) error {
 		for i := range 500 {
 			if err := add(uint64(1000+3*i), &Row{uint64(i), 1}); err != nil {
 				return err
@@ -202,7 +202,7 @@ func TestCorruptSealedImage(t *testing.T) {
 	for i := headerSize; i < len(s.data); i += 7 {
 		bad := bytes.Clone(s.data)
 		bad[i] ^= 1
-		if _, err := openSegment(bad, postTag, 6, true); !errors.Is(err, ErrCorrupt) {
+		if _, err := openSegment(bad, postTag, shape{6, 1}, true); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
 	}

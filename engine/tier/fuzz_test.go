@@ -12,8 +12,8 @@ import (
 
 // encodeBlock encodes the records given as (id gaps, column values) for
 // the seeds and the round trip.
-func encodeBlock(cols int, ids []uint64, rows []Row) []byte {
-	e := blockEncoder{cols: cols}
+func encodeBlock(sh shape, ids []uint64, rows []Row) []byte {
+	e := blockEncoder{sh: sh}
 	for i, id := range ids {
 		e.add(id, &rows[i])
 	}
@@ -36,7 +36,7 @@ func seedBlocks() [][]byte {
 				}
 			}
 		}
-		blk := encodeBlock(6, ids, rows)
+		blk := encodeBlock(shape{6, 1}, ids, rows)
 		out = append(out, binary.LittleEndian.AppendUint64(blk, ids[0]))
 	}
 	return out
@@ -48,8 +48,9 @@ func seedBlocks() [][]byte {
 // block that decodes answers every lookup as its decode says.
 func FuzzBlock(f *testing.F) {
 	for _, s := range seedBlocks() {
-		f.Add(s, uint8(6), false)
-		f.Add(s, uint8(6), true)
+		f.Add(s, uint8(5+MaxCols), false) // six columns, one dense
+		f.Add(s, uint8(5+MaxCols), true)
+		f.Add(s, uint8(5), true) // six dense columns
 	}
 	f.Fuzz(func(t *testing.T, in []byte, cols uint8, fixCRC bool) {
 		if len(in) < 12 {
@@ -58,15 +59,16 @@ func FuzzBlock(f *testing.F) {
 		first := binary.LittleEndian.Uint64(in[len(in)-8:])
 		blk := append(make([]byte, 0, len(in)+BlockSlack), in[:len(in)-8]...)
 		c := int(cols%MaxCols) + 1
+		sh := shape{c, int(cols/MaxCols) % (c + 1)}
 		if fixCRC {
 			body := blk[:len(blk)-4]
 			binary.LittleEndian.PutUint32(blk[len(blk)-4:], blockCRC(first, body))
 		}
-		if checkBlock(first, blk, c) != nil {
+		if checkBlock(first, blk, sh) != nil {
 			return
 		}
 		var k Block
-		if err := k.Parse(first, blk[:len(blk)-4], c); err != nil {
+		if err := k.Parse(first, blk[:len(blk)-4], sh); err != nil {
 			t.Fatalf("checkBlock passed, Parse failed: %v", err)
 		}
 		var row Row
@@ -97,10 +99,10 @@ func FuzzBlock(f *testing.F) {
 			}
 		}
 		// A decoded block encodes back to the same rows.
-		again := encodeBlock(c, ids[:k.n], rows[:k.n])
+		again := encodeBlock(sh, ids[:k.n], rows[:k.n])
 		again = append(again, make([]byte, BlockSlack)...)[:len(again)]
 		var k2 Block
-		if err := k2.Parse(first, again[:len(again)-4], c); err != nil {
+		if err := k2.Parse(first, again[:len(again)-4], sh); err != nil {
 			t.Fatalf("re-encoded block: %v", err)
 		}
 	})

@@ -31,9 +31,7 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 		if err := ww.close(); err != nil {
 			return err
 		}
-		data := make([]byte, len(buf.b), len(buf.b)+BlockSlack)
-		copy(data, buf.b)
-		s, err := openSegment(data, t.tag, t.cols, false)
+		s, err := newSegment(&t.arena, buf.b, t.tag, t.sh, false)
 		if err != nil {
 			return err
 		}
@@ -53,7 +51,7 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 			cur = t.windowFor(id)
 			if t.sealDue(t.win.End(cur.num), ms) {
 				buf = &bytesBuffer{b: buf.reuse()}
-				ww = newWindowWriter(buf, t.tag, t.cols)
+				ww = newWindowWriter(buf, t.tag, t.sh)
 			}
 		}
 		if ww == nil {

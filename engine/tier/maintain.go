@@ -136,19 +136,19 @@ func (j *Job[R]) Run() error {
 	j.ran = true
 	t := j.t
 	if !j.toCold {
-		j.seg, j.err = buildSegment(t.tag, t.cols, j.merge)
+		j.seg, j.err = buildSegment(&t.arena, t.tag, t.sh, j.merge)
 		return j.err
 	}
 	path := filepath.Join(t.opts.Dir, j.name)
 	j.err = cold.Create(path, func(w io.Writer) error {
-		ww := newWindowWriter(w, t.tag, t.cols)
+		ww := newWindowWriter(w, t.tag, t.sh)
 		if err := j.merge(ww.add); err != nil {
 			return err
 		}
 		return ww.close()
 	})
 	if j.err == nil {
-		j.file, j.err = openCold(t.opts.Dir, j.name, t.tag, t.cols, t.cache)
+		j.file, j.err = openCold(t.opts.Dir, j.name, t.tag, t.sh, t.cache)
 	}
 	if j.err != nil {
 		j.err = fmt.Errorf("tier: %s: %w", j.What(), j.err)
@@ -207,14 +207,14 @@ func eachBase(b body, lo uint64, l *slotLayout, fn func(id uint64, r *Row) error
 		}
 		return nil
 	case *sealedBody:
-		return eachBlock(&b.s.idx, b.s.cols, "", func(i int) ([]byte, error) {
+		return eachBlock(&b.s.idx, b.s.sh, "", func(i int) ([]byte, error) {
 			_, blk := b.s.blockBytes(i)
 			return blk, nil
 		}, fn)
 	case *coldBody:
 		f := b.f
 		var buf []byte
-		return eachBlock(&f.idx, f.cols, f.name, func(i int) ([]byte, error) {
+		return eachBlock(&f.idx, f.sh, f.name, func(i int) ([]byte, error) {
 			_, off, end := f.idx.Block(i)
 			if n := int(end - off); cap(buf) < n+BlockSlack {
 				buf = make([]byte, 0, n+BlockSlack)
@@ -229,7 +229,7 @@ func eachBase(b body, lo uint64, l *slotLayout, fn func(id uint64, r *Row) error
 func eachBlock(idx interface {
 	Blocks() int
 	Block(int) (uint64, uint64, uint64)
-}, cols int, file string, block func(int) ([]byte, error), fn func(id uint64, r *Row) error) error {
+}, sh shape, file string, block func(int) ([]byte, error), fn func(id uint64, r *Row) error) error {
 	ids := make([]uint64, MaxBlockRecords)
 	rows := make([]Row, MaxBlockRecords)
 	for b := range idx.Blocks() {
@@ -238,11 +238,11 @@ func eachBlock(idx interface {
 		if err != nil {
 			return err
 		}
-		if err := checkBlock(first, blk, cols); err != nil {
+		if err := checkBlock(first, blk, sh); err != nil {
 			return corruptAt(file, int64(off), "block %d: %v", b, err)
 		}
 		var k Block
-		_ = k.Parse(first, blk[:len(blk)-4], cols)
+		_ = k.Parse(first, blk[:len(blk)-4], sh)
 		if err := k.Decode(ids, rows); err != nil {
 			return corruptAt(file, int64(off), "block %d: %v", b, err)
 		}
@@ -287,8 +287,11 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 		}
 		return j.err
 	}
-	if old, ok := w.body.(*coldBody); ok {
+	switch old := w.body.(type) {
+	case *coldBody:
 		t.obsolete = append(t.obsolete, old.f)
+	case *sealedBody:
+		old.s.release(&t.arena)
 	}
 	if j.toCold {
 		w.body = &coldBody{j.file}
@@ -300,6 +303,8 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 }
 
 func (j *Job[R]) discard() {
+	j.seg.release(&j.t.arena)
+	j.seg = nil
 	if j.file != nil {
 		j.file.close()
 		os.Remove(j.file.path)

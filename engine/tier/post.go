@@ -29,6 +29,10 @@ var postTag = [4]byte{'P', 'O', 'S', 'T'}
 
 func (PostCodec) Tag() [4]byte { return postTag }
 func (PostCodec) Cols() int    { return 6 }
+
+// DenseCols: the author is stored for every post, the counts only for
+// posts with a non-zero count.
+func (PostCodec) DenseCols() int { return 1 }
 func (PostCodec) SlotWidths() [MaxCols]uint8 {
 	return [MaxCols]uint8{40, 20, 16, 14, 24, 14}
 }

@@ -10,7 +10,7 @@ func (s *segment) get(id uint64, row *Row) bool {
 	}
 	first, blk := s.blockBytes(b)
 	var k Block
-	_ = k.Parse(first, blk[:len(blk)-4], s.cols) // checked when built or loaded
+	_ = k.Parse(first, blk[:len(blk)-4], s.sh) // checked when built or loaded
 	p, ok := k.Find(id)
 	if ok {
 		k.Row(p, row)
@@ -28,7 +28,7 @@ func (f *coldFile) get(id uint64, row *Row) (bool, error) {
 	var found bool
 	look := func(blk []byte) {
 		var k Block
-		if k.Parse(first, blk[:len(blk)-4], f.cols) != nil {
+		if k.Parse(first, blk[:len(blk)-4], f.sh) != nil {
 			return // checked before it was cached
 		}
 		if p, ok := k.Find(id); ok {
@@ -49,9 +49,9 @@ func (f *coldFile) get(id uint64, row *Row) (bool, error) {
 	return found, nil
 }
 
-// chunk is how many ids a multi-get handles at once (block positions are
+// pageChunk is how many ids a multi-get handles at once (block positions are
 // a byte; a page is at most 100 ids).
-const chunk = 128
+const pageChunk = 128
 
 // GetMany stores the record of ids[i] in out[i] and whether it exists in
 // found[i] (out and found at least as long as ids). It visits each window
@@ -61,7 +61,7 @@ const chunk = 128
 // the caller must not serve them.
 func (t *Tier[R]) GetMany(ids []uint64, out []R, found []bool) error {
 	for len(ids) > 0 {
-		c := min(len(ids), chunk)
+		c := min(len(ids), pageChunk)
 		if err := t.getChunk(ids[:c], out[:c], found[:c]); err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func (t *Tier[R]) GetMany(ids []uint64, out []R, found []bool) error {
 func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 	clear(out)
 	clear(found)
-	var wk [chunk]uint64 // window index << 8 | position in ids
+	var wk [pageChunk]uint64 // window index << 8 | position in ids
 	n := 0
 	sorted := true
 	for i, id := range ids {
@@ -91,8 +91,8 @@ func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 	if !sorted {
 		slices.Sort(keys)
 	}
-	var sub [chunk]uint64
-	var pos [chunk]uint8
+	var sub [pageChunk]uint64
+	var pos [pageChunk]uint8
 	var row Row
 	for s := 0; s < n; {
 		wi := keys[s] >> 8
@@ -133,7 +133,7 @@ func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 }
 
 func (t *Tier[R]) getSealed(s *segment, sub []uint64, pos []uint8, out []R, found []bool) {
-	var kb [chunk]uint64
+	var kb [pageChunk]uint64
 	keys := s.idx.Group(sub, kb[:])
 	use(s.touch(keys))
 	cur := -1
@@ -143,7 +143,7 @@ func (t *Tier[R]) getSealed(s *segment, sub []uint64, pos []uint8, out []R, foun
 		b, j := int(key>>8), key&0xff
 		if b != cur {
 			first, blk := s.blockBytes(b)
-			_ = k.Parse(first, blk[:len(blk)-4], s.cols) // checked when built or loaded
+			_ = k.Parse(first, blk[:len(blk)-4], s.sh) // checked when built or loaded
 			cur = b
 		}
 		if p, ok := k.Find(sub[j]); ok {
@@ -154,7 +154,7 @@ func (t *Tier[R]) getSealed(s *segment, sub []uint64, pos []uint8, out []R, foun
 }
 
 func (t *Tier[R]) getCold(f *coldFile, sub []uint64, pos []uint8, out []R, found []bool) error {
-	var kb [chunk]uint64
+	var kb [pageChunk]uint64
 	keys := f.idx.Group(sub, kb[:])
 	var sc *scratch
 	defer func() {
@@ -170,7 +170,7 @@ func (t *Tier[R]) getCold(f *coldFile, sub []uint64, pos []uint8, out []R, found
 		}
 		first, _, _ := f.idx.Block(b)
 		group := keys[s:e]
-		look := func(blk []byte) { t.lookupBlock(first, blk, f.cols, group, sub, pos, out, found) }
+		look := func(blk []byte) { t.lookupBlock(first, blk, f.sh, group, sub, pos, out, found) }
 		if !f.cache.View(f.id, b, look) {
 			if sc == nil {
 				sc = scratchPool.Get().(*scratch)
@@ -188,9 +188,9 @@ func (t *Tier[R]) getCold(f *coldFile, sub []uint64, pos []uint8, out []R, found
 
 // lookupBlock answers the ids of keys (block<<8 | index in sub) from one
 // checked block, blk with its CRC and BlockSlack bytes of capacity past.
-func (t *Tier[R]) lookupBlock(first uint64, blk []byte, cols int, keys, sub []uint64, pos []uint8, out []R, found []bool) {
+func (t *Tier[R]) lookupBlock(first uint64, blk []byte, sh shape, keys, sub []uint64, pos []uint8, out []R, found []bool) {
 	var k Block
-	if k.Parse(first, blk[:len(blk)-4], cols) != nil {
+	if k.Parse(first, blk[:len(blk)-4], sh) != nil {
 		return // checked before it was cached or used
 	}
 	var row Row

@@ -19,7 +19,7 @@ import (
 //	image   = header body CRC32C(body) uint32
 //	header  = bitpack image header: "TLYTIERS" | version 1 | body length |
 //	          window millis | next file generation | CRC32C   (44 bytes)
-//	body    = tag [4] | cols uint8 | windows uvarint | window*
+//	body    = tag [4] | cols uint8 | dense uint8 | windows uvarint | window*
 //	window  = num varint | records uvarint | kind uint8 | base | overlay
 //	base    = open:   rows
 //	          sealed: length uvarint | window image
@@ -72,7 +72,7 @@ func (t *Tier[R]) writeBody(w io.Writer) error {
 		return err
 	}
 	buf = append(buf, t.tag[:]...)
-	buf = append(buf, byte(t.cols))
+	buf = append(buf, byte(t.sh.cols), byte(t.sh.dense))
 	buf = binary.AppendUvarint(buf, uint64(len(t.wins)))
 	var row Row
 	rows := func(tables ...*openTable) error {
@@ -175,15 +175,21 @@ func (t *Tier[R]) Load(r io.Reader) error {
 	st, err := t.parse(data)
 	if err != nil {
 		for _, w := range st.wins {
-			if c, ok := w.body.(*coldBody); ok {
-				c.f.close()
+			switch b := w.body.(type) {
+			case *coldBody:
+				b.f.close()
+			case *sealedBody:
+				b.s.release(&t.arena)
 			}
 		}
 		return err
 	}
 	for _, w := range t.wins {
-		if c, ok := w.body.(*coldBody); ok {
-			t.obsolete = append(t.obsolete, c.f)
+		switch b := w.body.(type) {
+		case *coldBody:
+			t.obsolete = append(t.obsolete, b.f)
+		case *sealedBody:
+			b.s.release(&t.arena)
 		}
 	}
 	t.wins, t.live = st.wins, st.live
@@ -205,8 +211,8 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 	if tag := rd.Bytes(4); rd.Err == nil && [4]byte(tag) != t.tag {
 		return fail("codec %q, this tier's is %q", tag, t.tag[:])
 	}
-	if c := rd.Byte(); rd.Err == nil && int(c) != t.cols {
-		return fail("%d columns, the codec has %d", c, t.cols)
+	if c, d := rd.Byte(), rd.Byte(); rd.Err == nil && (int(c) != t.sh.cols || int(d) != t.sh.dense) {
+		return fail("%d columns (%d dense), the codec has %d (%d)", c, d, t.sh.cols, t.sh.dense)
 	}
 	nw := rd.Uvarint()
 	if rd.Err == nil && nw > uint64(len(rd.B)) {
@@ -276,16 +282,15 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 			if rd.Err != nil {
 				return st, rd.Err
 			}
-			own := make([]byte, len(raw), len(raw)+BlockSlack)
-			copy(own, raw)
-			s, err := openSegment(own, t.tag, t.cols, true)
+			s, err := newSegment(&t.arena, raw, t.tag, t.sh, true)
 			if err != nil {
 				return st, fmt.Errorf("snapshot: window %d: %w", num, err)
 			}
+			w.body, base = &sealedBody{s}, s.idx.Posts()
 			if s.idx.Posts() > 0 && (s.idx.MinID() < lo || s.idx.MaxID() > last) {
+				s.release(&t.arena)
 				return fail("window %d holds ids outside it", num)
 			}
-			w.body, base = &sealedBody{s}, s.idx.Posts()
 		case Cold:
 			name := string(rd.Bytes(rd.Uvarint()))
 			size := rd.Uvarint()
@@ -298,7 +303,7 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 			if t.opts.Dir == "" {
 				return fail("window %d is in file %s, and the tier has no Dir", num, name)
 			}
-			cf, err := openCold(t.opts.Dir, name, t.tag, t.cols, t.cache)
+			cf, err := openCold(t.opts.Dir, name, t.tag, t.sh, t.cache)
 			if err != nil {
 				return st, err
 			}

@@ -22,6 +22,12 @@ type Codec[R any] interface {
 	Tag() [4]byte
 	// Cols is the number of columns, 1..MaxCols.
 	Cols() int
+	// DenseCols is how many of the first columns every record stores;
+	// the others form a sparse group, stored in a sealed window only for
+	// the records where one of them is not zero (a presence bit each),
+	// so that a record whose group is all zeros costs only its dense
+	// columns. DenseCols() == Cols() means no sparse group.
+	DenseCols() int
 	// SlotWidths is the bits of each column in an open table's 128-bit
 	// slot (they sum to at most 128); a row with a wider value is kept
 	// in the table's overflow map.
@@ -75,6 +81,7 @@ type Tier[R any] struct {
 	codec  Codec[R]
 	tag    [4]byte
 	cols   int
+	sh     shape
 	layout slotLayout
 	opts   Options
 	win    snowflake.Windows
@@ -87,6 +94,7 @@ type Tier[R any] struct {
 	nextGen  uint64 // generation of the next cold file
 	obsolete []*coldFile
 	pending  map[string]bool // files planned jobs write
+	arena    arena           // the bytes of sealed windows
 }
 
 // window is one time window. body is the form it is kept in — the sum
@@ -152,14 +160,15 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 		opts.CompactMin = DefaultCompactMin
 	}
 	cols := codec.Cols()
-	if cols < 1 || cols > MaxCols {
-		return nil, fmt.Errorf("tier: codec has %d columns, want 1..%d", cols, MaxCols)
+	sh := shape{cols, codec.DenseCols()}
+	if !sh.valid() {
+		return nil, fmt.Errorf("tier: codec has %d columns of which %d dense, want 1..%d", cols, sh.dense, MaxCols)
 	}
 	layout, ok := newSlotLayout(cols, codec.SlotWidths())
 	if !ok {
 		return nil, fmt.Errorf("tier: codec's slot widths %v do not fit 128 bits", codec.SlotWidths())
 	}
-	t := &Tier[R]{codec: codec, tag: codec.Tag(), cols: cols, layout: layout, opts: opts,
+	t := &Tier[R]{codec: codec, tag: codec.Tag(), cols: cols, sh: sh, layout: layout, opts: opts,
 		win: snowflake.Windows{Millis: opts.WindowMillis}}
 	if t.opts.Prefix == "" {
 		t.opts.Prefix = string(bytesTrim(t.tag[:]))
@@ -322,8 +331,11 @@ func (t *Tier[R]) MemoryBytes() int64 {
 	var n int64
 	for _, w := range t.wins {
 		n += int64(w.memoryBytes())
+		if b, ok := w.body.(*sealedBody); ok {
+			n -= int64(b.s.sizeBytes()) // counted in the arena's chunks
+		}
 	}
-	return n + int64(cap(t.wins))*8
+	return n + int64(cap(t.wins))*8 + t.arena.size()
 }
 
 func (w *window) memoryBytes() int {

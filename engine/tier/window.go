@@ -57,24 +57,24 @@ func corruptAt(file string, off int64, format string, args ...any) error {
 	return &CorruptError{File: file, Offset: off, Reason: fmt.Sprintf(format, args...)}
 }
 
-func appendWindowHeader(dst []byte, tag [4]byte, cols int) []byte {
+func appendWindowHeader(dst []byte, tag [4]byte, sh shape) []byte {
 	dst = append(dst, windowMagic...)
 	dst = append(dst, tag[:]...)
-	return append(dst, byte(cols), windowVersion, 0, 0)
+	return append(dst, byte(sh.cols), windowVersion, byte(sh.dense), 0)
 }
 
-func checkWindowHeader(b []byte, tag [4]byte, cols int) error {
+func checkWindowHeader(b []byte, tag [4]byte, sh shape) error {
 	switch {
 	case len(b) < headerSize || string(b[:8]) != windowMagic:
 		return corruptAt("", 0, "not a tier window (bad magic)")
 	case [4]byte(b[8:12]) != tag:
 		return corruptAt("", 8, "codec %q, this table's is %q", b[8:12], tag[:])
-	case int(b[12]) != cols:
-		return corruptAt("", 12, "%d columns, the codec has %d", b[12], cols)
+	case int(b[12]) != sh.cols || int(b[14]) != sh.dense:
+		return corruptAt("", 12, "%d columns (%d dense), the codec has %d (%d)", b[12], b[14], sh.cols, sh.dense)
 	case b[13] != windowVersion:
 		return corruptAt("", 13, "format version %d, this build reads %d", b[13], windowVersion)
-	case b[14] != 0 || b[15] != 0:
-		return corruptAt("", 14, "reserved header bytes are not zero")
+	case b[15] != 0:
+		return corruptAt("", 15, "reserved header byte is not zero")
 	}
 	return nil
 }
@@ -143,10 +143,10 @@ type windowWriter struct {
 	closed bool
 }
 
-func newWindowWriter(w io.Writer, tag [4]byte, cols int) *windowWriter {
+func newWindowWriter(w io.Writer, tag [4]byte, sh shape) *windowWriter {
 	ww := &windowWriter{w: w}
-	ww.enc.cols = cols
-	ww.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, cols)
+	ww.enc.sh = sh
+	ww.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, sh)
 	ww.off = headerSize
 	return ww
 }
@@ -219,16 +219,17 @@ func (ww *windowWriter) close() error {
 // segment is a sealed window in memory: its encoded bytes and nothing
 // else but the parsed index over them. Immutable, safe for concurrent use.
 type segment struct {
-	data []byte
-	idx  sealed.Index
-	cols int
+	data  []byte
+	idx   sealed.Index
+	sh    shape
+	chunk *chunk // where data was allocated in the tier's arena
 }
 
 // openSegment checks data as a complete window of the codec — header,
 // footer, index, and (verify) every block's checksum and contents — and
 // returns a segment aliasing data.
-func openSegment(data []byte, tag [4]byte, cols int, verify bool) (*segment, error) {
-	if err := checkWindowHeader(data, tag, cols); err != nil {
+func openSegment(data []byte, tag [4]byte, sh shape, verify bool) (*segment, error) {
+	if err := checkWindowHeader(data, tag, sh); err != nil {
 		return nil, err
 	}
 	size := int64(len(data))
@@ -243,9 +244,9 @@ func openSegment(data []byte, tag [4]byte, cols int, verify bool) (*segment, err
 	if err != nil {
 		return nil, corruptAt("", int64(f.IndexOffset), "%v", err)
 	}
-	s := &segment{data: data, idx: idx, cols: cols}
+	s := &segment{data: data, idx: idx, sh: sh}
 	if verify {
-		if err := verifyBlocks(&s.idx, cols, "", func(b int) ([]byte, error) {
+		if err := verifyBlocks(&s.idx, sh, "", func(b int) ([]byte, error) {
 			_, off, end := s.idx.Block(b)
 			return s.data[off:end], nil
 		}); err != nil {
@@ -257,7 +258,7 @@ func openSegment(data []byte, tag [4]byte, cols int, verify bool) (*segment, err
 
 // verifyBlocks decodes every block of a window, checking checksums,
 // structure, id order across blocks and the footer's totals.
-func verifyBlocks(idx *sealed.Index, cols int, file string, block func(b int) ([]byte, error)) error {
+func verifyBlocks(idx *sealed.Index, sh shape, file string, block func(b int) ([]byte, error)) error {
 	var ids [MaxBlockRecords]uint64
 	var rows [MaxBlockRecords]Row
 	var last uint64
@@ -269,10 +270,10 @@ func verifyBlocks(idx *sealed.Index, cols int, file string, block func(b int) ([
 			return err
 		}
 		var k Block
-		if err := checkBlock(first, blk, cols); err != nil {
+		if err := checkBlock(first, blk, sh); err != nil {
 			return corruptAt(file, int64(off), "block %d: %v", b, err)
 		}
-		_ = k.Parse(first, blk[:len(blk)-4], cols)
+		_ = k.Parse(first, blk[:len(blk)-4], sh)
 		if err := k.Decode(ids[:], rows[:]); err != nil {
 			return corruptAt(file, int64(off), "block %d: %v", b, err)
 		}
@@ -288,19 +289,41 @@ func verifyBlocks(idx *sealed.Index, cols int, file string, block func(b int) ([
 	return nil
 }
 
-// buildSegment encodes the records of seq into an in-memory window.
-func buildSegment(tag [4]byte, cols int, each func(add func(id uint64, r *Row) error) error) (*segment, error) {
+// buildSegment encodes the records each passes to add into an in-memory
+// window allocated from a.
+func buildSegment(a *arena, tag [4]byte, sh shape, each func(add func(id uint64, r *Row) error) error) (*segment, error) {
 	var buf bytes.Buffer
-	ww := newWindowWriter(&buf, tag, cols)
+	ww := newWindowWriter(&buf, tag, sh)
 	if err := each(ww.add); err != nil {
 		return nil, err
 	}
 	if err := ww.close(); err != nil {
 		return nil, err
 	}
-	data := make([]byte, buf.Len(), buf.Len()+BlockSlack)
-	copy(data, buf.Bytes())
-	return openSegment(data, tag, cols, false)
+	return newSegment(a, buf.Bytes(), tag, sh, false)
+}
+
+// newSegment copies raw into a region of a and opens it (openSegment); on
+// failure the region is freed.
+func newSegment(a *arena, raw []byte, tag [4]byte, sh shape, verify bool) (*segment, error) {
+	data, c := a.alloc(len(raw))
+	copy(data, raw)
+	s, err := openSegment(data, tag, sh, verify)
+	if err != nil {
+		a.free(c, len(data))
+		return nil, err
+	}
+	s.chunk = c
+	return s, nil
+}
+
+// release frees the segment's region; the segment must no longer be
+// installed in a window (a reader or job still holding it is unaffected).
+func (s *segment) release(a *arena) {
+	if s != nil && s.chunk != nil {
+		a.free(s.chunk, len(s.data))
+		s.chunk = nil
+	}
 }
 
 func (s *segment) blockBytes(b int) (uint64, []byte) {
@@ -308,7 +331,7 @@ func (s *segment) blockBytes(b int) (uint64, []byte) {
 	return first, s.data[off:end]
 }
 
-// sizeBytes is the memory the segment holds.
+// sizeBytes is the memory the segment holds: its region of the arena.
 func (s *segment) sizeBytes() int { return cap(s.data) }
 
 // touch loads one byte of every cache line of the blocks keys need before
