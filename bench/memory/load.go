@@ -27,6 +27,26 @@ type loadResult struct {
 	RSSMean   int64   `json:"rssMean"`
 }
 
+// add sums two turns of load; a nil l is no turn yet.
+func (l *loadResult) add(t loadResult) *loadResult {
+	if l == nil {
+		return &t
+	}
+	s := *l
+	s.RSSMean = int64((float64(s.RSSMean)*s.Seconds + float64(t.RSSMean)*t.Seconds) / (s.Seconds + t.Seconds))
+	s.Seconds += t.Seconds
+	s.Pages += t.Pages
+	s.ServerCPU += t.ServerCPU
+	if s.GCCPU >= 0 && t.GCCPU >= 0 {
+		s.GCCPU += t.GCCPU
+	} else {
+		s.GCCPU = -1
+	}
+	s.GCCycles += t.GCCycles
+	s.RSSPeak = max(s.RSSPeak, t.RSSPeak)
+	return &s
+}
+
 const loadQuery = `query($ids: [ID!]!) { posts(ids: $ids) { id author { id postCount } counts { likes comments reposts views favorites } } }`
 
 // serveLoad sends pages of 50 random ids from pool with `clients`

@@ -46,8 +46,7 @@ type config struct {
 	sample       int
 	settle       time.Duration
 	afterGC      time.Duration
-	serveArgs    []string
-	env          []string
+	variants     []variant
 	keep         bool
 	jsonPath     string
 	load         time.Duration
@@ -90,7 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.settle, "settle", 10*time.Minute, "longest wait for the engine's tables to settle after the server starts")
 	fs.DurationVar(&c.afterGC, "after-gc", 5*time.Second, "wait between the forced GC and reading RSS (the runtime returns freed pages in the background)")
 	serveArgs := fs.String("serve-args", "", "extra flags for tally serve, space-separated (e.g. \"-memory-limit 300MiB\")")
-	env := fs.String("env", "", "extra environment for tally serve, comma-separated KEY=VALUE (e.g. GOGC=50)")
+	env := fs.String("env", "", "extra environment for tally import and serve, comma-separated KEY=VALUE (e.g. GOGC=50)")
+	compare := fs.String("compare", "", "also measure a second server on a copy of the data, with these flags added (e.g. \"-gc-pacing heap\"); the load phase alternates between the two")
+	compareEnv := fs.String("compare-env", "", "environment added for the -compare server, comma-separated KEY=VALUE")
 	fs.DurationVar(&c.load, "load", 20*time.Second, "after the idle reading, serve random 50-post pages this long and sample RSS (0: skip)")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients of the load phase")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
@@ -120,21 +121,38 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.sample < 0 {
 		return c, fmt.Errorf("-verify %d: must not be negative", c.sample)
 	}
-	c.serveArgs = strings.Fields(*serveArgs)
-	for kv := range strings.SplitSeq(*env, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
+	baseEnv, err := envList("-env", *env)
+	if err != nil {
+		return c, err
+	}
+	c.variants = []variant{{label: "A", args: strings.Fields(*serveArgs), env: baseEnv}}
+	if *compare != "" || *compareEnv != "" {
+		e, err := envList("-compare-env", *compareEnv)
+		if err != nil {
+			return c, err
 		}
-		if !strings.Contains(kv, "=") {
-			return c, fmt.Errorf("-env: %q is not KEY=VALUE", kv)
-		}
-		c.env = append(c.env, kv)
+		c.variants = append(c.variants, variant{label: "B", args: append(strings.Fields(*serveArgs), strings.Fields(*compare)...), env: append(baseEnv, e...)})
 	}
 	return c, nil
 }
 
+func envList(flag, s string) ([]string, error) {
+	var out []string
+	for kv := range strings.SplitSeq(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		if !strings.Contains(kv, "=") {
+			return nil, fmt.Errorf("%s: %q is not KEY=VALUE", flag, kv)
+		}
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
 // result is one measured case.
 type result struct {
+	Label         string  `json:"label"`
 	Authors       bool    `json:"authors"`
 	Posts         int     `json:"posts"`
 	KnownPosts    int64   `json:"knownPosts"`
@@ -185,12 +203,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	var results []result
 	for _, withAuthors := range cfg.cases {
-		r, err := measure(ctx, cfg, bin, withAuthors, out)
+		rs, err := measure(ctx, cfg, bin, withAuthors, out)
 		if err != nil {
 			return err
 		}
-		results = append(results, r)
-		report(out, r)
+		for _, r := range rs {
+			report(out, r)
+		}
+		if len(rs) == 2 {
+			comparison(out, rs[0], rs[1])
+		}
+		results = append(results, rs...)
 	}
 	if len(results) > 1 {
 		summary(out, results)
@@ -292,94 +315,180 @@ func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample [
 	return path, sample, pool, perUser, counted, nil
 }
 
-func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out io.Writer) (result, error) {
-	r := result{Authors: withAuthors, Posts: cfg.posts, ServeArgs: strings.Join(cfg.serveArgs, " "), Env: strings.Join(cfg.env, ",")}
+// variant is one configuration of the server measured on the data set.
+type variant struct {
+	label string
+	args  []string
+	env   []string
+}
+
+// proc is a tally serve process this tool started.
+type proc struct {
+	base, pprof string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	log         string
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func startServer(bin, data string, v variant) (*proc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{
+		base:  fmt.Sprintf("http://127.0.0.1:%d", port),
+		pprof: fmt.Sprintf("http://127.0.0.1:%d", pport),
+		done:  make(chan struct{}),
+		log:   data + ".log",
+	}
+	args := append([]string{"serve", "-data", data, "-addr", fmt.Sprintf("127.0.0.1:%d", port),
+		"-pprof", fmt.Sprintf("127.0.0.1:%d", pport), "-cost-rate", "0", "-log-format", "json"}, v.args...)
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), v.env...)
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { p.cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+// measure imports the case's data set once and measures each variant on a
+// copy of it: started one after the other (their start-up peaks do not
+// overlap), then loaded in turns of a quarter of -load each, so that CPU
+// per page is compared on the same machine at the same moments.
+func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out io.Writer) ([]result, error) {
 	csvPath, sample, pool, perUser, counted, err := dataset(cfg, withAuthors, out)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
 	data := filepath.Join(cfg.work, "data-"+map[bool]string{true: "authors", false: "counts"}[withAuthors])
-	if err := os.RemoveAll(data); err != nil {
-		return r, err
-	}
-	if !cfg.keep {
-		defer os.RemoveAll(data)
+	for i := range cfg.variants {
+		if err := os.RemoveAll(data + variantSuffix(i)); err != nil {
+			return nil, err
+		}
+		if !cfg.keep {
+			defer os.RemoveAll(data + variantSuffix(i))
+		}
 	}
 
 	fmt.Fprintf(out, "importing %s\n", filepath.Base(csvPath))
 	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-data", data, csvPath)
+	imp.Env = append(os.Environ(), cfg.variants[0].env...)
 	var impOut bytes.Buffer
 	imp.Stdout, imp.Stderr = &impOut, &impOut
 	start := time.Now()
 	if err := imp.Run(); err != nil {
-		return r, fmt.Errorf("tally import: %v\n%s", err, tail(impOut.Bytes(), 2000))
+		return nil, fmt.Errorf("tally import: %v\n%s", err, tail(impOut.Bytes(), 2000))
 	}
-	r.ImportSeconds = time.Since(start).Seconds()
+	importSeconds := time.Since(start).Seconds()
+	var importPeak int64
 	if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.ImportPeakRSS = ru.Maxrss << 10
+		importPeak = ru.Maxrss << 10
+	}
+	for i := 1; i < len(cfg.variants); i++ {
+		if o, err := exec.Command("cp", "-a", data, data+variantSuffix(i)).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("copying the data directory: %v %s", err, o)
+		}
 	}
 
-	port, err := freePort()
-	if err != nil {
-		return r, err
+	results := make([]result, len(cfg.variants))
+	procs := make([]*proc, len(cfg.variants))
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				stopProcess(p.cmd, p.done)
+			}
+		}
+	}()
+	for i, v := range cfg.variants {
+		r := &results[i]
+		*r = result{Authors: withAuthors, Posts: cfg.posts, Label: v.label, ServeArgs: strings.Join(v.args, " "), Env: strings.Join(v.env, ","),
+			ImportSeconds: importSeconds, ImportPeakRSS: importPeak}
+		start := time.Now()
+		p, err := startServer(bin, data+variantSuffix(i), v)
+		if err != nil {
+			return nil, err
+		}
+		procs[i] = p
+		fmt.Fprintf(out, "serving %s (pid %d, log %s)\n", v.label, p.pid(), p.log)
+		if err := waitReady(ctx, p.base, p.done, 10*time.Minute); err != nil {
+			return nil, fmt.Errorf("%v (see %s)", err, p.log)
+		}
+		r.StartSeconds = time.Since(start).Seconds()
+		if err := settle(ctx, p.base, cfg.settle); err != nil {
+			return nil, err
+		}
+		n, err := verify(ctx, p.base, sample, perUser, withAuthors)
+		if err != nil {
+			return nil, fmt.Errorf("verification: %v", err)
+		}
+		r.Verified = n
+		if err := idleMemory(ctx, cfg, p, r); err != nil {
+			return nil, err
+		}
+		if r.CountedPosts != int64(counted) {
+			return nil, fmt.Errorf("the server counts %d posts with counts; the data set has %d", r.CountedPosts, counted)
+		}
+		if withAuthors && r.KnownPosts != int64(cfg.posts) {
+			return nil, fmt.Errorf("the server knows %d posts; the data set has %d, all with an author", r.KnownPosts, cfg.posts)
+		}
 	}
-	pport, err := freePort()
-	if err != nil {
-		return r, err
+	if cfg.load > 0 && len(pool) > 0 {
+		const turns = 4
+		fmt.Fprintf(out, "serving random 50-post pages for %s per server, in %d turns, with %d clients\n", cfg.load, turns, cfg.clients)
+		for range turns {
+			for i, p := range procs {
+				lr, err := serveLoad(ctx, p.base, p.pid(), pool, cfg.clients, cfg.load/turns)
+				if err != nil {
+					return nil, fmt.Errorf("load: %v", err)
+				}
+				results[i].Load = results[i].Load.add(lr)
+			}
+		}
 	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	pprof := fmt.Sprintf("http://127.0.0.1:%d", pport)
-	args := append([]string{"serve", "-data", data, "-addr", fmt.Sprintf("127.0.0.1:%d", port),
-		"-pprof", fmt.Sprintf("127.0.0.1:%d", pport), "-cost-rate", "0", "-log-format", "json"}, cfg.serveArgs...)
-	logPath := data + ".log"
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return r, err
-	}
-	defer logf.Close()
-	srv := exec.Command(bin, args...)
-	srv.Stdout, srv.Stderr = logf, logf
-	srv.Env = append(os.Environ(), cfg.env...)
-	start = time.Now()
-	if err := srv.Start(); err != nil {
-		return r, err
-	}
-	done := make(chan struct{})
-	go func() { srv.Wait(); close(done) }()
-	defer stopProcess(srv, done)
-	fmt.Fprintf(out, "serving (pid %d, log %s)\n", srv.Process.Pid, logPath)
-	if err := waitReady(ctx, base, done, 10*time.Minute); err != nil {
-		return r, fmt.Errorf("%v (see %s)", err, logPath)
-	}
-	r.StartSeconds = time.Since(start).Seconds()
-	if err := settle(ctx, base, cfg.settle); err != nil {
-		return r, err
-	}
-	n, err := verify(ctx, base, sample, perUser, withAuthors)
-	if err != nil {
-		return r, fmt.Errorf("verification: %v", err)
-	}
-	r.Verified = n
+	return results, nil
+}
 
-	if err := collectGarbage(pprof); err != nil {
-		return r, err
+func variantSuffix(i int) string {
+	if i == 0 {
+		return ""
 	}
-	afterGC, err := scrape(base)
+	return fmt.Sprintf("-%d", i)
+}
+
+// idleMemory forces a GC and reads the server's memory into r: the heap
+// right after the GC, the rest (RSS above all) once the runtime has had
+// -after-gc to return what it freed.
+func idleMemory(ctx context.Context, cfg config, p *proc, r *result) error {
+	if err := collectGarbage(p.pprof); err != nil {
+		return err
+	}
+	afterGC, err := scrape(p.base)
 	if err != nil {
-		return r, err
+		return err
 	}
 	select {
 	case <-time.After(cfg.afterGC):
 	case <-ctx.Done():
-		return r, ctx.Err()
+		return ctx.Err()
 	}
-	// The heap is read right after the GC; the rest, RSS above all, once
-	// the runtime has had -after-gc to return what it frees.
-	m, err := scrape(base)
+	m, err := scrape(p.base)
 	if err != nil {
-		return r, err
+		return err
 	}
-	pid := srv.Process.Pid
+	pid := p.pid()
 	r.mem = mem{
 		EngineBytes:   int64(m["tally_engine_memory_bytes"]),
 		HeapLive:      int64(afterGC["go_memstats_heap_alloc_bytes"]),
@@ -412,21 +521,7 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 	}
 	r.KnownPosts = int64(m["tally_engine_posts"])
 	r.CountedPosts = int64(m["tally_engine_counted_posts"])
-	if r.CountedPosts != int64(counted) {
-		return r, fmt.Errorf("the server counts %d posts with counts; the data set has %d", r.CountedPosts, counted)
-	}
-	if withAuthors && r.KnownPosts != int64(cfg.posts) {
-		return r, fmt.Errorf("the server knows %d posts; the data set has %d, all with an author", r.KnownPosts, cfg.posts)
-	}
-	if cfg.load > 0 && len(pool) > 0 {
-		fmt.Fprintf(out, "serving random 50-post pages for %s with %d clients\n", cfg.load, cfg.clients)
-		lr, err := serveLoad(ctx, base, pid, pool, cfg.clients, cfg.load)
-		if err != nil {
-			return r, fmt.Errorf("load: %v", err)
-		}
-		r.Load = &lr
-	}
-	return r, nil
+	return nil
 }
 
 func tail(b []byte, n int) []byte {

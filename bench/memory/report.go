@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -30,10 +31,8 @@ func report(out io.Writer, r result) {
 		name = "with an author on every post"
 		denom, denomName = int64(r.Posts), "post"
 	}
-	fmt.Fprintf(out, "\n== %d posts, %s\n", r.Posts, name)
-	if r.ServeArgs != "" || r.Env != "" {
-		fmt.Fprintf(out, "server: %s %s\n", r.Env, r.ServeArgs)
-	}
+	fmt.Fprintf(out, "\n== %s: %d posts, %s\n", r.Label, r.Posts, name)
+	fmt.Fprintf(out, "server: %s\n", settings(r))
 	fmt.Fprintf(out, "known posts %d, with counts %d; %d posts verified exactly through GraphQL\n", r.KnownPosts, r.CountedPosts, r.Verified)
 	fmt.Fprintf(out, "import %.1f s (peak RSS %s); server ready in %.1f s\n", r.ImportSeconds, mib(r.ImportPeakRSS), r.StartSeconds)
 	scan := "-"
@@ -70,16 +69,39 @@ func limitString(l int64) string {
 
 func summary(out io.Writer, rs []result) {
 	fmt.Fprintf(out, "\n== summary (bytes per post: all posts with authors, non-zero posts without)\n")
-	fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10s %14s %14s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap", "RSS load mean", "RSS load/heap")
+	fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10s %14s %14s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap", "RSS load mean", "RSS load/heap")
 	for _, r := range rs {
-		denom, set := r.CountedPosts, "counts"
+		denom, set := r.CountedPosts, r.Label+" counts"
 		if r.Authors {
-			denom, set = int64(r.Posts), "authors"
+			denom, set = int64(r.Posts), r.Label+" authors"
 		}
 		loadMean, loadRatio := "-", "-"
 		if r.Load != nil {
 			loadMean, loadRatio = per(r.Load.RSSMean, denom), fmt.Sprintf("%.2f", float64(r.Load.RSSMean)/float64(r.HeapLive))
 		}
-		fmt.Fprintf(out, "%-10s %10s %10s %10s %10s %10.2f %14s %14s\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive), loadMean, loadRatio)
+		fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10.2f %14s %14s\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive), loadMean, loadRatio)
 	}
+}
+
+// comparison sets server B against A, measured in the same run.
+func comparison(out io.Writer, a, b result) {
+	fmt.Fprintf(out, "\n== B (%s) against A (%s)\n", settings(b), settings(a))
+	fmt.Fprintf(out, "idle RSS %.2f×, peak RSS %.2f×", float64(b.RSS)/float64(a.RSS), float64(b.PeakRSS)/float64(a.PeakRSS))
+	if a.Load != nil && b.Load != nil {
+		cpu := func(l *loadResult) float64 { return l.ServerCPU / float64(l.Pages) }
+		fmt.Fprintf(out, ", RSS under load %.2f×, server CPU per page %.2f×, GCs %d vs %d", float64(b.Load.RSSMean)/float64(a.Load.RSSMean), cpu(b.Load)/cpu(a.Load), b.Load.GCCycles, a.Load.GCCycles)
+		if a.Load.GCCPU >= 0 && b.Load.GCCPU >= 0 {
+			fmt.Fprintf(out, ", GC CPU %.1f%% vs %.1f%% of the server's", 100*b.Load.GCCPU/b.Load.ServerCPU, 100*a.Load.GCCPU/a.Load.ServerCPU)
+		}
+	}
+	fmt.Fprintln(out)
+}
+
+// settings names what a server was started with beyond the defaults.
+func settings(r result) string {
+	s := strings.TrimSpace(strings.ReplaceAll(r.Env, ",", " ") + " " + r.ServeArgs)
+	if s == "" {
+		return "defaults"
+	}
+	return s
 }
