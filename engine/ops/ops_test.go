@@ -331,3 +331,34 @@ func TestLikeDoesNotAllocateBeyondItsEvent(t *testing.T) {
 		t.Fatalf("%v allocations per like, want at most the event's user list", allocs)
 	}
 }
+
+func TestReadRules(t *testing.T) {
+	cur, left := MemberState{true, true}, MemberState{true, false}
+	if err := ViewGroup(7, GroupFacts{}); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := ViewGroup(7, GroupFacts{Exists: true, Viewer: left}); !errors.Is(err, engine.ErrForbidden) {
+		t.Fatal(err)
+	}
+	if err := ViewMessage(1, false, cur); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := ViewMessage(1, true, left); !errors.Is(err, engine.ErrForbidden) {
+		t.Fatal(err)
+	}
+	if err := ViewReceipts(1, true, false, cur); !errors.Is(err, ErrNotSender) {
+		t.Fatal(err)
+	}
+	if err := ViewReceipts(1, true, true, left); !errors.Is(err, ErrSenderLeft) {
+		t.Fatal(err)
+	}
+	if ViewReceipts(1, true, true, cur) != nil || ViewMessage(1, true, cur) != nil {
+		t.Fatal("a current member is refused")
+	}
+	if err := CheckImport([]ImportRow{{Post: 1}, {Post: 0}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatal(err)
+	}
+	if err := CheckImport([]ImportRow{{Post: 1, Counts: engine.Counts{Views: -1}}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatal(err)
+	}
+}
