@@ -17,6 +17,8 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/tally-dev/tally/resolvers/fastpath"
 )
 
 // GraphQL over HTTP, as the GraphQL-over-HTTP spec
@@ -138,6 +140,18 @@ func writeGraphQL(w http.ResponseWriter, media string, status int, resp *graphql
 		b, _ = json.Marshal(httpResponse{Errors: errorResponse(CodeInternal, "internal error").Errors})
 		status = http.StatusInternalServerError
 	}
+	writeBody(w, media, status, b)
+	// A Write keeps nothing of b (io.Writer's contract), so the buffer
+	// serves the next response; an occasional large one is let go.
+	if err == nil {
+		*bp = b
+		putResponseBuffer(bp)
+	}
+}
+
+// writeBody writes a response body b with the headers every GraphQL
+// response carries.
+func writeBody(w http.ResponseWriter, media string, status int, b []byte) {
 	h := w.Header()
 	ct := "application/json; charset=utf-8"
 	if media == mediaGraphQLResponse {
@@ -148,16 +162,43 @@ func writeGraphQL(w http.ResponseWriter, media string, status int, resp *graphql
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
-	// A Write keeps nothing of b (io.Writer's contract), so the buffer
-	// serves the next response; an occasional large one is let go.
-	if err == nil && cap(b) <= maxPooledResponse {
-		*bp = b[:0]
-		responseBuffers.Put(bp)
+}
+
+// dataPrefix begins a response that has data and nothing before it.
+const dataPrefix = `{"data":`
+
+// writeResponse writes the response to an operation. into is the
+// buffer handed to the operation's plan (fastpath.WithResponseBuffer),
+// holding dataPrefix: when resp's data is what a plan appended there and
+// the response has nothing else, the body is into's bytes and a closing
+// brace, as appendResponse would write it, without another copy. Either
+// way into goes back to the pool (nothing holds resp once written).
+func writeResponse(w http.ResponseWriter, media string, resp *graphql.Response, into *[]byte) {
+	if into == nil {
+		writeGraphQL(w, media, 0, resp)
+		return
 	}
+	buf := *into
+	if resp != nil && len(resp.Errors) == 0 && len(resp.Extensions) == 0 && len(resp.Data) > 0 &&
+		len(buf) == len(dataPrefix)+len(resp.Data) && &buf[len(dataPrefix)] == &resp.Data[0] {
+		buf = append(buf, '}')
+		writeBody(w, media, http.StatusOK, buf)
+	} else {
+		writeGraphQL(w, media, 0, resp)
+	}
+	*into = buf
+	putResponseBuffer(into)
 }
 
 // responseBuffers hold responses while they are written.
 var responseBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+func putResponseBuffer(bp *[]byte) {
+	if cap(*bp) <= maxPooledResponse {
+		*bp = (*bp)[:0]
+		responseBuffers.Put(bp)
+	}
+}
 
 const maxPooledResponse = 256 << 10
 
@@ -306,8 +347,14 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 		}}))
 		return
 	}
+	var into *[]byte // the response buffer a plan appends to
+	if t.fast != nil {
+		into = responseBuffers.Get().(*[]byte)
+		*into = append((*into)[:0], dataPrefix...)
+		ctx = fastpath.WithResponseBuffer(ctx, into)
+	}
 	responses, ctx := exec.DispatchOperation(ctx, opCtx)
-	writeGraphQL(w, media, 0, responses(ctx))
+	writeResponse(w, media, responses(ctx), into)
 	if t.fast != nil && !fast {
 		t.fast.learn(opCtx)
 	}

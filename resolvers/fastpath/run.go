@@ -40,17 +40,39 @@ func (p *plan) run(ctx context.Context, store engine.Store, vars map[string]any,
 	if !p.read(ctx, sc, store, vars, viewer) {
 		return nil, false
 	}
-	buf := make([]byte, 0, p.sizeHint.Load()+64)
+	into, _ := ctx.Value(responseBufferKey{}).(*[]byte)
+	var buf []byte
+	start := 0
+	if into != nil {
+		buf, start = *into, len(*into)
+	} else {
+		buf = make([]byte, 0, p.sizeHint.Load()+64)
+	}
 	buf = append(buf, '{')
 	for i := range p.root {
-		buf = p.writeRoot(buf, &p.root[i], sc, sc.spans[i], viewer)
-		if buf == nil {
-			return nil, false
+		if buf = p.writeRoot(buf, &p.root[i], sc, sc.spans[i], viewer); buf == nil {
+			return nil, false // nothing appended to into
 		}
 	}
 	buf = append(buf, '}')
-	p.sizeHint.Store(int64(len(buf)))
-	return buf, true
+	p.sizeHint.Store(int64(len(buf) - start))
+	if into != nil {
+		*into = buf
+	}
+	return buf[start:], true
+}
+
+type responseBufferKey struct{}
+
+// WithResponseBuffer has the plan that answers the operation of ctx append
+// the response's data to *buf (which the plan may grow, updating *buf)
+// instead of allocating it: the HTTP transport hands in its pooled output
+// buffer, already holding the response's beginning, so that the data is
+// neither allocated nor copied once more. The caller owns *buf and must
+// not reuse it while the response's Data is in use; it recognises data
+// written there by its address.
+func WithResponseBuffer(ctx context.Context, buf *[]byte) context.Context {
+	return context.WithValue(ctx, responseBufferKey{}, buf)
 }
 
 func (p *plan) read(ctx context.Context, sc *scratch, store engine.Store, vars map[string]any, viewer engine.UserID) bool {
