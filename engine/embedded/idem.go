@@ -8,7 +8,7 @@ import (
 	"github.com/tally-dev/tally/engine/table"
 )
 
-// idemKey is a 128-bit hash of (op kind, viewer, idempotency key). The
+// idemKey is a 128-bit hash of (viewer, idempotency key). The
 // record carries the hash rather than the key, which keeps records small
 // and makes the key's length irrelevant to the state.
 type idemKey [2]uint64
@@ -26,7 +26,7 @@ type idemExpiry struct {
 	key  idemKey
 }
 
-// idemLookup returns what the op logged under k recorded, if it is younger
+// idemLookup returns what the record logged under k recorded, if it is younger
 // than engine.IdempotencyTTL at now.
 func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
 	v, ok := st.idem.Get(k)
@@ -37,7 +37,7 @@ func (st *state) idemLookup(k idemKey, now int64) (idemVal, bool) {
 }
 
 // expireIdem forgets idempotency keys older than the TTL at time now. It
-// runs at the start of every apply, with the op's own time, so replay
+// runs at the start of every apply, with the record's own time, so replay
 // forgets exactly what the live engine forgot.
 func (st *state) expireIdem(now int64) {
 	at := nsTime(now)

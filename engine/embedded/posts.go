@@ -20,6 +20,9 @@ import (
 // MaxImportBatch is the most rows one Import call takes (one log record).
 const MaxImportBatch = 10000
 
+// An import record holds at most the rows a decoder takes.
+var _ [maxImportRows - MaxImportBatch]struct{}
+
 // createPostRec logs a new post; a zero Post in the call is filled in
 // with a fresh id before logging.
 type createPostRec struct {
@@ -587,7 +590,7 @@ func (r *importRec) readFrom(d *decoder) {
 	case n == 0:
 		d.fail("no rows")
 		return
-	case n > MaxImportBatch || n > uint64(len(d.b)/7):
+	case n > maxImportRows || n > uint64(len(d.b)/7):
 		d.fail("too many rows")
 		return
 	}

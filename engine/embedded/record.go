@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -400,6 +401,70 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 		return nil, d.err
 	}
 	return r, nil
+}
+
+// Decode bounds: the format's own, fixed, not the product's limits. The
+// longest list is a version-1 import record of 10,000 rows (MaxImportBatch
+// when it was written); a version-2 import holds as many rows.
+const (
+	maxListLen    = 10000 * importStride
+	maxImportRows = maxListLen / importStride
+	maxStringLen  = 1 << 16
+)
+
+var errBadRecord = errors.New("embedded: malformed log record")
+
+// decoder reads a record front to back, remembering the first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(why string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errBadRecord, why)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint for " + what)
+		return 0
+	}
+	if n > 1 && d.b[n-1] == 0 {
+		// An overlong encoding: appendV1 never writes one, so it is not a
+		// record of ours.
+		d.fail("overlong varint for " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(n uint64, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(what + " runs past the end")
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(what string) string {
+	n := d.uvarint(what + " length")
+	if n > maxStringLen {
+		d.fail(what + " too long")
+		return ""
+	}
+	return string(d.bytes(n, what))
 }
 
 // Coding helpers shared by the kinds' appendTo and readFrom.

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -82,69 +81,9 @@ const (
 	maskAll = 1<<iota - 1
 )
 
-// Decode bounds. The largest legitimate list is an import batch.
-const (
-	maxListLen   = MaxImportBatch * importStride
-	maxStringLen = 1 << 16
-)
-
-var errBadRecord = errors.New("embedded: malformed op record")
-
-// decoder reads a record front to back, remembering the first error.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(why string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errBadRecord, why)
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad varint for " + what)
-		return 0
-	}
-	if n > 1 && d.b[n-1] == 0 {
-		// An overlong encoding: appendV1 never writes one, so it is not a
-		// record of ours.
-		d.fail("overlong varint for " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes(n uint64, what string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail(what + " runs past the end")
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) str(what string) string {
-	n := d.uvarint(what + " length")
-	if n > maxStringLen {
-		d.fail(what + " too long")
-		return ""
-	}
-	return string(d.bytes(n, what))
-}
-
-// decodeV1 parses one record. It never panics and rejects anything that
-// appendV1 would not have produced from some op: unknown version or kind,
+// decodeV1 parses one version-1 record. It never panics and rejects
+// anything that the version-1 encoder (appendV1, now in a test file)
+// would not have produced from some record: unknown version or kind,
 // unknown mask bits, zero where the mask promises non-zero, truncation and
 // trailing bytes.
 func decodeV1(rec []byte) (v1op, error) {
