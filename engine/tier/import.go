@@ -35,6 +35,7 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 		if err != nil {
 			return err
 		}
+		s.installed = true
 		cur.body = &sealedBody{s}
 		ww = nil
 		return nil
@@ -67,7 +68,9 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 		cur.n++
 		t.live++
 	}
-	return finish()
+	err := finish()
+	t.trim()
+	return err
 }
 
 // bytesBuffer is a minimal growable writer whose storage Import reuses

@@ -296,10 +296,24 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 	if j.toCold {
 		w.body = &coldBody{j.file}
 	} else {
+		j.seg.installed = true
 		w.body = &sealedBody{j.seg}
 	}
 	w.frozen = nil
+	t.trim()
 	return nil
+}
+
+// trim lets the arena pack its full chunks, leaving alone the segments
+// jobs read (busy windows' bodies) or write (not yet installed).
+func (t *Tier[R]) trim() {
+	busy := map[*segment]bool{}
+	for _, w := range t.wins {
+		if b, ok := w.body.(*sealedBody); ok && w.busy {
+			busy[b.s] = true
+		}
+	}
+	t.arena.trim(func(s *segment) bool { return !s.installed || busy[s] })
 }
 
 func (j *Job[R]) discard() {

@@ -193,8 +193,14 @@ func (t *Tier[R]) Load(r io.Reader) error {
 		}
 	}
 	t.wins, t.live = st.wins, st.live
+	for _, w := range t.wins {
+		if b, ok := w.body.(*sealedBody); ok {
+			b.s.installed = true
+		}
+	}
 	t.nextGen = max(t.nextGen, nextGen)
 	t.epoch++
+	t.trim()
 	return nil
 }
 

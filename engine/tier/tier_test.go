@@ -320,3 +320,48 @@ func TestGenerations(t *testing.T) {
 		t.Fatalf("nextGen %d after files up to %d", again.nextGen, tr.nextGen-1)
 	}
 }
+
+// TestArena checks the arena's accounting through sealing, trimming,
+// compaction and cooling: the bytes it reports are the chunks its live
+// windows occupy, and every chunk goes once its windows have moved to
+// files.
+func TestArena(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOpts(dir)
+	opts.OpenAge, opts.ColdAge = -1, 0
+	tr, _ := NewPosts(opts)
+	rng := rand.New(rand.NewPCG(3, 3))
+	model := map[uint64]Post{}
+	for range 20000 {
+		id := randID(rng, 40)
+		p := randPost(rng)
+		tr.Put(id, p)
+		model[id] = p
+	}
+	now := testEpoch.Add(time.Hour)
+	if err := tr.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
+	var live int64
+	for _, w := range tr.wins {
+		if b, ok := w.body.(*sealedBody); ok {
+			live += int64(cap(b.s.data))
+		}
+	}
+	if got := tr.arena.size(); got < live || got > live+chunkBytes {
+		t.Fatalf("arena holds %d bytes for %d of windows", got, live)
+	}
+	if len(tr.arena.closed) != 0 {
+		t.Fatalf("%d full chunks left untrimmed with no job running", len(tr.arena.closed))
+	}
+	check(t, tr, model, rng, 40)
+	// Everything to files: the arena empties.
+	tr.opts.ColdAge = time.Nanosecond
+	if err := tr.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.arena.size(); got != 0 {
+		t.Fatalf("arena holds %d bytes with every window in a file", got)
+	}
+	check(t, tr, model, rng, 40)
+}

@@ -223,6 +223,9 @@ type segment struct {
 	idx   sealed.Index
 	sh    shape
 	chunk *chunk // where data was allocated in the tier's arena
+	// installed is set, under the tier's write lock, once the segment is
+	// a window's body; the arena moves only installed segments.
+	installed bool
 }
 
 // openSegment checks data as a complete window of the codec — header,
@@ -310,18 +313,32 @@ func newSegment(a *arena, raw []byte, tag [4]byte, sh shape, verify bool) (*segm
 	copy(data, raw)
 	s, err := openSegment(data, tag, sh, verify)
 	if err != nil {
-		a.free(c, len(data))
+		a.free(c, &segment{data: data})
 		return nil, err
 	}
 	s.chunk = c
+	a.attach(c, s)
 	return s, nil
+}
+
+// rebind points the segment at data, a copy of its bytes (arena.trim).
+func (s *segment) rebind(data []byte) {
+	size := int64(len(data))
+	f, err := parseFooter(data[size-footerSize:], size)
+	if err == nil {
+		s.idx, err = sealed.NewIndex(f, data[f.IndexOffset:size-footerSize])
+	}
+	if err != nil {
+		panic("tier: a window's bytes changed in the arena: " + err.Error())
+	}
+	s.data = data
 }
 
 // release frees the segment's region; the segment must no longer be
 // installed in a window (a reader or job still holding it is unaffected).
 func (s *segment) release(a *arena) {
 	if s != nil && s.chunk != nil {
-		a.free(s.chunk, len(s.data))
+		a.free(s.chunk, s)
 		s.chunk = nil
 	}
 }
