@@ -459,7 +459,7 @@ func (d *decoder) bytes(n uint64, what string) []byte {
 }
 
 func (d *decoder) str(what string) string {
-	n := d.uvarint(what + " length")
+	n := d.uvarint("string length") // what only in messages: no concatenation per record
 	if n > maxStringLen {
 		d.fail(what + " too long")
 		return ""
@@ -545,7 +545,7 @@ func (d *decoder) flag(what string) bool {
 // of none.
 func readIDs[T ~uint64](d *decoder, dst []T, nonEmpty bool, what string) []T {
 	dst = dst[:0]
-	n := d.uvarint(what + " count")
+	n := d.uvarint("list length")
 	// Each id takes at least a byte: a count beyond what is left is
 	// garbage, and checking first keeps a bad count from allocating.
 	switch {
