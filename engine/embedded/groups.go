@@ -122,21 +122,11 @@ func (st *state) messageOut(m *message) engine.Message {
 	}
 }
 
-// errSenderLeft: receipts are for a sender who is still a member.
-var errSenderLeft = fmt.Errorf("%w: only the sender sees read receipts, while a member of the group", engine.ErrForbidden)
-
-func errGroupNotFound(id uint64) error {
-	return fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
-}
-
-// memberGroup returns group id if viewer is a current member of it.
+// memberGroup returns group id if viewer may see it (ops.ViewGroup).
 func (e *Engine) memberGroup(id, viewer uint64) (*group, error) {
-	g, ok := e.st.group(id)
-	if !ok {
-		return nil, errGroupNotFound(id)
-	}
-	if _, cur := e.st.memberOf(g, viewer); !cur {
-		return nil, ops.ErrNotMember
+	f, g := e.st.groupFacts(engine.GroupID(id), engine.UserID(viewer))
+	if err := ops.ViewGroup(engine.GroupID(id), f); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -281,14 +271,16 @@ func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine
 	return e.st.messageOut(msg), nil
 }
 
-// memberMessage returns message id if viewer is a current member of its
-// group. Caller holds mu.
+// memberMessage returns message id if viewer may see it
+// (ops.ViewMessage). Caller holds mu.
 func (e *Engine) memberMessage(id, viewer uint64) (*message, error) {
 	m, ok := e.st.message(id)
-	if !ok {
-		return nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	var standing ops.MemberState
+	if ok {
+		g, _ := e.st.group(m.group)
+		standing = e.st.memberState(g, engine.UserID(viewer))
 	}
-	if _, err := e.memberGroup(m.group, viewer); err != nil {
+	if err := ops.ViewMessage(engine.MessageID(id), ok, standing); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -393,19 +385,18 @@ func (e *Engine) ReceiptMembers(ctx context.Context, viewer engine.UserID, id en
 	return out, nil
 }
 
-// senderMessage returns message id and its group for its sender, while a
-// member of the group: the receipts rule. Caller holds mu.
+// senderMessage returns message id and its group if viewer may see its
+// receipts (ops.ViewReceipts). Caller holds mu.
 func (e *Engine) senderMessage(id engine.MessageID, viewer engine.UserID) (*message, *group, error) {
 	m, ok := e.st.message(uint64(id))
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: message %d", engine.ErrNotFound, id)
+	var g *group
+	var standing ops.MemberState
+	if ok {
+		g, _ = e.st.group(m.group)
+		standing = e.st.memberState(g, viewer)
 	}
-	if m.sender != uint64(viewer) {
-		return nil, nil, fmt.Errorf("%w: only the sender sees read receipts", engine.ErrForbidden)
-	}
-	g, _ := e.st.group(m.group)
-	if _, cur := e.st.memberOf(g, uint64(viewer)); !cur {
-		return nil, nil, errSenderLeft
+	if err := ops.ViewReceipts(id, ok, ok && m.sender == uint64(viewer), standing); err != nil {
+		return nil, nil, err
 	}
 	return m, g, nil
 }

@@ -233,14 +233,8 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if len(rows) > MaxImportBatch {
 		return fmt.Errorf("%w: at most %d rows per import batch", engine.ErrInvalid, MaxImportBatch)
 	}
-	for _, r := range rows {
-		c := r.Counts
-		if r.Post == 0 {
-			return fmt.Errorf("%w: post id 0", engine.ErrInvalid)
-		}
-		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
-			return fmt.Errorf("%w: post %d has a negative count", engine.ErrInvalid, r.Post)
-		}
+	if err := ops.CheckImport(rows); err != nil {
+		return err
 	}
 	if len(rows) == 0 {
 		return nil
