@@ -332,6 +332,15 @@ func BenchmarkGetPage(b *testing.B) {
 		{"cold-hit", p.cold, p.coldPeers, p.old},
 		{"cold-miss", p.coldNoCach, p.coldPeers, p.old},
 	}
+	// Against the counts alone (postcounts.GetMany, no authors).
+	b.Run("sealed-vs-counts", func(b *testing.B) {
+		tn, pn := benchutil.Interleave(b, table(p.mem, p.old), func(i int) {
+			p.peers.counts.GetMany(p.old[(i+len(p.old)/2)%len(p.old)][:], counts[:])
+		})
+		b.ReportMetric(tn, "cpu-ns/page")
+		b.ReportMetric(pn, "counts-cpu-ns/page")
+		b.ReportMetric(tn/pn, "table/counts")
+	})
 	for _, c := range cases {
 		if c.name == "cold-hit" {
 			for i := range c.pages {
@@ -349,3 +358,16 @@ func BenchmarkGetPage(b *testing.B) {
 }
 
 func newPipe() (*io.PipeReader, *io.PipeWriter) { return io.Pipe() }
+
+// BenchmarkGetManySealed reads the sealed pages of BenchmarkGetPage from
+// the table alone (for profiles).
+func BenchmarkGetManySealed(b *testing.B) {
+	p := pageData(b)
+	var out [50]Post
+	var found [50]bool
+	i := 0
+	for b.Loop() {
+		p.mem.GetMany(p.old[i%len(p.old)][:], out[:], found[:])
+		i++
+	}
+}

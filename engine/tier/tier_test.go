@@ -365,3 +365,49 @@ func TestArena(t *testing.T) {
 	}
 	check(t, tr, model, rng, 40)
 }
+
+// TestGetManyAllocs: a page read does not allocate, from open, sealed and
+// cold windows (blocks cached, and not: a miss reads into a pooled
+// buffer) and through a delta.
+func TestGetManyAllocs(t *testing.T) {
+	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
+		opts := testOpts("")
+		switch policy {
+		case "open":
+			opts.OpenAge = time.Hour
+		case "sealed":
+			opts.OpenAge = -1
+		default:
+			opts.Dir, opts.OpenAge, opts.ColdAge = t.TempDir(), -1, time.Nanosecond
+			if policy == "cold-nocache" {
+				opts.ColdCacheBytes = -1
+			}
+		}
+		tr, _ := NewPosts(opts)
+		rng := rand.New(rand.NewPCG(4, 4))
+		var ids []uint64
+		for range 5000 {
+			id := randID(rng, 3)
+			tr.Put(id, randPost(rng))
+			ids = append(ids, id)
+		}
+		if err := tr.Maintain(testEpoch.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids[:20] { // a delta on sealed and cold windows
+			tr.Put(id, Post{Author: 1})
+		}
+		page := ids[100:150]
+		var out [50]Post
+		var found [50]bool
+		tr.GetMany(page, out[:], found[:])
+		if n := testing.AllocsPerRun(50, func() {
+			if err := tr.GetMany(page, out[:], found[:]); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 && !(raceOn && policy == "cold-nocache") {
+			t.Errorf("%s: GetMany allocates %v times a page", policy, n)
+		}
+		tr.Close()
+	}
+}
