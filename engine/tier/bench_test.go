@@ -88,6 +88,8 @@ func benchOpts(b testing.TB, policy string) Options {
 	case "sealed":
 		o.OpenAge = -1
 	case "default":
+	case "1day": // the last day open, the rest sealed, late writes in deltas
+		o.OpenAge = 24 * time.Hour
 	case "cold":
 		o.Dir, o.ColdAge = b.TempDir(), time.Nanosecond
 	case "cold-nocache":
@@ -169,10 +171,11 @@ var kept []any
 // GC (heap-B/post), its own count (B/post) and, for the cold policy, the
 // bytes of its files (disk-B/post); and the same heap figure for the
 // peers, postcounts and registry holding the same posts, measured in the
-// same sub-benchmark, with the ratio.
+// same sub-benchmark, with the ratio. The 1day policy keeps only the last
+// day open (the peers keep their default, 7 days).
 func BenchmarkMemory(b *testing.B) {
 	d := benchData()
-	for _, policy := range []string{"open", "default", "sealed", "cold"} {
+	for _, policy := range []string{"open", "default", "1day", "sealed", "cold"} {
 		b.Run(policy, func(b *testing.B) {
 			var t *Posts
 			var p peers

@@ -14,7 +14,7 @@ import (
 // a snapshot and in a cold file.
 //
 //	window  = header block* index footer
-//	header  = "TLYTIER1" (8) | codec tag (4) | cols uint8 | version uint8 (1) | 0 uint16   (16 bytes)
+//	header  = "TLYTIER1" (8) | codec tag (4) | cols uint8 | version uint8 (1) | dense uint8 | 0 uint8   (16 bytes)
 //	index   = (first id uint64 | block offset uint64)*      one per block, in id order
 //	footer  = index offset uint64 | blocks uint64 | records uint64 |
 //	          min id uint64 | max id uint64 | index CRC32C uint32 |
