@@ -3,6 +3,7 @@ package tier
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -409,5 +410,52 @@ func TestGetManyAllocs(t *testing.T) {
 			t.Errorf("%s: GetMany allocates %v times a page", policy, n)
 		}
 		tr.Close()
+	}
+}
+
+// TestImport: records imported in id order read back as put, whether
+// their windows are sealed on the way in or put into open tables; an
+// import out of order or into a non-empty table is refused.
+func TestImport(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	model := map[uint64]Post{}
+	for range 20000 {
+		model[randID(rng, 30)] = randPost(rng)
+	}
+	ids := slices.Sorted(maps.Keys(model))
+	seq := func(yield func(uint64, Post) bool) {
+		for _, id := range ids {
+			if !yield(id, model[id]) {
+				return
+			}
+		}
+	}
+	opts := testOpts(t.TempDir())
+	tr, _ := NewPosts(opts)
+	now := testEpoch.Add(20 * time.Second) // windows 0..16 sealed, the rest open
+	if err := tr.Import(seq, now); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[Kind]int{}
+	for _, s := range tr.Stats() {
+		kinds[s.Kind]++
+	}
+	if kinds[Sealed] == 0 || kinds[Open] == 0 {
+		t.Fatalf("windows after Import: %v", kinds)
+	}
+	check(t, tr, model, rng, 30)
+	if err := tr.Maintain(now); err != nil {
+		t.Fatal(err)
+	}
+	check(t, tr, model, rng, 30)
+	if err := tr.Import(seq, now); err == nil {
+		t.Fatal("Import into a table that holds windows")
+	}
+	other, _ := NewPosts(testOpts(""))
+	err := other.Import(func(yield func(uint64, Post) bool) {
+		_ = yield(ids[1], Post{}) && yield(ids[0], Post{})
+	}, now)
+	if !errors.Is(err, errOrder) {
+		t.Fatalf("Import out of order: %v", err)
 	}
 }
