@@ -64,10 +64,10 @@ func flipByte(t *testing.T, path string, off int64) {
 func TestCorruptColdBlock(t *testing.T) {
 	tr, ids, path := coldTable(t, 1000)
 	f := tr.wins[0].body.(*coldBody).f
-	_, off, end := f.idx.Block(3)
+	_, off, end := f.idx.Block(1)
 	flipByte(t, path, int64(off+(end-off)/2))
-	first3, _, _ := f.idx.Block(3)
-	first4, _, _ := f.idx.Block(4)
+	first3, _, _ := f.idx.Block(1)
+	first4, _, _ := f.idx.Block(2)
 	var bad, good uint64
 	for _, id := range ids {
 		if id >= first3 && id < first4 {

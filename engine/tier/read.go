@@ -76,10 +76,14 @@ func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 	var wk [pageChunk]uint64 // window index << 8 | position in ids
 	n := 0
 	sorted := true
+	lastWin, lo, hi := -1, uint64(1), uint64(0) // the previous id's window and its range
 	for i, id := range ids {
-		wi := t.find(id)
-		if wi < 0 {
-			continue
+		wi := lastWin
+		if id < lo || id > hi { // a page's ids mostly share a window: no division then
+			if wi = t.find(id); wi < 0 {
+				continue
+			}
+			lastWin, lo, hi = wi, t.wins[wi].lo, t.wins[wi].last
 		}
 		wk[n] = uint64(wi)<<8 | uint64(i)
 		if n > 0 && wk[n] < wk[n-1] {
