@@ -25,9 +25,14 @@
 // script applies those effects only if the facts hold and returns the
 // real ones, and Go decides again on them for the rest (a like's badge
 // depends on the author the step returned). Reads follow the same rules
-// (ops.Unread, ops.Counted, ops.CursorLive). The conformance suite
-// (engine/enginetest) holds this backend and the embedded engine to the
-// same answers.
+// (ops.Unread, ops.Counted, ops.CursorLive); who may read a group, a
+// message or its receipts is judged by ops.ViewGroup, ViewMessage and
+// ViewReceipts on facts the read's script returns together with the
+// data (the viewer's standing, whether the message exists, its sender),
+// so that a read stays one round trip and Go discards the data when the
+// rule refuses. Import's rows are checked by ops.CheckImport. The
+// conformance suite (engine/enginetest) holds this backend and the
+// embedded engine to the same answers.
 //
 // # Key layout
 //

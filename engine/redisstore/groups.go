@@ -164,18 +164,6 @@ func (s *Store) LeaveGroup(ctx context.Context, viewer engine.UserID, group engi
 	return nil
 }
 
-// groupCode is a read script's verdict on the viewer (reads are judged
-// as the mutations' ops judge: an unknown group, then a non-member).
-func groupCode(code int64) error {
-	switch code {
-	case -1:
-		return notFound("group")
-	case -2:
-		return ops.ErrNotMember
-	}
-	return nil
-}
-
 // Group implements engine.Store: the member count and the first page.
 func (s *Store) Group(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error) {
 	count, page, err := s.groupPage(ctx, viewer, group, engine.MaxPageSize, 0)
@@ -194,6 +182,9 @@ func (s *Store) GroupMembers(ctx context.Context, viewer engine.UserID, group en
 	return page, err
 }
 
+// groupPage reads a page of group's members and the facts ops.ViewGroup
+// judges the read on in one script (one round trip): the page is
+// discarded when ViewGroup refuses.
 func (s *Store) groupPage(ctx context.Context, viewer engine.UserID, group engine.GroupID, first int, after engine.UserID) (int, []engine.UserID, error) {
 	g := s.k.group(uint64(group))
 	r, err := s.query(ctx, scGroupPage, []string{g.U, g.M, g.Q}, uint64(viewer), uint64(after), first)
@@ -201,15 +192,15 @@ func (s *Store) groupPage(ctx context.Context, viewer engine.UserID, group engin
 		return 0, nil, err
 	}
 	a := vals(r)
-	switch code := num(at(a, 0)); code {
-	case -4:
-		return 0, nil, errBadCursor(after)
-	default:
-		if err := groupCode(code); err != nil {
-			return 0, nil, err
-		}
+	f := ops.GroupFacts{Exists: num(at(a, 0)) == 1,
+		Viewer: memberFact{mapid: num(at(a, 1)), quit: num(at(a, 2))}.state()}
+	if err := ops.ViewGroup(group, f); err != nil {
+		return 0, nil, err
 	}
-	packed := str(at(a, 2))
+	if num(at(a, 5)) < 0 {
+		return 0, nil, errBadCursor(after)
+	}
+	packed := str(at(a, 4))
 	if len(packed)%8 != 0 {
 		return 0, nil, s.fail(errCorrupt)
 	}
@@ -217,7 +208,7 @@ func (s *Store) groupPage(ctx context.Context, viewer engine.UserID, group engin
 	for _, u := range members(packed) {
 		page = append(page, engine.UserID(u))
 	}
-	return int(num(at(a, 1))), page, nil
+	return int(num(at(a, 3))), page, nil
 }
 
 func errBadCursor(after engine.UserID) error {
@@ -352,31 +343,41 @@ func (s *Store) body(gid, mid uint64, b string) (engine.Message, error) {
 	return m, nil
 }
 
-// Message implements engine.Store.
+// Message implements engine.Store: the id -> group index, then one
+// script reading the message and the facts ops.ViewMessage judges the
+// read on (the body is discarded when it refuses).
 func (s *Store) Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error) {
-	if id == 0 {
-		return engine.Message{}, notFound("message")
-	}
-	gids, err := s.groupsOf(ctx, []uint64{uint64(id)})
+	gid, err := s.groupOf(ctx, id)
 	if err != nil {
 		return engine.Message{}, err
 	}
-	if gids[0] == 0 {
-		return engine.Message{}, notFound("message")
+	if gid == 0 {
+		return engine.Message{}, ops.ViewMessage(id, false, ops.MemberState{})
 	}
-	g := s.k.group(gids[0])
+	g := s.k.group(gid)
 	r, err := s.query(ctx, scMsgGet, []string{g.M, g.Q, g.T}, uint64(viewer), uint64(id))
 	if err != nil {
 		return engine.Message{}, err
 	}
 	a := vals(r)
-	switch num(at(a, 0)) {
-	case -1:
-		return engine.Message{}, notFound("message")
-	case -2:
-		return engine.Message{}, forbidden("not a member of the message's group")
+	body, exists := at(a, 0).(string)
+	viewerIn := memberFact{mapid: num(at(a, 1)), quit: num(at(a, 2))}.state()
+	if err := ops.ViewMessage(id, exists, viewerIn); err != nil {
+		return engine.Message{}, err
 	}
-	return s.body(gids[0], uint64(id), str(at(a, 1)))
+	return s.body(gid, uint64(id), body)
+}
+
+// groupOf is the group message id was sent to (0: unknown message).
+func (s *Store) groupOf(ctx context.Context, id engine.MessageID) (uint64, error) {
+	if id == 0 {
+		return 0, nil
+	}
+	gids, err := s.groupsOf(ctx, []uint64{uint64(id)})
+	if err != nil {
+		return 0, err
+	}
+	return gids[0], nil
 }
 
 // MarkMessagesRead implements engine.Store. The facts of every message
@@ -550,43 +551,44 @@ func (s *Store) ReceiptMembers(ctx context.Context, viewer engine.UserID, id eng
 	return s.mapUIDs(ctx, g, want)
 }
 
-// senderReceipts reads message id's receipt record for its sender, while a
-// member of the group, and the mapid of the user after (0: none).
+// senderReceipts reads message id's receipt record if ops.ViewReceipts
+// lets viewer see it, and the mapid of the user after (0: none). One
+// script reads the record with the facts ViewReceipts judges on (the
+// record is discarded when it refuses).
 func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id engine.MessageID, after engine.UserID) (receipts, groupKeys, int, error) {
-	if id == 0 {
-		return receipts{}, groupKeys{}, 0, notFound("message")
-	}
-	gids, err := s.groupsOf(ctx, []uint64{uint64(id)})
+	gid, err := s.groupOf(ctx, id)
 	if err != nil {
 		return receipts{}, groupKeys{}, 0, err
 	}
-	if gids[0] == 0 {
-		return receipts{}, groupKeys{}, 0, notFound("message")
+	if gid == 0 {
+		return receipts{}, groupKeys{}, 0, ops.ViewReceipts(id, false, false, ops.MemberState{})
 	}
-	g := s.k.group(gids[0])
+	g := s.k.group(gid)
 	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id))}, uint64(viewer), uint64(id), uint64(after))
 	if err != nil {
 		return receipts{}, g, 0, err
 	}
 	a := vals(r)
-	switch num(at(a, 0)) {
-	case -1:
-		return receipts{}, g, 0, notFound("message")
-	case -2:
-		return receipts{}, g, 0, forbidden("only the sender sees read receipts, while a member of the group")
+	body, hasBody := at(a, 0).(string)
+	blob, hasRecord := at(a, 1).(string)
+	exists := hasBody && hasRecord
+	isSender := false
+	if exists {
+		m, err := s.body(gid, uint64(id), body)
+		if err != nil {
+			return receipts{}, g, 0, err
+		}
+		isSender = m.Sender == viewer
 	}
-	m, err := s.body(gids[0], uint64(id), str(at(a, 1)))
-	if err != nil {
+	viewerIn := memberFact{mapid: num(at(a, 4)), quit: num(at(a, 5))}.state()
+	if err := ops.ViewReceipts(id, exists, isSender, viewerIn); err != nil {
 		return receipts{}, g, 0, err
 	}
-	if m.Sender != viewer {
-		return receipts{}, g, 0, forbidden("only the sender sees read receipts")
-	}
-	from := int(num(at(a, 4)))
+	from := int(num(at(a, 3)))
 	if from < 0 {
 		return receipts{}, g, 0, errBadCursor(after)
 	}
-	rc, err := parseReceipts(str(at(a, 2)), str(at(a, 3)))
+	rc, err := parseReceipts(blob, str(at(a, 2)))
 	if err != nil {
 		return receipts{}, g, 0, s.fail(err)
 	}

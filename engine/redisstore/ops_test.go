@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 )
 
@@ -232,6 +236,109 @@ func TestImportDecidesRowsInOrder(t *testing.T) {
 	}
 }
 
+// Group, message and receipt reads are judged by ops.ViewGroup,
+// ViewMessage and ViewReceipts on the facts the read's script returned
+// with its data: each refusal is the ops error, before the cursor is
+// judged, and nothing of the data it read comes back.
+func TestReadsJudgedByOps(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	const sender, member, leaver, stranger = 1, 2, 3, 4
+	g, err := s.CreateGroup(ctx, sender, []engine.UserID{member, leaver})
+	check(t, err)
+	m, err := s.SendMessage(ctx, sender, g, "hi", nil, "")
+	check(t, err)
+	check(t, s.LeaveGroup(ctx, leaver, g))
+	refused := func(what string, err error, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", what, err, want)
+		}
+	}
+	// Groups: an ex-member and a stranger are refused even with a cursor
+	// that names nobody (the rule comes first), and get no page.
+	for _, u := range []engine.UserID{leaver, stranger} {
+		grp, err := s.Group(ctx, u, g)
+		refused("group read by a non-member", err, ops.ErrNotMember)
+		if grp.MemberCount != 0 || len(grp.Members) != 0 {
+			t.Errorf("a refused group read returned %+v", grp)
+		}
+		page, err := s.GroupMembers(ctx, u, g, 10, 999)
+		refused("member page by a non-member", err, ops.ErrNotMember)
+		if page != nil {
+			t.Errorf("a refused member page returned %v", page)
+		}
+	}
+	_, err = s.Group(ctx, sender, g+1)
+	refused("unknown group", err, engine.ErrNotFound)
+	_, err = s.GroupMembers(ctx, member, g, 10, 999)
+	refused("a member's page after a stranger", err, engine.ErrInvalid)
+	// Messages.
+	for _, u := range []engine.UserID{leaver, stranger} {
+		got, err := s.Message(ctx, u, m.ID)
+		refused("message read by a non-member", err, ops.ErrNotMember)
+		if got.Text != "" {
+			t.Errorf("a refused message read returned %+v", got)
+		}
+	}
+	for _, id := range []engine.MessageID{0, m.ID + 1} {
+		_, err = s.Message(ctx, member, id)
+		refused("unknown message", err, engine.ErrNotFound)
+		_, err = s.Receipts(ctx, sender, id, 10)
+		refused("receipts of an unknown message", err, engine.ErrNotFound)
+	}
+	// Receipts: the sender only, while a member; a non-sender is told
+	// so whatever their standing, before a bad cursor is judged.
+	for _, u := range []engine.UserID{member, leaver, stranger} {
+		rc, err := s.Receipts(ctx, u, m.ID, 10)
+		refused("receipts read by a non-sender", err, ops.ErrNotSender)
+		if rc.ReadCount+rc.UnreadCount != 0 || rc.Readers != nil || rc.Unreaders != nil {
+			t.Errorf("a refused receipts read returned %+v", rc)
+		}
+		_, err = s.ReceiptMembers(ctx, u, m.ID, false, 10, 999)
+		refused("receipt members read by a non-sender", err, ops.ErrNotSender)
+	}
+	_, err = s.ReceiptMembers(ctx, sender, m.ID, false, 10, 999)
+	refused("the sender's receipt page after a stranger", err, engine.ErrInvalid)
+	rc, err := s.Receipts(ctx, sender, m.ID, 10)
+	check(t, err)
+	if rc.UnreadCount != 2 {
+		t.Fatalf("the sender's receipts %+v, want 2 unread", rc)
+	}
+	check(t, s.LeaveGroup(ctx, sender, g))
+	_, err = s.Receipts(ctx, sender, m.ID, 10)
+	refused("receipts read by a sender who left", err, ops.ErrSenderLeft)
+	_, err = s.ReceiptMembers(ctx, sender, m.ID, true, 10, 0)
+	refused("receipt members read by a sender who left", err, ops.ErrSenderLeft)
+}
+
+// Import checks every row (ops.CheckImport) before it writes any: a bad
+// row anywhere leaves the store as it was, and the error names the row.
+func TestImportChecksAllRowsFirst(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	good := engine.PostID(s.gen.Next())
+	for _, bad := range []engine.ImportRow{
+		{Post: 0, Counts: engine.Counts{Likes: 1}},
+		{Post: good + 1, Counts: engine.Counts{Favorites: -1}},
+	} {
+		err := s.Import(ctx, []engine.ImportRow{{Post: good, Author: 7, Counts: engine.Counts{Likes: 5}}, bad})
+		if !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("import with %+v: %v, want invalid", bad, err)
+		}
+		if bad.Post == 0 && !strings.Contains(err.Error(), "row 2") {
+			t.Errorf("error %q does not name row 2", err)
+		}
+	}
+	cs, err := s.Counts(ctx, []engine.PostID{good})
+	check(t, err)
+	uc, err := s.UserCounts(ctx, []engine.UserID{7})
+	check(t, err)
+	if cs[0] != (engine.Counts{}) || uc[0].Posts != 0 {
+		t.Fatalf("a refused import wrote: counts %+v, author's posts %d", cs[0], uc[0].Posts)
+	}
+}
+
 // tripCounter counts round trips to Redis: each command or pipeline sent,
 // except the store's once-a-second stats flush.
 type tripCounter struct{ n atomic.Int64 }
@@ -258,7 +365,10 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // that deciding in Go (engine/ops) does not quietly add any: a like of
 // someone else's post is its step, the badge, the intent's deletion, its
 // markers' deletion and the event; a comment likewise; a page is one; a
-// badge read is two (three once a day, the cursor touch). A script call
+// badge read is two (three once a day, the cursor touch); a group read
+// is one, refused or not (the rule is judged on the facts its script
+// returns); a message read two (the id -> group index, then the
+// script); a receipts read three (index, script, member ids). A script call
 // costing two (NOSCRIPT, then EVAL) shows here too.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
@@ -294,4 +404,17 @@ func TestRoundTrips(t *testing.T) {
 	})
 	trips("first badge read", 3, func() error { _, err := s.Unread(ctx, fan); return err })
 	trips("badge read", 2, func() error { _, err := s.Unread(ctx, fan); return err })
+	g, err := s.CreateGroup(ctx, author, []engine.UserID{fan})
+	check(t, err)
+	m, err := s.SendMessage(ctx, author, g, "hi", nil, "")
+	check(t, err)
+	trips("group read", 1, func() error { _, err := s.Group(ctx, fan, g); return err })
+	trips("refused group read", 1, func() error {
+		if _, err := s.Group(ctx, other, g); !errors.Is(err, ops.ErrNotMember) {
+			return fmt.Errorf("group read by a stranger: %v", err)
+		}
+		return nil
+	})
+	trips("message read", 2, func() error { _, err := s.Message(ctx, fan, m.ID); return err })
+	trips("receipts read", 3, func() error { _, err := s.Receipts(ctx, author, m.ID, 10); return err })
 }

@@ -676,24 +676,18 @@ var _ engine.Importer = (*Store)(nil)
 // importChunk bounds one pipelined round trip of Import.
 const importChunk = 2000
 
-// Import implements engine.Importer: ops.DecideImport judges each row
-// against the post's record (an unknown post is registered when it has
-// an author or a non-zero count, a known one without an author takes the
-// row's; the counts replace the post's). Rows go per bucket: one
+// Import implements engine.Importer: ops.CheckImport validates the rows;
+// ops.DecideImport judges each row against the post's record (an unknown
+// post is registered when it has an author or a non-zero count, a known
+// one without an author takes the row's; the counts replace the post's). Rows go per bucket: one
 // pipelined round trip reads the records of importChunk rows, one writes
 // them (compare-and-set on each post's head; a post changed in between
 // is read and decided again). Like every write here it is durable when
 // it returns as far as the server's appendfsync (or WaitReplicas) makes
 // it.
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
-	for i, r := range rows {
-		c := r.Counts
-		if r.Post == 0 {
-			return invalid("post id 0 in import row %d", i+1)
-		}
-		if min(c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites) < 0 {
-			return invalid("post %d has a negative count", r.Post)
-		}
+	if err := ops.CheckImport(rows); err != nil {
+		return err
 	}
 	for len(rows) > 0 {
 		n := min(len(rows), importChunk)

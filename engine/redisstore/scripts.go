@@ -443,38 +443,45 @@ if not m then return {1, 0, 0} end
 local q = redis.call('SETBIT', KEYS[3], m - 1, 1)
 return {1, tonumber(m), q}`)
 
-	// One page of a group's current members for viewer, who must be one:
-	// the members after the user ARGV[2] ('0': from the first), at most
-	// ARGV[3], and the current member count. It reads the packed member
-	// list and quit bitmap in chunks from the cursor's mapid on, skipping
-	// whole bytes of members who left, so a page costs its own length
-	// (plus leavers in between), not the group's size.
+	// One page of a group's current members, with the facts ops.ViewGroup
+	// judges the read on: whether the group exists and the viewer's
+	// mapid (0: never joined) and quit bit. The page is read whatever
+	// the facts say, so that the read stays one round trip; Go discards
+	// it when ViewGroup refuses (a refused viewer costs one page of
+	// reading, bounded by ARGV[3]). The page holds the members after the
+	// user ARGV[2] ('0': from the first), at most ARGV[3], and the count
+	// is of current members. It reads the packed member list and quit
+	// bitmap in chunks from the cursor's mapid on, skipping whole bytes
+	// of members who left, so a page costs its own length (plus leavers
+	// in between), not the group's size.
 	// KEYS U, M, Q; ARGV viewer, after, first.
-	// {1, count, packed uids} | {-1} unknown | {-2} not a member |
-	// {-4} after never joined.
+	// {exists, mapid, quit, count, packed uids, after's mapid (-1: after
+	// never joined, and no page)}; {0, 0, 0} for an unknown group.
 	scGroupPage = newScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
-if not cur then return {-2} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
+local m = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local q = 0
+if m > 0 then q = redis.call('GETBIT', KEYS[3], m - 1) end
 local n = redis.call('STRLEN', KEYS[1]) / 8
 local count = n - redis.call('BITCOUNT', KEYS[3])
 local i = 0
 if ARGV[2] ~= '0' then
   local a = redis.call('HGET', KEYS[2], ARGV[2])
-  if not a then return {-4} end
+  if not a then return {1, m, q, count, '', -1} end
   i = tonumber(a)
 end
+local from = i
 local want = tonumber(ARGV[3])
 local out = {}
 while #out < want and i < n do
   local last = math.min(i + 512, n) - 1
   local qb = math.floor(i / 8)
-  local q = redis.call('GETRANGE', KEYS[3], qb, math.floor(last / 8))
+  local qs = redis.call('GETRANGE', KEYS[3], qb, math.floor(last / 8))
   local u = redis.call('GETRANGE', KEYS[1], i * 8, last * 8 + 7)
   local j = i
   while j <= last and #out < want do
     local off = j - qb * 8
-    local byte = string.byte(q, math.floor(off / 8) + 1) or 0
+    local byte = string.byte(qs, math.floor(off / 8) + 1) or 0
     if byte == 255 and off % 8 == 0 then
       j = j + 8
     else
@@ -486,7 +493,7 @@ while #out < want and i < n do
   end
   i = j
 end
-return {1, count, table.concat(out)}`)
+return {1, m, q, count, table.concat(out), from}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
 	// (seeds/004): the group as it is at send time, the facts ops.Counted
@@ -648,33 +655,40 @@ for i = 1, #ARGV, 3 do
 end
 return {#ARGV / 3, counted}`)
 
-	// A message for a current member. KEYS M, Q, T; ARGV viewer, mid.
-	// {1, body} | {-1} unknown | {-2} not a member.
+	// A message with the facts ops.ViewMessage judges the read on: the
+	// body (false: unknown message) and the viewer's mapid in its group
+	// (0: never joined) and quit bit. The body is returned whatever the
+	// viewer's standing, so that the read stays one round trip; Go
+	// discards it when ViewMessage refuses. KEYS M, Q, T; ARGV viewer,
+	// mid. {body or false, mapid, quit}.
 	scMsgGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
-if not body then return {-1} end
-local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
-if not cur then return {-2} end
-return {1, body}`)
+local m = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local q = 0
+if m > 0 then q = redis.call('GETBIT', KEYS[2], m - 1) end
+return {body or false, m, q}`)
 
-	// A message's receipts for viewer, who must be a current member of
-	// its group (a sender who left sees none), and the mapid of the user
-	// ARGV[3] a page starts after ('0': none). KEYS M, Q, T, R, read
-	// bitmap; ARGV viewer, mid, after. -1 unknown, -2 not a member, else
-	// {1, body, receipt record, read bitmap or false, after's mapid or -1
-	// if after never joined} (judged after the sender-only rule, in Go).
+	// A message's receipts with the facts ops.ViewReceipts judges the
+	// read on: the body (false: unknown; Go reads the sender from it) and
+	// the viewer's mapid in the group (0: never joined) and quit bit.
+	// The receipt record is returned whatever the facts say, so that the
+	// read stays one round trip; Go discards it when ViewReceipts
+	// refuses. Also the mapid of the user ARGV[3] a page starts after
+	// ('0': none, 0). KEYS M, Q, T, R, read bitmap; ARGV viewer, mid,
+	// after. {body or false, receipt record or false, read bitmap or
+	// false, after's mapid (-1: after never joined), mapid, quit}.
 	scRcptGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
 local blob = redis.call('HGET', KEYS[4], ARGV[2])
-if not body or not blob then return {-1} end
-local m, cur = member(KEYS[1], KEYS[2], ARGV[1])
-if not cur then return {-2} end
+local m = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local q = 0
+if m > 0 then q = redis.call('GETBIT', KEYS[2], m - 1) end
 local from = 0
 if ARGV[3] ~= '0' then
   local a = redis.call('HGET', KEYS[1], ARGV[3])
   if a then from = tonumber(a) else from = -1 end
 end
-return {1, body, blob, redis.call('GET', KEYS[5]), from}`)
+return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q}`)
 )
 
 var allScripts = []*redis.Script{
