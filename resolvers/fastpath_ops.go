@@ -168,8 +168,11 @@ func (f *fastOps) operationContext(ctx context.Context, params *graphql.RawParam
 	}
 	// A query sent whole can be looked up before any extension runs; one
 	// sent by its persisted hash only after.
-	if params.Query != "" && f.lookup(params.Query, params.OperationName) == nil {
-		return nil, nil, false
+	var fd *fastDoc
+	if params.Query != "" {
+		if fd = f.lookup(params.Query, params.OperationName); fd == nil {
+			return nil, nil, false
+		}
 	}
 	opCtx = &graphql.OperationContext{
 		DisableIntrospection:   true,
@@ -192,9 +195,10 @@ func (f *fastOps) operationContext(ctx context.Context, params *graphql.RawParam
 			}
 		}
 	}
-	fd := f.lookup(p.Query, p.OperationName)
-	if fd == nil {
-		return nil, nil, false
+	if fd == nil || p.Query != params.Query || p.OperationName != params.OperationName {
+		if fd = f.lookup(p.Query, p.OperationName); fd == nil {
+			return nil, nil, false
+		}
 	}
 	opCtx.RawQuery, opCtx.OperationName, opCtx.Extensions, opCtx.Headers = p.Query, p.OperationName, p.Extensions, p.Headers
 	now := graphql.Now()
@@ -252,6 +256,10 @@ func (f *fastOps) learn(opCtx *graphql.OperationContext) {
 	if op == nil || op.Operation != ast.Query || len(opCtx.RawQuery) > maxFastQuery {
 		return
 	}
+	mask, planned := f.schema.Planned(op, opCtx.Variables)
+	if !planned {
+		return
+	}
 	fd := f.lookup(opCtx.RawQuery, opCtx.OperationName)
 	if fd == nil || fd.op != op {
 		if fd = newFastDoc(opCtx.Doc, op); fd == nil {
@@ -264,9 +272,7 @@ func (f *fastOps) learn(opCtx *graphql.OperationContext) {
 	if !ok {
 		return
 	}
-	if key.mask, ok = f.schema.Planned(op, opCtx.Variables); !ok {
-		return
-	}
+	key.mask = mask
 	if f.cost != nil {
 		stats, _ := opCtx.Stats.GetExtension(f.cost.ExtensionName()).(*extension.ComplexityStats)
 		if stats == nil || stats.Complexity > f.cost.limit {
