@@ -15,10 +15,13 @@
 // Exec returns it runs the response interceptors (loaders, metrics, error
 // presenter, extensions) around whatever the handler produces. A plan's
 // response is a graphql.Response whose Data is the json.RawMessage the plan
-// appended, so nothing encodes the data again (the HTTP transport's
-// json.Marshal still validates and compacts the bytes, the largest cost
-// left per page). Every transport (POST, GET, WebSocket) reaches the plans
-// the same way. What plans skip is per-field work, so field interceptors
+// appended, so nothing encodes the data again; over HTTP the plan appends
+// it to the transport's own output buffer (WithResponseBuffer), so it is
+// not copied either. Every transport (POST, GET, WebSocket) reaches the
+// plans the same way. For a query whose plan is already compiled (Planned),
+// the HTTP transport also makes the operation context without gqlgen's
+// CreateOperationContext, from what gqlgen parsed, validated and priced for
+// the same document before (resolvers/fastpath_ops.go). What plans skip is per-field work, so field interceptors
 // (AroundFields, AroundRootFields) do not see plan-served fields; Tally
 // installs none for queries, and a push calls the field middleware once,
 // as the subscription's root field.
