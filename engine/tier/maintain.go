@@ -162,7 +162,7 @@ func (j *Job[R]) merge(add func(id uint64, r *Row) error) error {
 	w, l := j.w, &j.t.layout
 	var fk []uint64
 	if j.fold != nil {
-		fk = j.fold.sorted()
+		fk = j.fold.sorted(l)
 	}
 	fi := 0
 	var fr Row
@@ -199,7 +199,7 @@ func eachBase(b body, lo uint64, l *slotLayout, fn func(id uint64, r *Row) error
 	var row Row
 	switch b := b.(type) {
 	case *openBody:
-		for _, key := range b.t.sorted() {
+		for _, key := range b.t.sorted(l) {
 			b.t.get(key, l, &row)
 			if err := fn(lo+key-1, &row); err != nil {
 				return err
@@ -276,8 +276,8 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 				w.delta = w.frozen
 			} else {
 				var row Row
-				for _, key := range w.frozen.sorted() {
-					if !w.delta.has(key) {
+				for _, key := range w.frozen.sorted(&t.layout) {
+					if !w.delta.has(key, &t.layout) {
 						w.frozen.get(key, &t.layout, &row)
 						w.delta.put(key, &t.layout, &row)
 					}

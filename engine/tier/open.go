@@ -5,18 +5,29 @@ import (
 	"slices"
 )
 
-// slotLayout says how a row packs into an open table's 128 value bits:
-// column f takes width[f] bits at bit shift[f]. A row with a value wider
-// than its column's width goes to the table's overflow map instead.
+// slotLayout says how an open table's 16-byte slot holds a record: the
+// key (the id's offset in its window plus one; 0 marks an empty slot) in
+// the low keyBits+1 bits, an overflow flag in the next bit, then column
+// f's value in width[f] bits at bit shift[f]. A record with a value wider
+// than its column's width is kept in the table's overflow map instead.
 type slotLayout struct {
-	cols  int
-	width [MaxCols]uint8
-	shift [MaxCols]uint8
+	cols    int
+	keyBits uint // bits of the key field: the window's KeyBits + 1
+	keyMask uint64
+	width   [MaxCols]uint8
+	shift   [MaxCols]uint8
 }
 
-func newSlotLayout(cols int, widths [MaxCols]uint8) (slotLayout, bool) {
-	l := slotLayout{cols: cols, width: widths}
-	s := 0
+// slotBits is the size of a slot.
+const slotBits = 128
+
+// newSlotLayout lays out a slot for ids whose offset in their window has
+// windowKeyBits bits, the columns taking widths (which must fit in what
+// the key and the flag leave).
+func newSlotLayout(cols int, windowKeyBits uint, widths [MaxCols]uint8) (slotLayout, bool) {
+	kb := windowKeyBits + 1
+	l := slotLayout{cols: cols, keyBits: kb, keyMask: 1<<kb - 1, width: widths}
+	s := int(kb) + 1
 	for f := range cols {
 		l.shift[f] = uint8(s)
 		s += int(widths[f])
@@ -29,40 +40,48 @@ func newSlotLayout(cols int, widths [MaxCols]uint8) (slotLayout, bool) {
 			return l, false
 		}
 	}
-	return l, s <= 128
+	return l, kb <= 62 && s <= slotBits
 }
 
-// pack packs r into two words, or reports that a value does not fit.
-func (l *slotLayout) pack(r *Row) (a, b uint64, ok bool) {
+// valueBits is how many bits a slot leaves for the columns of a record
+// whose window has windowKeyBits key bits.
+func valueBits(windowKeyBits uint) int { return slotBits - int(windowKeyBits) - 2 }
+
+// pack packs key and r into a slot, or reports that a value does not fit.
+func (l *slotLayout) pack(key uint64, r *Row) (s oslot, ok bool) {
+	s.a = key
 	for f := range l.cols {
-		w, s := uint(l.width[f]), uint(l.shift[f])
+		w, sh := uint(l.width[f]), uint(l.shift[f])
 		v := r[f]
 		if w < 64 && v>>w != 0 {
-			return 0, 0, false
+			return oslot{}, false
 		}
-		if s < 64 {
-			a |= v << s
-			if s+w > 64 {
-				b |= v >> (64 - s)
+		if w == 0 {
+			continue
+		}
+		if sh < 64 {
+			s.a |= v << sh
+			if sh+w > 64 {
+				s.b |= v >> (64 - sh)
 			}
 		} else {
-			b |= v << (s - 64)
+			s.b |= v << (sh - 64)
 		}
 	}
-	return a, b, true
+	return s, true
 }
 
-func (l *slotLayout) unpack(a, b uint64, r *Row) {
+func (l *slotLayout) unpack(s *oslot, r *Row) {
 	for f := range l.cols {
-		w, s := uint(l.width[f]), uint(l.shift[f])
+		w, sh := uint(l.width[f]), uint(l.shift[f])
 		var v uint64
-		if s < 64 {
-			v = a >> s
-			if s+w > 64 {
-				v |= b << (64 - s)
+		if sh < 64 {
+			v = s.a >> sh
+			if sh+w > 64 {
+				v |= s.b << (64 - sh)
 			}
 		} else {
-			v = b >> (s - 64)
+			v = s.b >> (sh - 64)
 		}
 		if w < 64 {
 			v &= 1<<w - 1
@@ -75,11 +94,10 @@ func (l *slotLayout) unpack(a, b uint64, r *Row) {
 }
 
 // openTable is a pointer-free open-addressing table (linear probing) of
-// id → row for one window: the id is kept as its offset from the window's
-// first id plus one (0 marks an empty slot), the row packed into 128 bits
-// by the codec's slot layout. The rare row that does not fit goes to the
-// over map (its slot's key carries overFlag): a map of pointer-free
-// values, which the GC does not scan either.
+// id → record for one window, 16 bytes a slot (slotLayout). The rare
+// record that does not fit goes to the over map (its slot carries the
+// flag and the key only): a map of pointer-free values, which the GC does
+// not scan either.
 type openTable struct {
 	slots []oslot
 	n     int
@@ -87,9 +105,7 @@ type openTable struct {
 	over  map[uint64]Row
 }
 
-type oslot struct{ key, a, b uint64 }
-
-const overFlag = 1 << 63
+type oslot struct{ a, b uint64 }
 
 const minSlots = 16
 
@@ -102,10 +118,10 @@ func (t *openTable) home(key uint64) int {
 }
 
 // find returns the slot of key (offset+1) and whether it is there.
-func (t *openTable) find(key uint64) (int, bool) {
+func (t *openTable) find(key uint64, l *slotLayout) (int, bool) {
 	mask := len(t.slots) - 1
 	for i := t.home(key); ; i = (i + 1) & mask {
-		k := t.slots[i].key &^ overFlag
+		k := t.slots[i].a & l.keyMask
 		if k == key {
 			return i, true
 		}
@@ -115,45 +131,46 @@ func (t *openTable) find(key uint64) (int, bool) {
 	}
 }
 
-// get reads the row of key into r.
+func (t *openTable) overflowed(s *oslot, l *slotLayout) bool { return s.a>>l.keyBits&1 != 0 }
+
+// get reads the record of key into r.
 func (t *openTable) get(key uint64, l *slotLayout, r *Row) bool {
-	i, ok := t.find(key)
+	i, ok := t.find(key, l)
 	if !ok {
 		return false
 	}
 	s := &t.slots[i]
-	if s.key&overFlag != 0 {
+	if t.overflowed(s, l) {
 		*r = t.over[key]
 		return true
 	}
-	l.unpack(s.a, s.b, r)
+	l.unpack(s, r)
 	return true
 }
 
-func (t *openTable) has(key uint64) bool {
-	_, ok := t.find(key)
+func (t *openTable) has(key uint64, l *slotLayout) bool {
+	_, ok := t.find(key, l)
 	return ok
 }
 
 // put stores r under key and reports whether the key is new.
 func (t *openTable) put(key uint64, l *slotLayout, r *Row) bool {
 	if (t.n+1)*8 > len(t.slots)*7 {
-		t.grow()
+		t.grow(l)
 	}
-	i, found := t.find(key)
+	i, found := t.find(key, l)
 	s := &t.slots[i]
-	if s.key&overFlag != 0 {
+	if found && t.overflowed(s, l) {
 		delete(t.over, key)
 	}
-	a, b, ok := l.pack(r)
-	if ok {
-		*s = oslot{key, a, b}
+	if p, ok := l.pack(key, r); ok {
+		*s = p
 	} else {
 		if t.over == nil {
 			t.over = make(map[uint64]Row)
 		}
 		t.over[key] = *r
-		*s = oslot{key: key | overFlag}
+		*s = oslot{a: key | 1<<l.keyBits}
 	}
 	if !found {
 		t.n++
@@ -161,17 +178,18 @@ func (t *openTable) put(key uint64, l *slotLayout, r *Row) bool {
 	return !found
 }
 
-func (t *openTable) grow() {
+func (t *openTable) grow(l *slotLayout) {
 	old := t.slots
 	t.slots = make([]oslot, 2*len(old))
 	t.shift--
 	mask := len(t.slots) - 1
 	for _, s := range old {
-		if s.key == 0 {
+		k := s.a & l.keyMask
+		if k == 0 {
 			continue
 		}
-		i := t.home(s.key &^ overFlag)
-		for t.slots[i].key != 0 {
+		i := t.home(k)
+		for t.slots[i].a&l.keyMask != 0 {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = s
@@ -179,11 +197,11 @@ func (t *openTable) grow() {
 }
 
 // sorted returns the keys of the table in increasing order.
-func (t *openTable) sorted() []uint64 {
+func (t *openTable) sorted(l *slotLayout) []uint64 {
 	keys := make([]uint64, 0, t.n)
 	for _, s := range t.slots {
-		if s.key != 0 {
-			keys = append(keys, s.key&^overFlag)
+		if k := s.a & l.keyMask; k != 0 {
+			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
@@ -191,9 +209,9 @@ func (t *openTable) sorted() []uint64 {
 }
 
 // sizeBytes is the table's memory: its slots, and the overflow map at
-// about 80 bytes a row (key, row and the map's overhead).
+// about 96 bytes a record (key, row and the map's overhead).
 func (t *openTable) sizeBytes() int {
-	return len(t.slots)*24 + len(t.over)*(8+8*MaxCols+8)
+	return len(t.slots)*16 + len(t.over)*(8+8*MaxCols+24)
 }
 
 // sizeFor returns the slots a table of n keys starts with after a load:

@@ -80,7 +80,7 @@ func (t *Tier[R]) writeBody(w io.Writer) error {
 		var keys []uint64
 		for _, tb := range tables {
 			if tb != nil {
-				keys = append(keys, tb.sorted()...)
+				keys = append(keys, tb.sorted(&t.layout)...)
 			}
 		}
 		slices.Sort(keys)
@@ -334,7 +334,7 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 		if ob, ok := w.body.(*openBody); ok && w.delta != nil {
 			// An open table a job was sealing when the image was taken:
 			// its delta goes back into it.
-			for _, k := range w.delta.sorted() {
+			for _, k := range w.delta.sorted(&t.layout) {
 				w.delta.get(k, &t.layout, &row)
 				ob.t.put(k, &t.layout, &row)
 			}
@@ -343,7 +343,7 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 		// The records: the base's and the delta's that are new.
 		total := base
 		if w.delta != nil {
-			for _, k := range w.delta.sorted() {
+			for _, k := range w.delta.sorted(&t.layout) {
 				var scratch Row
 				var ok bool
 				var err error

@@ -28,10 +28,12 @@ type Codec[R any] interface {
 	// so that a record whose group is all zeros costs only its dense
 	// columns. DenseCols() == Cols() means no sparse group.
 	DenseCols() int
-	// SlotWidths is the bits of each column in an open table's 128-bit
-	// slot (they sum to at most 128); a row with a wider value is kept
-	// in the table's overflow map.
-	SlotWidths() [MaxCols]uint8
+	// SlotWidths is the bits of each column in an open table's slot,
+	// given the bits the slot leaves for them (77 for day windows, less
+	// for longer ones; at least 62); they must sum to at most bits. A
+	// record with a wider value is kept in the table's overflow map, at
+	// about 96 bytes.
+	SlotWidths(bits int) [MaxCols]uint8
 	Split(r R) Row
 	Join(row Row) R
 }
@@ -164,12 +166,13 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 	if !sh.valid() {
 		return nil, fmt.Errorf("tier: codec has %d columns of which %d dense, want 1..%d", cols, sh.dense, MaxCols)
 	}
-	layout, ok := newSlotLayout(cols, codec.SlotWidths())
+	win := snowflake.Windows{Millis: opts.WindowMillis}
+	vb := valueBits(win.KeyBits())
+	layout, ok := newSlotLayout(cols, win.KeyBits(), codec.SlotWidths(vb))
 	if !ok {
-		return nil, fmt.Errorf("tier: codec's slot widths %v do not fit 128 bits", codec.SlotWidths())
+		return nil, fmt.Errorf("tier: codec's slot widths %v do not fit %d bits", codec.SlotWidths(vb), vb)
 	}
-	t := &Tier[R]{codec: codec, tag: codec.Tag(), cols: cols, sh: sh, layout: layout, opts: opts,
-		win: snowflake.Windows{Millis: opts.WindowMillis}}
+	t := &Tier[R]{codec: codec, tag: codec.Tag(), cols: cols, sh: sh, layout: layout, opts: opts, win: win}
 	if t.opts.Prefix == "" {
 		t.opts.Prefix = string(bytesTrim(t.tag[:]))
 	}
@@ -291,14 +294,14 @@ func (t *Tier[R]) Put(id uint64, r R) error {
 		return nil
 	}
 	isNew := false
-	if w.delta == nil || !w.delta.has(key) {
+	if w.delta == nil || !w.delta.has(key, &t.layout) {
 		var scratch Row
-		exists := w.frozen != nil && w.frozen.has(key)
+		exists := w.frozen != nil && w.frozen.has(key, &t.layout)
 		if !exists {
 			var err error
 			switch b := w.body.(type) {
 			case *openBody:
-				exists = b.t.has(key)
+				exists = b.t.has(key, &t.layout)
 			case *sealedBody:
 				exists = b.s.get(id, &scratch)
 			case *coldBody:

@@ -459,3 +459,55 @@ func TestImport(t *testing.T) {
 		t.Fatalf("Import out of order: %v", err)
 	}
 }
+
+// TestSlotLayout: records round-trip through an open table's slots for
+// window lengths from 1 ms to 2^34 ms, at the largest key of the window,
+// and a value one bit too wide for its column goes to the overflow map.
+func TestSlotLayout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, ms := range []int64{1, 1000, 86_400_000, 1 << 34} {
+		win := snowflake.Windows{Millis: ms}
+		vb := valueBits(win.KeyBits())
+		l, ok := newSlotLayout(6, win.KeyBits(), PostCodec{}.SlotWidths(vb))
+		if !ok {
+			t.Fatalf("%d ms: no layout", ms)
+		}
+		tb := newOpenTable()
+		want := map[uint64]Row{}
+		maxKey := uint64(1) << win.KeyBits() // offset 2^KeyBits-1, plus one
+		for i := range 3000 {
+			key := 1 + rng.Uint64N(maxKey)
+			if i == 0 {
+				key = maxKey
+			}
+			var r Row
+			for f := range 6 {
+				w := int(l.width[f])
+				switch rng.IntN(3) {
+				case 0:
+					r[f] = rng.Uint64N(1 << uint(w))
+				case 1:
+					r[f] = 1<<uint(w) - 1
+				}
+			}
+			if i%100 == 0 {
+				f := rng.IntN(6)
+				r[f] = 1 << l.width[f] // one bit too wide
+			}
+			tb.put(key, &l, &r)
+			want[key] = r
+		}
+		if tb.n != len(want) || len(tb.over) == 0 {
+			t.Fatalf("%d ms: %d keys, %d overflowed", ms, tb.n, len(tb.over))
+		}
+		for key, r := range want {
+			var got Row
+			if !tb.get(key, &l, &got) || got != r {
+				t.Fatalf("%d ms: key %d: %v, want %v", ms, key, got, r)
+			}
+		}
+		if keys := tb.sorted(&l); len(keys) != len(want) || keys[len(keys)-1] > maxKey {
+			t.Fatalf("%d ms: sorted keys", ms)
+		}
+	}
+}
