@@ -5,31 +5,37 @@ import (
 	"sync"
 )
 
-// arena holds the bytes of sealed windows in shared chunks. A window's
-// bytes allocated alone are rounded up to the heap's next size class
-// (about 6% for windows of 10-30 KiB, a day of a million-post year), and
-// a chunk loses the tail its last window did not fit; so once a chunk is
-// full, the next call of trim under the tier's write lock copies its live
-// windows into one allocation of exactly their size (page-rounded) and
-// points them there. A region is never written after it is filled, so a
-// reader or job still holding a window's old slice is never disturbed;
-// trim skips the chunks of windows a job is reading or writing. Windows
-// larger than a quarter chunk get an allocation of their own.
+// arena holds the bytes of sealed windows. A window's bytes allocated
+// alone would be rounded up by the heap (to a size class, about 6% for
+// windows of 10-30 KiB, a day of a million-post year; to a page for
+// larger ones), so windows are written into chunks, and once a chunk is
+// full the next trim, under the tier's write lock, copies the live
+// windows of full chunks into allocations of exactly their size, up to
+// packBytes each, and points the windows there. A chunk whose windows
+// are mostly gone (replaced by compaction, moved to files) is packed
+// again the same way, so holes never hold more than half of a packed
+// chunk. A region is never written after it is filled, so a reader or a
+// job still holding a window's old slice is never disturbed; trim leaves
+// alone the chunks holding windows a job is reading or writing.
 type arena struct {
 	mu     sync.Mutex
 	cur    *chunk
-	closed []*chunk // full chunks not yet trimmed
+	closed []*chunk // chunks to pack: full, or packed and half empty
 	bytes  int64    // chunks alive (MemoryBytes counts them)
 }
 
 type chunk struct {
-	buf  []byte
-	off  int
-	live int
-	segs []*segment // the segments allocated here and not freed
+	buf    []byte
+	off    int
+	live   int
+	packed bool
+	segs   []*segment // the segments allocated here and not freed
 }
 
-const chunkBytes = 256 << 10
+const (
+	chunkBytes = 128 << 10
+	packBytes  = 4 << 20
+)
 
 // alloc returns a region of n bytes with BlockSlack bytes of capacity past
 // it, and its chunk. Safe for concurrent use.
@@ -37,9 +43,10 @@ func (a *arena) alloc(n int) ([]byte, *chunk) {
 	need := n + BlockSlack
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if need > chunkBytes/4 {
+	if need > chunkBytes/2 {
 		c := &chunk{buf: make([]byte, need), off: need, live: need}
 		a.bytes += int64(need)
+		a.closed = append(a.closed, c)
 		return c.buf[:n:need], c
 	}
 	if a.cur == nil || a.cur.off+need > len(a.cur.buf) {
@@ -71,7 +78,8 @@ func (a *arena) free(c *chunk, s *segment) {
 	if i := slices.Index(c.segs, s); i >= 0 {
 		c.segs = slices.Delete(c.segs, i, i+1)
 	}
-	if c.live == 0 {
+	switch {
+	case c.live == 0:
 		a.bytes -= int64(len(c.buf))
 		if c == a.cur {
 			a.cur = nil
@@ -79,39 +87,55 @@ func (a *arena) free(c *chunk, s *segment) {
 		if i := slices.Index(a.closed, c); i >= 0 {
 			a.closed = slices.Delete(a.closed, i, i+1)
 		}
+	case c.packed && c.live < len(c.buf)/2:
+		c.packed = false // pack it again
+		a.closed = append(a.closed, c)
 	}
 }
 
-// trim moves the windows of every full chunk into an allocation of
-// exactly their size, except chunks holding a segment pinned says a job
-// may be reading or writing. The caller holds the tier's write lock, so
-// no reader holds a segment's fields meanwhile.
+// trim packs the chunks waiting for it, except those holding a segment
+// pinned says a job may be reading or writing. The caller holds the
+// tier's write lock, so no reader holds a segment's fields meanwhile.
 func (a *arena) trim(pinned func(*segment) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	keep := a.closed[:0]
+	var keep, batch []*chunk
+	size := 0
+	pack := func() {
+		if len(batch) == 0 {
+			return
+		}
+		buf := make([]byte, size)
+		p := &chunk{buf: buf, off: size, live: size, packed: true}
+		off := 0
+		for _, c := range batch {
+			for _, s := range c.segs {
+				n, m := len(s.data), cap(s.data)
+				copy(buf[off:off+m], s.data[:m])
+				s.rebind(buf[off : off+n : off+m])
+				s.chunk = p
+				off += m
+			}
+			p.segs = append(p.segs, c.segs...)
+			a.bytes -= int64(len(c.buf))
+		}
+		a.bytes += int64(size)
+		batch, size = batch[:0], 0
+	}
 	for _, c := range a.closed {
 		if slices.ContainsFunc(c.segs, pinned) {
 			keep = append(keep, c)
 			continue
 		}
-		size := 0
-		for _, s := range c.segs {
-			size += cap(s.data)
+		if size+c.live > packBytes {
+			pack()
 		}
-		buf := make([]byte, size)
-		off := 0
-		for _, s := range c.segs {
-			n, m := len(s.data), cap(s.data)
-			copy(buf[off:off+m], s.data[:m])
-			s.rebind(buf[off : off+n : off+m])
-			off += m
-		}
-		a.bytes += int64(size - len(c.buf))
-		c.buf, c.off, c.live = buf, size, size
+		batch = append(batch, c)
+		size += c.live
 	}
-	clear(a.closed[len(keep):]) // the trimmed chunks now belong to their segments alone
-	a.closed = keep
+	pack()
+	clear(a.closed)
+	a.closed = append(a.closed[:0], keep...)
 }
 
 func (a *arena) size() int64 {
