@@ -162,9 +162,37 @@ const (
 	mScanGlobals = "/gc/scan/globals:bytes"
 )
 
-// startScanPacer starts the pacer; GOGC=off (or a negative GOGC) leaves
-// collections off, as asked.
+// pacers counts the servers of this process that asked for the pacer:
+// GOGC is one per process, so one pacer runs while any of them does (the
+// first one's -gc-min-headroom wins), and the operator's GOGC comes back
+// when the last stops. A second pacer would read the first one's GOGC as
+// its base and leave it behind (tests run many servers in one process).
+var pacers struct {
+	sync.Mutex
+	n    int
+	stop func()
+}
+
+// startScanPacer starts the process's pacer, or joins the running one.
+// GOGC=off (or a negative GOGC) leaves collections off, as asked.
 func startScanPacer(minHeadroom uint64) (stop func()) {
+	pacers.Lock()
+	defer pacers.Unlock()
+	if pacers.n == 0 {
+		pacers.stop = runScanPacer(minHeadroom)
+	}
+	pacers.n++
+	return sync.OnceFunc(func() {
+		pacers.Lock()
+		defer pacers.Unlock()
+		if pacers.n--; pacers.n == 0 {
+			pacers.stop()
+			pacers.stop = nil
+		}
+	})
+}
+
+func runScanPacer(minHeadroom uint64) (stop func()) {
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
 	if base < 0 {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,8 +178,7 @@ func TestScanPacerFollowsCollections(t *testing.T) {
 	var got int
 	for time.Now().Before(deadline) {
 		runtime.GC()
-		got = debug.SetGCPercent(-1)
-		debug.SetGCPercent(got)
+		got = currentGOGC()
 		if got < 100 {
 			break
 		}
@@ -192,6 +192,46 @@ func TestScanPacerFollowsCollections(t *testing.T) {
 	stop()
 	if g := debug.SetGCPercent(100); g != 100 {
 		t.Errorf("GOGC %d after the pacer stopped; want the base 100 back", g)
+	}
+}
+
+// TestScanPacerShared: servers in one process share one pacer, and the
+// operator's GOGC comes back only when the last one stops, whatever the
+// order (a second pacer would have taken the first one's GOGC for the
+// operator's and left it behind).
+func TestScanPacerShared(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+	table := make([]uint64, 256<<20/8)
+	stop1 := startScanPacer(16 << 20)
+	runtime.GC()
+	waitGOGCBelow(t, 100)
+	stop2 := startScanPacer(16 << 20)
+	stop1()
+	stop1() // a second call changes nothing
+	runtime.GC()
+	if g := waitGOGCBelow(t, 100); g >= 100 {
+		t.Errorf("GOGC %d while a server still runs", g)
+	}
+	stop2()
+	runtime.KeepAlive(table)
+	if g := debug.SetGCPercent(100); g != 100 {
+		t.Errorf("GOGC %d after the last pacer stopped; want 100", g)
+	}
+}
+
+// waitGOGCBelow waits up to 10 s for GOGC to go below limit and returns
+// it.
+func waitGOGCBelow(t *testing.T, limit int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g := currentGOGC()
+		if g < limit || time.Now().After(deadline) {
+			return g
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -270,4 +310,12 @@ func TestCommandsRefuseBadMemoryFlags(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
 		t.Errorf("a refused command made its data directory")
 	}
+}
+
+// currentGOGC reads GOGC without setting it (debug.SetGCPercent would race
+// with the pacer).
+func currentGOGC() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
 }
