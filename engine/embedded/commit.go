@@ -138,7 +138,7 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 	case *touchRec:
 		done = e.prepareTouch(r, now)
 	}
-	err = st.decide(r)
+	err = st.decide(r, false)
 	// A registry block that cannot be read (a damaged cold file) fails
 	// the operation rather than let it take the post for absent.
 	if rerr := st.takeReadErr(); rerr != nil {

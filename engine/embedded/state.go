@@ -103,9 +103,12 @@ func (st *state) known(u uint64) bool {
 // decide reads the facts r's operation needs from the state and runs its
 // Decide (engine/ops) into st.eff, which it resets first. The live write
 // path calls it while preparing r, replay just before applying r: the
-// state is the same both times, so is the decision.
-func (st *state) decide(r record) error {
+// state is the same both times, so is the decision. quiet (replay)
+// leaves the events out: nobody is listening, and building their user
+// lists was most of replay's allocations.
+func (st *state) decide(r record, quiet bool) error {
 	st.eff.Reset()
+	st.eff.Quiet = quiet
 	switch r := r.(type) {
 	case *createPostRec:
 		return st.decideCreatePost(r)
@@ -166,7 +169,7 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 	st.expireIdem(h.time)
 	if hasEffects(r) {
 		if !decided {
-			err := st.decide(r)
+			err := st.decide(r, out == nil)
 			st.noteErr(st.takeReadErr())
 			if err != nil {
 				return

@@ -47,6 +47,10 @@ func (op *Follow) Decide(f FollowFacts, eff *Effects) {
 	}
 	eff.Follows = append(eff.Follows, FollowEdge{Viewer: op.Viewer, Target: op.Target, Add: !op.Undo, Snapshot: f.TargetPosts})
 	eff.Followers = append(eff.Followers, FollowerDelta{User: op.Target, Delta: d})
+	if eff.Quiet {
+		eff.quieted++
+		return
+	}
 	eff.Events = append(eff.Events, engine.Event{Kind: engine.FollowsChanged,
 		Users: []engine.UserID{op.Viewer}, Author: op.Target})
 }
@@ -78,7 +82,7 @@ func (op *MarkRead) Decide(newest uint64, eff *Effects) {
 		m.Cursor = newest
 	}
 	eff.Reads = append(eff.Reads, m)
-	eff.unreadChanged([]engine.UserID{op.Viewer})
+	eff.wakeOne(op.Viewer)
 }
 
 // Click is a user's red-dot click: the push stamp they have now seen.
@@ -97,7 +101,7 @@ func (op *ClickRedDot) Check() error { return engine.CheckViewer(op.Viewer) }
 // is off until the next push (RedDot).
 func (op *ClickRedDot) Decide(push int64, eff *Effects) {
 	eff.Clicks = append(eff.Clicks, Click{User: op.Viewer, Stamp: push})
-	eff.unreadChanged([]engine.UserID{op.Viewer})
+	eff.wakeOne(op.Viewer)
 }
 
 // PushRedDot lights every user's red dot at once: one stamp, O(1).

@@ -21,6 +21,7 @@
 // same scripts.
 //
 // Decide functions do not allocate beyond the Effects buffer they append
-// to (one per backend, reused), so the embedded engine's write path keeps
-// its cost.
+// to (one per backend, reused) and the user lists of the events they
+// report; a Quiet buffer (replaying a log, where nobody listens) skips
+// those too, so replay allocates nothing per record.
 package ops

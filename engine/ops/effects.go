@@ -87,6 +87,13 @@ type Effects struct {
 	// durable. Users slices of the events are freshly allocated: events
 	// outlive the buffer.
 	Events []engine.Event
+	// Quiet makes Decide record no events, only how many it would have
+	// (replaying a log: nobody is listening), which spares allocating
+	// their user lists. Reset keeps it.
+	Quiet bool
+	// quieted counts the events left out while Quiet, so that Empty
+	// judges a quiet decision as it would a live one.
+	quieted int
 }
 
 // Reset empties e, keeping its capacity.
@@ -104,13 +111,14 @@ func (e *Effects) Reset() {
 	e.Leaves = e.Leaves[:0]
 	e.Receipts = e.Receipts[:0]
 	e.Events = e.Events[:0]
+	e.quieted = 0
 }
 
 // Empty reports whether e changes nothing and tells nobody.
 func (e *Effects) Empty() bool {
 	return len(e.Counts)+len(e.Registers)+len(e.Bumps)+len(e.Followers)+len(e.Follows)+
 		len(e.Reads)+len(e.Fanouts)+len(e.Clicks)+len(e.Joins)+len(e.Leaves)+len(e.Receipts)+
-		len(e.Events) == 0 && e.Push == 0
+		len(e.Events)+e.quieted == 0 && e.Push == 0
 }
 
 func (e *Effects) count(post engine.PostID, f counters.Field, d int64) {
@@ -120,7 +128,25 @@ func (e *Effects) count(post engine.PostID, f counters.Field, d int64) {
 // register enters a new post by author; its followers learn of it.
 func (e *Effects) register(post engine.PostID, author engine.UserID) {
 	e.Registers = append(e.Registers, Registration{Post: post, Author: author})
-	e.Events = append(e.Events, engine.Event{Kind: engine.AuthorPosted, Author: author})
+	e.emit(engine.Event{Kind: engine.AuthorPosted, Author: author})
+}
+
+// emit records ev, or only counts it when e is Quiet.
+func (e *Effects) emit(ev engine.Event) {
+	if e.Quiet {
+		e.quieted++
+		return
+	}
+	e.Events = append(e.Events, ev)
+}
+
+// wakeOne tells one user their badges changed.
+func (e *Effects) wakeOne(u engine.UserID) {
+	if e.Quiet {
+		e.quieted++
+		return
+	}
+	e.Events = append(e.Events, engine.Event{Kind: engine.UnreadChanged, Users: []engine.UserID{u}})
 }
 
 func (e *Effects) bump(u engine.UserID, k engine.UnreadKind) {
@@ -130,10 +156,10 @@ func (e *Effects) bump(u engine.UserID, k engine.UnreadKind) {
 // unreadChanged tells users their badges changed (none: no event).
 func (e *Effects) unreadChanged(users []engine.UserID) {
 	if len(users) > 0 {
-		e.Events = append(e.Events, engine.Event{Kind: engine.UnreadChanged, Users: users})
+		e.emit(engine.Event{Kind: engine.UnreadChanged, Users: users})
 	}
 }
 
 func (e *Effects) broadcast() {
-	e.Events = append(e.Events, engine.Event{Kind: engine.Broadcast})
+	e.emit(engine.Event{Kind: engine.Broadcast})
 }

@@ -260,6 +260,10 @@ func (op *MarkMessagesRead) Decide(facts []MessageFacts, eff *Effects) error {
 			continue
 		}
 		eff.Receipts = append(eff.Receipts, ReceiptRead{Message: op.Messages[i], User: op.Viewer})
+		if eff.Quiet {
+			eff.quieted++
+			continue
+		}
 		eff.Events = append(eff.Events, engine.Event{Kind: engine.ReceiptsChanged,
 			Message: op.Messages[i], Users: []engine.UserID{f.Sender}})
 	}

@@ -362,3 +362,41 @@ func TestReadRules(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestQuietDecidesTheSame: a Quiet decision (replay) has the same effects
+// and emptiness as a live one, without events and without allocating for
+// them.
+func TestQuietDecidesTheSame(t *testing.T) {
+	decisions := []func(*Effects){
+		func(e *Effects) {
+			(&Like{Viewer: alice, Post: post}).Decide(FlagFacts{PostFacts: PostFacts{true, bob}}, e)
+		},
+		func(e *Effects) {
+			(&Comment{Viewer: alice, Post: post, Mentions: []engine.UserID{carol}}).Decide(PostFacts{true, bob}, e)
+		},
+		func(e *Effects) { (&Repost{Viewer: alice, Post: post, NewPost: 9}).Decide(PostFacts{true, bob}, e) },
+		func(e *Effects) { (&Follow{Viewer: alice, Target: bob}).Decide(FollowFacts{}, e) },
+		func(e *Effects) { (&MarkRead{Viewer: alice, Kind: engine.Likes}).Decide(0, e) },
+		func(e *Effects) { (&ClickRedDot{Viewer: alice}).Decide(3, e) },
+		func(e *Effects) { (&Publish{Title: "t"}).Decide(e) },
+		func(e *Effects) {
+			(&MarkMessagesRead{Viewer: bob, Messages: []engine.MessageID{1}}).Decide(
+				[]MessageFacts{{Exists: true, Sender: alice, Viewer: MemberState{true, true}, Counted: true}}, e)
+		},
+	}
+	for i, decide := range decisions {
+		var live, quiet Effects
+		quiet.Quiet = true
+		decide(&live)
+		decide(&quiet)
+		if live.Empty() != quiet.Empty() || len(quiet.Events) != 0 ||
+			!slices.Equal(live.Counts, quiet.Counts) || !slices.Equal(live.Bumps, quiet.Bumps) ||
+			!slices.Equal(live.Registers, quiet.Registers) || !slices.Equal(live.Follows, quiet.Follows) ||
+			!slices.Equal(live.Receipts, quiet.Receipts) || !slices.Equal(live.Clicks, quiet.Clicks) {
+			t.Errorf("decision %d: live %+v, quiet %+v", i, live, quiet)
+		}
+		if allocs := testing.AllocsPerRun(50, func() { quiet.Reset(); decide(&quiet) }); allocs > 0 {
+			t.Errorf("decision %d: %v allocations when quiet", i, allocs)
+		}
+	}
+}

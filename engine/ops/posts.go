@@ -96,7 +96,7 @@ func (op *Like) Decide(f FlagFacts, eff *Effects) error {
 	eff.count(op.Post, counters.Likes, 1)
 	if f.Author != 0 && f.Author != op.Viewer {
 		eff.bump(f.Author, engine.Likes)
-		eff.unreadChanged([]engine.UserID{f.Author})
+		eff.wakeOne(f.Author)
 	}
 	return nil
 }
@@ -157,10 +157,13 @@ func (op *Comment) Decide(f PostFacts, eff *Effects) error {
 		return errPostNotFound(op.Post)
 	}
 	eff.count(op.Post, counters.Comments, 1)
-	woken := make([]engine.UserID, 0, len(op.Mentions)+1)
+	var woken []engine.UserID
+	if !eff.Quiet {
+		woken = make([]engine.UserID, 0, len(op.Mentions)+1)
+	}
 	if f.Author != 0 && f.Author != op.Viewer {
 		eff.bump(f.Author, engine.Comments)
-		woken = append(woken, f.Author)
+		woken = wake(eff, woken, f.Author)
 	}
 	woken = mention(eff, op.Mentions, woken)
 	eff.unreadChanged(woken)
@@ -172,9 +175,19 @@ func (op *Comment) Decide(f PostFacts, eff *Effects) error {
 func mention(eff *Effects, users, woken []engine.UserID) []engine.UserID {
 	for _, u := range users {
 		eff.bump(u, engine.Mentions)
-		woken = append(woken, u)
+		woken = wake(eff, woken, u)
 	}
 	return woken
+}
+
+// wake appends u to the users an event will tell. A Quiet decision
+// builds no list (so no event either: its bumps already make it
+// non-Empty).
+func wake(eff *Effects, woken []engine.UserID, u engine.UserID) []engine.UserID {
+	if eff.Quiet {
+		return woken
+	}
+	return append(woken, u)
 }
 
 // Repost is a repost of Post by Viewer: a new post NewPost (filled in by
