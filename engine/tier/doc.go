@@ -101,14 +101,21 @@
 //
 // bench/datagen with authors (seed 1: ids uniform over 365 days, 60% of
 // posts without counts, long-tailed counts; authors log-normal over 1M
-// users), day windows, every post in the table; live Go heap after GC,
-// bytes per post (BenchmarkMemory, N = 1M / 10M): the default policy
-// (7 days open) 8.4 / 7.6, all sealed 8.0 / 7.2 (the image alone 7.6 /
-// 7.0: ids 3.8, authors 2.5, counts with presence bits 0.9, headers and
-// index 0.4 at 1M, BenchmarkLayout), open tables 36, sealed windows in
-// files 1.3 in memory and 7.4 on disk; postcounts and registry together
-// hold the same posts in 11.0 / 9.8 (default). A 50-post page from
-// sealed windows (BenchmarkGetPage, 1M) costs 0.6x the time of
-// postcounts.GetMany and registry.GetMany together, and 1.4x
-// postcounts.GetMany alone, which does not read the authors.
+// users, so every post is in the table), day windows, the clock at the
+// set's end; live Go heap after GC in bytes per post, N = 1M / 10M
+// (BenchmarkMemory): the default policy (7 days open) 7.97 / 7.29; the
+// last day open 7.70 / 7.08; all sealed 7.63 / 7.05; all open 24.2 /
+// 19.3; sealed windows in files 0.77 / 0.46 in memory and 7.34 / 6.90 on
+// disk. postcounts and registry holding the same posts take 11.0 / 9.8
+// under their default policy. A sealed post at 1M (BenchmarkLayout): id
+// 3.85 bytes, author 2.50, counts 0.80 and presence bit 0.13, block
+// headers, CRCs and index 0.19.
+//
+// A 50-post page from sealed windows, each page's posts from one day
+// (BenchmarkGetPage, 1M, interleaved with the peer on one thread): 0.57x
+// the CPU time of postcounts.GetMany and registry.GetMany together, which
+// read the same answers, and 1.4x that of postcounts.GetMany alone, which
+// reads no author (8.6 against 6.2 µs); from open windows 0.83x the
+// peers, cold with every block cached 0.66x, cold without a cache (a
+// pread a block, served by the OS page cache) 0.69x.
 package tier
