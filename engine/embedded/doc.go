@@ -31,7 +31,8 @@
 // wrote it, is the like set already, who are the group's members, the
 // newest notification, the push stamp — and runs it into one ops.Effects
 // buffer the state keeps (reset per record, so that only the events' user
-// lists are allocated once it is warm). applyEffects is then the one place where effects change the
+// lists are allocated once it is warm, and on replay, which decides
+// Quiet, not even those). applyEffects is then the one place where effects change the
 // state: count deltas, new posts in the registry and their authors' post
 // counts, unread bumps, badges marked read, follow edges and follower
 // counts, a message's fan-out over its group's current members, joins and
