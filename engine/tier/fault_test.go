@@ -90,6 +90,9 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.GetMany([]uint64{good, bad, ids[0]}, out, found); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("GetMany: %v", err)
 	}
+	if err := tr.Range(func(uint64, Post) bool { return true }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Range over a damaged block: %v", err)
+	}
 	if err := tr.Put(bad+1, Post{Author: 9}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Put into a damaged block's range: %v", err)
 	}

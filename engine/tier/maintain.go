@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/tally-dev/tally/engine/cold"
@@ -159,34 +160,75 @@ func (j *Job[R]) Run() error {
 // merge passes the window's records in id order to add: the base's, with
 // the folded delta's in their place.
 func (j *Job[R]) merge(add func(id uint64, r *Row) error) error {
-	w, l := j.w, &j.t.layout
+	return mergeWindow(j.base, j.w.lo, &j.t.layout, []*openTable{j.fold}, add)
+}
+
+// mergeWindow passes to add, in id order, the records of base overlaid by
+// overlays (nil ones skipped; a later overlay's record wins).
+func mergeWindow(base body, lo uint64, l *slotLayout, overlays []*openTable, add func(id uint64, r *Row) error) error {
 	var fk []uint64
-	if j.fold != nil {
-		fk = j.fold.sorted(l)
+	for _, o := range overlays {
+		if o != nil {
+			fk = append(fk, o.sorted(l)...)
+		}
 	}
+	slices.Sort(fk)
+	fk = slices.Compact(fk)
 	fi := 0
 	var fr Row
+	overlay := func(key uint64) {
+		for i := len(overlays) - 1; i >= 0; i-- {
+			if overlays[i] != nil && overlays[i].get(key, l, &fr) {
+				return
+			}
+		}
+	}
 	emit := func(id uint64, r *Row) error {
-		for fi < len(fk) && w.lo+fk[fi]-1 < id {
-			j.fold.get(fk[fi], l, &fr)
-			if err := add(w.lo+fk[fi]-1, &fr); err != nil {
+		for fi < len(fk) && lo+fk[fi]-1 < id {
+			overlay(fk[fi])
+			if err := add(lo+fk[fi]-1, &fr); err != nil {
 				return err
 			}
 			fi++
 		}
-		if fi < len(fk) && w.lo+fk[fi]-1 == id {
-			j.fold.get(fk[fi], l, &fr)
+		if fi < len(fk) && lo+fk[fi]-1 == id {
+			overlay(fk[fi])
 			fi++
 			return add(id, &fr)
 		}
 		return add(id, r)
 	}
-	if err := eachBase(j.base, w.lo, l, emit); err != nil {
+	if err := eachBase(base, lo, l, emit); err != nil {
 		return err
 	}
 	for ; fi < len(fk); fi++ {
-		j.fold.get(fk[fi], l, &fr)
-		if err := add(w.lo+fk[fi]-1, &fr); err != nil {
+		overlay(fk[fi])
+		if err := add(lo+fk[fi]-1, &fr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errStop ends a Range early.
+var errStop = errors.New("stop")
+
+// Range calls fn for every record in id order until fn returns false. A
+// cold window's blocks are read from its file and checked (not through
+// the cache); an unreadable one ends the walk with its error. Range only
+// reads: it may run under the read lock.
+func (t *Tier[R]) Range(fn func(id uint64, r R) bool) error {
+	for _, w := range t.wins {
+		err := mergeWindow(w.body, w.lo, &t.layout, []*openTable{w.frozen, w.delta}, func(id uint64, r *Row) error {
+			if !fn(id, t.codec.Join(*r)) {
+				return errStop
+			}
+			return nil
+		})
+		if err == errStop {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 	}

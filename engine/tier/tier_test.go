@@ -221,6 +221,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		}
 		if step%500 == 0 {
 			check(t, tr, model, rng, nWin)
+			checkRange(t, tr, model)
 		}
 	}
 	for _, j := range pending {
@@ -509,5 +510,24 @@ func TestSlotLayout(t *testing.T) {
 		if keys := tb.sorted(&l); len(keys) != len(want) || keys[len(keys)-1] > maxKey {
 			t.Fatalf("%d ms: sorted keys", ms)
 		}
+	}
+}
+
+// checkRange compares Range with the model: every record once, in id
+// order.
+func checkRange(t *testing.T, tr *Posts, model map[uint64]Post) {
+	t.Helper()
+	n := 0
+	var last uint64
+	err := tr.Range(func(id uint64, p Post) bool {
+		if want, ok := model[id]; !ok || p != want || (n > 0 && id <= last) {
+			t.Fatalf("Range: %d %+v after %d, model %+v %v", id, p, last, want, ok)
+		}
+		last = id
+		n++
+		return true
+	})
+	if err != nil || n != len(model) {
+		t.Fatalf("Range: %d records, model %d, %v", n, len(model), err)
 	}
 }
