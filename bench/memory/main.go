@@ -51,6 +51,7 @@ type config struct {
 	jsonPath     string
 	load         time.Duration
 	clients      int
+	redis        bool
 }
 
 func main() {
@@ -94,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	compareEnv := fs.String("compare-env", "", "environment added for the -compare server, comma-separated KEY=VALUE")
 	fs.DurationVar(&c.load, "load", 20*time.Second, "after the idle reading, serve random 50-post pages this long and sample RSS (0: skip)")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients of the load phase")
+	fs.BoolVar(&c.redis, "redis", false, "also measure Tally on Redis with the same data: a redis-server of its own (from PATH, no persistence), tally import -redis, tally serve -redis, the same verification, and Redis's used_memory and RSS beside tally's")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -164,7 +166,8 @@ type result struct {
 	ServeArgs     string  `json:"serveArgs"`
 	Env           string  `json:"env"`
 	mem
-	Load *loadResult `json:"load,omitempty"`
+	Load  *loadResult `json:"load,omitempty"`
+	Redis *redisMem   `json:"redis,omitempty"`
 }
 
 // mem is the server's memory after a forced GC.
@@ -210,7 +213,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		for _, r := range rs {
 			report(out, r)
 		}
-		if len(rs) == 2 {
+		if len(cfg.variants) == 2 {
 			comparison(out, rs[0], rs[1])
 		}
 		results = append(results, rs...)
@@ -457,6 +460,17 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 				results[i].Load = results[i].Load.add(lr)
 			}
 		}
+	}
+	if cfg.redis {
+		for _, p := range procs {
+			stopProcess(p.cmd, p.done)
+		}
+		procs = nil
+		r, err := measureRedis(ctx, cfg, bin, withAuthors, csvPath, sample, perUser, counted, out)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
 	}
 	return results, nil
 }

@@ -48,7 +48,8 @@ func TestLoadTurnsAdd(t *testing.T) {
 
 // TestEndToEnd runs the tool on a small data set against a tally built
 // from this repository: import, serve, verification of every post through
-// GraphQL and both memory readings, for both sets and a compared server.
+// GraphQL and both memory readings, for both sets, a compared server and
+// Tally on a redis-server of the test's own.
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
@@ -61,7 +62,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, o)
 	}
 	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "20000", "-work", work, "-tally", bin,
-		"-after-gc", "0", "-load", "1s", "-compare", "-gc-pacing heap"}, io.Discard)
+		"-after-gc", "0", "-load", "1s", "-compare", "-gc-pacing heap", "-redis"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +74,13 @@ func TestEndToEnd(t *testing.T) {
 	for _, want := range []string{
 		"known posts 20000, with counts", "20000 posts verified exactly through GraphQL", // every post, with its author
 		"posts verified exactly", "RSS / live heap", "RSS under load", "GOGC 100", "B (-gc-pacing heap) against A",
+		"Redis: used_memory",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
 	}
-	if strings.Count(s, "20000 posts verified exactly") != 4 {
-		t.Errorf("want 4 servers (2 sets × 2 variants) each verifying all 20000 posts:\n%s", s)
+	if strings.Count(s, "20000 posts verified exactly") != 6 {
+		t.Errorf("want 6 servers (2 sets × 2 variants and Redis) each verifying all 20000 posts:\n%s", s)
 	}
 }

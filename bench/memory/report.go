@@ -48,6 +48,11 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "RSS / live heap: %.2f\n", float64(r.RSS)/float64(r.HeapLive))
 	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s; peak RSS %s\n",
 		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile), mib(r.PeakRSS))
+	if rm := r.Redis; rm != nil {
+		fmt.Fprintf(out, "Redis: used_memory %s (%s B/%s), RSS %s (%s B/%s), dataset %s; with tally's RSS %s (%s B/%s)\n",
+			mib(rm.Used), per(rm.Used, denom), denomName, mib(rm.RSS), per(rm.RSS, denom), denomName, mib(rm.Dataset),
+			mib(rm.RSS+r.RSS), per(rm.RSS+r.RSS, denom), denomName)
+	}
 	if l := r.Load; l != nil {
 		gc := "-"
 		if l.GCCPU >= 0 {
@@ -74,6 +79,11 @@ func summary(out io.Writer, rs []result) {
 		denom, set := r.CountedPosts, r.Label+" counts"
 		if r.Authors {
 			denom, set = int64(r.Posts), r.Label+" authors"
+		}
+		if r.Redis != nil {
+			fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10s %14s %14s   (Redis used_memory, tally's heap, Redis + tally RSS)\n", set,
+				per(r.Redis.Used, denom), per(r.HeapLive, denom), per(r.Redis.RSS+r.RSS, denom), "-", "-", "-", "-")
+			continue
 		}
 		loadMean, loadRatio := "-", "-"
 		if r.Load != nil {
