@@ -354,7 +354,11 @@ func (s *segment) sizeBytes() int { return cap(s.data) }
 // touch loads one byte of every cache line of the blocks keys need before
 // any is decoded: the loads do not depend on each other, so the CPU keeps
 // many in flight, where decoding is a chain of dependent loads (engine/
-// sealed measured a third off a page out of cache).
+// sealed measured a third off a page out of cache). Here a page without
+// it took 1.6x (1M posts) and 1.8x (10M) the time; loading only the lines
+// each lookup should need (headers first, then the high bits, the sparse
+// columns and the lines near each id's expected rank) took 1.5x: the
+// second wave of loads waits for the first.
 func (s *segment) touch(keys []uint64) byte {
 	var x byte
 	prev := -1
