@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -280,7 +281,9 @@ func (f *fastOps) learn(opCtx *graphql.OperationContext) {
 		}
 		fd.learnPrice(key, stats.Complexity)
 	}
-	k := docKey{opCtx.RawQuery, opCtx.OperationName}
+	// The key's own copies: a request's strings may be slices of its
+	// whole body.
+	k := docKey{strings.Clone(opCtx.RawQuery), strings.Clone(opCtx.OperationName)}
 	f.mu.Lock()
 	if prev := f.docs[k]; prev == nil || prev.op != op {
 		if len(f.docs) >= maxFastDocs {

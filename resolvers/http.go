@@ -297,10 +297,11 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	start := graphql.Now()
 	var params *graphql.RawParams
 	var err *requestError
+	shared := false // params' variables share the body's memory
 	if r.Method == http.MethodGet {
 		params, err = getParams(r)
 	} else {
-		params, err = t.postParams(w, r)
+		params, shared, err = t.postParams(w, r)
 	}
 	if err != nil {
 		if err.status == http.StatusMethodNotAllowed {
@@ -321,6 +322,9 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 		opCtx, errs, fast = t.fast.operationContext(ctx, params)
 	}
 	if !fast {
+		if shared && params.Variables != nil {
+			params.Variables = ownStrings(params.Variables).(map[string]any)
+		}
 		opCtx, errs = exec.CreateOperationContext(ctx, params)
 	}
 	if observeOperation != nil {
@@ -393,7 +397,7 @@ func getParams(r *http.Request) (*graphql.RawParams, *requestError) {
 	return p, nil
 }
 
-func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*graphql.RawParams, *requestError) {
+func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (params *graphql.RawParams, shared bool, rerr *requestError) {
 	ct := r.Header.Get("Content-Type")
 	mt, mparams, err := mime.ParseMediaType(ct)
 	if ct == "" || err != nil || mt != mediaJSON {
@@ -404,11 +408,11 @@ func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*grap
 		if ct == "" {
 			shown = "none"
 		}
-		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+		return nil, false, &requestError{status: http.StatusUnsupportedMediaType,
 			msg: fmt.Sprintf("a POST body must be Content-Type: application/json (got %s)", shown)}
 	}
 	if cs, ok := mparams["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+		return nil, false, &requestError{status: http.StatusUnsupportedMediaType,
 			msg: "a POST body must be UTF-8 (charset=utf-8 or none)"}
 	}
 	limit := t.maxBody
@@ -425,17 +429,18 @@ func (t httpTransport) postParams(w http.ResponseWriter, r *http.Request) (*grap
 	*bp = body[:0]
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, &requestError{status: http.StatusRequestEntityTooLarge,
+			return nil, false, &requestError{status: http.StatusRequestEntityTooLarge,
 				msg: fmt.Sprintf("request body is over the limit of %d bytes", limit)}
 		}
-		return nil, badRequest("the request body could not be read")
+		return nil, false, badRequest("the request body could not be read")
 	}
 	if t.fast != nil {
 		if p, ok := decodeBodyFast(string(body)); ok {
-			return p, nil
+			return p, true, nil
 		}
 	}
-	return paramsFromBody(body)
+	params, rerr = paramsFromBody(body)
+	return params, false, rerr
 }
 
 // bodyBuffers hold request bodies while they are decoded (nothing

@@ -28,9 +28,11 @@ import (
 // objects inside variables); deeper bodies take the encoding/json path.
 const maxFastDepth = 64
 
-// decodeBodyFast decodes body (already read whole). The strings it
-// returns share body's memory, except the query, which is copied: the
-// query cache and persisted queries keep it beyond the request.
+// decodeBodyFast decodes body (already read whole). The strings in the
+// variables it returns share body's memory: a plan-served query keeps none
+// of them past its request, and the transport gives any other operation
+// copies (ownStrings) before gqlgen's resolvers can store one (an
+// idempotency key, a message) and with it the whole body.
 func decodeBodyFast(body string) (*graphql.RawParams, bool) {
 	d := fastDecoder{s: body}
 	d.space()
@@ -92,7 +94,13 @@ func decodeBodyFast(body string) (*graphql.RawParams, bool) {
 	if d.i != len(d.s) || p.Query == "" && p.Extensions["persistedQuery"] == nil {
 		return nil, false
 	}
-	p.Query = strings.Clone(p.Query) // its own memory, not the body's
+	// The parameters kept beyond the request get memory of their own, not
+	// the body's: the query (query cache, persisted queries), the
+	// operation name and the extensions (a persisted query's hash).
+	p.Query, p.OperationName = strings.Clone(p.Query), strings.Clone(p.OperationName)
+	if p.Extensions != nil {
+		p.Extensions = ownStrings(p.Extensions).(map[string]any)
+	}
 	return p, true
 }
 
@@ -357,4 +365,28 @@ func (d *fastDecoder) hex4() (rune, bool) {
 	}
 	d.i += 4
 	return rune(v), true
+}
+
+// ownStrings returns v with every string (keys, values, json.Numbers) in
+// memory of its own, and new maps and slices holding them.
+func ownStrings(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.Clone(v)
+	case json.Number:
+		return json.Number(strings.Clone(string(v)))
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[strings.Clone(k)] = ownStrings(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(v))
+		for i, e := range v {
+			l[i] = ownStrings(e)
+		}
+		return l
+	}
+	return v
 }

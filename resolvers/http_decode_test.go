@@ -1,8 +1,11 @@
 package resolvers
 
 import (
+	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // FuzzDecodeBodyFast: whatever the hand decoder accepts, encoding/json
@@ -57,5 +60,54 @@ func TestDecodeBodyFastTakesCommonBodies(t *testing.T) {
 		if _, ok := decodeBodyFast(s); !ok {
 			t.Errorf("left to encoding/json: %s", s)
 		}
+	}
+}
+
+// TestDecodedStringsKeptApartFromTheBody: what may outlive the request —
+// the query, the operation name, the extensions, and the variables once
+// ownStrings copied them for gqlgen's resolvers — holds no slice of the
+// body, which could pin a body of up to the limit in memory for good.
+func TestDecodedStringsKeptApartFromTheBody(t *testing.T) {
+	body := `{"query":"mutation M($k: String, $b: [ID!]) { x }","operationName":"M",` +
+		`"variables":{"k":"idem-1","b":["1",2],"o":{"n":{"deep":"s"}}},` +
+		`"extensions":{"persistedQuery":{"version":1,"sha256Hash":"abc"}}}`
+	p, ok := decodeBodyFast(body)
+	if !ok {
+		t.Fatal("not decoded by hand")
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.StringData(body)))
+	hi := lo + uintptr(len(body))
+	var check func(path string, v any)
+	check = func(path string, v any) {
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case json.Number:
+			s = string(v)
+		case map[string]any:
+			for k, e := range v {
+				check(path+"/"+k, k)
+				check(path+"/"+k, e)
+			}
+			return
+		case []any:
+			for i, e := range v {
+				check(fmt.Sprint(path, "/", i), e)
+			}
+			return
+		default:
+			return
+		}
+		if at := uintptr(unsafe.Pointer(unsafe.StringData(s))); len(s) > 0 && at >= lo && at < hi {
+			t.Errorf("%s (%q) is a slice of the body", path, s)
+		}
+	}
+	check("query", p.Query)
+	check("operationName", p.OperationName)
+	check("extensions", p.Extensions)
+	check("variables", ownStrings(p.Variables))
+	if !reflect.DeepEqual(ownStrings(p.Variables), p.Variables) {
+		t.Fatal("ownStrings changed the variables")
 	}
 }
