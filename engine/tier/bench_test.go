@@ -1,10 +1,12 @@
 package tier
 
 import (
+	"bytes"
 	"io"
 	"iter"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -373,4 +375,57 @@ func BenchmarkGetManySealed(b *testing.B) {
 		p.mem.GetMany(p.old[i%len(p.old)][:], out[:], found[:])
 		i++
 	}
+}
+
+// BenchmarkLoad measures recovery: Load of the table's snapshot image
+// (every sealed block checked and decoded, the checksum of the whole
+// image) under the default policy, interleaved with the peers' Loads of
+// theirs (postcounts and registry) holding the same posts. ns/op is one
+// table Load and one peers' Load.
+func BenchmarkLoad(b *testing.B) {
+	d := benchData()
+	t := loadPosts(b, benchOpts(b, "default"), d)
+	ps := loadPeers(b, "default", d)
+	var img, pcImg, rgImg bytes.Buffer
+	if _, err := t.WriteTo(&img); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ps.counts.WriteTo(&pcImg); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ps.reg.WriteTo(&rgImg); err != nil {
+		b.Fatal(err)
+	}
+	var tn, pn time.Duration
+	for b.Loop() {
+		runtime.GC() // each side starts with the other's garbage collected
+		t0 := time.Now()
+		nt, _ := NewPosts(Options{})
+		if err := nt.Load(bytes.NewReader(img.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		kept = []any{nt}
+		runtime.GC()
+		t1g := time.Now()
+		pc, _ := postcounts.New(postcounts.Options{Now: func() time.Time { return datagen.DefaultEnd }})
+		if err := pc.Load(bytes.NewReader(pcImg.Bytes()), ""); err != nil {
+			b.Fatal(err)
+		}
+		rg, _ := registry.New(registry.Options{})
+		if err := rg.Load(bytes.NewReader(rgImg.Bytes()), datagen.DefaultEnd); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		tn, pn = tn+t1.Sub(t0), pn+t2.Sub(t1g)
+		kept = nil
+		if nt.Len() != len(d) {
+			b.Fatalf("Len %d after Load", nt.Len())
+		}
+	}
+	b.ReportMetric(float64(tn.Nanoseconds())/float64(b.N)/1e6, "table-ms")
+	b.ReportMetric(float64(pn.Nanoseconds())/float64(b.N)/1e6, "peers-ms")
+	b.ReportMetric(float64(tn)/float64(pn), "table/peers")
+	b.ReportMetric(float64(img.Len())/float64(len(d)), "image-B/post")
+	b.ReportMetric(float64(pcImg.Len()+rgImg.Len())/float64(len(d)), "peers-image-B/post")
 }

@@ -639,6 +639,100 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 	return nil
 }
 
+// lastID returns the block's last id (the block verified).
+func (k *Block) lastID() uint64 {
+	if k.n == 1 {
+		return k.first
+	}
+	// The last element sets the last high bit: its high part is hiLen-1
+	// minus the elements before it.
+	m := k.n - 1
+	h := uint64(k.hiLen - 1 - (m - 1))
+	x := h<<uint(k.l) | getBits(k.area, k.low+(m-1)*k.l, uint(k.l), k.lmask)
+	return bitpack.Pdep(k.sq0+x, k.mask) | k.first&^k.mask
+}
+
+// Verify checks everything Decode checks, without writing ids or rows:
+// what a snapshot's Load runs on every block. The ids are checked in
+// their squeezed form (pext keeps their order, and the bits that vary are
+// those the squeezed values' differences from the first set); the sparse
+// group by each present record's OR of its values.
+func (k *Block) Verify() error {
+	n := k.n
+	width := bits.OnesCount64(k.mask)
+	j := 0
+	var prev, orx uint64 // x of the previous post; OR of the squeezed differences
+	for p := 0; p < k.hiLen; p += 56 {
+		w := min(56, k.hiLen-p)
+		word := getBits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
+		for word != 0 {
+			t := bits.TrailingZeros64(word)
+			word &= word - 1
+			if j >= n-1 {
+				return errBlock
+			}
+			h := uint64(p + t - j)
+			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
+				return errBlock
+			}
+			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
+			s := k.sq0 + x
+			if x <= prev || s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
+				return errBlock
+			}
+			orx |= s ^ k.sq0
+			prev = x
+			j++
+		}
+	}
+	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
+		return errBlock
+	}
+	if orx != bitpack.LowMask(uint(width)) {
+		return errBlock // non-canonical: declared varying bits that do not vary
+	}
+	if k.pres >= 0 {
+		c := 0
+		for p := 0; p < n; p += 56 {
+			c += bits.OnesCount64(getBits(k.area, k.pres+p, uint(min(56, n-p)), bitpack.LowMask(uint(min(56, n-p)))))
+		}
+		if c != k.k {
+			return errBlock
+		}
+	}
+	var nz [MaxBlockRecords]uint64 // OR of each present record's sparse values
+	for f := range k.sh.cols {
+		cv := &k.f[f]
+		c := n
+		if f >= k.sh.dense {
+			c = k.k
+			for i := range c {
+				nz[i] |= getBits(k.area, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
+			}
+		}
+		last := -1
+		for e := range cv.nexc {
+			i := int(getBits(k.area, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
+			hi := getBits(k.area, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
+			if i <= last || i >= c || hi == 0 {
+				return errBlock
+			}
+			last = i
+			if f >= k.sh.dense {
+				nz[i] |= hi
+			}
+		}
+	}
+	if k.sh.dense < k.sh.cols {
+		for _, v := range nz[:k.k] {
+			if v == 0 {
+				return errBlock // a present record with a zero group
+			}
+		}
+	}
+	return nil
+}
+
 // checkBlock checks block b — its bytes including the trailing CRC, with
 // cap(b) >= len(b)+BlockSlack-4 — whose first id is first: the checksum,
 // then the header. That is enough to read it safely.

@@ -80,8 +80,15 @@ func FuzzBlock(f *testing.F) {
 		}
 		ids := make([]uint64, MaxBlockRecords)
 		rows := make([]Row, MaxBlockRecords)
-		if k.Decode(ids, rows) != nil {
+		derr := k.Decode(ids, rows)
+		if verr := k.Verify(); (derr == nil) != (verr == nil) {
+			t.Fatalf("Decode says %v, Verify %v", derr, verr)
+		}
+		if derr != nil {
 			return
+		}
+		if k.lastID() != ids[k.n-1] {
+			t.Fatalf("lastID %d, decoded %d", k.lastID(), ids[k.n-1])
 		}
 		for i := range k.n {
 			p, ok := k.Find(ids[i])
