@@ -153,3 +153,33 @@ func TestConcurrentJobs(t *testing.T) {
 }
 
 func authorFor(id uint64) uint64 { return id%1000 + 1 }
+
+// TestMaintainerList runs the maintenance of two tiers of the post codec
+// (say posts and a second table) through the Maintainer interface, as
+// the engine's loop over its tiers does.
+func TestMaintainerList(t *testing.T) {
+	a, _ := NewPosts(testOpts(t.TempDir()))
+	b, _ := NewPosts(testOpts(t.TempDir()))
+	rng := rand.New(rand.NewPCG(8, 8))
+	for range 2000 {
+		a.Put(randID(rng, 10), Post{Author: 1})
+		b.Put(randID(rng, 10), Post{Author: 2})
+	}
+	tiers := []Maintainer{a, b}
+	now := testEpoch.Add(time.Minute)
+	n := 0
+	for _, tr := range tiers {
+		for _, w := range tr.PlanWork(now) {
+			if err := w.Run(); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	if n < 20 || len(a.Files()) == 0 || len(b.Files()) == 0 {
+		t.Fatalf("%d jobs; files %v %v", n, a.Files(), b.Files())
+	}
+}

@@ -425,3 +425,33 @@ func (t *Tier[R]) Collect(keep []string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Work is a job of any tier, whatever its record type, so that one
+// maintenance loop can serve a list of tiers (Maintainer): plan under
+// the write lock, Run with no lock, Finish under the write lock again.
+type Work interface {
+	Run() error
+	Finish() error
+	What() string
+}
+
+// Maintainer is what a maintenance loop needs of a tier.
+type Maintainer interface {
+	PlanWork(now time.Time) []Work
+	Collect(keep []string) error
+	Files() []string
+	MemoryBytes() int64
+}
+
+// Finish installs the job's result: t.Finish(j).
+func (j *Job[R]) Finish() error { return j.t.Finish(j) }
+
+// PlanWork is Plan for a loop over tiers of different record types.
+func (t *Tier[R]) PlanWork(now time.Time) []Work {
+	jobs := t.Plan(now)
+	out := make([]Work, len(jobs))
+	for i, j := range jobs {
+		out[i] = j
+	}
+	return out
+}
