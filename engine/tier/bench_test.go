@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -428,4 +429,37 @@ func BenchmarkLoad(b *testing.B) {
 	b.ReportMetric(float64(tn)/float64(pn), "table/peers")
 	b.ReportMetric(float64(img.Len())/float64(len(d)), "image-B/post")
 	b.ReportMetric(float64(pcImg.Len()+rgImg.Len())/float64(len(d)), "peers-image-B/post")
+}
+
+// BenchmarkAddLike adds one like to a random post of a sealed day (a late
+// write: it goes to the window's delta), interleaved with
+// postcounts.Add of the same kind on its own store. Each side's deltas
+// grow through the run and are folded back by Maintain every 4096
+// writes. cpu-ns/op is one write.
+func BenchmarkAddLike(b *testing.B) {
+	p := pageData(b)
+	var ids []uint64
+	for _, pg := range p.old[:512] {
+		ids = append(ids, pg[:]...)
+	}
+	tn, pn := benchutil.Interleave(b, func(i int) {
+		if _, err := AddCounts(p.mem, ids[i%len(ids)], engine.Counts{Likes: 1}); err != nil {
+			b.Fatal(err)
+		}
+		if i%4096 == 4095 {
+			if err := p.mem.Maintain(datagen.DefaultEnd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(i int) {
+		p.peers.counts.Add(ids[(i+7)%len(ids)], counters.Likes, 1)
+		if i%4096 == 4095 {
+			if err := p.peers.counts.Maintain(datagen.DefaultEnd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(tn, "cpu-ns/write")
+	b.ReportMetric(pn, "counts-cpu-ns/write")
+	b.ReportMetric(tn/pn, "table/counts")
 }

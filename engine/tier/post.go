@@ -79,7 +79,7 @@ func AddCounts(t *Posts, id uint64, d engine.Counts) (Post, error) {
 	if n == p && (ok || n.Counts.IsZero()) {
 		return p, nil
 	}
-	return n, t.Put(id, n)
+	return n, t.put(id, n, knownFrom(ok))
 }
 
 // SetAuthor records the author of post id, creating the post.
@@ -92,7 +92,7 @@ func SetAuthor(t *Posts, id, author uint64) error {
 		return nil
 	}
 	p.Author = author
-	return t.Put(id, p)
+	return t.put(id, p, knownFrom(ok))
 }
 
 func clampAdd(cur, d int64) int64 {
@@ -103,4 +103,11 @@ func clampAdd(cur, d int64) int64 {
 		return 0
 	}
 	return cur + d
+}
+
+func knownFrom(exists bool) int {
+	if exists {
+		return present
+	}
+	return absent
 }

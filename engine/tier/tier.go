@@ -282,7 +282,18 @@ func (w *window) get(l *slotLayout, id uint64, row *Row) (bool, error) {
 // the record goes to the window's delta; Put then needs to know whether
 // id is new, which for a cold window can mean a block read: its error is
 // returned and nothing is stored.
-func (t *Tier[R]) Put(id uint64, r R) error {
+func (t *Tier[R]) Put(id uint64, r R) error { return t.put(id, r, unknown) }
+
+// Whether the caller knows that a record exists (put).
+const (
+	unknown = iota
+	absent
+	present
+)
+
+// put is Put for a caller that may know from a Get just before whether
+// id exists, sparing a second lookup of a sealed or cold block.
+func (t *Tier[R]) put(id uint64, r R, known int) error {
 	w := t.windowFor(id)
 	row := t.codec.Split(r)
 	key := id - w.lo + 1
@@ -293,8 +304,8 @@ func (t *Tier[R]) Put(id uint64, r R) error {
 		}
 		return nil
 	}
-	isNew := false
-	if w.delta == nil || !w.delta.has(key, &t.layout) {
+	isNew := known == absent
+	if known == unknown && (w.delta == nil || !w.delta.has(key, &t.layout)) {
 		var scratch Row
 		exists := w.frozen != nil && w.frozen.has(key, &t.layout)
 		if !exists {
