@@ -171,3 +171,18 @@ func (f *coldFile) verify() error {
 		return blk, f.readAt(blk, int64(off))
 	})
 }
+
+// VerifyFiles reads every block of every cold file the tier uses and
+// checks it as Load checks a sealed window (checksum, structure,
+// contents, id order, the footer's totals): a scrub that finds damage
+// before a read does. It only reads: it may run under the read lock.
+func (t *Tier[R]) VerifyFiles() error {
+	for _, w := range t.wins {
+		if b, ok := w.body.(*coldBody); ok {
+			if err := b.f.verify(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -63,9 +63,15 @@ func flipByte(t *testing.T, path string, off int64) {
 // would fold it; the other blocks still read; nothing reads as absent.
 func TestCorruptColdBlock(t *testing.T) {
 	tr, ids, path := coldTable(t, 1000)
+	if err := tr.VerifyFiles(); err != nil {
+		t.Fatal(err)
+	}
 	f := tr.wins[0].body.(*coldBody).f
 	_, off, end := f.idx.Block(1)
 	flipByte(t, path, int64(off+(end-off)/2))
+	if err := tr.VerifyFiles(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("VerifyFiles over a damaged block: %v", err)
+	}
 	first3, _, _ := f.idx.Block(1)
 	first4, _, _ := f.idx.Block(2)
 	var bad, good uint64
