@@ -347,6 +347,15 @@ func BenchmarkGetPage(b *testing.B) {
 		b.ReportMetric(pn, "counts-cpu-ns/page")
 		b.ReportMetric(tn/pn, "table/counts")
 	})
+	// The CPU work alone: the same four pages over and over, in cache.
+	b.Run("sealed-in-cache-vs-counts", func(b *testing.B) {
+		tn, pn := benchutil.Interleave(b, table(p.mem, p.old[:4]), func(i int) {
+			p.peers.counts.GetMany(p.old[i%4][:], counts[:])
+		})
+		b.ReportMetric(tn, "cpu-ns/page")
+		b.ReportMetric(pn, "counts-cpu-ns/page")
+		b.ReportMetric(tn/pn, "table/counts")
+	})
 	for _, c := range cases {
 		if c.name == "cold-hit" {
 			for i := range c.pages {
