@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tally-dev/tally/engine/cold"
@@ -180,9 +182,6 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("tier: %w", err)
 		}
-		if _, err := cold.CleanTemp(opts.Dir); err != nil {
-			return nil, fmt.Errorf("tier: %w", err)
-		}
 		t.cache = opts.Cache
 		if t.cache == nil {
 			n := opts.ColdCacheBytes
@@ -197,8 +196,17 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 			return nil, fmt.Errorf("tier: %w", err)
 		}
 		for _, e := range ents {
-			if _, gen, ok := parseFileName(t.opts.Prefix, e.Name()); ok {
+			name := e.Name()
+			if _, gen, ok := parseFileName(t.opts.Prefix, name); ok {
 				t.nextGen = max(t.nextGen, gen+1)
+			}
+			// What a crash left of this tier's writes (cold.Create's
+			// temporary files, TestNewCleansOwnTemp checks the name);
+			// other stores' files in Dir are theirs.
+			if i := strings.Index(name, ".tier.coldtmp-"); i > 0 && strings.HasPrefix(name, t.opts.Prefix+"-") {
+				if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return nil, fmt.Errorf("tier: %w", err)
+				}
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -529,5 +530,33 @@ func checkRange(t *testing.T, tr *Posts, model map[uint64]Post) {
 	})
 	if err != nil || n != len(model) {
 		t.Fatalf("Range: %d records, model %d, %v", n, len(model), err)
+	}
+}
+
+// TestNewCleansOwnTemp: a new tier removes the temporary files a crash
+// left of its own writes, and no other store's.
+func TestNewCleansOwnTemp(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "post-3-7.tier.coldtmp-123")
+	other := filepath.Join(dir, "pc-3-7.win.coldtmp-456")
+	for _, p := range []string{mine, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := NewPosts(testOpts(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("own temporary file kept: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another store's temporary file: %v", err)
+	}
+	// The names are cold.Create's temporary names: cold.CleanTemp, which
+	// knows them, takes both.
+	os.WriteFile(mine, []byte("x"), 0o644)
+	if n, err := cold.CleanTemp(dir); err != nil || n != 2 {
+		t.Fatalf("cold.CleanTemp removed %d (%v): the names are not cold.Create's", n, err)
 	}
 }
