@@ -207,14 +207,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	var results []result
 	for _, withAuthors := range cfg.cases {
 		rs, err := measure(ctx, cfg, bin, withAuthors, out)
-		if err != nil {
-			return err
-		}
 		for _, r := range rs {
 			report(out, r)
 		}
-		if len(cfg.variants) == 2 {
+		if len(cfg.variants) == 2 && len(rs) >= 2 {
 			comparison(out, rs[0], rs[1])
+		}
+		if err != nil {
+			return err
 		}
 		results = append(results, rs...)
 	}
@@ -468,7 +468,9 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 		procs = nil
 		r, err := measureRedis(ctx, cfg, bin, withAuthors, csvPath, sample, perUser, counted, out)
 		if err != nil {
-			return nil, err
+			// The embedded figures stand on their own: they are
+			// reported, then the run fails.
+			return results, fmt.Errorf("on Redis: %v", err)
 		}
 		results = append(results, r)
 	}
