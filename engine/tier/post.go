@@ -43,6 +43,10 @@ func (PostCodec) SlotWidths(bits int) [MaxCols]uint8 {
 	return [MaxCols]uint8{uint8(author), 12, 8, 6, 14, 5}
 }
 
+// PlainRecords: a Post is its six columns in order, each 64 bits (the
+// counts' int64s are the columns' uint64s, bit for bit).
+func (PostCodec) PlainRecords() bool { return true }
+
 func (PostCodec) Split(p Post) Row {
 	c := &p.Counts
 	return Row{p.Author, uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)}

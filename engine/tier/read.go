@@ -1,6 +1,9 @@
 package tier
 
-import "slices"
+import (
+	"slices"
+	"unsafe"
+)
 
 // get reads the record of id from the segment.
 func (s *segment) get(id uint64, row *Row) bool {
@@ -108,7 +111,8 @@ func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 			key := ids[p] - w.lo + 1
 			if (w.delta != nil && w.delta.get(key, &t.layout, &row)) ||
 				(w.frozen != nil && w.frozen.get(key, &t.layout, &row)) {
-				out[p], found[p] = t.codec.Join(row), true
+				t.store(&out[p], &row)
+				found[p] = true
 				continue
 			}
 			sub[m], pos[m] = ids[p], uint8(p)
@@ -122,7 +126,8 @@ func (t *Tier[R]) getChunk(ids []uint64, out []R, found []bool) error {
 		case *openBody:
 			for j, id := range sub[:m] {
 				if b.t.get(id-w.lo+1, &t.layout, &row) {
-					out[pos[j]], found[pos[j]] = t.codec.Join(row), true
+					t.store(&out[pos[j]], &row)
+					found[pos[j]] = true
 				}
 			}
 		case *sealedBody:
@@ -152,7 +157,8 @@ func (t *Tier[R]) getSealed(s *segment, sub []uint64, pos []uint8, out []R, foun
 		}
 		if p, ok := k.Find(sub[j]); ok {
 			k.Row(p, &row)
-			out[pos[j]], found[pos[j]] = t.codec.Join(row), true
+			t.store(&out[pos[j]], &row)
+			found[pos[j]] = true
 		}
 	}
 }
@@ -202,7 +208,19 @@ func (t *Tier[R]) lookupBlock(first uint64, blk []byte, sh shape, keys, sub []ui
 		j := key & 0xff
 		if p, ok := k.Find(sub[j]); ok {
 			k.Row(p, &row)
-			out[pos[j]], found[pos[j]] = t.codec.Join(row), true
+			t.store(&out[pos[j]], &row)
+			found[pos[j]] = true
 		}
 	}
+}
+
+// store writes the record row holds to dst: for a codec whose records
+// are plainly their columns (plainRecords), by copying the words, which
+// took a fifth of an in-cache page's time through Join.
+func (t *Tier[R]) store(dst *R, row *Row) {
+	if t.plain {
+		copy(unsafe.Slice((*uint64)(unsafe.Pointer(dst)), t.cols), row[:t.cols])
+		return
+	}
+	*dst = t.codec.Join(*row)
 }

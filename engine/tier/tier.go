@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -39,6 +40,12 @@ type Codec[R any] interface {
 	Split(r R) Row
 	Join(row Row) R
 }
+
+// plainRecords is implemented by a codec whose record type is exactly
+// its columns in order, each a 64-bit integer (the post record: author,
+// then the five counts): the tier then copies words instead of calling
+// Join on reads. New checks the record's size.
+type plainRecords interface{ PlainRecords() bool }
 
 // Defaults of Options.
 const (
@@ -87,6 +94,7 @@ type Tier[R any] struct {
 	cols   int
 	sh     shape
 	layout slotLayout
+	plain  bool // R is its columns, one 64-bit word each (plainRecords)
 	opts   Options
 	win    snowflake.Windows
 	cache  *cold.Cache
@@ -175,6 +183,13 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 		return nil, fmt.Errorf("tier: codec's slot widths %v do not fit %d bits", codec.SlotWidths(vb), vb)
 	}
 	t := &Tier[R]{codec: codec, tag: codec.Tag(), cols: cols, sh: sh, layout: layout, opts: opts, win: win}
+	if p, ok := codec.(plainRecords); ok && p.PlainRecords() {
+		var zero R
+		if unsafe.Sizeof(zero) != uintptr(8*cols) || unsafe.Alignof(zero) != 8 {
+			return nil, fmt.Errorf("tier: codec says its %d-byte records are %d words", unsafe.Sizeof(zero), cols)
+		}
+		t.plain = true
+	}
 	if t.opts.Prefix == "" {
 		t.opts.Prefix = string(bytesTrim(t.tag[:]))
 	}

@@ -560,3 +560,64 @@ func TestNewCleansOwnTemp(t *testing.T) {
 		t.Fatalf("cold.CleanTemp removed %d (%v): the names are not cold.Create's", n, err)
 	}
 }
+
+// postViaJoin is the post codec without PlainRecords: reads go through
+// Join.
+type postViaJoin struct{}
+
+func (postViaJoin) Tag() [4]byte                       { return PostCodec{}.Tag() }
+func (postViaJoin) Cols() int                          { return PostCodec{}.Cols() }
+func (postViaJoin) DenseCols() int                     { return PostCodec{}.DenseCols() }
+func (postViaJoin) SlotWidths(bits int) [MaxCols]uint8 { return PostCodec{}.SlotWidths(bits) }
+func (postViaJoin) Split(p Post) Row                   { return PostCodec{}.Split(p) }
+func (postViaJoin) Join(r Row) Post                    { return PostCodec{}.Join(r) }
+
+// TestJoinPath: a codec without PlainRecords reads the same through Join,
+// and a codec whose record is not its columns cannot claim to be plain.
+func TestJoinPath(t *testing.T) {
+	plain, _ := NewPosts(testOpts(""))
+	viaJoin, err := New[Post](postViaJoin{}, testOpts(""))
+	if err != nil || viaJoin.plain || !plain.plain {
+		t.Fatalf("plain %v, via Join %v (%v)", plain.plain, viaJoin.plain, err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var ids []uint64
+	for range 5000 {
+		id, p := randID(rng, 10), randPost(rng)
+		plain.Put(id, p)
+		viaJoin.Put(id, p)
+		ids = append(ids, id)
+	}
+	now := testEpoch.Add(5 * time.Second) // some windows sealed, some open
+	plain.Maintain(now)
+	viaJoin.Maintain(now)
+	var a, b [100]Post
+	var fa, fb [100]bool
+	for i := 0; i+100 <= len(ids); i += 100 {
+		if err := plain.GetMany(ids[i:i+100], a[:], fa[:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := viaJoin.GetMany(ids[i:i+100], b[:], fb[:]); err != nil {
+			t.Fatal(err)
+		}
+		if a != b || fa != fb {
+			t.Fatalf("page %d differs", i/100)
+		}
+	}
+	if _, err := New[three](badPlain{}, testOpts("")); err == nil {
+		t.Fatal("a 24-byte record claiming six plain columns was accepted")
+	}
+}
+
+// badPlain claims that a record of three words is its six columns.
+type badPlain struct{}
+
+type three struct{ a, b, c uint64 }
+
+func (badPlain) Tag() [4]byte                       { return [4]byte{'B', 'A', 'D', '!'} }
+func (badPlain) Cols() int                          { return 6 }
+func (badPlain) DenseCols() int                     { return 6 }
+func (badPlain) SlotWidths(bits int) [MaxCols]uint8 { return [MaxCols]uint8{8, 8, 8, 8, 8, 8} }
+func (badPlain) Split(three) Row                    { return Row{} }
+func (badPlain) Join(Row) three                     { return three{} }
+func (badPlain) PlainRecords() bool                 { return true }
