@@ -10,6 +10,7 @@ package loaders
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/graph-gophers/dataloader/v7"
@@ -23,22 +24,39 @@ import (
 // dominate a page served from memory).
 const Wait = time.Millisecond
 
-// Loaders are one response's batched readers.
+// Loaders are one response's batched readers. Each loader is made on
+// first use: most responses (a page served by a plan, a mutation) use
+// none, and making both cost every response about ten allocations.
 type Loaders struct {
 	// Store is the engine, for resolvers that read a whole page at once
 	// and prime the loaders (see resolvers.loadPage).
 	Store engine.Store
 
-	UserCounts *dataloader.Loader[engine.UserID, engine.UserCounts]
-	Unread     *dataloader.Loader[engine.UserID, engine.Unread]
+	mu         sync.Mutex
+	userCounts *dataloader.Loader[engine.UserID, engine.UserCounts]
+	unread     *dataloader.Loader[engine.UserID, engine.Unread]
 }
 
 // New makes the loaders of one response.
-func New(s engine.Store) *Loaders {
-	return &Loaders{
-		Store:      s,
-		UserCounts: newLoader(s.UserCounts),
-		Unread: newLoader(func(ctx context.Context, ids []engine.UserID) ([]engine.Unread, error) {
+func New(s engine.Store) *Loaders { return &Loaders{Store: s} }
+
+// UserCounts batches the response's reads of users' counters.
+func (l *Loaders) UserCounts() *dataloader.Loader[engine.UserID, engine.UserCounts] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.userCounts == nil {
+		l.userCounts = newLoader(l.Store.UserCounts)
+	}
+	return l.userCounts
+}
+
+// Unread batches the response's reads of badges.
+func (l *Loaders) Unread() *dataloader.Loader[engine.UserID, engine.Unread] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unread == nil {
+		s := l.Store
+		l.unread = newLoader(func(ctx context.Context, ids []engine.UserID) ([]engine.Unread, error) {
 			out := make([]engine.Unread, len(ids))
 			for i, id := range ids {
 				u, err := s.Unread(ctx, id)
@@ -48,8 +66,9 @@ func New(s engine.Store) *Loaders {
 				out[i] = u
 			}
 			return out, nil
-		}),
+		})
 	}
+	return l.unread
 }
 
 // newLoader adapts a positional multi-get (results in key order) to a

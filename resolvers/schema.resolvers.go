@@ -114,7 +114,7 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 		}
 	}
 	if len(authors) > 0 {
-		if err := primeMany(ctx, l.UserCounts, authors, l.Store.UserCounts); err != nil {
+		if err := primeMany(ctx, l.UserCounts(), authors, l.Store.UserCounts); err != nil {
 			return nil, err
 		}
 	}
@@ -195,7 +195,7 @@ func (r *queryResolver) SystemNotifications(ctx context.Context, first *int, aft
 // ---- User, Viewer ----
 
 func (r *userResolver) userCounts(ctx context.Context, u *model.User) (engine.UserCounts, error) {
-	return loaders.For(ctx).UserCounts.Load(ctx, u.UserID)()
+	return loaders.For(ctx).UserCounts().Load(ctx, u.UserID)()
 }
 
 func (r *userResolver) PostCount(ctx context.Context, u *model.User) (int64, error) {
@@ -233,7 +233,7 @@ func unreadOf(ctx context.Context, v *model.Viewer) (*engine.Unread, error) {
 	if v.Unread != nil {
 		return v.Unread, nil
 	}
-	u, err := loaders.For(ctx).Unread.Load(ctx, v.UserID)()
+	u, err := loaders.For(ctx).Unread().Load(ctx, v.UserID)()
 	return &u, err
 }
 
