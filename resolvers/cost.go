@@ -98,8 +98,8 @@ func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if refused != nil {
 		return refused
 	}
-	opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: c.limit})
 	if over {
+		opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: c.limit})
 		c.budget.charge(ctx, c.limit)
 		return &gqlerror.Error{
 			Message: fmt.Sprintf("operation costs more than the limit of %d (each field 1, lists by the most they can return, list arguments by their length, introspection by what it returns)", c.limit),
@@ -108,6 +108,14 @@ func (c *costLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			},
 		}
 	}
+	return c.spendPriced(ctx, opCtx, price)
+}
+
+// spendPriced reports an operation's price within the limit and spends it
+// from the client's budget. The fast path (fastpath_ops.go) calls it for a
+// query whose price it learnt, in place of MutateOperationContext.
+func (c *costLimit) spendPriced(ctx context.Context, opCtx *graphql.OperationContext, price int) *gqlerror.Error {
+	opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: c.limit})
 	return c.budget.spend(ctx, price)
 }
 

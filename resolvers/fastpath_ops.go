@@ -229,8 +229,7 @@ func (f *fastOps) operationContext(ctx context.Context, params *graphql.RawParam
 		if e == graphql.HandlerExtension(f.cost) {
 			// costLimit.MutateOperationContext for a query whose price is
 			// known and within the limit: report it, spend it.
-			opCtx.Stats.SetExtension(f.cost.ExtensionName(), &extension.ComplexityStats{Complexity: price, ComplexityLimit: f.cost.limit})
-			if err := f.cost.budget.spend(octx, price); err != nil {
+			if err := f.cost.spendPriced(octx, opCtx, price); err != nil {
 				return opCtx, gqlerror.List{err}, true
 			}
 			continue
