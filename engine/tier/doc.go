@@ -115,15 +115,15 @@
 // headers, CRCs and index 0.19.
 //
 // A 50-post page from sealed windows, each page's posts from one day
-// (BenchmarkGetPage, 1M, interleaved with the peer on one thread): 0.57x
+// (BenchmarkGetPage, 1M, interleaved with the peer on one thread): 0.52x
 // the CPU time of postcounts.GetMany and registry.GetMany together, which
-// read the same answers, and 1.4x that of postcounts.GetMany alone, which
-// reads no author (8.6 against 6.2 µs; in cache, the same four pages
-// over and over, 1.6x: the gap is CPU work, decoding six columns of 2.5x
-// as many records a window, more than memory); from open windows 0.83x the
-// peers, cold with every block cached 0.66x, cold without a cache (a
-// pread a block, served by the OS page cache) 0.69x. At 10M: 0.73x the
-// peers, 1.5x postcounts alone (15.8 against 10.3 µs).
+// read the same answers (7.4 against 14.1 µs), and 1.25x that of
+// postcounts.GetMany alone, which reads no author (6.4 against 5.1 µs; in
+// cache, the same four pages over and over, 1.5x: the gap is CPU work,
+// six columns and 2.5x as many records a window, more than memory). From
+// open windows 0.55x the peers; cold with every block cached 0.63x; cold
+// without a cache (a pread a block, served by the OS page cache) 0.70x.
+// At 10M: 0.71x the peers, 1.5x postcounts alone (15.1 against 10.2 µs).
 //
 // A late like (AddCounts on a sealed post, into its window's delta, with
 // Maintain every 4096 writes; BenchmarkAddLike, 1M) costs 0.43x the CPU
