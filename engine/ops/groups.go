@@ -183,12 +183,7 @@ func (op *SendMessage) Check() error {
 	if err := engine.CheckText(op.Text); err != nil {
 		return err
 	}
-	m, err := engine.NormalizeMentions(op.Viewer, op.Mentions)
-	if err != nil {
-		return err
-	}
-	op.Mentions = m
-	return engine.CheckIdemKey(op.IdemKey)
+	return checkMentioning(op.Viewer, &op.Mentions, op.IdemKey)
 }
 
 // Decide: only a current member sends. Every other current member's

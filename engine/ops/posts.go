@@ -141,12 +141,7 @@ func (op *Comment) Check() error {
 	if err := checkPostTarget(op.Viewer, op.Post); err != nil {
 		return err
 	}
-	m, err := engine.NormalizeMentions(op.Viewer, op.Mentions)
-	if err != nil {
-		return err
-	}
-	op.Mentions = m
-	return engine.CheckIdemKey(op.IdemKey)
+	return checkMentioning(op.Viewer, &op.Mentions, op.IdemKey)
 }
 
 // Decide: +1 comment on the post; the author's unread comments +1 when
@@ -168,6 +163,18 @@ func (op *Comment) Decide(f PostFacts, eff *Effects) error {
 	woken = mention(eff, op.Mentions, woken)
 	eff.unreadChanged(woken)
 	return nil
+}
+
+// checkMentioning checks what every mutation that mentions users carries:
+// the mentions (normalised in place: each user once, never the actor)
+// and the idempotency key.
+func checkMentioning(actor engine.UserID, mentions *[]engine.UserID, idemKey string) error {
+	m, err := engine.NormalizeMentions(actor, *mentions)
+	if err != nil {
+		return err
+	}
+	*mentions = m
+	return engine.CheckIdemKey(idemKey)
 }
 
 // mention bumps the unread mentions of users (normalised) and returns
@@ -205,12 +212,7 @@ func (op *Repost) Check() error {
 	if err := checkPostTarget(op.Viewer, op.Post); err != nil {
 		return err
 	}
-	m, err := engine.NormalizeMentions(op.Viewer, op.Mentions)
-	if err != nil {
-		return err
-	}
-	op.Mentions = m
-	return engine.CheckIdemKey(op.IdemKey)
+	return checkMentioning(op.Viewer, &op.Mentions, op.IdemKey)
 }
 
 // Decide: +1 repost on the original; the repost is a new post by the
