@@ -621,3 +621,62 @@ func (badPlain) SlotWidths(bits int) [MaxCols]uint8 { return [MaxCols]uint8{8, 8
 func (badPlain) Split(three) Row                    { return Row{} }
 func (badPlain) Join(Row) three                     { return three{} }
 func (badPlain) PlainRecords() bool                 { return true }
+
+// TestJobAcrossLoad: a job planned before a Load is dropped by Finish,
+// its file deleted, and the loaded state stands; Load refuses an image of
+// another window length or codec.
+func TestJobAcrossLoad(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOpts(dir)
+	opts.OpenAge, opts.ColdAge = -1, time.Nanosecond
+	tr, _ := NewPosts(opts)
+	rng := rand.New(rand.NewPCG(10, 10))
+	for range 500 {
+		tr.Put(randID(rng, 3), randPost(rng))
+	}
+	var snap bytes.Buffer
+	tr.WriteTo(&snap) // every window open
+	jobs := tr.Plan(testEpoch.Add(time.Hour))
+	if len(jobs) == 0 {
+		t.Fatal("no job planned")
+	}
+	if err := tr.Load(bytes.NewReader(snap.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if err := j.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Finish(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range tr.Stats() {
+		if s.Kind != Open {
+			t.Fatalf("window %d is %v after a dropped job", s.Num, s.Kind)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a dropped job's files stay: %d entries", len(ents))
+	}
+	other := testOpts("")
+	other.WindowMillis = 2000
+	o, _ := NewPosts(other)
+	if err := o.Load(bytes.NewReader(snap.Bytes())); err == nil {
+		t.Fatal("Load of an image of other windows")
+	}
+	c, _ := New[three](badPlainOK{}, testOpts(""))
+	if err := c.Load(bytes.NewReader(snap.Bytes())); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of another codec's image: %v", err)
+	}
+}
+
+// badPlainOK is badPlain without the claim.
+type badPlainOK struct{}
+
+func (badPlainOK) Tag() [4]byte                       { return [4]byte{'B', 'A', 'D', '!'} }
+func (badPlainOK) Cols() int                          { return 3 }
+func (badPlainOK) DenseCols() int                     { return 3 }
+func (badPlainOK) SlotWidths(bits int) [MaxCols]uint8 { return [MaxCols]uint8{8, 8, 8} }
+func (badPlainOK) Split(r three) Row                  { return Row{r.a, r.b, r.c} }
+func (badPlainOK) Join(r Row) three                   { return three{r[0], r[1], r[2]} }
