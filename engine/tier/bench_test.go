@@ -200,6 +200,8 @@ func BenchmarkMemory(b *testing.B) {
 			if disk := t.DiskBytes(); disk > 0 {
 				b.ReportMetric(float64(disk)/n, "disk-B/post")
 				b.ReportMetric(float64(t.CacheBytes())/n, "cache-B/post")
+				peerDisk := p.counts.Stats().ColdFileBytes + p.reg.Stats().ColdFileBytes
+				b.ReportMetric(float64(peerDisk)/n, "peers-disk-B/post")
 			}
 			b.ReportMetric(float64(peerHeap)/n, "peers-heap-B/post")
 			b.ReportMetric(float64(heap)/float64(peerHeap), "heap/peers")
