@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tally-dev/tally/bench/benchutil"
 )
 
 // server is one process the tool measures: a tally (spawned or already
@@ -90,35 +92,8 @@ func (s *server) ownCPU() time.Duration {
 	return -1
 }
 
-// status returns a field of /proc/<pid>/status in bytes (for kB fields) or
-// as is; -1 when unknown.
-func (s *server) status(field string) int64 {
-	if s.pid <= 0 {
-		return -1
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		parts := strings.Fields(val)
-		if len(parts) == 0 {
-			return -1
-		}
-		v, _ := strconv.ParseInt(parts[0], 10, 64)
-		if len(parts) > 1 && parts[1] == "kB" {
-			v <<= 10
-		}
-		return v
-	}
-	return -1
-}
+// status returns a field of /proc/<pid>/status (benchutil.ProcStatus).
+func (s *server) status(field string) int64 { return benchutil.ProcStatus(s.pid, field) }
 
 // openFilesLimit reads the process's soft RLIMIT_NOFILE from
 // /proc/<pid>/limits; -1 when unknown.
@@ -144,35 +119,8 @@ func (s *server) openFilesLimit() int64 {
 	return -1
 }
 
-// scrape reads tally's /metrics (Prometheus text) into name → value for
-// unlabelled series.
-func (s *server) scrape() (map[string]float64, error) {
-	resp, err := http.Get(s.base + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
-	}
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
-			continue
-		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			m[name] = v
-		}
-	}
-	return m, sc.Err()
-}
+// scrape reads tally's /metrics (benchutil.ScrapeMetrics).
+func (s *server) scrape() (map[string]float64, error) { return benchutil.ScrapeMetrics(s.base) }
 
 // stop ends a process the tool started: SIGTERM, then SIGKILL after 10 s,
 // by its pid only.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tally-dev/tally/bench/benchutil"
 )
 
 // loadResult is what a server did and held while serving feed pages.
@@ -56,7 +58,7 @@ const loadQuery = `query($ids: [ID!]!) { posts(ids: $ids) { id author { id postC
 // pacing lets it be, not the idle figure.
 func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients int, d time.Duration) (loadResult, error) {
 	var lr loadResult
-	before, err := scrape(base)
+	before, err := benchutil.ScrapeMetrics(base)
 	if err != nil {
 		return lr, err
 	}
@@ -104,7 +106,7 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
-			if v := procStatus(pid, "VmRSS"); v > 0 {
+			if v := benchutil.ProcStatus(pid, "VmRSS"); v > 0 {
 				lr.RSSPeak = max(lr.RSSPeak, v)
 				sum += v
 				n++
@@ -122,7 +124,7 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 	if n > 0 {
 		lr.RSSMean = sum / n
 	}
-	after, err := scrape(base)
+	after, err := benchutil.ScrapeMetrics(base)
 	if err != nil {
 		return lr, err
 	}

@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 )
@@ -491,7 +492,7 @@ func idleMemory(ctx context.Context, cfg config, p *proc, r *result) error {
 	if err := collectGarbage(p.pprof); err != nil {
 		return err
 	}
-	afterGC, err := scrape(p.base)
+	afterGC, err := benchutil.ScrapeMetrics(p.base)
 	if err != nil {
 		return err
 	}
@@ -500,7 +501,7 @@ func idleMemory(ctx context.Context, cfg config, p *proc, r *result) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	m, err := scrape(p.base)
+	m, err := benchutil.ScrapeMetrics(p.base)
 	if err != nil {
 		return err
 	}
@@ -515,10 +516,10 @@ func idleMemory(ctx context.Context, cfg config, p *proc, r *result) error {
 		GCMeta:        int64(m["go_memstats_gc_sys_bytes"]),
 		OtherRuntime:  int64(m["go_memstats_mspan_sys_bytes"] + m["go_memstats_mcache_sys_bytes"] + m["go_memstats_buck_hash_sys_bytes"] + m["go_memstats_other_sys_bytes"]),
 		RuntimeMapped: int64(m["go_memstats_sys_bytes"] - m["go_memstats_heap_released_bytes"]),
-		RSS:           procStatus(pid, "VmRSS"),
-		RSSAnon:       procStatus(pid, "RssAnon"),
-		RSSFile:       procStatus(pid, "RssFile"),
-		PeakRSS:       procStatus(pid, "VmHWM"),
+		RSS:           benchutil.ProcStatus(pid, "VmRSS"),
+		RSSAnon:       benchutil.ProcStatus(pid, "RssAnon"),
+		RSSFile:       benchutil.ProcStatus(pid, "RssFile"),
+		PeakRSS:       benchutil.ProcStatus(pid, "VmHWM"),
 		GCScan:        -1,
 		GOGC:          -1,
 		MemLimit:      -1,
@@ -596,7 +597,7 @@ func settle(ctx context.Context, base string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	last, same := -1.0, 0
 	for time.Now().Before(deadline) {
-		m, err := scrape(base)
+		m, err := benchutil.ScrapeMetrics(base)
 		if err != nil {
 			return err
 		}
@@ -632,62 +633,4 @@ func collectGarbage(pprof string) error {
 		return fmt.Errorf("pprof heap: HTTP %d", resp.StatusCode)
 	}
 	return nil
-}
-
-// scrape reads /metrics (Prometheus text) into name → value for unlabelled
-// series.
-func scrape(base string) (map[string]float64, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
-	}
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
-			continue
-		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			m[name] = v
-		}
-	}
-	return m, sc.Err()
-}
-
-// procStatus returns a kB field of /proc/<pid>/status in bytes; -1 when
-// unknown.
-func procStatus(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		name, val, ok := strings.Cut(line, ":")
-		if !ok || name != field {
-			continue
-		}
-		f := strings.Fields(val)
-		if len(f) == 0 {
-			return -1
-		}
-		v, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return -1
-		}
-		if len(f) > 1 && f[1] == "kB" {
-			v <<= 10
-		}
-		return v
-	}
-	return -1
 }
