@@ -25,11 +25,12 @@ type arena struct {
 }
 
 type chunk struct {
-	buf    []byte
-	off    int
-	live   int
-	packed bool
-	segs   []*segment // the segments allocated here and not freed
+	buf     []byte
+	off     int
+	live    int
+	pending int // regions handed out and not yet attached: trim leaves the chunk alone
+	packed  bool
+	segs    []*segment // the segments allocated here and not freed
 }
 
 const (
@@ -38,13 +39,14 @@ const (
 )
 
 // alloc returns a region of n bytes with BlockSlack bytes of capacity past
-// it, and its chunk. Safe for concurrent use.
+// it, and its chunk; the caller fills it and then attaches its segment
+// (or abandons the region). Safe for concurrent use.
 func (a *arena) alloc(n int) ([]byte, *chunk) {
 	need := n + BlockSlack
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if need > chunkBytes/2 {
-		c := &chunk{buf: make([]byte, need), off: need, live: need}
+		c := &chunk{buf: make([]byte, need), off: need, live: need, pending: 1}
 		a.bytes += int64(need)
 		a.closed = append(a.closed, c)
 		return c.buf[:n:need], c
@@ -60,6 +62,7 @@ func (a *arena) alloc(n int) ([]byte, *chunk) {
 	b := c.buf[c.off : c.off+n : c.off+need]
 	c.off += need
 	c.live += need
+	c.pending++
 	return b, c
 }
 
@@ -67,7 +70,16 @@ func (a *arena) alloc(n int) ([]byte, *chunk) {
 func (a *arena) attach(c *chunk, s *segment) {
 	a.mu.Lock()
 	c.segs = append(c.segs, s)
+	c.pending--
 	a.mu.Unlock()
+}
+
+// abandon returns a region alloc handed out that never became a segment.
+func (a *arena) abandon(c *chunk, region []byte) {
+	a.mu.Lock()
+	c.pending--
+	a.mu.Unlock()
+	a.free(c, &segment{data: region})
 }
 
 // free returns s's region.
@@ -123,7 +135,7 @@ func (a *arena) trim(pinned func(*segment) bool) {
 		batch, size = batch[:0], 0
 	}
 	for _, c := range a.closed {
-		if slices.ContainsFunc(c.segs, pinned) {
+		if c.pending > 0 || slices.ContainsFunc(c.segs, pinned) {
 			keep = append(keep, c)
 			continue
 		}

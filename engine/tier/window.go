@@ -312,7 +312,7 @@ func newSegment(a *arena, raw []byte, tag [4]byte, sh shape, verify bool) (*segm
 	copy(data, raw)
 	s, err := openSegment(data, tag, sh, verify)
 	if err != nil {
-		a.free(c, &segment{data: data})
+		a.abandon(c, data)
 		return nil, err
 	}
 	s.chunk = c
