@@ -456,10 +456,20 @@ func (st *state) dump() string {
 	})
 	section("users", rows)
 	rows = nil
-	st.profiles.Range(func(k uint64, v profile) bool {
-		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", v)})
+	// The public counters render as the one profile table they were
+	// (posts and followers together), so that goldens stay comparable.
+	type profile struct{ posts, followers int64 }
+	profiles := map[uint64]profile{}
+	st.posted.Range(func(k uint64, v int64) bool { profiles[k] = profile{posts: v}; return true })
+	st.followers.Range(func(k uint64, v int64) bool {
+		p := profiles[k]
+		p.followers = v
+		profiles[k] = p
 		return true
 	})
+	for k, v := range profiles {
+		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", v)})
+	}
 	section("profiles", rows)
 	rows = nil
 	st.follows.Range(func(viewer uint64, targets []uint64, snaps []int64) bool {

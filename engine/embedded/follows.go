@@ -59,34 +59,49 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 	out := make([]engine.UserCounts, len(us))
 	e.mu.RLock()
 	for i, u := range us {
-		p, _ := e.st.profiles.Get(uint64(u))
-		out[i] = engine.UserCounts{Posts: p.posts, Followers: p.followers,
+		posts, _ := e.st.posted.Get(uint64(u))
+		followers, _ := e.st.followers.Get(uint64(u))
+		out[i] = engine.UserCounts{Posts: posts, Followers: followers,
 			Following: int64(e.st.follows.Following(uint64(u)))}
 	}
 	e.mu.RUnlock()
 	return out, nil
 }
 
-// profile is one user's public counters. Following is not stored: it is
-// the length of the user's followee list.
-type profile struct {
-	posts, followers int64
+// A user's public counters are two userCounts: posted (post counts,
+// only for users who have posted) and followers; Following is not stored:
+// it is the length of the user's followee list. An author with only posts
+// costs one 13-byte slot of posted, nothing else.
+
+// addPosts adds d > 0 to u's post count.
+func (st *state) addPosts(u uint64, d int64) {
+	if !st.posted.Has(u) {
+		if f, ok := st.followers.Get(u); ok && f == 0 {
+			// A zero follower count only kept u known; posted does now
+			// (and a snapshot would not bring it back).
+			st.followers.Delete(u)
+		} else if !st.known(u) {
+			st.nusers++
+		}
+	}
+	st.posted.Add(u, d)
 }
 
-// profile returns u's public counters, creating them; valid as user's.
-func (st *state) profile(u uint64) *profile {
-	if p, ok := st.profiles.Ref(u); ok {
-		return p
-	}
-	if !st.known(u) {
+// addFollowers adds d to u's follower count. A count back at 0 is dropped
+// when u has posted (u stays known by their posts) and kept otherwise.
+func (st *state) addFollowers(u uint64, d int64) {
+	if !st.followers.Has(u) && !st.known(u) {
 		st.nusers++
 	}
-	return st.profiles.Upsert(u)
+	st.followers.Add(u, d)
+	if f, _ := st.followers.Get(u); f == 0 && st.posted.Has(u) {
+		st.followers.Delete(u)
+	}
 }
 
 func (st *state) postCount(u uint64) int64 {
-	p, _ := st.profiles.Get(u)
-	return p.posts
+	n, _ := st.posted.Get(u)
+	return n
 }
 
 func (st *state) decideFollow(r *followRec) {
@@ -113,29 +128,58 @@ func (st *state) applyFollowEdge(f ops.FollowEdge) {
 // stays far below snapshot.MaxChunkBytes.
 const followsPerItem = 4096
 
+// writeProfiles writes PROF, one item per user with a public counter,
+// from posted and followers: the section's format is the one the profile
+// table was written in, so that older snapshots load unchanged.
 func writeProfiles(e *enc, st *state) {
-	st.profiles.Range(func(u uint64, p profile) bool {
+	item := func(u uint64, posts, followers int64) {
 		e.start()
 		e.u(u)
-		e.v(p.posts)
-		e.v(p.followers)
+		e.v(posts)
+		e.v(followers)
 		e.end()
+	}
+	st.posted.Range(func(u uint64, posts int64) bool {
+		followers, _ := st.followers.Get(u)
+		item(u, posts, followers)
+		return true
+	})
+	st.followers.Range(func(u uint64, followers int64) bool {
+		if !st.posted.Has(u) {
+			item(u, 0, followers)
+		}
 		return true
 	})
 }
 
+// readProfiles reads PROF into posted and followers, keeping a user's
+// zero follower count only when it is all the section says of them (as
+// addFollowers does).
 func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	n := 0
 	err := eachItem(sr, pc, func(d *dec) {
 		u := d.u("user")
-		p := profile{posts: d.v("posts"), followers: d.v("followers")}
-		if d.err == "" {
-			st.profiles.Put(u, p)
+		posts := d.nonNeg(d.v("posts"), "posts")
+		followers := d.nonNeg(d.v("followers"), "followers")
+		if d.err != "" {
+			return
+		}
+		if st.posted.Has(u) || st.followers.Has(u) {
+			d.fail(fmt.Sprintf("user %d listed twice", u))
+			return
+		}
+		n++
+		if posts > 0 {
+			st.posted.Set(u, posts)
+		}
+		if followers > 0 || posts == 0 {
+			st.followers.Set(u, followers)
 		}
 	})
 	if err != nil {
 		return err
 	}
-	return checkLen(sr, st.profiles.Len())
+	return checkLen(sr, n)
 }
 
 func writeFollows(e *enc, st *state) {

@@ -326,7 +326,7 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 				reg = append(reg, registry.Row{ID: uint64(row.Post), Author: uint64(row.Author)})
 			}
 			if authorPosts {
-				st.profile(uint64(row.Author)).posts++
+				st.addPosts(uint64(row.Author), 1)
 			}
 			if !yield(uint64(row.Post), row.Counts) {
 				return

@@ -35,14 +35,19 @@ type state struct {
 	// applying a record (see Engine.commit).
 	err error
 
-	users    *table.Table[uint64, userRec]
-	wide     *table.Table[uint64, [4]int64] // unread counters past 32 bits (userRec)
-	profiles *table.Table[uint64, profile]
+	users *table.Table[uint64, userRec]
+	wide  *table.Table[uint64, [4]int64] // unread counters past 32 bits (userRec)
+	// posted is each author's post count, held only for users who have
+	// posted; followers each followed user's follower count, held for
+	// users ever followed (0 after unfollows only when the user has no
+	// other public counter, so that they stay known).
+	posted    userCounts
+	followers userCounts
 	// follows is each viewer's followee list with the followee's post
 	// count when the viewer last caught up (the feed snapshot): packed,
 	// pointer-free (engine/follows).
 	follows *follows.Store
-	nusers  int64 // distinct users in users ∪ profiles ∪ follows
+	nusers  int64 // distinct users in users ∪ posted ∪ followers ∪ follows
 
 	notifs    []notif // sorted by id
 	notifText []byte
@@ -74,18 +79,19 @@ type state struct {
 // newState makes an empty state whose post counts are kept as co says.
 func newState(co postcounts.Options) *state {
 	return &state{
-		posts:    newRegistry(co),
-		counts:   newCounts(co),
-		likes:    newLikeset(co),
-		favs:     newLikeset(co),
-		users:    table.New[uint64, userRec](hashU64, 1024),
-		wide:     table.New[uint64, [4]int64](hashU64, 8),
-		profiles: table.New[uint64, profile](hashU64, 1024),
-		follows:  follows.New(0),
-		groups:   table.New[uint64, uint32](hashU64, 64),
-		members:  table.New[pair, uint32](hashPair, 256),
-		msgs:     table.New[uint64, uint32](hashU64, 256),
-		idem:     table.New[idemKey, idemVal](hashIdem, 256),
+		posts:     newRegistry(co),
+		counts:    newCounts(co),
+		likes:     newLikeset(co),
+		favs:      newLikeset(co),
+		users:     table.New[uint64, userRec](hashU64, 1024),
+		wide:      table.New[uint64, [4]int64](hashU64, 8),
+		posted:    newUserCounts(1024),
+		followers: newUserCounts(8),
+		follows:   follows.New(0),
+		groups:    table.New[uint64, uint32](hashU64, 64),
+		members:   table.New[pair, uint32](hashPair, 256),
+		msgs:      table.New[uint64, uint32](hashU64, 256),
+		idem:      table.New[idemKey, idemVal](hashIdem, 256),
 	}
 }
 
@@ -94,10 +100,7 @@ func (st *state) known(u uint64) bool {
 	if _, ok := st.users.Get(u); ok {
 		return true
 	}
-	if _, ok := st.profiles.Get(u); ok {
-		return true
-	}
-	return st.follows.Has(u)
+	return st.posted.Has(u) || st.followers.Has(u) || st.follows.Has(u)
 }
 
 // decide reads the facts r's operation needs from the state and runs its
@@ -217,7 +220,7 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 	for _, r := range eff.Registers {
 		_, err := st.posts.Put(uint64(r.Post), uint64(r.Author))
 		st.noteErr(err)
-		st.profile(uint64(r.Author)).posts++
+		st.addPosts(uint64(r.Author), 1)
 	}
 	for _, b := range eff.Bumps {
 		st.bump(uint64(b.User), counterOf(b.Kind))
@@ -226,7 +229,7 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 		st.applyFollowEdge(f)
 	}
 	for _, f := range eff.Followers {
-		st.profile(uint64(f.User)).followers += f.Delta
+		st.addFollowers(uint64(f.User), f.Delta)
 	}
 	for _, m := range eff.Reads {
 		st.applyRead(m)

@@ -367,18 +367,19 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), st: &state{
-		posts:    newRegistry(co),
-		counts:   newCounts(co),
-		likes:    newLikeset(co),
-		favs:     newLikeset(co),
-		users:    table.New[uint64, userRec](hashU64, items(tagUsers)),
-		wide:     table.New[uint64, [4]int64](hashU64, 8),
-		profiles: table.New[uint64, profile](hashU64, items(tagProfiles)),
-		follows:  follows.New(items(tagFollows)),
-		groups:   table.New[uint64, uint32](hashU64, items(tagGroups)),
-		members:  table.New[pair, uint32](hashPair, 256),
-		msgs:     table.New[uint64, uint32](hashU64, items(tagMsgs)),
-		idem:     table.New[idemKey, idemVal](hashIdem, items(idemTag)),
+		posts:     newRegistry(co),
+		counts:    newCounts(co),
+		likes:     newLikeset(co),
+		favs:      newLikeset(co),
+		users:     table.New[uint64, userRec](hashU64, items(tagUsers)),
+		wide:      table.New[uint64, [4]int64](hashU64, 8),
+		posted:    newUserCounts(items(tagProfiles)),
+		followers: newUserCounts(8),
+		follows:   follows.New(items(tagFollows)),
+		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
+		members:   table.New[pair, uint32](hashPair, 256),
+		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),
+		idem:      table.New[idemKey, idemVal](hashIdem, items(idemTag)),
 	}}
 	st := im.st
 	jobs := [][]func() error{

@@ -1,0 +1,159 @@
+package embedded
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
+	"github.com/tally-dev/tally/engine/postcounts"
+	"github.com/tally-dev/tally/engine/snapshot"
+)
+
+// TestUserCountsModel runs random adds, sets and deletes on userCounts and
+// on a map, with counts crossing 2^32 both ways and user ids that differ
+// only in their high word, and checks every answer and that the wide
+// table holds exactly the counts that need it.
+func TestUserCountsModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	c := newUserCounts(0)
+	model := map[uint64]int64{}
+	users := make([]uint64, 300)
+	for i := range users {
+		users[i] = uint64(i%100) | uint64(i/100)<<32 // 3 users per low word
+	}
+	users[0] = 0
+	users[1] = 1<<64 - 1
+	for step := range 200_000 {
+		u := users[rng.IntN(len(users))]
+		switch op := rng.IntN(10); {
+		case op < 5:
+			d := int64(rng.IntN(3)) - 1
+			if rng.IntN(4) == 0 {
+				d = rng.Int64N(3<<32) - 1<<32 // jumps across 2^32
+			}
+			if model[u]+d < 0 {
+				d = -model[u]
+			}
+			c.Add(u, d)
+			model[u] += d
+		case op < 7:
+			v := rng.Int64N(1 << 34)
+			if rng.IntN(2) == 0 {
+				v = countEscape - 2 + rng.Int64N(4) // around the escape
+			}
+			c.Set(u, v)
+			model[u] = v
+		case op < 8:
+			c.Delete(u)
+			delete(model, u)
+		default:
+			got, ok := c.Get(u)
+			want, wok := model[u]
+			if got != want || ok != wok || c.Has(u) != wok {
+				t.Fatalf("step %d: Get(%#x) = %d, %v; want %d, %v", step, u, got, ok, want, wok)
+			}
+		}
+	}
+	if c.Len() != len(model) {
+		t.Fatalf("Len %d, want %d", c.Len(), len(model))
+	}
+	seen, wide := 0, 0
+	c.Range(func(u uint64, v int64) bool {
+		if want, ok := model[u]; !ok || want != v {
+			t.Fatalf("Range: %#x = %d, model %d, %v", u, v, want, ok)
+		}
+		if v >= countEscape {
+			wide++
+		}
+		seen++
+		return true
+	})
+	if seen != len(model) || wide != c.wide.Len() || wide == 0 {
+		t.Fatalf("Range saw %d of %d; %d wide counts, wide table %d", seen, len(model), wide, c.wide.Len())
+	}
+}
+
+// TestUserCountsEscape walks one count up through the escape and back by
+// ones: every value answers exactly and the wide table is used only
+// while the count needs it.
+func TestUserCountsEscape(t *testing.T) {
+	c := newUserCounts(0)
+	const u = 42
+	c.Set(u, countEscape-3)
+	for want := int64(countEscape - 3); want < countEscape+3; want++ {
+		if got, _ := c.Get(u); got != want || (c.wide.Len() == 1) != (want >= countEscape) {
+			t.Fatalf("up: Get = %d, want %d (wide entries %d)", got, want, c.wide.Len())
+		}
+		c.Add(u, 1)
+	}
+	for want := int64(countEscape + 3); want > countEscape-3; want-- {
+		if got, _ := c.Get(u); got != want || (c.wide.Len() == 1) != (want >= countEscape) {
+			t.Fatalf("down: Get = %d, want %d (wide entries %d)", got, want, c.wide.Len())
+		}
+		c.Add(u, -1)
+	}
+}
+
+// roundTrip writes st as a snapshot image and reads it back.
+func roundTrip(t *testing.T, st *state) *state {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := snapshot.NewWriter(&buf, 1)
+	ok(t, err)
+	ok(t, writeImage(w, &image{st: st, index: 1}, func() error { return nil }, nil))
+	_, err = w.Finish()
+	ok(t, err)
+	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
+	ok(t, err)
+	back, err := readImage(rd, false, postcounts.Options{})
+	ok(t, err)
+	return back.st
+}
+
+// TestPublicCountersCostWhatIsUsed: an author with only posts holds one
+// posted entry and nothing else; a user followed and unfollowed keeps a
+// zero follower count only while nothing else keeps them known; the Users
+// statistic counts each user once; and a snapshot round trip gives the
+// same state, which goes on to count users as the live one does.
+func TestPublicCountersCostWhatIsUsed(t *testing.T) {
+	st := newState(postcounts.Options{})
+	var tm int64
+	follow := func(v, u engine.UserID, undo bool) {
+		tm++
+		st.apply(&followRec{recHeader: recHeader{time: tm}, Follow: ops.Follow{Viewer: v, Target: u, Undo: undo}}, nil, false)
+	}
+	importAuthored(st, 3, func(i int) uint64 { return uint64(i%2) + 1 }) // authors 1 (2 posts) and 2
+	if st.posted.Len() != 2 || st.followers.Len() != 0 || st.users.Len() != 0 || st.nusers != 2 {
+		t.Fatalf("authors only: posted %d followers %d badge records %d users %d", st.posted.Len(), st.followers.Len(), st.users.Len(), st.nusers)
+	}
+	follow(3, 1, false) // 3 follows author 1
+	follow(3, 1, true)  // and stops: author 1 needs no follower entry
+	follow(3, 4, false) // 4 has no posts
+	follow(3, 4, true)  // 4 stays known by a zero follower count
+	if _, ok := st.followers.Get(1); ok {
+		t.Fatal("author 1 kept a zero follower count")
+	}
+	if n, ok := st.followers.Get(4); !ok || n != 0 {
+		t.Fatalf("user 4's follower count: %d, %v", n, ok)
+	}
+	if st.nusers != 4 {
+		t.Fatalf("users %d, want 4", st.nusers)
+	}
+	back := roundTrip(t, st)
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("round trip:\n%s", lineDiff(a, b))
+	}
+	// 4 now posts: the zero follower count gives way to a post count,
+	// on both states alike, and 4 is not counted again.
+	for _, s := range []*state{st, back} {
+		s.apply(&importRec{recHeader: recHeader{time: 100}, rows: []engine.ImportRow{{Post: 1<<50 + 99, Author: 4}}}, nil, false)
+		if _, ok := s.followers.Get(4); ok || s.postCount(4) != 1 || s.nusers != 4 {
+			t.Fatalf("after 4 posts: followers entry %v, posts %d, users %d", ok, s.postCount(4), s.nusers)
+		}
+	}
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("after the round trip:\n%s", lineDiff(a, b))
+	}
+}
