@@ -35,6 +35,29 @@ func Get(b []byte, off, w int) uint64 {
 	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
 }
 
+// Bits is Get for the lookup paths of engine/sealed and engine/tier, whose
+// block views keep each field's mask (LowMask(w)) rather than compute it
+// per read: in Go a shift by a variable amount costs a fix-up for amounts
+// of 64 and more, on every read. Same guarantee as Get; it inlines.
+func Bits(b []byte, off int, w uint, mask uint64) uint64 {
+	i, s := off>>3, uint(off&7)
+	x := le.Uint64(b[i:i+8]) >> s
+	if s+w > 64 {
+		// Only for w > 56; the ninth byte is then within the bits.
+		x |= uint64(b[i+8]) << ((64 - s) & 63)
+	}
+	return x & mask
+}
+
+// Bits56 returns 56 bits of b from bit off, or more: the caller masks
+// what it needs. Same guarantee as Get for off; it inlines.
+func Bits56(b []byte, off int) uint64 {
+	i := off >> 3
+	// b[i:i+8], not b[i:]: the bounds checks are then two compares, with
+	// no masking of the slice's pointer for an empty result.
+	return le.Uint64(b[i:i+8]) >> uint(off&7)
+}
+
 // Writer appends LSB-first bit fields to Buf.
 type Writer struct {
 	Buf  []byte

@@ -128,27 +128,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	n := e.n
 	ids := e.ids[:n]
 	first := ids[0]
-	var vary uint64
-	for _, id := range ids {
-		vary |= id ^ first
-	}
-	top := bits.Len64(vary)
-	holes := bitpack.LowMask(uint(top)) &^ vary
-	sq0 := bitpack.Pext(first, vary)
-	// x values of posts 1..n-1 (post 0 is x = 0 by construction).
-	m := n - 1
-	var maxX uint64
-	if m > 0 {
-		maxX = bitpack.Pext(ids[n-1], vary) - sq0
-	}
-	l := 0
-	if m > 0 && maxX/uint64(m) >= 1 {
-		l = bits.Len64(maxX/uint64(m)) - 1
-	}
-	hiLen := 0
-	if m > 0 {
-		hiLen = int(maxX>>uint(l)) + m
-	}
+	idp := PlanIDs(ids)
 	iw := bits.Len(uint(n - 1))
 	var plans [numFields]fieldPlan
 	for f := range numFields {
@@ -156,9 +136,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	}
 
 	start := len(dst)
-	dst = append(dst, byte(n-1), byte(top), byte(l))
-	dst = binary.AppendUvarint(dst, holes)
-	dst = binary.AppendUvarint(dst, uint64(hiLen))
+	dst = idp.AppendHeader(dst)
 	for _, p := range plans {
 		dst = append(dst, p.w, p.xw)
 		dst = binary.AppendUvarint(dst, uint64(p.nexc))
@@ -166,16 +144,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 
 	e.bw.Buf = dst
 	bw := &e.bw
-	for _, id := range ids[1:] {
-		bw.Put(bitpack.Pext(id, vary)-sq0, l)
-	}
-	var prevHigh uint64
-	for _, id := range ids[1:] {
-		h := (bitpack.Pext(id, vary) - sq0) >> uint(l)
-		bw.Zeros(int(h - prevHigh))
-		bw.Put(1, 1)
-		prevHigh = h
-	}
+	idp.Put(bw, ids)
 	for f, p := range plans {
 		vals := e.vals[f][:n]
 		for _, v := range vals {
@@ -217,23 +186,14 @@ var errSlack = errors.New("sealed: block slice without BlockSlack bytes of capac
 //
 // A Block holds no memory of its own beyond the slice it was parsed from.
 type Block struct {
-	area  []byte // bit area, and BlockSlack bytes past it (see getBits)
-	first uint64
-	mask  uint64 // id bits that vary within the block
-	sq0   uint64 // bitpack.Pext(first, mask)
-	lmask uint64 // low l bits
+	ids   IDs
 	imask uint64 // low iw bits
-	n     int
-	l     int
-	hiLen int
 	iw    int
-	low   int // bit offsets into area
-	hi    int
 	f     [numFields]fieldView
 	sw    swarLanes // for iw
 }
 
-// The masks of a Block and a fieldView are kept rather than computed per
+// The masks of a fieldView are kept rather than computed per
 // read: in Go a shift by a variable amount costs a fix-up for amounts of
 // 64 and more, on every read.
 type fieldView struct {
@@ -255,56 +215,18 @@ func ParseBlock(first uint64, b []byte) (Block, error) {
 	return k, err
 }
 
-// uvarint is binary.Uvarint with the one-byte case inline: header varints
-// are almost always one byte.
-func uvarint(b []byte, p int) (uint64, int) {
-	if p < 0 {
-		return 0, -1 // an earlier read failed
-	}
-	if p < len(b) && b[p] < 0x80 {
-		return uint64(b[p]), p + 1
-	}
-	if p >= len(b) {
-		return 0, -1
-	}
-	v, c := binary.Uvarint(b[p:])
-	if c <= 0 {
-		return 0, -1
-	}
-	return v, p + c
-}
-
 // Parse is ParseBlock into k, which a multi-get reuses from block to block
 // (a Block is a few hundred bytes).
 func (k *Block) Parse(first uint64, b []byte) error {
 	if cap(b)-len(b) < BlockSlack {
 		return errSlack
 	}
-	if len(b) < 3 {
+	p, off := k.ids.ParseHeader(first, b) // off: bits before the first field
+	if p < 0 {
 		return errBlock
 	}
-	k.first = first
-	k.n = int(b[0]) + 1
-	top := uint(b[1])
-	k.l = int(b[2])
-	holes, p := uvarint(b, 3)
-	hiLen, p := uvarint(b, p)
-	if p < 0 || top > 64 || k.l > 63 || hiLen > uint64(8*len(b)) {
-		return errBlock
-	}
-	k.mask = bitpack.LowMask(top) &^ holes
-	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
-		return errBlock // non-canonical: holes above top, or top bit a hole
-	}
-	k.sq0 = bitpack.Pext(first, k.mask)
-	k.hiLen = int(hiLen)
-	m := k.n - 1
-	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
-		return errBlock
-	}
-	k.iw = bits.Len(uint(k.n - 1))
-	off := m*k.l + k.hiLen // bits before the first field
-	k.low, k.hi = 0, m*k.l
+	n := k.ids.n
+	k.iw = bits.Len(uint(n - 1))
 	for f := range numFields {
 		if p < 0 || p+2 > len(b) {
 			return errBlock
@@ -315,15 +237,15 @@ func (k *Block) Parse(first uint64, b []byte) error {
 		if p+2 < len(b) && b[p+2] < 0x80 {
 			nexc, p = uint64(b[p+2]), p+3 // uvarint's common case, inline
 		} else {
-			nexc, p = uvarint(b, p+2)
+			nexc, p = bitpack.Uvarint(b, p+2)
 		}
-		if p < 0 || nexc > uint64(k.n) || fv.w+fv.xw > 63 || (nexc == 0) != (fv.xw == 0) {
+		if p < 0 || nexc > uint64(n) || fv.w+fv.xw > 63 || (nexc == 0) != (fv.xw == 0) {
 			return errBlock
 		}
 		fv.nexc = int(nexc)
 		fv.wmask, fv.xmask = 1<<uint(fv.w&63)-1, 1<<uint(fv.xw&63)-1 // both < 64
 		fv.vals = off
-		off += k.n * fv.w
+		off += n * fv.w
 		fv.idx = off
 		off += fv.nexc * k.iw
 		fv.exc = off
@@ -332,99 +254,23 @@ func (k *Block) Parse(first uint64, b []byte) error {
 	if (off+7)/8 != len(b)-p {
 		return errBlock
 	}
-	k.area = b[p : len(b)+BlockSlack]
-	k.lmask, k.imask = 1<<uint(k.l&63)-1, 1<<uint(k.iw&63)-1 // l < 64, iw <= 8
+	k.ids.SetArea(b[p : len(b)+BlockSlack])
+	k.imask = 1<<uint(k.iw&63) - 1 // iw <= 8
 	k.sw = swar[k.iw&15]
 	return nil
 }
 
 // Len returns the number of posts in the block.
-func (k *Block) Len() int { return k.n }
+func (k *Block) Len() int { return k.ids.n }
 
 // Find returns the position of id in the block.
-func (k *Block) Find(id uint64) (int, bool) {
-	h, lo, st := k.start(id)
-	if st != search {
-		return 0, st == atFirst
-	}
-	return k.scan(k.bucket(h), h, lo)
-}
-
-// What start tells of an id.
-const (
-	absent  = iota // not in the block
-	atFirst        // the block's first post
-	search         // in bucket h, if anywhere
-)
-
-// start is the first step of Find, which needs only the header: the
-// Elias–Fano bucket h of id and its low part lo.
-func (k *Block) start(id uint64) (h int, lo uint64, st int) {
-	if (id^k.first)&^k.mask != 0 {
-		return 0, 0, absent // a bit that is constant in the block differs
-	}
-	s := bitpack.Pext(id, k.mask)
-	if s < k.sq0 {
-		return 0, 0, absent
-	}
-	x := s - k.sq0
-	if x == 0 {
-		return 0, 0, atFirst
-	}
-	hx := x >> uint(k.l&63)
-	if hx >= uint64(k.hiLen) || k.n == 1 {
-		return 0, 0, absent
-	}
-	return int(hx), x & k.lmask, search
-}
-
-// bucket returns where bucket h starts in the high bits, or -1. Element j
-// (post j+1) sets bit high_j + j, so bucket h starts right after the h-th
-// zero of the high bits, at element (that position - h), and holds the
-// run of ones there.
-func (k *Block) bucket(h int) int {
-	if h == 0 {
-		return 0
-	}
-	return k.selectZero(h) + 1 // -1 + 1 = 0 <= 0 when there is no h-th zero
-}
-
-// scan searches bucket h, which starts at bit pos of the high bits, for
-// the low part lo, and returns the post's position.
-func (k *Block) scan(pos, h int, lo uint64) (int, bool) {
-	if pos <= 0 && h > 0 {
-		return 0, false
-	}
-	m := k.n - 1
-	a := k.area
-	for j := pos - h; pos < k.hiLen && j < m; {
-		// The bucket's elements: the run of ones from pos, read a word at a
-		// time (a bucket holds one or two elements on average).
-		w := min(56, k.hiLen-pos)
-		run := bits.TrailingZeros64(^getBits56(a, k.hi+pos))
-		run = min(run, w, m-j)
-		for e := j; e < j+run; e++ {
-			v := getBits(a, k.low+e*k.l, uint(k.l), k.lmask)
-			if v >= lo {
-				if v == lo {
-					return e + 1, true
-				}
-				return 0, false // low parts increase within a bucket
-			}
-		}
-		if run < 56 {
-			break
-		}
-		pos, j = pos+run, j+run
-	}
-	return 0, false
-}
+func (k *Block) Find(id uint64) (int, bool) { return k.ids.Find(id) }
 
 // highLines notes for ld the lines of the block's high bits, base being
 // where its bit area starts in the window.
 func (k *Block) highLines(base int, ld *loads) {
-	if k.hiLen > 0 {
-		ld.add(uint64(base+k.hi>>3), uint64(base+(k.hi+k.hiLen-1)>>3))
+	if d := &k.ids; d.hiLen > 0 {
+		ld.add(uint64(base+d.hi>>3), uint64(base+(d.hi+d.hiLen-1)>>3))
 	}
 }
 
@@ -456,26 +302,12 @@ func (k *Block) fieldLines(base, align, i int, ld *loads) {
 // lowLines notes for ld the lines of the low parts of elements j and j+1
 // (a bucket holds one or two elements on average).
 func (k *Block) lowLines(base, j int, ld *loads) {
-	if k.l == 0 || j < 0 {
+	d := &k.ids
+	if d.l == 0 || j < 0 {
 		return
 	}
-	last := k.low + (k.n-1)*k.l // end of the low parts
-	ld.add(uint64(base+(k.low+j*k.l)>>3), uint64(base+(min(k.low+(j+2)*k.l, last)-1)>>3))
-}
-
-// selectZero returns the bit position (in the high bits) of the r-th zero,
-// r >= 1, or -1 if there are fewer.
-func (k *Block) selectZero(r int) int {
-	a := k.area
-	for p := 0; p < k.hiLen; p += 56 {
-		z := ^getBits56(a, k.hi+p) & bitpack.LowMask(uint(min(56, k.hiLen-p)))
-		c := bits.OnesCount64(z)
-		if r <= c {
-			return p + bitpack.Select64(z, r-1)
-		}
-		r -= c
-	}
-	return -1
+	last := d.low + (d.n-1)*d.l // end of the low parts
+	ld.add(uint64(base+(d.low+j*d.l)>>3), uint64(base+(min(d.low+(j+2)*d.l, last)-1)>>3))
 }
 
 // Counts returns the counts of the post at position i (0 <= i < Len()).
@@ -491,8 +323,8 @@ func (k *Block) Counts(i int) engine.Counts {
 
 // value returns field fv of post i.
 func (k *Block) value(fv *fieldView, i int) uint64 {
-	a := k.area
-	v := getBits(a, fv.vals+i*fv.w, uint(fv.w), fv.wmask)
+	a := k.ids.area
+	v := bitpack.Bits(a, fv.vals+i*fv.w, uint(fv.w), fv.wmask)
 	n := fv.nexc
 	if n == 0 {
 		return v
@@ -517,20 +349,20 @@ func (k *Block) value(fv *fieldView, i int) uint64 {
 		// the list) and is all padding when the list fits in one. The odd
 		// lanes' guard bits move down one bit, into the even lanes' top
 		// bit (cleared by the masks), so that one popcount counts both.
-		x1 := getBits56(a, fv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
-		x2 := getBits56(a, fv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
+		x1 := bitpack.Bits56(a, fv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
+		x2 := bitpack.Bits56(a, fv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
 		e = 2*t.both -
 			bits.OnesCount64(((x1&t.even|g)-iv)&g|((x1>>iw&t.even|g)-iv)&g>>1) -
 			bits.OnesCount64(((x2&t.even|g)-iv)&g|((x2>>iw&t.even|g)-iv)&g>>1)
 	} else {
 		for c := 0; c < n; c += t.lanes {
-			x := getBits56(a, fv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
+			x := bitpack.Bits56(a, fv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
 			e += t.both - bits.OnesCount64(((x&t.even|g)-iv)&g|((x>>iw&t.even|g)-iv)&g>>1)
 		}
 	}
 	e = min(e, n-1)
-	x := getBits56(a, fv.idx+e*int(iw)) & k.imask
-	hi := getBits(a, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
+	x := bitpack.Bits56(a, fv.idx+e*int(iw)) & k.imask
+	hi := bitpack.Bits(a, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
 	hit := x ^ uint64(i) // 0 when post i is exception e
 	hi &= (hit|-hit)>>63 - 1
 	return v | hi<<uint(fv.w&63)
@@ -568,57 +400,20 @@ var swar = func() (t [9]swarLanes) {
 // math.MaxInt64 and that no post is all zeros. A block that decodes
 // without error reads back exactly what it decodes to.
 func (k *Block) Decode(ids []uint64, counts []engine.Counts) error {
-	n := k.n
-	ids, counts = ids[:n], counts[:n]
-	ids[0] = k.first
-	width := bits.OnesCount64(k.mask)
-	// The id column: walk the set bits of the high part.
-	j := 0
-	for p := 0; p < k.hiLen; p += 64 {
-		w := min(64, k.hiLen-p)
-		word := getBits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
-		for word != 0 {
-			t := bits.TrailingZeros64(word)
-			word &= word - 1
-			if j >= n-1 {
-				return errBlock
-			}
-			h := uint64(p + t - j)
-			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
-			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
-				return errBlock
-			}
-			s := k.sq0 + x
-			if s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
-				return errBlock // the id would not fit the varying bits
-			}
-			id := bitpack.Pdep(s, k.mask) | k.first&^k.mask
-			if id <= ids[j] {
-				return errBlock
-			}
-			j++
-			ids[j] = id
-		}
-	}
-	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
-		return errBlock
-	}
-	var mask uint64
-	for _, id := range ids {
-		mask |= id ^ k.first
-	}
-	if mask != k.mask {
-		return errBlock // non-canonical: declared varying bits that do not vary
+	n := k.ids.n
+	counts = counts[:n]
+	if err := k.ids.Decode(ids); err != nil {
+		return err
 	}
 	for f := range numFields {
 		fv := &k.f[f]
 		for i := range n {
-			setField(&counts[i], f, getBits(k.area, fv.vals+i*fv.w, uint(fv.w), fv.wmask))
+			setField(&counts[i], f, bitpack.Bits(k.ids.area, fv.vals+i*fv.w, uint(fv.w), fv.wmask))
 		}
 		prev := -1
 		for e := range fv.nexc {
-			i := int(getBits(k.area, fv.idx+e*k.iw, uint(k.iw), k.imask))
-			hi := getBits(k.area, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
+			i := int(bitpack.Bits(k.ids.area, fv.idx+e*k.iw, uint(k.iw), k.imask))
+			hi := bitpack.Bits(k.ids.area, fv.exc+e*fv.xw, uint(fv.xw), fv.xmask)
 			if i <= prev || i >= n || hi == 0 || hi > math.MaxInt64>>uint(fv.w) {
 				return errBlock
 			}

@@ -269,7 +269,7 @@ func (w *Window) getBatch(ids []uint64, out []engine.Counts, keys []uint64, ld *
 		k := &ks[nb]
 		_, _, end := w.idx.Block(b)
 		w.block(b, k)
-		base[nb] = int(end) - 4 + BlockSlack - len(k.area)
+		base[nb] = int(end) - 4 + BlockSlack - len(k.ids.area)
 		k.highLines(base[nb], ld)
 		nb++
 	}
@@ -282,13 +282,13 @@ func (w *Window) getBatch(ids []uint64, out []engine.Counts, keys []uint64, ld *
 		}
 		k := &ks[slot&(batchBlocks-1)]
 		p := &ps[j&(batchKeys-1)]
-		h, lo, st := k.start(ids[key&0xff])
+		h, lo, st := k.ids.start(ids[key&0xff])
 		p.h, p.lo, p.pos = int32(h), lo, -1
 		switch st {
 		case atFirst:
 			out[key&0xff] = k.Counts(0)
 		case search:
-			pos := k.bucket(h)
+			pos := k.ids.bucket(h)
 			p.pos = int32(pos)
 			k.lowLines(base[slot&(batchBlocks-1)], pos-h, ld)
 		}
@@ -305,7 +305,7 @@ func (w *Window) getBatch(ids []uint64, out []engine.Counts, keys []uint64, ld *
 			continue
 		}
 		k := &ks[slot&(batchBlocks-1)]
-		i, ok := k.scan(int(p.pos), int(p.h), p.lo)
+		i, ok := k.ids.scan(int(p.pos), int(p.h), p.lo)
 		p.pos = int32(i)
 		if !ok {
 			p.pos = -1
@@ -362,7 +362,7 @@ func (it *Iterator) Next() bool {
 		it.block++
 		// Checked at build or unmarshal time; Decode cannot fail here.
 		_ = k.Decode(it.ids[:], it.counts[:])
-		it.pos, it.n = 0, k.n
+		it.pos, it.n = 0, k.ids.n
 	}
 	return true
 }
