@@ -14,20 +14,37 @@ import (
 	"github.com/tally-dev/tally/engine/snapshot"
 )
 
-// userRec is one user's badge state, packed (40 bytes, no pointers). The
-// four unread counters are 32-bit: nearly every user's are small, but a
+// A user's badge state is kept in two packed tables (no pointers), so
+// that each user pays for what they use: a user who only reads their
+// badges has a visit record (seenRec: 12 bytes, a 21-byte slot), a user
+// who is bumped or clicks the red dot a badge record (badgeRec: 24 bytes,
+// a 33-byte slot), and a user who does neither has neither. The four
+// unread counters are 32-bit: nearly every user's are small, but a
 // celebrity's unread likes can pass 2^32 in a day and the badge must stay
 // exact, so a counter at wideMark holds its value in state.wide instead
 // (seed 003's narrow field with an escape to an overflow table).
-type userRec struct {
-	n      [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
-	day    uint32    // last active, in days since the Unix epoch
-	flags  uint32
-	click  int64  // Unix ns of the last red-dot click; 0: never
-	cursor uint64 // last system notification seen, if flagCursor
+type badgeRec struct {
+	n     [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
+	click [2]uint32 // Unix ns of the last red-dot click (low, high word); 0: never
 }
 
-// The counters of userRec.n.
+// seenRec is a user's last visit and system cursor.
+type seenRec struct {
+	day    uint32    // last active, in days since the Unix epoch; flagCursor: has a cursor
+	cursor [2]uint32 // last system notification seen (low, high word), if flagCursor
+}
+
+// userRec is a user's badge state as one record: what the two tables
+// hold of them together, as snapshots (USER) and tests see it.
+type userRec struct {
+	n      [4]uint32
+	day    uint32
+	flags  uint32
+	click  int64
+	cursor uint64
+}
+
+// The counters of badgeRec.n.
 const (
 	nMentions = iota
 	nComments
@@ -35,12 +52,29 @@ const (
 	nMessages
 )
 
-// wideMark in userRec.n says the counter's value is in state.wide.
+// wideMark in badgeRec.n says the counter's value is in state.wide.
 const wideMark = math.MaxUint32
+
+// flagCursor: the user has a system cursor. Without one the user is new
+// (or was idle long enough to be forgotten) and reads 0 system unread.
+// It is userRec.flags' one bit, and seenRec.day's top bit (day numbers
+// stay below 2^31 for millions of years).
+const flagCursor = 1
+
+const seenCursor = 1 << 31
+
+func words(v uint64) [2]uint32   { return [2]uint32{uint32(v), uint32(v >> 32)} }
+func unwords(w [2]uint32) uint64 { return uint64(w[0]) | uint64(w[1])<<32 }
+
+func (r *seenRec) hasCursor() bool { return r.day&seenCursor != 0 }
+func (r *seenRec) lastDay() uint32 { return r.day &^ seenCursor }
+
+// setCursor gives r the system cursor c.
+func (r *seenRec) setCursor(c uint64) { r.cursor, r.day = words(c), r.day|seenCursor }
 
 // bump adds 1 to unread counter k of user u.
 func (st *state) bump(u uint64, k int) {
-	r := st.user(u)
+	r := st.badge(u)
 	switch {
 	case r.n[k] < wideMark-1:
 		r.n[k]++
@@ -53,8 +87,8 @@ func (st *state) bump(u uint64, k int) {
 	}
 }
 
-// counter returns unread counter k of u, whose record is r.
-func (st *state) counter(u uint64, r *userRec, k int) int64 {
+// counter returns unread counter k of u, whose badge record is r.
+func (st *state) counter(u uint64, r *badgeRec, k int) int64 {
 	if r.n[k] != wideMark {
 		return int64(r.n[k])
 	}
@@ -62,8 +96,8 @@ func (st *state) counter(u uint64, r *userRec, k int) int64 {
 	return w[k]
 }
 
-// setCounter sets unread counter k of u, whose record is r, to v >= 0.
-func (st *state) setCounter(u uint64, r *userRec, k int, v int64) {
+// setCounter sets unread counter k of u, whose badge record is r, to v >= 0.
+func (st *state) setCounter(u uint64, r *badgeRec, k int, v int64) {
 	if r.n[k] == wideMark {
 		w, _ := st.wide.Ref(u)
 		if w[k] = 0; *w == [4]int64{} {
@@ -78,20 +112,57 @@ func (st *state) setCounter(u uint64, r *userRec, k int, v int64) {
 	st.wide.Upsert(u)[k] = v
 }
 
-// flagCursor: the user has a system cursor. Without one the user is new
-// (or was idle long enough to be forgotten) and reads 0 system unread.
-const flagCursor = 1
-
-// user returns u's badge record, creating it. The pointer is valid until
-// the next insert into or delete from st.users.
-func (st *state) user(u uint64) *userRec {
-	if r, ok := st.users.Ref(u); ok {
+// badge returns u's badge record, creating it. The pointer is valid until
+// the next insert into or delete from st.badges.
+func (st *state) badge(u uint64) *badgeRec {
+	if r, ok := st.badges.Ref(keyOf(u)); ok {
 		return r
 	}
 	if !st.known(u) {
 		st.nusers++
 	}
-	return st.users.Upsert(u)
+	return st.badges.Upsert(keyOf(u))
+}
+
+// seen returns u's visit record, creating it; valid as badge's.
+func (st *state) seen(u uint64) *seenRec {
+	if r, ok := st.seens.Ref(keyOf(u)); ok {
+		return r
+	}
+	if !st.known(u) {
+		st.nusers++
+	}
+	return st.seens.Upsert(keyOf(u))
+}
+
+// hasUserRec reports whether u has a badge or a visit record.
+func (st *state) hasUserRec(u uint64) bool {
+	_, b := st.badges.Get(keyOf(u))
+	_, s := st.seens.Get(keyOf(u))
+	return b || s
+}
+
+// userView returns u's badge state as one record, and whether u has any.
+func (st *state) userView(u uint64) (userRec, bool) {
+	b, bok := st.badges.Get(keyOf(u))
+	s, sok := st.seens.Get(keyOf(u))
+	r := userRec{n: b.n, click: int64(unwords(b.click)), day: s.lastDay(), cursor: unwords(s.cursor)}
+	if s.hasCursor() {
+		r.flags = flagCursor
+	}
+	return r, bok || sok
+}
+
+// userRecords returns how many users have a badge or a visit record.
+func (st *state) userRecords() int {
+	n := st.badges.Len()
+	st.seens.Range(func(k userKey, _ seenRec) bool {
+		if _, ok := st.badges.Get(k); !ok {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // day returns the day number of a Unix-ns time.
@@ -99,14 +170,14 @@ func day(ns int64) uint32 { return uint32(ns / nsPerDay) }
 
 const nsPerDay = int64(24 * 60 * 60 * 1e9)
 
-// cursorFacts are what u's badge record r (ok: u has one) says of their
+// cursorFacts are what u's visit record r (ok: u has one) says of their
 // system cursor, for the ops cursor rules. Activity is kept per day: a
 // user last active on day d was last active at its start.
-func cursorFacts(r *userRec, ok bool) ops.CursorFacts {
+func cursorFacts(r *seenRec, ok bool) ops.CursorFacts {
 	if !ok {
 		return ops.CursorFacts{}
 	}
-	return ops.CursorFacts{HasCursor: r.flags&flagCursor != 0, LastActive: time.Unix(0, int64(r.day)*nsPerDay)}
+	return ops.CursorFacts{HasCursor: r.hasCursor(), LastActive: time.Unix(0, int64(r.lastDay())*nsPerDay)}
 }
 
 // unread computes viewer's badges at now (ops.Unread) and what the read
@@ -114,15 +185,16 @@ func cursorFacts(r *userRec, ok bool) ops.CursorFacts {
 // cursor), a cursor that has expired (set it again), or a new day of
 // activity.
 func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch) {
-	r, ok := st.users.Get(viewer)
 	var f ops.UnreadFacts
+	b, ok := st.badges.Get(keyOf(viewer))
 	if ok {
-		f.Mentions, f.Comments = st.counter(viewer, &r, nMentions), st.counter(viewer, &r, nComments)
-		f.Likes, f.Messages = st.counter(viewer, &r, nLikes), st.counter(viewer, &r, nMessages)
+		f.Mentions, f.Comments = st.counter(viewer, &b, nMentions), st.counter(viewer, &b, nComments)
+		f.Likes, f.Messages = st.counter(viewer, &b, nLikes), st.counter(viewer, &b, nMessages)
 	}
+	r, ok := st.seens.Get(keyOf(viewer))
 	cf, at := cursorFacts(&r, ok), time.Unix(0, now)
 	if f.CursorLive = ops.CursorLive(cf, at, time.Duration(ttl)); f.CursorLive {
-		f.Newer = int64(st.notifsAfter(r.cursor))
+		f.Newer = int64(st.notifsAfter(unwords(r.cursor)))
 	}
 	targets, snaps := st.follows.List(viewer)
 	var buf [128]int64 // most users follow fewer; more spill to the heap
@@ -131,7 +203,7 @@ func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch
 		posts = append(posts, st.postCount(t))
 	}
 	f.FolloweePosts, f.Snapshots = posts, snaps
-	f.Push, f.Click = st.push, r.click
+	f.Push, f.Click = st.push, int64(unwords(b.click))
 	return ops.Unread(f), ops.DecideTouch(cf, at, time.Duration(ttl))
 }
 
@@ -231,7 +303,7 @@ func (e *Engine) PushRedDot(ctx context.Context) error {
 // cursor is live and today's activity is already recorded; an expired or
 // missing cursor restarts at the newest notification.
 func (e *Engine) prepareTouch(r *touchRec, now int64) (done bool) {
-	u, ok := e.st.users.Get(uint64(r.viewer))
+	u, ok := e.st.seens.Get(keyOf(uint64(r.viewer)))
 	t := ops.DecideTouch(cursorFacts(&u, ok), time.Unix(0, now), time.Duration(e.ttl))
 	if !t.Needed() {
 		return true
@@ -243,28 +315,41 @@ func (e *Engine) prepareTouch(r *touchRec, now int64) (done bool) {
 }
 
 func (st *state) applyTouch(r *touchRec) {
-	u := st.user(uint64(r.viewer))
-	u.day = day(r.time)
+	u := st.seen(uint64(r.viewer))
+	u.day = u.day&seenCursor | day(r.time)
 	if r.reset {
-		u.cursor, u.flags = r.cursor, u.flags|flagCursor
+		u.setCursor(r.cursor)
 	}
 }
 
 // applyRead clears the badge m names.
 func (st *state) applyRead(m ops.ReadMark) {
 	u := uint64(m.User)
-	r := st.user(u)
 	switch m.Kind {
 	case engine.Mentions, engine.Comments, engine.Likes, engine.Messages:
-		st.setCounter(u, r, counterOf(m.Kind), 0)
+		if r, ok := st.badges.Ref(keyOf(u)); ok {
+			st.setCounter(u, r, counterOf(m.Kind), 0)
+		} else {
+			st.keepKnown(u)
+		}
 	case engine.System:
-		r.cursor, r.flags = m.Cursor, r.flags|flagCursor
+		st.seen(u).setCursor(m.Cursor)
 	case engine.Feed:
 		st.follows.SetSnaps(u, st.postCount)
+		st.keepKnown(u)
 	}
 }
 
-// counterOf is the userRec.n index of unread kind k, one of Mentions,
+// keepKnown gives u an empty badge record unless they have a badge or a
+// visit record: a badge read makes its user known (the Users statistic,
+// and what the sweep may forget) though it leaves nothing to count.
+func (st *state) keepKnown(u uint64) {
+	if !st.hasUserRec(u) {
+		st.badge(u)
+	}
+}
+
+// counterOf is the badgeRec.n index of unread kind k, one of Mentions,
 // Comments, Likes and Messages.
 func counterOf(k engine.UnreadKind) int { return int(k - engine.Mentions) }
 
@@ -279,45 +364,68 @@ type sweepRec struct {
 // badge records left holding nothing. A dropped cursor reads exactly as an
 // expired one (ops.CursorLive), so the sweep changes memory, never answers.
 func (st *state) sweepCursors(now, ttl int64) {
-	var expired []uint64
+	var expired []userKey
 	at := time.Unix(0, now)
-	st.users.Range(func(u uint64, r userRec) bool {
-		if r.flags&flagCursor != 0 && !ops.CursorLive(cursorFacts(&r, true), at, time.Duration(ttl)) {
-			expired = append(expired, u)
+	st.seens.Range(func(k userKey, r seenRec) bool {
+		if r.hasCursor() && !ops.CursorLive(cursorFacts(&r, true), at, time.Duration(ttl)) {
+			expired = append(expired, k)
 		}
 		return true
 	})
-	for _, u := range expired {
-		r, _ := st.users.Ref(u)
-		r.flags &^= flagCursor
-		r.cursor = 0
-		if (*r == userRec{day: r.day}) {
-			st.users.Delete(u)
-			if !st.known(u) {
-				st.nusers--
-			}
+	for _, k := range expired {
+		r, _ := st.seens.Ref(k)
+		r.day, r.cursor = r.lastDay(), [2]uint32{}
+		if b, ok := st.badges.Get(k); ok && b != (badgeRec{}) {
+			continue // the badges keep the record, and with it the day
+		}
+		st.seens.Delete(k)
+		st.badges.Delete(k)
+		if !st.known(k.id()) {
+			st.nusers--
 		}
 	}
 }
 
 func (st *state) userFields(u uint64, r *userRec) [8]uint64 {
-	return [8]uint64{uint64(st.counter(u, r, nMentions)), uint64(st.counter(u, r, nComments)),
-		uint64(st.counter(u, r, nLikes)), uint64(st.counter(u, r, nMessages)),
-		uint64(r.click), r.cursor, uint64(r.day), uint64(r.flags)}
+	var f [8]uint64
+	if b, ok := st.badges.Get(keyOf(u)); ok {
+		for k := range b.n {
+			f[k] = uint64(st.counter(u, &b, k))
+		}
+	}
+	f[4], f[5], f[6], f[7] = uint64(r.click), r.cursor, uint64(r.day), uint64(r.flags)
+	return f
 }
 
+// writeUsers writes USER, one item per user with a badge or a visit
+// record, in the format of the one table they were kept in before, so
+// that older snapshots load unchanged.
 func writeUsers(e *enc, st *state) {
-	st.users.Range(func(u uint64, r userRec) bool {
+	item := func(u uint64) {
+		r, _ := st.userView(u)
 		f := st.userFields(u, &r)
 		e.start()
 		e.u(u)
 		e.masked(f[:])
 		e.end()
+	}
+	st.badges.Range(func(k userKey, _ badgeRec) bool {
+		item(k.id())
+		return true
+	})
+	st.seens.Range(func(k userKey, _ seenRec) bool {
+		if _, ok := st.badges.Get(k); !ok {
+			item(k.id())
+		}
 		return true
 	})
 }
 
+// readUsers reads USER into the badge and visit records: counters and
+// the click make a badge record, the day and the cursor a visit record,
+// and an item with neither an empty badge record (the user stays known).
 func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
+	n := 0
 	err := eachItem(sr, pc, func(d *dec) {
 		u := d.u("user")
 		mask := d.byte1("field mask")
@@ -332,24 +440,36 @@ func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		if d.err != "" {
 			return
 		}
-		if f[6] > math.MaxUint32 || f[7] > math.MaxUint32 || max(f[0], f[1], f[2], f[3], f[4]) > math.MaxInt64 {
+		if f[6] >= seenCursor || f[7]&^flagCursor != 0 || max(f[0], f[1], f[2], f[3], f[4]) > math.MaxInt64 {
 			d.fail("field out of range")
 			return
 		}
-		if _, dup := st.users.Get(u); dup {
+		if st.hasUserRec(u) {
 			d.fail(fmt.Sprintf("user %d listed twice", u))
 			return
 		}
-		r := st.users.Upsert(u)
-		*r = userRec{click: int64(f[4]), cursor: f[5], day: uint32(f[6]), flags: uint32(f[7])}
-		for k := range r.n {
-			st.setCounter(u, r, k, int64(f[k]))
+		n++
+		if f[5] != 0 || f[6] != 0 || f[7] != 0 {
+			r := st.seens.Upsert(keyOf(u))
+			r.day = uint32(f[6])
+			if f[7] != 0 {
+				r.setCursor(f[5])
+			} else {
+				r.cursor = words(f[5])
+			}
+		}
+		if max(f[0], f[1], f[2], f[3], f[4]) != 0 || mask == 0 {
+			r := st.badges.Upsert(keyOf(u))
+			r.click = words(f[4])
+			for k := range r.n {
+				st.setCounter(u, r, k, int64(f[k]))
+			}
 		}
 	})
 	if err != nil {
 		return err
 	}
-	return checkLen(sr, st.users.Len())
+	return checkLen(sr, n)
 }
 
 // notif is one system notification; its title and body live in

@@ -175,7 +175,7 @@ func TestSweepCursors(t *testing.T) {
 	users := func() int {
 		e.mu.RLock()
 		defer e.mu.RUnlock()
-		return e.st.users.Len()
+		return e.st.userRecords()
 	}
 	if n := users(); n != 4 {
 		t.Fatalf("%d badge records, want 4", n)
@@ -197,7 +197,7 @@ func TestSweepCursors(t *testing.T) {
 		t.Fatalf("Stats.Users %d after the sweep, want %d", got, before-1)
 	}
 	e.mu.RLock()
-	r, _ := e.st.users.Get(liked)
+	r, _ := e.st.userView(uint64(liked))
 	e.mu.RUnlock()
 	if r.flags&flagCursor != 0 || r.n[nLikes] != 1 {
 		t.Fatalf("liked's record after the sweep: %+v", r)
@@ -450,8 +450,15 @@ func (st *state) dump() string {
 		section([]string{"likes", "favs"}[i], rows)
 	}
 	rows = nil
-	st.users.Range(func(k uint64, v userRec) bool {
+	userRow := func(k uint64) {
+		v, _ := st.userView(k)
 		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", v)})
+	}
+	st.badges.Range(func(k userKey, _ badgeRec) bool { userRow(k.id()); return true })
+	st.seens.Range(func(k userKey, _ seenRec) bool {
+		if _, ok := st.badges.Get(k); !ok {
+			userRow(k.id())
+		}
 		return true
 	})
 	section("users", rows)
@@ -731,11 +738,11 @@ func TestWideUnreadCounters(t *testing.T) {
 	st := newState(postcounts.Options{})
 	const u = 42
 	st.bump(u, nMentions)
-	st.user(u).n[nLikes] = wideMark - 2
+	st.badge(u).n[nLikes] = wideMark - 2
 	for range 3 {
 		st.bump(u, nLikes)
 	}
-	r, _ := st.users.Get(u)
+	r, _ := st.badges.Get(keyOf(u))
 	if got := st.counter(u, &r, nLikes); got != wideMark+1 {
 		t.Fatalf("likes = %d, want %d", got, int64(wideMark)+1)
 	}
@@ -757,8 +764,8 @@ func TestWideUnreadCounters(t *testing.T) {
 	if u2.Likes != wideMark+1 || u2.Mentions != 1 {
 		t.Fatalf("after a snapshot: %+v", u2)
 	}
-	st.setCounter(u, st.user(u), nLikes, 0)
-	if r, _ := st.users.Get(u); r.n[nLikes] != 0 || st.wide.Len() != 0 {
+	st.setCounter(u, st.badge(u), nLikes, 0)
+	if r, _ := st.badges.Get(keyOf(u)); r.n[nLikes] != 0 || st.wide.Len() != 0 {
 		t.Fatalf("a reset left %+v, %d wide", r, st.wide.Len())
 	}
 }

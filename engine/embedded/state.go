@@ -35,8 +35,9 @@ type state struct {
 	// applying a record (see Engine.commit).
 	err error
 
-	users *table.Table[uint64, userRec]
-	wide  *table.Table[uint64, [4]int64] // unread counters past 32 bits (userRec)
+	badges *table.Table[userKey, badgeRec] // users with unread counts or a red-dot click
+	seens  *table.Table[userKey, seenRec]  // users who have read their badges
+	wide   *table.Table[uint64, [4]int64]  // unread counters past 32 bits (badgeRec)
 	// posted is each author's post count, held only for users who have
 	// posted; followers each followed user's follower count, held for
 	// users ever followed (0 after unfollows only when the user has no
@@ -47,7 +48,7 @@ type state struct {
 	// count when the viewer last caught up (the feed snapshot): packed,
 	// pointer-free (engine/follows).
 	follows *follows.Store
-	nusers  int64 // distinct users in users ∪ posted ∪ followers ∪ follows
+	nusers  int64 // distinct users in badges ∪ seens ∪ posted ∪ followers ∪ follows
 
 	notifs    []notif // sorted by id
 	notifText []byte
@@ -83,7 +84,8 @@ func newState(co postcounts.Options) *state {
 		counts:    newCounts(co),
 		likes:     newLikeset(co),
 		favs:      newLikeset(co),
-		users:     table.New[uint64, userRec](hashU64, 1024),
+		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
+		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    newUserCounts(1024),
 		followers: newUserCounts(8),
@@ -97,10 +99,7 @@ func newState(co postcounts.Options) *state {
 
 // known reports whether u has any state, for the Users statistic.
 func (st *state) known(u uint64) bool {
-	if _, ok := st.users.Get(u); ok {
-		return true
-	}
-	return st.posted.Has(u) || st.followers.Has(u) || st.follows.Has(u)
+	return st.hasUserRec(u) || st.posted.Has(u) || st.followers.Has(u) || st.follows.Has(u)
 }
 
 // decide reads the facts r's operation needs from the state and runs its
@@ -238,7 +237,7 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 		st.fanout(f, out)
 	}
 	for _, c := range eff.Clicks {
-		st.user(uint64(c.User)).click = c.Stamp
+		st.badge(uint64(c.User)).click = words(uint64(c.Stamp))
 	}
 	if eff.Push != 0 {
 		st.push = eff.Push

@@ -367,11 +367,14 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), st: &state{
-		posts:     newRegistry(co),
-		counts:    newCounts(co),
-		likes:     newLikeset(co),
-		favs:      newLikeset(co),
-		users:     table.New[uint64, userRec](hashU64, items(tagUsers)),
+		posts:  newRegistry(co),
+		counts: newCounts(co),
+		likes:  newLikeset(co),
+		favs:   newLikeset(co),
+		badges: table.New[userKey, badgeRec](hashUserKey, 8),
+		// USER's items split between the two by what they hold, so
+		// both grow as replay grows them.
+		seens:     table.New[userKey, seenRec](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    newUserCounts(items(tagProfiles)),
 		followers: newUserCounts(8),

@@ -125,8 +125,8 @@ func TestPublicCountersCostWhatIsUsed(t *testing.T) {
 		st.apply(&followRec{recHeader: recHeader{time: tm}, Follow: ops.Follow{Viewer: v, Target: u, Undo: undo}}, nil, false)
 	}
 	importAuthored(st, 3, func(i int) uint64 { return uint64(i%2) + 1 }) // authors 1 (2 posts) and 2
-	if st.posted.Len() != 2 || st.followers.Len() != 0 || st.users.Len() != 0 || st.nusers != 2 {
-		t.Fatalf("authors only: posted %d followers %d badge records %d users %d", st.posted.Len(), st.followers.Len(), st.users.Len(), st.nusers)
+	if st.posted.Len() != 2 || st.followers.Len() != 0 || st.userRecords() != 0 || st.nusers != 2 {
+		t.Fatalf("authors only: posted %d followers %d badge records %d users %d", st.posted.Len(), st.followers.Len(), st.userRecords(), st.nusers)
 	}
 	follow(3, 1, false) // 3 follows author 1
 	follow(3, 1, true)  // and stops: author 1 needs no follower entry
@@ -155,5 +155,40 @@ func TestPublicCountersCostWhatIsUsed(t *testing.T) {
 	}
 	if a, b := st.dump(), back.dump(); a != b {
 		t.Fatalf("after the round trip:\n%s", lineDiff(a, b))
+	}
+}
+
+// TestBadgeRecordsCostWhatIsUsed: a user who only reads their badges has
+// a visit record and no badge record; a user who is only bumped has a
+// badge record and no visit record; a badge read of a user with neither
+// leaves an empty badge record (the user is known); and a snapshot round
+// trip gives the same state and Users statistic.
+func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
+	st := newState(postcounts.Options{})
+	st.apply(&touchRec{recHeader: recHeader{time: 1}, viewer: 1, reset: true, cursor: 3}, nil, false)
+	if _, ok := st.seens.Get(keyOf(1)); !ok || st.badges.Len() != 0 {
+		t.Fatalf("reader: visit record %v, %d badge records", ok, st.badges.Len())
+	}
+	st.bump(2, nLikes)
+	if _, ok := st.badges.Get(keyOf(2)); !ok || st.seens.Len() != 1 {
+		t.Fatalf("bumped: badge record %v, %d visit records", ok, st.seens.Len())
+	}
+	st.applyRead(ops.ReadMark{User: 3, Kind: engine.Likes})
+	if r, ok := st.badges.Get(keyOf(3)); !ok || r != (badgeRec{}) {
+		t.Fatalf("a read of nothing: %+v, %v", r, ok)
+	}
+	st.applyRead(ops.ReadMark{User: 1, Kind: engine.Likes}) // 1 is known by their visit
+	if _, ok := st.badges.Get(keyOf(1)); ok {
+		t.Fatal("a read of nothing gave a reader a badge record")
+	}
+	if st.nusers != 3 || st.userRecords() != 3 {
+		t.Fatalf("users %d, records %d; want 3", st.nusers, st.userRecords())
+	}
+	if v, _ := st.userView(1); v.cursor != 3 || v.flags != flagCursor || v.day != 0 {
+		t.Fatalf("reader's record: %+v", v)
+	}
+	back := roundTrip(t, st)
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("round trip:\n%s", lineDiff(a, b))
 	}
 }
