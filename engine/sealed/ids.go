@@ -129,6 +129,9 @@ func (k *IDs) Area() []byte { return k.area }
 // Len returns the number of ids.
 func (k *IDs) Len() int { return k.n }
 
+// Bits returns the bits the column takes in the bit area.
+func (k *IDs) Bits() int { return (k.n-1)*k.l + k.hiLen }
+
 // Find returns the position of id in the block.
 func (k *IDs) Find(id uint64) (int, bool) {
 	h, lo, st := k.start(id)

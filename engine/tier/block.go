@@ -8,6 +8,7 @@ import (
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
+	"github.com/tally-dev/tally/engine/sealed"
 )
 
 // MaxCols bounds the columns of a record.
@@ -115,26 +116,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	n := e.n
 	ids := e.ids[:n]
 	first := ids[0]
-	var vary uint64
-	for _, id := range ids {
-		vary |= id ^ first
-	}
-	top := bits.Len64(vary)
-	holes := bitpack.LowMask(uint(top)) &^ vary
-	sq0 := bitpack.Pext(first, vary)
-	m := n - 1
-	var maxX uint64
-	if m > 0 {
-		maxX = bitpack.Pext(ids[n-1], vary) - sq0
-	}
-	l := 0
-	if m > 0 && maxX/uint64(m) >= 1 {
-		l = bits.Len64(maxX/uint64(m)) - 1
-	}
-	hiLen := 0
-	if m > 0 {
-		hiLen = int(maxX>>uint(l)) + m
-	}
+	idp := sealed.PlanIDs(ids)
 	sh := e.sh
 	// The sparse group: which records have it, and its columns squeezed
 	// to those records.
@@ -166,9 +148,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	}
 
 	start := len(dst)
-	dst = append(dst, byte(n-1), byte(top), byte(l))
-	dst = binary.AppendUvarint(dst, holes)
-	dst = binary.AppendUvarint(dst, uint64(hiLen))
+	dst = idp.AppendHeader(dst)
 	if sh.dense < sh.cols {
 		dst = binary.AppendUvarint(dst, uint64(k))
 	}
@@ -178,16 +158,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 	}
 	e.bw.Buf = dst
 	bw := &e.bw
-	for _, id := range ids[1:] {
-		bw.Put(bitpack.Pext(id, vary)-sq0, l)
-	}
-	var prevHigh uint64
-	for _, id := range ids[1:] {
-		h := (bitpack.Pext(id, vary) - sq0) >> uint(l)
-		bw.Zeros(int(h - prevHigh))
-		bw.Put(1, 1)
-		prevHigh = h
-	}
+	idp.Put(bw, ids)
 	for f, p := range plans[:sh.cols] {
 		c := n
 		if f >= sh.dense {
@@ -237,20 +208,11 @@ var errBlock = errors.New("malformed block")
 // exceptions, so a lookup is O(1) bit reads plus a rank in the presence
 // bits. It holds no memory of its own beyond the slice it was parsed from.
 type Block struct {
-	area  []byte // bit area, and BlockSlack bytes past it
-	first uint64
-	mask  uint64
-	sq0   uint64
-	lmask uint64
-	n     int
-	l     int
-	hiLen int
-	sh    shape
-	k     int // records with the sparse group
-	pres  int // bit offset of the presence bits; -1 when k is 0 or n
-	low   int
-	hi    int
-	f     [MaxCols]colView
+	ids  sealed.IDs // the id column, and the bit area
+	sh   shape
+	k    int // records with the sparse group
+	pres int // bit offset of the presence bits; -1 when k is 0 or n
+	f    [MaxCols]colView
 }
 
 type colView struct {
@@ -259,20 +221,6 @@ type colView struct {
 	vals, idx, exc int
 	wmask, xmask   uint64
 	imask          uint64
-}
-
-func uvarint(b []byte, p int) (uint64, int) {
-	if p < 0 || p >= len(b) {
-		return 0, -1
-	}
-	if b[p] < 0x80 {
-		return uint64(b[p]), p + 1
-	}
-	v, c := binary.Uvarint(b[p:])
-	if c <= 0 {
-		return 0, -1
-	}
-	return v, p + c
 }
 
 // Parse parses the header of block b (its bytes without the CRC), whose
@@ -284,56 +232,38 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 	if cap(b)-len(b) < BlockSlack || !sh.valid() {
 		return errBlock
 	}
-	if len(b) < 3 {
+	k.sh = sh
+	p, off := k.ids.ParseHeader(first, b) // off: bits before the first column
+	if p < 0 {
 		return errBlock
 	}
-	k.first, k.sh = first, sh
-	k.n = int(b[0]) + 1
-	top := uint(b[1])
-	k.l = int(b[2])
-	holes, p := uvarint(b, 3)
-	hiLen, p := uvarint(b, p)
-	if p < 0 || top > 64 || k.l > 63 || hiLen > uint64(8*len(b)) {
-		return errBlock
-	}
-	k.mask = bitpack.LowMask(top) &^ holes
-	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
-		return errBlock
-	}
-	k.sq0 = bitpack.Pext(first, k.mask)
-	k.hiLen = int(hiLen)
-	m := k.n - 1
-	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
-		return errBlock
-	}
-	k.k = k.n
+	n := k.ids.Len()
+	k.k = n
 	if sh.dense < sh.cols {
 		var kk uint64
-		kk, p = uvarint(b, p)
-		if p < 0 || kk > uint64(k.n) {
+		kk, p = bitpack.Uvarint(b, p)
+		if p < 0 || kk > uint64(n) {
 			return errBlock
 		}
 		k.k = int(kk)
 	}
-	off := m*k.l + k.hiLen
-	k.low, k.hi = 0, m*k.l
 	k.pres = -1
 	for f := range sh.cols {
 		if p < 0 || p+2 > len(b) {
 			return errBlock
 		}
-		c := k.n
+		c := n
 		if f >= sh.dense {
 			c = k.k
-			if f == sh.dense && k.k > 0 && k.k < k.n {
+			if f == sh.dense && k.k > 0 && k.k < n {
 				k.pres = off
-				off += k.n
+				off += n
 			}
 		}
 		cv := &k.f[f]
 		cv.w, cv.xw = int(b[p]), int(b[p+1])
 		var nexc uint64
-		nexc, p = uvarint(b, p+2)
+		nexc, p = bitpack.Uvarint(b, p+2)
 		if p < 0 || nexc > uint64(c) || cv.w+cv.xw > 64 || (nexc == 0) != (cv.xw == 0) {
 			return errBlock
 		}
@@ -350,101 +280,35 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 	if p < 0 || (off+7)/8 != len(b)-p {
 		return errBlock
 	}
-	k.area = b[p : len(b)+BlockSlack]
-	k.lmask = bitpack.LowMask(uint(k.l))
+	k.ids.SetArea(b[p : len(b)+BlockSlack])
 	return nil
 }
 
 // Len returns the number of records in the block.
-func (k *Block) Len() int { return k.n }
+func (k *Block) Len() int { return k.ids.Len() }
 
 // Find returns the position of id in the block.
-func (k *Block) Find(id uint64) (int, bool) {
-	if (id^k.first)&^k.mask != 0 {
-		return 0, false
-	}
-	s := bitpack.Pext(id, k.mask)
-	if s < k.sq0 {
-		return 0, false
-	}
-	x := s - k.sq0
-	if x == 0 {
-		return 0, true
-	}
-	h := x >> uint(k.l&63)
-	if h >= uint64(k.hiLen) || k.n == 1 {
-		return 0, false
-	}
-	pos := 0
-	if h > 0 {
-		pos = k.selectZero(int(h)) + 1
-		if pos <= 0 {
-			return 0, false
-		}
-	}
-	return k.scan(pos, int(h), x&k.lmask)
-}
-
-// scan searches bucket h, which starts at bit pos of the high bits, for
-// the low part lo.
-func (k *Block) scan(pos, h int, lo uint64) (int, bool) {
-	m := k.n - 1
-	a := k.area
-	for j := pos - h; pos < k.hiLen && j < m; {
-		w := min(56, k.hiLen-pos)
-		run := bits.TrailingZeros64(^getBits56(a, k.hi+pos))
-		run = min(run, w, m-j)
-		for e := j; e < j+run; e++ {
-			v := getBits(a, k.low+e*k.l, uint(k.l), k.lmask)
-			if v >= lo {
-				if v == lo {
-					return e + 1, true
-				}
-				return 0, false
-			}
-		}
-		if run < 56 {
-			break
-		}
-		pos, j = pos+run, j+run
-	}
-	return 0, false
-}
-
-// selectZero returns the bit position (in the high bits) of the r-th
-// zero, r >= 1, or -1.
-func (k *Block) selectZero(r int) int {
-	a := k.area
-	for p := 0; p < k.hiLen; p += 56 {
-		z := ^getBits56(a, k.hi+p) & bitpack.LowMask(uint(min(56, k.hiLen-p)))
-		c := bits.OnesCount64(z)
-		if r <= c {
-			return p + bitpack.Select64(z, r-1)
-		}
-		r -= c
-	}
-	return -1
-}
+func (k *Block) Find(id uint64) (int, bool) { return k.ids.Find(id) }
 
 // sparsePos returns record i's position among the records that have the
 // sparse group, or -1 when it has none.
 func (k *Block) sparsePos(i int) int {
 	switch {
-	case k.k == k.n:
+	case k.k == k.ids.Len():
 		return i
 	case k.k == 0:
 		return -1
 	}
-	a := k.area
-	if getBits(a, k.pres+i, 1, 1) == 0 {
+	a := k.ids.Area()
+	if bitpack.Bits(a, k.pres+i, 1, 1) == 0 {
 		return -1
 	}
 	r := 0
 	p := 0
 	for ; p+56 <= i; p += 56 {
-		r += bits.OnesCount64(getBits56(a, k.pres+p) & (1<<56 - 1))
+		r += bits.OnesCount64(bitpack.Bits56(a, k.pres+p) & (1<<56 - 1))
 	}
-	return r + bits.OnesCount64(getBits56(a, k.pres+p)&bitpack.LowMask(uint(i-p)))
+	return r + bits.OnesCount64(bitpack.Bits56(a, k.pres+p)&bitpack.LowMask(uint(i-p)))
 }
 
 // Row reads the record at position i (0 <= i < Len()) into r.
@@ -471,8 +335,8 @@ func (k *Block) Row(i int, r *Row) {
 // as engine/sealed does), with no branch on the data: a binary search
 // was a chain of dependent loads and a misprediction or two per column.
 func (k *Block) value(cv *colView, i int) uint64 {
-	a := k.area
-	v := getBits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
+	a := k.ids.Area()
+	v := bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
 	n := cv.nexc
 	if n == 0 {
 		return v
@@ -481,27 +345,27 @@ func (k *Block) value(cv *colView, i int) uint64 {
 	iw, iv, g := uint(cv.iw), uint64(i)*t.ones, t.guard
 	var e int
 	if c1 := min(n, t.lanes); n-c1 <= t.lanes {
-		x1 := getBits56(a, cv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
-		x2 := getBits56(a, cv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
+		x1 := bitpack.Bits56(a, cv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
+		x2 := bitpack.Bits56(a, cv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
 		e = 2*t.both -
 			bits.OnesCount64(((x1&t.even|g)-iv)&g|((x1>>iw&t.even|g)-iv)&g>>1) -
 			bits.OnesCount64(((x2&t.even|g)-iv)&g|((x2>>iw&t.even|g)-iv)&g>>1)
 	} else {
 		for c := 0; c < n; c += t.lanes {
-			x := getBits56(a, cv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
+			x := bitpack.Bits56(a, cv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
 			e += t.both - bits.OnesCount64(((x&t.even|g)-iv)&g|((x>>iw&t.even|g)-iv)&g>>1)
 		}
 	}
 	e = min(e, n-1)
-	x := getBits56(a, cv.idx+e*int(iw)) & cv.imask
-	hi := getBits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
+	x := bitpack.Bits56(a, cv.idx+e*int(iw)) & cv.imask
+	hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
 	hit := x ^ uint64(i)
 	hi &= (hit|-hit)>>63 - 1
 	return v | hi<<uint(cv.w&63)
 }
 
 // swarLanes describes iw-bit lanes for value's count (engine/sealed's):
-// lanes of them fit in the 56 bits getBits56 returns; even has the even
+// lanes of them fit in the 56 bits bitpack.Bits56 returns; even has the even
 // lanes' bits, guard the bit above each even lane, ones the low bit of
 // each even lane; both is twice the number of even lanes. For iw = 0 (a
 // one-value column, whose only position is 0) it counts none.
@@ -530,54 +394,19 @@ var swar = func() (t [16]swarLanes) {
 // varying bits vary, that exceptions and presence bits are canonical. A
 // block that decodes without error reads back exactly what it decodes to.
 func (k *Block) Decode(ids []uint64, rows []Row) error {
-	n := k.n
-	ids, rows = ids[:n], rows[:n]
-	ids[0] = k.first
-	width := bits.OnesCount64(k.mask)
-	j := 0
-	for p := 0; p < k.hiLen; p += 56 {
-		w := min(56, k.hiLen-p)
-		word := getBits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
-		for word != 0 {
-			t := bits.TrailingZeros64(word)
-			word &= word - 1
-			if j >= n-1 {
-				return errBlock
-			}
-			h := uint64(p + t - j)
-			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
-				return errBlock
-			}
-			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
-			s := k.sq0 + x
-			if s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
-				return errBlock
-			}
-			id := bitpack.Pdep(s, k.mask) | k.first&^k.mask
-			if id <= ids[j] {
-				return errBlock
-			}
-			j++
-			ids[j] = id
-		}
+	n := k.ids.Len()
+	rows = rows[:n]
+	if err := k.ids.Decode(ids); err != nil {
+		return err
 	}
-	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
-		return errBlock
-	}
-	var mask uint64
-	for _, id := range ids {
-		mask |= id ^ k.first
-	}
-	if mask != k.mask {
-		return errBlock
-	}
+	a := k.ids.Area()
 	// The columns as stored (the sparse ones squeezed), then spread.
 	var at [MaxBlockRecords]int // record -> position among the sparse
 	if k.pres >= 0 {
 		c := 0
 		for i := range n {
 			at[i] = -1
-			if getBits(k.area, k.pres+i, 1, 1) == 1 {
+			if bitpack.Bits(a, k.pres+i, 1, 1) == 1 {
 				at[i] = c
 				c++
 			}
@@ -601,12 +430,12 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 			c = k.k
 		}
 		for i := range c {
-			col[i] = getBits(k.area, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
+			col[i] = bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
 		}
 		prev := -1
 		for e := range cv.nexc {
-			i := int(getBits(k.area, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
-			hi := getBits(k.area, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
+			i := int(bitpack.Bits(a, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
+			hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
 			if i <= prev || i >= c || hi == 0 {
 				return errBlock
 			}
@@ -640,61 +469,22 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 }
 
 // lastID returns the block's last id (the block verified).
-func (k *Block) lastID() uint64 {
-	if k.n == 1 {
-		return k.first
-	}
-	// The last element sets the last high bit: its high part is hiLen-1
-	// minus the elements before it.
-	m := k.n - 1
-	h := uint64(k.hiLen - 1 - (m - 1))
-	x := h<<uint(k.l) | getBits(k.area, k.low+(m-1)*k.l, uint(k.l), k.lmask)
-	return bitpack.Pdep(k.sq0+x, k.mask) | k.first&^k.mask
-}
+func (k *Block) lastID() uint64 { return k.ids.Last() }
 
 // Verify checks everything Decode checks, without writing ids or rows:
 // what a snapshot's Load runs on every block. The ids are checked in
-// their squeezed form (pext keeps their order, and the bits that vary are
-// those the squeezed values' differences from the first set); the sparse
-// group by each present record's OR of its values.
+// their squeezed form (sealed.IDs.Decode without ids); the sparse group
+// by each present record's OR of its values.
 func (k *Block) Verify() error {
-	n := k.n
-	width := bits.OnesCount64(k.mask)
-	j := 0
-	var prev, orx uint64 // x of the previous post; OR of the squeezed differences
-	for p := 0; p < k.hiLen; p += 56 {
-		w := min(56, k.hiLen-p)
-		word := getBits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
-		for word != 0 {
-			t := bits.TrailingZeros64(word)
-			word &= word - 1
-			if j >= n-1 {
-				return errBlock
-			}
-			h := uint64(p + t - j)
-			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
-				return errBlock
-			}
-			x := h<<uint(k.l) | getBits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
-			s := k.sq0 + x
-			if x <= prev || s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
-				return errBlock
-			}
-			orx |= s ^ k.sq0
-			prev = x
-			j++
-		}
+	n := k.ids.Len()
+	if err := k.ids.Decode(nil); err != nil {
+		return err
 	}
-	if j != n-1 || (n > 1 && getBits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
-		return errBlock
-	}
-	if orx != bitpack.LowMask(uint(width)) {
-		return errBlock // non-canonical: declared varying bits that do not vary
-	}
+	a := k.ids.Area()
 	if k.pres >= 0 {
 		c := 0
 		for p := 0; p < n; p += 56 {
-			c += bits.OnesCount64(getBits(k.area, k.pres+p, uint(min(56, n-p)), bitpack.LowMask(uint(min(56, n-p)))))
+			c += bits.OnesCount64(bitpack.Bits(a, k.pres+p, uint(min(56, n-p)), bitpack.LowMask(uint(min(56, n-p)))))
 		}
 		if c != k.k {
 			return errBlock
@@ -707,13 +497,13 @@ func (k *Block) Verify() error {
 		if f >= k.sh.dense {
 			c = k.k
 			for i := range c {
-				nz[i] |= getBits(k.area, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
+				nz[i] |= bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
 			}
 		}
 		last := -1
 		for e := range cv.nexc {
-			i := int(getBits(k.area, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
-			hi := getBits(k.area, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
+			i := int(bitpack.Bits(a, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
+			hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
 			if i <= last || i >= c || hi == 0 {
 				return errBlock
 			}

@@ -87,10 +87,10 @@ func FuzzBlock(f *testing.F) {
 		if derr != nil {
 			return
 		}
-		if k.lastID() != ids[k.n-1] {
-			t.Fatalf("lastID %d, decoded %d", k.lastID(), ids[k.n-1])
+		if k.lastID() != ids[k.Len()-1] {
+			t.Fatalf("lastID %d, decoded %d", k.lastID(), ids[k.Len()-1])
 		}
-		for i := range k.n {
+		for i := range k.Len() {
 			p, ok := k.Find(ids[i])
 			if !ok || p != i {
 				t.Fatalf("decoded id %d at %d, Find says %d %v", ids[i], i, p, ok)
@@ -106,7 +106,7 @@ func FuzzBlock(f *testing.F) {
 			}
 		}
 		// A decoded block encodes back to the same rows.
-		again := encodeBlock(sh, ids[:k.n], rows[:k.n])
+		again := encodeBlock(sh, ids[:k.Len()], rows[:k.Len()])
 		again = append(again, make([]byte, BlockSlack)...)[:len(again)]
 		var k2 Block
 		if err := k2.Parse(first, again[:len(again)-4], sh); err != nil {

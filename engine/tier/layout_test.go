@@ -27,16 +27,17 @@ func BenchmarkLayout(b *testing.B) {
 			if err := k.Parse(first, raw[:len(raw)-4], tr.sh); err != nil {
 				b.Fatal(err)
 			}
-			recs += float64(k.n)
-			ids += float64((k.n-1)*k.l+k.hiLen) / 8
+			n := k.Len()
+			recs += float64(n)
+			ids += float64(k.ids.Bits()) / 8
 			crc += 4
-			hdr += float64(len(raw) - 4 - len(k.area) + BlockSlack)
+			hdr += float64(len(raw) - 4 - len(k.ids.Area()) + BlockSlack)
 			if k.pres >= 0 {
-				pres += float64(k.n) / 8
+				pres += float64(n) / 8
 			}
 			for f := range tr.cols {
 				cv := k.f[f]
-				c := k.n
+				c := n
 				if f >= tr.sh.dense {
 					c = k.k
 				}

@@ -288,7 +288,7 @@ func eachBlock(idx interface {
 		if err := k.Decode(ids, rows); err != nil {
 			return corruptAt(file, int64(off), "block %d: %v", b, err)
 		}
-		for i := range k.n {
+		for i := range k.Len() {
 			if err := fn(ids[i], &rows[i]); err != nil {
 				return err
 			}

@@ -283,7 +283,7 @@ func verifyBlocks(idx *sealed.Index, sh shape, file string, block func(b int) ([
 			return corruptAt(file, int64(off), "block %d starts at id %d, not above %d", b, first, last)
 		}
 		last = k.lastID()
-		n += k.n
+		n += k.Len()
 	}
 	if n != idx.Posts() || (idx.Blocks() > 0 && last != idx.MaxID()) {
 		return corruptAt(file, 0, "footer says %d records up to id %d, blocks hold %d up to %d", idx.Posts(), idx.MaxID(), n, last)
