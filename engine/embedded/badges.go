@@ -340,12 +340,13 @@ func (st *state) applyRead(m ops.ReadMark) {
 	}
 }
 
-// keepKnown gives u an empty badge record unless they have a badge or a
-// visit record: a badge read makes its user known (the Users statistic,
-// and what the sweep may forget) though it leaves nothing to count.
+// keepKnown gives u an empty visit record (the smaller kind) unless they
+// have a badge or a visit record: a badge read makes its user known (the
+// Users statistic, and what the sweep may forget) though it leaves
+// nothing to count.
 func (st *state) keepKnown(u uint64) {
 	if !st.hasUserRec(u) {
-		st.badge(u)
+		st.seen(u)
 	}
 }
 
@@ -423,7 +424,7 @@ func writeUsers(e *enc, st *state) {
 
 // readUsers reads USER into the badge and visit records: counters and
 // the click make a badge record, the day and the cursor a visit record,
-// and an item with neither an empty badge record (the user stays known).
+// and an item with neither an empty visit record (keepKnown's).
 func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	n := 0
 	err := eachItem(sr, pc, func(d *dec) {
@@ -449,7 +450,7 @@ func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			return
 		}
 		n++
-		if f[5] != 0 || f[6] != 0 || f[7] != 0 {
+		if f[5] != 0 || f[6] != 0 || f[7] != 0 || mask == 0 {
 			r := st.seens.Upsert(keyOf(u))
 			r.day = uint32(f[6])
 			if f[7] != 0 {
@@ -458,7 +459,7 @@ func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 				r.cursor = words(f[5])
 			}
 		}
-		if max(f[0], f[1], f[2], f[3], f[4]) != 0 || mask == 0 {
+		if max(f[0], f[1], f[2], f[3], f[4]) != 0 {
 			r := st.badges.Upsert(keyOf(u))
 			r.click = words(f[4])
 			for k := range r.n {

@@ -161,7 +161,7 @@ func TestPublicCountersCostWhatIsUsed(t *testing.T) {
 // TestBadgeRecordsCostWhatIsUsed: a user who only reads their badges has
 // a visit record and no badge record; a user who is only bumped has a
 // badge record and no visit record; a badge read of a user with neither
-// leaves an empty badge record (the user is known); and a snapshot round
+// leaves an empty visit record (the user is known); and a snapshot round
 // trip gives the same state and Users statistic.
 func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
 	st := newState(postcounts.Options{})
@@ -174,12 +174,12 @@ func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
 		t.Fatalf("bumped: badge record %v, %d visit records", ok, st.seens.Len())
 	}
 	st.applyRead(ops.ReadMark{User: 3, Kind: engine.Likes})
-	if r, ok := st.badges.Get(keyOf(3)); !ok || r != (badgeRec{}) {
-		t.Fatalf("a read of nothing: %+v, %v", r, ok)
+	if r, ok := st.seens.Get(keyOf(3)); !ok || r != (seenRec{}) || st.badges.Len() != 1 {
+		t.Fatalf("a read of nothing: %+v, %v; %d badge records", r, ok, st.badges.Len())
 	}
 	st.applyRead(ops.ReadMark{User: 1, Kind: engine.Likes}) // 1 is known by their visit
-	if _, ok := st.badges.Get(keyOf(1)); ok {
-		t.Fatal("a read of nothing gave a reader a badge record")
+	if _, ok := st.badges.Get(keyOf(1)); ok || st.seens.Len() != 2 {
+		t.Fatalf("a read of nothing gave a reader a record (%d visit records)", st.seens.Len())
 	}
 	if st.nusers != 3 || st.userRecords() != 3 {
 		t.Fatalf("users %d, records %d; want 3", st.nusers, st.userRecords())
