@@ -14,7 +14,6 @@ import (
 type hist struct {
 	counts   [histBuckets]uint64
 	n        uint64
-	sum      float64
 	min, max uint64
 }
 
@@ -53,7 +52,6 @@ func (h *hist) record(d time.Duration) {
 		h.max = v
 	}
 	h.n++
-	h.sum += float64(v)
 }
 
 func (h *hist) merge(o *hist) {
@@ -68,7 +66,6 @@ func (h *hist) merge(o *hist) {
 	}
 	h.max = max(h.max, o.max)
 	h.n += o.n
-	h.sum += o.sum
 }
 
 // quantile returns the value at rank ceil(q·n), clamped to the exact
@@ -87,11 +84,4 @@ func (h *hist) quantile(q float64) time.Duration {
 		}
 	}
 	return time.Duration(h.max)
-}
-
-func (h *hist) mean() time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	return time.Duration(h.sum / float64(h.n))
 }
