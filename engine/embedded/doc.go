@@ -156,8 +156,23 @@
 // system unread) and the read records a touch that restarts it at the
 // newest notification. Separately, a periodic sweep record
 // (Options.SweepInterval) drops expired cursors from memory; it
-// changes no answer, only memory. The sweep walks every badge record under
+// changes no answer, only memory. The sweep walks every visit record under
 // the write lock: about 10 ns a user, so it runs rarely.
+//
+// # Per-user records
+//
+// A user costs what they use: each kind of per-user state is a packed
+// table of its own keyed by the user (userKey, two 32-bit words, so that
+// slots are not padded), and a user is in a table only when they have
+// that state. An author with only posts has a post count (posted: a
+// uint32 with an escape past 2^32, 13 bytes a slot), a followed user a
+// follower count (followers, the same), a user who reads their badges a
+// visit record (seens: day and system cursor, 21 bytes a slot), a user
+// with unread counts or a red-dot click a badge record (badges: 33 bytes
+// a slot). Snapshots keep the sections these had when each user had one
+// badge record and one profile (USER, PROF), so older snapshots load
+// unchanged (TestUserSnapshotLoads). BenchmarkUserMemory reports the
+// live heap bytes per user of each kind.
 //
 // # Events
 //
@@ -201,6 +216,7 @@
 //	badges.go   unread badges, mark read, the red dot, system cursors and
 //	            notifications
 //	follows.go  follows, the feed snapshots, user profiles (posts, followers)
+//	usercounts.go  userKey and userCounts, the packed per-user counts
 //	groups.go   groups, members, messages and read receipts
 //	idem.go     idempotency keys and their expiry queue
 //	events.go   subscribers and event delivery

@@ -33,7 +33,9 @@ import (
 //	FAVS  u user, 8 post
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
-//	PROF  u user, v posts, v followers
+//	      (one item per user with a badge or a visit record, both in one)
+//	PROF  u user, v posts, v followers (one item per user with a post or
+//	      a follower count, both in one)
 //	FOLW  u viewer, u n, n × (u followee, v snapshot); a list longer than
 //	      followsPerItem continues in the next items of the same viewer;
 //	      n = 0 keeps an emptied list (the user stays known)
