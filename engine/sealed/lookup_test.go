@@ -63,7 +63,7 @@ func TestManyExceptions(t *testing.T) {
 				var k Block
 				w.block(b, &k)
 				for f := range numFields {
-					if k.f[f].nexc > 2*k.sw.lanes {
+					if k.f[f].nexc > 2*swar[k.f[f].iw].lanes {
 						long++
 					}
 				}

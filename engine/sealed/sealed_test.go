@@ -319,7 +319,7 @@ func FuzzBlock(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first uint64, body []byte, probe uint64) {
 		b := make([]byte, len(body)+4, len(body)+BlockSlack)
 		copy(b, body)
-		le.PutUint32(b[len(body):], blockCRC(first, body))
+		le.PutUint32(b[len(body):], BlockCRC(first, body))
 		ids := make([]uint64, MaxBlockPosts)
 		counts := make([]engine.Counts, MaxBlockPosts)
 		// Lookups on a merely parsed block must stay in bounds.
@@ -399,8 +399,8 @@ func TestBlockCRC(t *testing.T) {
 		body := []byte("some block bytes")
 		var k [8]byte
 		le.PutUint64(k[:], first)
-		if got, want := blockCRC(first, body), crc32.Checksum(append(k[:], body...), castagnoli); got != want {
-			t.Fatalf("blockCRC(%x) = %08x, want %08x", first, got, want)
+		if got, want := BlockCRC(first, body), crc32.Checksum(append(k[:], body...), castagnoli); got != want {
+			t.Fatalf("BlockCRC(%x) = %08x, want %08x", first, got, want)
 		}
 	}
 }

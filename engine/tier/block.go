@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
@@ -26,17 +25,6 @@ const MaxBlockRecords = 256
 // sealed page 5% faster (half the blocks to parse and group); a block is
 // then about 2 KiB, still one page of a cold file.
 const blockRecords = 256
-
-// blockCRC is the CRC32C of the block's first id (8 bytes, little-endian,
-// kept in the index, not the block) followed by the block's bytes, so a
-// block paired with the wrong index entry fails as a damaged one does.
-func blockCRC(first uint64, b []byte) uint32 {
-	crc := ^uint32(0)
-	for i := range 8 {
-		crc = castagnoli[byte(crc)^byte(first>>(8*i))] ^ crc>>8
-	}
-	return crc32.Update(^crc, castagnoli, b)
-}
 
 // shape is the column layout of a codec's records: cols columns, of which
 // the first dense are stored for every record and the rest form the
@@ -64,47 +52,6 @@ func (e *blockEncoder) add(id uint64, r *Row) {
 		e.vals[f][e.n] = r[f]
 	}
 	e.n++
-}
-
-// colPlan is how one column of a block is packed: every value's low w
-// bits inline, and for the values that do not fit (the exceptions) their
-// position and high bits v>>w (xw wide) in two side lists — engine/sealed's
-// per-block "narrow field, escape" scheme. A column that is zero in every
-// record of the block costs its three header bytes.
-type colPlan struct {
-	w, xw uint8
-	nexc  int
-}
-
-// planCol picks the width that minimises the column's bits, given that an
-// exception costs its position (iw bits) plus xw high bits.
-func planCol(vals []uint64, iw int) colPlan {
-	var hist [65]int
-	maxLen := 0
-	for _, v := range vals {
-		k := bits.Len64(v)
-		hist[k]++
-		maxLen = max(maxLen, k)
-	}
-	best := colPlan{w: uint8(maxLen)}
-	bestCost := len(vals) * maxLen
-	exc := 0
-	for w := maxLen - 1; w >= 0; w-- {
-		exc += hist[w+1]
-		cost := len(vals)*w + exc*(iw+maxLen-w)
-		if cost <= bestCost {
-			best, bestCost = colPlan{w: uint8(w), xw: uint8(maxLen - w), nexc: exc}, cost
-		}
-	}
-	return best
-}
-
-// posWidth is the bits of an exception's position among n values.
-func posWidth(n int) int {
-	if n <= 1 {
-		return 0
-	}
-	return bits.Len(uint(n - 1))
 }
 
 // encode appends the encoded block (bytes and CRC) to dst and resets e.
@@ -138,13 +85,13 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 			}
 		}
 	}
-	var plans [MaxCols]colPlan
+	var plans [MaxCols]sealed.ColumnPlan
 	for f := range sh.cols {
 		c := n
 		if f >= sh.dense {
 			c = k
 		}
-		plans[f] = planCol(e.vals[f][:c], posWidth(c))
+		plans[f] = sealed.PlanColumn(e.vals[f][:c])
 	}
 
 	start := len(dst)
@@ -153,8 +100,7 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(k))
 	}
 	for _, p := range plans[:sh.cols] {
-		dst = append(dst, p.w, p.xw)
-		dst = binary.AppendUvarint(dst, uint64(p.nexc))
+		dst = p.AppendHeader(dst)
 	}
 	e.bw.Buf = dst
 	bw := &e.bw
@@ -173,28 +119,11 @@ func (e *blockEncoder) encode(dst []byte) []byte {
 				}
 			}
 		}
-		vals := e.vals[f][:c]
-		for _, v := range vals {
-			bw.Put(v, int(p.w))
-		}
-		if p.nexc == 0 {
-			continue
-		}
-		iw := posWidth(c)
-		for i, v := range vals {
-			if v>>p.w != 0 {
-				bw.Put(uint64(i), iw)
-			}
-		}
-		for _, v := range vals {
-			if v>>p.w != 0 {
-				bw.Put(v>>p.w, int(p.xw))
-			}
-		}
+		p.Put(bw, e.vals[f][:c])
 	}
 	dst = bw.Flush()
 	bw.Buf = nil
-	dst = le.AppendUint32(dst, blockCRC(first, dst[start:]))
+	dst = le.AppendUint32(dst, sealed.BlockCRC(first, dst[start:]))
 	e.n = 0
 	return dst
 }
@@ -212,15 +141,7 @@ type Block struct {
 	sh   shape
 	k    int // records with the sparse group
 	pres int // bit offset of the presence bits; -1 when k is 0 or n
-	f    [MaxCols]colView
-}
-
-type colView struct {
-	w, xw, iw      int
-	nexc           int
-	vals, idx, exc int
-	wmask, xmask   uint64
-	imask          uint64
+	f    [MaxCols]sealed.Column
 }
 
 // Parse parses the header of block b (its bytes without the CRC), whose
@@ -249,9 +170,6 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 	}
 	k.pres = -1
 	for f := range sh.cols {
-		if p < 0 || p+2 > len(b) {
-			return errBlock
-		}
 		c := n
 		if f >= sh.dense {
 			c = k.k
@@ -260,22 +178,7 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 				off += n
 			}
 		}
-		cv := &k.f[f]
-		cv.w, cv.xw = int(b[p]), int(b[p+1])
-		var nexc uint64
-		nexc, p = bitpack.Uvarint(b, p+2)
-		if p < 0 || nexc > uint64(c) || cv.w+cv.xw > 64 || (nexc == 0) != (cv.xw == 0) {
-			return errBlock
-		}
-		cv.nexc = int(nexc)
-		cv.iw = posWidth(c)
-		cv.wmask, cv.xmask, cv.imask = bitpack.LowMask(uint(cv.w)), bitpack.LowMask(uint(cv.xw)), bitpack.LowMask(uint(cv.iw))
-		cv.vals = off
-		off += c * cv.w
-		cv.idx = off
-		off += cv.nexc * cv.iw
-		cv.exc = off
-		off += cv.nexc * cv.xw
+		p, off = k.f[f].ParseHeader(b, p, off, c, 64)
 	}
 	if p < 0 || (off+7)/8 != len(b)-p {
 		return errBlock
@@ -313,8 +216,9 @@ func (k *Block) sparsePos(i int) int {
 
 // Row reads the record at position i (0 <= i < Len()) into r.
 func (k *Block) Row(i int, r *Row) {
+	a := k.ids.Area()
 	for f := range k.sh.dense {
-		r[f] = k.value(&k.f[f], i)
+		r[f] = k.f[f].Value(a, i)
 	}
 	if k.sh.dense == k.sh.cols {
 		return
@@ -324,70 +228,10 @@ func (k *Block) Row(i int, r *Row) {
 		if j < 0 {
 			r[f] = 0
 		} else {
-			r[f] = k.value(&k.f[f], j)
+			r[f] = k.f[f].Value(a, j)
 		}
 	}
 }
-
-// value returns value i of column cv: its inline bits, then, if i is in
-// the exception list, its high bits. Whether i is an exception is found
-// by counting the positions below i a word of positions at a time (SWAR,
-// as engine/sealed does), with no branch on the data: a binary search
-// was a chain of dependent loads and a misprediction or two per column.
-func (k *Block) value(cv *colView, i int) uint64 {
-	a := k.ids.Area()
-	v := bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
-	n := cv.nexc
-	if n == 0 {
-		return v
-	}
-	t := &swar[cv.iw&15]
-	iw, iv, g := uint(cv.iw), uint64(i)*t.ones, t.guard
-	var e int
-	if c1 := min(n, t.lanes); n-c1 <= t.lanes {
-		x1 := bitpack.Bits56(a, cv.idx) | ^(1<<(uint(c1)*iw&63) - 1)
-		x2 := bitpack.Bits56(a, cv.idx+c1*int(iw)) | ^(1<<(uint(n-c1)*iw&63) - 1)
-		e = 2*t.both -
-			bits.OnesCount64(((x1&t.even|g)-iv)&g|((x1>>iw&t.even|g)-iv)&g>>1) -
-			bits.OnesCount64(((x2&t.even|g)-iv)&g|((x2>>iw&t.even|g)-iv)&g>>1)
-	} else {
-		for c := 0; c < n; c += t.lanes {
-			x := bitpack.Bits56(a, cv.idx+c*int(iw)) | ^(1<<(uint(min(t.lanes, n-c))*iw&63) - 1)
-			e += t.both - bits.OnesCount64(((x&t.even|g)-iv)&g|((x>>iw&t.even|g)-iv)&g>>1)
-		}
-	}
-	e = min(e, n-1)
-	x := bitpack.Bits56(a, cv.idx+e*int(iw)) & cv.imask
-	hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
-	hit := x ^ uint64(i)
-	hi &= (hit|-hit)>>63 - 1
-	return v | hi<<uint(cv.w&63)
-}
-
-// swarLanes describes iw-bit lanes for value's count (engine/sealed's):
-// lanes of them fit in the 56 bits bitpack.Bits56 returns; even has the even
-// lanes' bits, guard the bit above each even lane, ones the low bit of
-// each even lane; both is twice the number of even lanes. For iw = 0 (a
-// one-value column, whose only position is 0) it counts none.
-type swarLanes struct {
-	even, guard, ones uint64
-	lanes, both       int
-}
-
-var swar = func() (t [16]swarLanes) {
-	t[0].lanes = 56
-	for iw := 1; iw <= 8; iw++ {
-		s := &t[iw]
-		s.lanes = 56 / iw
-		for j := 0; j < s.lanes; j += 2 {
-			s.even |= bitpack.LowMask(uint(iw)) << uint(j*iw)
-			s.guard |= 1 << uint(j*iw+iw)
-			s.ones |= 1 << uint(j*iw)
-			s.both += 2
-		}
-	}
-	return t
-}()
 
 // Decode writes the block's ids and rows to ids[:Len()] and rows[:Len()],
 // checking what Parse does not: that ids increase, that the declared
@@ -424,23 +268,12 @@ func (k *Block) Decode(ids []uint64, rows []Row) error {
 	}
 	var col [MaxBlockRecords]uint64
 	for f := range k.sh.cols {
-		cv := &k.f[f]
 		c := n
 		if f >= k.sh.dense {
 			c = k.k
 		}
-		for i := range c {
-			col[i] = bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
-		}
-		prev := -1
-		for e := range cv.nexc {
-			i := int(bitpack.Bits(a, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
-			hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
-			if i <= prev || i >= c || hi == 0 {
-				return errBlock
-			}
-			prev = i
-			col[i] |= hi << uint(cv.w)
+		if err := k.f[f].Decode(a, col[:c]); err != nil {
+			return err
 		}
 		for i := range n {
 			switch {
@@ -473,8 +306,9 @@ func (k *Block) lastID() uint64 { return k.ids.Last() }
 
 // Verify checks everything Decode checks, without writing ids or rows:
 // what a snapshot's Load runs on every block. The ids are checked in
-// their squeezed form (sealed.IDs.Decode without ids); the sparse group
-// by each present record's OR of its values.
+// their squeezed form (sealed.IDs.Decode without ids), each column
+// decoded into a scratch array, the sparse group by each present record's
+// OR of its values.
 func (k *Block) Verify() error {
 	n := k.ids.Len()
 	if err := k.ids.Decode(nil); err != nil {
@@ -491,25 +325,18 @@ func (k *Block) Verify() error {
 		}
 	}
 	var nz [MaxBlockRecords]uint64 // OR of each present record's sparse values
+	var col [MaxBlockRecords]uint64
 	for f := range k.sh.cols {
-		cv := &k.f[f]
 		c := n
 		if f >= k.sh.dense {
 			c = k.k
-			for i := range c {
-				nz[i] |= bitpack.Bits(a, cv.vals+i*cv.w, uint(cv.w), cv.wmask)
-			}
 		}
-		last := -1
-		for e := range cv.nexc {
-			i := int(bitpack.Bits(a, cv.idx+e*cv.iw, uint(cv.iw), cv.imask))
-			hi := bitpack.Bits(a, cv.exc+e*cv.xw, uint(cv.xw), cv.xmask)
-			if i <= last || i >= c || hi == 0 {
-				return errBlock
-			}
-			last = i
-			if f >= k.sh.dense {
-				nz[i] |= hi
+		if err := k.f[f].Decode(a, col[:c]); err != nil {
+			return err
+		}
+		if f >= k.sh.dense {
+			for i, v := range col[:c] {
+				nz[i] |= v
 			}
 		}
 	}
@@ -531,7 +358,7 @@ func checkBlock(first uint64, b []byte, sh shape) error {
 		return fmt.Errorf("block of %d bytes: %w", len(b), errBlock)
 	}
 	body := b[:len(b)-4]
-	if got, want := blockCRC(first, body), le.Uint32(b[len(b)-4:]); got != want {
+	if got, want := sealed.BlockCRC(first, body), le.Uint32(b[len(b)-4:]); got != want {
 		return fmt.Errorf("block checksum mismatch (computed %08x, stored %08x)", got, want)
 	}
 	var k Block

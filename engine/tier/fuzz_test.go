@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/engine/sealed"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -62,7 +63,7 @@ func FuzzBlock(f *testing.F) {
 		sh := shape{c, int(cols/MaxCols) % (c + 1)}
 		if fixCRC {
 			body := blk[:len(blk)-4]
-			binary.LittleEndian.PutUint32(blk[len(blk)-4:], blockCRC(first, body))
+			binary.LittleEndian.PutUint32(blk[len(blk)-4:], sealed.BlockCRC(first, body))
 		}
 		if checkBlock(first, blk, sh) != nil {
 			return

@@ -41,7 +41,7 @@ func BenchmarkLayout(b *testing.B) {
 				if f >= tr.sh.dense {
 					c = k.k
 				}
-				col[f] += float64(c*cv.w+cv.nexc*(cv.iw+cv.xw)) / 8
+				col[f] += float64(cv.Bits(c)) / 8
 			}
 		}
 	}
