@@ -80,7 +80,9 @@ type Footer struct {
 	IndexCRC    uint32
 }
 
-func (f *Footer) append(dst []byte) []byte {
+// Append appends the footer to dst with version in its version field:
+// engine/tier's windows have this footer under their own version.
+func (f *Footer) Append(dst []byte, version uint32) []byte {
 	start := len(dst)
 	dst = le.AppendUint64(dst, f.IndexOffset)
 	dst = le.AppendUint64(dst, f.Blocks)
@@ -88,7 +90,7 @@ func (f *Footer) append(dst []byte) []byte {
 	dst = le.AppendUint64(dst, f.MinID)
 	dst = le.AppendUint64(dst, f.MaxID)
 	dst = le.AppendUint32(dst, f.IndexCRC)
-	dst = le.AppendUint32(dst, formatVersion)
+	dst = le.AppendUint32(dst, version)
 	dst = le.AppendUint32(dst, 0)
 	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
@@ -96,6 +98,12 @@ func (f *Footer) append(dst []byte) []byte {
 // ParseFooter decodes and checks the footer b of a window of size bytes:
 // its checksum and that the regions it declares tile the window exactly.
 func ParseFooter(b []byte, size int64) (Footer, error) {
+	return ParseFooterVersion(b, size, formatVersion)
+}
+
+// ParseFooterVersion is ParseFooter for a footer whose version field must
+// be version: engine/tier's windows.
+func ParseFooterVersion(b []byte, size int64, version uint32) (Footer, error) {
 	var f Footer
 	fo := size - FooterSize
 	if len(b) != FooterSize || size < HeaderSize+FooterSize {
@@ -104,8 +112,8 @@ func ParseFooter(b []byte, size int64) (Footer, error) {
 	if got, want := crc32.Checksum(b[:52], castagnoli), le.Uint32(b[52:]); got != want {
 		return f, corrupt(fo, "footer checksum mismatch (computed %08x, stored %08x)", got, want)
 	}
-	if v := le.Uint32(b[44:]); v != formatVersion {
-		return f, corrupt(fo+44, "footer format version %d, this build reads %d", v, formatVersion)
+	if v := le.Uint32(b[44:]); v != version {
+		return f, corrupt(fo+44, "footer format version %d, this build reads %d", v, version)
 	}
 	if le.Uint32(b[48:]) != 0 {
 		return f, corrupt(fo+48, "reserved footer bytes are not zero")

@@ -144,7 +144,7 @@ func (w *Window) getChunk(ids []uint64, out []engine.Counts, keys []uint64) {
 	}
 	keys = w.idx.Group(ids, keys)
 	if prefetch {
-		use(w.touch(keys))
+		w.idx.TouchBlocks(w.data, keys)
 	}
 	cur := -1
 	var k Block
@@ -381,13 +381,15 @@ func (it *Iterator) Err() error { return nil }
 // prefetch-vs-not switches it off to measure).
 var prefetch = true
 
-// touch loads one byte of every cache line of the blocks keys need before
-// any is decoded. The loads do not depend on each other, so the CPU keeps
-// many in flight at once; decoding a block is a chain of dependent loads
-// (header, id column, count columns), which out of cache would otherwise
-// pay the memory latency several times per block, one block after another.
-func (w *Window) touch(keys []uint64) byte {
-	var x byte
+// TouchBlocks loads one byte of every cache line of the blocks that keys
+// (from Group) name, data being the window's bytes, before any is
+// decoded. The loads do not depend on each other, so the CPU keeps many
+// in flight at once; decoding a block is a chain of dependent loads
+// (header, id column, value columns), which out of cache would otherwise
+// pay the memory latency several times per block, one block after
+// another. engine/tier's sealed windows use it too.
+func (x *Index) TouchBlocks(data []byte, keys []uint64) {
+	var v byte
 	prev := -1
 	for _, key := range keys {
 		b := int(key >> 8)
@@ -395,12 +397,12 @@ func (w *Window) touch(keys []uint64) byte {
 			continue
 		}
 		prev = b
-		_, off, end := w.idx.Block(b)
+		_, off, end := x.Block(b)
 		for p := off; p < end; p += 64 {
-			x ^= w.data[p]
+			v ^= data[p]
 		}
 	}
-	return x
+	use(v)
 }
 
 // touch loads the index's cache lines when it is small enough (a few KiB)

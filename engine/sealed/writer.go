@@ -145,7 +145,7 @@ func (w *Writer) Close() error {
 		f.MinID, f.MaxID = w.minID, w.last
 	}
 	w.buf = append(w.buf, w.index...)
-	w.buf = f.append(w.buf)
+	w.buf = f.Append(w.buf, formatVersion)
 	return w.flush()
 }
 

@@ -79,51 +79,14 @@ func checkWindowHeader(b []byte, tag [4]byte, sh shape) error {
 	return nil
 }
 
-func appendFooter(dst []byte, f sealed.Footer) []byte {
-	start := len(dst)
-	dst = le.AppendUint64(dst, f.IndexOffset)
-	dst = le.AppendUint64(dst, f.Blocks)
-	dst = le.AppendUint64(dst, f.Posts)
-	dst = le.AppendUint64(dst, f.MinID)
-	dst = le.AppendUint64(dst, f.MaxID)
-	dst = le.AppendUint32(dst, f.IndexCRC)
-	dst = le.AppendUint32(dst, windowVersion)
-	dst = le.AppendUint32(dst, 0)
-	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
-}
-
-// parseFooter decodes and checks the footer b of a window of size bytes.
+// parseFooter decodes and checks the footer b of a window of size bytes
+// (sealed's footer, under this format's version), its error a tier one.
 func parseFooter(b []byte, size int64) (sealed.Footer, error) {
-	var f sealed.Footer
-	fo := size - footerSize
-	if len(b) != footerSize || size < headerSize+footerSize {
-		return f, corruptAt("", 0, "%d bytes is too short for a window", size)
+	f, err := sealed.ParseFooterVersion(b, size, windowVersion)
+	if ce := (*sealed.CorruptError)(nil); errors.As(err, &ce) {
+		return f, corruptAt("", ce.Offset, "%s", ce.Reason)
 	}
-	if got, want := crc32.Checksum(b[:52], castagnoli), le.Uint32(b[52:]); got != want {
-		return f, corruptAt("", fo, "footer checksum mismatch (computed %08x, stored %08x)", got, want)
-	}
-	if v := le.Uint32(b[44:]); v != windowVersion || le.Uint32(b[48:]) != 0 {
-		return f, corruptAt("", fo+44, "footer version %d, this build reads %d", v, windowVersion)
-	}
-	f = sealed.Footer{
-		IndexOffset: le.Uint64(b[0:]), Blocks: le.Uint64(b[8:]), Posts: le.Uint64(b[16:]),
-		MinID: le.Uint64(b[24:]), MaxID: le.Uint64(b[32:]), IndexCRC: le.Uint32(b[40:]),
-	}
-	if f.IndexOffset < headerSize || f.IndexOffset > uint64(size)-footerSize {
-		return f, corruptAt("", fo, "index offset %d outside the window", f.IndexOffset)
-	}
-	idxLen := uint64(size) - footerSize - f.IndexOffset
-	switch {
-	case idxLen%entrySize != 0 || idxLen/entrySize != f.Blocks:
-		return f, corruptAt("", fo, "index of %d bytes for %d blocks", idxLen, f.Blocks)
-	case f.Posts < f.Blocks || f.Posts > f.Blocks*MaxBlockRecords:
-		return f, corruptAt("", fo, "%d records in %d blocks", f.Posts, f.Blocks)
-	case f.Blocks == 0 && (f.IndexOffset != headerSize || f.MinID != 0 || f.MaxID != 0):
-		return f, corruptAt("", fo, "empty window with blocks or ids")
-	case f.MinID > f.MaxID:
-		return f, corruptAt("", fo, "min id %d above max id %d", f.MinID, f.MaxID)
-	}
-	return f, nil
+	return f, err
 }
 
 // windowWriter encodes a window from records given in increasing id order,
@@ -211,7 +174,7 @@ func (ww *windowWriter) close() error {
 		f.MinID, f.MaxID = ww.minID, ww.last
 	}
 	ww.buf = append(ww.buf, ww.index...)
-	ww.buf = appendFooter(ww.buf, f)
+	ww.buf = f.Append(ww.buf, windowVersion)
 	ww.flush()
 	return ww.err
 }
@@ -349,33 +312,3 @@ func (s *segment) blockBytes(b int) (uint64, []byte) {
 
 // sizeBytes is the memory the segment holds: its region of the arena.
 func (s *segment) sizeBytes() int { return cap(s.data) }
-
-// touch loads one byte of every cache line of the blocks keys need before
-// any is decoded: the loads do not depend on each other, so the CPU keeps
-// many in flight, where decoding is a chain of dependent loads (engine/
-// sealed measured a third off a page out of cache). Here a page without
-// it took 1.6x (1M posts) and 1.8x (10M) the time; loading only the lines
-// each lookup should need (headers first, then the high bits, the sparse
-// columns and the lines near each id's expected rank) took 1.5x: the
-// second wave of loads waits for the first.
-func (s *segment) touch(keys []uint64) byte {
-	var x byte
-	prev := -1
-	for _, key := range keys {
-		b := int(key >> 8)
-		if b == prev {
-			continue
-		}
-		prev = b
-		_, off, end := s.idx.Block(b)
-		for p := off; p < end; p += 64 {
-			x ^= s.data[p]
-		}
-	}
-	return x
-}
-
-// use consumes the bytes touch loaded so the compiler keeps the loads.
-//
-//go:noinline
-func use(byte) {}
