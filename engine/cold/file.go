@@ -201,11 +201,7 @@ func (f *File) getChunk(ids []uint64, out []engine.Counts, keys []uint64) error 
 	var missing [256]group
 	nmiss := 0
 	for s := 0; s < len(keys); {
-		b := int(keys[s] >> 8)
-		e := s + 1
-		for e < len(keys) && int(keys[e]>>8) == b {
-			e++
-		}
+		b, e := sealed.BlockRun(keys, s)
 		first, _, _ := f.idx.Block(b)
 		hit := f.cache.view(cacheKey(f.id, b), func(blk []byte) {
 			lookup(first, blk, ids, out, keys[s:e])

@@ -374,6 +374,17 @@ func (x *Index) MaxID() uint64 { return x.maxID }
 // SizeBytes returns the bytes of the index entries.
 func (x *Index) SizeBytes() int { return len(x.raw) }
 
+// BlockRun returns the block of keys[s], keys being Group's result, and
+// the end of the run of keys that name it: keys[s:end]. A multi-get walks
+// Group's result block by block with it.
+func BlockRun(keys []uint64, s int) (block, end int) {
+	block, end = int(keys[s]>>8), s+1
+	for end < len(keys) && int(keys[end]>>8) == block {
+		end++
+	}
+	return block, end
+}
+
 // Group fills keys with one entry per id of ids that may be in the window,
 // block<<8 | position in ids, sorted by block, and returns the filled part:
 // a multi-get then visits each block once, in file order. ids may hold at

@@ -3,6 +3,8 @@ package tier
 import (
 	"slices"
 	"unsafe"
+
+	"github.com/tally-dev/tally/engine/sealed"
 )
 
 // get reads the record of id from the segment.
@@ -179,11 +181,7 @@ func (t *Tier[R]) getCold(f *coldFile, sub []uint64, pos []uint8, out []R, found
 		}
 	}()
 	for s := 0; s < len(keys); {
-		b := int(keys[s] >> 8)
-		e := s + 1
-		for e < len(keys) && int(keys[e]>>8) == b {
-			e++
-		}
+		b, e := sealed.BlockRun(keys, s)
 		first, _, _ := f.idx.Block(b)
 		group := keys[s:e]
 		look := func(blk []byte) { t.lookupBlock(first, blk, f.sh, group, sub, pos, out, found) }
