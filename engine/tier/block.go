@@ -235,83 +235,13 @@ func (k *Block) Row(i int, r *Row) {
 
 // Decode writes the block's ids and rows to ids[:Len()] and rows[:Len()],
 // checking what Parse does not: that ids increase, that the declared
-// varying bits vary, that exceptions and presence bits are canonical. A
-// block that decodes without error reads back exactly what it decodes to.
+// varying bits vary, that exceptions and presence bits are canonical
+// (a record has the sparse group exactly when one of its values there is
+// not zero). A block that decodes without error reads back exactly what
+// it decodes to. With ids and rows nil it only checks: Verify.
 func (k *Block) Decode(ids []uint64, rows []Row) error {
 	n := k.ids.Len()
-	rows = rows[:n]
 	if err := k.ids.Decode(ids); err != nil {
-		return err
-	}
-	a := k.ids.Area()
-	// The columns as stored (the sparse ones squeezed), then spread.
-	var at [MaxBlockRecords]int // record -> position among the sparse
-	if k.pres >= 0 {
-		c := 0
-		for i := range n {
-			at[i] = -1
-			if bitpack.Bits(a, k.pres+i, 1, 1) == 1 {
-				at[i] = c
-				c++
-			}
-		}
-		if c != k.k {
-			return errBlock
-		}
-	} else {
-		for i := range n {
-			at[i] = i
-			if k.k == 0 {
-				at[i] = -1
-			}
-		}
-	}
-	var col [MaxBlockRecords]uint64
-	for f := range k.sh.cols {
-		c := n
-		if f >= k.sh.dense {
-			c = k.k
-		}
-		if err := k.f[f].Decode(a, col[:c]); err != nil {
-			return err
-		}
-		for i := range n {
-			switch {
-			case f < k.sh.dense:
-				rows[i][f] = col[i]
-			case at[i] < 0:
-				rows[i][f] = 0
-			default:
-				rows[i][f] = col[at[i]]
-			}
-		}
-	}
-	for i := range rows {
-		zero := true
-		for f := k.sh.dense; f < k.sh.cols; f++ {
-			zero = zero && rows[i][f] == 0
-		}
-		if k.sh.dense < k.sh.cols && zero != (at[i] < 0) {
-			return errBlock // a present record with a zero group, or the reverse
-		}
-		for f := k.sh.cols; f < MaxCols; f++ {
-			rows[i][f] = 0
-		}
-	}
-	return nil
-}
-
-// lastID returns the block's last id (the block verified).
-func (k *Block) lastID() uint64 { return k.ids.Last() }
-
-// Verify checks everything Decode checks, without writing ids or rows:
-// what a snapshot's Load runs on every block. The ids are checked in
-// their squeezed form (sealed.IDs.Decode without ids), each column
-// decoded into a scratch array, the sparse group by each present record's
-// OR of its values.
-func (k *Block) Verify() error {
-	n := k.ids.Len()
-	if err := k.ids.Decode(nil); err != nil {
 		return err
 	}
 	a := k.ids.Area()
@@ -324,19 +254,34 @@ func (k *Block) Verify() error {
 			return errBlock
 		}
 	}
+	if rows != nil {
+		rows = rows[:n]
+		clear(rows)
+	}
 	var nz [MaxBlockRecords]uint64 // OR of each present record's sparse values
 	var col [MaxBlockRecords]uint64
 	for f := range k.sh.cols {
-		c := n
-		if f >= k.sh.dense {
-			c = k.k
+		if f < k.sh.dense {
+			if err := k.f[f].Decode(a, col[:n]); err != nil {
+				return err
+			}
+			for i := range rows {
+				rows[i][f] = col[i]
+			}
+			continue
 		}
-		if err := k.f[f].Decode(a, col[:c]); err != nil {
+		// Stored for the k present records only; spread to all n.
+		if err := k.f[f].Decode(a, col[:k.k]); err != nil {
 			return err
 		}
-		if f >= k.sh.dense {
-			for i, v := range col[:c] {
-				nz[i] |= v
+		for i, v := range col[:k.k] {
+			nz[i] |= v
+		}
+		j := 0
+		for i := range rows {
+			if k.k == n || k.pres >= 0 && bitpack.Bits(a, k.pres+i, 1, 1) == 1 {
+				rows[i][f] = col[j]
+				j++
 			}
 		}
 	}
@@ -349,6 +294,13 @@ func (k *Block) Verify() error {
 	}
 	return nil
 }
+
+// lastID returns the block's last id (the block verified).
+func (k *Block) lastID() uint64 { return k.ids.Last() }
+
+// Verify checks everything Decode checks, without writing ids or rows:
+// what a snapshot's Load runs on every block.
+func (k *Block) Verify() error { return k.Decode(nil, nil) }
 
 // checkBlock checks block b — its bytes including the trailing CRC, with
 // cap(b) >= len(b)+BlockSlack-4 — whose first id is first: the checksum,
