@@ -26,6 +26,13 @@
 //     ErrCorrupt) with the offset of the bad part.
 //   - A Window is immutable and safe for concurrent use.
 //
+// engine/tier's windows code their blocks with this package's parts rather
+// than copies of them: the id column (IDPlan, IDs), the value columns
+// (ColumnPlan, Column), the block CRC (BlockCRC), the footer (Footer.Append,
+// ParseFooterVersion) and the index (Index, BlockRun, TouchBlocks). A
+// change to any of them changes both formats; the fuzz seeds and format
+// tests of both packages hold their bytes.
+//
 // # Why this encoding
 //
 // Within a window the ids share their high bits, and Twitter-layout ids

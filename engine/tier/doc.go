@@ -98,7 +98,10 @@
 // presence bits: a post with no counts costs one bit more than its id
 // and author, and a block with no counts at all costs their headers only.
 // The index and footer have engine/sealed's layout; sealed.Index checks
-// and searches the index.
+// and searches the index. The code is engine/sealed's too: the id column
+// is sealed.IDs, each value column a sealed.Column, the block CRC
+// sealed.BlockCRC; this package adds the shape, the sparse group and its
+// presence bits.
 //
 // # Measured
 //
