@@ -14,18 +14,18 @@ import (
 	"github.com/tally-dev/tally/engine/snapshot"
 )
 
-// A user's badge state is kept in two packed tables (no pointers), so
+// A user's badge state is kept in three packed tables (no pointers), so
 // that each user pays for what they use: a user who only reads their
 // badges has a visit record (seenRec: 12 bytes, a 21-byte slot), a user
-// who is bumped or clicks the red dot a badge record (badgeRec: 24 bytes,
-// a 33-byte slot), and a user who does neither has neither. The four
+// with unread counts a badge record (badgeRec: 16 bytes, a 25-byte slot),
+// a user who clicked the red dot a click stamp (state.clicks: 8 bytes, a
+// 17-byte slot), and a user who does none of these has none. The four
 // unread counters are 32-bit: nearly every user's are small, but a
 // celebrity's unread likes can pass 2^32 in a day and the badge must stay
 // exact, so a counter at wideMark holds its value in state.wide instead
 // (seed 003's narrow field with an escape to an overflow table).
 type badgeRec struct {
-	n     [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
-	click [2]uint32 // Unix ns of the last red-dot click (low, high word); 0: never
+	n [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
 }
 
 // seenRec is a user's last visit and system cursor.
@@ -34,7 +34,7 @@ type seenRec struct {
 	cursor [2]uint32 // last system notification seen (low, high word), if flagCursor
 }
 
-// userRec is a user's badge state as one record: what the two tables
+// userRec is a user's badge state as one record: what the three tables
 // hold of them together, as snapshots (USER) and tests see it.
 type userRec struct {
 	n      [4]uint32
@@ -135,33 +135,62 @@ func (st *state) seen(u uint64) *seenRec {
 	return st.seens.Upsert(keyOf(u))
 }
 
-// hasUserRec reports whether u has a badge or a visit record.
+// hasUserRec reports whether u has a badge or a visit record or a click.
 func (st *state) hasUserRec(u uint64) bool {
 	_, b := st.badges.Get(keyOf(u))
 	_, s := st.seens.Get(keyOf(u))
-	return b || s
+	_, c := st.clicks.Get(keyOf(u))
+	return b || s || c
+}
+
+// setClick records u's red-dot click at stamp (Unix ns).
+func (st *state) setClick(u uint64, stamp int64) {
+	if !st.known(u) {
+		st.nusers++
+	}
+	st.clicks.Put(keyOf(u), words(uint64(stamp)))
 }
 
 // userView returns u's badge state as one record, and whether u has any.
 func (st *state) userView(u uint64) (userRec, bool) {
 	b, bok := st.badges.Get(keyOf(u))
 	s, sok := st.seens.Get(keyOf(u))
-	r := userRec{n: b.n, click: int64(unwords(b.click)), day: s.lastDay(), cursor: unwords(s.cursor)}
+	c, cok := st.clicks.Get(keyOf(u))
+	r := userRec{n: b.n, click: int64(unwords(c)), day: s.lastDay(), cursor: unwords(s.cursor)}
 	if s.hasCursor() {
 		r.flags = flagCursor
 	}
-	return r, bok || sok
+	return r, bok || sok || cok
 }
 
-// userRecords returns how many users have a badge or a visit record.
-func (st *state) userRecords() int {
-	n := st.badges.Len()
+// rangeUserRecs calls fn once for every user with a badge or a visit
+// record or a click.
+func (st *state) rangeUserRecs(fn func(u uint64)) {
+	st.badges.Range(func(k userKey, _ badgeRec) bool {
+		fn(k.id())
+		return true
+	})
 	st.seens.Range(func(k userKey, _ seenRec) bool {
 		if _, ok := st.badges.Get(k); !ok {
-			n++
+			fn(k.id())
 		}
 		return true
 	})
+	st.clicks.Range(func(k userKey, _ [2]uint32) bool {
+		_, b := st.badges.Get(k)
+		_, s := st.seens.Get(k)
+		if !b && !s {
+			fn(k.id())
+		}
+		return true
+	})
+}
+
+// userRecords returns how many users have a badge or a visit record or a
+// click.
+func (st *state) userRecords() int {
+	n := 0
+	st.rangeUserRecs(func(uint64) { n++ })
 	return n
 }
 
@@ -203,7 +232,8 @@ func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch
 		posts = append(posts, st.postCount(t))
 	}
 	f.FolloweePosts, f.Snapshots = posts, snaps
-	f.Push, f.Click = st.push, int64(unwords(b.click))
+	c, _ := st.clicks.Get(keyOf(viewer))
+	f.Push, f.Click = st.push, int64(unwords(c))
 	return ops.Unread(f), ops.DecideTouch(cf, at, time.Duration(ttl))
 }
 
@@ -379,6 +409,9 @@ func (st *state) sweepCursors(now, ttl int64) {
 		if b, ok := st.badges.Get(k); ok && b != (badgeRec{}) {
 			continue // the badges keep the record, and with it the day
 		}
+		if _, ok := st.clicks.Get(k); ok {
+			continue // so does the click
+		}
 		st.seens.Delete(k)
 		st.badges.Delete(k)
 		if !st.known(k.id()) {
@@ -399,7 +432,7 @@ func (st *state) userFields(u uint64, r *userRec) [8]uint64 {
 }
 
 // writeUsers writes USER, one item per user with a badge or a visit
-// record, in the format of the one table they were kept in before, so
+// record or a click, in the format of the one table they were kept in before, so
 // that older snapshots load unchanged.
 func writeUsers(e *enc, st *state) {
 	item := func(u uint64) {
@@ -410,20 +443,11 @@ func writeUsers(e *enc, st *state) {
 		e.masked(f[:])
 		e.end()
 	}
-	st.badges.Range(func(k userKey, _ badgeRec) bool {
-		item(k.id())
-		return true
-	})
-	st.seens.Range(func(k userKey, _ seenRec) bool {
-		if _, ok := st.badges.Get(k); !ok {
-			item(k.id())
-		}
-		return true
-	})
+	st.rangeUserRecs(item)
 }
 
-// readUsers reads USER into the badge and visit records: counters and
-// the click make a badge record, the day and the cursor a visit record,
+// readUsers reads USER into the badge and visit records and the clicks:
+// counters make a badge record, the click a click stamp, the day and the cursor a visit record,
 // and an item with neither an empty visit record (keepKnown's).
 func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	n := 0
@@ -459,9 +483,11 @@ func readUsers(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 				r.cursor = words(f[5])
 			}
 		}
-		if max(f[0], f[1], f[2], f[3], f[4]) != 0 {
+		if f[4] != 0 {
+			st.clicks.Put(keyOf(u), words(f[4]))
+		}
+		if max(f[0], f[1], f[2], f[3]) != 0 {
 			r := st.badges.Upsert(keyOf(u))
-			r.click = words(f[4])
 			for k := range r.n {
 				st.setCounter(u, r, k, int64(f[k]))
 			}

@@ -40,6 +40,14 @@ var userKinds = []struct {
 				Follow: ops.Follow{Viewer: engine.UserID(i + 2), Target: 1}}, nil, false)
 		}
 	}, nil},
+	// An author with one post and an unread like on it (the like itself
+	// is the liker's, in the like set, and not counted).
+	{"liked-author", func(st *state, n int) {
+		importAuthored(st, n, func(i int) uint64 { return uint64(i) + 1 })
+		for i := range n {
+			st.bump(uint64(i)+1, nLikes)
+		}
+	}, func(st *state, n int) { importAuthored(st, n, func(int) uint64 { return 1 }) }},
 	// An author with one post and one follower: one fan follows them all
 	// (so the fan's followee list, engine/follows, is counted too).
 	{"followed-author", func(st *state, n int) {

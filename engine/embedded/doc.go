@@ -168,9 +168,10 @@
 // uint32 with an escape past 2^32, 13 bytes a slot), a followed user a
 // follower count (followers, the same), a user who reads their badges a
 // visit record (seens: day and system cursor, 21 bytes a slot), a user
-// with unread counts or a red-dot click a badge record (badges: 33 bytes
-// a slot). Snapshots keep the sections these had when each user had one
-// badge record and one profile (USER, PROF), so older snapshots load
+// with unread counts a badge record (badges: 25 bytes a slot), a user who
+// clicked the red dot a click stamp (clicks: 17 bytes a slot). Snapshots keep the sections these had when each user had one
+// badge record and one profile (USER, PROF: each item joins a user's
+// records), so older snapshots load
 // unchanged (TestUserSnapshotLoads). BenchmarkUserMemory reports the
 // live heap bytes per user of each kind.
 //

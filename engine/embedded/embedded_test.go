@@ -454,13 +454,7 @@ func (st *state) dump() string {
 		v, _ := st.userView(k)
 		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", v)})
 	}
-	st.badges.Range(func(k userKey, _ badgeRec) bool { userRow(k.id()); return true })
-	st.seens.Range(func(k userKey, _ seenRec) bool {
-		if _, ok := st.badges.Get(k); !ok {
-			userRow(k.id())
-		}
-		return true
-	})
+	st.rangeUserRecs(userRow)
 	section("users", rows)
 	rows = nil
 	// The public counters render as the one profile table they were

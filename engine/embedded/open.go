@@ -292,7 +292,7 @@ func (e *Engine) Stats() engine.Stats {
 	defer e.mu.RUnlock()
 	st := e.st
 	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes() + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
-		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.wide.MemoryBytes() + st.posted.MemoryBytes() + st.followers.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
+		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + st.posted.MemoryBytes() + st.followers.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
 	mem += st.follows.MemoryBytes() + st.rcBytes

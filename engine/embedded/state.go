@@ -35,9 +35,10 @@ type state struct {
 	// applying a record (see Engine.commit).
 	err error
 
-	badges *table.Table[userKey, badgeRec] // users with unread counts or a red-dot click
-	seens  *table.Table[userKey, seenRec]  // users who have read their badges
-	wide   *table.Table[uint64, [4]int64]  // unread counters past 32 bits (badgeRec)
+	badges *table.Table[userKey, badgeRec]  // users with unread counts
+	seens  *table.Table[userKey, seenRec]   // users who have read their badges
+	clicks *table.Table[userKey, [2]uint32] // Unix ns of a user's last red-dot click (low, high word)
+	wide   *table.Table[uint64, [4]int64]   // unread counters past 32 bits (badgeRec)
 	// posted is each author's post count, held only for users who have
 	// posted; followers each followed user's follower count, held for
 	// users ever followed (0 after unfollows only when the user has no
@@ -48,7 +49,7 @@ type state struct {
 	// count when the viewer last caught up (the feed snapshot): packed,
 	// pointer-free (engine/follows).
 	follows *follows.Store
-	nusers  int64 // distinct users in badges ∪ seens ∪ posted ∪ followers ∪ follows
+	nusers  int64 // distinct users in badges ∪ seens ∪ clicks ∪ posted ∪ followers ∪ follows
 
 	notifs    []notif // sorted by id
 	notifText []byte
@@ -86,6 +87,7 @@ func newState(co postcounts.Options) *state {
 		favs:      newLikeset(co),
 		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
 		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
+		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    newUserCounts(1024),
 		followers: newUserCounts(8),
@@ -237,7 +239,7 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 		st.fanout(f, out)
 	}
 	for _, c := range eff.Clicks {
-		st.badge(uint64(c.User)).click = words(uint64(c.Stamp))
+		st.setClick(uint64(c.User), c.Stamp)
 	}
 	if eff.Push != 0 {
 		st.push = eff.Push

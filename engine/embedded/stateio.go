@@ -33,7 +33,8 @@ import (
 //	FAVS  u user, 8 post
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
-//	      (one item per user with a badge or a visit record, both in one)
+//	      (one item per user with a badge or a visit record or a click,
+//	      all in one)
 //	PROF  u user, v posts, v followers (one item per user with a post or
 //	      a follower count, both in one)
 //	FOLW  u viewer, u n, n × (u followee, v snapshot); a list longer than
@@ -373,10 +374,11 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		counts: newCounts(co),
 		likes:  newLikeset(co),
 		favs:   newLikeset(co),
-		badges: table.New[userKey, badgeRec](hashUserKey, 8),
-		// USER's items split between the two by what they hold, so
-		// both grow as replay grows them.
+		// USER's items split between badges, seens and clicks by what
+		// they hold, so all three grow as replay grows them.
+		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
 		seens:     table.New[userKey, seenRec](hashUserKey, 8),
+		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    newUserCounts(items(tagProfiles)),
 		followers: newUserCounts(8),

@@ -160,7 +160,7 @@ func TestPublicCountersCostWhatIsUsed(t *testing.T) {
 
 // TestBadgeRecordsCostWhatIsUsed: a user who only reads their badges has
 // a visit record and no badge record; a user who is only bumped has a
-// badge record and no visit record; a badge read of a user with neither
+// badge record and no visit record; a click is a click stamp alone; a badge read of a user with neither
 // leaves an empty visit record (the user is known); and a snapshot round
 // trip gives the same state and Users statistic.
 func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
@@ -181,8 +181,12 @@ func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
 	if _, ok := st.badges.Get(keyOf(1)); ok || st.seens.Len() != 2 {
 		t.Fatalf("a read of nothing gave a reader a record (%d visit records)", st.seens.Len())
 	}
-	if st.nusers != 3 || st.userRecords() != 3 {
-		t.Fatalf("users %d, records %d; want 3", st.nusers, st.userRecords())
+	st.setClick(4, 77)
+	if _, ok := st.clicks.Get(keyOf(4)); !ok || st.badges.Len() != 1 || st.seens.Len() != 2 {
+		t.Fatalf("a click: stamp %v, %d badge and %d visit records", ok, st.badges.Len(), st.seens.Len())
+	}
+	if st.nusers != 4 || st.userRecords() != 4 {
+		t.Fatalf("users %d, records %d; want 4", st.nusers, st.userRecords())
 	}
 	if v, _ := st.userView(1); v.cursor != 3 || v.flags != flagCursor || v.day != 0 {
 		t.Fatalf("reader's record: %+v", v)
