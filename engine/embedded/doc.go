@@ -163,17 +163,17 @@
 //
 // A user costs what they use: each kind of per-user state is a packed
 // table of its own keyed by the user (userKey, two 32-bit words, so that
-// slots are not padded), and a user is in a table only when they have
-// that state. An author with only posts has a post count (posted: a
-// uint32 with an escape past 2^32, 13 bytes a slot), a followed user a
-// follower count (followers, the same), a user who reads their badges a
-// visit record (seens: day and system cursor, 21 bytes a slot), a user
-// with unread counts a badge record (badges: 25 bytes a slot), a user who
-// clicked the red dot a click stamp (clicks: 17 bytes a slot). Snapshots keep the sections these had when each user had one
-// badge record and one profile (USER, PROF: each item joins a user's
-// records), so older snapshots load
-// unchanged (TestUserSnapshotLoads). BenchmarkUserMemory reports the
-// live heap bytes per user of each kind.
+// slots are not padded), and a user is in a table only when they have that
+// state. An author with only posts has a post count (posted: a uint32 with
+// an escape past 2^32, 13 bytes a slot), a followed user a follower count
+// (followers, the same), a user who reads their badges a visit record
+// (seens: day and system cursor, 21 bytes a slot), a user with unread
+// counts a badge record (badges: 25 bytes a slot), a user who clicked the
+// red dot a click stamp (clicks: 17 bytes a slot). Snapshots keep the
+// sections these had when each user had one badge record and one profile
+// (USER, PROF: each item joins a user's records), so older snapshots load
+// unchanged (TestUserSnapshotLoads). BenchmarkUserMemory reports the live
+// heap bytes per user of each kind.
 //
 // # Events
 //
