@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -194,5 +195,66 @@ func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
 	back := roundTrip(t, st)
 	if a, b := st.dump(), back.dump(); a != b {
 		t.Fatalf("round trip:\n%s", lineDiff(a, b))
+	}
+}
+
+// userSection writes a snapshot holding one USER section of the given
+// items (user, then the eight fields as writeUsers masks them) and reads
+// it into a fresh state with readUsers.
+func userSection(t *testing.T, items ...[9]uint64) (*state, error) {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := snapshot.NewWriter(&buf, 1)
+	ok(t, err)
+	e := &enc{w: w}
+	w.Begin(tagUsers)
+	for _, it := range items {
+		e.start()
+		e.u(it[0])
+		e.masked(it[1:])
+		e.end()
+	}
+	w.End()
+	_, err = w.Finish()
+	ok(t, err)
+	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
+	ok(t, err)
+	sr, found := rd.Section(tagUsers)
+	if !found {
+		t.Fatal("no USER section")
+	}
+	st := newState(postcounts.Options{})
+	return st, readUsers(sr, nil, st)
+}
+
+// TestReadUsersSplitsAndRejects: USER items land in the tables their
+// fields belong to, and fields no encoder writes (unknown flag bits, a day
+// that would collide with the cursor bit, a user listed twice) are
+// rejected as damage.
+func TestReadUsersSplitsAndRejects(t *testing.T) {
+	//                 user  men com lik msg click cursor day flags
+	st, err := userSection(t, [9]uint64{1, 0, 0, 5, 0, 0, 0, 0, 0},
+		[9]uint64{2, 0, 0, 0, 0, 0, 9, 20000, flagCursor},
+		[9]uint64{3, 0, 0, 0, 0, 123, 0, 0, 0},
+		[9]uint64{4},
+		[9]uint64{5, 1 << 33, 0, 0, 0, 7, 9, 20000, flagCursor})
+	ok(t, err)
+	if st.badges.Len() != 2 || st.seens.Len() != 3 || st.clicks.Len() != 2 || st.wide.Len() != 1 {
+		t.Fatalf("badges %d seens %d clicks %d wide %d", st.badges.Len(), st.seens.Len(), st.clicks.Len(), st.wide.Len())
+	}
+	if v, _ := st.userView(5); v.cursor != 9 || v.day != 20000 || v.flags != flagCursor || v.click != 7 || st.userFields(5, &v)[0] != 1<<33 {
+		t.Fatalf("user 5: %+v", v)
+	}
+	var ce *snapshot.CorruptError
+	for name, it := range map[string][9]uint64{
+		"flag bits":  {1, 0, 0, 0, 0, 0, 0, 0, 2},
+		"day bit 31": {1, 0, 0, 0, 0, 0, 0, seenCursor, 0},
+	} {
+		if _, err := userSection(t, it); !errors.As(err, &ce) {
+			t.Errorf("%s: %v, want a CorruptError", name, err)
+		}
+	}
+	if _, err := userSection(t, [9]uint64{1, 0, 0, 1}, [9]uint64{1, 0, 0, 0, 0, 0, 0, 3}); !errors.As(err, &ce) {
+		t.Errorf("a user twice: %v, want a CorruptError", err)
 	}
 }
