@@ -21,13 +21,15 @@ import (
 //	          version uint32 (1) | 0 uint32 | CRC32C of the 52 bytes before it uint32   (56 bytes)
 //
 // The index and footer have engine/sealed's layout, and the index is
-// checked and searched by sealed.Index.
+// checked and searched by sealed.Index, the footer by sealed's
+// ParseFooterVersion, which takes the header to be sealed.HeaderSize
+// bytes, as this one is.
 const (
 	windowMagic   = "TLYTIER1"
 	windowVersion = 1
-	headerSize    = 16
-	footerSize    = 56
-	entrySize     = 16
+	headerSize    = sealed.HeaderSize
+	footerSize    = sealed.FooterSize
+	entrySize     = sealed.IndexEntrySize
 )
 
 // ErrCorrupt is wrapped by every error about bytes that are not what a
