@@ -12,6 +12,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/table"
 )
 
 // A user's badge state is kept in three packed tables (no pointers), so
@@ -114,25 +115,21 @@ func (st *state) setCounter(u uint64, r *badgeRec, k int, v int64) {
 
 // badge returns u's badge record, creating it. The pointer is valid until
 // the next insert into or delete from st.badges.
-func (st *state) badge(u uint64) *badgeRec {
-	if r, ok := st.badges.Ref(keyOf(u)); ok {
-		return r
-	}
-	if !st.known(u) {
-		st.nusers++
-	}
-	return st.badges.Upsert(keyOf(u))
-}
+func (st *state) badge(u uint64) *badgeRec { return userRecord(st, st.badges, u) }
 
 // seen returns u's visit record, creating it; valid as badge's.
-func (st *state) seen(u uint64) *seenRec {
-	if r, ok := st.seens.Ref(keyOf(u)); ok {
+func (st *state) seen(u uint64) *seenRec { return userRecord(st, st.seens, u) }
+
+// userRecord returns u's record in one of the per-user tables, creating
+// it (and counting u in the Users statistic if it is their first state).
+func userRecord[V any](st *state, t *table.Table[userKey, V], u uint64) *V {
+	if r, ok := t.Ref(keyOf(u)); ok {
 		return r
 	}
 	if !st.known(u) {
 		st.nusers++
 	}
-	return st.seens.Upsert(keyOf(u))
+	return t.Upsert(keyOf(u))
 }
 
 // hasUserRec reports whether u has a badge or a visit record or a click.
