@@ -28,10 +28,10 @@
 //
 // engine/tier's windows code their blocks with this package's parts rather
 // than copies of them: the id column (IDPlan, IDs), the value columns
-// (ColumnPlan, Column), the block CRC (BlockCRC), the footer (Footer.Append,
-// ParseFooterVersion) and the index (Index, BlockRun, TouchBlocks). A
-// change to any of them changes both formats; the fuzz seeds and format
-// tests of both packages hold their bytes.
+// (ColumnPlan, Column), the block CRC (BlockCRC), the index and footer
+// (AppendIndexFooter, ParseFooterVersion, Index, BlockRun, TouchBlocks).
+// A change to any of them changes both formats; the fuzz seeds and
+// format tests of both packages hold their bytes.
 //
 // # Why this encoding
 //

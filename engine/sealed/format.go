@@ -80,9 +80,24 @@ type Footer struct {
 	IndexCRC    uint32
 }
 
-// Append appends the footer to dst with version in its version field:
-// engine/tier's windows have this footer under their own version.
-func (f *Footer) Append(dst []byte, version uint32) []byte {
+// AppendIndexFooter appends a window's tail to dst: index, the blocks'
+// entries (the blocks end at indexOffset), then the footer with version
+// in its version field (engine/tier's windows have this tail under their
+// own version). minID and maxID are the window's first and last ids, 0
+// and 0 when it has none.
+func AppendIndexFooter(dst, index []byte, indexOffset, posts, minID, maxID uint64, version uint32) []byte {
+	f := Footer{
+		IndexOffset: indexOffset,
+		Blocks:      uint64(len(index) / IndexEntrySize),
+		Posts:       posts,
+		MinID:       minID,
+		MaxID:       maxID,
+		IndexCRC:    crc32.Checksum(index, castagnoli),
+	}
+	return f.append(append(dst, index...), version)
+}
+
+func (f *Footer) append(dst []byte, version uint32) []byte {
 	start := len(dst)
 	dst = le.AppendUint64(dst, f.IndexOffset)
 	dst = le.AppendUint64(dst, f.Blocks)

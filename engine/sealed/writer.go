@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"iter"
 
@@ -135,17 +134,11 @@ func (w *Writer) Close() error {
 	if err := w.finishBlock(); err != nil {
 		return err
 	}
-	f := Footer{
-		IndexOffset: w.off,
-		Blocks:      uint64(len(w.index) / IndexEntrySize),
-		Posts:       w.posts,
-		IndexCRC:    crc32.Checksum(w.index, castagnoli),
-	}
+	var minID, maxID uint64
 	if w.any {
-		f.MinID, f.MaxID = w.minID, w.last
+		minID, maxID = w.minID, w.last
 	}
-	w.buf = append(w.buf, w.index...)
-	w.buf = f.Append(w.buf, formatVersion)
+	w.buf = AppendIndexFooter(w.buf, w.index, w.off, w.posts, minID, maxID, formatVersion)
 	return w.flush()
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/tally-dev/tally/engine/sealed"
@@ -166,17 +165,11 @@ func (ww *windowWriter) close() error {
 	}
 	ww.closed = true
 	ww.finishBlock()
-	f := sealed.Footer{
-		IndexOffset: ww.off,
-		Blocks:      uint64(len(ww.index) / entrySize),
-		Posts:       ww.n,
-		IndexCRC:    crc32.Checksum(ww.index, castagnoli),
-	}
+	var minID, maxID uint64
 	if ww.any {
-		f.MinID, f.MaxID = ww.minID, ww.last
+		minID, maxID = ww.minID, ww.last
 	}
-	ww.buf = append(ww.buf, ww.index...)
-	ww.buf = f.Append(ww.buf, windowVersion)
+	ww.buf = sealed.AppendIndexFooter(ww.buf, ww.index, ww.off, ww.n, minID, maxID, windowVersion)
 	ww.flush()
 	return ww.err
 }
