@@ -152,10 +152,7 @@ func (k *Block) Parse(first uint64, b []byte) error {
 		return errBlock
 	}
 	n := k.ids.n
-	for f := range numFields {
-		// w+xw <= 63: a count is at most math.MaxInt64.
-		p, off = k.f[f].ParseHeader(b, p, off, n, 63)
-	}
+	p, off = ParseColumns(k.f[:], b, p, off, n, 63) // a count is at most math.MaxInt64
 	if p < 0 || (off+7)/8 != len(b)-p {
 		return errBlock
 	}

@@ -168,18 +168,13 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 		}
 		k.k = int(kk)
 	}
+	p, off = sealed.ParseColumns(k.f[:sh.dense], b, p, off, n, 64)
 	k.pres = -1
-	for f := range sh.cols {
-		c := n
-		if f >= sh.dense {
-			c = k.k
-			if f == sh.dense && k.k > 0 && k.k < n {
-				k.pres = off
-				off += n
-			}
-		}
-		p, off = k.f[f].ParseHeader(b, p, off, c, 64)
+	if k.k > 0 && k.k < n {
+		k.pres = off
+		off += n
 	}
+	p, off = sealed.ParseColumns(k.f[sh.dense:sh.cols], b, p, off, k.k, 64)
 	if p < 0 || (off+7)/8 != len(b)-p {
 		return errBlock
 	}
