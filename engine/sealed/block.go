@@ -147,16 +147,9 @@ func (k *Block) Parse(first uint64, b []byte) error {
 	if cap(b)-len(b) < BlockSlack {
 		return errSlack
 	}
-	p, off := k.ids.ParseHeader(first, b) // off: bits before the first field
-	if p < 0 {
-		return errBlock
+	if _, _, ok := ParseBlockHeader(&k.ids, k.f[:], first, b, numFields, false, 63); !ok {
+		return errBlock // (63: a count is at most math.MaxInt64)
 	}
-	n := k.ids.n
-	p, off = ParseColumns(k.f[:], b, p, off, n, 63) // a count is at most math.MaxInt64
-	if p < 0 || (off+7)/8 != len(b)-p {
-		return errBlock
-	}
-	k.ids.SetArea(b[p : len(b)+BlockSlack])
 	return nil
 }
 

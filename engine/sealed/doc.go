@@ -27,11 +27,12 @@
 //   - A Window is immutable and safe for concurrent use.
 //
 // engine/tier's windows code their blocks with this package's parts rather
-// than copies of them: the id column (IDPlan, IDs), the value columns
-// (ColumnPlan, Column), the block CRC (BlockCRC), the index and footer
-// (AppendIndexFooter, ParseFooterVersion, Index, BlockRun, TouchBlocks).
-// A change to any of them changes both formats; the fuzz seeds and
-// format tests of both packages hold their bytes.
+// than copies of them: the block header (ParseBlockHeader), the id column
+// (IDPlan, IDs), the value columns (ColumnPlan, Column), the block CRC
+// (BlockCRC), the index and footer (AppendIndexFooter,
+// ParseFooterVersion, Index, BlockRun, TouchBlocks). A change to any of
+// them changes both formats; the fuzz seeds and format tests of both
+// packages hold their bytes.
 //
 // # Why this encoding
 //

@@ -85,45 +85,7 @@ type IDs struct {
 	hi    int
 }
 
-// ParseHeader parses the id header at the start of block b, whose first
-// id is first, checking that it is canonical. It returns the position in
-// b after the header and the bits the id column takes at the start of
-// the bit area, or p = -1 for a malformed header. The view is usable once
-// the caller, having parsed the rest of its header, gives it the bit area
-// (SetArea).
-func (k *IDs) ParseHeader(first uint64, b []byte) (p, nbits int) {
-	if len(b) < 3 {
-		return -1, 0
-	}
-	k.first = first
-	k.n = int(b[0]) + 1
-	top := uint(b[1])
-	k.l = int(b[2])
-	holes, p := bitpack.Uvarint(b, 3)
-	hiLen, p := bitpack.Uvarint(b, p)
-	if p < 0 || top > 64 || k.l > 63 || hiLen > uint64(8*len(b)) {
-		return -1, 0
-	}
-	k.mask = bitpack.LowMask(top) &^ holes
-	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && k.mask>>(top-1) != 1) {
-		return -1, 0 // non-canonical: holes above top, or top bit a hole
-	}
-	k.sq0 = bitpack.Pext(first, k.mask)
-	k.hiLen = int(hiLen)
-	m := k.n - 1
-	if (m == 0) != (k.hiLen == 0) || (m > 0 && k.hiLen < m) {
-		return -1, 0
-	}
-	k.low, k.hi = 0, m*k.l
-	k.lmask = 1<<uint(k.l&63) - 1 // l < 64
-	return p, m*k.l + k.hiLen
-}
-
-// SetArea gives the view its block's bit area, which must reach
-// BlockSlack bytes past the block's last byte within its length.
-func (k *IDs) SetArea(area []byte) { k.area = area }
-
-// Area returns the bit area SetArea gave.
+// Area returns the block's bit area, and BlockSlack bytes past it.
 func (k *IDs) Area() []byte { return k.area }
 
 // Len returns the number of ids.
@@ -226,7 +188,7 @@ func (k *IDs) selectZero(r int) int {
 	return -1
 }
 
-// Decode checks what ParseHeader does not — that the ids increase, fit
+// Decode checks what ParseBlockHeader does not — that the ids increase, fit
 // the varying bits, and vary in every bit declared varying (the check is
 // on the squeezed values: pext keeps the ids' order, and the bits that
 // vary are those their differences from the first set) — and writes the

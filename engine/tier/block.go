@@ -154,31 +154,11 @@ func (k *Block) Parse(first uint64, b []byte, sh shape) error {
 		return errBlock
 	}
 	k.sh = sh
-	p, off := k.ids.ParseHeader(first, b) // off: bits before the first column
-	if p < 0 {
+	var ok bool
+	k.k, k.pres, ok = sealed.ParseBlockHeader(&k.ids, k.f[:sh.cols], first, b, sh.dense, sh.dense < sh.cols, 64)
+	if !ok {
 		return errBlock
 	}
-	n := k.ids.Len()
-	k.k = n
-	if sh.dense < sh.cols {
-		var kk uint64
-		kk, p = bitpack.Uvarint(b, p)
-		if p < 0 || kk > uint64(n) {
-			return errBlock
-		}
-		k.k = int(kk)
-	}
-	p, off = sealed.ParseColumns(k.f[:sh.dense], b, p, off, n, 64)
-	k.pres = -1
-	if k.k > 0 && k.k < n {
-		k.pres = off
-		off += n
-	}
-	p, off = sealed.ParseColumns(k.f[sh.dense:sh.cols], b, p, off, k.k, 64)
-	if p < 0 || (off+7)/8 != len(b)-p {
-		return errBlock
-	}
-	k.ids.SetArea(b[p : len(b)+BlockSlack])
 	return nil
 }
 
