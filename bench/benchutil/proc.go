@@ -3,6 +3,7 @@ package benchutil
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -70,4 +71,15 @@ func ProcStatus(pid int, field string) int64 {
 		return v
 	}
 	return -1
+}
+
+// FreePort returns a loopback port that was free a moment ago, for a
+// server a bench tool starts.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

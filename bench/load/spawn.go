@@ -137,15 +137,6 @@ func (s *server) stop() {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // start runs bin with args (under taskset -c cpus when cpus is set), its
 // output to logPath.
 func start(name, cpus, bin string, args, env []string, logPath string) (*server, error) {
@@ -232,7 +223,7 @@ func buildTally(repo, dir string) (string, error) {
 // startRedis starts a redis-server on a free loopback port with Tally's
 // recommended settings (AOF fsynced every second, listpack limits).
 func startRedis(dir, cpus string) (*server, string, error) {
-	port, err := freePort()
+	port, err := benchutil.FreePort()
 	if err != nil {
 		return nil, "", err
 	}
@@ -271,7 +262,7 @@ func startRedis(dir, cpus string) (*server, string, error) {
 // startTally starts a tally binary on a free port with a fresh data
 // directory (or on redisAddr).
 func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) (*server, error) {
-	port, err := freePort()
+	port, err := benchutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +276,7 @@ func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) 
 	}
 	paddr := ""
 	if bytes.Contains(help, []byte("-pprof")) {
-		pport, err := freePort()
+		pport, err := benchutil.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -317,7 +308,7 @@ func startReference(dir, cpus, secret string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := benchutil.FreePort()
 	if err != nil {
 		return nil, err
 	}

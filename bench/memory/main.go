@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -337,11 +336,11 @@ type proc struct {
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
 func startServer(bin, data string, v variant) (*proc, error) {
-	port, err := freePort()
+	port, err := benchutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
+	pport, err := benchutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -546,15 +545,6 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // stopProcess ends a process this tool started: SIGTERM, then SIGKILL

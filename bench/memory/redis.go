@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tally-dev/tally/bench/benchutil"
 )
 
 // redisMem is what Redis holds for Tally's data set (INFO memory).
@@ -36,7 +37,7 @@ func measureRedis(ctx context.Context, cfg config, bin string, withAuthors bool,
 		return r, err
 	}
 	defer os.RemoveAll(dir)
-	port, err := freePort()
+	port, err := benchutil.FreePort()
 	if err != nil {
 		return r, err
 	}

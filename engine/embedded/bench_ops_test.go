@@ -78,23 +78,7 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	ps := benchPosts(b, e, 1000)
-	for i := range 200_000 {
-		v := engine.UserID(10000 + i)
-		p := ps[i%len(ps)]
-		switch i % 5 {
-		case 0, 1:
-			err = e.Like(bg, v, p)
-		case 2:
-			err = e.Comment(bg, v, p, []engine.UserID{v + 1}, "")
-		case 3:
-			err = e.RecordViews(bg, []engine.PostID{p, ps[(i+1)%len(ps)]})
-		case 4:
-			err = e.Follow(bg, v, engine.UserID(i%1000+1))
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeMixed(b, e, ps, 200_000)
 	if err := e.Close(); err != nil {
 		b.Fatal(err)
 	}
@@ -156,7 +140,25 @@ func BenchmarkApplyRecords(b *testing.B) {
 	var recs [][]byte
 	e.tap = func(rec []byte) { recs = append(recs, append([]byte(nil), rec...)) }
 	ps := benchPosts(b, e, 1000)
-	for i := range 100_000 {
+	writeMixed(b, e, ps, 100_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for range b.N {
+		im := newImage(postcounts.Options{})
+		for i, rec := range recs {
+			if err := im.applyRecord(uint64(i+1), rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	reportCPU(b, cpu)
+}
+
+// writeMixed commits n mixed operations on ps: likes, comments, views and
+// follows, 2:1:1:1.
+func writeMixed(b *testing.B, e *Engine, ps []engine.PostID, n int) {
+	for i := range n {
 		v := engine.UserID(10000 + i)
 		p := ps[i%len(ps)]
 		var err error
@@ -174,16 +176,4 @@ func BenchmarkApplyRecords(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	for range b.N {
-		im := newImage(postcounts.Options{})
-		for i, rec := range recs {
-			if err := im.applyRecord(uint64(i+1), rec); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	reportCPU(b, cpu)
 }
