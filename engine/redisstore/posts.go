@@ -140,8 +140,6 @@ func invalid(format string, a ...any) error {
 
 func notFound(what string) error { return fmt.Errorf("%w: %s", engine.ErrNotFound, what) }
 
-func forbidden(what string) error { return fmt.Errorf("%w: %s", engine.ErrForbidden, what) }
-
 func checkUser(u engine.UserID) error { return engine.CheckViewer(u) }
 
 // reservePostID starts a post-making operation (a post or a repost) under
