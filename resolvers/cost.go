@@ -406,11 +406,7 @@ func (w *costWalker) introField(sel ast.SelectionSet, fd *introspection.Field) i
 		p := 1
 		switch f.Name {
 		case "args":
-			for i := range fd.Args {
-				if p = safeAdd(p, w.introInputValue(f.SelectionSet, &fd.Args[i])); w.stop(p) {
-					break
-				}
-			}
+			p = w.introArgs(f.SelectionSet, fd.Args, p)
 		case "type":
 			p = safeAdd(p, w.introType(f.SelectionSet, fd.Type))
 		}
@@ -418,6 +414,17 @@ func (w *costWalker) introField(sel ast.SelectionSet, fd *introspection.Field) i
 		return !w.stop(price)
 	})
 	return price
+}
+
+// introArgs adds to p the price of args (a field's or a directive's),
+// stopping once over the limit.
+func (w *costWalker) introArgs(sel ast.SelectionSet, args []introspection.InputValue, p int) int {
+	for i := range args {
+		if p = safeAdd(p, w.introInputValue(sel, &args[i])); w.stop(p) {
+			break
+		}
+	}
+	return p
 }
 
 func (w *costWalker) introInputValue(sel ast.SelectionSet, v *introspection.InputValue) int {
@@ -439,11 +446,7 @@ func (w *costWalker) introDirective(sel ast.SelectionSet, d *introspection.Direc
 		p := 1
 		switch f.Name {
 		case "args":
-			for i := range d.Args {
-				if p = safeAdd(p, w.introInputValue(f.SelectionSet, &d.Args[i])); w.stop(p) {
-					break
-				}
-			}
+			p = w.introArgs(f.SelectionSet, d.Args, p)
 		case "locations":
 			p = safeAdd(p, len(d.Locations))
 		}
