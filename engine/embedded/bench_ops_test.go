@@ -12,13 +12,9 @@ import (
 // BenchmarkComment measures a comment with two mentions in memory: the
 // author's and the mentioned users' badges and the post's count.
 func BenchmarkComment(b *testing.B) {
-	e, _ := Open(Options{SweepInterval: -1})
-	defer e.Close()
+	e := memEngine(b)
 	ps := benchPosts(b, e, 1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	defer func() { reportCPU(b, cpu) }()
+	defer startCPU(b)()
 	for i := range b.N {
 		v := engine.UserID(10000 + i)
 		if err := e.Comment(bg, v, ps[i%len(ps)], []engine.UserID{v + 1, v + 2}, ""); err != nil {
@@ -29,13 +25,9 @@ func BenchmarkComment(b *testing.B) {
 
 // BenchmarkViews measures a page of 20 views in memory.
 func BenchmarkViews(b *testing.B) {
-	e, _ := Open(Options{SweepInterval: -1})
-	defer e.Close()
+	e := memEngine(b)
 	ps := benchPosts(b, e, 1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	defer func() { reportCPU(b, cpu) }()
+	defer startCPU(b)()
 	for i := range b.N {
 		j := i % (len(ps) - 20)
 		if err := e.RecordViews(bg, ps[j:j+20]); err != nil {
@@ -46,8 +38,7 @@ func BenchmarkViews(b *testing.B) {
 
 // BenchmarkSendMessage measures a message to a group of 50 in memory.
 func BenchmarkSendMessage(b *testing.B) {
-	e, _ := Open(Options{SweepInterval: -1})
-	defer e.Close()
+	e := memEngine(b)
 	members := make([]engine.UserID, 49)
 	for i := range members {
 		members[i] = engine.UserID(i + 2)
@@ -56,10 +47,7 @@ func BenchmarkSendMessage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	defer func() { reportCPU(b, cpu) }()
+	defer startCPU(b)()
 	for range b.N {
 		if _, err := e.SendMessage(bg, 1, g, "hello", []engine.UserID{2}, ""); err != nil {
 			b.Fatal(err)
@@ -117,33 +105,26 @@ func reportCPU(b *testing.B, start int64) {
 
 // BenchmarkLikeCPU is BenchmarkLike reporting CPU time too.
 func BenchmarkLikeCPU(b *testing.B) {
-	e, _ := Open(Options{SweepInterval: -1})
-	defer e.Close()
+	e := memEngine(b)
 	ps := benchPosts(b, e, 1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
+	defer startCPU(b)()
 	for i := range b.N {
 		if err := e.Like(bg, engine.UserID(10000+i), ps[i%len(ps)]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, cpu)
 }
 
 // BenchmarkApplyRecords replays 100,000 mixed records (likes, comments,
 // views, follows) into a fresh in-memory state per iteration: decoding
 // and apply, without the log's I/O.
 func BenchmarkApplyRecords(b *testing.B) {
-	e, _ := Open(Options{SweepInterval: -1})
-	defer e.Close()
+	e := memEngine(b)
 	var recs [][]byte
 	e.tap = func(rec []byte) { recs = append(recs, append([]byte(nil), rec...)) }
 	ps := benchPosts(b, e, 1000)
 	writeMixed(b, e, ps, 100_000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
+	defer startCPU(b)()
 	for range b.N {
 		im := newImage(postcounts.Options{})
 		for i, rec := range recs {
@@ -152,7 +133,6 @@ func BenchmarkApplyRecords(b *testing.B) {
 			}
 		}
 	}
-	reportCPU(b, cpu)
 }
 
 // writeMixed commits n mixed operations on ps: likes, comments, views and
@@ -176,4 +156,23 @@ func writeMixed(b *testing.B, e *Engine, ps []engine.PostID, n int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// memEngine opens an in-memory engine for a benchmark, closed when it ends.
+func memEngine(b *testing.B) *Engine {
+	e, err := Open(Options{SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	return e
+}
+
+// startCPU starts the timed part of a benchmark; the function it returns
+// reports the CPU time per op.
+func startCPU(b *testing.B) func() {
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	return func() { reportCPU(b, cpu) }
 }
