@@ -102,7 +102,7 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.Put(bad+1, Post{Author: 9}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Put into a damaged block's range: %v", err)
 	}
-	if _, err := AddCounts(tr, bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := AddCounts(tr, bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("AddCounts: %v", err)
 	}
 	// A compaction that must read the block fails and leaves the window

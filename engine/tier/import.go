@@ -6,38 +6,42 @@ import (
 	"time"
 )
 
-// Import adds the records of seq, in strictly increasing id order, to an
-// empty tier: the windows already due for sealing at now are encoded
-// straight into sealed windows, a block at a time, without an open table
-// in between; the others are put into open tables. Call Maintain(now)
-// afterwards to move windows to files as the policy says. Import needs
-// the write lock.
+// Import adds the records of seq, in strictly increasing id order,
+// replacing those of ids the tier holds. A window already due for sealing
+// at now is built straight into a sealed window, without an open table or
+// delta in between:
+//   - a window with no records yet, from seq's records, a block at a time;
+//   - a sealed window that no job holds and that has no delta, when seq
+//     brings it at least an eighth as many records as it has, by merging
+//     them into its blocks (a file of many batches, each a slice of a
+//     window, rebuilds a window a few times instead of growing a delta).
+//
+// Every other window takes seq's records as Puts (its open table, or its
+// delta, which the next jobs fold back). Call Maintain(now), or let the
+// maintenance loop run, to move windows to files as the policy says.
+// Import needs the write lock. An error (ids out of order, a cold block
+// that cannot be read) leaves the records before it imported.
 func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
-	if len(t.wins) > 0 {
-		return fmt.Errorf("tier: Import into a tier that holds %d windows", len(t.wins))
-	}
 	ms := now.UnixMilli()
 	var (
 		cur  *window
-		ww   *windowWriter
+		mode importMode
+		ww   *windowWriter // importDirect: the window being written
 		buf  *bytesBuffer
+		over *openTable // importMerge: the window's records from seq
 		last uint64
 		any  bool
 	)
 	finish := func() error {
-		if ww == nil {
-			return nil
+		switch mode {
+		case importDirect:
+			if err := ww.close(); err != nil {
+				return err
+			}
+			return t.install(cur, buf.b)
+		case importMerge:
+			return t.mergeImport(cur, over)
 		}
-		if err := ww.close(); err != nil {
-			return err
-		}
-		s, err := newSegment(&t.arena, buf.b, t.tag, t.sh, false)
-		if err != nil {
-			return err
-		}
-		s.installed = true
-		cur.body = &sealedBody{s}
-		ww = nil
 		return nil
 	}
 	for id, r := range seq {
@@ -50,27 +54,103 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 				return err
 			}
 			cur = t.windowFor(id)
-			if t.sealDue(t.win.End(cur.num), ms) {
+			mode = t.importModeOf(cur, ms)
+			switch mode {
+			case importDirect:
 				buf = &bytesBuffer{b: buf.reuse()}
 				ww = newWindowWriter(buf, t.tag, t.sh)
+			case importMerge:
+				over = newOpenTable()
 			}
 		}
-		if ww == nil {
+		switch mode {
+		case importDirect:
+			row := t.codec.Split(r)
+			if err := ww.add(id, &row); err != nil {
+				return err
+			}
+			cur.n++
+			t.live++
+		case importMerge:
+			row := t.codec.Split(r)
+			over.put(id-cur.lo+1, &t.layout, &row)
+		default:
 			if err := t.Put(id, r); err != nil {
 				return err
 			}
-			continue
 		}
-		row := t.codec.Split(r)
-		if err := ww.add(id, &row); err != nil {
-			return err
-		}
-		cur.n++
-		t.live++
 	}
 	err := finish()
 	t.trim()
 	return err
+}
+
+// importMode is how Import writes a window's records.
+type importMode uint8
+
+const (
+	importPut    importMode = iota // Put, one record at a time
+	importDirect                   // encode a sealed window from the records alone
+	importMerge                    // merge them into the window's sealed blocks
+)
+
+func (t *Tier[R]) importModeOf(w *window, ms int64) importMode {
+	if !t.sealDue(t.win.End(w.num), ms) || w.busy || w.delta != nil || w.frozen != nil {
+		return importPut
+	}
+	switch w.body.(type) {
+	case *openBody:
+		if w.n == 0 {
+			return importDirect
+		}
+	case *sealedBody:
+		return importMerge
+	}
+	return importPut
+}
+
+// install makes the window image raw w's sealed body; w has no records.
+func (t *Tier[R]) install(w *window, raw []byte) error {
+	s, err := newSegment(&t.arena, raw, t.tag, t.sh, false)
+	if err != nil {
+		return err
+	}
+	s.installed = true
+	w.body = &sealedBody{s}
+	return nil
+}
+
+// mergeImport writes over's records into w, a sealed window no job holds:
+// by rebuilding its blocks when over holds at least an eighth as many
+// records as w, as Puts into its delta otherwise.
+func (t *Tier[R]) mergeImport(w *window, over *openTable) error {
+	if over.n*8 < w.n {
+		var row Row
+		for _, key := range over.sorted(&t.layout) {
+			over.get(key, &t.layout, &row)
+			if err := t.put(w.lo+key-1, t.codec.Join(row), unknown); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	old := w.body.(*sealedBody)
+	n := 0
+	s, err := buildSegment(&t.arena, t.tag, t.sh, func(add func(id uint64, r *Row) error) error {
+		return mergeWindow(old, w.lo, &t.layout, []*openTable{over}, func(id uint64, r *Row) error {
+			n++
+			return add(id, r)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	old.s.release(&t.arena)
+	s.installed = true
+	w.body = &sealedBody{s}
+	t.live += n - w.n
+	w.n = n
+	return nil
 }
 
 // bytesBuffer is a minimal growable writer whose storage Import reuses

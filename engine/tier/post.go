@@ -66,12 +66,13 @@ func NewPosts(opts Options) (*Posts, error) { return New[Post](PostCodec{}, opts
 
 // AddCounts adds d to the counts of post id, field by field, saturating at
 // math.MaxInt64 and clamping at 0 per field as engine/postcounts does, and
-// returns the post after the change. A post that does not exist is
-// created (with author 0) only when the result has a non-zero count.
-func AddCounts(t *Posts, id uint64, d engine.Counts) (Post, error) {
+// returns the post before and after the change (a zero Post before when
+// it did not exist). A post that does not exist is created (with author
+// 0) only when the result has a non-zero count.
+func AddCounts(t *Posts, id uint64, d engine.Counts) (was, is Post, err error) {
 	p, ok, err := t.Get(id)
 	if err != nil {
-		return Post{}, err
+		return Post{}, Post{}, err
 	}
 	n := p
 	c := &n.Counts
@@ -81,9 +82,12 @@ func AddCounts(t *Posts, id uint64, d engine.Counts) (Post, error) {
 	c.Views = clampAdd(c.Views, d.Views)
 	c.Favorites = clampAdd(c.Favorites, d.Favorites)
 	if n == p && (ok || n.Counts.IsZero()) {
-		return p, nil
+		return p, p, nil
 	}
-	return n, t.put(id, n, knownFrom(ok))
+	if err := t.put(id, n, knownFrom(ok)); err != nil {
+		return p, p, err
+	}
+	return p, n, nil
 }
 
 // SetAuthor records the author of post id, creating the post.
