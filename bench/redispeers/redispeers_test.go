@@ -1,10 +1,3 @@
-// Package redispeers measures what the layouts teams build on Redis cost
-// for the same post counts Tally stores, on a real redis-server started by
-// the benchmark and the shared data set of bench/datagen. Tally's own
-// figures come from engine/postcounts' and engine/sealed's benchmarks on
-// the same data; the README puts them side by side.
-//
-//	TALLY_BENCH_N=10000000 go test ./bench/redispeers -run '^$' -bench . -benchtime 1x -timeout 30m
 package redispeers
 
 import (
@@ -54,22 +47,10 @@ var layouts = []layout{
 		}
 		p.HSet(context.Background(), "p:"+strconv.FormatUint(id, 10), args...)
 	}},
-	// Instagram's technique: small hashes of ~500 posts so Redis keeps them
-	// listpack-encoded; the field is the post id, the value the five counts
-	// packed as "l,c,r,v,f" with trailing zeros dropped. Snowflake ids are
-	// sparse in time, so buckets are chosen by id modulo the bucket count
-	// rather than by id/1000 (which would leave most buckets with one post).
+	// Instagram's technique (Buckets): small hashes of ~500 posts so Redis
+	// keeps them listpack-encoded, counts only here.
 	{"instagram-buckets", func(p redis.Pipeliner, id uint64, c engine.Counts, buckets uint64) {
-		v := values(c)
-		n := 5
-		for n > 0 && v[n-1] == 0 {
-			n--
-		}
-		parts := make([]string, n)
-		for i := range n {
-			parts[i] = strconv.FormatInt(v[i], 10)
-		}
-		p.HSet(context.Background(), "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10), strings.Join(parts, ","))
+		Buckets{N: buckets}.Set(context.Background(), p, id, 0, c)
 	}},
 }
 
@@ -105,7 +86,7 @@ func BenchmarkRedisMemory(b *testing.B) {
 			nonZero++
 		}
 	})
-	buckets := uint64(max(1, nonZero/500))
+	buckets := NewBuckets(nonZero, false).N
 	for _, l := range layouts {
 		b.Run(l.name, func(b *testing.B) {
 			ctx := context.Background()
@@ -164,7 +145,7 @@ func BenchmarkPage(b *testing.B) {
 			nonZero++
 		}
 	})
-	buckets := uint64(max(1, nonZero/500))
+	buckets := NewBuckets(nonZero, false).N
 	win, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
 		datagen.Each(cfg, func(id uint64, cnt engine.Counts) { yield(id, cnt) })
 	}, sealed.Options{})
@@ -230,6 +211,6 @@ func BenchmarkPage(b *testing.B) {
 		p.HMGet(ctx, "p:"+strconv.FormatUint(id, 10), fields[:]...)
 	}))
 	run("redis-instagram-buckets-pipelined-hget", pipelined(func(p redis.Pipeliner, id uint64) {
-		p.HGet(ctx, "b:"+strconv.FormatUint(id%buckets, 10), strconv.FormatUint(id, 10))
+		Buckets{N: buckets}.Get(ctx, p, id)
 	}))
 }
