@@ -30,8 +30,25 @@ type chunk struct {
 	live    int
 	pending int // regions handed out and not yet attached: trim leaves the chunk alone
 	packed  bool
-	segs    []*segment // the segments allocated here and not freed
+	segs    []arenaRegion // the windows allocated here and not freed
 }
+
+// arenaRegion is a window whose bytes live in an arena: a post table's
+// segment or a set's pairSegment. trim moves it by copying its bytes
+// (with their slack) and calling rebind and setChunk.
+type arenaRegion interface {
+	regionBytes() []byte
+	rebind(data []byte)
+	setChunk(c *chunk)
+}
+
+// looseRegion is a region handed out that never became a window
+// (abandon).
+type looseRegion []byte
+
+func (r looseRegion) regionBytes() []byte { return r }
+func (looseRegion) rebind([]byte)         {}
+func (looseRegion) setChunk(*chunk)       {}
 
 const (
 	chunkBytes = 128 << 10
@@ -67,7 +84,7 @@ func (a *arena) alloc(n int) ([]byte, *chunk) {
 }
 
 // attach records that s lives in c, so that trim can move it.
-func (a *arena) attach(c *chunk, s *segment) {
+func (a *arena) attach(c *chunk, s arenaRegion) {
 	a.mu.Lock()
 	c.segs = append(c.segs, s)
 	c.pending--
@@ -79,14 +96,14 @@ func (a *arena) abandon(c *chunk, region []byte) {
 	a.mu.Lock()
 	c.pending--
 	a.mu.Unlock()
-	a.free(c, &segment{data: region})
+	a.free(c, looseRegion(region))
 }
 
 // free returns s's region.
-func (a *arena) free(c *chunk, s *segment) {
+func (a *arena) free(c *chunk, s arenaRegion) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c.live -= cap(s.data)
+	c.live -= cap(s.regionBytes())
 	if i := slices.Index(c.segs, s); i >= 0 {
 		c.segs = slices.Delete(c.segs, i, i+1)
 	}
@@ -105,10 +122,10 @@ func (a *arena) free(c *chunk, s *segment) {
 	}
 }
 
-// trim packs the chunks waiting for it, except those holding a segment
+// trim packs the chunks waiting for it, except those holding a region
 // pinned says a job may be reading or writing. The caller holds the
 // tier's write lock, so no reader holds a segment's fields meanwhile.
-func (a *arena) trim(pinned func(*segment) bool) {
+func (a *arena) trim(pinned func(arenaRegion) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var keep, batch []*chunk
@@ -122,10 +139,11 @@ func (a *arena) trim(pinned func(*segment) bool) {
 		off := 0
 		for _, c := range batch {
 			for _, s := range c.segs {
-				n, m := len(s.data), cap(s.data)
-				copy(buf[off:off+m], s.data[:m])
+				data := s.regionBytes()
+				n, m := len(data), cap(data)
+				copy(buf[off:off+m], data[:m])
 				s.rebind(buf[off : off+n : off+m])
-				s.chunk = p
+				s.setChunk(p)
 				off += m
 			}
 			p.segs = append(p.segs, c.segs...)

@@ -14,19 +14,26 @@ import (
 	"github.com/tally-dev/tally/engine/sealed"
 )
 
-// coldFile is a window in a file: only its block index is in memory
-// (16 bytes per block), blocks are read through the shared cold.Cache.
-// Immutable once open, safe for concurrent use.
-type coldFile struct {
+// coldBase is what every cold window file has, whatever its codec: the
+// open file, its name (as snapshots list it), size and the shared block
+// cache's id for its blocks. Immutable once open, safe for concurrent use.
+type coldBase struct {
 	name  string // base name, as snapshots list it
 	path  string
 	r     io.ReaderAt
 	fh    *os.File
 	size  int64
-	idx   sealed.Index
-	sh    shape
 	cache *cold.Cache
 	id    uint32 // the cache's name for this file's blocks
+}
+
+// coldFile is a post table's window in a file: only its block index is
+// in memory (16 bytes per block), blocks are read through the shared
+// cold.Cache.
+type coldFile struct {
+	coldBase
+	idx sealed.Index
+	sh  shape
 }
 
 // fileName is the name of generation gen of window num's file.
@@ -53,42 +60,64 @@ func parseFileName(prefix, name string) (num int64, gen uint64, ok bool) {
 	return num, gen, err1 == nil && err2 == nil
 }
 
-// openCold opens the window file dir/name and checks its header, footer
-// and index; blocks are checked as they are read.
-func openCold(dir, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
+// openFile opens the window file dir/name and hands it to parse, which
+// reads and checks what the codec keeps in memory (header, footer,
+// index); the file is closed if parse fails.
+func openFile(dir, name string, parse func(r io.ReaderAt, size int64) error) (*os.File, error) {
 	path := filepath.Join(dir, name)
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tier: cold file: %w", err)
 	}
 	st, err := fh.Stat()
-	if err != nil {
-		fh.Close()
-		return nil, fmt.Errorf("tier: cold file: %w", err)
+	if err == nil {
+		err = parse(fh, st.Size())
+	} else {
+		err = fmt.Errorf("tier: cold file: %w", err)
 	}
-	f, err := newColdFile(fh, st.Size(), name, tag, sh, cache)
 	if err != nil {
 		fh.Close()
 		return nil, err
 	}
-	f.path, f.fh = path, fh
+	return fh, nil
+}
+
+// openCold opens the window file dir/name and checks its header, footer
+// and index; blocks are checked as they are read.
+func openCold(dir, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
+	var f *coldFile
+	fh, err := openFile(dir, name, func(r io.ReaderAt, size int64) (err error) {
+		f, err = newColdFile(r, size, name, tag, sh, cache)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.path, f.fh = filepath.Join(dir, name), fh
 	return f, nil
 }
 
-func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
-	f := &coldFile{name: name, r: r, size: size, sh: sh, cache: cache, id: cache.NewFileID()}
-	if size < headerSize+footerSize {
-		return nil, corruptAt(name, 0, "%d bytes is too short for a window", size)
+// readEnds reads and checks the window file's header (under tag and sh)
+// and its footer's 56 bytes, which it returns unparsed.
+func (f *coldBase) readEnds(tag [4]byte, sh shape) ([footerSize]byte, error) {
+	var foot [footerSize]byte
+	if f.size < headerSize+footerSize {
+		return foot, corruptAt(f.name, 0, "%d bytes is too short for a window", f.size)
 	}
 	var hdr [headerSize]byte
 	if err := f.readAt(hdr[:], 0); err != nil {
-		return nil, err
+		return foot, err
 	}
 	if err := checkWindowHeader(hdr[:], tag, sh); err != nil {
-		return nil, f.named(err)
+		return foot, f.named(err)
 	}
-	var foot [footerSize]byte
-	if err := f.readAt(foot[:], size-footerSize); err != nil {
+	return foot, f.readAt(foot[:], f.size-footerSize)
+}
+
+func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
+	f := &coldFile{coldBase: coldBase{name: name, r: r, size: size, cache: cache, id: cache.NewFileID()}, sh: sh}
+	foot, err := f.readEnds(tag, sh)
+	if err != nil {
 		return nil, err
 	}
 	ft, err := parseFooter(foot[:], size)
@@ -105,7 +134,7 @@ func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, sh shape, 
 	return f, nil
 }
 
-func (f *coldFile) named(err error) error {
+func (f *coldBase) named(err error) error {
 	var ce *CorruptError
 	if errors.As(err, &ce) {
 		ce.File = f.name
@@ -115,7 +144,7 @@ func (f *coldFile) named(err error) error {
 
 // readAt reads len(b) bytes at off; a short read is an error (a truncated
 // file is damage, not zeros).
-func (f *coldFile) readAt(b []byte, off int64) error {
+func (f *coldBase) readAt(b []byte, off int64) error {
 	n, err := f.r.ReadAt(b, off)
 	if n == len(b) {
 		return nil
@@ -126,7 +155,7 @@ func (f *coldFile) readAt(b []byte, off int64) error {
 	return fmt.Errorf("tier: read %d bytes of %s at offset %d: %w", len(b), f.name, off, err)
 }
 
-func (f *coldFile) close() error {
+func (f *coldBase) close() error {
 	if f.fh != nil {
 		return f.fh.Close()
 	}
@@ -141,19 +170,33 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{b: make([]byte, 0,
 // past it) and checks it: checksum, then header. The block is then cached.
 func (f *coldFile) readBlock(b int, sc *scratch) ([]byte, error) {
 	first, off, end := f.idx.Block(b)
-	n := int(end - off)
-	if cap(sc.b) < n+BlockSlack {
-		sc.b = make([]byte, 0, n+BlockSlack)
-	}
-	blk := sc.b[:n]
-	if err := f.readAt(blk, int64(off)); err != nil {
+	return f.readChecked(b, off, end, sc, func(blk []byte) error { return checkBlock(first, blk, f.sh) })
+}
+
+// readChecked reads block b, bytes [off, end) of the file, into sc (with
+// BlockSlack of capacity past it), checks it with check (checksum and
+// header: enough to read it safely) and caches it.
+func (f *coldBase) readChecked(b int, off, end uint64, sc *scratch, check func(blk []byte) error) ([]byte, error) {
+	blk, err := f.readRaw(off, end, &sc.b)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkBlock(first, blk, f.sh); err != nil {
+	if err := check(blk); err != nil {
 		return nil, corruptAt(f.name, int64(off), "block %d: %v; nothing is read from it", b, err)
 	}
 	f.cache.Put(f.id, b, blk)
 	return blk, nil
+}
+
+// readRaw reads bytes [off, end) of the file into *buf, grown to keep
+// BlockSlack bytes of capacity past them, unchecked.
+func (f *coldBase) readRaw(off, end uint64, buf *[]byte) ([]byte, error) {
+	n := int(end - off)
+	if cap(*buf) < n+BlockSlack {
+		*buf = make([]byte, 0, n+BlockSlack)
+	}
+	blk := (*buf)[:n]
+	return blk, f.readAt(blk, int64(off))
 }
 
 // memoryBytes is what the file keeps in memory: its index.
@@ -161,14 +204,10 @@ func (f *coldFile) memoryBytes() int { return f.idx.SizeBytes() }
 
 // verify reads and decodes every block.
 func (f *coldFile) verify() error {
-	var sc scratch
+	var buf []byte
 	return verifyBlocks(&f.idx, f.sh, f.name, func(b int) ([]byte, error) {
 		_, off, end := f.idx.Block(b)
-		if cap(sc.b) < int(end-off)+BlockSlack {
-			sc.b = make([]byte, 0, int(end-off)+BlockSlack)
-		}
-		blk := sc.b[:end-off]
-		return blk, f.readAt(blk, int64(off))
+		return f.readRaw(off, end, &buf)
 	})
 }
 
@@ -185,4 +224,123 @@ func (t *Tier[R]) VerifyFiles() error {
 		}
 	}
 	return nil
+}
+
+// coldStore is a table's share of Options.Dir: its file names
+// (<Prefix>-<window>-<generation>.tier, a new generation for every file
+// written), the files jobs are writing, the files replaced and not yet
+// closed, and the block cache. A post table and a set have one each.
+type coldStore struct {
+	dir, prefix string
+	cache       *cold.Cache
+	nextGen     uint64          // generation of the next cold file
+	obsolete    []*coldBase     // replaced, closed by Collect
+	pending     map[string]bool // files planned jobs write
+}
+
+// openStore prepares Dir (when set): creates it, takes the cache, skips
+// the generations found there (a new file never takes the name of one a
+// kept snapshot lists) and removes what a crash left of this prefix's
+// writes.
+func (c *coldStore) openStore(opts Options) error {
+	c.dir, c.prefix = opts.Dir, opts.Prefix
+	if opts.Dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("tier: %w", err)
+	}
+	c.cache = opts.Cache
+	if c.cache == nil {
+		n := opts.ColdCacheBytes
+		if n == 0 {
+			n = DefaultColdCacheBytes
+		}
+		c.cache = cold.NewCache(max(n, 0))
+	}
+	ents, err := os.ReadDir(opts.Dir)
+	if err != nil {
+		return fmt.Errorf("tier: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if _, gen, ok := parseFileName(c.prefix, name); ok {
+			c.nextGen = max(c.nextGen, gen+1)
+		}
+		// What a crash left of this tier's writes (cold.Create's
+		// temporary files, TestNewCleansOwnTemp checks the name);
+		// other stores' files in Dir are theirs.
+		if i := strings.Index(name, ".tier.coldtmp-"); i > 0 && strings.HasPrefix(name, c.prefix+"-") {
+			if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("tier: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// planFile names the next generation of window num's file and marks it
+// pending until a job's Finish (doneFile).
+func (c *coldStore) planFile(num int64) string {
+	name := fileName(c.prefix, num, c.nextGen)
+	c.nextGen++
+	if c.pending == nil {
+		c.pending = map[string]bool{}
+	}
+	c.pending[name] = true
+	return name
+}
+
+func (c *coldStore) doneFile(name string) { delete(c.pending, name) }
+
+// collect closes the replaced files and deletes from Dir every file of
+// the prefix that used (the table's files), a pending job or keep do not
+// name.
+func (c *coldStore) collect(keep, used []string) error {
+	for _, f := range c.obsolete {
+		f.close()
+	}
+	c.obsolete = nil
+	if c.dir == "" {
+		return nil
+	}
+	names := map[string]bool{}
+	for _, n := range keep {
+		names[n] = true
+	}
+	for _, n := range used {
+		names[n] = true
+	}
+	for n := range c.pending {
+		names[n] = true
+	}
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("tier: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if _, _, ok := parseFileName(c.prefix, e.Name()); ok && !names[e.Name()] {
+			if err := os.Remove(filepath.Join(c.dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closeObsolete closes the replaced files (Close).
+func (c *coldStore) closeObsolete() error {
+	var errs []error
+	for _, f := range c.obsolete {
+		errs = append(errs, f.close())
+	}
+	c.obsolete = nil
+	return errors.Join(errs...)
+}
+
+// discardFile closes and deletes a file a job wrote and will not install.
+func discardFile(f *coldBase) {
+	f.close()
+	os.Remove(f.path)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -117,12 +116,7 @@ func (t *Tier[R]) plan(w *window, toCold bool) *Job[R] {
 	}
 	j := &Job[R]{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.frozen, toCold: toCold}
 	if toCold {
-		j.name = fileName(t.opts.Prefix, w.num, t.nextGen)
-		t.nextGen++
-		if t.pending == nil {
-			t.pending = map[string]bool{}
-		}
-		t.pending[j.name] = true
+		j.name = t.planFile(w.num)
 	}
 	return j
 }
@@ -258,11 +252,7 @@ func eachBase(b body, lo uint64, l *slotLayout, fn func(id uint64, r *Row) error
 		var buf []byte
 		return eachBlock(&f.idx, f.sh, f.name, func(i int) ([]byte, error) {
 			_, off, end := f.idx.Block(i)
-			if n := int(end - off); cap(buf) < n+BlockSlack {
-				buf = make([]byte, 0, n+BlockSlack)
-			}
-			blk := buf[:end-off]
-			return blk, f.readAt(blk, int64(off))
+			return f.readRaw(off, end, &buf)
 		}, fn)
 	}
 	return errors.New("tier: unknown window body")
@@ -304,7 +294,7 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 	if !j.ran {
 		return errors.New("tier: Finish of a job that did not Run")
 	}
-	delete(t.pending, j.name)
+	t.doneFile(j.name)
 	if j.epoch != t.epoch {
 		j.discard()
 		return nil
@@ -331,7 +321,7 @@ func (t *Tier[R]) Finish(j *Job[R]) error {
 	}
 	switch old := w.body.(type) {
 	case *coldBody:
-		t.obsolete = append(t.obsolete, old.f)
+		t.obsolete = append(t.obsolete, &old.f.coldBase)
 	case *sealedBody:
 		old.s.release(&t.arena)
 	}
@@ -355,15 +345,14 @@ func (t *Tier[R]) trim() {
 			busy[b.s] = true
 		}
 	}
-	t.arena.trim(func(s *segment) bool { return !s.installed || busy[s] })
+	t.arena.trim(func(r arenaRegion) bool { s := r.(*segment); return !s.installed || busy[s] })
 }
 
 func (j *Job[R]) discard() {
 	j.seg.release(&j.t.arena)
 	j.seg = nil
 	if j.file != nil {
-		j.file.close()
-		os.Remove(j.file.path)
+		discardFile(&j.file.coldBase)
 		j.file = nil
 	}
 }
@@ -393,38 +382,7 @@ func (t *Tier[R]) Maintain(now time.Time) error {
 // every file of this tier's prefix that the tier does not use, that no
 // job is writing, and that keep (the files of the snapshots the caller
 // still keeps) does not name. Call it under the write lock.
-func (t *Tier[R]) Collect(keep []string) error {
-	for _, f := range t.obsolete {
-		f.close()
-	}
-	t.obsolete = nil
-	if t.opts.Dir == "" {
-		return nil
-	}
-	used := map[string]bool{}
-	for _, n := range keep {
-		used[n] = true
-	}
-	for _, n := range t.Files() {
-		used[n] = true
-	}
-	for n := range t.pending {
-		used[n] = true
-	}
-	ents, err := os.ReadDir(t.opts.Dir)
-	if err != nil {
-		return fmt.Errorf("tier: %w", err)
-	}
-	var errs []error
-	for _, e := range ents {
-		if _, _, ok := parseFileName(t.opts.Prefix, e.Name()); ok && !used[e.Name()] {
-			if err := os.Remove(filepath.Join(t.opts.Dir, e.Name())); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
+func (t *Tier[R]) Collect(keep []string) error { return t.collect(keep, t.Files()) }
 
 // Work is a job of any tier, whatever its record type, so that one
 // maintenance loop can serve a list of tiers (Maintainer): plan under

@@ -35,14 +35,21 @@ const (
 // and the names of the cold files, which must outlive the image (Collect's
 // keep). Call it under the read lock; it does not change the tier.
 func (t *Tier[R]) WriteTo(w io.Writer) (int64, error) {
+	return writeImage(w, t.opts.WindowMillis, t.nextGen, t.writeBody)
+}
+
+// writeImage writes a snapshot image (the header, the body writeBody
+// writes, its CRC32C): a post table's or a set's. writeBody is called
+// twice, to count the body's bytes and then to write them.
+func writeImage(w io.Writer, millis int64, nextGen uint64, writeBody func(io.Writer) error) (int64, error) {
 	var cnt countWriter
-	if err := t.writeBody(&cnt); err != nil {
+	if err := writeBody(&cnt); err != nil {
 		return 0, err
 	}
 	iw := bitpack.NewImageWriter(w)
-	iw.Write(bitpack.AppendHeader(nil, snapMagic, snapVersion, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), t.nextGen}))
+	iw.Write(bitpack.AppendHeader(nil, snapMagic, snapVersion, [3]uint64{uint64(cnt.n), uint64(millis), nextGen}))
 	crc := crc32.New(castagnoli)
-	if err := t.writeBody(&teeWriter{iw: iw, h: crc}); err != nil {
+	if err := writeBody(&teeWriter{iw: iw, h: crc}); err != nil {
 		iw.Fail(err)
 	}
 	iw.Write(le.AppendUint32(nil, crc.Sum32()))
@@ -145,32 +152,9 @@ const maxImage = 1 << 40
 // Jobs planned before Load are dropped by Finish. Call it under the write
 // lock.
 func (t *Tier[R]) Load(r io.Reader) error {
-	var hdr [bitpack.HeaderBytes]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return bitpack.ReadErr(ErrCorrupt, "tier", "snapshot header", err)
-	}
-	f, err := bitpack.ParseHeader(hdr[:], snapMagic, "tier snapshot", snapVersion, ErrCorrupt)
+	data, nextGen, err := readImage(r, t.opts.WindowMillis)
 	if err != nil {
 		return err
-	}
-	bodyLen, millis, nextGen := f[0], int64(f[1]), f[2]
-	if bodyLen > maxImage {
-		return fmt.Errorf("%w: snapshot body of %d bytes", ErrCorrupt, bodyLen)
-	}
-	if millis != t.opts.WindowMillis {
-		return fmt.Errorf("tier: snapshot has windows of %d ms, this tier %d", millis, t.opts.WindowMillis)
-	}
-	var body bytes.Buffer
-	if n, err := io.CopyN(&body, r, int64(bodyLen)+4); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: snapshot truncated: %d of %d bytes", ErrCorrupt, n, bodyLen+4)
-		}
-		return fmt.Errorf("tier: read snapshot: %w", err)
-	}
-	b := body.Bytes()
-	data, sum := b[:bodyLen], le.Uint32(b[bodyLen:])
-	if got := crc32.Checksum(data, castagnoli); got != sum {
-		return fmt.Errorf("%w: snapshot checksum mismatch (computed %08x, stored %08x)", ErrCorrupt, got, sum)
 	}
 	st, err := t.parse(data)
 	if err != nil {
@@ -187,7 +171,7 @@ func (t *Tier[R]) Load(r io.Reader) error {
 	for _, w := range t.wins {
 		switch b := w.body.(type) {
 		case *coldBody:
-			t.obsolete = append(t.obsolete, b.f)
+			t.obsolete = append(t.obsolete, &b.f.coldBase)
 		case *sealedBody:
 			b.s.release(&t.arena)
 		}
@@ -202,6 +186,40 @@ func (t *Tier[R]) Load(r io.Reader) error {
 	t.epoch++
 	t.trim()
 	return nil
+}
+
+// readImage reads a snapshot image of a table of windows of millis ms
+// and checks its header and checksum; it returns the body and the next
+// file generation the image records.
+func readImage(r io.Reader, millis int64) (body []byte, nextGen uint64, err error) {
+	var hdr [bitpack.HeaderBytes]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, 0, bitpack.ReadErr(ErrCorrupt, "tier", "snapshot header", err)
+	}
+	f, err := bitpack.ParseHeader(hdr[:], snapMagic, "tier snapshot", snapVersion, ErrCorrupt)
+	if err != nil {
+		return nil, 0, err
+	}
+	bodyLen, imgMillis, nextGen := f[0], int64(f[1]), f[2]
+	if bodyLen > maxImage {
+		return nil, 0, fmt.Errorf("%w: snapshot body of %d bytes", ErrCorrupt, bodyLen)
+	}
+	if imgMillis != millis {
+		return nil, 0, fmt.Errorf("tier: snapshot has windows of %d ms, this tier %d", imgMillis, millis)
+	}
+	var buf bytes.Buffer
+	if n, err := io.CopyN(&buf, r, int64(bodyLen)+4); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, 0, fmt.Errorf("%w: snapshot truncated: %d of %d bytes", ErrCorrupt, n, bodyLen+4)
+		}
+		return nil, 0, fmt.Errorf("tier: read snapshot: %w", err)
+	}
+	b := buf.Bytes()
+	data, sum := b[:bodyLen], le.Uint32(b[bodyLen:])
+	if got := crc32.Checksum(data, castagnoli); got != sum {
+		return nil, 0, fmt.Errorf("%w: snapshot checksum mismatch (computed %08x, stored %08x)", ErrCorrupt, got, sum)
+	}
+	return data, nextGen, nil
 }
 
 type loaded struct {

@@ -4,10 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -97,16 +94,13 @@ type Tier[R any] struct {
 	plain  bool // R is its columns, one 64-bit word each (plainRecords)
 	opts   Options
 	win    snowflake.Windows
-	cache  *cold.Cache
 
 	wins []*window // by number
 	live int
 
-	epoch    uint64 // bumped by Load: jobs planned before it are void
-	nextGen  uint64 // generation of the next cold file
-	obsolete []*coldFile
-	pending  map[string]bool // files planned jobs write
-	arena    arena           // the bytes of sealed windows
+	epoch uint64 // bumped by Load: jobs planned before it are void
+	coldStore
+	arena arena // the bytes of sealed windows
 }
 
 // window is one time window. body is the form it is kept in — the sum
@@ -193,37 +187,8 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 	if t.opts.Prefix == "" {
 		t.opts.Prefix = string(bytesTrim(t.tag[:]))
 	}
-	if opts.Dir != "" {
-		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("tier: %w", err)
-		}
-		t.cache = opts.Cache
-		if t.cache == nil {
-			n := opts.ColdCacheBytes
-			if n == 0 {
-				n = DefaultColdCacheBytes
-			}
-			t.cache = cold.NewCache(max(n, 0))
-		}
-		// A new file never takes the name of one a kept snapshot lists.
-		ents, err := os.ReadDir(opts.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("tier: %w", err)
-		}
-		for _, e := range ents {
-			name := e.Name()
-			if _, gen, ok := parseFileName(t.opts.Prefix, name); ok {
-				t.nextGen = max(t.nextGen, gen+1)
-			}
-			// What a crash left of this tier's writes (cold.Create's
-			// temporary files, TestNewCleansOwnTemp checks the name);
-			// other stores' files in Dir are theirs.
-			if i := strings.Index(name, ".tier.coldtmp-"); i > 0 && strings.HasPrefix(name, t.opts.Prefix+"-") {
-				if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return nil, fmt.Errorf("tier: %w", err)
-				}
-			}
-		}
+	if err := t.openStore(t.opts); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -462,9 +427,7 @@ func (t *Tier[R]) Close() error {
 			errs = append(errs, b.f.close())
 		}
 	}
-	for _, f := range t.obsolete {
-		errs = append(errs, f.close())
-	}
-	t.wins, t.obsolete = nil, nil
+	errs = append(errs, t.closeObsolete())
+	t.wins = nil
 	return errors.Join(errs...)
 }

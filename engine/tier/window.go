@@ -278,6 +278,9 @@ func newSegment(a *arena, raw []byte, tag [4]byte, sh shape, verify bool) (*segm
 	return s, nil
 }
 
+func (s *segment) regionBytes() []byte { return s.data }
+func (s *segment) setChunk(c *chunk)   { s.chunk = c }
+
 // rebind points the segment at data, a copy of its bytes (arena.trim).
 func (s *segment) rebind(data []byte) {
 	size := int64(len(data))
