@@ -27,6 +27,8 @@ type loadResult struct {
 	GCCycles  int64   `json:"gcCycles"`
 	RSSPeak   int64   `json:"rssPeak"` // the most RSS sampled every 100 ms
 	RSSMean   int64   `json:"rssMean"`
+	HeapPeak  int64   `json:"heapPeak"` // go_memstats_heap_alloc_bytes (live and not yet collected), sampled with RSS
+	HeapMean  int64   `json:"heapMean"`
 }
 
 // add sums two turns of load; a nil l is no turn yet.
@@ -36,6 +38,8 @@ func (l *loadResult) add(t loadResult) *loadResult {
 	}
 	s := *l
 	s.RSSMean = int64((float64(s.RSSMean)*s.Seconds + float64(t.RSSMean)*t.Seconds) / (s.Seconds + t.Seconds))
+	s.HeapMean = int64((float64(s.HeapMean)*s.Seconds + float64(t.HeapMean)*t.Seconds) / (s.Seconds + t.Seconds))
+	s.HeapPeak = max(s.HeapPeak, t.HeapPeak)
 	s.Seconds += t.Seconds
 	s.Pages += t.Pages
 	s.ServerCPU += t.ServerCPU
@@ -100,7 +104,7 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 			}
 		}()
 	}
-	var sum, n int64
+	var sum, n, heapSum, heapN int64
 	tick := time.NewTicker(100 * time.Millisecond)
 	for ctx.Err() == nil {
 		select {
@@ -110,6 +114,12 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 				lr.RSSPeak = max(lr.RSSPeak, v)
 				sum += v
 				n++
+			}
+			if m, err := benchutil.ScrapeMetrics(base); err == nil {
+				v := int64(m["go_memstats_heap_alloc_bytes"])
+				lr.HeapPeak = max(lr.HeapPeak, v)
+				heapSum += v
+				heapN++
 			}
 		}
 	}
@@ -123,6 +133,9 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 	lr.ServerCPU = (procCPU(pid) - cpu0).Seconds()
 	if n > 0 {
 		lr.RSSMean = sum / n
+	}
+	if heapN > 0 {
+		lr.HeapMean = heapSum / heapN
 	}
 	after, err := benchutil.ScrapeMetrics(base)
 	if err != nil {

@@ -7,10 +7,15 @@
 // for posts that were never known), forces a GC and reads the live heap
 // from /metrics and RSS from /proc/<pid>/status — and prints both per post,
 // with where the bytes between them go (free heap kept, stacks, GC
-// metadata, file-backed pages).
+// metadata, file-backed pages). With -redis it measures the same data on
+// Redis in the same run: Tally on Redis (tally import -redis, tally serve
+// -redis) and the Instagram-style bucket layout of bench/redispeers, each
+// on a redis-server of its own, checked against the data set too. Every
+// figure is given per post of the set and per non-zero post, heap (Redis:
+// used_memory) beside RSS.
 //
-// It starts only processes of its own (the import and the server, on free
-// loopback ports) and stops them by pid. See -h for the flags and
+// It starts only processes of its own (the import, the servers and
+// redis-servers, on free loopback ports) and stops them by pid. See -h for the flags and
 // README.md for figures.
 package main
 
@@ -51,8 +56,15 @@ type config struct {
 	jsonPath     string
 	load         time.Duration
 	clients      int
-	redis        bool
+	redisPeers   []string // labelTallyRedis, labelBuckets
+	redisWorkers int
 }
+
+// The stores measured beside the embedded engine.
+const (
+	labelTallyRedis = "tally-redis"
+	labelBuckets    = "buckets"
+)
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
@@ -95,7 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	compareEnv := fs.String("compare-env", "", "environment added for the -compare server, comma-separated KEY=VALUE")
 	fs.DurationVar(&c.load, "load", 20*time.Second, "after the idle reading, serve random 50-post pages this long and sample RSS (0: skip)")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients of the load phase")
-	fs.BoolVar(&c.redis, "redis", false, "also measure Tally on Redis with the same data: a redis-server of its own (from PATH, no persistence), tally import -redis, tally serve -redis, the same verification, and Redis's used_memory and RSS beside tally's")
+	redisOn := fs.Bool("redis", false, "also measure Redis with the same data in the same run (the peers of -redis-peers), each on a redis-server of its own (from PATH, no persistence), checked against the data set, Redis's used_memory and RSS beside tally's")
+	peers := fs.String("redis-peers", labelTallyRedis+","+labelBuckets, "with -redis, which: "+labelTallyRedis+" (tally import -redis, tally serve -redis, the same GraphQL verification) and "+labelBuckets+" (Instagram-style buckets of bench/redispeers, loaded from the same CSV)")
+	fs.IntVar(&c.redisWorkers, "redis-workers", 4, "concurrent pipelines loading the bucket layout")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +136,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.sample < 0 {
 		return c, fmt.Errorf("-verify %d: must not be negative", c.sample)
+	}
+	if *redisOn {
+		for p := range strings.SplitSeq(*peers, ",") {
+			switch p = strings.TrimSpace(p); p {
+			case labelTallyRedis, labelBuckets:
+				c.redisPeers = append(c.redisPeers, p)
+			case "":
+			default:
+				return c, fmt.Errorf("-redis-peers: %q is neither %s nor %s", p, labelTallyRedis, labelBuckets)
+			}
+		}
+	}
+	if c.redisWorkers < 1 {
+		return c, fmt.Errorf("-redis-workers %d: must be positive", c.redisWorkers)
 	}
 	baseEnv, err := envList("-env", *env)
 	if err != nil {
@@ -157,10 +185,11 @@ type result struct {
 	Label         string  `json:"label"`
 	Authors       bool    `json:"authors"`
 	Posts         int     `json:"posts"`
+	NonZeroPosts  int64   `json:"nonZeroPosts"` // posts of the data set with a non-zero count
 	KnownPosts    int64   `json:"knownPosts"`
 	CountedPosts  int64   `json:"countedPosts"`
 	Verified      int     `json:"verified"`
-	ImportSeconds float64 `json:"importSeconds"`
+	ImportSeconds float64 `json:"importSeconds"` // the import (buckets: the load)
 	ImportPeakRSS int64   `json:"importPeakRss"`
 	StartSeconds  float64 `json:"startSeconds"`
 	ServeArgs     string  `json:"serveArgs"`
@@ -228,6 +257,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
+// data is a case's data set: the CSV file and what the tool checks.
+type data struct {
+	authors bool
+	csv     string
+	sample  []sampled
+	pool    []uint64 // ids the load phase's pages are drawn from
+	perUser []int32  // posts per author (with authors)
+	counted int      // posts with a non-zero count
+}
+
+func setName(authors bool) string { return map[bool]string{true: "authors", false: "counts"}[authors] }
+
 // sampled is a post the tool checks through GraphQL.
 type sampled struct {
 	id     uint64
@@ -237,7 +278,15 @@ type sampled struct {
 
 // dataset writes (or reuses) the CSV of the case and returns the sample to
 // verify, the authors' post totals and how many posts have counts.
-func dataset(cfg config, withAuthors bool, out io.Writer) (path string, sample []sampled, pool []uint64, perUser []int32, counted int, err error) {
+func dataset(cfg config, withAuthors bool, out io.Writer) (*data, error) {
+	path, sample, pool, perUser, counted, err := writeDataset(cfg, withAuthors, out)
+	if err != nil {
+		return nil, err
+	}
+	return &data{authors: withAuthors, csv: path, sample: sample, pool: pool, perUser: perUser, counted: counted}, nil
+}
+
+func writeDataset(cfg config, withAuthors bool, out io.Writer) (path string, sample []sampled, pool []uint64, perUser []int32, counted int, err error) {
 	name := fmt.Sprintf("posts-%d-seed%d.csv", cfg.posts, cfg.seed)
 	if withAuthors {
 		name = fmt.Sprintf("posts-%d-seed%d-authors%d.csv", cfg.posts, cfg.seed, cfg.users)
@@ -372,11 +421,12 @@ func startServer(bin, data string, v variant) (*proc, error) {
 // overlap), then loaded in turns of a quarter of -load each, so that CPU
 // per page is compared on the same machine at the same moments.
 func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out io.Writer) ([]result, error) {
-	csvPath, sample, pool, perUser, counted, err := dataset(cfg, withAuthors, out)
+	ds, err := dataset(cfg, withAuthors, out)
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(cfg.work, "data-"+map[bool]string{true: "authors", false: "counts"}[withAuthors])
+	csvPath, sample, pool, perUser, counted := ds.csv, ds.sample, ds.pool, ds.perUser, ds.counted
+	data := filepath.Join(cfg.work, "data-"+setName(withAuthors))
 	for i := range cfg.variants {
 		if err := os.RemoveAll(data + variantSuffix(i)); err != nil {
 			return nil, err
@@ -417,7 +467,7 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 	}()
 	for i, v := range cfg.variants {
 		r := &results[i]
-		*r = result{Authors: withAuthors, Posts: cfg.posts, Label: v.label, ServeArgs: strings.Join(v.args, " "), Env: strings.Join(v.env, ","),
+		*r = result{Authors: withAuthors, Posts: cfg.posts, NonZeroPosts: int64(counted), Label: v.label, ServeArgs: strings.Join(v.args, " "), Env: strings.Join(v.env, ","),
 			ImportSeconds: importSeconds, ImportPeakRSS: importPeak}
 		start := time.Now()
 		p, err := startServer(bin, data+variantSuffix(i), v)
@@ -461,16 +511,25 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 			}
 		}
 	}
-	if cfg.redis {
+	if len(cfg.redisPeers) > 0 {
 		for _, p := range procs {
 			stopProcess(p.cmd, p.done)
 		}
 		procs = nil
-		r, err := measureRedis(ctx, cfg, bin, withAuthors, csvPath, sample, perUser, counted, out)
+	}
+	for _, peer := range cfg.redisPeers {
+		var r result
+		var err error
+		switch peer {
+		case labelTallyRedis:
+			r, err = measureRedis(ctx, cfg, bin, ds, out)
+		case labelBuckets:
+			r, err = measureBuckets(ctx, cfg, ds, out)
+		}
 		if err != nil {
-			// The embedded figures stand on their own: they are
-			// reported, then the run fails.
-			return results, fmt.Errorf("on Redis: %v", err)
+			// The figures measured so far stand on their own: they
+			// are reported, then the run fails.
+			return results, fmt.Errorf("%s: %v", peer, err)
 		}
 		results = append(results, r)
 	}

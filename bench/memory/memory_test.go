@@ -6,9 +6,16 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tally-dev/tally/bench/redispeers"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 )
 
 func TestFlagsRejectBadValues(t *testing.T) {
@@ -21,6 +28,8 @@ func TestFlagsRejectBadValues(t *testing.T) {
 		"-env GOGC":            `-env: "GOGC" is not KEY=VALUE`,
 		"-compare-env nothing": `-compare-env: "nothing" is not KEY=VALUE`,
 		"-posts 10 extra":      "unexpected arguments",
+		"-redis -redis-peers tally-redis,memcached": `-redis-peers: "memcached" is neither`,
+		"-redis-workers 0":                          "-redis-workers 0: must be positive",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -38,9 +47,9 @@ func TestFlagsRejectBadValues(t *testing.T) {
 
 func TestLoadTurnsAdd(t *testing.T) {
 	var l *loadResult
-	l = l.add(loadResult{Seconds: 1, Pages: 10, ServerCPU: 0.5, GCCPU: 0.1, GCCycles: 2, RSSPeak: 100, RSSMean: 90})
-	l = l.add(loadResult{Seconds: 3, Pages: 20, ServerCPU: 1, GCCPU: -1, GCCycles: 1, RSSPeak: 80, RSSMean: 70})
-	want := loadResult{Seconds: 4, Pages: 30, ServerCPU: 1.5, GCCPU: -1, GCCycles: 3, RSSPeak: 100, RSSMean: 75}
+	l = l.add(loadResult{Seconds: 1, Pages: 10, ServerCPU: 0.5, GCCPU: 0.1, GCCycles: 2, RSSPeak: 100, RSSMean: 90, HeapPeak: 50, HeapMean: 40})
+	l = l.add(loadResult{Seconds: 3, Pages: 20, ServerCPU: 1, GCCPU: -1, GCCycles: 1, RSSPeak: 80, RSSMean: 70, HeapPeak: 60, HeapMean: 20})
+	want := loadResult{Seconds: 4, Pages: 30, ServerCPU: 1.5, GCCPU: -1, GCCycles: 3, RSSPeak: 100, RSSMean: 75, HeapPeak: 60, HeapMean: 25}
 	if *l != want {
 		t.Errorf("sum %+v; want %+v", *l, want)
 	}
@@ -48,13 +57,17 @@ func TestLoadTurnsAdd(t *testing.T) {
 
 // TestEndToEnd runs the tool on a small data set against a tally built
 // from this repository: import, serve, verification of every post through
-// GraphQL and both memory readings, for both sets, a compared server and
-// Tally on a redis-server of the test's own.
+// GraphQL and both memory readings, for both sets, a compared server,
+// Tally on a redis-server of the run's own and the Instagram-style buckets
+// on another, checked post by post.
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
 	}
 	work := t.TempDir()
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin := filepath.Join(work, "tally")
@@ -74,7 +87,9 @@ func TestEndToEnd(t *testing.T) {
 	for _, want := range []string{
 		"known posts 20000, with counts", "20000 posts verified exactly through GraphQL", // every post, with its author
 		"posts verified exactly", "RSS / live heap", "RSS under load", "GOGC 100", "B (-gc-pacing heap) against A",
-		"Redis: used_memory",
+		"redis-server: used_memory, RSS", "tally serve -redis: live heap, RSS", "== Redis, Instagram buckets: 20000 posts",
+		"loaded 20000 posts", "every bucket's size and 20000 sampled posts, their authors and the authors' post counts, checked",
+		"authors  Tally embedded A", "counts   Tally on Redis", "counts   Redis, Instagram buckets",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
@@ -82,5 +97,95 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if strings.Count(s, "20000 posts verified exactly") != 6 {
 		t.Errorf("want 6 servers (2 sets × 2 variants and Redis) each verifying all 20000 posts:\n%s", s)
+	}
+	if n := strings.Count(s, "every bucket's size and 20000 sampled"); n != 2 {
+		t.Errorf("want the buckets checked in both sets, got %d:\n%s", n, s)
+	}
+}
+
+func TestParseRowRejectsWhatIsNotARow(t *testing.T) {
+	id, a, c, err := parseRow([]byte("123,7,1,2,3,4,5"), true)
+	if err != nil || id != 123 || a != 7 || c != (engine.Counts{Likes: 1, Comments: 2, Reposts: 3, Views: 4, Favorites: 5}) {
+		t.Errorf("parseRow: %d %d %+v %v", id, a, c, err)
+	}
+	for line, want := range map[string]string{
+		"123,1,2,3,4":     "5 fields, want 6",
+		"123,1,2,3,4,5,6": "more than 6 fields",
+		"123,1,2,3,4,":    `field 6: ""`,
+		"123,1,x,3,4,5":   `field 3: "x"`,
+		"-1,1,2,3,4,5":    `field 1: "-1"`,
+	} {
+		if _, _, _, err := parseRow([]byte(line), false); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseRow(%q): %v; want an error saying %q", line, err, want)
+		}
+	}
+}
+
+// TestBucketCheckCatchesAWrongLoad loads the buckets of a small set into a
+// redis-server of the test's own, then damages them one way at a time:
+// each must fail the check, so a wrong load cannot pass.
+func TestBucketCheckCatchesAWrongLoad(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	ctx := context.Background()
+	cfg := config{posts: 3000, users: 200, seed: 3, sample: 3000, work: t.TempDir()}
+	node := redistest.StartSingleNode(t, redispeers.ServerArgs...)
+	c := redis.NewClient(&redis.Options{Addr: node.Addr})
+	defer c.Close()
+	for _, authors := range []bool{true, false} {
+		ds, err := dataset(cfg, authors, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := ds.counted
+		if authors {
+			stored = cfg.posts
+		}
+		var victim sampled // a post with counts and an author
+		for _, s := range ds.sample {
+			if s.counts.Likes > 0 {
+				victim = s
+			}
+		}
+		var zero sampled
+		for _, s := range ds.sample {
+			if s.counts == (engine.Counts{}) {
+				zero = s
+			}
+		}
+		b := redispeers.NewBuckets(stored, authors)
+		for name, damage := range map[string]func(){
+			"none": func() {},
+			"a count changed": func() {
+				n := victim.counts
+				n.Likes++
+				c.HSet(ctx, b.Key(victim.id), redispeers.Field(victim.id), b.Value(victim.author, n))
+			},
+			"a post missing": func() { c.HDel(ctx, b.Key(victim.id), redispeers.Field(victim.id)) },
+			"an extra post": func() {
+				c.HSet(ctx, b.Key(zero.id+1), redispeers.Field(zero.id+1), b.Value(victim.author, victim.counts))
+			},
+			"an author's count off": func() {
+				if !authors {
+					c.HSet(ctx, b.Key(zero.id), redispeers.Field(zero.id), "")
+					return // without authors: an all-zero post present instead
+				}
+				c.HIncrBy(ctx, redispeers.UserKey(victim.author), strconv.FormatUint(uint64(victim.author), 10), 1)
+			},
+		} {
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ld, err := loadBuckets(ctx, c, b, ds.csv, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			damage()
+			err = checkBuckets(ctx, c, b, ds, ld, stored)
+			if (err == nil) != (name == "none") {
+				t.Errorf("authors=%v, %s: check says %v", authors, name, err)
+			}
+		}
 	}
 }

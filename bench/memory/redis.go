@@ -14,58 +14,110 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/redispeers"
 )
 
-// redisMem is what Redis holds for Tally's data set (INFO memory).
+// redisMem is what a redis-server holds (INFO memory and /proc).
 type redisMem struct {
-	Used    int64 `json:"usedMemory"`    // used_memory: Redis's allocations
-	RSS     int64 `json:"usedMemoryRss"` // used_memory_rss: what the OS gives redis-server
-	Dataset int64 `json:"datasetBytes"`  // used_memory_dataset: used_memory minus Redis's overhead
+	Used    int64 `json:"usedMemory"`   // used_memory: Redis's allocations
+	RSS     int64 `json:"rss"`          // VmRSS of redis-server (used_memory_rss when /proc has none)
+	Dataset int64 `json:"datasetBytes"` // used_memory_dataset: used_memory minus Redis's overhead
 }
 
-// measureRedis measures Tally on Redis with the same data set: a
-// redis-server of its own (no persistence) on a free port, `tally import
-// -redis`, `tally serve -redis`, the same verification through GraphQL,
-// then Redis's memory beside the tally process's own heap and RSS.
-func measureRedis(ctx context.Context, cfg config, bin string, withAuthors bool, csvPath string, sample []sampled, perUser []int32, counted int, out io.Writer) (result, error) {
-	r := result{Authors: withAuthors, Posts: cfg.posts, Label: "Redis", ServeArgs: "-redis"}
-	dir := filepath.Join(cfg.work, "redis-"+map[bool]string{true: "authors", false: "counts"}[withAuthors])
+// redisServer is a redis-server this tool started, with no persistence
+// and the listpack limits both layouts need (redispeers.ServerArgs, the
+// ones engine/redisstore documents), on a free loopback port.
+type redisServer struct {
+	addr   string
+	dir    string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	client *redis.Client
+}
+
+func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 	if err := os.RemoveAll(dir); err != nil {
-		return r, err
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return r, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	port, err := benchutil.FreePort()
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	rs := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, done: make(chan struct{})}
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, redispeers.ServerArgs...)
+	s.cmd = exec.Command("redis-server", args...)
 	logf, err := os.Create(dir + ".log")
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	defer logf.Close()
-	rs.Stdout, rs.Stderr = logf, logf
-	if err := rs.Start(); err != nil {
-		return r, fmt.Errorf("redis-server: %v", err)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("redis-server: %v", err)
 	}
-	rsDone := make(chan struct{})
-	go func() { rs.Wait(); close(rsDone) }()
-	defer stopProcess(rs, rsDone)
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	for deadline := time.Now().Add(10 * time.Second); client.Ping(ctx).Err() != nil; {
+	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
+	s.client = redis.NewClient(&redis.Options{Addr: s.addr})
+	for deadline := time.Now().Add(10 * time.Second); s.client.Ping(ctx).Err() != nil; {
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("redis-server on %s does not answer (see %s.log)", addr, dir)
+			s.stop()
+			return nil, fmt.Errorf("redis-server on %s does not answer (see %s.log)", s.addr, dir)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return s, nil
+}
 
-	fmt.Fprintf(out, "importing %s into Redis %s\n", filepath.Base(csvPath), addr)
-	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-redis", addr, csvPath)
+// stop ends the server by its pid and removes its directory.
+func (s *redisServer) stop() {
+	s.client.Close()
+	stopProcess(s.cmd, s.done)
+	os.RemoveAll(s.dir)
+}
+
+func (s *redisServer) memory(ctx context.Context) (*redisMem, error) {
+	info, err := s.client.Info(ctx, "memory").Result()
+	if err != nil {
+		return nil, err
+	}
+	rm := &redisMem{RSS: benchutil.ProcStatus(s.cmd.Process.Pid, "VmRSS")}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(val, 10, 64)
+		switch k {
+		case "used_memory":
+			rm.Used = n
+		case "used_memory_rss":
+			if rm.RSS <= 0 {
+				rm.RSS = n
+			}
+		case "used_memory_dataset":
+			rm.Dataset = n
+		}
+	}
+	return rm, nil
+}
+
+// measureRedis measures Tally on Redis with the same data set: a
+// redis-server of its own, `tally import -redis`, `tally serve -redis`,
+// the same verification through GraphQL, then Redis's memory beside the
+// tally process's own heap and RSS.
+func measureRedis(ctx context.Context, cfg config, bin string, ds *data, out io.Writer) (result, error) {
+	r := result{Authors: ds.authors, Posts: cfg.posts, Label: labelTallyRedis, ServeArgs: "-redis", NonZeroPosts: int64(ds.counted)}
+	dir := filepath.Join(cfg.work, "redis-"+setName(ds.authors))
+	rs, err := startRedis(ctx, dir)
+	if err != nil {
+		return r, err
+	}
+	defer rs.stop()
+
+	fmt.Fprintf(out, "importing %s into Redis %s (tally import -redis)\n", filepath.Base(ds.csv), rs.addr)
+	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-redis", rs.addr, ds.csv)
 	imp.Env = append(os.Environ(), cfg.variants[0].env...)
 	importStart := time.Now()
 	o, err := imp.CombinedOutput()
@@ -76,8 +128,9 @@ func measureRedis(ctx context.Context, cfg config, bin string, withAuthors bool,
 	if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.ImportPeakRSS = ru.Maxrss << 10
 	}
+	fmt.Fprintf(out, "imported into Redis in %.1f s\n", r.ImportSeconds)
 
-	v := variant{label: "Redis", args: append([]string{"-redis", addr}, cfg.variants[0].args...), env: cfg.variants[0].env}
+	v := variant{label: labelTallyRedis, args: append([]string{"-redis", rs.addr}, cfg.variants[0].args...), env: cfg.variants[0].env}
 	start := time.Now()
 	p, err := startServer(bin, dir+"-tally", v)
 	if err != nil {
@@ -90,7 +143,7 @@ func measureRedis(ctx context.Context, cfg config, bin string, withAuthors bool,
 		return r, fmt.Errorf("%v (see %s)", err, p.log)
 	}
 	r.StartSeconds = time.Since(start).Seconds()
-	n, err := verify(ctx, p.base, sample, perUser, withAuthors)
+	n, err := verify(ctx, p.base, ds.sample, ds.perUser, ds.authors)
 	if err != nil {
 		return r, fmt.Errorf("verification on Redis: %v", err)
 	}
@@ -98,29 +151,14 @@ func measureRedis(ctx context.Context, cfg config, bin string, withAuthors bool,
 	if err := idleMemory(ctx, cfg, p, &r); err != nil {
 		return r, err
 	}
-	if r.CountedPosts != int64(counted) {
-		return r, fmt.Errorf("tally on Redis counts %d posts with counts; the data set has %d", r.CountedPosts, counted)
+	if r.CountedPosts != int64(ds.counted) {
+		return r, fmt.Errorf("tally on Redis counts %d posts with counts; the data set has %d", r.CountedPosts, ds.counted)
 	}
-	info, err := client.Info(ctx, "memory").Result()
-	if err != nil {
+	if ds.authors && r.KnownPosts != int64(cfg.posts) {
+		return r, fmt.Errorf("tally on Redis knows %d posts; the data set has %d, all with an author", r.KnownPosts, cfg.posts)
+	}
+	if r.Redis, err = rs.memory(ctx); err != nil {
 		return r, err
 	}
-	rm := &redisMem{}
-	for line := range strings.SplitSeq(info, "\n") {
-		k, val, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(val, 10, 64)
-		switch k {
-		case "used_memory":
-			rm.Used = n
-		case "used_memory_rss":
-			rm.RSS = n
-		case "used_memory_dataset":
-			rm.Dataset = n
-		}
-	}
-	r.Redis = rm
 	return r, nil
 }

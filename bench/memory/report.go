@@ -18,20 +18,73 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // per is bytes per post with one decimal.
 func per(b int64, n int64) string {
-	if n <= 0 {
+	if n <= 0 || b < 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", float64(b)/float64(n))
 }
 
-func report(out io.Writer, r result) {
-	name := "without authors (counts only)"
-	denom, denomName := r.CountedPosts, "non-zero post"
-	if r.Authors {
-		name = "with an author on every post"
-		denom, denomName = int64(r.Posts), "post"
+func ratio(a, b int64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
 	}
-	fmt.Fprintf(out, "\n== %s: %d posts, %s\n", r.Label, r.Posts, name)
+	return fmt.Sprintf("%.2f", float64(a)/float64(b))
+}
+
+func setTitle(authors bool) string {
+	if authors {
+		return "with an author on every post"
+	}
+	return "without authors (counts only; all-zero posts not imported)"
+}
+
+// storeName says what a result measured.
+func storeName(r result) string {
+	switch r.Label {
+	case labelTallyRedis:
+		return "Tally on Redis"
+	case labelBuckets:
+		return "Redis, Instagram buckets"
+	}
+	return "Tally embedded " + r.Label
+}
+
+// memTable prints memory rows, each heap (Redis: used_memory) beside RSS,
+// per post of the set and per non-zero post.
+type memTable struct {
+	out            io.Writer
+	posts, nonZero int64
+}
+
+func (t memTable) header(heapName string) {
+	fmt.Fprintf(t.out, "%-36s %10s %8s %10s | %10s %8s %10s | %8s\n", "", heapName+" MiB", "B/post", "B/non-zero", "RSS MiB", "B/post", "B/non-zero", "RSS/heap")
+}
+
+func (t memTable) row(name string, heap, rss int64) {
+	m := func(b int64) string {
+		if b < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", float64(b)/(1<<20))
+	}
+	fmt.Fprintf(t.out, "%-36s %10s %8s %10s | %10s %8s %10s | %8s\n", name, m(heap), per(heap, t.posts), per(heap, t.nonZero), m(rss), per(rss, t.posts), per(rss, t.nonZero), ratio(rss, heap))
+}
+
+func report(out io.Writer, r result) {
+	fmt.Fprintf(out, "\n== %s: %d posts, %s; %d non-zero\n", storeName(r), r.Posts, setTitle(r.Authors), r.NonZeroPosts)
+	t := memTable{out: out, posts: int64(r.Posts), nonZero: r.NonZeroPosts}
+	if r.Label == labelBuckets {
+		what := "posts"
+		if r.Authors {
+			what = "posts, their authors and the authors' post counts,"
+		}
+		fmt.Fprintf(out, "loaded %d posts (%d with counts) from the same CSV in %.1f s; every bucket's size and %d sampled %s checked against the data set\n",
+			r.KnownPosts, r.CountedPosts, r.ImportSeconds, r.Verified, what)
+		t.header("used")
+		t.row("redis-server: used_memory, RSS", r.Redis.Used, r.Redis.RSS)
+		fmt.Fprintf(out, "used_memory_dataset %s\n", mib(r.Redis.Dataset))
+		return
+	}
 	fmt.Fprintf(out, "server: %s\n", settings(r))
 	fmt.Fprintf(out, "known posts %d, with counts %d; %d posts verified exactly through GraphQL\n", r.KnownPosts, r.CountedPosts, r.Verified)
 	fmt.Fprintf(out, "import %.1f s (peak RSS %s); server ready in %.1f s\n", r.ImportSeconds, mib(r.ImportPeakRSS), r.StartSeconds)
@@ -40,29 +93,30 @@ func report(out io.Writer, r result) {
 		scan = mib(r.GCScan)
 	}
 	fmt.Fprintf(out, "GOGC %d, memory limit %s; each collection scans %s\n", r.GOGC, limitString(r.MemLimit), scan)
-	fmt.Fprintf(out, "%-34s %12s %10s\n", "after a forced GC", "bytes", "B/"+denomName)
-	row := func(k string, v int64) { fmt.Fprintf(out, "%-34s %12s %10s\n", k, mib(v), per(v, denom)) }
-	row("engine's own count", r.EngineBytes)
-	row("live heap", r.HeapLive)
-	row("RSS", r.RSS)
-	fmt.Fprintf(out, "RSS / live heap: %.2f\n", float64(r.RSS)/float64(r.HeapLive))
-	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s; peak RSS %s\n",
-		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile), mib(r.PeakRSS))
 	if rm := r.Redis; rm != nil {
-		fmt.Fprintf(out, "Redis: used_memory %s (%s B/%s), RSS %s (%s B/%s), dataset %s; with tally's RSS %s (%s B/%s)\n",
-			mib(rm.Used), per(rm.Used, denom), denomName, mib(rm.RSS), per(rm.RSS, denom), denomName, mib(rm.Dataset),
-			mib(rm.RSS+r.RSS), per(rm.RSS+r.RSS, denom), denomName)
+		t.header("heap/used")
+		t.row("redis-server: used_memory, RSS", rm.Used, rm.RSS)
+		t.row("tally serve -redis: live heap, RSS", r.HeapLive, r.RSS)
+		t.row("together", rm.Used+r.HeapLive, rm.RSS+r.RSS)
+		fmt.Fprintf(out, "used_memory_dataset %s; tally's engine count %s\n", mib(rm.Dataset), mib(r.EngineBytes))
+		return
 	}
+	t.header("heap")
+	t.row("idle, after a forced GC", r.HeapLive, r.RSS)
+	t.row("engine's own count; RSS idle", r.EngineBytes, r.RSS)
+	t.row("peak since start (RSS)", -1, r.PeakRSS)
 	if l := r.Load; l != nil {
+		t.row("under load, mean (heap incl. garbage)", l.HeapMean, l.RSSMean)
+		t.row("under load, peak", l.HeapPeak, l.RSSPeak)
 		gc := "-"
 		if l.GCCPU >= 0 {
 			gc = fmt.Sprintf("%.2f s (%.1f%% of the server's)", l.GCCPU, 100*l.GCCPU/l.ServerCPU)
 		}
-		fmt.Fprintf(out, "under load: %d pages in %.1f s (%.0f/s), server CPU %.1f µs/page, %d GCs, GC CPU %s\n",
-			l.Pages, l.Seconds, float64(l.Pages)/l.Seconds, 1e6*l.ServerCPU/float64(l.Pages), l.GCCycles, gc)
-		fmt.Fprintf(out, "RSS under load: mean %s (%s B/%s, %.2f × live heap), peak %s (%.2f ×)\n",
-			mib(l.RSSMean), per(l.RSSMean, denom), denomName, float64(l.RSSMean)/float64(r.HeapLive), mib(l.RSSPeak), float64(l.RSSPeak)/float64(r.HeapLive))
+		fmt.Fprintf(out, "under load: %d pages in %.1f s (%.0f/s), server CPU %.1f µs/page, %d GCs, GC CPU %s; RSS mean %.2f × live heap\n",
+			l.Pages, l.Seconds, float64(l.Pages)/l.Seconds, 1e6*l.ServerCPU/float64(l.Pages), l.GCCycles, gc, float64(l.RSSMean)/float64(r.HeapLive))
 	}
+	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s\n",
+		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile))
 }
 
 func limitString(l int64) string {
@@ -72,34 +126,47 @@ func limitString(l int64) string {
 	return mib(l)
 }
 
+// totals is a result's memory as one store: the embedded server's heap
+// and RSS; Redis's used_memory and RSS, plus tally's own on Redis.
+func totals(r result) (heap, rss, loadRSS int64) {
+	loadRSS = -1
+	switch {
+	case r.Label == labelBuckets:
+		return r.Redis.Used, r.Redis.RSS, -1
+	case r.Redis != nil:
+		return r.Redis.Used + r.HeapLive, r.Redis.RSS + r.RSS, -1
+	}
+	if r.Load != nil {
+		loadRSS = r.Load.RSSMean
+	}
+	return r.HeapLive, r.RSS, loadRSS
+}
+
+// summary puts every store of every set in one table, against the first
+// embedded server of the same set.
 func summary(out io.Writer, rs []result) {
-	fmt.Fprintf(out, "\n== summary (bytes per post: all posts with authors, non-zero posts without)\n")
-	fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10s %14s %14s\n", "set", "engine", "heap", "RSS", "peak RSS", "RSS/heap", "RSS load mean", "RSS load/heap")
-	for _, r := range rs {
-		denom, set := r.CountedPosts, r.Label+" counts"
-		if r.Authors {
-			denom, set = int64(r.Posts), r.Label+" authors"
+	fmt.Fprintf(out, "\n== summary, bytes per post of the set (B/post) and per non-zero post (B/nz)\n")
+	fmt.Fprintf(out, "heap: Go live heap after a forced GC; Redis: used_memory (Tally on Redis: + tally's heap). RSS: idle, after the GC (Tally on Redis: redis-server + tally)\n")
+	fmt.Fprintf(out, "%-8s %-26s %8s %8s %8s %8s %9s %13s %13s %10s\n", "set", "store", "heap/post", "RSS/post", "heap/nz", "RSS/nz", "RSS/heap", "load RSS/post", "load RSS/nz", "RSS ×embed")
+	var base int64
+	for i, r := range rs {
+		heap, rss, load := totals(r)
+		if i == 0 || rs[i-1].Authors != r.Authors {
+			base = rss
 		}
-		if r.Redis != nil {
-			fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10s %14s %14s   (Redis used_memory, tally's heap, Redis + tally RSS)\n", set,
-				per(r.Redis.Used, denom), per(r.HeapLive, denom), per(r.Redis.RSS+r.RSS, denom), "-", "-", "-", "-")
-			continue
-		}
-		loadMean, loadRatio := "-", "-"
-		if r.Load != nil {
-			loadMean, loadRatio = per(r.Load.RSSMean, denom), fmt.Sprintf("%.2f", float64(r.Load.RSSMean)/float64(r.HeapLive))
-		}
-		fmt.Fprintf(out, "%-12s %10s %10s %10s %10s %10.2f %14s %14s\n", set, per(r.EngineBytes, denom), per(r.HeapLive, denom), per(r.RSS, denom), per(r.PeakRSS, denom), float64(r.RSS)/float64(r.HeapLive), loadMean, loadRatio)
+		fmt.Fprintf(out, "%-8s %-26s %8s %8s %8s %8s %9s %13s %13s %10s\n", setName(r.Authors), storeName(r),
+			per(heap, int64(r.Posts)), per(rss, int64(r.Posts)), per(heap, r.NonZeroPosts), per(rss, r.NonZeroPosts),
+			ratio(rss, heap), per(load, int64(r.Posts)), per(load, r.NonZeroPosts), ratio(rss, base))
 	}
 }
 
 // comparison sets server B against A, measured in the same run.
 func comparison(out io.Writer, a, b result) {
 	fmt.Fprintf(out, "\n== B (%s) against A (%s)\n", settings(b), settings(a))
-	fmt.Fprintf(out, "idle RSS %.2f×, peak RSS %.2f×", float64(b.RSS)/float64(a.RSS), float64(b.PeakRSS)/float64(a.PeakRSS))
+	fmt.Fprintf(out, "idle RSS %.2f× (live heap %.2f×), peak RSS %.2f×", float64(b.RSS)/float64(a.RSS), float64(b.HeapLive)/float64(a.HeapLive), float64(b.PeakRSS)/float64(a.PeakRSS))
 	if a.Load != nil && b.Load != nil {
 		cpu := func(l *loadResult) float64 { return l.ServerCPU / float64(l.Pages) }
-		fmt.Fprintf(out, ", RSS under load %.2f×, server CPU per page %.2f×, GCs %d vs %d", float64(b.Load.RSSMean)/float64(a.Load.RSSMean), cpu(b.Load)/cpu(a.Load), b.Load.GCCycles, a.Load.GCCycles)
+		fmt.Fprintf(out, ", RSS under load %.2f× (heap under load %.2f×), server CPU per page %.2f×, GCs %d vs %d", float64(b.Load.RSSMean)/float64(a.Load.RSSMean), float64(b.Load.HeapMean)/float64(a.Load.HeapMean), cpu(b.Load)/cpu(a.Load), b.Load.GCCycles, a.Load.GCCycles)
 		if a.Load.GCCPU >= 0 && b.Load.GCCPU >= 0 {
 			fmt.Fprintf(out, ", GC CPU %.1f%% vs %.1f%% of the server's", 100*b.Load.GCCPU/b.Load.ServerCPU, 100*a.Load.GCCPU/a.Load.ServerCPU)
 		}
