@@ -44,15 +44,20 @@ func (j *Job[R]) What() string {
 	return fmt.Sprintf("window %d: %v to %v, folding %d records", j.w.num, j.base.kind(), to, fold)
 }
 
-func (t *Tier[R]) sealDue(end, now int64) bool {
-	if t.opts.OpenAge < 0 {
+func (t *Tier[R]) sealDue(end, now int64) bool { return sealDue(t.opts, end, now) }
+func (t *Tier[R]) coldDue(end, now int64) bool { return coldDue(t.opts, end, now) }
+
+// sealDue reports whether a window that ended at end (Unix ms) is to be
+// sealed at now under opts; coldDue whether it is to move to a file.
+func sealDue(opts Options, end, now int64) bool {
+	if opts.OpenAge < 0 {
 		return end <= now
 	}
-	return end+t.opts.OpenAge.Milliseconds() <= now
+	return end+opts.OpenAge.Milliseconds() <= now
 }
 
-func (t *Tier[R]) coldDue(end, now int64) bool {
-	return t.opts.Dir != "" && t.opts.ColdAge > 0 && end+t.opts.ColdAge.Milliseconds() <= now
+func coldDue(opts Options, end, now int64) bool {
+	return opts.Dir != "" && opts.ColdAge > 0 && end+opts.ColdAge.Milliseconds() <= now
 }
 
 func (t *Tier[R]) deltaDue(w *window) bool {

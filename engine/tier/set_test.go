@@ -1,0 +1,294 @@
+package tier
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+func setOpts(dir string) Options {
+	o := testOpts(dir)
+	o.Prefix = "like"
+	return o
+}
+
+// newTestSet returns a set with small blocks, so that windows have many.
+func newTestSet(t testing.TB, opts Options, limit int) *Set {
+	t.Helper()
+	s, err := NewSet("LIKE", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.blockLimit = limit
+	return s
+}
+
+type upair struct{ u, p uint64 }
+
+// randUser returns a user: mostly small ids, some hot, some wide (beyond
+// the open table's narrow slots, and spanning 64 bits in a block).
+func randUser(rng *rand.Rand) uint64 {
+	switch rng.IntN(10) {
+	case 0:
+		return rng.Uint64()
+	case 1:
+		return math.MaxUint64 - rng.Uint64N(3)
+	case 2, 3:
+		return rng.Uint64N(4) // hot users
+	}
+	return rng.Uint64N(5000)
+}
+
+// randLikedPost returns a post: a few hot ones (whose likers span
+// blocks), the rest spread over nWin windows.
+func randLikedPost(rng *rand.Rand, hot []uint64, nWin int) uint64 {
+	if rng.IntN(3) == 0 {
+		return hot[rng.IntN(len(hot))]
+	}
+	return randID(rng, nWin)
+}
+
+// checkSet compares the set with the model: Len, Has of every pair and
+// of absent ones, HasMany pages, Range.
+func checkSet(t *testing.T, s *Set, model map[upair]bool, rng *rand.Rand, hot []uint64, nWin int) {
+	t.Helper()
+	if s.Len() != len(model) {
+		t.Fatalf("Len %d, model %d", s.Len(), len(model))
+	}
+	var pairs []upair
+	for q := range model {
+		if has, err := s.Has(q.u, q.p); err != nil || !has {
+			t.Fatalf("Has(%d, %d) = %v %v, want true", q.u, q.p, has, err)
+		}
+		pairs = append(pairs, q)
+	}
+	for range 300 {
+		q := upair{randUser(rng), randLikedPost(rng, hot, nWin+2)}
+		if has, err := s.Has(q.u, q.p); err != nil || has != model[q] {
+			t.Fatalf("Has(%d, %d) = %v %v, want %v", q.u, q.p, has, err, model[q])
+		}
+	}
+	var out [300]bool
+	for range 30 {
+		user := randUser(rng)
+		if len(pairs) > 0 && rng.IntN(2) == 0 {
+			user = pairs[rng.IntN(len(pairs))].u
+		}
+		n := 1 + rng.IntN(len(out))
+		page := make([]uint64, n)
+		for i := range page {
+			if len(pairs) > 0 && rng.IntN(2) == 0 {
+				page[i] = pairs[rng.IntN(len(pairs))].p
+			} else {
+				page[i] = randLikedPost(rng, hot, nWin+2)
+			}
+		}
+		switch rng.IntN(3) {
+		case 0:
+			slices.Sort(page)
+		case 1:
+			slices.Sort(page)
+			slices.Reverse(page)
+		}
+		if err := s.HasMany(user, page, out[:n]); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range page {
+			if out[i] != model[upair{user, p}] {
+				t.Fatalf("HasMany[%d] (%d, %d) = %v, want %v", i, user, p, out[i], !out[i])
+			}
+		}
+	}
+	seen := map[upair]bool{}
+	if err := s.Range(func(u, p uint64) bool {
+		q := upair{u, p}
+		if seen[q] || !model[q] {
+			t.Fatalf("Range yields (%d, %d): seen %v, in model %v", u, p, seen[q], model[q])
+		}
+		seen[q] = true
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(model) {
+		t.Fatalf("Range yields %d pairs, model %d", len(seen), len(model))
+	}
+}
+
+// TestSetModel drives a set and a map through random likes and unlikes,
+// clock steps with maintenance (sealing, cooling by age or by the memory
+// budget, compaction of sealed and cold windows, jobs whose windows take
+// writes while they run, failed jobs), snapshots reloaded into a new set
+// over the same cold files, LoadPairs and Collect, checking every answer.
+func TestSetModel(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run("", func(t *testing.T) { runSetModel(t, seed, 4000) })
+	}
+}
+
+func runSetModel(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	dir := t.TempDir()
+	opts := setOpts(dir)
+	if seed%2 == 1 {
+		opts.MemoryBudget = 2 << 10 // the budget, not age, sends windows to files
+		opts.ColdAge = 0
+	}
+	limit := []int{3, 8, 0, 40}[seed]
+	s := newTestSet(t, opts, limit)
+	model := map[upair]bool{}
+	const nWin = 30
+	hot := []uint64{randID(rng, nWin), randID(rng, nWin), randID(rng, 3)}
+	clock := testEpoch
+	var kept []string
+	var pending []*SetJob
+	for step := range steps {
+		switch r := rng.IntN(100); {
+		case r < 55:
+			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
+			added, err := s.Add(q.u, q.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if added == model[q] {
+				t.Fatalf("step %d: Add(%d, %d) = %v, model has it: %v", step, q.u, q.p, added, model[q])
+			}
+			model[q] = true
+		case r < 75:
+			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
+			if len(model) > 0 && rng.IntN(3) > 0 {
+				for k := range model {
+					q = k
+					break
+				}
+			}
+			removed, err := s.Remove(q.u, q.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if removed != model[q] {
+				t.Fatalf("step %d: Remove(%d, %d) = %v, model has it: %v", step, q.u, q.p, removed, model[q])
+			}
+			delete(model, q)
+		case r < 85:
+			clock = clock.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			if rng.IntN(2) == 0 {
+				if err := s.Maintain(clock); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				pending = append(pending, s.Plan(clock)...)
+			}
+		case r < 90:
+			for _, j := range pending {
+				if rng.IntN(8) == 0 {
+					// A job that fails (its file's directory is gone
+					// for it): the window stays as it was.
+					j.err, j.ran = os.ErrPermission, true
+					if err := s.Finish(j); err == nil {
+						t.Fatal("a failed job finished without its error")
+					}
+					continue
+				}
+				if err := j.Run(); err != nil {
+					t.Fatal(err)
+				}
+				if err := j.Finish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pending = nil
+		case r < 94:
+			var buf bytes.Buffer
+			if _, err := s.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			kept = s.Files()
+			for _, j := range pending {
+				j.Run()
+				s.Finish(j)
+			}
+			pending = nil
+			if err := s.Collect(kept); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			s = newTestSet(t, opts, limit)
+			if err := s.Load(&buf); err != nil {
+				t.Fatalf("step %d: Load: %v", step, err)
+			}
+		case r < 96:
+			// A reload through LoadPairs, in Range's order or shuffled.
+			var all [][2]uint64
+			if err := s.Range(func(u, p uint64) bool { all = append(all, [2]uint64{u, p}); return true }); err != nil {
+				t.Fatal(err)
+			}
+			if rng.IntN(2) == 0 {
+				rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+			}
+			for _, j := range pending {
+				j.Run()
+				s.Finish(j)
+			}
+			pending = nil
+			s.Close()
+			s = newTestSet(t, opts, limit)
+			if err := s.LoadPairs(func(yield func(uint64, uint64) bool) {
+				for _, q := range all {
+					if !yield(q[0], q[1]) || !yield(q[0], q[1]) { // duplicates are ignored
+						return
+					}
+				}
+			}, clock); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if len(pending) == 0 {
+				if err := s.Collect(kept); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if step%400 == 0 {
+			checkSet(t, s, model, rng, hot, nWin)
+		}
+	}
+	for _, j := range pending {
+		j.Run()
+		if err := s.Finish(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSet(t, s, model, rng, hot, nWin)
+	if err := s.Maintain(clock.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, s, model, rng, hot, nWin)
+	st := s.Stats()
+	if st.ColdWindows == 0 || st.OpenWindows != 0 {
+		t.Fatalf("at the end %+v; want every window cold or sealed, some cold", st)
+	}
+	if err := s.VerifyFiles(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Collect(nil); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	files := s.Files()
+	slices.Sort(names)
+	slices.Sort(files)
+	if !slices.Equal(names, files) {
+		t.Fatalf("dir holds %v, the set uses %v", names, files)
+	}
+	checkSet(t, s, model, rng, hot, nWin)
+	s.Close()
+}
