@@ -28,8 +28,8 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/importfile"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/redisstore"
+	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/resolvers/auth"
@@ -129,10 +129,10 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.snapEvery, "snapshot-interval", embedded.DefaultSnapshotInterval, "take a snapshot of the embedded engine this often (negative: never)")
 	fs.Int64Var(&f.snapLogBytes, "snapshot-log-bytes", embedded.DefaultSnapshotLogBytes, "also take one when the log has grown by this many bytes (negative: never)")
 	fs.DurationVar(&f.window, "window", 24*time.Hour, "time window that posts (counts, authors, likes) are partitioned by (the snowflake id's time); only the layout depends on it, so it may change between runs")
-	fs.DurationVar(&f.openAge, "open-age", postcounts.DefaultOpenAge, "keep a window of post counts in an open hash table until it ended this long ago, then seal it")
+	fs.DurationVar(&f.openAge, "open-age", tier.DefaultOpenAge, "keep a window of posts (authors and counts) and likes in an open hash table until it ended this long ago, then seal it")
 	fs.DurationVar(&f.coldAge, "cold-age", 0, "move sealed windows that ended this long ago to the cold tier on disk (0: only by -memory-budget)")
-	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of post counts, and separately of the post registry, kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
-	fs.IntVar(&f.coldCache, "cold-cache-bytes", postcounts.DefaultColdCacheBytes, "block cache of the cold tier")
+	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of the post table kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
+	fs.IntVar(&f.coldCache, "cold-cache-bytes", tier.DefaultColdCacheBytes, "block cache of the cold tier (negative: none)")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
 	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
@@ -174,7 +174,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		Node:             f.node,
 		SnapshotInterval: f.snapEvery,
 		SnapshotLogBytes: f.snapLogBytes,
-		Counts: postcounts.Options{
+		Tables: tier.Options{
 			WindowMillis:   f.window.Milliseconds(),
 			OpenAge:        f.openAge,
 			ColdAge:        f.coldAge,
@@ -506,7 +506,7 @@ func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return float64(f(store.Stats())) }))
 	}
-	gauge("tally_engine_posts", "Posts in the registry.", func(s engine.Stats) int64 { return s.Posts })
+	gauge("tally_engine_posts", "Known posts (with an author or a count).", func(s engine.Stats) int64 { return s.Posts })
 	gauge("tally_engine_counted_posts", "Posts with a non-zero counter.", func(s engine.Stats) int64 { return s.CountedPosts })
 	gauge("tally_engine_users", "Users with any state.", func(s engine.Stats) int64 { return s.Users })
 	gauge("tally_engine_groups", "Groups.", func(s engine.Stats) int64 { return s.Groups })

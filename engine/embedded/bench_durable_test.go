@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"fmt"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"math"
 	"os"
 	"runtime"
@@ -42,7 +41,7 @@ func benchSizes() []int {
 // so that even 100M posts need one copy of it in memory. It returns how
 // long writing the snapshot took and the tables' size.
 func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int64) {
-	st := newState(postcounts.Options{})
+	st := newState(tables{})
 	var l *wal.Log
 	if logDir != "" {
 		var err error
@@ -85,7 +84,7 @@ func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int6
 	if err := st.maintain(time.Now()); err != nil {
 		b.Fatal(err)
 	}
-	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes()
+	mem := st.posts.MemoryBytes()
 	start := time.Now()
 	f, err := snapshot.Create(snapDir, index, true)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -126,7 +125,7 @@ func BenchmarkApplyRecords(b *testing.B) {
 	writeMixed(b, e, ps, 100_000)
 	defer startCPU(b)()
 	for range b.N {
-		im := newImage(postcounts.Options{})
+		im := newImage(tables{})
 		for i, rec := range recs {
 			if err := im.applyRecord(uint64(i+1), rec); err != nil {
 				b.Fatal(err)

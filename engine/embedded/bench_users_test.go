@@ -6,7 +6,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
-	"github.com/tally-dev/tally/engine/postcounts"
 )
 
 // usersPerKind is how many users BenchmarkUserMemory loads of each kind:
@@ -99,12 +98,12 @@ func BenchmarkUserMemory(b *testing.B) {
 		b.Run(k.name, func(b *testing.B) {
 			for b.Loop() {
 				before := liveHeap()
-				base := newState(postcounts.Options{})
+				base := newState(tables{})
 				if k.base != nil {
 					k.base(base, usersPerKind)
 				}
 				mid := liveHeap()
-				st := newState(postcounts.Options{})
+				st := newState(tables{})
 				k.load(st, usersPerKind)
 				after := liveHeap()
 				perUser := (float64(after-mid) - float64(mid-before)) / usersPerKind

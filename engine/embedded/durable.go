@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -52,27 +51,27 @@ type recovered struct {
 // snapshot, then the log from the record after it. A snapshot that does
 // not verify stops it (never a silent fall back to an older one), as does
 // a log that does not continue the snapshot. The log is returned open.
-func recoverDir(dir string, wopts wal.Options, co postcounts.Options) (*image, *wal.Log, recovered, error) {
+func recoverDir(dir string, wopts wal.Options, tc tables) (*image, *wal.Log, recovered, error) {
 	if err := snapshot.RemoveTemp(dir); err != nil {
 		return nil, nil, recovered{}, fmt.Errorf("embedded: %w", err)
 	}
-	return recoverFrom(dir, dir, wopts, co)
+	return recoverFrom(dir, dir, wopts, tc)
 }
 
 // recoverFrom is recoverDir with the snapshots read from snapDir and the
 // log opened in logDir (a copy, when dir is read-only).
-func recoverFrom(snapDir, logDir string, wopts wal.Options, co postcounts.Options) (*image, *wal.Log, recovered, error) {
+func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, *wal.Log, recovered, error) {
 	var rec recovered
 	dir := snapDir
 	list, err := snapshot.List(snapDir)
 	if err != nil {
 		return nil, nil, rec, fmt.Errorf("embedded: %w", err)
 	}
-	im := newImage(co)
+	im := newImage(tc)
 	if len(list) > 0 {
 		newest := list[len(list)-1]
 		start := time.Now()
-		if im, err = loadSnapshot(newest, true, co); err != nil {
+		if im, err = loadSnapshot(newest, true, tc); err != nil {
 			return nil, nil, rec, corruptHint(err, dir)
 		}
 		rec.snapshot, rec.snapIndex, rec.loadTook = newest.Path, im.index, time.Since(start)
@@ -132,7 +131,7 @@ func corruptHint(err error, dir string) error {
 
 // loadSnapshot reads and fully decodes one snapshot file (on parallel
 // goroutines if parallel, see readImage).
-func loadSnapshot(in snapshot.Info, parallel bool, co postcounts.Options) (*image, error) {
+func loadSnapshot(in snapshot.Info, parallel bool, tc tables) (*image, error) {
 	fr, err := snapshot.Open(in.Path)
 	if err != nil {
 		return nil, err
@@ -141,7 +140,7 @@ func loadSnapshot(in snapshot.Info, parallel bool, co postcounts.Options) (*imag
 	if fr.Index() != in.Index {
 		return nil, fr.Corrupt(0, fmt.Sprintf("header says log index %d but the file name says %d", fr.Index(), in.Index))
 	}
-	return readImage(fr.Reader, parallel, co)
+	return readImage(fr.Reader, parallel, tc)
 }
 
 // cannotWrite reports an error that says the data directory cannot be
@@ -175,7 +174,7 @@ func (e *Engine) openReadOnly(opts Options, cause error) error {
 			return err
 		}
 	}
-	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger}, memCounts(opts.Counts))
+	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger}, e.shadow)
 	if err != nil {
 		return err
 	}
@@ -313,13 +312,13 @@ func (e *Engine) buildImage(ctx context.Context) (im *image, fresh bool, err err
 	if err != nil {
 		return nil, false, err
 	}
-	im = newImage(e.shadowCounts)
+	im = newImage(e.shadow)
 	haveBase := false
 	for i := len(list) - 1; i >= 0 && !haveBase; i-- {
 		if list[i].Index > target {
 			return nil, false, fmt.Errorf("embedded: snapshot %s is ahead of the log (last record %d)", list[i].Path, target)
 		}
-		loaded, err := loadSnapshot(list[i], false, e.shadowCounts)
+		loaded, err := loadSnapshot(list[i], false, e.shadow)
 		var ce *snapshot.CorruptError
 		switch {
 		case err == nil:
@@ -545,7 +544,7 @@ func stageAndRecover(dir string) (*image, error) {
 			return nil, err
 		}
 	}
-	im, l, _, err := recoverDir(tmp, wal.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)}, postcounts.Options{})
+	im, l, _, err := recoverDir(tmp, wal.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)}, tables{})
 	if err != nil {
 		return nil, err
 	}
@@ -633,7 +632,7 @@ func Restore(file, dir string) error {
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	defer fr.Close()
-	if _, err := readImage(fr.Reader, true, postcounts.Options{}); err != nil {
+	if _, err := readImage(fr.Reader, true, tables{}); err != nil {
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

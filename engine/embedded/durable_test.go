@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,11 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
+	"github.com/tally-dev/tally/engine/postcounts"
+	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -99,35 +102,78 @@ func bigShapes(t testing.TB, e *Engine) {
 	}
 }
 
-// writeLegacyCounts writes the counts as snapshots did before PCNT: one
-// CNTS item per post, (id, field mask, the non-zero counts).
-func writeLegacyCounts(w *snapshot.Writer, e *enc, st *state) {
-	st.counts.Range(func(p uint64, c engine.Counts) bool {
-		e.start()
-		e.fixed(p)
-		e.masked([]uint64{uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)})
-		e.end()
-		return true
-	})
+// itemSections writes the post table as snapshots did before PREG and
+// PCNT: one POST item per post, (id, author), and one CNTS item per post
+// with a count, (id, field mask, the non-zero counts).
+func itemSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
+	return []imageStep{
+		{tagPosts, func() {
+			st.posts.Range(func(p uint64, r tier.Post) bool {
+				e.start()
+				e.fixed(p)
+				e.u(r.Author)
+				e.end()
+				return true
+			})
+		}},
+		{tagCounts, func() {
+			st.posts.Range(func(p uint64, r tier.Post) bool {
+				if c := r.Counts; !c.IsZero() {
+					e.start()
+					e.fixed(p)
+					e.masked([]uint64{uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)})
+					e.end()
+				}
+				return true
+			})
+		}},
+	}
 }
 
-// writeLegacyPosts writes the registry as snapshots did before PREG: one
-// POST item per post, (id, author).
-func writeLegacyPosts(w *snapshot.Writer, e *enc, st *state) {
-	st.posts.Range(func(p, author uint64) bool {
-		e.start()
-		e.fixed(p)
-		e.u(author)
-		e.end()
+// imageSections writes the post table as snapshots did before PTBL: the
+// images of engine/registry (PREG) and engine/postcounts (PCNT), each
+// store built from the post table and maintained as the engine did.
+func imageSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
+	reg, err := registry.New(registry.Options{})
+	if err != nil {
+		panic(err)
+	}
+	cnt, err := postcounts.New(postcounts.Options{})
+	if err != nil {
+		panic(err)
+	}
+	st.posts.Range(func(p uint64, r tier.Post) bool {
+		if _, err := reg.Put(p, r.Author); err != nil {
+			panic(err)
+		}
+		c := r.Counts
+		for f, v := range [...]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites} {
+			cnt.Add(p, counters.Field(f), v)
+		}
 		return true
 	})
+	now := time.Now()
+	if err := errors.Join(reg.Maintain(now), cnt.Maintain(now)); err != nil {
+		panic(err)
+	}
+	image := func(write func(cw *chunkWriter) error) func() {
+		return func() {
+			cw := &chunkWriter{w: w, p: e.p}
+			if err := write(cw); err != nil {
+				cw.fail(err)
+			}
+			cw.close()
+		}
+	}
+	return []imageStep{
+		{tagRegistry, image(func(cw *chunkWriter) error { _, err := reg.WriteTo(cw); return err })},
+		{tagPCounts, image(func(cw *chunkWriter) error { _, err := cnt.Snapshot().SelfContained().WriteTo(cw); return err })},
+	}
 }
 
-// TestLegacyCountsSection: a snapshot whose counts are a CNTS section and
-// whose registry is a POST section loads to the same state as one with
-// PCNT and PREG. (Here every window is open,
-// where PCNT costs about as much; BenchmarkRecovery compares sizes at
-// scale, windows sealed.)
+// TestLegacyCountsSection: snapshots written before the post table — the
+// registry and the counts as PREG and PCNT images, or before that as POST
+// and CNTS items — load to the same state as one with PTBL.
 func TestLegacyCountsSection(t *testing.T) {
 	clk := newClock()
 	e := open(t, Options{Now: clk.Now, CursorTTL: 3 * 24 * time.Hour, SweepInterval: -1})
@@ -142,30 +188,36 @@ func TestLegacyCountsSection(t *testing.T) {
 		return buf.Bytes()
 	}
 	current := write()
-	countsTagWritten, writeCounts = tagCounts, writeLegacyCounts
-	registryTagWritten, writeRegistry = tagPosts, writeLegacyPosts
-	defer func() {
-		countsTagWritten, writeCounts = tagPCounts, writePostCounts
-		registryTagWritten, writeRegistry = tagRegistry, writeRegistryImage
-	}()
-	legacy := write()
-	lr, err := snapshot.NewReader(bytes.NewReader(legacy), int64(len(legacy)), "legacy")
-	ok(t, err)
-	for _, tag := range []snapshot.Tag{tagCounts, tagPosts} {
-		if _, has := lr.Section(tag); !has {
-			t.Fatalf("the legacy snapshot has no %s section", tag)
+	defer func(keep func(w *snapshot.Writer, e *enc, st *state) []imageStep) { postSections = keep }(postSections)
+	postSections = itemSections
+	items := write()
+	postSections = imageSections
+	images := write()
+	for _, c := range []struct {
+		b    []byte
+		tags []snapshot.Tag
+	}{{current, []snapshot.Tag{tagPostTable}}, {items, []snapshot.Tag{tagCounts, tagPosts}}, {images, []snapshot.Tag{tagPCounts, tagRegistry}}} {
+		lr, err := snapshot.NewReader(bytes.NewReader(c.b), int64(len(c.b)), "legacy")
+		ok(t, err)
+		for _, tag := range c.tags {
+			if _, has := lr.Section(tag); !has {
+				t.Fatalf("the snapshot has no %s section", tag)
+			}
 		}
 	}
-	for _, b := range [][]byte{current, legacy} {
+	for _, b := range [][]byte{current, items, images} {
 		r, err := snapshot.NewReader(bytes.NewReader(b), int64(len(b)), "mem")
 		ok(t, err)
-		got, err := readImage(r, false, postcounts.Options{})
+		got, err := readImage(r, false, tables{})
 		ok(t, err)
 		if want, have := e.st.dump(), got.st.dump(); want != have {
 			t.Fatalf("state differs after a round trip\nwant:\n%s\ngot:\n%s", want, have)
 		}
+		if got.st.counted != e.st.counted {
+			t.Fatalf("%d posts with counts after a round trip, want %d", got.st.counted, e.st.counted)
+		}
 	}
-	t.Logf("snapshot with PCNT %d bytes, with CNTS %d", len(current), len(legacy))
+	t.Logf("snapshot with PTBL %d bytes, with PREG and PCNT %d, with POST and CNTS %d", len(current), len(images), len(items))
 }
 
 // TestImageRoundTrip: a state written as snapshot sections and read back
@@ -187,7 +239,7 @@ func TestImageRoundTrip(t *testing.T) {
 		ok(t, err)
 		r, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
 		ok(t, err)
-		got, err := readImage(r, true, postcounts.Options{})
+		got, err := readImage(r, true, tables{})
 		ok(t, err)
 		if want, have := e.st.dump(), got.st.dump(); want != have {
 			t.Fatalf("seed %d: state differs after a round trip\nwant:\n%s\ngot:\n%s", seed, want, have)
@@ -731,7 +783,7 @@ func TestBackupRestore(t *testing.T) {
 		l, err := wal.Open(dir, wal.Options{Sync: wal.SyncNone})
 		ok(t, err)
 		defer l.Close()
-		im := newImage(postcounts.Options{})
+		im := newImage(tables{})
 		err = l.Replay(1, func(i uint64, p []byte) error {
 			if i > index {
 				return errReplayDone
@@ -795,7 +847,7 @@ func TestFuzzSeeds(t *testing.T) {
 	data := validSnapshot(t)
 	r, err := snapshot.NewReader(bytes.NewReader(data), int64(len(data)), "seed")
 	ok(t, err)
-	if _, err := readImage(r, true, postcounts.Options{}); err != nil {
+	if _, err := readImage(r, true, tables{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"bytes"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"io"
 	"testing"
 
@@ -15,7 +14,7 @@ func decodeSnapshot(data []byte) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readImage(r, true, postcounts.Options{})
+	return readImage(r, true, tables{})
 }
 
 // reencode writes im as a snapshot and decodes it again.

@@ -1,8 +1,8 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/likeset"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -56,13 +57,16 @@ type Options struct {
 	// LogSegmentBytes is the size of the log's segment files, the unit in
 	// which a snapshot frees log space; zero means wal.DefaultSegmentBytes.
 	LogSegmentBytes int64
-	// Counts tunes the time-partitioned post-count store (engine/postcounts):
-	// the window size, when windows are sealed, and the cold tier (ColdAge,
-	// MemoryBudget, ColdCacheBytes). Its Dir is set by Open: cold files live
-	// in Dir/cold. They are derived data — every count is also in the
-	// snapshots and the log — so Open clears that directory and the tier is
-	// rebuilt from the recovered state by the maintenance loop.
-	Counts postcounts.Options
+	// Tables tunes the time-windowed tables (engine/tier): the post table
+	// (each post's author and counts) and the like and favorite sets —
+	// the window length, when windows are sealed (OpenAge), and the cold
+	// tier (ColdAge; MemoryBudget, which bounds each table's own bytes;
+	// ColdCacheBytes, one block cache the tables share). Dir, Prefix and
+	// Cache are set by Open: cold files live in Dir/cold. They are derived
+	// data — every record is also in the snapshots and the log — so Open
+	// clears that directory and the maintenance loop rebuilds the cold
+	// tier from the recovered state.
+	Tables tier.Options
 	// MaintainInterval is how often windows are sealed, moved to the cold
 	// tier and compacted; zero means DefaultMaintainInterval, negative never.
 	MaintainInterval time.Duration
@@ -120,23 +124,17 @@ type Engine struct {
 	subs    atomic.Pointer[[]*subscriber]
 	dropped atomic.Uint64
 
-	// shadowCounts are the post-count options of the states a snapshot is
-	// rebuilt in: in memory only, never touching the live cold files.
-	shadowCounts postcounts.Options
+	// shadow is how the states a snapshot is rebuilt in keep their
+	// tables: in memory only, never touching the live cold files.
+	shadow tables
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-// DefaultMaintainInterval is how often the post-count store is maintained.
+// DefaultMaintainInterval is how often the time-windowed tables are
+// maintained.
 const DefaultMaintainInterval = time.Minute
-
-// memCounts is co without the cold tier: for states that are rebuilt to be
-// written out (snapshots, backups) or that cannot write (read-only).
-func memCounts(co postcounts.Options) postcounts.Options {
-	co.Dir, co.ColdAge, co.MemoryBudget = "", 0, 0
-	return co
-}
 
 var _ engine.Store = (*Engine)(nil)
 var _ engine.Importer = (*Engine)(nil)
@@ -171,20 +169,18 @@ func Open(opts Options) (*Engine, error) {
 	if opts.MaintainInterval == 0 {
 		opts.MaintainInterval = DefaultMaintainInterval
 	}
-	opts.Counts.Dir = ""
-	if opts.Counts.Now == nil {
-		opts.Counts.Now = opts.Now
-	}
-	if _, err := postcounts.New(opts.Counts); err != nil {
+	opts.Tables.Dir, opts.Tables.Prefix, opts.Tables.Cache = "", "", nil
+	if _, err := tier.NewPosts(opts.Tables); err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
+	tc := tables{opts: opts.Tables, now: opts.Now}
 	e := &Engine{
 		now:            opts.Now,
 		ttl:            int64(opts.CursorTTL),
 		logger:         opts.Logger,
 		metrics:        opts.Metrics,
-		st:             newState(opts.Counts),
-		shadowCounts:   memCounts(opts.Counts),
+		st:             newState(tc),
+		shadow:         tc.inMemory(),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
 	}
@@ -224,13 +220,14 @@ func (e *Engine) openDir(opts Options) error {
 		}
 		return err
 	}
-	co := opts.Counts
-	co.Dir = filepath.Join(opts.Dir, "cold")
-	if err := os.RemoveAll(co.Dir); err != nil { // derived data: rebuilt from the state below
+	tc := tables{opts: opts.Tables, now: opts.Now}
+	tc.opts.Dir = filepath.Join(opts.Dir, "cold")
+	tc.opts.Cache = cold.NewCache(coldCacheBytes(opts.Tables.ColdCacheBytes))
+	if err := os.RemoveAll(tc.opts.Dir); err != nil { // derived data: rebuilt from the state below
 		unlock()
 		return fmt.Errorf("embedded: clearing the cold tier: %w", err)
 	}
-	if err := os.MkdirAll(co.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(tc.opts.Dir, 0o755); err != nil {
 		unlock()
 		return fmt.Errorf("embedded: %w", err)
 	}
@@ -239,7 +236,7 @@ func (e *Engine) openDir(opts Options) error {
 		observer = opts.Metrics
 	}
 	im, l, rec, err := recoverDir(opts.Dir, wal.Options{Sync: opts.Sync, BatchWindow: opts.BatchWindow,
-		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger, Observer: observer}, co)
+		SegmentBytes: opts.LogSegmentBytes, Logger: opts.Logger, Observer: observer}, tc)
 	if err != nil {
 		unlock()
 		return err
@@ -291,7 +288,7 @@ func (e *Engine) Stats() engine.Stats {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	st := e.st
-	mem := st.posts.MemoryBytes() + st.counts.MemoryBytes() + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
+	mem := int(st.posts.MemoryBytes()) + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
 		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + st.posted.MemoryBytes() + st.followers.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
@@ -302,7 +299,7 @@ func (e *Engine) Stats() engine.Stats {
 	}
 	return engine.Stats{
 		Posts:         int64(st.posts.Len()),
-		CountedPosts:  int64(st.counts.Len()),
+		CountedPosts:  st.counted,
 		Users:         st.nusers,
 		Groups:        int64(len(st.groupList)),
 		Messages:      int64(len(st.msgList)),
@@ -341,7 +338,7 @@ func (e *Engine) Close() error {
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
 	e.mu.Lock()
-	cerr := errors.Join(e.st.counts.Close(), e.st.posts.Close())
+	cerr := e.st.posts.Close()
 	e.mu.Unlock()
 	if e.log == nil {
 		return cerr
@@ -356,12 +353,12 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// maintainer seals, cools and compacts post-count windows and seals the
-// registry's. A step is
-// planned under the write lock, run without any lock (readers and writers
-// carry on against the frozen inputs), and finished under the lock again.
-// It changes how counts are kept, never what they are, so it is not
-// logged: replay gives the same values whatever was sealed when.
+// maintainer seals, cools and compacts the windows of the time-windowed
+// tables. A step is planned under the write lock, run without any lock
+// (readers and writers carry on against the frozen inputs), and finished
+// under the lock again. It changes how records are kept, never what they
+// are, so it is not logged: replay gives the same values whatever was
+// sealed when.
 func (e *Engine) maintainer(every time.Duration) {
 	defer e.wg.Done()
 	t := time.NewTicker(every)
@@ -377,20 +374,7 @@ func (e *Engine) maintainer(every time.Duration) {
 }
 
 func (e *Engine) maintain() {
-	e.runSteps("post-count", func(now time.Time) *maintStep {
-		j := e.st.counts.Plan(now)
-		if j == nil {
-			return nil
-		}
-		return &maintStep{j.String(), j.Run, func() error { return e.st.counts.Finish(j) }}
-	})
-	e.runSteps("registry", func(now time.Time) *maintStep {
-		j := e.st.posts.Plan(now)
-		if j == nil {
-			return nil
-		}
-		return &maintStep{j.String(), j.Run, j.Finish}
-	})
+	e.runTier("post table", func() tier.Maintainer { return e.st.posts })
 	for _, set := range []func() *likeset.Set{func() *likeset.Set { return e.st.likes }, func() *likeset.Set { return e.st.favs }} {
 		e.runSteps("like-set", func(now time.Time) *maintStep {
 			j := set().Plan(now)
@@ -399,6 +383,46 @@ func (e *Engine) maintain() {
 			}
 			return &maintStep{j.String(), j.Run, func() error { return set().Finish(j) }}
 		})
+	}
+}
+
+// runTier runs a tier's jobs until none is due (or one fails, to be
+// retried at the next tick), each run without the lock and finished under
+// it, then deletes the cold files the jobs replaced: snapshots hold whole
+// images, never cold files' names, so no kept snapshot needs them.
+func (e *Engine) runTier(what string, of func() tier.Maintainer) {
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		e.mu.Lock()
+		jobs := of().PlanWork(e.now())
+		e.mu.Unlock()
+		if len(jobs) == 0 {
+			return
+		}
+		var failed error
+		for _, j := range jobs {
+			runErr := j.Run()
+			e.mu.Lock()
+			err := j.Finish()
+			e.mu.Unlock()
+			if err = cmp.Or(err, runErr); err != nil {
+				e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", j.What(), "err", err)
+				failed = err
+			}
+		}
+		e.mu.Lock()
+		err := of().Collect(nil)
+		e.mu.Unlock()
+		if err != nil {
+			e.logger.Warn("embedded: "+what+": deleting replaced cold files", "err", err)
+		}
+		if failed != nil {
+			return
+		}
 	}
 }
 

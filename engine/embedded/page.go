@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/tier"
 )
 
-// Page implements engine.Store: the page's registry entries, counts and
-// flags are read in one pass under one read lock, after one validation of
-// the ids, into the caller's out.
+// Page implements engine.Store: the page's posts (existence, author and
+// counts: one record a post in the post table) and flags are read under
+// one read lock, after one validation of the ids, into the caller's out.
 func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.PostID, want engine.PageWant, out []engine.PostView) error {
 	if err := readCheck(ctx, posts); err != nil {
 		return err
@@ -20,23 +21,16 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 	clear(out)
 	var buf pageBuf
 	raw := buf.ids(posts)
-	authors, found := buf.registry(len(posts))
+	recs, found := buf.posts(len(posts))
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if err := e.st.posts.GetMany(raw, authors, found); err != nil {
-		return e.unreadable("post registry", err)
+	if err := e.st.posts.GetMany(raw, recs, found); err != nil {
+		return e.unreadable("post table", err)
 	}
 	for i := range out {
-		out[i].PostInfo = engine.PostInfo{Exists: found[i], Author: engine.UserID(authors[i])}
-	}
-	if want.Counts {
-		counts := buf.counts(len(posts))
-		e.st.counts.GetMany(raw, counts)
-		if err := e.st.counts.Err(); err != nil {
-			return e.unreadable("post counts", err)
-		}
-		for i := range out {
-			out[i].Counts = counts[i]
+		out[i].PostInfo = engine.PostInfo{Exists: found[i], Author: engine.UserID(recs[i].Author)}
+		if want.Counts {
+			out[i].Counts = recs[i].Counts
 		}
 	}
 	if viewer != 0 && want.Liked {
@@ -60,9 +54,8 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 // engine.MaxIDsPerCall, so a page read allocates nothing.
 type pageBuf struct {
 	raw     [engine.MaxIDsPerCall]uint64
-	authors [engine.MaxIDsPerCall]uint64
+	recs    [engine.MaxIDsPerCall]tier.Post
 	found   [engine.MaxIDsPerCall]bool
-	cnts    [engine.MaxIDsPerCall]engine.Counts
 	flagBuf [engine.MaxIDsPerCall]bool
 }
 
@@ -76,18 +69,11 @@ func (b *pageBuf) ids(posts []engine.PostID) []uint64 {
 	return b.raw[:len(posts)]
 }
 
-func (b *pageBuf) registry(n int) ([]uint64, []bool) {
-	if n > len(b.authors) {
-		return make([]uint64, n), make([]bool, n)
+func (b *pageBuf) posts(n int) ([]tier.Post, []bool) {
+	if n > len(b.recs) {
+		return make([]tier.Post, n), make([]bool, n)
 	}
-	return b.authors[:n], b.found[:n]
-}
-
-func (b *pageBuf) counts(n int) []engine.Counts {
-	if n > len(b.cnts) {
-		return make([]engine.Counts, n)
-	}
-	return b.cnts[:n]
+	return b.recs[:n], b.found[:n]
 }
 
 func (b *pageBuf) flags(n int) []bool {

@@ -1,20 +1,20 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/ops"
-	"github.com/tally-dev/tally/engine/postcounts"
-	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/tier"
 )
 
 // MaxImportBatch is the most rows one Import call takes (one log record).
@@ -46,39 +46,44 @@ func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine
 
 // Posts implements engine.Store.
 func (e *Engine) Posts(ctx context.Context, posts []engine.PostID) ([]engine.PostInfo, error) {
-	if err := readCheck(ctx, posts); err != nil {
+	recs, found, err := e.readPosts(ctx, posts)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]engine.PostInfo, len(posts))
-	authors := make([]uint64, len(posts))
-	found := make([]bool, len(posts))
-	e.mu.RLock()
-	err := e.st.posts.GetMany(ids(posts), authors, found)
-	e.mu.RUnlock()
-	if err != nil {
-		return nil, e.unreadable("post registry", err)
-	}
 	for i := range out {
-		out[i] = engine.PostInfo{Exists: found[i], Author: engine.UserID(authors[i])}
+		out[i] = engine.PostInfo{Exists: found[i], Author: engine.UserID(recs[i].Author)}
 	}
 	return out, nil
 }
 
 // Counts implements engine.Store.
 func (e *Engine) Counts(ctx context.Context, posts []engine.PostID) ([]engine.Counts, error) {
-	if err := readCheck(ctx, posts); err != nil {
+	recs, _, err := e.readPosts(ctx, posts)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]engine.Counts, len(posts))
-	raw := ids(posts)
-	e.mu.RLock()
-	e.st.counts.GetMany(raw, out)
-	err := e.st.counts.Err()
-	e.mu.RUnlock()
-	if err != nil {
-		return nil, e.unreadable("post counts", err)
+	for i := range out {
+		out[i] = recs[i].Counts
 	}
 	return out, nil
+}
+
+// readPosts reads the records of posts from the post table.
+func (e *Engine) readPosts(ctx context.Context, posts []engine.PostID) ([]tier.Post, []bool, error) {
+	if err := readCheck(ctx, posts); err != nil {
+		return nil, nil, err
+	}
+	recs := make([]tier.Post, len(posts))
+	found := make([]bool, len(posts))
+	e.mu.RLock()
+	err := e.st.posts.GetMany(ids(posts), recs, found)
+	e.mu.RUnlock()
+	if err != nil {
+		return nil, nil, e.unreadable("post table", err)
+	}
+	return recs, found, nil
 }
 
 // Liked implements engine.Store.
@@ -243,20 +248,51 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 	return err
 }
 
-// postFacts reads what the registry knows of post. A cold block that
+// postFacts reads what the post table knows of post. A cold block that
 // cannot be read is kept for the caller (takeReadErr) and reads as absent.
 func (st *state) postFacts(post engine.PostID) ops.PostFacts {
-	a, ok, err := st.posts.Get(uint64(post))
+	p, ok, err := st.posts.Get(uint64(post))
 	if err != nil && st.readErr == nil {
 		st.readErr = err
 	}
-	return ops.PostFacts{Exists: ok, Author: engine.UserID(a)}
+	return ops.PostFacts{Exists: ok, Author: engine.UserID(p.Author)}
 }
 
 func (st *state) postExists(post engine.PostID) bool { return st.postFacts(post).Exists }
 
 // postTaken reports whether id is a known post, for the id generator.
 func (st *state) postTaken(id uint64) bool { return st.postExists(engine.PostID(id)) }
+
+// addCount applies one count effect to the post table, keeping counted.
+func (st *state) addCount(c ops.CountDelta) {
+	var d engine.Counts
+	switch c.Field {
+	case counters.Likes:
+		d.Likes = c.Delta
+	case counters.Comments:
+		d.Comments = c.Delta
+	case counters.Reposts:
+		d.Reposts = c.Delta
+	case counters.Views:
+		d.Views = c.Delta
+	case counters.Favorites:
+		d.Favorites = c.Delta
+	}
+	was, is, err := tier.AddCounts(st.posts, uint64(c.Post), d)
+	st.noteErr(err)
+	st.counted += countedDelta(was, is)
+}
+
+// countedDelta is how a change from was to is changes state.counted.
+func countedDelta(was, is tier.Post) int64 {
+	switch wz, iz := was.Counts.IsZero(), is.Counts.IsZero(); {
+	case wz && !iz:
+		return 1
+	case !wz && iz:
+		return -1
+	}
+	return 0
+}
 
 func (st *state) decideCreatePost(r *createPostRec) error {
 	return r.Decide(st.postExists(r.Post), &st.eff)
@@ -295,77 +331,111 @@ func applyFlag(set *likeset.Set, viewer engine.UserID, post engine.PostID, undo 
 	}
 }
 
+// importedPost is an import record's row on its way into the post table.
+type importedPost struct {
+	id  uint64
+	was tier.Post // the table's record before the import record
+	is  tier.Post
+}
+
 // importRows registers the posts of an import record and replaces their
-// counts (engine.Importer, the rule of each row ops.DecideImport): the
-// counts in one postcounts.Import and the authors in one registry.Import,
-// so that old windows of both are built straight into sealed form. at
-// (the record's time) is the clock that tells old windows from open ones:
-// it changes the layout, never a value.
+// counts (engine.Importer, the rule of each row ops.DecideImport; a later
+// row of the same post sees the earlier one), then writes them into the
+// post table in one tier.Import, so that old windows are built or rebuilt
+// straight into sealed form. at (the record's time) is the clock that
+// tells old windows from open ones: it changes the layout, never a value.
 func (st *state) importRows(rows []engine.ImportRow, at int64) {
-	var reg []registry.Row
-	pending := map[engine.PostID]engine.UserID{} // this record's registrations, by post
-	st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
-		for _, row := range rows {
-			known := ops.PostFacts{}
-			if a, ok := pending[row.Post]; ok {
-				known = ops.PostFacts{Exists: true, Author: a}
-			} else {
-				a, ok, err := st.posts.Get(uint64(row.Post))
-				if err != nil {
-					st.noteErr(err)
-					continue
-				}
-				known = ops.PostFacts{Exists: ok, Author: engine.UserID(a)}
-			}
-			skip, register, authorPosts := ops.DecideImport(row, known)
-			if skip {
+	recs := make([]importedPost, 0, len(rows))
+	pending := make(map[engine.PostID]int, len(rows)) // index in recs
+	for _, row := range rows {
+		var cur importedPost
+		known := ops.PostFacts{}
+		i, seen := pending[row.Post]
+		if seen {
+			cur = recs[i]
+			known = ops.PostFacts{Exists: true, Author: engine.UserID(cur.is.Author)}
+		} else {
+			p, ok, err := st.posts.Get(uint64(row.Post))
+			if err != nil {
+				st.noteErr(err)
 				continue
 			}
-			if register {
-				pending[row.Post] = row.Author
-				reg = append(reg, registry.Row{ID: uint64(row.Post), Author: uint64(row.Author)})
-			}
-			if authorPosts {
-				st.addPosts(uint64(row.Author), 1)
-			}
-			if !yield(uint64(row.Post), row.Counts) {
+			cur = importedPost{id: uint64(row.Post), was: p, is: p}
+			known = ops.PostFacts{Exists: ok, Author: engine.UserID(p.Author)}
+		}
+		skip, register, authorPosts := ops.DecideImport(row, known)
+		if skip {
+			continue
+		}
+		if register {
+			cur.is.Author = uint64(row.Author)
+		}
+		if authorPosts {
+			st.addPosts(uint64(row.Author), 1)
+		}
+		cur.is.Counts = row.Counts
+		if seen {
+			recs[i] = cur
+		} else {
+			pending[row.Post] = len(recs)
+			recs = append(recs, cur)
+		}
+	}
+	slices.SortFunc(recs, func(a, b importedPost) int { return cmp.Compare(a.id, b.id) })
+	err := st.posts.Import(func(yield func(uint64, tier.Post) bool) {
+		for _, r := range recs {
+			if !yield(r.id, r.is) {
 				return
 			}
 		}
-	})
-	st.noteErr(st.posts.Import(reg, time.Unix(0, at)))
+	}, time.Unix(0, at))
+	if err != nil {
+		st.noteErr(err)
+		return
+	}
+	for _, r := range recs {
+		st.counted += countedDelta(r.was, r.is)
+	}
 }
 
-// countsTagWritten, writeCounts, registryTagWritten and writeRegistry are
-// how writeImage writes the post counts and the registry; a test swaps in
-// the previous per-post sections to check that snapshots written before
-// PCNT and PREG still load.
-var (
-	countsTagWritten   = tagPCounts
-	writeCounts        = writePostCounts
-	registryTagWritten = tagRegistry
-	writeRegistry      = writeRegistryImage
-)
+// postSections are the sections writeImage writes the post table as; a
+// test swaps in those of older snapshots (PREG and PCNT, POST and CNTS)
+// to check that they still load.
+var postSections = func(w *snapshot.Writer, e *enc, st *state) []imageStep {
+	return []imageStep{{tagPostTable, func() { writePostTable(w, e, st) }}}
+}
 
-// writeRegistryImage writes the PREG section: the registry's own image.
-func writeRegistryImage(w *snapshot.Writer, e *enc, st *state) {
+// writePostTable writes the PTBL section: the number of posts with a
+// count (8 bytes, little-endian), then the post table's image
+// (engine/tier: sealed windows as they are in memory, open ones as
+// rows), streamed into chunks.
+func writePostTable(w *snapshot.Writer, e *enc, st *state) {
 	cw := &chunkWriter{w: w, p: e.p}
+	cw.Write(binary.LittleEndian.AppendUint64(nil, uint64(st.counted)))
 	if _, err := st.posts.WriteTo(cw); err != nil && w.Err() == nil {
 		cw.fail(err)
 	}
 	cw.close()
 }
 
-// writePostCounts writes the PCNT section: postcounts' own compact image
-// (sealed windows as they are in memory, open tables as varints), a few
-// bytes a post where one item per post took about 12, and a load that
-// installs sealed windows instead of re-sealing them.
-func writePostCounts(w *snapshot.Writer, e *enc, st *state) {
-	cw := &chunkWriter{w: w, p: e.p}
-	if _, err := st.counts.Snapshot().SelfContained().WriteTo(cw); err != nil && w.Err() == nil {
-		cw.fail(err)
-	}
-	cw.close()
+// readPostTable loads the PTBL section (written with any window length:
+// tier.LoadAnyWindow).
+func readPostTable(sr *snapshot.SectionReader, pc *pacer, st *state, tc tables) error {
+	cr := &chunkReader{sr: sr, p: pc}
+	return cr.load(func(r io.Reader) error {
+		var counted [8]byte
+		if _, err := io.ReadFull(r, counted[:]); err != nil {
+			return fmt.Errorf("%w: the count of posts with counts: %w", tier.ErrCorrupt, err)
+		}
+		if err := st.posts.LoadAnyWindow(r, tc.loadTime()); err != nil {
+			return err
+		}
+		st.counted = int64(binary.LittleEndian.Uint64(counted[:]))
+		if st.counted < 0 || st.counted > int64(st.posts.Len()) {
+			return fmt.Errorf("%w: %d posts with counts of %d", tier.ErrCorrupt, st.counted, st.posts.Len())
+		}
+		return nil
+	}, tier.ErrCorrupt)
 }
 
 func writeSet(e *enc, t *likeset.Set) {
@@ -378,23 +448,10 @@ func writeSet(e *enc, t *likeset.Set) {
 	})
 }
 
-// readRegistry loads the PREG section: the registry's image.
-func readRegistry(sr *snapshot.SectionReader, pc *pacer, st *state, co postcounts.Options) error {
-	cr := &chunkReader{sr: sr, p: pc}
-	return cr.load(func(r io.Reader) error { return st.posts.Load(r, loadTime(co)) }, registry.ErrCorrupt)
-}
-
-// readPostCounts loads the PCNT section: postcounts' image, streamed from
-// the section's chunks.
-func readPostCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
-	cr := &chunkReader{sr: sr, p: pc}
-	return cr.load(func(r io.Reader) error { return st.counts.Load(r, "") }, postcounts.ErrCorrupt)
-}
-
 // readSet loads a LIKE or FAVS section into t in batches (likeset.Load
 // builds old windows sealed rather than through open tables).
-func readSet(sr *snapshot.SectionReader, pc *pacer, t *likeset.Set, co postcounts.Options) error {
-	now := loadTime(co)
+func readSet(sr *snapshot.SectionReader, pc *pacer, t *likeset.Set, tc tables) error {
+	now := tc.loadTime()
 	batch := make([][2]uint64, 0, 1<<16)
 	var lerr error
 	flush := func() {
@@ -427,86 +484,6 @@ func readSet(sr *snapshot.SectionReader, pc *pacer, t *likeset.Set, co postcount
 		return sr.Corrupt(lerr.Error())
 	}
 	return checkLen(sr, t.Len())
-}
-
-func readPosts(sr *snapshot.SectionReader, pc *pacer, st *state, co postcounts.Options) error {
-	now := loadTime(co)
-	// Posts come in id order (Registry.Range), so the loader builds old
-	// windows straight into sealed blocks.
-	ld := st.posts.NewLoader(now)
-	err := eachItem(sr, pc, func(d *dec) {
-		p := d.fixed("post")
-		a := d.u("author")
-		if d.err == "" {
-			ld.Add(p, a)
-		}
-	})
-	ld.Close()
-	if err != nil {
-		return err
-	}
-	return checkLen(sr, st.posts.Len())
-}
-
-// countRow is one post's counts on their way from a snapshot into the
-// post-count store, which takes them in batches (postcounts.Import) so old
-// windows are built sealed rather than grown in open tables.
-type countRow struct {
-	id uint64
-	c  engine.Counts
-}
-
-func readCounts(sr *snapshot.SectionReader, pc *pacer, st *state) error {
-	batch := make([]countRow, 0, 1<<16)
-	var ierr error
-	flush := func() {
-		if ierr == nil && len(batch) > 0 {
-			ierr = st.counts.Import(func(yield func(uint64, engine.Counts) bool) {
-				for _, r := range batch {
-					if !yield(r.id, r.c) {
-						return
-					}
-				}
-			})
-		}
-		batch = batch[:0]
-	}
-	err := eachItem(sr, pc, func(d *dec) {
-		p := d.fixed("post")
-		mask := d.byte1("field mask")
-		if d.err != "" {
-			return
-		}
-		if mask == 0 || mask >= 1<<counters.NumFields {
-			d.fail(fmt.Sprintf("bad field mask %#x", mask))
-			return
-		}
-		var f [counters.NumFields]int64
-		for i := range f {
-			if mask&(1<<i) == 0 {
-				continue
-			}
-			x := d.u("count")
-			if d.err == "" && (x == 0 || x > math.MaxInt64) {
-				d.fail("count out of range")
-			}
-			f[i] = int64(x)
-		}
-		if d.err == "" {
-			batch = append(batch, countRow{p, engine.Counts{Likes: f[0], Comments: f[1], Reposts: f[2], Views: f[3], Favorites: f[4]}})
-			if len(batch) == cap(batch) {
-				flush()
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	flush()
-	if ierr != nil {
-		return sr.Corrupt(ierr.Error())
-	}
-	return checkLen(sr, st.counts.Len())
 }
 
 // The posts' records' encodings (record.go has the format).

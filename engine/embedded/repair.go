@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -68,7 +67,7 @@ func Repair(dir string) (report string, err error) {
 	var baseIndex uint64
 	var bad []snapshot.Info
 	for i := len(list) - 1; i >= 0; i-- {
-		im, err := loadSnapshot(list[i], true, postcounts.Options{})
+		im, err := loadSnapshot(list[i], true, tables{})
 		if err == nil {
 			base, baseIndex = &list[i], im.index
 			break
@@ -198,7 +197,7 @@ func Repair(dir string) (report string, err error) {
 	}
 
 	// Prove the directory loads now, as Open will load it.
-	im, l, rec, err := recoverDir(dir, wal.Options{Sync: wal.SyncAlways, Logger: logger}, postcounts.Options{})
+	im, l, rec, err := recoverDir(dir, wal.Options{Sync: wal.SyncAlways, Logger: logger}, tables{})
 	if err != nil {
 		return rep.String(), fmt.Errorf("embedded: repair: the directory still does not load: %w", err)
 	}

@@ -2,8 +2,6 @@ package embedded
 
 import (
 	"errors"
-	"fmt"
-	"path/filepath"
 	"time"
 	"unsafe"
 
@@ -11,9 +9,8 @@ import (
 	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/ops"
-	"github.com/tally-dev/tally/engine/postcounts"
-	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/table"
+	"github.com/tally-dev/tally/engine/tier"
 )
 
 // pair keys the (user, post) like and favorite sets and the (group, user)
@@ -27,10 +24,13 @@ func hashPair(k pair) uint64  { return table.HashPair(k[0], k[1]) }
 // pointers between its parts (ids and slice indices only), so it can be
 // serialized and rebuilt. Not safe for concurrent use: the engine locks.
 type state struct {
-	posts  *registry.Registry // post → author (0: imported without one)
-	counts *postcounts.Store
-	likes  *likeset.Set // (user, post), tiered by the post's time window
-	favs   *likeset.Set
+	// posts is the post table: a post's author (0: imported without one)
+	// and counts in one record, so a page is one lookup a post.
+	posts *tier.Posts
+	// counted is how many posts have a non-zero count.
+	counted int64
+	likes   *likeset.Set // (user, post), tiered by the post's time window
+	favs    *likeset.Set
 	// err is the first error a tiered store's cold file returned while
 	// applying a record (see Engine.commit).
 	err error
@@ -78,13 +78,13 @@ type state struct {
 	readErr error
 }
 
-// newState makes an empty state whose post counts are kept as co says.
-func newState(co postcounts.Options) *state {
+// newState makes an empty state whose time-windowed tables are kept as tc
+// says.
+func newState(tc tables) *state {
 	return &state{
-		posts:     newRegistry(co),
-		counts:    newCounts(co),
-		likes:     newLikeset(co),
-		favs:      newLikeset(co),
+		posts:     newPosts(tc),
+		likes:     newLikeset(tc),
+		favs:      newLikeset(tc),
 		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
 		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
@@ -216,11 +216,10 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 // events, and the fan-outs' own.
 func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 	for _, c := range eff.Counts {
-		st.counts.Add(uint64(c.Post), c.Field, c.Delta)
+		st.addCount(c)
 	}
 	for _, r := range eff.Registers {
-		_, err := st.posts.Put(uint64(r.Post), uint64(r.Author))
-		st.noteErr(err)
+		st.noteErr(tier.SetAuthor(st.posts, uint64(r.Post), uint64(r.Author)))
 		st.addPosts(uint64(r.Author), 1)
 	}
 	for _, b := range eff.Bumps {
@@ -273,54 +272,12 @@ func (st *state) noteErr(err error) {
 }
 
 // fault returns the first cold-tier error met while applying records.
-func (st *state) fault() error {
-	if err := st.counts.Err(); err != nil {
-		return err
-	}
-	return st.err
-}
+func (st *state) fault() error { return st.err }
 
-// newCounts makes a post-count store. The options were checked by Open
-// (checkCounts), so an error here is a bug.
-func newCounts(co postcounts.Options) *postcounts.Store {
-	s, err := postcounts.New(co)
-	if err != nil {
-		panic(fmt.Sprintf("embedded: post-count options: %v", err))
-	}
-	return s
-}
-
-// maintain seals and compacts the state's post counts and registry in
-// one go, for a state no reader shares (one rebuilt to be written out).
+// maintain seals and compacts the state's time-windowed tables in one go,
+// for a state no reader shares (one rebuilt to be written out).
 func (st *state) maintain(now time.Time) error {
-	return errors.Join(st.posts.Maintain(now), st.likes.Maintain(now), st.favs.Maintain(now), st.counts.Maintain(now))
-}
-
-// newRegistry makes the post registry, windowed, sealed and cooled as the
-// counts are; its cold files are in the counts' cold directory (derived
-// data, cleared at open), in a folder of their own. The memory budget
-// bounds each of the two stores' own bytes. The options were checked by
-// Open (checkCounts).
-func newRegistry(co postcounts.Options) *registry.Registry {
-	ro := registry.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge}
-	if co.Dir != "" {
-		ro.Dir, ro.ColdAge, ro.MemoryBudget = filepath.Join(co.Dir, "registry"), co.ColdAge, co.MemoryBudget
-	}
-	r, err := registry.New(ro)
-	if err != nil {
-		panic(fmt.Sprintf("embedded: registry options: %v", err))
-	}
-	return r
-}
-
-// newLikeset makes a like or favorite set, windowed and sealed as the
-// counts are.
-func newLikeset(co postcounts.Options) *likeset.Set {
-	s, err := likeset.New(likeset.Options{WindowMillis: co.WindowMillis, OpenAge: co.OpenAge})
-	if err != nil {
-		panic(fmt.Sprintf("embedded: like set options: %v", err))
-	}
-	return s
+	return errors.Join(st.posts.Maintain(now), st.likes.Maintain(now), st.favs.Maintain(now))
 }
 
 // Record sizes for MemoryBytes.

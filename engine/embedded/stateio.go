@@ -8,10 +8,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/tally-dev/tally/engine/follows"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/table"
@@ -26,9 +24,16 @@ import (
 // lists they index rather than stored.
 //
 //	META  one item: u state version (1), v lastTime, u genHigh, v push, v nusers
-//	POST  8 post, u author
+//	PTBL  the post table (a post's author and counts): one body in
+//	      chunks, 8 bytes of the number of posts with a count, then the
+//	      table's image (engine/tier's snapshot format)
+//	PREG  the registry's image (engine/registry); read, no longer written
+//	PCNT  the post counts' image (engine/postcounts); read, no longer
+//	      written
+//	POST  8 post, u author; read, no longer written
 //	CNTS  8 post, 1 byte mask of the non-zero fields (bit i: field i of
-//	      counters.Field), then u value of each field in the mask
+//	      counters.Field), then u value of each field in the mask; read,
+//	      no longer written
 //	LIKE  u user, 8 post
 //	FAVS  u user, 8 post
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
@@ -58,26 +63,28 @@ import (
 const stateVersion = 1
 
 var (
-	tagMeta     = snapshot.MakeTag("META")
-	tagPosts    = snapshot.MakeTag("POST") // per post; read, no longer written
-	tagRegistry = snapshot.MakeTag("PREG") // the registry's own image
-	tagCounts   = snapshot.MakeTag("CNTS") // per post; read, no longer written
-	tagPCounts  = snapshot.MakeTag("PCNT") // postcounts' own image
-	tagLikes    = snapshot.MakeTag("LIKE")
-	tagFavs     = snapshot.MakeTag("FAVS")
-	tagUsers    = snapshot.MakeTag("USER")
-	tagProfiles = snapshot.MakeTag("PROF")
-	tagFollows  = snapshot.MakeTag("FOLW")
-	tagNotifs   = snapshot.MakeTag("NOTF")
-	tagGroups   = snapshot.MakeTag("GRPS")
-	tagMsgs     = snapshot.MakeTag("MSGS")
-	tagIdem     = snapshot.MakeTag("IDEM") // without fingerprints; read, no longer written
-	tagIdem2    = snapshot.MakeTag("IDM2")
-	tagIdemQ    = snapshot.MakeTag("IDMQ")
+	tagMeta      = snapshot.MakeTag("META")
+	tagPostTable = snapshot.MakeTag("PTBL") // the post table's image
+	tagPosts     = snapshot.MakeTag("POST") // per post; read, no longer written
+	tagRegistry  = snapshot.MakeTag("PREG") // the registry's own image
+	tagCounts    = snapshot.MakeTag("CNTS") // per post; read, no longer written
+	tagPCounts   = snapshot.MakeTag("PCNT") // postcounts' own image
+	tagLikes     = snapshot.MakeTag("LIKE")
+	tagFavs      = snapshot.MakeTag("FAVS")
+	tagUsers     = snapshot.MakeTag("USER")
+	tagProfiles  = snapshot.MakeTag("PROF")
+	tagFollows   = snapshot.MakeTag("FOLW")
+	tagNotifs    = snapshot.MakeTag("NOTF")
+	tagGroups    = snapshot.MakeTag("GRPS")
+	tagMsgs      = snapshot.MakeTag("MSGS")
+	tagIdem      = snapshot.MakeTag("IDEM") // without fingerprints; read, no longer written
+	tagIdem2     = snapshot.MakeTag("IDM2")
+	tagIdemQ     = snapshot.MakeTag("IDMQ")
 
-	// allTags are the sections a snapshot must have; the post counts
-	// and the registry are each in one section of a pair (the current
-	// form first, then the one older snapshots have).
+	// allTags are the sections a snapshot must have. The posts are in
+	// PTBL or, in older snapshots, in one section of each legacy pair
+	// (legacy.go); the idempotency keys in one section of idemTags (the
+	// current form first).
 	allTags = []snapshot.Tag{tagMeta, tagLikes, tagFavs, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdemQ}
 	countTags    = []snapshot.Tag{tagPCounts, tagCounts}
@@ -97,7 +104,7 @@ type image struct {
 	rd       recordReader
 }
 
-func newImage(co postcounts.Options) *image { return &image{st: newState(co)} }
+func newImage(tc tables) *image { return &image{st: newState(tc)} }
 
 // applyRecord applies one log record, exactly as Open's replay does.
 func (im *image) applyRecord(index uint64, payload []byte) error {
@@ -193,13 +200,9 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		w.End()
 		return w.Err()
 	}
-	steps := []struct {
-		tag  snapshot.Tag
-		body func()
-	}{
-		{tagMeta, func() { writeMeta(e, im) }},
-		{registryTagWritten, func() { writeRegistry(w, e, st) }},
-		{countsTagWritten, func() { writeCounts(w, e, st) }},
+	steps := []imageStep{{tagMeta, func() { writeMeta(e, im) }}}
+	steps = append(steps, postSections(w, e, st)...)
+	steps = append(steps, []imageStep{
 		{tagLikes, func() { writeSet(e, st.likes) }},
 		{tagFavs, func() { writeSet(e, st.favs) }},
 		{tagUsers, func() { writeUsers(e, st) }},
@@ -210,13 +213,19 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		{tagMsgs, func() { writeMsgs(e, st) }},
 		{tagIdem2, func() { writeIdem(e, st) }},
 		{tagIdemQ, func() { writeIdemQ(e, st) }},
-	}
+	}...)
 	for _, s := range steps {
 		if err := section(s.tag, s.body); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// imageStep is one section of a snapshot and how to write its body.
+type imageStep struct {
+	tag  snapshot.Tag
+	body func()
 }
 
 // dec reads the items of one chunk, remembering the first error.
@@ -313,7 +322,7 @@ func (d *dec) nonNeg(x int64, what string) int64 {
 // handlers behind them for several scheduler time slices. Damage of any
 // kind is a *snapshot.CorruptError; the first one by file offset is
 // returned, and no partial image ever is.
-func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image, error) {
+func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 	var pc *pacer
 	if !parallel {
 		pc = &pacer{}
@@ -344,22 +353,32 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		}
 		return found, nil
 	}
-	countsTag, err := one(countTags)
-	if err != nil {
-		return nil, err
-	}
-	registryTag, err := one(registryTags)
-	if err != nil {
-		return nil, err
+	var countsTag, registryTag snapshot.Tag
+	postSecs := 1
+	if secs[tagPostTable] == nil {
+		var err error
+		if countsTag, err = one(countTags); err != nil {
+			return nil, err
+		}
+		if registryTag, err = one(registryTags); err != nil {
+			return nil, err
+		}
+		postSecs = 2
+	} else {
+		for _, tag := range append(countTags, registryTags...) {
+			if secs[tag] != nil {
+				return nil, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s hold the same data", tagPostTable, tag))
+			}
+		}
 	}
 	idemTag, err := one(idemTags)
 	if err != nil {
 		return nil, err
 	}
-	if len(secs) != len(allTags)+3 {
+	if len(secs) != len(allTags)+postSecs+1 {
 		for _, s := range r.Sections() {
 			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) &&
-				!containsTag(idemTags, s.Tag) {
+				!containsTag(idemTags, s.Tag) && s.Tag != tagPostTable {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -370,10 +389,9 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), st: &state{
-		posts:  newRegistry(co),
-		counts: newCounts(co),
-		likes:  newLikeset(co),
-		favs:   newLikeset(co),
+		posts: newPosts(tc),
+		likes: newLikeset(tc),
+		favs:  newLikeset(tc),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
@@ -392,19 +410,13 @@ func readImage(r *snapshot.Reader, parallel bool, co postcounts.Options) (*image
 	jobs := [][]func() error{
 		{func() error { return readMeta(secs[tagMeta], pc, im) }},
 		{func() error {
-			if registryTag == tagPosts {
-				return readPosts(secs[tagPosts], pc, st, co)
+			if registryTag == (snapshot.Tag{}) {
+				return readPostTable(secs[tagPostTable], pc, st, tc)
 			}
-			return readRegistry(secs[tagRegistry], pc, st, co)
+			return readLegacyPosts(secs[registryTag], secs[countsTag], registryTag, countsTag, pc, st, tc)
 		}},
-		{func() error {
-			if countsTag == tagCounts {
-				return readCounts(secs[tagCounts], pc, st)
-			}
-			return readPostCounts(secs[tagPCounts], pc, st)
-		}},
-		{func() error { return readSet(secs[tagLikes], pc, st.likes, co) }},
-		{func() error { return readSet(secs[tagFavs], pc, st.favs, co) }},
+		{func() error { return readSet(secs[tagLikes], pc, st.likes, tc) }},
+		{func() error { return readSet(secs[tagFavs], pc, st.favs, tc) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
 		{func() error { return readProfiles(secs[tagProfiles], pc, st) }},
 		{func() error { return readFollows(secs[tagFollows], pc, st) }},
@@ -517,15 +529,6 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer, im *image) error {
 		err = sr.Corrupt("no item")
 	}
 	return err
-}
-
-// loadTime is the clock that tells a loading store's old windows (built
-// sealed) from its open ones.
-func loadTime(co postcounts.Options) time.Time {
-	if co.Now != nil {
-		return co.Now()
-	}
-	return time.Now()
 }
 
 // load runs a store's loader over the section and checks that it read

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -21,7 +21,7 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	dir := t.TempDir()
 	open := func() *Engine {
 		e, err := Open(Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: 20 * time.Millisecond,
-			Counts: postcounts.Options{WindowMillis: 3_600_000, OpenAge: time.Hour, ColdAge: 48 * time.Hour}})
+			Tables: tier.Options{WindowMillis: 3_600_000, OpenAge: time.Hour, ColdAge: 48 * time.Hour}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,14 +85,16 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	for {
 		files, _ := filepath.Glob(filepath.Join(dir, "cold", "*"))
 		e.mu.RLock()
-		st := e.st.counts.Stats()
-		rs := e.st.posts.Stats()
+		wins := map[tier.Kind]int{}
+		for _, w := range e.st.posts.Stats() {
+			wins[w.Kind]++
+		}
 		e.mu.RUnlock()
-		if len(files) > 0 && st.ColdWindows > 0 && st.SealedWindows > 0 && rs.SealedWindows+rs.ColdWindows == 2 {
+		if len(files) > 0 && wins[tier.Cold] == 1 && wins[tier.Sealed] == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("windows were not sealed and cooled: %+v, registry %+v, files %v", st, rs, files)
+			t.Fatalf("windows were not sealed and cooled: %v, files %v", wins, files)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -126,10 +128,10 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	// The snapshot's registry windows were loaded as they were written:
 	// sealed blocks, not rebuilt through open tables.
 	e.mu.RLock()
-	rs := e.st.posts.Stats()
+	kinds := recordsByKind(e.st.posts)
 	e.mu.RUnlock()
-	if rs.SealedPosts+rs.ColdPosts < 2 {
-		t.Fatalf("registry after restart: %+v", rs)
+	if kinds[tier.Sealed]+kinds[tier.Cold] < 2 {
+		t.Fatalf("post table after restart: %v", kinds)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cold")); err != nil {
 		t.Fatal(err)
@@ -143,7 +145,7 @@ func TestWindowSizeChange(t *testing.T) {
 	dir := t.TempDir()
 	open := func(window int64) *Engine {
 		e, err := Open(Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: 10 * time.Millisecond, Logger: quiet,
-			Counts: postcounts.Options{WindowMillis: window, OpenAge: time.Hour}})
+			Tables: tier.Options{WindowMillis: window, OpenAge: time.Hour}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
-	"github.com/tally-dev/tally/engine/postcounts"
 	"github.com/tally-dev/tally/engine/snapshot"
 )
 
@@ -108,7 +107,7 @@ func roundTrip(t *testing.T, st *state) *state {
 	ok(t, err)
 	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
 	ok(t, err)
-	back, err := readImage(rd, false, postcounts.Options{})
+	back, err := readImage(rd, false, tables{})
 	ok(t, err)
 	return back.st
 }
@@ -119,7 +118,7 @@ func roundTrip(t *testing.T, st *state) *state {
 // statistic counts each user once; and a snapshot round trip gives the
 // same state, which goes on to count users as the live one does.
 func TestPublicCountersCostWhatIsUsed(t *testing.T) {
-	st := newState(postcounts.Options{})
+	st := newState(tables{})
 	var tm int64
 	follow := func(v, u engine.UserID, undo bool) {
 		tm++
@@ -165,7 +164,7 @@ func TestPublicCountersCostWhatIsUsed(t *testing.T) {
 // leaves an empty visit record (the user is known); and a snapshot round
 // trip gives the same state and Users statistic.
 func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
-	st := newState(postcounts.Options{})
+	st := newState(tables{})
 	st.apply(&touchRec{recHeader: recHeader{time: 1}, viewer: 1, reset: true, cursor: 3}, nil, false)
 	if _, ok := st.seens.Get(keyOf(1)); !ok || st.badges.Len() != 0 {
 		t.Fatalf("reader: visit record %v, %d badge records", ok, st.badges.Len())
@@ -223,7 +222,7 @@ func userSection(t *testing.T, items ...[9]uint64) (*state, error) {
 	if !found {
 		t.Fatal("no USER section")
 	}
-	st := newState(postcounts.Options{})
+	st := newState(tables{})
 	return st, readUsers(sr, nil, st)
 }
 

@@ -1,0 +1,62 @@
+package embedded
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tally-dev/tally/engine/likeset"
+	"github.com/tally-dev/tally/engine/tier"
+)
+
+// tables is how a state keeps its time-windowed tables (the post table,
+// engine/tier, and the like and favorite sets, engine/likeset): their
+// options, and the clock that tells a table being loaded or imported its
+// old windows, built sealed, from its open ones.
+type tables struct {
+	opts tier.Options
+	now  func() time.Time
+}
+
+func (tc tables) loadTime() time.Time {
+	if tc.now != nil {
+		return tc.now()
+	}
+	return time.Now()
+}
+
+// inMemory is tc without the cold tier: for states that are rebuilt to be
+// written out (snapshots, backups) or that cannot write (read-only).
+func (tc tables) inMemory() tables {
+	tc.opts.Dir, tc.opts.ColdAge, tc.opts.MemoryBudget, tc.opts.Cache = "", 0, 0, nil
+	return tc
+}
+
+// coldCacheBytes is the size of the cold tier's block cache for the
+// ColdCacheBytes option: 0 means tier.DefaultColdCacheBytes, negative no
+// cache (every cold read a pread).
+func coldCacheBytes(opt int) int {
+	if opt == 0 {
+		return tier.DefaultColdCacheBytes
+	}
+	return max(opt, 0)
+}
+
+// newPosts makes the post table. The options were checked by Open, so an
+// error here is a bug.
+func newPosts(tc tables) *tier.Posts {
+	t, err := tier.NewPosts(tc.opts)
+	if err != nil {
+		panic(fmt.Sprintf("embedded: post table options: %v", err))
+	}
+	return t
+}
+
+// newLikeset makes a like or favorite set, windowed and sealed as the
+// post table is.
+func newLikeset(tc tables) *likeset.Set {
+	s, err := likeset.New(likeset.Options{WindowMillis: tc.opts.WindowMillis, OpenAge: tc.opts.OpenAge})
+	if err != nil {
+		panic(fmt.Sprintf("embedded: like set options: %v", err))
+	}
+	return s
+}
