@@ -1,0 +1,96 @@
+package embedded
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/datagen"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
+)
+
+// BenchmarkEnginePage reads 50-post pages through Engine.Page — existence,
+// author and counts, as the GraphQL layer's page plan asks — from an
+// engine that imported bench/datagen's set with authors (N =
+// TALLY_BENCH_N, default 1M; every post has an author, 40% have counts),
+// the clock at the set's end and the default policy: the last 7 days open,
+// the rest sealed. Each page is 50 consecutive posts by id (within a day
+// or two); "sealed"
+// pages are from days before the last 7, "open" ones from the last 7.
+// heap_B/post is the live heap after GC per post, the engine built.
+//
+//	go test ./engine/embedded -run '^$' -bench EnginePage
+//	TALLY_BENCH_N=10000000 go test ./engine/embedded -run '^$' -bench EnginePage
+func BenchmarkEnginePage(b *testing.B) {
+	n := benchutil.N()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e, err := Open(Options{Now: func() time.Time { return datagen.DefaultEnd }, SweepInterval: -1, MaintainInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	g := datagen.New(datagen.Config{N: n, Seed: 1})
+	a := datagen.NewAuthors(datagen.AuthorConfig{Seed: 1})
+	var ids []engine.PostID
+	rows := make([]engine.ImportRow, 0, MaxImportBatch)
+	flush := func() {
+		if err := e.Import(bg, rows); err != nil {
+			b.Fatal(err)
+		}
+		rows = rows[:0]
+	}
+	for {
+		id, c, ok := g.Next()
+		if !ok {
+			break
+		}
+		ids = append(ids, engine.PostID(id))
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(id), Author: a.Next(), Counts: c})
+		if len(rows) == cap(rows) {
+			flush()
+		}
+	}
+	flush()
+	e.maintain()
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	heap := float64(after.HeapAlloc-before.HeapAlloc) - float64(cap(ids)*8)
+	slices.Sort(ids)
+	openFrom := engine.PostID(snowflake.Make(datagen.DefaultEnd.Add(-7*24*time.Hour).UnixMilli(), 0, 0))
+	var sealed, open [][]engine.PostID
+	for i := 0; i+50 <= len(ids); i += 50 * 97 { // spread over the set
+		page := ids[i : i+50]
+		switch {
+		case page[49] < openFrom:
+			sealed = append(sealed, page)
+		case page[0] >= openFrom:
+			open = append(open, page)
+		}
+	}
+	out := make([]engine.PostView, 50)
+	for _, c := range []struct {
+		name  string
+		pages [][]engine.PostID
+	}{{"sealed", sealed}, {"open", open}} {
+		b.Run(fmt.Sprintf("%s/posts=%d", c.name, n), func(b *testing.B) {
+			if len(c.pages) == 0 {
+				b.Skip("no pages")
+			}
+			i := 0
+			for b.Loop() {
+				if err := e.Page(bg, 0, c.pages[i%len(c.pages)], engine.PageWant{Counts: true}, out); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(heap/float64(n), "heap_B/post")
+		})
+	}
+}
