@@ -292,3 +292,98 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 	checkSet(t, s, model, rng, hot, nWin)
 	s.Close()
 }
+
+// TestSetHasManyAllocs: a page read allocates nothing, from open, sealed
+// and cold windows (cached or not) with deltas over them.
+func TestSetHasManyAllocs(t *testing.T) {
+	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
+		opts := setOpts("")
+		switch policy {
+		case "open":
+			opts.OpenAge = time.Hour
+		case "sealed":
+			opts.OpenAge = -1
+		default:
+			opts.Dir, opts.OpenAge, opts.ColdAge = t.TempDir(), -1, time.Nanosecond
+			if policy == "cold-nocache" {
+				opts.ColdCacheBytes = -1
+			}
+		}
+		s := newTestSet(t, opts, 0)
+		rng := rand.New(rand.NewPCG(4, 4))
+		var posts []uint64
+		for range 20000 {
+			p := randID(rng, 3)
+			s.Add(rng.Uint64N(50), p)
+			posts = append(posts, p)
+		}
+		if err := s.Maintain(testEpoch.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range posts[:20] { // a delta on sealed and cold windows
+			s.Add(3, p)
+			s.Remove(4, p)
+		}
+		page := slices.Clone(posts[100:150])
+		slices.Sort(page)
+		slices.Reverse(page)
+		var out [50]bool
+		s.HasMany(3, page, out[:])
+		if n := testing.AllocsPerRun(50, func() {
+			if err := s.HasMany(3, page, out[:]); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 && !(raceOn && policy == "cold-nocache") {
+			t.Errorf("%s: HasMany allocates %v times a page", policy, n)
+		}
+		if n := testing.AllocsPerRun(50, func() {
+			if _, err := s.Has(3, page[7]); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 && !(raceOn && policy == "cold-nocache") {
+			t.Errorf("%s: Has allocates %v times", policy, n)
+		}
+		s.Close()
+	}
+}
+
+// TestSetLoadPairsMerge: an old window loaded in parts is merged into
+// its sealed body each time, and the arena packs the windows it holds
+// (regions moved, reads unchanged, MemoryBytes counting them once).
+func TestSetLoadPairsMerge(t *testing.T) {
+	s := newTestSet(t, setOpts(""), 0)
+	rng := rand.New(rand.NewPCG(5, 5))
+	model := map[upair]bool{}
+	now := testEpoch.Add(time.Hour)
+	for part := range 6 {
+		var batch []upair
+		for range 30000 {
+			q := upair{rng.Uint64N(1 << 20), randID(rng, 40)}
+			batch = append(batch, q)
+			model[q] = true
+		}
+		if err := s.LoadPairs(func(yield func(uint64, uint64) bool) {
+			for _, q := range batch {
+				if !yield(q.u, q.p) {
+					return
+				}
+			}
+		}, now); err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.OpenWindows != 0 || st.SealedPairs != len(model) {
+			t.Fatalf("part %d: %+v, model %d", part, st, len(model))
+		}
+	}
+	if len(s.arena.closed) != 0 {
+		t.Fatalf("%d full chunks left unpacked", len(s.arena.closed))
+	}
+	var live int64
+	for _, w := range s.wins {
+		live += int64(w.body.(*setSealed).s.sizeBytes())
+	}
+	if got := s.arena.size(); got < live || got > live+chunkBytes {
+		t.Fatalf("arena counts %d bytes for %d live", got, live)
+	}
+	checkSet(t, s, model, rng, []uint64{randID(rng, 40)}, 40)
+}

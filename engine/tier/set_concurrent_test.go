@@ -1,0 +1,187 @@
+package tier
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestSetConcurrentJobs runs a set's maintenance jobs (planned and
+// finished under the write lock, run outside it) while writers like and
+// unlike under the write lock and readers read pages and take snapshots
+// under the read lock. A reader checks that a pair only its own writer
+// touches reads as that writer left it; at the end the set is the
+// writers' model. Run with -race.
+func TestSetConcurrentJobs(t *testing.T) {
+	dir := t.TempDir()
+	opts := setOpts(dir)
+	opts.CompactMin = 8
+	s := newTestSet(t, opts, 32)
+	var mu sync.RWMutex
+	const nWin = 20
+	rng := rand.New(rand.NewPCG(7, 7))
+	posts := make([]uint64, 2000)
+	for i := range posts {
+		posts[i] = randID(rng, nWin)
+	}
+	model := map[upair]bool{} // under mu
+	var clock atomic.Int64
+	clock.Store(testEpoch.UnixMilli())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var jobs, snaps, pages atomic.Int64
+	for w := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Writer w owns users w, w+2, w+4, ...
+				q := upair{uint64(w + 2*rng.IntN(50)), posts[rng.IntN(len(posts))]}
+				mu.Lock()
+				var err error
+				if rng.IntN(3) == 0 {
+					_, err = s.Remove(q.u, q.p)
+					delete(model, q)
+				} else {
+					_, err = s.Add(q.u, q.p)
+					model[q] = true
+				}
+				mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for r := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 2))
+			var out [50]bool
+			page := make([]uint64, 50)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range page {
+					page[i] = posts[rng.IntN(len(posts))]
+				}
+				slices.Sort(page)
+				slices.Reverse(page)
+				user := uint64(rng.IntN(100))
+				mu.RLock()
+				err := s.HasMany(user, page, out[:])
+				want := make([]bool, len(page))
+				for i, p := range page {
+					want[i] = model[upair{user, p}]
+				}
+				if rng.IntN(50) == 0 {
+					var buf bytes.Buffer
+					if _, err := s.WriteTo(&buf); err != nil {
+						t.Error(err)
+					}
+					snaps.Add(1)
+				}
+				mu.RUnlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !slices.Equal(out[:], want) {
+					t.Errorf("user %d: HasMany %v, model %v", user, out, want)
+					return
+				}
+				pages.Add(1)
+			}
+		})
+	}
+	wg.Go(func() { // maintenance
+		for range 40 {
+			now := time.UnixMilli(clock.Add(700))
+			mu.Lock()
+			ws := s.PlanWork(now)
+			mu.Unlock()
+			for _, j := range ws {
+				if err := j.Run(); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Lock()
+			for _, j := range ws {
+				if err := j.Finish(); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := s.Collect(nil); err != nil {
+				t.Error(err)
+			}
+			mu.Unlock()
+			jobs.Add(int64(len(ws)))
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	for clock.Load() < testEpoch.UnixMilli()+40*700 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	st := s.Stats()
+	if jobs.Load() == 0 || snaps.Load() == 0 || pages.Load() == 0 || st.ColdWindows == 0 {
+		t.Fatalf("%d jobs, %d snapshots, %d pages, %+v: the test did not exercise them", jobs.Load(), snaps.Load(), pages.Load(), st)
+	}
+	checkSet(t, s, model, rng, posts[:3], nWin)
+	t.Logf("%d jobs, %d snapshots, %d pages, %+v", jobs.Load(), snaps.Load(), pages.Load(), st)
+}
+
+// TestSetMaintainerList runs a post table's and two sets' maintenance
+// through one loop over Maintainers, as the engine's loop does.
+func TestSetMaintainerList(t *testing.T) {
+	posts, _ := NewPosts(testOpts(t.TempDir()))
+	likes := newTestSet(t, setOpts(t.TempDir()), 0)
+	fopts := setOpts(t.TempDir())
+	fopts.Prefix = ""
+	favs, err := NewSet("FAVS", fopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	for range 2000 {
+		id := randID(rng, 10)
+		posts.Put(id, Post{Author: 1})
+		likes.Add(rng.Uint64N(100), id)
+		favs.Add(rng.Uint64N(100), id)
+	}
+	tables := []Maintainer{posts, likes, favs}
+	n := 0
+	for _, tb := range tables {
+		for _, w := range tb.PlanWork(testEpoch.Add(time.Minute)) {
+			if err := w.Run(); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := tb.Collect(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n < 30 || len(likes.Files()) == 0 || len(favs.Files()) == 0 {
+		t.Fatalf("%d jobs; files %v %v", n, likes.Files(), favs.Files())
+	}
+	if f := favs.Files()[0]; f[:5] != "FAVS-" {
+		t.Fatalf("favorites' file %q is not named by its tag", f)
+	}
+}

@@ -1,0 +1,176 @@
+package tier
+
+import (
+	"bytes"
+	"hash/crc32"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// seedSetImages returns snapshot images of small sets: open, sealed and
+// cold-free windows with deltas of additions and tombstones.
+func seedSetImages(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, n := range []int{0, 3, 400} {
+		opts := setOpts("")
+		opts.OpenAge = 2 * time.Second
+		s, err := NewSet("LIKE", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.blockLimit = 16
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		hot := []uint64{randID(rng, 5)}
+		for range n {
+			s.Add(randUser(rng), randLikedPost(rng, hot, 5))
+		}
+		s.Maintain(testEpoch.Add(4 * time.Second))
+		for range n / 10 {
+			s.Add(randUser(rng), randLikedPost(rng, hot, 5))
+			s.Remove(randUser(rng), randLikedPost(rng, hot, 5))
+		}
+		var buf bytes.Buffer
+		if _, err := s.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, buf.Bytes())
+	}
+	return out
+}
+
+// FuzzSetLoad feeds arbitrary images to a set's Load: it never panics,
+// and an image it accepts gives a set whose Range agrees with Len and
+// Has, that writes an image loading again to the same pairs, and whose
+// windows seal without error.
+func FuzzSetLoad(f *testing.F) {
+	for _, s := range seedSetImages(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, img []byte) {
+		s, err := NewSet("LIKE", setOpts(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Load(bytes.NewReader(img)) != nil {
+			if s.Len() != 0 {
+				t.Fatal("a refused image changed the set")
+			}
+			return
+		}
+		n := 0
+		if err := s.Range(func(u, p uint64) bool {
+			n++
+			if has, err := s.Has(u, p); err != nil || !has {
+				t.Fatalf("Range yields (%d, %d), Has says %v %v", u, p, has, err)
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n != s.Len() {
+			t.Fatalf("Range yields %d pairs, Len %d", n, s.Len())
+		}
+		var buf bytes.Buffer
+		if _, err := s.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := NewSet("LIKE", setOpts(""))
+		if err := again.Load(&buf); err != nil {
+			t.Fatalf("an image Load accepted, rewritten, is refused: %v", err)
+		}
+		if again.Len() != s.Len() {
+			t.Fatalf("Len %d then %d", s.Len(), again.Len())
+		}
+		if err := s.Maintain(testEpoch.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() != n {
+			t.Fatalf("Len %d after sealing, %d before", s.Len(), n)
+		}
+	})
+}
+
+// TestPairBlockCRC: the hand-rolled checksum is CRC32C of the first pair's
+// 16 bytes and the block.
+func TestPairBlockCRC(t *testing.T) {
+	b := []byte("some block bytes")
+	var want []byte
+	want = le.AppendUint64(want, 0x0102030405060708)
+	want = le.AppendUint64(want, 99)
+	want = append(want, b...)
+	if got := pairBlockCRC(0x0102030405060708, 99, b); got != crc32.Checksum(want, castagnoli) {
+		t.Fatalf("pairBlockCRC %08x, CRC32C %08x", got, crc32.Checksum(want, castagnoli))
+	}
+}
+
+// FuzzSetBlock feeds the pair block parser and decoder arbitrary bytes
+// and first pairs: they must never panic or read out of bounds, and a
+// block that decodes must answer has exactly as its decoded pairs say.
+// The corpus starts from the blocks of windows of random pairs.
+func FuzzSetBlock(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, limit := range []int{3, 64, blockPairs} {
+		var buf bytes.Buffer
+		pw := newPairWriter(&buf, [4]byte{'L', 'I', 'K', 'E'}, limit)
+		post := uint64(1 << 40)
+		var ps []pk
+		for range 2000 {
+			post += rng.Uint64N(3) << rng.UintN(20)
+			ps = append(ps, pk{post, randUser(rng)})
+		}
+		slices.SortFunc(ps, cmpPK)
+		for _, q := range slices.Compact(ps) {
+			if err := pw.add(q.k, q.u); err != nil {
+				f.Fatal(err)
+			}
+		}
+		pw.close()
+		data := buf.Bytes()
+		idx, err := parsePairWindow(data, [4]byte{'L', 'I', 'K', 'E'})
+		if err != nil {
+			f.Fatal(err)
+		}
+		for b := range min(idx.blocks, 4) {
+			p, u, off, end := idx.block(b)
+			f.Add(data[off:end-4], p, u)
+		}
+	}
+	sc := new(pairScratch)
+	f.Fuzz(func(t *testing.T, data []byte, k0, u0 uint64) {
+		buf := make([]byte, len(data)+BlockSlack)
+		copy(buf, data)
+		var blk pairBlock
+		if blk.parse(k0, u0, buf[:len(data)]) != nil {
+			return
+		}
+		probe := func(k, u uint64) bool { return blk.has(k, u) }
+		for i := range 64 {
+			probe(k0+uint64(i), u0+uint64(i))
+			probe(k0, u0-uint64(i))
+			probe(k0^1<<uint(i), u0)
+		}
+		n, err := blk.decode(sc.pairs[:], sc.vals[:])
+		if err != nil {
+			return
+		}
+		in := make(map[pk]bool, n)
+		for j, q := range sc.pairs[:n] {
+			if j > 0 && cmpPK(sc.pairs[j-1], q) >= 0 {
+				t.Fatalf("decoded pairs out of order at %d", j)
+			}
+			in[q] = true
+		}
+		for _, q := range sc.pairs[:n] {
+			if !probe(q.k, q.u) {
+				t.Fatalf("decoded %v, has says absent", q)
+			}
+			for _, x := range []pk{{q.k, q.u + 1}, {q.k, q.u - 1}, {q.k + 1, q.u}, {q.k - 1, q.u}} {
+				if probe(x.k, x.u) != in[x] {
+					t.Fatalf("has(%v) = %v, decoded set says %v", x, !in[x], in[x])
+				}
+			}
+		}
+	})
+}
