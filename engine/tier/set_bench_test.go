@@ -1,0 +1,267 @@
+package tier
+
+import (
+	"iter"
+	"math/bits"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/datagen"
+)
+
+// The set's benchmarks, on engine/likeset's data set (its bench_test.go):
+//
+//	go test ./engine/tier -run '^$' -bench 'SetMemory' -benchtime 1x
+//	go test ./engine/tier -run '^$' -bench 'SetHasMany'
+//	go test ./engine/tier -tags likesetpeer -run '^$' -bench 'Set(Memory|HasMany)'
+//
+// The likesetpeer tag adds engine/likeset on the same data in the same
+// run (set_likeset_bench_test.go; that file goes with engine/likeset).
+//
+// Data: the posts of bench/datagen (N = TALLY_BENCH_N, default 1M, seed
+// 1: snowflake ids uniform over the 365 days before 2025-01-01); post i
+// gets as many likers as datagen's Likes count for it, a long tail (at 1M
+// posts 181,392 liked posts, 5,316,559 likes, the largest 701,884); each
+// post's likers are distinct users uniform over [1, 10M] drawn by PCG(1,
+// post index). Day windows; the clock at the data set's end.
+
+const setBenchUsers = 10_000_000
+
+// benchLikes yields the (user, post) pairs of the data set in post order,
+// each post's users ascending.
+func benchLikes(n int) iter.Seq2[uint64, uint64] {
+	return func(yield func(uint64, uint64) bool) {
+		g := datagen.New(datagen.Config{N: n, Seed: 1})
+		var users []uint64
+		for i := 0; ; i++ {
+			id, c, ok := g.Next()
+			if !ok {
+				return
+			}
+			if c.Likes <= 0 {
+				continue
+			}
+			users = benchLikers(users[:0], uint64(i), int(min(c.Likes, setBenchUsers)))
+			for _, u := range users {
+				if !yield(u, id) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// benchLikers returns m distinct users uniform over [1, setBenchUsers],
+// sorted.
+func benchLikers(dst []uint64, post uint64, m int) []uint64 {
+	r := rand.NewPCG(1, post)
+	for len(dst) < m {
+		for len(dst) < m {
+			hi, _ := bits.Mul64(r.Uint64(), setBenchUsers)
+			dst = append(dst, 1+hi)
+		}
+		slices.Sort(dst)
+		dst = slices.Compact(dst)
+	}
+	return dst
+}
+
+// setBenchOpts returns the options of a policy: "open" keeps every
+// window open, "default" the last 7 days, "sealed" none, "cold" puts
+// every window in a file (a block cache of the default 16 MiB),
+// "cold-nocache" with no cache (a pread a block, from the OS page cache).
+func setBenchOpts(b testing.TB, policy string) Options {
+	o := Options{}
+	switch policy {
+	case "open":
+		o.OpenAge = 100 * 365 * 24 * time.Hour
+	case "sealed":
+		o.OpenAge = -1
+	case "cold", "cold-nocache":
+		o.OpenAge, o.ColdAge, o.Dir = -1, time.Nanosecond, b.TempDir()
+		if policy == "cold-nocache" {
+			o.ColdCacheBytes = -1
+		}
+	}
+	return o
+}
+
+// loadBenchSet builds a set under a policy: Add for "open", LoadPairs
+// and Maintain for the others.
+func loadBenchSet(b testing.TB, policy string, n int) *Set {
+	s, err := NewSet("LIKE", setBenchOpts(b, policy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	end := datagen.DefaultEnd
+	if policy == "open" {
+		for u, p := range benchLikes(n) {
+			s.Add(u, p)
+		}
+		return s
+	}
+	if err := s.LoadPairs(benchLikes(n), end); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Maintain(end); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// setPeer is a structure measured beside the set (engine/likeset, with
+// the likesetpeer tag): it loads the data under a policy and reads pages.
+type setPeer struct {
+	name     string
+	policies []string
+	load     func(b testing.TB, policy string, n int) (hasMany func(user uint64, posts []uint64, out []bool), length int, keep any)
+}
+
+var setPeers []setPeer
+
+// BenchmarkSetMemory reports bytes per like: the live Go heap after GC
+// (heap-B/like), MemoryBytes (mem-B/like), and for cold windows the files
+// (disk-B/like); each peer's heap per like under the same policy in the
+// same run, and the set's over it (vs-<peer>).
+func BenchmarkSetMemory(b *testing.B) {
+	n := benchutil.N()
+	peerHeap := map[string]float64{}
+	for _, p := range setPeers {
+		for _, policy := range p.policies {
+			b.Run(p.name+"/"+policy, func(b *testing.B) {
+				var keep any
+				var h uint64
+				var length int
+				for b.Loop() {
+					keep = nil
+					h0 := benchutil.LiveHeap()
+					_, length, keep = p.load(b, policy, n)
+					h = benchutil.LiveHeap() - h0
+					runtime.KeepAlive(keep)
+				}
+				peerHeap[p.name+"/"+policy] = float64(h) / float64(length)
+				b.ReportMetric(float64(h)/float64(length), "heap-B/like")
+			})
+		}
+	}
+	for _, policy := range []string{"open", "default", "sealed", "cold"} {
+		b.Run("set/"+policy, func(b *testing.B) {
+			var s *Set
+			var h uint64
+			for b.Loop() {
+				if s != nil {
+					s.Close()
+				}
+				s = nil
+				h0 := benchutil.LiveHeap()
+				s = loadBenchSet(b, policy, n)
+				h = benchutil.LiveHeap() - h0
+			}
+			st := s.Stats()
+			per := float64(h) / float64(s.Len())
+			b.ReportMetric(per, "heap-B/like")
+			b.ReportMetric(float64(st.MemoryBytes)/float64(s.Len()), "mem-B/like")
+			if st.SealedPairs > 0 {
+				b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+			}
+			if st.ColdPairs > 0 {
+				b.ReportMetric(float64(st.DiskBytes)/float64(st.ColdPairs), "disk-B/like")
+			}
+			for _, p := range setPeers {
+				if ph, ok := peerHeap[p.name+"/"+policy]; ok && ph > 0 {
+					b.ReportMetric(per/ph, "vs-"+p.name)
+				}
+			}
+			b.ReportMetric(float64(s.Len()), "likes")
+			s.Close()
+		})
+	}
+}
+
+// setPages is what BenchmarkSetHasMany reads, built once per run.
+var setPages struct {
+	sync.Once
+	pages   [][]uint64
+	viewers []uint64
+}
+
+const setNumPages = 1024
+
+// benchPages returns 1024 pages of 50 consecutive liked posts in id order
+// (a feed spanning a few hours), newest first, and a viewer for each who
+// liked one of them (even pages) or a random user (odd pages), as
+// engine/likeset's BenchmarkHasMany reads.
+func benchPages(n int) ([][]uint64, []uint64) {
+	d := &setPages
+	d.Do(func() {
+		var posts []uint64
+		first := map[uint64]uint64{}
+		for u, p := range benchLikes(n) {
+			if len(posts) == 0 || posts[len(posts)-1] != p {
+				posts = append(posts, p)
+				first[p] = u
+			}
+		}
+		r := rand.New(rand.NewPCG(7, 7))
+		for i := range setNumPages {
+			at := r.IntN(len(posts) - 50)
+			page := slices.Clone(posts[at : at+50])
+			slices.Reverse(page)
+			v := 1 + r.Uint64N(setBenchUsers)
+			if i%2 == 0 {
+				v = first[page[r.IntN(50)]]
+			}
+			d.pages = append(d.pages, page)
+			d.viewers = append(d.viewers, v)
+		}
+	})
+	return d.pages, d.viewers
+}
+
+// BenchmarkSetHasMany reads the 50-post pages of benchPages from the set
+// under each policy and from each peer (per page). The peers and the
+// set's policies alternate in one run, so their ratios hold on a noisy
+// machine.
+func BenchmarkSetHasMany(b *testing.B) {
+	n := benchutil.N()
+	pages, viewers := benchPages(n)
+	type reader struct {
+		name    string
+		hasMany func(user uint64, posts []uint64, out []bool) error
+	}
+	var readers []reader
+	for _, p := range setPeers {
+		for _, policy := range p.policies {
+			if policy == "default" {
+				continue
+			}
+			hm, _, _ := p.load(b, policy, n)
+			readers = append(readers, reader{p.name + "/" + policy, func(u uint64, posts []uint64, out []bool) error {
+				hm(u, posts, out)
+				return nil
+			}})
+		}
+	}
+	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
+		s := loadBenchSet(b, policy, n)
+		defer s.Close()
+		readers = append(readers, reader{"set/" + policy, s.HasMany})
+	}
+	out := make([]bool, 50)
+	for _, r := range readers {
+		b.Run(r.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if err := r.hasMany(viewers[i%setNumPages], pages[i%setNumPages], out); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
