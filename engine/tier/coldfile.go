@@ -329,6 +329,14 @@ func (c *coldStore) collect(keep, used []string) error {
 	return errors.Join(errs...)
 }
 
+// cacheBytes is the memory the block cache holds (0 without a cold tier).
+func (c *coldStore) cacheBytes() int64 {
+	if c.cache == nil {
+		return 0
+	}
+	return int64(c.cache.SizeBytes())
+}
+
 // closeObsolete closes the replaced files (Close).
 func (c *coldStore) closeObsolete() error {
 	var errs []error

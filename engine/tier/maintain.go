@@ -65,7 +65,13 @@ func (t *Tier[R]) deltaDue(w *window) bool {
 	if w.delta != nil {
 		d = w.delta.n
 	}
-	return d > 0 && d >= t.opts.CompactMin && d*8 >= w.n
+	return deltaDue(t.opts, d, w.n)
+}
+
+// deltaDue reports whether a delta of d entries over a window of n is
+// to be folded back under opts.
+func deltaDue(opts Options, d, n int) bool {
+	return d > 0 && d >= opts.CompactMin && d*8 >= n
 }
 
 // Plan returns the jobs due at now: open windows past OpenAge to seal,
@@ -75,43 +81,69 @@ func (t *Tier[R]) deltaDue(w *window) bool {
 // go to fresh deltas meanwhile. Call it under the write lock; every job
 // must then be Run and Finished.
 func (t *Tier[R]) Plan(now time.Time) []*Job[R] {
-	ms := now.UnixMilli()
 	var jobs []*Job[R]
-	for _, w := range t.wins {
-		if w.busy {
+	planDue(t.opts, now, len(t.wins), t.MemoryBytes, func(i int) windowState {
+		w := t.wins[i]
+		st := windowState{end: t.win.End(w.num), kind: w.body.kind(), busy: w.busy, deltaDue: t.deltaDue(w)}
+		if b, ok := w.body.(*sealedBody); ok {
+			st.sealedBytes = int64(b.s.sizeBytes())
+		}
+		return st
+	}, func(i int, toCold bool) { jobs = append(jobs, t.plan(t.wins[i], toCold)) })
+	return jobs
+}
+
+// windowState is what the maintenance policy (planDue) looks at in a
+// window, whatever its table.
+type windowState struct {
+	end         int64 // Unix ms
+	kind        Kind
+	busy        bool
+	deltaDue    bool
+	sealedBytes int64 // a sealed window's memory
+}
+
+// planDue applies the maintenance policy of opts at now to n windows,
+// oldest first, calling plan for each job due: seal an open window past
+// OpenAge (into a file if it is past ColdAge too), move a sealed window
+// past ColdAge to a file, fold a due delta back (into a new file for a
+// cold window), and then, while mem() exceeds MemoryBudget, move the
+// oldest sealed windows not yet planned to files. state(i) must reflect
+// the jobs planned so far (a planned window is busy).
+func planDue(opts Options, now time.Time, n int, mem func() int64, state func(i int) windowState, plan func(i int, toCold bool)) {
+	ms := now.UnixMilli()
+	for i := range n {
+		st := state(i)
+		if st.busy {
 			continue
 		}
-		end := t.win.End(w.num)
-		switch w.body.(type) {
-		case *openBody:
-			if t.sealDue(end, ms) {
-				jobs = append(jobs, t.plan(w, t.coldDue(end, ms)))
+		switch st.kind {
+		case Open:
+			if sealDue(opts, st.end, ms) {
+				plan(i, coldDue(opts, st.end, ms))
 			}
-		case *sealedBody:
-			if t.coldDue(end, ms) {
-				jobs = append(jobs, t.plan(w, true))
-			} else if t.deltaDue(w) {
-				jobs = append(jobs, t.plan(w, false))
+		case Sealed:
+			if coldDue(opts, st.end, ms) {
+				plan(i, true)
+			} else if st.deltaDue {
+				plan(i, false)
 			}
-		case *coldBody:
-			if t.deltaDue(w) {
-				jobs = append(jobs, t.plan(w, true))
-			}
-		}
-	}
-	if t.opts.Dir != "" && t.opts.MemoryBudget > 0 {
-		mem := t.MemoryBytes()
-		for _, w := range t.wins {
-			if mem <= t.opts.MemoryBudget {
-				break
-			}
-			if b, ok := w.body.(*sealedBody); ok && !w.busy {
-				mem -= int64(b.s.sizeBytes())
-				jobs = append(jobs, t.plan(w, true))
+		case Cold:
+			if st.deltaDue {
+				plan(i, true)
 			}
 		}
 	}
-	return jobs
+	if opts.Dir == "" || opts.MemoryBudget <= 0 {
+		return
+	}
+	m := mem()
+	for i := 0; i < n && m > opts.MemoryBudget; i++ {
+		if st := state(i); st.kind == Sealed && !st.busy {
+			m -= st.sealedBytes
+			plan(i, true)
+		}
+	}
 }
 
 func (t *Tier[R]) plan(w *window, toCold bool) *Job[R] {

@@ -94,17 +94,9 @@ func NewSet(tag string, opts Options) (*Set, error) {
 	if len(tag) != 4 {
 		return nil, fmt.Errorf("tier: set tag %q is not 4 bytes", tag)
 	}
-	if opts.WindowMillis == 0 {
-		opts.WindowMillis = DefaultWindowMillis
-	}
-	if opts.WindowMillis < 1 || opts.WindowMillis > 1<<34 {
-		return nil, fmt.Errorf("tier: WindowMillis %d outside [1, 2^34]", opts.WindowMillis)
-	}
-	if opts.OpenAge == 0 {
-		opts.OpenAge = DefaultOpenAge
-	}
-	if opts.CompactMin <= 0 {
-		opts.CompactMin = DefaultCompactMin
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = string(bytesTrim([]byte(tag)))
@@ -581,12 +573,7 @@ func (s *Set) MemoryBytes() int64 {
 
 // CacheBytes is the memory the block cache holds (0 without a cold tier;
 // a cache shared with other tables counts their blocks too).
-func (s *Set) CacheBytes() int64 {
-	if s.cache == nil {
-		return 0
-	}
-	return int64(s.cache.SizeBytes())
-}
+func (s *Set) CacheBytes() int64 { return s.cacheBytes() }
 
 // DiskBytes is the size of the cold files in use.
 func (s *Set) DiskBytes() int64 {

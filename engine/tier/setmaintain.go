@@ -49,48 +49,16 @@ func (j *SetJob) What() string {
 // to fresh deltas meanwhile. Call it under the write lock; every job must
 // then be Run and Finished.
 func (s *Set) Plan(now time.Time) []*SetJob {
-	ms := now.UnixMilli()
 	var jobs []*SetJob
-	for _, w := range s.wins {
-		if w.busy {
-			continue
+	planDue(s.opts, now, len(s.wins), s.MemoryBytes, func(i int) windowState {
+		w := s.wins[i]
+		st := windowState{end: s.win.End(w.num), kind: w.body.kind(), busy: w.busy, deltaDue: deltaDue(s.opts, w.live.len(), w.n)}
+		if b, ok := w.body.(*setSealed); ok {
+			st.sealedBytes = int64(b.s.sizeBytes())
 		}
-		end := s.win.End(w.num)
-		switch w.body.(type) {
-		case *setOpen:
-			if sealDue(s.opts, end, ms) {
-				jobs = append(jobs, s.plan(w, coldDue(s.opts, end, ms)))
-			}
-		case *setSealed:
-			if coldDue(s.opts, end, ms) {
-				jobs = append(jobs, s.plan(w, true))
-			} else if s.deltaDue(w) {
-				jobs = append(jobs, s.plan(w, false))
-			}
-		case *setCold:
-			if s.deltaDue(w) {
-				jobs = append(jobs, s.plan(w, true))
-			}
-		}
-	}
-	if s.opts.Dir != "" && s.opts.MemoryBudget > 0 {
-		mem := s.MemoryBytes()
-		for _, w := range s.wins {
-			if mem <= s.opts.MemoryBudget {
-				break
-			}
-			if b, ok := w.body.(*setSealed); ok && !w.busy {
-				mem -= int64(b.s.sizeBytes())
-				jobs = append(jobs, s.plan(w, true))
-			}
-		}
-	}
+		return st
+	}, func(i int, toCold bool) { jobs = append(jobs, s.plan(s.wins[i], toCold)) })
 	return jobs
-}
-
-func (s *Set) deltaDue(w *setWindow) bool {
-	d := w.live.len()
-	return d > 0 && d >= s.opts.CompactMin && d*8 >= w.n
 }
 
 func (s *Set) plan(w *setWindow, toCold bool) *SetJob {

@@ -2,7 +2,6 @@ package tier
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -30,50 +29,32 @@ func (s *Set) WriteTo(w io.Writer) (int64, error) {
 }
 
 func (s *Set) writeBody(w io.Writer) error {
-	buf := make([]byte, 0, 64<<10)
-	flush := func() error {
-		_, err := w.Write(buf)
-		buf = buf[:0]
-		return err
-	}
-	buf = append(buf, s.tag[:]...)
-	buf = append(buf, 0, 0)
-	buf = binary.AppendUvarint(buf, uint64(len(s.wins)))
+	bw := newBodyWriter(w, s.tag, setShape, len(s.wins))
 	list := func(ps []pk) error {
 		slices.SortFunc(ps, cmpPK)
-		buf = binary.AppendUvarint(buf, uint64(len(ps)))
+		bw.uvarint(uint64(len(ps)))
 		for _, q := range ps {
-			buf = binary.AppendUvarint(buf, q.k)
-			buf = binary.AppendUvarint(buf, q.u)
-			if len(buf) >= 60<<10 {
-				if err := flush(); err != nil {
-					return err
-				}
+			bw.uvarint(q.k)
+			bw.uvarint(q.u)
+			if err := bw.spill(); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
 	for _, win := range s.wins {
-		buf = binary.AppendVarint(buf, win.num)
-		buf = binary.AppendUvarint(buf, uint64(win.n))
-		buf = append(buf, byte(win.body.kind()))
+		bw.window(win.num, win.n, win.body.kind())
 		switch b := win.body.(type) {
 		case *setOpen:
 			if err := list(b.t.pairs(nil)); err != nil {
 				return err
 			}
 		case *setSealed:
-			buf = binary.AppendUvarint(buf, uint64(len(b.s.data)))
-			if err := flush(); err != nil {
-				return err
-			}
-			if _, err := w.Write(b.s.data); err != nil {
+			if err := bw.image(b.s.data); err != nil {
 				return err
 			}
 		case *setCold:
-			buf = binary.AppendUvarint(buf, uint64(len(b.f.name)))
-			buf = append(buf, b.f.name...)
-			buf = binary.AppendUvarint(buf, uint64(b.f.size))
+			bw.file(&b.f.coldBase)
 		}
 		adds, dels := win.deltaPairs()
 		if err := list(adds); err != nil {
@@ -83,7 +64,7 @@ func (s *Set) writeBody(w io.Writer) error {
 			return err
 		}
 	}
-	return flush()
+	return bw.flush()
 }
 
 // deltaPairs returns the window's frozen and live deltas as one delta
@@ -169,15 +150,9 @@ func (s *Set) parse(data []byte) (wins []*setWindow, total int, err error) {
 	fail := func(format string, args ...any) ([]*setWindow, int, error) {
 		return wins, 0, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if tag := rd.Bytes(4); rd.Err == nil && [4]byte(tag) != s.tag {
-		return fail("set %q, this set's is %q", tag, s.tag[:])
-	}
-	if c, d := rd.Byte(), rd.Byte(); rd.Err == nil && (c != 0 || d != 0) {
-		return fail("%d columns: not a set", c)
-	}
-	nw := rd.Uvarint()
-	if rd.Err == nil && nw > uint64(len(rd.B)) {
-		return fail("%d windows in %d bytes", nw, len(rd.B))
+	nw, err := parseBodyHead(&rd, s.tag, setShape)
+	if err != nil {
+		return wins, 0, err
 	}
 	// readPairs reads a pair list of window w into a table (nil when
 	// empty), checking order and range.
@@ -208,22 +183,14 @@ func (s *Set) parse(data []byte) (wins []*setWindow, total int, err error) {
 		}
 		return t
 	}
-	lastNum := int64(0)
-	for i := range nw {
-		num := rd.Varint()
-		n := rd.Uvarint()
-		kind := Kind(rd.Byte())
-		if rd.Err != nil {
-			return wins, 0, rd.Err
-		}
-		if i > 0 && num <= lastNum {
-			return fail("window %d after %d", num, lastNum)
+	lastNum := int64(-1)
+	for range nw {
+		num, n, kind, err := parseWindowHead(&rd, s.win, lastNum)
+		if err != nil {
+			return wins, 0, err
 		}
 		lastNum = num
 		lo, last := s.win.Start(num), s.win.Last(num)
-		if num < 0 || s.win.End(num) <= 0 || lo > last {
-			return fail("window number %d", num)
-		}
 		w := &setWindow{num: num, lo: lo, last: last}
 		base := 0
 		switch kind {
@@ -249,16 +216,9 @@ func (s *Set) parse(data []byte) (wins []*setWindow, total int, err error) {
 			}
 			wins = wins[:len(wins)-1]
 		case Cold:
-			name := string(rd.Bytes(rd.Uvarint()))
-			size := rd.Uvarint()
-			if rd.Err != nil {
-				return wins, 0, rd.Err
-			}
-			if fnum, _, ok := parseFileName(s.opts.Prefix, name); !ok || fnum != num {
-				return fail("window %d: file name %q", num, name)
-			}
-			if s.opts.Dir == "" {
-				return fail("window %d is in file %s, and the set has no Dir", num, name)
+			name, size, err := parseFileRef(&rd, s.opts, num)
+			if err != nil {
+				return wins, 0, err
 			}
 			f, err := openPairCold(s.opts.Dir, name, s.tag, s.cache)
 			if err != nil {

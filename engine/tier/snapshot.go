@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/tally-dev/tally/engine/bitpack"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // The snapshot image (WriteTo, Load):
@@ -72,15 +73,7 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 }
 
 func (t *Tier[R]) writeBody(w io.Writer) error {
-	buf := make([]byte, 0, 64<<10)
-	flush := func() error {
-		_, err := w.Write(buf)
-		buf = buf[:0]
-		return err
-	}
-	buf = append(buf, t.tag[:]...)
-	buf = append(buf, byte(t.sh.cols), byte(t.sh.dense))
-	buf = binary.AppendUvarint(buf, uint64(len(t.wins)))
+	bw := newBodyWriter(w, t.tag, t.sh, len(t.wins))
 	var row Row
 	rows := func(tables ...*openTable) error {
 		// The union of tables, the later overriding the earlier.
@@ -92,52 +85,98 @@ func (t *Tier[R]) writeBody(w io.Writer) error {
 		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
-		buf = binary.AppendUvarint(buf, uint64(len(keys)))
+		bw.uvarint(uint64(len(keys)))
 		for _, k := range keys {
 			for i := len(tables) - 1; i >= 0; i-- {
 				if tables[i] != nil && tables[i].get(k, &t.layout, &row) {
 					break
 				}
 			}
-			buf = binary.AppendUvarint(buf, k)
+			bw.uvarint(k)
 			for f := range t.cols {
-				buf = binary.AppendUvarint(buf, row[f])
+				bw.uvarint(row[f])
 			}
-			if len(buf) >= 60<<10 {
-				if err := flush(); err != nil {
-					return err
-				}
+			if err := bw.spill(); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
 	for _, win := range t.wins {
-		buf = binary.AppendVarint(buf, win.num)
-		buf = binary.AppendUvarint(buf, uint64(win.n))
-		buf = append(buf, byte(win.body.kind()))
+		bw.window(win.num, win.n, win.body.kind())
 		switch b := win.body.(type) {
 		case *openBody:
 			if err := rows(b.t); err != nil {
 				return err
 			}
 		case *sealedBody:
-			buf = binary.AppendUvarint(buf, uint64(len(b.s.data)))
-			if err := flush(); err != nil {
-				return err
-			}
-			if _, err := w.Write(b.s.data); err != nil {
+			if err := bw.image(b.s.data); err != nil {
 				return err
 			}
 		case *coldBody:
-			buf = binary.AppendUvarint(buf, uint64(len(b.f.name)))
-			buf = append(buf, b.f.name...)
-			buf = binary.AppendUvarint(buf, uint64(b.f.size))
+			bw.file(&b.f.coldBase)
 		}
 		if err := rows(win.frozen, win.delta); err != nil {
 			return err
 		}
 	}
-	return flush()
+	return bw.flush()
+}
+
+// bodyWriter writes a snapshot body, a post table's or a set's, in
+// pieces of about 64 KiB: its head, then for each window its head, its
+// base and its overlay.
+type bodyWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+func newBodyWriter(w io.Writer, tag [4]byte, sh shape, windows int) *bodyWriter {
+	bw := &bodyWriter{w: w, buf: make([]byte, 0, 64<<10)}
+	bw.buf = append(bw.buf, tag[:]...)
+	bw.buf = append(bw.buf, byte(sh.cols), byte(sh.dense))
+	bw.uvarint(uint64(windows))
+	return bw
+}
+
+func (bw *bodyWriter) uvarint(x uint64) { bw.buf = binary.AppendUvarint(bw.buf, x) }
+
+func (bw *bodyWriter) flush() error {
+	_, err := bw.w.Write(bw.buf)
+	bw.buf = bw.buf[:0]
+	return err
+}
+
+// spill flushes once the buffer holds 60 KiB.
+func (bw *bodyWriter) spill() error {
+	if len(bw.buf) >= 60<<10 {
+		return bw.flush()
+	}
+	return nil
+}
+
+// window writes a window's head: number, records, form.
+func (bw *bodyWriter) window(num int64, n int, k Kind) {
+	bw.buf = binary.AppendVarint(bw.buf, num)
+	bw.uvarint(uint64(n))
+	bw.buf = append(bw.buf, byte(k))
+}
+
+// image writes a sealed window's image, its length first.
+func (bw *bodyWriter) image(data []byte) error {
+	bw.uvarint(uint64(len(data)))
+	if err := bw.flush(); err != nil {
+		return err
+	}
+	_, err := bw.w.Write(data)
+	return err
+}
+
+// file writes a cold window's file name and size.
+func (bw *bodyWriter) file(f *coldBase) {
+	bw.uvarint(uint64(len(f.name)))
+	bw.buf = append(bw.buf, f.name...)
+	bw.uvarint(uint64(f.size))
 }
 
 // maxImage bounds the body length a header may declare (1 TiB): beyond
@@ -222,6 +261,57 @@ func readImage(r io.Reader, millis int64) (body []byte, nextGen uint64, err erro
 	return data, nextGen, nil
 }
 
+// parseBodyHead reads a snapshot body's head — tag, shape, windows — and
+// checks it against the table's.
+func parseBodyHead(rd *bitpack.Reader, tag [4]byte, sh shape) (windows uint64, err error) {
+	if got := rd.Bytes(4); rd.Err == nil && [4]byte(got) != tag {
+		return 0, fmt.Errorf("%w: snapshot: tag %q, this table's is %q", ErrCorrupt, got, tag[:])
+	}
+	if c, d := rd.Byte(), rd.Byte(); rd.Err == nil && (int(c) != sh.cols || int(d) != sh.dense) {
+		return 0, fmt.Errorf("%w: snapshot: %d columns (%d dense), the table has %d (%d)", ErrCorrupt, c, d, sh.cols, sh.dense)
+	}
+	nw := rd.Uvarint()
+	if rd.Err == nil && nw > uint64(len(rd.B)) {
+		return 0, fmt.Errorf("%w: snapshot: %d windows in %d bytes", ErrCorrupt, nw, len(rd.B))
+	}
+	return nw, rd.Err
+}
+
+// parseWindowHead reads a window's head — number, records, form — and
+// checks that the number follows prev (-1 for the first) and names a
+// window of win.
+func parseWindowHead(rd *bitpack.Reader, win snowflake.Windows, prev int64) (num int64, n uint64, kind Kind, err error) {
+	num = rd.Varint()
+	n = rd.Uvarint()
+	kind = Kind(rd.Byte())
+	switch {
+	case rd.Err != nil:
+		return 0, 0, 0, rd.Err
+	case prev >= 0 && num <= prev:
+		return 0, 0, 0, fmt.Errorf("%w: snapshot: window %d after %d", ErrCorrupt, num, prev)
+	case num < 0 || win.End(num) <= 0 || win.Start(num) > win.Last(num):
+		return 0, 0, 0, fmt.Errorf("%w: snapshot: window number %d", ErrCorrupt, num)
+	}
+	return num, n, kind, nil
+}
+
+// parseFileRef reads a cold window's file name and size and checks that
+// the name is one of opts' prefix for window num, in a table with a Dir.
+func parseFileRef(rd *bitpack.Reader, opts Options, num int64) (name string, size uint64, err error) {
+	name = string(rd.Bytes(rd.Uvarint()))
+	size = rd.Uvarint()
+	if rd.Err != nil {
+		return "", 0, rd.Err
+	}
+	if fnum, _, ok := parseFileName(opts.Prefix, name); !ok || fnum != num {
+		return "", 0, fmt.Errorf("%w: snapshot: window %d: file name %q", ErrCorrupt, num, name)
+	}
+	if opts.Dir == "" {
+		return "", 0, fmt.Errorf("%w: snapshot: window %d is in file %s, and the table has no Dir", ErrCorrupt, num, name)
+	}
+	return name, size, nil
+}
+
 type loaded struct {
 	wins []*window
 	live int
@@ -232,15 +322,9 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 	fail := func(format string, args ...any) (loaded, error) {
 		return st, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if tag := rd.Bytes(4); rd.Err == nil && [4]byte(tag) != t.tag {
-		return fail("codec %q, this tier's is %q", tag, t.tag[:])
-	}
-	if c, d := rd.Byte(), rd.Byte(); rd.Err == nil && (int(c) != t.sh.cols || int(d) != t.sh.dense) {
-		return fail("%d columns (%d dense), the codec has %d (%d)", c, d, t.sh.cols, t.sh.dense)
-	}
-	nw := rd.Uvarint()
-	if rd.Err == nil && nw > uint64(len(rd.B)) {
-		return fail("%d windows in %d bytes", nw, len(rd.B))
+	nw, err := parseBodyHead(&rd, t.tag, t.sh)
+	if err != nil {
+		return st, err
 	}
 	var row Row
 	readRows := func(w *window) *openTable {
@@ -275,22 +359,14 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 		}
 		return tb
 	}
-	lastNum := int64(0)
-	for i := range nw {
-		num := rd.Varint()
-		n := rd.Uvarint()
-		kind := Kind(rd.Byte())
-		if rd.Err != nil {
-			return st, rd.Err
-		}
-		if i > 0 && num <= lastNum {
-			return fail("window %d after %d", num, lastNum)
+	lastNum := int64(-1)
+	for range nw {
+		num, n, kind, err := parseWindowHead(&rd, t.win, lastNum)
+		if err != nil {
+			return st, err
 		}
 		lastNum = num
 		lo, last := t.win.Start(num), t.win.Last(num)
-		if num < 0 || t.win.End(num) <= 0 || lo > last {
-			return fail("window number %d", num)
-		}
 		w := &window{num: num, lo: lo, last: last}
 		base := 0
 		switch kind {
@@ -316,16 +392,9 @@ func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
 				return fail("window %d holds ids outside it", num)
 			}
 		case Cold:
-			name := string(rd.Bytes(rd.Uvarint()))
-			size := rd.Uvarint()
-			if rd.Err != nil {
-				return st, rd.Err
-			}
-			if fnum, _, ok := parseFileName(t.opts.Prefix, name); !ok || fnum != num {
-				return fail("window %d: file name %q", num, name)
-			}
-			if t.opts.Dir == "" {
-				return fail("window %d is in file %s, and the tier has no Dir", num, name)
+			name, size, err := parseFileRef(&rd, t.opts, num)
+			if err != nil {
+				return st, err
 			}
 			cf, err := openCold(t.opts.Dir, name, t.tag, t.sh, t.cache)
 			if err != nil {

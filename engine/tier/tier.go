@@ -153,17 +153,9 @@ func (*coldBody) kind() Kind   { return Cold }
 
 // New returns an empty tier of codec's records.
 func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
-	if opts.WindowMillis == 0 {
-		opts.WindowMillis = DefaultWindowMillis
-	}
-	if opts.WindowMillis < 1 || opts.WindowMillis > 1<<34 {
-		return nil, fmt.Errorf("tier: WindowMillis %d outside [1, 2^34]", opts.WindowMillis)
-	}
-	if opts.OpenAge == 0 {
-		opts.OpenAge = DefaultOpenAge
-	}
-	if opts.CompactMin <= 0 {
-		opts.CompactMin = DefaultCompactMin
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	cols := codec.Cols()
 	sh := shape{cols, codec.DenseCols()}
@@ -191,6 +183,23 @@ func New[R any](codec Codec[R], opts Options) (*Tier[R], error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// withDefaults fills in the zero fields of opts and checks WindowMillis.
+func (opts Options) withDefaults() (Options, error) {
+	if opts.WindowMillis == 0 {
+		opts.WindowMillis = DefaultWindowMillis
+	}
+	if opts.WindowMillis < 1 || opts.WindowMillis > 1<<34 {
+		return opts, fmt.Errorf("tier: WindowMillis %d outside [1, 2^34]", opts.WindowMillis)
+	}
+	if opts.OpenAge == 0 {
+		opts.OpenAge = DefaultOpenAge
+	}
+	if opts.CompactMin <= 0 {
+		opts.CompactMin = DefaultCompactMin
+	}
+	return opts, nil
 }
 
 func bytesTrim(b []byte) []byte {
@@ -360,12 +369,7 @@ func (w *window) memoryBytes() int {
 }
 
 // CacheBytes is the memory the block cache holds (0 without a cold tier).
-func (t *Tier[R]) CacheBytes() int64 {
-	if t.cache == nil {
-		return 0
-	}
-	return int64(t.cache.SizeBytes())
-}
+func (t *Tier[R]) CacheBytes() int64 { return t.cacheBytes() }
 
 // DiskBytes is the size of the cold files in use.
 func (t *Tier[R]) DiskBytes() int64 {
