@@ -102,35 +102,8 @@ func TestConcurrentJobs(t *testing.T) {
 			}
 		})
 	}
-	wg.Go(func() { // maintenance
-		for range 40 {
-			now := time.UnixMilli(clock.Add(700))
-			mu.Lock()
-			js := tr.Plan(now)
-			mu.Unlock()
-			for _, j := range js {
-				if err := j.Run(); err != nil {
-					t.Error(err)
-				}
-			}
-			mu.Lock()
-			for _, j := range js {
-				if err := tr.Finish(j); err != nil {
-					t.Error(err)
-				}
-			}
-			if err := tr.Collect(nil); err != nil {
-				t.Error(err)
-			}
-			mu.Unlock()
-			jobs.Add(int64(len(js)))
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
-	time.Sleep(300 * time.Millisecond)
-	for clock.Load() < testEpoch.UnixMilli()+40*700 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wg.Go(func() { maintainRounds(t, &mu, tr, &clock, &jobs) })
+	waitRounds(&clock)
 	close(stop)
 	wg.Wait()
 	if jobs.Load() == 0 || snaps.Load() == 0 {
@@ -153,6 +126,44 @@ func TestConcurrentJobs(t *testing.T) {
 }
 
 func authorFor(id uint64) uint64 { return id%1000 + 1 }
+
+// maintainRounds is a maintenance loop as an engine runs it over m: 40
+// rounds, each 700 ms later on clock, planning under mu's write lock,
+// running the jobs with no lock, finishing them and collecting under the
+// write lock again; it counts the jobs in jobs.
+func maintainRounds(t *testing.T, mu *sync.RWMutex, m Maintainer, clock, jobs *atomic.Int64) {
+	for range 40 {
+		now := time.UnixMilli(clock.Add(700))
+		mu.Lock()
+		ws := m.PlanWork(now)
+		mu.Unlock()
+		for _, w := range ws {
+			if err := w.Run(); err != nil {
+				t.Error(err)
+			}
+		}
+		mu.Lock()
+		for _, w := range ws {
+			if err := w.Finish(); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := m.Collect(nil); err != nil {
+			t.Error(err)
+		}
+		mu.Unlock()
+		jobs.Add(int64(len(ws)))
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitRounds waits at least 300 ms and until maintainRounds is done.
+func waitRounds(clock *atomic.Int64) {
+	time.Sleep(300 * time.Millisecond)
+	for clock.Load() < testEpoch.UnixMilli()+40*700 {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // TestMaintainerList runs the maintenance of two tiers of the post codec
 // (say posts and a second table) through the Maintainer interface, as

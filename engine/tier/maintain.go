@@ -249,17 +249,25 @@ var errStop = errors.New("stop")
 // the cache); an unreadable one ends the walk with its error. Range only
 // reads: it may run under the read lock.
 func (t *Tier[R]) Range(fn func(id uint64, r R) bool) error {
-	for _, w := range t.wins {
-		err := mergeWindow(w.body, w.lo, &t.layout, []*openTable{w.frozen, w.delta}, func(id uint64, r *Row) error {
+	return walkWindows(len(t.wins), func(i int) error {
+		w := t.wins[i]
+		return mergeWindow(w.body, w.lo, &t.layout, []*openTable{w.frozen, w.delta}, func(id uint64, r *Row) error {
 			if !fn(id, t.codec.Join(*r)) {
 				return errStop
 			}
 			return nil
 		})
-		if err == errStop {
-			return nil
-		}
-		if err != nil {
+	})
+}
+
+// walkWindows calls walk for windows 0 to n-1 until it fails; errStop
+// ends the walk without an error (a Range whose fn returned false).
+func walkWindows(n int, walk func(i int) error) error {
+	for i := range n {
+		if err := walk(i); err != nil {
+			if err == errStop {
+				return nil
+			}
 			return err
 		}
 	}
@@ -396,16 +404,20 @@ func (j *Job[R]) discard() {
 
 // Maintain plans, runs and finishes jobs until none is due: for imports,
 // tests and benchmarks, where the caller holds the write lock throughout.
-func (t *Tier[R]) Maintain(now time.Time) error {
+func (t *Tier[R]) Maintain(now time.Time) error { return maintain(t.PlanWork, now) }
+
+// maintain plans, runs and finishes a table's jobs until none is due;
+// a failed job's error is returned once its round has finished.
+func maintain(plan func(now time.Time) []Work, now time.Time) error {
 	for {
-		jobs := t.Plan(now)
+		jobs := plan(now)
 		if len(jobs) == 0 {
 			return nil
 		}
 		var errs []error
 		for _, j := range jobs {
 			j.Run()
-			if err := t.Finish(j); err != nil {
+			if err := j.Finish(); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -459,21 +459,14 @@ func (s *Set) Len() int { return s.n }
 // its file and checked (not through the cache); an unreadable one ends
 // the walk with its error. fn must not modify the set.
 func (s *Set) Range(fn func(user, post uint64) bool) error {
-	for _, w := range s.wins {
-		err := w.each(func(post, u uint64) error {
+	return walkWindows(len(s.wins), func(i int) error {
+		return s.wins[i].each(func(post, u uint64) error {
 			if !fn(u, post) {
 				return errStop
 			}
 			return nil
 		})
-		if err == errStop {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // each passes every pair (post, user) of w's view to fn: body pairs no

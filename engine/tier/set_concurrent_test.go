@@ -105,35 +105,8 @@ func TestSetConcurrentJobs(t *testing.T) {
 			}
 		})
 	}
-	wg.Go(func() { // maintenance
-		for range 40 {
-			now := time.UnixMilli(clock.Add(700))
-			mu.Lock()
-			ws := s.PlanWork(now)
-			mu.Unlock()
-			for _, j := range ws {
-				if err := j.Run(); err != nil {
-					t.Error(err)
-				}
-			}
-			mu.Lock()
-			for _, j := range ws {
-				if err := j.Finish(); err != nil {
-					t.Error(err)
-				}
-			}
-			if err := s.Collect(nil); err != nil {
-				t.Error(err)
-			}
-			mu.Unlock()
-			jobs.Add(int64(len(ws)))
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
-	time.Sleep(300 * time.Millisecond)
-	for clock.Load() < testEpoch.UnixMilli()+40*700 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wg.Go(func() { maintainRounds(t, &mu, s, &clock, &jobs) })
+	waitRounds(&clock)
 	close(stop)
 	wg.Wait()
 	st := s.Stats()

@@ -275,20 +275,7 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 	if err := s.VerifyFiles(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Collect(nil); err != nil {
-		t.Fatal(err)
-	}
-	ents, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	files := s.Files()
-	slices.Sort(names)
-	slices.Sort(files)
-	if !slices.Equal(names, files) {
-		t.Fatalf("dir holds %v, the set uses %v", names, files)
-	}
+	checkCollect(t, s, dir)
 	checkSet(t, s, model, rng, hot, nWin)
 	s.Close()
 }

@@ -270,24 +270,7 @@ func (j *SetJob) Finish() error { return j.s.Finish(j) }
 // caller's write lock throughout: for loads, tests and benchmarks. An
 // engine that must not block readers uses PlanWork (or Plan), releasing
 // the lock around Run.
-func (s *Set) Maintain(now time.Time) error {
-	for {
-		jobs := s.Plan(now)
-		if len(jobs) == 0 {
-			return nil
-		}
-		var errs []error
-		for _, j := range jobs {
-			j.Run()
-			if err := s.Finish(j); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-	}
-}
+func (s *Set) Maintain(now time.Time) error { return maintain(s.PlanWork, now) }
 
 // PlanWork is Plan for a loop over tables of different kinds (Maintainer).
 func (s *Set) PlanWork(now time.Time) []Work {

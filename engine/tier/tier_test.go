@@ -246,8 +246,16 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	if kinds[Cold] == 0 || kinds[Open] != 0 {
 		t.Fatalf("windows at the end: %v; want every window cold or sealed, some cold", kinds)
 	}
-	// Collect leaves exactly the files in use.
-	if err := tr.Collect(nil); err != nil {
+	checkCollect(t, tr, dir)
+	check(t, tr, model, rng, nWin)
+	tr.Close()
+}
+
+// checkCollect checks that Collect(nil) leaves in dir exactly the files
+// the table uses.
+func checkCollect(t *testing.T, m Maintainer, dir string) {
+	t.Helper()
+	if err := m.Collect(nil); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -255,14 +263,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	files := tr.Files()
+	files := m.Files()
 	slices.Sort(names)
 	slices.Sort(files)
 	if !slices.Equal(names, files) {
-		t.Fatalf("dir holds %v, the tier uses %v", names, files)
+		t.Fatalf("dir holds %v, the table uses %v", names, files)
 	}
-	check(t, tr, model, rng, nWin)
-	tr.Close()
 }
 
 // TestGenerations checks that a rewrite of a cold window writes a new
