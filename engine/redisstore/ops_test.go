@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // Tests of the paths where the store applies what engine/ops decided:
@@ -233,6 +234,212 @@ func TestImportDecidesRowsInOrder(t *testing.T) {
 	check(t, err)
 	if ps[0].Author != 7 || cs[0] != (engine.Counts{Views: 1}) || uc[0].Posts != 1 || uc[1].Posts != 0 {
 		t.Fatalf("post %+v counts %+v user counts %+v", ps[0], cs[0], uc)
+	}
+}
+
+// An import of several chunks, with posts that are new (HSETNX), known,
+// and repeated within and across chunks: every row of a post is decided in
+// order on what the rows before left, wherever in the batch they are. The
+// expected state folds ops.DecideImport over the rows in order.
+func TestImportKeepsEachPostsOrder(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	t0 := time.Now().Add(-48 * time.Hour).UnixMilli()
+	n := importChunk*4 + 123
+	var rows []engine.ImportRow
+	var ids []engine.PostID
+	for i := range n {
+		// 37 ms apart: posts spread over many buckets, several per bucket.
+		id := engine.PostID(snowflake.Make(t0+int64(i)*37, uint64(i%5), 0))
+		ids = append(ids, id)
+		r := engine.ImportRow{Post: id, Author: engine.UserID(1 + i%300), Counts: engine.Counts{Likes: int64(i % 7)}}
+		if i%3 == 0 {
+			r.Author = 0 // some registered without an author, some skipped (no counts either)
+		}
+		rows = append(rows, r)
+	}
+	// Every 10th post again near the end (with an author: a post known
+	// without one takes it and counts for them) and once more at the very
+	// end (a known author is kept; the counts are the last row's).
+	for i := 0; i < n; i += 10 {
+		rows = append(rows, engine.ImportRow{Post: ids[i], Author: 1000 + engine.UserID(i%50), Counts: engine.Counts{Views: int64(i)}})
+	}
+	for i := 0; i < n; i += 10 {
+		rows = append(rows, engine.ImportRow{Post: ids[i], Author: 2000, Counts: engine.Counts{Comments: int64(i + 1)}})
+	}
+	want := map[engine.PostID]ops.PostFacts{}
+	wantCounts := map[engine.PostID]engine.Counts{}
+	wantPosts := map[engine.UserID]int64{}
+	for _, r := range rows {
+		known := want[r.Post]
+		skip, register, authorPosts := ops.DecideImport(r, known)
+		if skip {
+			continue
+		}
+		if register {
+			known = ops.PostFacts{Exists: true, Author: r.Author}
+		}
+		want[r.Post], wantCounts[r.Post] = known, r.Counts
+		if authorPosts {
+			wantPosts[r.Author]++
+		}
+	}
+	if err := s.Import(ctx, rows); err != nil {
+		t.Fatalf("import: %v (%v)", err, Cause(err))
+	}
+	// Reads take at most 100 ids a call.
+	var infos []engine.PostInfo
+	var cs []engine.Counts
+	for lo := 0; lo < len(ids); lo += 100 {
+		page := ids[lo:min(lo+100, len(ids))]
+		in, err := s.Posts(ctx, page)
+		check(t, err)
+		c, err := s.Counts(ctx, page)
+		check(t, err)
+		infos, cs = append(infos, in...), append(cs, c...)
+	}
+	var counted int64
+	for i, id := range ids {
+		w := want[id]
+		if infos[i].Exists != w.Exists || infos[i].Author != w.Author || cs[i] != wantCounts[id] {
+			t.Fatalf("post %d (row %d): %+v %+v; want %+v %+v", id, i, infos[i], cs[i], w, wantCounts[id])
+		}
+		if !cs[i].IsZero() {
+			counted++
+		}
+	}
+	var users []engine.UserID
+	for u := range wantPosts {
+		users = append(users, u)
+	}
+	checkUsers := func(when string) {
+		t.Helper()
+		for lo := 0; lo < len(users); lo += 100 {
+			page := users[lo:min(lo+100, len(users))]
+			uc, err := s.UserCounts(ctx, page)
+			check(t, err)
+			for i, u := range page {
+				if uc[i].Posts != wantPosts[u] {
+					t.Fatalf("%s: user %d's post count %d; want %d", when, u, uc[i].Posts, wantPosts[u])
+				}
+			}
+		}
+	}
+	checkUsers("after the import")
+	if st := s.Stats(); st.Posts != int64(len(want)) || st.CountedPosts != counted {
+		t.Errorf("stats: %d posts, %d counted; want %d, %d", st.Posts, st.CountedPosts, len(want), counted)
+	}
+	// A re-import changes nothing: no post counts twice.
+	check(t, s.Import(ctx, rows))
+	checkUsers("after a re-import")
+}
+
+// An import whose context has ended writes nothing and says so; one whose
+// Redis is gone returns ErrUnavailable instead of hanging.
+func TestImportStopsOnCancelAndFailure(t *testing.T) {
+	node := redistest.StartSingleNode(t)
+	s, err := Open(context.Background(), Options{Addrs: []string{node.Addr}, KeyPrefix: "ic:", ReadTimeout: time.Second,
+		SweepInterval: -1, IntentSweepInterval: -1})
+	check(t, err)
+	t.Cleanup(func() { s.Close() })
+	rows := make([]engine.ImportRow, 3*importChunk)
+	for i := range rows {
+		rows[i] = engine.ImportRow{Post: engine.PostID(s.gen.Next()), Author: 7, Counts: engine.Counts{Likes: 1}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Import(ctx, rows); !errors.Is(err, context.Canceled) {
+		t.Fatalf("import with an ended context: %v", err)
+	}
+	infos, err := s.Posts(context.Background(), []engine.PostID{rows[0].Post, rows[len(rows)-1].Post})
+	check(t, err)
+	if infos[0].Exists || infos[1].Exists {
+		t.Fatalf("an import with an ended context wrote posts: %+v", infos)
+	}
+	node.Kill()
+	done := make(chan error, 1)
+	go func() { done <- s.Import(context.Background(), rows) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("import into a dead Redis: %v; want ErrUnavailable", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("import into a dead Redis still running after 30 s")
+	}
+}
+
+// A post that another writer creates between the import's read and its
+// HSETNX is read and decided again: it keeps its author, takes the row's
+// counts, and the row's author gets no post for it; the rows beside it in
+// the pipeline are written as usual.
+func TestImportDecidesAgainWhenAPostAppears(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := redistest.StartSingle(t)
+	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "ia:", ReadTimeout: 5 * time.Second,
+		SweepInterval: -1, IntentSweepInterval: -1})
+	check(t, err)
+	t.Cleanup(func() { s.Close() })
+	other := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { other.Close() })
+	t0 := time.Now().Add(-time.Hour).UnixMilli()
+	var ids []engine.PostID
+	for i := range 3 {
+		ids = append(ids, engine.PostID(snowflake.Make(t0+int64(i)*5000, 1, 0))) // a bucket each
+	}
+	b, low := s.k.post(uint64(ids[1]))
+	race := &beforeHSETNX{fn: func() {
+		check(t, other.HSet(ctx, b, low, postHead(9)+encodeCounts(engine.Counts{Views: 4})).Err())
+	}}
+	s.wdb.AddHook(race)
+	before := s.Stats()
+	check(t, s.Import(ctx, []engine.ImportRow{
+		{Post: ids[0], Author: 7, Counts: engine.Counts{Likes: 1}},
+		{Post: ids[1], Author: 7, Counts: engine.Counts{Likes: 2}},
+		{Post: ids[2], Author: 7},
+	}))
+	if race.fired.Load() != 1 {
+		t.Fatalf("the other writer ran %d times; the import sent no HSETNX?", race.fired.Load())
+	}
+	infos, err := s.Posts(ctx, ids)
+	check(t, err)
+	cs, err := s.Counts(ctx, ids)
+	check(t, err)
+	uc, err := s.UserCounts(ctx, []engine.UserID{7, 9})
+	check(t, err)
+	want := []engine.PostInfo{{Exists: true, Author: 7}, {Exists: true, Author: 9}, {Exists: true, Author: 7}}
+	if !slices.Equal(infos, want) || cs[0] != (engine.Counts{Likes: 1}) || cs[1] != (engine.Counts{Likes: 2}) || !cs[2].IsZero() {
+		t.Fatalf("posts %+v counts %+v; want %+v, likes 1, 2 and none", infos, cs, want)
+	}
+	if uc[0].Posts != 2 || uc[1].Posts != 0 {
+		t.Fatalf("post counts: user 7 %d, user 9 %d; want 2 and 0 (the other writer bumped no one)", uc[0].Posts, uc[1].Posts)
+	}
+	// The store counts what it registered: two posts; one more counted
+	// post (ids[1] had counts already, from the other writer; ids[2] has
+	// none).
+	if st := s.Stats(); st.Posts-before.Posts != 2 || st.CountedPosts-before.CountedPosts != 1 {
+		t.Errorf("stats moved by %d posts, %d counted; want 2 and 1", st.Posts-before.Posts, st.CountedPosts-before.CountedPosts)
+	}
+}
+
+// beforeHSETNX runs fn once, before the first pipeline holding an HSETNX.
+type beforeHSETNX struct {
+	fn    func()
+	fired atomic.Int64
+}
+
+func (h *beforeHSETNX) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *beforeHSETNX) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *beforeHSETNX) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "hsetnx" && h.fired.Load() == 0 {
+				h.fired.Add(1)
+				h.fn()
+				break
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
 
