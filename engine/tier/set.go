@@ -139,8 +139,8 @@ func (s *Set) removeWindow(w *setWindow) {
 	}
 }
 
-// baseHas reports whether the window's body holds (u, post); k is post's
-// key. A cold body may need a block read, which may fail.
+// baseHas reports whether the window's body holds (u, post). A cold
+// body may need a block read, which may fail.
 func (w *setWindow) baseHas(u, post uint64) (bool, error) {
 	switch b := w.body.(type) {
 	case *setOpen:

@@ -1,11 +1,13 @@
 package tier
 
 import (
+	"bytes"
 	"iter"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -115,11 +117,21 @@ func loadBenchSet(b testing.TB, policy string, n int) *Set {
 }
 
 // setPeer is a structure measured beside the set (engine/likeset, with
-// the likesetpeer tag): it loads the data under a policy and reads pages.
+// the likesetpeer tag): it loads the data under a policy.
 type setPeer struct {
 	name     string
 	policies []string
-	load     func(b testing.TB, policy string, n int) (hasMany func(user uint64, posts []uint64, out []bool), length int, keep any)
+	load     func(b testing.TB, policy string, n int) peerSet
+}
+
+// peerSet is a peer loaded: its reads and writes, its size, and the
+// structure itself (kept alive while its heap is measured).
+type peerSet struct {
+	hasMany  func(user uint64, posts []uint64, out []bool)
+	add      func(user, post uint64)
+	maintain func(now time.Time)
+	length   int
+	keep     any
 }
 
 var setPeers []setPeer
@@ -140,7 +152,8 @@ func BenchmarkSetMemory(b *testing.B) {
 				for b.Loop() {
 					keep = nil
 					h0 := benchutil.LiveHeap()
-					_, length, keep = p.load(b, policy, n)
+					ps := p.load(b, policy, n)
+					length, keep = ps.length, ps.keep
 					h = benchutil.LiveHeap() - h0
 					runtime.KeepAlive(keep)
 				}
@@ -240,7 +253,7 @@ func BenchmarkSetHasMany(b *testing.B) {
 			if policy == "default" {
 				continue
 			}
-			hm, _, _ := p.load(b, policy, n)
+			hm := p.load(b, policy, n).hasMany
 			readers = append(readers, reader{p.name + "/" + policy, func(u uint64, posts []uint64, out []bool) error {
 				hm(u, posts, out)
 				return nil
@@ -259,6 +272,111 @@ func BenchmarkSetHasMany(b *testing.B) {
 			for b.Loop() {
 				if err := r.hasMany(viewers[i%setNumPages], pages[i%setNumPages], out); err != nil {
 					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkSetBlockPairs builds the sealed set with blocks of 128 to 1024
+// pairs and reports the sealed bytes per like and the time of the pages
+// of BenchmarkSetHasMany.
+func BenchmarkSetBlockPairs(b *testing.B) {
+	n := benchutil.N()
+	pages, viewers := benchPages(n)
+	out := make([]bool, 50)
+	for _, limit := range []int{128, 256, 512, 1024} {
+		b.Run(strconv.Itoa(limit), func(b *testing.B) {
+			s, _ := NewSet("LIKE", setBenchOpts(b, "sealed"))
+			s.blockLimit = limit
+			if err := s.LoadPairs(benchLikes(n), datagen.DefaultEnd); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				s.HasMany(viewers[i%setNumPages], pages[i%setNumPages], out)
+				i++
+			}
+			st := s.Stats()
+			b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+		})
+	}
+}
+
+// BenchmarkSetLoad is a set's recovery under the default policy: Load of
+// its snapshot image (every sealed block verified), against LoadPairs of
+// the same pairs (what a snapshot holding a pair list costs), per run;
+// it reports the image's bytes per like.
+func BenchmarkSetLoad(b *testing.B) {
+	n := benchutil.N()
+	s := loadBenchSet(b, "default", n)
+	var img bytes.Buffer
+	if _, err := s.WriteTo(&img); err != nil {
+		b.Fatal(err)
+	}
+	var pairs [][2]uint64
+	s.Range(func(u, p uint64) bool { pairs = append(pairs, [2]uint64{u, p}); return true })
+	b.Run("image", func(b *testing.B) {
+		for b.Loop() {
+			again, _ := NewSet("LIKE", Options{})
+			if err := again.Load(bytes.NewReader(img.Bytes())); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(img.Len())/float64(s.Len()), "image-B/like")
+	})
+	b.Run("pairs", func(b *testing.B) {
+		for b.Loop() {
+			again, _ := NewSet("LIKE", Options{})
+			if err := again.LoadPairs(func(yield func(uint64, uint64) bool) {
+				for _, q := range pairs {
+					if !yield(q[0], q[1]) {
+						return
+					}
+				}
+			}, datagen.DefaultEnd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkSetLateLike is a like of an old post (a sealed window): Add
+// into the window's delta, with Maintain every 4096 likes folding deltas
+// back, per like, for the set and each peer; users are new, so every Add
+// adds.
+func BenchmarkSetLateLike(b *testing.B) {
+	n := benchutil.N()
+	pages, _ := benchPages(n)
+	type writer struct {
+		name     string
+		add      func(user, post uint64)
+		maintain func(now time.Time)
+	}
+	var writers []writer
+	for _, p := range setPeers {
+		ps := p.load(b, "sealed", n)
+		writers = append(writers, writer{p.name, ps.add, ps.maintain})
+	}
+	s := loadBenchSet(b, "sealed", n)
+	writers = append(writers, writer{"set", func(u, p uint64) {
+		if _, err := s.Add(u, p); err != nil {
+			b.Fatal(err)
+		}
+	}, func(now time.Time) {
+		if err := s.Maintain(now); err != nil {
+			b.Fatal(err)
+		}
+	}})
+	for _, w := range writers {
+		b.Run(w.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				page := pages[i%setNumPages]
+				w.add(setBenchUsers+uint64(i), page[i%50])
+				if i%4096 == 4095 {
+					w.maintain(datagen.DefaultEnd)
 				}
 				i++
 			}

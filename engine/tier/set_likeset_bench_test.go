@@ -17,7 +17,7 @@ func init() {
 	setPeers = append(setPeers, setPeer{
 		name:     "likeset",
 		policies: []string{"open", "default", "sealed"},
-		load: func(b testing.TB, policy string, n int) (func(uint64, []uint64, []bool), int, any) {
+		load: func(b testing.TB, policy string, n int) peerSet {
 			o := likeset.Options{}
 			switch policy {
 			case "open":
@@ -36,7 +36,17 @@ func init() {
 			} else if err := s.Load(benchLikes(n), datagen.DefaultEnd); err != nil {
 				b.Fatal(err)
 			}
-			return s.HasMany, s.Len(), s
+			return peerSet{
+				hasMany: s.HasMany,
+				add:     func(u, p uint64) { s.Add(u, p) },
+				maintain: func(now time.Time) {
+					if err := s.Maintain(now); err != nil {
+						b.Fatal(err)
+					}
+				},
+				length: s.Len(),
+				keep:   s,
+			}
 		},
 	})
 }
