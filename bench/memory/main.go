@@ -191,9 +191,12 @@ type result struct {
 	Verified      int     `json:"verified"`
 	ImportSeconds float64 `json:"importSeconds"` // the import (buckets: the load)
 	ImportPeakRSS int64   `json:"importPeakRss"`
-	StartSeconds  float64 `json:"startSeconds"`
-	ServeArgs     string  `json:"serveArgs"`
-	Env           string  `json:"env"`
+	// Tally on Redis: redis-server's CPU during the import and where it went.
+	RedisImportCPU float64 `json:"redisImportCpuSeconds,omitempty"`
+	RedisImportTop string  `json:"redisImportTopCommands,omitempty"`
+	StartSeconds   float64 `json:"startSeconds"`
+	ServeArgs      string  `json:"serveArgs"`
+	Env            string  `json:"env"`
 	mem
 	Load  *loadResult `json:"load,omitempty"`
 	Redis *redisMem   `json:"redis,omitempty"`

@@ -86,7 +86,7 @@ func TestEndToEnd(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"known posts 20000, with counts", "20000 posts verified exactly through GraphQL", // every post, with its author
-		"posts verified exactly", "RSS / live heap", "RSS under load", "GOGC 100", "B (-gc-pacing heap) against A",
+		"posts verified exactly", "idle, after a forced GC", "under load, mean (heap incl. garbage)", "redis-server CPU during the import", "GOGC 100", "B (-gc-pacing heap) against A",
 		"redis-server: used_memory, RSS", "tally serve -redis: live heap, RSS", "== Redis, Instagram buckets: 20000 posts",
 		"loaded 20000 posts", "every bucket's size and 20000 sampled posts, their authors and the authors' post counts, checked",
 		"authors  Tally embedded A", "counts   Tally on Redis", "counts   Redis, Instagram buckets",

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,6 +119,10 @@ func measureRedis(ctx context.Context, cfg config, bin string, ds *data, out io.
 	defer rs.stop()
 
 	fmt.Fprintf(out, "importing %s into Redis %s (tally import -redis)\n", filepath.Base(ds.csv), rs.addr)
+	if err := rs.client.ConfigResetStat(ctx).Err(); err != nil {
+		return r, err
+	}
+	redisCPU := procCPU(rs.cmd.Process.Pid)
 	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-redis", rs.addr, ds.csv)
 	imp.Env = append(os.Environ(), cfg.variants[0].env...)
 	importStart := time.Now()
@@ -127,6 +133,10 @@ func measureRedis(ctx context.Context, cfg config, bin string, ds *data, out io.
 	r.ImportSeconds = time.Since(importStart).Seconds()
 	if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.ImportPeakRSS = ru.Maxrss << 10
+	}
+	r.RedisImportCPU = (procCPU(rs.cmd.Process.Pid) - redisCPU).Seconds()
+	if r.RedisImportTop, err = topCommands(ctx, rs.client, 4); err != nil {
+		return r, err
 	}
 	fmt.Fprintf(out, "imported into Redis in %.1f s\n", r.ImportSeconds)
 
@@ -161,4 +171,43 @@ func measureRedis(ctx context.Context, cfg config, bin string, ds *data, out io.
 		return r, err
 	}
 	return r, nil
+}
+
+// topCommands names the n commands Redis spent most time in since its
+// stats were reset (INFO commandstats), with their calls and seconds.
+func topCommands(ctx context.Context, c *redis.Client, n int) (string, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return "", err
+	}
+	type stat struct {
+		name  string
+		calls int64
+		usec  int64
+	}
+	var stats []stat
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		st := stat{name: name}
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		stats = append(stats, st)
+	}
+	slices.SortFunc(stats, func(a, b stat) int { return cmp.Compare(b.usec, a.usec) })
+	var parts []string
+	for _, st := range stats[:min(n, len(stats))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f s (%d calls)", st.name, float64(st.usec)/1e6, st.calls))
+	}
+	return strings.Join(parts, ", "), nil
 }
