@@ -21,7 +21,10 @@ import (
 // the rest sealed. Each page is 50 consecutive posts by id (within a day
 // or two); "sealed"
 // pages are from days before the last 7, "open" ones from the last 7.
-// heap_B/post is the live heap after GC per post, the engine built.
+// heap_B/post is the live heap after GC per post, the engine built;
+// table_B/post the post table's own count of its bytes, authors_B/post
+// that of the authors' post counts (the per-user records of a user who
+// only posts).
 //
 //	go test ./engine/embedded -run '^$' -bench EnginePage
 //	TALLY_BENCH_N=10000000 go test ./engine/embedded -run '^$' -bench EnginePage
@@ -62,6 +65,7 @@ func BenchmarkEnginePage(b *testing.B) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	heap := float64(after.HeapAlloc-before.HeapAlloc) - float64(cap(ids)*8)
+	table, authors := float64(e.st.posts.MemoryBytes()), float64(e.st.posted.MemoryBytes())
 	slices.Sort(ids)
 	openFrom := engine.PostID(snowflake.Make(datagen.DefaultEnd.Add(-7*24*time.Hour).UnixMilli(), 0, 0))
 	var sealed, open [][]engine.PostID
@@ -91,6 +95,8 @@ func BenchmarkEnginePage(b *testing.B) {
 				i++
 			}
 			b.ReportMetric(heap/float64(n), "heap_B/post")
+			b.ReportMetric(table/float64(n), "table_B/post")
+			b.ReportMetric(authors/float64(n), "authors_B/post")
 		})
 	}
 }
