@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -246,19 +245,42 @@ func readImage(r io.Reader, millis int64) (body []byte, nextGen uint64, err erro
 	if imgMillis != millis {
 		return nil, 0, fmt.Errorf("tier: snapshot has windows of %d ms, this tier %d", imgMillis, millis)
 	}
-	var buf bytes.Buffer
-	if n, err := io.CopyN(&buf, r, int64(bodyLen)+4); err != nil {
-		if errors.Is(err, io.EOF) {
+	b, n, err := readBody(r, bodyLen+4)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, 0, fmt.Errorf("%w: snapshot truncated: %d of %d bytes", ErrCorrupt, n, bodyLen+4)
 		}
 		return nil, 0, fmt.Errorf("tier: read snapshot: %w", err)
 	}
-	b := buf.Bytes()
 	data, sum := b[:bodyLen], le.Uint32(b[bodyLen:])
 	if got := crc32.Checksum(data, castagnoli); got != sum {
 		return nil, 0, fmt.Errorf("%w: snapshot checksum mismatch (computed %08x, stored %08x)", ErrCorrupt, got, sum)
 	}
 	return data, nextGen, nil
+}
+
+// exactBody is the largest body readBody allocates whole.
+const exactBody = 1 << 31
+
+// readBody reads the n bytes of an image body into one slice, allocated
+// whole when n is at most exactBody (the header, checksummed, vouches for
+// it; a byte buffer doubling its way there cost recovery three times the
+// page faults and copies of the body), grown by doubling from there on, so
+// that a length no stream holds costs at most twice what r holds. It
+// returns how many bytes it read.
+func readBody(r io.Reader, n uint64) ([]byte, uint64, error) {
+	b := make([]byte, min(n, exactBody))
+	for read := uint64(0); ; {
+		m, err := io.ReadFull(r, b[read:])
+		read += uint64(m)
+		if err != nil {
+			return nil, read, err
+		}
+		if read == n {
+			return b, n, nil
+		}
+		b = append(b, make([]byte, min(n-read, uint64(len(b))))...)
+	}
 }
 
 // parseBodyHead reads a snapshot body's head — tag, shape, windows — and
