@@ -17,17 +17,56 @@ import (
 // does the work with no lock, Finish installs the result under the write
 // lock again.
 type Job[R any] struct {
-	t      *Tier[R]
-	w      *window
+	jobBase
+	t    *Tier[R]
+	w    *window
+	base body       // the window's body when planned: immutable while the job runs
+	fold *openTable // the delta frozen by Plan, folded into the result; may be nil
+	seg  *segment
+	file *coldFile
+}
+
+// jobBase is what the jobs of every table have: the epoch they were
+// planned in, whether they write a file and which, and how Run went.
+type jobBase struct {
 	epoch  uint64
-	base   body       // the window's body when planned: immutable while the job runs
-	fold   *openTable // the delta frozen by Plan, folded into the result; may be nil
 	toCold bool
 	name   string // the file written when toCold
-	seg    *segment
-	file   *coldFile
 	err    error
 	ran    bool
+}
+
+// run runs a job once: build makes the window in memory, or write writes
+// it to the file dir/name, complete or not at all (cold.Create), and
+// open opens what it wrote; the errors of a file job name it (what).
+func (j *jobBase) run(what func() string, build func() error, dir string, write func(io.Writer) error, open func() error) error {
+	if j.ran {
+		return j.err
+	}
+	j.ran = true
+	if !j.toCold {
+		j.err = build()
+		return j.err
+	}
+	j.err = cold.Create(filepath.Join(dir, j.name), write)
+	if j.err == nil {
+		j.err = open()
+	}
+	if j.err != nil {
+		j.err = fmt.Errorf("tier: %s: %w", what(), j.err)
+	}
+	return j.err
+}
+
+// settle begins a Finish: it checks that the job ran, lets the name of
+// its file go from the pending ones, and reports whether the job was
+// planned before a Load (epoch), which voids it.
+func (j *jobBase) settle(c *coldStore, epoch uint64) (stale bool, err error) {
+	if !j.ran {
+		return false, errors.New("tier: Finish of a job that did not Run")
+	}
+	c.doneFile(j.name)
+	return j.epoch != epoch, nil
 }
 
 // What describes the job for logs: the window, its form and what it
@@ -151,7 +190,7 @@ func (t *Tier[R]) plan(w *window, toCold bool) *Job[R] {
 	if w.delta != nil {
 		w.frozen, w.delta = w.delta, nil
 	}
-	j := &Job[R]{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.frozen, toCold: toCold}
+	j := &Job[R]{jobBase: jobBase{epoch: t.epoch, toCold: toCold}, t: t, w: w, base: w.body, fold: w.frozen}
 	if toCold {
 		j.name = t.planFile(w.num)
 	}
@@ -162,30 +201,20 @@ func (t *Tier[R]) plan(w *window, toCold bool) *Job[R] {
 // complete or not at all (cold.Create). It reads only what Plan froze, so
 // it needs no lock and may run while readers and writers use the tier.
 func (j *Job[R]) Run() error {
-	if j.ran {
-		return j.err
-	}
-	j.ran = true
 	t := j.t
-	if !j.toCold {
-		j.seg, j.err = buildSegment(&t.arena, t.tag, t.sh, j.merge)
-		return j.err
-	}
-	path := filepath.Join(t.opts.Dir, j.name)
-	j.err = cold.Create(path, func(w io.Writer) error {
+	return j.run(j.What, func() (err error) {
+		j.seg, err = buildSegment(&t.arena, t.tag, t.sh, j.merge)
+		return err
+	}, t.opts.Dir, func(w io.Writer) error {
 		ww := newWindowWriter(w, t.tag, t.sh)
 		if err := j.merge(ww.add); err != nil {
 			return err
 		}
 		return ww.close()
+	}, func() (err error) {
+		j.file, err = openCold(t.opts.Dir, j.name, t.tag, t.sh, t.cache)
+		return err
 	})
-	if j.err == nil {
-		j.file, j.err = openCold(t.opts.Dir, j.name, t.tag, t.sh, t.cache)
-	}
-	if j.err != nil {
-		j.err = fmt.Errorf("tier: %s: %w", j.What(), j.err)
-	}
-	return j.err
 }
 
 // merge passes the window's records in id order to add: the base's, with
@@ -336,13 +365,11 @@ func eachBlock(idx interface {
 // leaves its window as it was (its frozen delta back under the delta)
 // and returns its error; a job planned before a Load is dropped.
 func (t *Tier[R]) Finish(j *Job[R]) error {
-	if !j.ran {
-		return errors.New("tier: Finish of a job that did not Run")
-	}
-	t.doneFile(j.name)
-	if j.epoch != t.epoch {
-		j.discard()
-		return nil
+	if stale, err := j.settle(&t.coldStore, t.epoch); err != nil || stale {
+		if stale {
+			j.discard()
+		}
+		return err
 	}
 	w := j.w
 	w.busy = false

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/tally-dev/tally/engine/cold"
 )
 
 // SetJob rewrites one window of a set, as Job does for a post table: it
@@ -18,18 +16,14 @@ import (
 // Plan makes jobs under the caller's write lock, Run does the work with
 // no lock, Finish installs the result under the write lock again.
 type SetJob struct {
-	s      *Set
-	w      *setWindow
-	epoch  uint64
-	base   body   // the window's body when planned: immutable while the job runs
-	fold   *delta // the delta frozen by Plan, folded into the result; may be nil
-	toCold bool
-	name   string // the file written when toCold
-	limit  int
-	seg    *pairSegment
-	file   *pairCold
-	err    error
-	ran    bool
+	jobBase
+	s     *Set
+	w     *setWindow
+	base  body   // the window's body when planned: immutable while the job runs
+	fold  *delta // the delta frozen by Plan, folded into the result; may be nil
+	limit int
+	seg   *pairSegment
+	file  *pairCold
 }
 
 // What describes the job for logs.
@@ -66,7 +60,7 @@ func (s *Set) plan(w *setWindow, toCold bool) *SetJob {
 	if w.live != nil {
 		w.frozen, w.live = w.live, nil
 	}
-	j := &SetJob{s: s, w: w, epoch: s.epoch, base: w.body, fold: w.frozen, toCold: toCold, limit: s.blockLimit}
+	j := &SetJob{jobBase: jobBase{epoch: s.epoch, toCold: toCold}, s: s, w: w, base: w.body, fold: w.frozen, limit: s.blockLimit}
 	if toCold {
 		j.name = s.planFile(w.num)
 	}
@@ -78,29 +72,20 @@ func (s *Set) plan(w *setWindow, toCold bool) *SetJob {
 // complete or not at all (cold.Create). It reads only what Plan froze, so
 // it needs no lock and may run while readers and writers use the set.
 func (j *SetJob) Run() error {
-	if j.ran {
-		return j.err
-	}
-	j.ran = true
 	s := j.s
-	if !j.toCold {
-		j.seg, j.err = buildPairSegment(&s.arena, s.tag, j.limit, j.merge)
-		return j.err
-	}
-	j.err = cold.Create(filepath.Join(s.opts.Dir, j.name), func(w io.Writer) error {
+	return j.run(j.What, func() (err error) {
+		j.seg, err = buildPairSegment(&s.arena, s.tag, j.limit, j.merge)
+		return err
+	}, s.opts.Dir, func(w io.Writer) error {
 		pw := newPairWriter(w, s.tag, j.limit)
 		if err := j.merge(pw.add); err != nil {
 			return err
 		}
 		return pw.close()
+	}, func() (err error) {
+		j.file, err = openPairCold(s.opts.Dir, j.name, s.tag, s.cache)
+		return err
 	})
-	if j.err == nil {
-		j.file, j.err = openPairCold(s.opts.Dir, j.name, s.tag, s.cache)
-	}
-	if j.err != nil {
-		j.err = fmt.Errorf("tier: %s: %w", j.What(), j.err)
-	}
-	return j.err
 }
 
 // merge passes the window's pairs in (post, user) order to add: the
@@ -158,13 +143,11 @@ func (s *Set) Finish(j *SetJob) error {
 	if j.s != s {
 		return errors.New("tier: Finish with another set's job")
 	}
-	if !j.ran {
-		return errors.New("tier: Finish of a job that did not Run")
-	}
-	s.doneFile(j.name)
-	if j.epoch != s.epoch {
-		j.discard()
-		return nil
+	if stale, err := j.settle(&s.coldStore, s.epoch); err != nil || stale {
+		if stale {
+			j.discard()
+		}
+		return err
 	}
 	w := j.w
 	if !w.busy {
