@@ -11,13 +11,15 @@ import (
 // at now is built straight into a sealed window, without an open table or
 // delta in between:
 //   - a window with no records yet, from seq's records, a block at a time;
-//   - a sealed window that no job holds and that has no delta, when seq
-//     brings it at least an eighth as many records as it has, by merging
-//     them into its blocks (a file of many batches, each a slice of a
-//     window, rebuilds a window a few times instead of growing a delta).
+//   - a sealed window that no job holds, when seq brings it CompactMin
+//     records or an eighth as many as it has, by merging them (and its
+//     delta) into its blocks: a file of many batches, each a slice of a
+//     window, rebuilds a window a few times instead of leaving a delta of
+//     its last batch behind.
 //
 // Every other window takes seq's records as Puts (its open table, or its
-// delta, which the next jobs fold back). Call Maintain(now), or let the
+// delta, which the next jobs fold back): a file in no id order brings
+// each window a few records a batch. Call Maintain(now), or let the
 // maintenance loop run, to move windows to files as the policy says.
 // Import needs the write lock. An error (ids out of order, a cold block
 // that cannot be read) leaves the records before it imported.
@@ -95,12 +97,12 @@ const (
 )
 
 func (t *Tier[R]) importModeOf(w *window, ms int64) importMode {
-	if !t.sealDue(t.win.End(w.num), ms) || w.busy || w.delta != nil || w.frozen != nil {
+	if !t.sealDue(t.win.End(w.num), ms) || w.busy || w.frozen != nil {
 		return importPut
 	}
 	switch w.body.(type) {
 	case *openBody:
-		if w.n == 0 {
+		if w.n == 0 && w.delta == nil {
 			return importDirect
 		}
 	case *sealedBody:
@@ -121,10 +123,11 @@ func (t *Tier[R]) install(w *window, raw []byte) error {
 }
 
 // mergeImport writes over's records into w, a sealed window no job holds:
-// by rebuilding its blocks when over holds at least an eighth as many
-// records as w, as Puts into its delta otherwise.
+// by rebuilding its blocks with its delta and over's records when over
+// holds CompactMin records or an eighth as many as w, as Puts into its
+// delta otherwise.
 func (t *Tier[R]) mergeImport(w *window, over *openTable) error {
-	if over.n*8 < w.n {
+	if over.n < t.opts.CompactMin && over.n*8 < w.n {
 		var row Row
 		for _, key := range over.sorted(&t.layout) {
 			over.get(key, &t.layout, &row)
@@ -137,7 +140,7 @@ func (t *Tier[R]) mergeImport(w *window, over *openTable) error {
 	old := w.body.(*sealedBody)
 	n := 0
 	s, err := buildSegment(&t.arena, t.tag, t.sh, func(add func(id uint64, r *Row) error) error {
-		return mergeWindow(old, w.lo, &t.layout, []*openTable{over}, func(id uint64, r *Row) error {
+		return mergeWindow(old, w.lo, &t.layout, []*openTable{w.delta, over}, func(id uint64, r *Row) error {
 			n++
 			return add(id, r)
 		})
@@ -147,7 +150,7 @@ func (t *Tier[R]) mergeImport(w *window, over *openTable) error {
 	}
 	old.s.release(&t.arena)
 	s.installed = true
-	w.body = &sealedBody{s}
+	w.body, w.delta = &sealedBody{s}, nil
 	t.live += n - w.n
 	w.n = n
 	return nil

@@ -462,7 +462,7 @@ func TestImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, tr, model, rng, 30)
-	for batch, size := range []int{6000, 200, 3000} {
+	for batch, size := range []int{6000, 40, 3000} {
 		var more []uint64
 		for range size {
 			id := randID(rng, 30)
