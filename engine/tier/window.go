@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 
 	"github.com/tally-dev/tally/engine/sealed"
 )
@@ -242,6 +243,12 @@ func verifyBlocks(idx *sealed.Index, sh shape, file string, block func(b int) ([
 		}
 		last = k.lastID()
 		n += k.Len()
+		if b%256 == 255 {
+			// A snapshot's background load verifies every block; a few
+			// hundred at a time keep a request handler from waiting a
+			// whole scheduler slice behind it.
+			runtime.Gosched()
+		}
 	}
 	if n != idx.Posts() || (idx.Blocks() > 0 && last != idx.MaxID()) {
 		return corruptAt(file, 0, "footer says %d records up to id %d, blocks hold %d up to %d", idx.Posts(), idx.MaxID(), n, last)
