@@ -420,7 +420,12 @@ func (s *Set) hasWindow(w *setWindow, user uint64, posts []uint64, o []uint8, ou
 				continue
 			}
 		}
-		b := idx.find(post, user)
+		var b int
+		if cur >= 0 {
+			b = idx.findFrom(cur, post, user)
+		} else {
+			b = idx.find(post, user)
+		}
 		if b < 0 {
 			out[i] = false
 			continue

@@ -237,43 +237,57 @@ func benchPages(n int) ([][]uint64, []uint64) {
 }
 
 // BenchmarkSetHasMany reads the 50-post pages of benchPages from the set
-// under each policy and from each peer (per page). The peers and the
-// set's policies alternate in one run, so their ratios hold on a noisy
-// machine.
+// under each policy: set/<policy>/alone (ns/op a page) and, with a peer
+// (the likesetpeer tag), set/<policy>/vs-<peer>, the set and the peer
+// under the same policy (sealed for the cold ones) turn about on one
+// thread (benchutil.Interleave), reporting both CPU times a page and
+// their ratio, which hold on a noisy machine. A structure is loaded only
+// for the sub-benchmarks -bench selects.
 func BenchmarkSetHasMany(b *testing.B) {
 	n := benchutil.N()
 	pages, viewers := benchPages(n)
-	type reader struct {
-		name    string
-		hasMany func(user uint64, posts []uint64, out []bool) error
-	}
-	var readers []reader
-	for _, p := range setPeers {
-		for _, policy := range p.policies {
-			if policy == "default" {
-				continue
-			}
-			hm := p.load(b, policy, n).hasMany
-			readers = append(readers, reader{p.name + "/" + policy, func(u uint64, posts []uint64, out []bool) error {
-				hm(u, posts, out)
-				return nil
-			}})
-		}
-	}
-	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
-		s := loadBenchSet(b, policy, n)
-		defer s.Close()
-		readers = append(readers, reader{"set/" + policy, s.HasMany})
-	}
 	out := make([]bool, 50)
-	for _, r := range readers {
-		b.Run(r.name, func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				if err := r.hasMany(viewers[i%setNumPages], pages[i%setNumPages], out); err != nil {
+	peerOut := make([]bool, 50)
+	peers := map[string]peerSet{} // by name/policy, loaded when first needed
+	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
+		b.Run("set/"+policy, func(b *testing.B) {
+			s := loadBenchSet(b, policy, n)
+			defer s.Close()
+			read := func(i int) {
+				if err := s.HasMany(viewers[i%setNumPages], pages[i%setNumPages], out); err != nil {
 					b.Fatal(err)
 				}
-				i++
+			}
+			b.Run("alone", func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					read(i)
+					i++
+				}
+			})
+			peerPolicy := policy
+			if policy == "cold" || policy == "cold-nocache" {
+				peerPolicy = "sealed"
+			}
+			for _, p := range setPeers {
+				if !slices.Contains(p.policies, peerPolicy) {
+					continue
+				}
+				b.Run("vs-"+p.name, func(b *testing.B) {
+					key := p.name + "/" + peerPolicy
+					ps, ok := peers[key]
+					if !ok {
+						ps = p.load(b, peerPolicy, n)
+						peers[key] = ps
+					}
+					sn, pn := benchutil.Interleave(b, read, func(i int) {
+						j := (i + setNumPages/2) % setNumPages
+						ps.hasMany(viewers[j], pages[j], peerOut)
+					})
+					b.ReportMetric(sn, "cpu-ns/page")
+					b.ReportMetric(pn, p.name+"-cpu-ns/page")
+					b.ReportMetric(sn/pn, "set/"+p.name)
+				})
 			}
 		})
 	}

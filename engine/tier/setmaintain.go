@@ -7,7 +7,6 @@ import (
 	"iter"
 	"slices"
 	"time"
-
 )
 
 // SetJob rewrites one window of a set, as Job does for a post table: it

@@ -167,6 +167,21 @@ func (x *pairIndex) find(post, user uint64) int {
 	return base
 }
 
+// findFrom is find for a pair not below block b's first pair (b >= 0):
+// the pairs of a page come in increasing order, and most stay in the
+// block of the one before, which one comparison with the next block's
+// first pair tells without a search.
+func (x *pairIndex) findFrom(b int, post, user uint64) int {
+	if b+1 == x.blocks {
+		return b
+	}
+	e := x.raw[(b+1)*pairEntrySize:]
+	if p := le.Uint64(e); post < p || post == p && user < le.Uint64(e[8:]) {
+		return b
+	}
+	return x.find(post, user)
+}
+
 // pairWriter encodes a set window from pairs given in strictly increasing
 // (post, user) order, streaming blocks to an io.Writer: memory stays at
 // one block plus 24 bytes of index per block.
