@@ -139,10 +139,11 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 		done = e.prepareTouch(r, now)
 	}
 	err = st.decide(r, false)
-	// A registry block that cannot be read (a damaged cold file) fails
-	// the operation rather than let it take the post for absent.
+	// A block that cannot be read (a damaged cold file) fails the
+	// operation rather than let it take the post for absent or the like
+	// for unset.
 	if rerr := st.takeReadErr(); rerr != nil {
-		return 0, false, e.unreadable("post registry", rerr)
+		return 0, false, e.unreadable("the cold tier", rerr)
 	}
 	if err != nil || done {
 		return 0, done, err

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/enginetest"
-	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -462,7 +461,7 @@ func (st *state) dump() string {
 	if st.counted != int64(len(counts)) { // shows only when wrong, so goldens stay as they were
 		line("counted %d, but %d posts have counts", st.counted, len(counts))
 	}
-	for i, set := range []*likeset.Set{st.likes, st.favs} {
+	for i, set := range []*tier.Set{st.likes, st.favs} {
 		rows = nil
 		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
 		section([]string{"likes", "favs"}[i], rows)

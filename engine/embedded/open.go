@@ -3,6 +3,7 @@ package embedded
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/cold"
-	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
@@ -288,7 +288,7 @@ func (e *Engine) Stats() engine.Stats {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	st := e.st
-	mem := int(st.posts.MemoryBytes()) + st.likes.MemoryBytes() + st.favs.MemoryBytes() +
+	mem := int(st.posts.MemoryBytes()+st.likes.MemoryBytes()+st.favs.MemoryBytes()) +
 		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + st.posted.MemoryBytes() + st.followers.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
@@ -338,7 +338,7 @@ func (e *Engine) Close() error {
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
 	e.mu.Lock()
-	cerr := e.st.posts.Close()
+	cerr := errors.Join(e.st.posts.Close(), e.st.likes.Close(), e.st.favs.Close())
 	e.mu.Unlock()
 	if e.log == nil {
 		return cerr
@@ -375,15 +375,8 @@ func (e *Engine) maintainer(every time.Duration) {
 
 func (e *Engine) maintain() {
 	e.runTier("post table", func() tier.Maintainer { return e.st.posts })
-	for _, set := range []func() *likeset.Set{func() *likeset.Set { return e.st.likes }, func() *likeset.Set { return e.st.favs }} {
-		e.runSteps("like-set", func(now time.Time) *maintStep {
-			j := set().Plan(now)
-			if j == nil {
-				return nil
-			}
-			return &maintStep{j.String(), j.Run, func() error { return set().Finish(j) }}
-		})
-	}
+	e.runTier("like set", func() tier.Maintainer { return e.st.likes })
+	e.runTier("favorite set", func() tier.Maintainer { return e.st.favs })
 }
 
 // runTier runs a tier's jobs until none is due (or one fails, to be
@@ -421,43 +414,6 @@ func (e *Engine) runTier(what string, of func() tier.Maintainer) {
 			e.logger.Warn("embedded: "+what+": deleting replaced cold files", "err", err)
 		}
 		if failed != nil {
-			return
-		}
-	}
-}
-
-// maintStep is one planned step of a store's upkeep.
-type maintStep struct {
-	name   string
-	run    func() error // without the lock
-	finish func() error // under the write lock
-}
-
-// runSteps runs the steps plan gives until it has none (or one fails,
-// to be retried at the next tick): each planned under the write lock, run
-// without it, finished under it again.
-func (e *Engine) runSteps(what string, plan func(now time.Time) *maintStep) {
-	for {
-		select {
-		case <-e.stop:
-			return
-		default:
-		}
-		e.mu.Lock()
-		step := plan(e.now())
-		e.mu.Unlock()
-		if step == nil {
-			return
-		}
-		runErr := step.run()
-		e.mu.Lock()
-		err := step.finish()
-		e.mu.Unlock()
-		if err == nil {
-			err = runErr
-		}
-		if err != nil {
-			e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", step.name, "err", err)
 			return
 		}
 	}

@@ -35,14 +35,18 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 	}
 	if viewer != 0 && want.Liked {
 		flags := buf.flags(len(posts))
-		e.st.likes.HasMany(uint64(viewer), raw, flags)
+		if err := e.st.likes.HasMany(uint64(viewer), raw, flags); err != nil {
+			return e.unreadable("like set", err)
+		}
 		for i := range out {
 			out[i].Liked = flags[i]
 		}
 	}
 	if viewer != 0 && want.Favorited {
 		flags := buf.flags(len(posts))
-		e.st.favs.HasMany(uint64(viewer), raw, flags)
+		if err := e.st.favs.HasMany(uint64(viewer), raw, flags); err != nil {
+			return e.unreadable("favorite set", err)
+		}
 		for i := range out {
 			out[i].Favorited = flags[i]
 		}

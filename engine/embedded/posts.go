@@ -11,7 +11,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
-	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/tier"
@@ -102,12 +101,15 @@ func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, pos
 	}
 	out := make([]bool, len(posts))
 	e.mu.RLock()
-	set := e.st.likes
+	set, what := e.st.likes, "like set"
 	if favs {
-		set = e.st.favs
+		set, what = e.st.favs, "favorite set"
 	}
-	set.HasMany(uint64(viewer), ids(posts), out)
+	err := set.HasMany(uint64(viewer), ids(posts), out)
 	e.mu.RUnlock()
+	if err != nil {
+		return nil, e.unreadable(what, err)
+	}
 	return out, nil
 }
 
@@ -299,12 +301,12 @@ func (st *state) decideCreatePost(r *createPostRec) error {
 }
 
 func (st *state) decideLike(r *likeRec) error {
-	set := st.likes.Has(uint64(r.Viewer), uint64(r.Post))
+	set := st.flagFact(st.likes, r.Viewer, r.Post)
 	return r.Decide(ops.FlagFacts{PostFacts: st.postFacts(r.Post), Set: set}, &st.eff)
 }
 
 func (st *state) decideFavorite(r *favoriteRec) error {
-	set := st.favs.Has(uint64(r.Viewer), uint64(r.Post))
+	set := st.flagFact(st.favs, r.Viewer, r.Post)
 	return r.Decide(ops.FlagFacts{PostFacts: st.postFacts(r.Post), Set: set}, &st.eff)
 }
 
@@ -323,12 +325,25 @@ func (st *state) decideViews(r *viewsRec) {
 // applyFlag sets or clears the (viewer, post) flag of a like or favorite
 // that its Decide found changes something: the flag is the record's own
 // change, its count and badge are its effects.
-func applyFlag(set *likeset.Set, viewer engine.UserID, post engine.PostID, undo bool) {
+func (st *state) applyFlag(set *tier.Set, viewer engine.UserID, post engine.PostID, undo bool) {
+	var err error
 	if undo {
-		set.Remove(uint64(viewer), uint64(post))
+		_, err = set.Remove(uint64(viewer), uint64(post))
 	} else {
-		set.Add(uint64(viewer), uint64(post))
+		_, err = set.Add(uint64(viewer), uint64(post))
 	}
+	st.noteErr(err)
+}
+
+// flagFact reads whether viewer's like (or favorite) of post is set. A
+// cold block that cannot be read is kept for the caller (takeReadErr)
+// and reads as unset.
+func (st *state) flagFact(set *tier.Set, viewer engine.UserID, post engine.PostID) bool {
+	has, err := set.Has(uint64(viewer), uint64(post))
+	if err != nil && st.readErr == nil {
+		st.readErr = err
+	}
+	return has
 }
 
 // importedPost is an import record's row on its way into the post table.
@@ -438,50 +453,41 @@ func readPostTable(sr *snapshot.SectionReader, pc *pacer, st *state, tc tables) 
 	}, tier.ErrCorrupt)
 }
 
-func writeSet(e *enc, t *likeset.Set) {
-	t.Range(func(user, post uint64) bool {
+// writeSet writes a LIKE or FAVS section: a (user, post) item a pair,
+// window by window (tier.Set.Range), so that a load builds each old
+// window once.
+func writeSet(e *enc, t *tier.Set) {
+	err := t.Range(func(user, post uint64) bool {
 		e.start()
 		e.u(user)
 		e.fixed(post)
 		e.end()
 		return true
 	})
+	if err != nil {
+		e.w.Fail(err)
+	}
 }
 
-// readSet loads a LIKE or FAVS section into t in batches (likeset.Load
-// builds old windows sealed rather than through open tables).
-func readSet(sr *snapshot.SectionReader, pc *pacer, t *likeset.Set, tc tables) error {
-	now := tc.loadTime()
-	batch := make([][2]uint64, 0, 1<<16)
-	var lerr error
-	flush := func() {
-		if lerr == nil && len(batch) > 0 {
-			lerr = t.Load(func(yield func(uint64, uint64) bool) {
-				for _, p := range batch {
-					if !yield(p[0], p[1]) {
-						return
-					}
-				}
-			}, now)
-		}
-		batch = batch[:0]
-	}
-	err := eachItem(sr, pc, func(d *dec) {
-		u := d.u("user")
-		p := d.fixed("post")
-		if d.err == "" {
-			batch = append(batch, [2]uint64{u, p})
-			if len(batch) == cap(batch) {
-				flush()
+// readSet loads a LIKE or FAVS section into t with one tier.Set.LoadPairs,
+// which builds old windows sealed rather than through open tables.
+func readSet(sr *snapshot.SectionReader, pc *pacer, t *tier.Set, tc tables) error {
+	var itemErr error
+	err := t.LoadPairs(func(yield func(uint64, uint64) bool) {
+		more := true
+		itemErr = eachItem(sr, pc, func(d *dec) {
+			u := d.u("user")
+			p := d.fixed("post")
+			if d.err == "" && more {
+				more = yield(u, p)
 			}
-		}
-	})
-	if err != nil {
-		return err
+		})
+	}, tc.loadTime())
+	if itemErr != nil {
+		return itemErr
 	}
-	flush()
-	if lerr != nil {
-		return sr.Corrupt(lerr.Error())
+	if err != nil {
+		return sr.Corrupt(err.Error())
 	}
 	return checkLen(sr, t.Len())
 }

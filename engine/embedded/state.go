@@ -7,7 +7,6 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/follows"
-	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/table"
 	"github.com/tally-dev/tally/engine/tier"
@@ -29,8 +28,8 @@ type state struct {
 	posts *tier.Posts
 	// counted is how many posts have a non-zero count.
 	counted int64
-	likes   *likeset.Set // (user, post), tiered by the post's time window
-	favs    *likeset.Set
+	likes   *tier.Set // (user, post), in the post table's time windows
+	favs    *tier.Set
 	// err is the first error a tiered store's cold file returned while
 	// applying a record (see Engine.commit).
 	err error
@@ -83,8 +82,8 @@ type state struct {
 func newState(tc tables) *state {
 	return &state{
 		posts:     newPosts(tc),
-		likes:     newLikeset(tc),
-		favs:      newLikeset(tc),
+		likes:     newSet(tc, "LIKE"),
+		favs:      newSet(tc, "FAVS"),
 		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
 		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
@@ -186,9 +185,9 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 	// The record's own change, beside its effects.
 	switch r := r.(type) {
 	case *likeRec:
-		applyFlag(st.likes, r.Viewer, r.Post, r.Undo)
+		st.applyFlag(st.likes, r.Viewer, r.Post, r.Undo)
 	case *favoriteRec:
-		applyFlag(st.favs, r.Viewer, r.Post, r.Undo)
+		st.applyFlag(st.favs, r.Viewer, r.Post, r.Undo)
 	case *touchRec:
 		st.applyTouch(r)
 	case *publishRec:

@@ -390,8 +390,8 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 	}
 	im := &image{index: r.Index(), st: &state{
 		posts: newPosts(tc),
-		likes: newLikeset(tc),
-		favs:  newLikeset(tc),
+		likes: newSet(tc, "LIKE"),
+		favs:  newSet(tc, "FAVS"),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),

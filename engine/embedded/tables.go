@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tally-dev/tally/engine/likeset"
 	"github.com/tally-dev/tally/engine/tier"
 )
 
-// tables is how a state keeps its time-windowed tables (the post table,
-// engine/tier, and the like and favorite sets, engine/likeset): their
+// tables is how a state keeps its time-windowed tables (engine/tier: the
+// post table and the like and favorite sets): their
 // options, and the clock that tells a table being loaded or imported its
 // old windows, built sealed, from its open ones.
 type tables struct {
@@ -51,12 +50,13 @@ func newPosts(tc tables) *tier.Posts {
 	return t
 }
 
-// newLikeset makes a like or favorite set, windowed and sealed as the
-// post table is.
-func newLikeset(tc tables) *likeset.Set {
-	s, err := likeset.New(likeset.Options{WindowMillis: tc.opts.WindowMillis, OpenAge: tc.opts.OpenAge})
+// newSet makes the like ("LIKE") or favorite ("FAVS") set: (user, post)
+// pairs in the post table's windows, sealed and cooled as it is, their
+// cold files beside its own under their tag.
+func newSet(tc tables, tag string) *tier.Set {
+	s, err := tier.NewSet(tag, tc.opts)
 	if err != nil {
-		panic(fmt.Sprintf("embedded: like set options: %v", err))
+		panic(fmt.Sprintf("embedded: %s set options: %v", tag, err))
 	}
 	return s
 }
