@@ -65,7 +65,7 @@ type memorySettings struct {
 func (m *memorySettings) register(fs *flag.FlagSet) {
 	m.pacing = pacingScan
 	m.minHeadroom = defaultMinHeadroom
-	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and twice -memory-budget")
+	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and three times -memory-budget")
 	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
 	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB)")
 }
@@ -94,9 +94,9 @@ func (f *limitFlag) Set(s string) error {
 }
 
 // check validates the settings against each other and against
-// -memory-budget, which bounds the post counts and, separately, the post
-// registry: a limit below what those two tables may hold could never be
-// kept and would have the GC run without end.
+// -memory-budget, which bounds the post table and, separately, the like
+// and the favorite sets: a limit below what those three tables may hold
+// could never be kept and would have the GC run without end.
 func (m *memorySettings) check(budget int64) error {
 	switch m.pacing {
 	case pacingScan, pacingHeap:
@@ -112,8 +112,8 @@ func (m *memorySettings) check(budget int64) error {
 	if m.limit < minMemoryLimit {
 		return fmt.Errorf("-memory-limit %s is below 64MiB: the GC would run continuously", m.limit)
 	}
-	if budget > 0 && int64(m.limit) < 2*budget {
-		return fmt.Errorf("-memory-limit %s is below twice -memory-budget (%s for the post counts plus as much for the post registry): the tables alone may hold more than the limit", m.limit, byteSize(budget))
+	if budget > 0 && int64(m.limit) < 3*budget {
+		return fmt.Errorf("-memory-limit %s is below three times -memory-budget (%s for the post table, as much for the like set and for the favorite set): the tables alone may hold more than the limit", m.limit, byteSize(budget))
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func TestMemoryFlagsRejectBadValues(t *testing.T) {
 		{0, []string{"-memory-limit", "lots"}, "not a size in bytes"},
 		{0, []string{"-memory-limit", "-1GiB"}, "negative"},
 		{0, []string{"-memory-limit", "10MiB"}, "below 64MiB"},
-		{512 << 20, []string{"-memory-limit", "1000MiB"}, "below twice -memory-budget (512MiB"},
+		{512 << 20, []string{"-memory-limit", "1500MiB"}, "below three times -memory-budget (512MiB"},
 		{0, []string{"-gc-pacing", "fast"}, `-gc-pacing must be scan or heap, not "fast"`},
 		{0, []string{"-gc-min-headroom", "1MiB"}, "below 4MiB"},
 		{0, []string{"-gc-min-headroom", "x"}, "not a size in bytes"},
@@ -91,7 +91,7 @@ func TestMemoryFlagsRejectBadValues(t *testing.T) {
 		{0, nil, 0},
 		{0, []string{"-memory-limit", "off"}, 0},
 		{0, []string{"-memory-limit", "0"}, 0},
-		{512 << 20, []string{"-memory-limit", "1GiB"}, 1 << 30},
+		{512 << 20, []string{"-memory-limit", "1536MiB"}, 1536 << 20},
 		{0, []string{"-memory-limit", "3000000000", "-gc-pacing", "heap", "-gc-min-headroom", "8MiB"}, 3e9},
 	}
 	for _, c := range ok {
@@ -287,7 +287,7 @@ func TestCommandsRefuseBadMemoryFlags(t *testing.T) {
 	}{
 		{"", []string{"serve", "-memory-limit", "10MiB"}, "-memory-limit 10MiB is below 64MiB"},
 		{"", []string{"serve", "-memory-limit", "plenty"}, `invalid value "plenty" for flag -memory-limit: "plenty" is not a size in bytes`},
-		{"", []string{"serve", "-memory-budget", "1073741824", "-memory-limit", "1GiB"}, "below twice -memory-budget (1GiB"},
+		{"", []string{"serve", "-memory-budget", "1073741824", "-memory-limit", "1GiB"}, "below three times -memory-budget (1GiB"},
 		{"", []string{"serve", "-gc-pacing", "eager"}, "-gc-pacing must be scan or heap"},
 		{"lots", []string{"serve"}, `TALLY_MEMORY_LIMIT="lots"`},
 		{"", []string{"import", "-gc-min-headroom", "1KiB", csv}, "-gc-min-headroom 1KiB is below 4MiB"},

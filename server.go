@@ -131,7 +131,7 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.window, "window", 24*time.Hour, "time window that posts (counts, authors, likes) are partitioned by (the snowflake id's time); only the layout depends on it, so it may change between runs")
 	fs.DurationVar(&f.openAge, "open-age", tier.DefaultOpenAge, "keep a window of posts (authors and counts) and likes in an open hash table until it ended this long ago, then seal it")
 	fs.DurationVar(&f.coldAge, "cold-age", 0, "move sealed windows that ended this long ago to the cold tier on disk (0: only by -memory-budget)")
-	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of the post table kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
+	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of the post table, and separately of each of the like and favorite sets, kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
 	fs.IntVar(&f.coldCache, "cold-cache-bytes", tier.DefaultColdCacheBytes, "block cache of the cold tier (negative: none)")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
 	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
