@@ -230,17 +230,33 @@ func parseRow(line []byte, authors bool) (uint64, engine.UserID, engine.Counts, 
 // checkBuckets proves the load is the data set: every bucket's size adds
 // up to the posts stored, every author's post count is there, and each
 // sampled post reads back exactly (absent when it has no counts and no
-// author), its author's count equal to the data set's.
+// author), its author's count equal to the data set's. It also checks the
+// layout's premise: every post bucket is listpack-encoded.
 func checkBuckets(ctx context.Context, c *redis.Client, b redispeers.Buckets, ds *data, ld loaded, stored int) error {
 	if ld.posts != stored || ld.counted != ds.counted {
 		return fmt.Errorf("the CSV file holds %d posts, %d with counts; the data set has %d and %d", ld.posts, ld.counted, stored, ds.counted)
 	}
-	total, err := hashSizes(ctx, c, int(b.N), func(i int) string { return b.Key(uint64(i)) })
+	total, err := hashSizes(ctx, c, int(b.N), func(i int) string { return redispeers.BucketKey(uint64(i)) })
 	if err != nil {
 		return err
 	}
 	if total != int64(stored) {
 		return fmt.Errorf("the buckets hold %d posts; %d were loaded", total, stored)
+	}
+	for lo := 0; lo < int(b.N); lo += redisBatch {
+		p := c.Pipeline()
+		var cmds []*redis.StringCmd
+		for i := lo; i < min(lo+redisBatch, int(b.N)); i++ {
+			cmds = append(cmds, p.ObjectEncoding(ctx, redispeers.BucketKey(uint64(i))))
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, cmd := range cmds {
+			if enc := cmd.Val(); enc != "listpack" && enc != "ziplist" {
+				return fmt.Errorf("bucket %s is %q-encoded, not listpack (hash-max-listpack-entries below its size?)", redispeers.BucketKey(uint64(lo+i)), enc)
+			}
+		}
 	}
 	if b.Authors {
 		maxUID := engine.UserID(0)

@@ -166,6 +166,18 @@ func TestBucketCheckCatchesAWrongLoad(t *testing.T) {
 			"an extra post": func() {
 				c.HSet(ctx, b.Key(zero.id+1), redispeers.Field(zero.id+1), b.Value(victim.author, victim.counts))
 			},
+			"a bucket past the listpack limit": func() {
+				// Rewriting a post as it is, under a lower limit, converts
+				// its bucket; nothing else changes.
+				check := func(err error) {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				check(c.ConfigSet(ctx, "hash-max-listpack-entries", "2").Err())
+				defer c.ConfigSet(ctx, "hash-max-listpack-entries", "1024")
+				check(c.HSet(ctx, b.Key(victim.id), redispeers.Field(victim.id), b.Value(victim.author, victim.counts)).Err())
+			},
 			"an author's count off": func() {
 				if !authors {
 					c.HSet(ctx, b.Key(zero.id), redispeers.Field(zero.id), "")
@@ -183,8 +195,15 @@ func TestBucketCheckCatchesAWrongLoad(t *testing.T) {
 			}
 			damage()
 			err = checkBuckets(ctx, c, b, ds, ld, stored)
-			if (err == nil) != (name == "none") {
-				t.Errorf("authors=%v, %s: check says %v", authors, name, err)
+			want := map[string]string{
+				"a count changed": "reads author", "a post missing": "the buckets hold", "an extra post": "the buckets hold",
+				"a bucket past the listpack limit": "not listpack", "an author's count off": "the buckets hold",
+			}[name]
+			if authors && name == "an author's count off" {
+				want = "post count reads"
+			}
+			if (err == nil) != (name == "none") || (err != nil && !strings.Contains(err.Error(), want)) {
+				t.Errorf("authors=%v, %s: check says %v; want an error saying %q", authors, name, err, want)
 			}
 		}
 	}

@@ -46,8 +46,11 @@ var ServerArgs = []string{"--hash-max-listpack-entries", "1024", "--hash-max-lis
 // "author,likes,…" with them (one field per post holding both, as Tally
 // keeps author and counts in one record: a second field per post would pay
 // the field's id twice), trailing zero counts dropped. Snowflake ids are
-// sparse in time, so a post's bucket is its id modulo the bucket count,
-// not id/1000 (which would leave most buckets with one post).
+// sparse in time, so buckets cannot be id/1000 (most would hold one
+// post), and their low bits are structured (a sequence below 16 leaves
+// bits 4–11 zero: id modulo 20,000 buckets used only half of them, which
+// then outgrew the listpack encoding), so a post's bucket is a
+// multiplicative hash of its id modulo the bucket count.
 //
 // An author's post count goes in a user bucket (UserKey): HSET of the
 // total, so a load can be retried without counting twice.
@@ -62,7 +65,10 @@ func NewBuckets(stored int, authors bool) Buckets {
 }
 
 // Key is the hash that holds post id.
-func (b Buckets) Key(id uint64) string { return "b:" + strconv.FormatUint(id%b.N, 10) }
+func (b Buckets) Key(id uint64) string { return BucketKey((id * 0x9E3779B97F4A7C15 >> 32) % b.N) }
+
+// BucketKey is the name of bucket i (0 ≤ i < N).
+func BucketKey(i uint64) string { return "b:" + strconv.FormatUint(i, 10) }
 
 // Field is post id's field in its bucket.
 func Field(id uint64) string { return strconv.FormatUint(id, 10) }

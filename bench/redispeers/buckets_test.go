@@ -62,6 +62,22 @@ func TestBucketKeysSpreadSparseIds(t *testing.T) {
 	if len(seen) != 10 {
 		t.Errorf("ids spread over %d buckets; want 10", len(seen))
 	}
+	// Snowflake ids as bench/datagen makes them (a 10-bit node, a
+	// sequence below 16): 20,000 buckets of 10M posts all fill, none past
+	// the listpack limit.
+	b = NewBuckets(10_000_000, true)
+	sizes := map[string]int{}
+	for i := range uint64(10_000_000) {
+		id := (1700000000000+i*3)<<22 | (i*7919%1024)<<12 | i%16
+		sizes[b.Key(id)]++
+	}
+	largest := 0
+	for _, n := range sizes {
+		largest = max(largest, n)
+	}
+	if len(sizes) != 20000 || largest > 700 {
+		t.Errorf("10M snowflake ids fill %d of 20000 buckets, the largest with %d posts; want all, none past 700", len(sizes), largest)
+	}
 	if NewBuckets(0, true).N != 1 || UserKey(1999) != "u:1" || Field(42) != "42" {
 		t.Errorf("NewBuckets(0).N %d, UserKey(1999) %q, Field(42) %q", NewBuckets(0, true).N, UserKey(1999), Field(42))
 	}
