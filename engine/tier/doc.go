@@ -202,13 +202,21 @@
 // default policy (7 days open) 1.98 (likeset 2.05, 0.97x); every window
 // sealed 1.87 (1.92, 0.97x; sealed windows 1.83 bytes a like with
 // headers, index, footers and block CRCs); every window cold 0.093 in
-// memory (the indexes and window list) and 1.83 on disk. A 50-post page, a
+// memory (the indexes and window list) and 1.83 on disk. At 10M posts
+// (60,545,883 likes): default 1.80 (likeset 1.82, 0.99x), sealed 1.62
+// (1.63, 0.99x), cold 0.053 in memory and 1.61 on disk. A 50-post page, a
 // viewer's likes among 50 consecutive liked posts, newest first
-// (BenchmarkSetHasMany, 2 noisy cores, -count 3): sealed 4.7-5.0 µs
-// against likeset's sealed 5.9 (0.81x); cold with the blocks cached
-// 4.9-5.4 µs (0.86x); cold without a cache, a pread a block from the OS
-// page cache, 6.4 µs (1.08x); open 5.2-6.7 against likeset's open
-// 5.5-6.1. Recovery (BenchmarkSetLoad, default policy): Load of the
+// (BenchmarkSetHasMany, each policy turn about with likeset's on one
+// thread, CPU time a page; 2 noisy cores, -count 2), at 1M / 10M posts:
+// sealed 0.91x / 0.92-0.93x likeset's sealed (5.6-5.7 against 6.2-6.3 µs
+// at 1M); cold through the 16 MiB block cache 0.92x / 0.92-0.93x; cold
+// without a cache, a pread a block from the OS page cache, 1.14-1.16x /
+// 1.12-1.13x; open 1.04x likeset's open at 1M. A page walks its posts in
+// id order and stays in a block while the next block's first pair is
+// above its pair (findFrom), so it searches the index once per block,
+// not once per post.
+//
+// Recovery (BenchmarkSetLoad, default policy, 1M): Load of the
 // set's image, every block verified, 39 ms, 0.16x LoadPairs of the same
 // pairs (245 ms); the image is 1.88 bytes a like. A late like on a
 // sealed window (BenchmarkSetLateLike, Maintain every 4096) 632-860 ns,
