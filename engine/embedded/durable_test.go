@@ -130,6 +130,26 @@ func itemSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
 	}
 }
 
+// pairItemSections writes the like and favorite sets as snapshots did
+// before LKST and FVST: one (user, post) item a pair.
+func pairItemSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
+	items := func(set *tier.Set) func() {
+		return func() {
+			err := set.Range(func(user, post uint64) bool {
+				e.start()
+				e.u(user)
+				e.fixed(post)
+				e.end()
+				return true
+			})
+			if err != nil {
+				panic(err)
+			}
+		}
+	}
+	return []imageStep{{tagLikes, items(st.likes)}, {tagFavs, items(st.favs)}}
+}
+
 // imageSections writes the post table as snapshots did before PTBL: the
 // images of engine/registry (PREG) and engine/postcounts (PCNT), each
 // store built from the post table and maintained as the engine did.
@@ -173,7 +193,8 @@ func imageSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
 
 // TestLegacyCountsSection: snapshots written before the post table — the
 // registry and the counts as PREG and PCNT images, or before that as POST
-// and CNTS items — load to the same state as one with PTBL.
+// and CNTS items (and the likes and favorites as LIKE and FAVS items) —
+// load to the same state as one with PTBL, LKST and FVST.
 func TestLegacyCountsSection(t *testing.T) {
 	clk := newClock()
 	e := open(t, Options{Now: clk.Now, CursorTTL: 3 * 24 * time.Hour, SweepInterval: -1})
@@ -189,14 +210,17 @@ func TestLegacyCountsSection(t *testing.T) {
 	}
 	current := write()
 	defer func(keep func(w *snapshot.Writer, e *enc, st *state) []imageStep) { postSections = keep }(postSections)
-	postSections = itemSections
+	imageSets := setSections
+	defer func() { setSections = imageSets }()
+	postSections, setSections = itemSections, pairItemSections
 	items := write()
+	setSections = imageSets
 	postSections = imageSections
 	images := write()
 	for _, c := range []struct {
 		b    []byte
 		tags []snapshot.Tag
-	}{{current, []snapshot.Tag{tagPostTable}}, {items, []snapshot.Tag{tagCounts, tagPosts}}, {images, []snapshot.Tag{tagPCounts, tagRegistry}}} {
+	}{{current, []snapshot.Tag{tagPostTable}}, {items, []snapshot.Tag{tagCounts, tagPosts, tagLikes, tagFavs}}, {images, []snapshot.Tag{tagPCounts, tagRegistry}}} {
 		lr, err := snapshot.NewReader(bytes.NewReader(c.b), int64(len(c.b)), "legacy")
 		ok(t, err)
 		for _, tag := range c.tags {

@@ -34,8 +34,11 @@ import (
 //	CNTS  8 post, 1 byte mask of the non-zero fields (bit i: field i of
 //	      counters.Field), then u value of each field in the mask; read,
 //	      no longer written
-//	LIKE  u user, 8 post
-//	FAVS  u user, 8 post
+//	LKST  the like set: its image (engine/tier's set snapshot format) in
+//	      chunks
+//	FVST  the favorite set, likewise
+//	LIKE  u user, 8 post (a like); read, no longer written
+//	FAVS  u user, 8 post (a favorite); read, no longer written
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
 //	      (one item per user with a badge or a visit record or a click,
@@ -69,7 +72,9 @@ var (
 	tagRegistry  = snapshot.MakeTag("PREG") // the registry's own image
 	tagCounts    = snapshot.MakeTag("CNTS") // per post; read, no longer written
 	tagPCounts   = snapshot.MakeTag("PCNT") // postcounts' own image
-	tagLikes     = snapshot.MakeTag("LIKE")
+	tagLikeSet   = snapshot.MakeTag("LKST") // the like set's image
+	tagFavSet    = snapshot.MakeTag("FVST")
+	tagLikes     = snapshot.MakeTag("LIKE") // per like; read, no longer written
 	tagFavs      = snapshot.MakeTag("FAVS")
 	tagUsers     = snapshot.MakeTag("USER")
 	tagProfiles  = snapshot.MakeTag("PROF")
@@ -83,10 +88,12 @@ var (
 
 	// allTags are the sections a snapshot must have. The posts are in
 	// PTBL or, in older snapshots, in one section of each legacy pair
-	// (legacy.go); the idempotency keys in one section of idemTags (the
-	// current form first).
-	allTags = []snapshot.Tag{tagMeta, tagLikes, tagFavs, tagUsers, tagProfiles,
+	// (legacy.go); the likes, the favorites and the idempotency keys in
+	// one section of each pair below (the current form first).
+	allTags = []snapshot.Tag{tagMeta, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdemQ}
+	likeTags     = []snapshot.Tag{tagLikeSet, tagLikes}
+	favTags      = []snapshot.Tag{tagFavSet, tagFavs}
 	countTags    = []snapshot.Tag{tagPCounts, tagCounts}
 	registryTags = []snapshot.Tag{tagRegistry, tagPosts}
 	idemTags     = []snapshot.Tag{tagIdem2, tagIdem}
@@ -202,9 +209,8 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 	}
 	steps := []imageStep{{tagMeta, func() { writeMeta(e, im) }}}
 	steps = append(steps, postSections(w, e, st)...)
+	steps = append(steps, setSections(w, e, st)...)
 	steps = append(steps, []imageStep{
-		{tagLikes, func() { writeSet(e, st.likes) }},
-		{tagFavs, func() { writeSet(e, st.favs) }},
 		{tagUsers, func() { writeUsers(e, st) }},
 		{tagProfiles, func() { writeProfiles(e, st) }},
 		{tagFollows, func() { writeFollows(e, st) }},
@@ -375,10 +381,18 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(secs) != len(allTags)+postSecs+1 {
+	likeTag, err := one(likeTags)
+	if err != nil {
+		return nil, err
+	}
+	favTag, err := one(favTags)
+	if err != nil {
+		return nil, err
+	}
+	if len(secs) != len(allTags)+postSecs+3 {
 		for _, s := range r.Sections() {
 			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) &&
-				!containsTag(idemTags, s.Tag) && s.Tag != tagPostTable {
+				!containsTag(idemTags, s.Tag) && !containsTag(likeTags, s.Tag) && !containsTag(favTags, s.Tag) && s.Tag != tagPostTable {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -415,8 +429,8 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 			}
 			return readLegacyPosts(secs[registryTag], secs[countsTag], registryTag, countsTag, pc, st, tc)
 		}},
-		{func() error { return readSet(secs[tagLikes], pc, st.likes, tc) }},
-		{func() error { return readSet(secs[tagFavs], pc, st.favs, tc) }},
+		{func() error { return readSet(secs[likeTag], likeTag == tagLikes, pc, st.likes, tc) }},
+		{func() error { return readSet(secs[favTag], favTag == tagFavs, pc, st.favs, tc) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
 		{func() error { return readProfiles(secs[tagProfiles], pc, st) }},
 		{func() error { return readFollows(secs[tagFollows], pc, st) }},
