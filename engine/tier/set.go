@@ -623,6 +623,20 @@ func (s *Set) Stats() SetStats {
 	return st
 }
 
+// WindowStats describes every window, oldest first, as Tier.Stats does
+// (Records and Delta count pairs).
+func (s *Set) WindowStats() []WindowStat {
+	out := make([]WindowStat, 0, len(s.wins))
+	for _, w := range s.wins {
+		st := WindowStat{Num: w.num, Kind: w.body.kind(), Records: w.n, Delta: w.frozen.len() + w.live.len(), Bytes: w.memoryBytes()}
+		if b, ok := w.body.(*setCold); ok {
+			st.File = b.f.name
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
 // Files returns the names of the cold files the set uses (a snapshot
 // written now needs them).
 func (s *Set) Files() []string {

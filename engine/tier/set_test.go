@@ -2,6 +2,7 @@ package tier
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -373,4 +374,75 @@ func TestSetLoadPairsMerge(t *testing.T) {
 		t.Fatalf("arena counts %d bytes for %d live", got, live)
 	}
 	checkSet(t, s, model, rng, []uint64{randID(rng, 40)}, 40)
+}
+
+// TestSetJobAcrossLoad: jobs planned before a Load are dropped by Finish
+// with their files, the set reads as the image says, and images of other
+// windows, of a post table or of another set are refused.
+func TestSetJobAcrossLoad(t *testing.T) {
+	dir := t.TempDir()
+	opts := setOpts(dir)
+	opts.OpenAge, opts.ColdAge = -1, time.Nanosecond
+	s := newTestSet(t, opts, 8)
+	rng := rand.New(rand.NewPCG(10, 10))
+	model := map[upair]bool{}
+	hot := []uint64{randID(rng, 3)}
+	for range 500 {
+		q := upair{randUser(rng), randLikedPost(rng, hot, 3)}
+		s.Add(q.u, q.p)
+		model[q] = true
+	}
+	var snap bytes.Buffer
+	s.WriteTo(&snap) // every window open
+	jobs := s.Plan(testEpoch.Add(time.Hour))
+	if len(jobs) == 0 {
+		t.Fatal("no job planned")
+	}
+	s.Add(1, hot[0]) // after the image: gone with the Load
+	if err := s.Load(bytes.NewReader(snap.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if err := j.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range s.WindowStats() {
+		if w.Kind != Open {
+			t.Fatalf("window %d is %v after a dropped job", w.Num, w.Kind)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a dropped job's files stay: %d entries", len(ents))
+	}
+	checkSet(t, s, model, rng, hot, 3)
+	if err := s.Maintain(testEpoch.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ColdWindows == 0 || st.Jobs != 0 {
+		t.Fatalf("after Maintain: %+v", st)
+	}
+	checkSet(t, s, model, rng, hot, 3)
+	other := setOpts("")
+	other.WindowMillis = 2000
+	o, _ := NewSet("LIKE", other)
+	if err := o.Load(bytes.NewReader(snap.Bytes())); err == nil {
+		t.Fatal("Load of an image of other windows")
+	}
+	p, _ := NewPosts(testOpts(""))
+	if err := p.Load(bytes.NewReader(snap.Bytes())); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a post table loaded a set's image: %v", err)
+	}
+	var pimg bytes.Buffer
+	p.WriteTo(&pimg)
+	o2, _ := NewSet("LIKE", setOpts(""))
+	if err := o2.Load(bytes.NewReader(pimg.Bytes())); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a set loaded a post table's image: %v", err)
+	}
+	if _, err := NewSet("LIKES", opts); err == nil {
+		t.Fatal("a 5-byte tag")
+	}
 }
