@@ -18,58 +18,60 @@ import (
 // telling old windows (built sealed) from open ones. Its cold files, if
 // it names any, must be in t's Dir.
 func (t *Tier[R]) LoadAnyWindow(r io.Reader, now time.Time) error {
-	millis, whole, err := imageWindow(r)
-	if err != nil {
-		return err
-	}
-	if millis == t.opts.WindowMillis {
-		return t.Load(whole)
-	}
-	if len(t.wins) > 0 {
-		return fmt.Errorf("tier: an image of %d ms windows loads only into an empty table of %d ms windows", millis, t.opts.WindowMillis)
-	}
-	other, err := New[R](t.codec, otherWindows(t.opts, millis))
-	if err != nil {
-		return err
-	}
-	defer other.Close()
-	if err := other.Load(whole); err != nil {
-		return err
-	}
-	var rangeErr error
-	err = t.Import(func(yield func(uint64, R) bool) {
-		rangeErr = other.Range(yield)
-	}, now)
-	return errors.Join(err, rangeErr)
+	return loadAnyWindow(r, t.opts, len(t.wins) == 0, t.Load, func(opts Options, whole io.Reader) error {
+		other, err := New[R](t.codec, opts)
+		if err != nil {
+			return err
+		}
+		defer other.Close()
+		if err := other.Load(whole); err != nil {
+			return err
+		}
+		var rangeErr error
+		err = t.Import(func(yield func(uint64, R) bool) {
+			rangeErr = other.Range(yield)
+		}, now)
+		return errors.Join(err, rangeErr)
+	})
 }
 
 // LoadAnyWindow is Load for a set image of any window length, as
 // Tier.LoadAnyWindow; an image of another length is rebuilt through
 // LoadPairs into s, which must be empty.
 func (s *Set) LoadAnyWindow(r io.Reader, now time.Time) error {
+	return loadAnyWindow(r, s.opts, len(s.wins) == 0, s.Load, func(opts Options, whole io.Reader) error {
+		other, err := NewSet(string(s.tag[:]), opts)
+		if err != nil {
+			return err
+		}
+		defer other.Close()
+		if err := other.Load(whole); err != nil {
+			return err
+		}
+		var rangeErr error
+		err = s.LoadPairs(func(yield func(uint64, uint64) bool) {
+			rangeErr = other.Range(yield)
+		}, now)
+		return errors.Join(err, rangeErr)
+	})
+}
+
+// loadAnyWindow reads the image's header and hands the whole image to
+// load when its windows are opts', to rebuild (with the options of a
+// table of the image's windows that only loads it: no budget or age
+// moves its windows anywhere) when the table is empty.
+func loadAnyWindow(r io.Reader, opts Options, empty bool, load func(io.Reader) error, rebuild func(Options, io.Reader) error) error {
 	millis, whole, err := imageWindow(r)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case millis == opts.WindowMillis:
+		return load(whole)
+	case !empty:
+		return fmt.Errorf("tier: an image of %d ms windows loads only into an empty table of %d ms windows", millis, opts.WindowMillis)
 	}
-	if millis == s.opts.WindowMillis {
-		return s.Load(whole)
-	}
-	if len(s.wins) > 0 {
-		return fmt.Errorf("tier: an image of %d ms windows loads only into an empty set of %d ms windows", millis, s.opts.WindowMillis)
-	}
-	other, err := NewSet(string(s.tag[:]), otherWindows(s.opts, millis))
-	if err != nil {
-		return err
-	}
-	defer other.Close()
-	if err := other.Load(whole); err != nil {
-		return err
-	}
-	var rangeErr error
-	err = s.LoadPairs(func(yield func(uint64, uint64) bool) {
-		rangeErr = other.Range(yield)
-	}, now)
-	return errors.Join(err, rangeErr)
+	opts.WindowMillis, opts.MemoryBudget, opts.ColdAge = millis, 0, 0
+	return rebuild(opts, whole)
 }
 
 // imageWindow reads the header of the image r holds and returns the
@@ -88,11 +90,4 @@ func imageWindow(r io.Reader) (int64, io.Reader, error) {
 		return 0, nil, fmt.Errorf("%w: snapshot has windows of %d ms", ErrCorrupt, millis)
 	}
 	return millis, io.MultiReader(bytes.NewReader(hdr[:]), r), nil
-}
-
-// otherWindows is opts for a table of millis-long windows that only loads
-// an image: no budget or age moves its windows anywhere.
-func otherWindows(opts Options, millis int64) Options {
-	opts.WindowMillis, opts.MemoryBudget, opts.ColdAge = millis, 0, 0
-	return opts
 }
