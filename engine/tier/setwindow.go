@@ -186,27 +186,21 @@ func (x *pairIndex) findFrom(b int, post, user uint64) int {
 // (post, user) order, streaming blocks to an io.Writer: memory stays at
 // one block plus 24 bytes of index per block.
 type pairWriter struct {
-	w      io.Writer
-	enc    pairEncoder
-	limit  int // pairs per block
-	buf    []byte
-	index  []byte
-	off    uint64
-	n      uint64
-	minP   uint64
-	last   pk
-	any    bool
-	err    error
-	closed bool
+	imageSink
+	enc   pairEncoder
+	limit int // pairs per block
+	n     uint64
+	minP  uint64
+	last  pk
+	any   bool
 }
 
 func newPairWriter(w io.Writer, tag [4]byte, limit int) *pairWriter {
 	if limit <= 0 || limit > maxBlockPairs {
 		limit = blockPairs
 	}
-	pw := &pairWriter{w: w, limit: limit}
-	pw.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, setShape)
-	pw.off = headerSize
+	pw := &pairWriter{limit: limit}
+	pw.start(w, tag, setShape)
 	return pw
 }
 
@@ -241,33 +235,18 @@ func (pw *pairWriter) finishBlock() {
 	pw.index = le.AppendUint64(pw.index, first.k)
 	pw.index = le.AppendUint64(pw.index, first.u)
 	pw.index = le.AppendUint64(pw.index, pw.off)
-	pw.off += uint64(len(pw.buf) - start)
-	if len(pw.buf) >= 64<<10 {
-		pw.flush()
-	}
-}
-
-func (pw *pairWriter) flush() {
-	if pw.err == nil && len(pw.buf) > 0 {
-		_, pw.err = pw.w.Write(pw.buf)
-	}
-	pw.buf = pw.buf[:0]
+	pw.wrote(start)
 }
 
 // close writes the rest, the index and the footer.
 func (pw *pairWriter) close() error {
-	if pw.closed {
-		return pw.err
-	}
-	pw.closed = true
-	pw.finishBlock()
-	f := setFooter{indexOffset: pw.off, blocks: uint64(len(pw.index) / pairEntrySize), pairs: pw.n, indexCRC: crc32.Checksum(pw.index, castagnoli)}
-	if pw.any {
-		f.minPost, f.maxPost = pw.minP, pw.last.k
-	}
-	pw.buf = appendSetFooter(append(pw.buf, pw.index...), f)
-	pw.flush()
-	return pw.err
+	return pw.finish(pw.finishBlock, func(buf []byte) []byte {
+		f := setFooter{indexOffset: pw.off, blocks: uint64(len(pw.index) / pairEntrySize), pairs: pw.n, indexCRC: crc32.Checksum(pw.index, castagnoli)}
+		if pw.any {
+			f.minPost, f.maxPost = pw.minP, pw.last.k
+		}
+		return appendSetFooter(append(buf, pw.index...), f)
+	})
 }
 
 // parsePairWindow checks a set window image's header and footer and

@@ -91,28 +91,69 @@ func parseFooter(b []byte, size int64) (sealed.Footer, error) {
 	return f, err
 }
 
-// windowWriter encodes a window from records given in increasing id order,
-// streaming blocks to an io.Writer: memory stays at one block plus 16
-// bytes of index per block.
-type windowWriter struct {
+// imageSink is what a window writer of either table streams through:
+// the bytes not yet written, the index being built, the offset of the
+// next block, and the first error, after which nothing is written.
+type imageSink struct {
 	w      io.Writer
-	enc    blockEncoder
 	buf    []byte
 	index  []byte
 	off    uint64
-	n      uint64
-	minID  uint64
-	last   uint64
-	any    bool
 	err    error
 	closed bool
 }
 
+func (s *imageSink) start(w io.Writer, tag [4]byte, sh shape) {
+	s.w = w
+	s.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, sh)
+	s.off = headerSize
+}
+
+// wrote counts the block appended to buf from start, flushing buf once it
+// holds 64 KiB.
+func (s *imageSink) wrote(start int) {
+	s.off += uint64(len(s.buf) - start)
+	if len(s.buf) >= 64<<10 {
+		s.flush()
+	}
+}
+
+func (s *imageSink) flush() {
+	if s.err == nil && len(s.buf) > 0 {
+		_, s.err = s.w.Write(s.buf)
+	}
+	s.buf = s.buf[:0]
+}
+
+// finish writes, once, what finishBlock leaves pending and the tail that
+// tail appends to buf (the index and the footer).
+func (s *imageSink) finish(finishBlock func(), tail func(buf []byte) []byte) error {
+	if s.closed {
+		return s.err
+	}
+	s.closed = true
+	finishBlock()
+	s.buf = tail(s.buf)
+	s.flush()
+	return s.err
+}
+
+// windowWriter encodes a window from records given in increasing id order,
+// streaming blocks to an io.Writer: memory stays at one block plus 16
+// bytes of index per block.
+type windowWriter struct {
+	imageSink
+	enc   blockEncoder
+	n     uint64
+	minID uint64
+	last  uint64
+	any   bool
+}
+
 func newWindowWriter(w io.Writer, tag [4]byte, sh shape) *windowWriter {
-	ww := &windowWriter{w: w}
+	ww := &windowWriter{}
 	ww.enc.sh = sh
-	ww.buf = appendWindowHeader(make([]byte, 0, 64<<10), tag, sh)
-	ww.off = headerSize
+	ww.start(w, tag, sh)
 	return ww
 }
 
@@ -144,35 +185,20 @@ func (ww *windowWriter) finishBlock() {
 	}
 	ww.index = le.AppendUint64(ww.index, ww.enc.ids[0])
 	ww.index = le.AppendUint64(ww.index, ww.off)
-	before := len(ww.buf)
+	start := len(ww.buf)
 	ww.buf = ww.enc.encode(ww.buf)
-	ww.off += uint64(len(ww.buf) - before)
-	if len(ww.buf) >= 64<<10 {
-		ww.flush()
-	}
-}
-
-func (ww *windowWriter) flush() {
-	if ww.err == nil && len(ww.buf) > 0 {
-		_, ww.err = ww.w.Write(ww.buf)
-	}
-	ww.buf = ww.buf[:0]
+	ww.wrote(start)
 }
 
 // close writes the rest, the index and the footer.
 func (ww *windowWriter) close() error {
-	if ww.closed {
-		return ww.err
-	}
-	ww.closed = true
-	ww.finishBlock()
-	var minID, maxID uint64
-	if ww.any {
-		minID, maxID = ww.minID, ww.last
-	}
-	ww.buf = sealed.AppendIndexFooter(ww.buf, ww.index, ww.off, ww.n, minID, maxID, windowVersion)
-	ww.flush()
-	return ww.err
+	return ww.finish(ww.finishBlock, func(buf []byte) []byte {
+		var minID, maxID uint64
+		if ww.any {
+			minID, maxID = ww.minID, ww.last
+		}
+		return sealed.AppendIndexFooter(buf, ww.index, ww.off, ww.n, minID, maxID, windowVersion)
+	})
 }
 
 // segment is a sealed window in memory: its encoded bytes and nothing
