@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine/cold"
@@ -464,6 +465,12 @@ func eachPairBlock(idx *pairIndex, file string, block func(b int) ([]byte, error
 		}
 		last = sc.pairs[c-1]
 		n += c
+		if b%128 == 127 {
+			// As verifyBlocks does every 256 blocks of 256 records: a
+			// snapshot's background load keeps request handlers from
+			// waiting a whole scheduler slice behind it.
+			runtime.Gosched()
+		}
 		if fn != nil {
 			for _, q := range sc.pairs[:c] {
 				if err := fn(q.k, q.u); err != nil {
