@@ -197,8 +197,8 @@
 // Measured on engine/likeset's data set (bench/datagen, 1M posts over 365
 // days with datagen's long-tailed like counts: 5,316,559 likes by users
 // uniform over 10M; day windows; the clock at the set's end), live Go
-// heap after GC per like (BenchmarkSetMemory, -tags likesetpeer for the
-// peer in the same run): every window open 19.95 (likeset 19.95); the
+// heap after GC per like (BenchmarkSetMemory, engine/likeset, since
+// removed, in the same run): every window open 19.95 (likeset 19.95); the
 // default policy (7 days open) 1.98 (likeset 2.05, 0.97x); every window
 // sealed 1.87 (1.92, 0.97x; sealed windows 1.83 bytes a like with
 // headers, index, footers and block CRCs); every window cold 0.093 in

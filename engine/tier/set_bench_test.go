@@ -16,14 +16,15 @@ import (
 	"github.com/tally-dev/tally/bench/datagen"
 )
 
-// The set's benchmarks, on engine/likeset's data set (its bench_test.go):
+// The set's benchmarks, on the data set engine/likeset was measured on:
 //
 //	go test ./engine/tier -run '^$' -bench 'SetMemory' -benchtime 1x
 //	go test ./engine/tier -run '^$' -bench 'SetHasMany'
-//	go test ./engine/tier -tags likesetpeer -run '^$' -bench 'Set(Memory|HasMany)'
 //
-// The likesetpeer tag adds engine/likeset on the same data in the same
-// run (set_likeset_bench_test.go; that file goes with engine/likeset).
+// engine/likeset, which the set replaced, was measured beside it in the
+// same runs as a setPeer (the figures in doc.go) until it was removed;
+// `git show 35a3b6a:engine/tier/set_likeset_bench_test.go` is that peer, to
+// restore with the package for a comparison.
 //
 // Data: the posts of bench/datagen (N = TALLY_BENCH_N, default 1M, seed
 // 1: snowflake ids uniform over the 365 days before 2025-01-01); post i
@@ -116,8 +117,8 @@ func loadBenchSet(b testing.TB, policy string, n int) *Set {
 	return s
 }
 
-// setPeer is a structure measured beside the set (engine/likeset, with
-// the likesetpeer tag): it loads the data under a policy.
+// setPeer is a structure measured beside the set: it loads the data under
+// a policy. There is none since engine/likeset was removed.
 type setPeer struct {
 	name     string
 	policies []string
@@ -237,8 +238,8 @@ func benchPages(n int) ([][]uint64, []uint64) {
 }
 
 // BenchmarkSetHasMany reads the 50-post pages of benchPages from the set
-// under each policy: set/<policy>/alone (ns/op a page) and, with a peer
-// (the likesetpeer tag), set/<policy>/vs-<peer>, the set and the peer
+// under each policy: set/<policy>/alone (ns/op a page) and, with a peer,
+// set/<policy>/vs-<peer>, the set and the peer
 // under the same policy (sealed for the cold ones) turn about on one
 // thread (benchutil.Interleave), reporting both CPU times a page and
 // their ratio, which hold on a noisy machine. A structure is loaded only
