@@ -18,49 +18,39 @@ import (
 // telling old windows (built sealed) from open ones. Its cold files, if
 // it names any, must be in t's Dir.
 func (t *Tier[R]) LoadAnyWindow(r io.Reader, now time.Time) error {
-	return loadAnyWindow(r, t.opts, len(t.wins) == 0, t.Load, func(opts Options, whole io.Reader) error {
-		other, err := New[R](t.codec, opts)
-		if err != nil {
-			return err
-		}
-		defer other.Close()
-		if err := other.Load(whole); err != nil {
-			return err
-		}
-		var rangeErr error
-		err = t.Import(func(yield func(uint64, R) bool) {
-			rangeErr = other.Range(yield)
-		}, now)
-		return errors.Join(err, rangeErr)
-	})
+	return loadAnyWindow(r, t.opts, len(t.wins) == 0, t.Load,
+		func(opts Options) (*Tier[R], error) { return New[R](t.codec, opts) },
+		func(other *Tier[R]) (err, rangeErr error) {
+			err = t.Import(func(yield func(uint64, R) bool) { rangeErr = other.Range(yield) }, now)
+			return err, rangeErr
+		})
 }
 
 // LoadAnyWindow is Load for a set image of any window length, as
 // Tier.LoadAnyWindow; an image of another length is rebuilt through
 // LoadPairs into s, which must be empty.
 func (s *Set) LoadAnyWindow(r io.Reader, now time.Time) error {
-	return loadAnyWindow(r, s.opts, len(s.wins) == 0, s.Load, func(opts Options, whole io.Reader) error {
-		other, err := NewSet(string(s.tag[:]), opts)
-		if err != nil {
-			return err
-		}
-		defer other.Close()
-		if err := other.Load(whole); err != nil {
-			return err
-		}
-		var rangeErr error
-		err = s.LoadPairs(func(yield func(uint64, uint64) bool) {
-			rangeErr = other.Range(yield)
-		}, now)
-		return errors.Join(err, rangeErr)
-	})
+	return loadAnyWindow(r, s.opts, len(s.wins) == 0, s.Load,
+		func(opts Options) (*Set, error) { return NewSet(string(s.tag[:]), opts) },
+		func(other *Set) (err, rangeErr error) {
+			err = s.LoadPairs(func(yield func(uint64, uint64) bool) { rangeErr = other.Range(yield) }, now)
+			return err, rangeErr
+		})
+}
+
+// imageTable is what loadAnyWindow needs of the table it loads an image
+// of other windows into.
+type imageTable interface {
+	Load(io.Reader) error
+	Close() error
 }
 
 // loadAnyWindow reads the image's header and hands the whole image to
-// load when its windows are opts', to rebuild (with the options of a
-// table of the image's windows that only loads it: no budget or age
-// moves its windows anywhere) when the table is empty.
-func loadAnyWindow(r io.Reader, opts Options, empty bool, load func(io.Reader) error, rebuild func(Options, io.Reader) error) error {
+// load when its windows are opts'; otherwise, the table being empty, it
+// loads the image into a table of the image's windows (newOther, with
+// options that move no window anywhere) and has fill copy its records.
+func loadAnyWindow[T imageTable](r io.Reader, opts Options, empty bool, load func(io.Reader) error,
+	newOther func(Options) (T, error), fill func(T) (err, rangeErr error)) error {
 	millis, whole, err := imageWindow(r)
 	switch {
 	case err != nil:
@@ -71,7 +61,15 @@ func loadAnyWindow(r io.Reader, opts Options, empty bool, load func(io.Reader) e
 		return fmt.Errorf("tier: an image of %d ms windows loads only into an empty table of %d ms windows", millis, opts.WindowMillis)
 	}
 	opts.WindowMillis, opts.MemoryBudget, opts.ColdAge = millis, 0, 0
-	return rebuild(opts, whole)
+	other, err := newOther(opts)
+	if err != nil {
+		return err
+	}
+	defer other.Close()
+	if err := other.Load(whole); err != nil {
+		return err
+	}
+	return errors.Join(fill(other))
 }
 
 // imageWindow reads the header of the image r holds and returns the
