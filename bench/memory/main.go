@@ -58,6 +58,9 @@ type config struct {
 	clients      int
 	redisPeers   []string // labelTallyRedis, labelBuckets
 	redisWorkers int
+	// importAttempts bounds the runs of tally import -redis, each on an
+	// emptied Redis.
+	importAttempts int
 }
 
 // The stores measured beside the embedded engine.
@@ -110,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	redisOn := fs.Bool("redis", false, "also measure Redis with the same data in the same run (the peers of -redis-peers), each on a redis-server of its own (from PATH, no persistence), checked against the data set, Redis's used_memory and RSS beside tally's")
 	peers := fs.String("redis-peers", labelTallyRedis+","+labelBuckets, "with -redis, which: "+labelTallyRedis+" (tally import -redis, tally serve -redis, the same GraphQL verification) and "+labelBuckets+" (Instagram-style buckets of bench/redispeers, loaded from the same CSV)")
 	fs.IntVar(&c.redisWorkers, "redis-workers", 4, "concurrent pipelines loading the bucket layout")
+	fs.IntVar(&c.importAttempts, "redis-import-attempts", 3, "runs of tally import -redis before the tool gives up, each on an emptied Redis (the failures are reported)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -147,6 +151,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 				return c, fmt.Errorf("-redis-peers: %q is neither %s nor %s", p, labelTallyRedis, labelBuckets)
 			}
 		}
+	}
+	if c.importAttempts < 1 {
+		return c, fmt.Errorf("-redis-import-attempts %d: must be positive", c.importAttempts)
 	}
 	if c.redisWorkers < 1 {
 		return c, fmt.Errorf("-redis-workers %d: must be positive", c.redisWorkers)
@@ -194,9 +201,11 @@ type result struct {
 	// Tally on Redis: redis-server's CPU during the import and where it went.
 	RedisImportCPU float64 `json:"redisImportCpuSeconds,omitempty"`
 	RedisImportTop string  `json:"redisImportTopCommands,omitempty"`
-	StartSeconds   float64 `json:"startSeconds"`
-	ServeArgs      string  `json:"serveArgs"`
-	Env            string  `json:"env"`
+	// Attempts of tally import -redis that failed before the one measured.
+	ImportFailures []string `json:"importFailures,omitempty"`
+	StartSeconds   float64  `json:"startSeconds"`
+	ServeArgs      string   `json:"serveArgs"`
+	Env            string   `json:"env"`
 	mem
 	Load  *loadResult `json:"load,omitempty"`
 	Redis *redisMem   `json:"redis,omitempty"`

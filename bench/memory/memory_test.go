@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -30,6 +32,7 @@ func TestFlagsRejectBadValues(t *testing.T) {
 		"-posts 10 extra":      "unexpected arguments",
 		"-redis -redis-peers tally-redis,memcached": `-redis-peers: "memcached" is neither`,
 		"-redis-workers 0":                          "-redis-workers 0: must be positive",
+		"-redis-import-attempts 0":                  "-redis-import-attempts 0: must be positive",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -74,7 +77,25 @@ func TestEndToEnd(t *testing.T) {
 	if o, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../..").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, o)
 	}
-	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "20000", "-work", work, "-tally", bin,
+	// The first tally import -redis fails half-way, as one did on a busy
+	// machine: the tool must empty Redis, import again and still verify
+	// every post.
+	flaky := filepath.Join(work, "flaky-tally")
+	mark := filepath.Join(work, "failed-once")
+	script := fmt.Sprintf(`#!/bin/sh
+if [ "$1" = import ] && [ "$4" = -redis ] && [ ! -e %[1]q ]; then
+	touch %[1]q
+	head -n 5000 "$6" > %[1]q.csv
+	%[2]q import -log-format json -redis "$5" %[1]q.csv
+	echo "injected failure after 4999 rows" >&2
+	exit 1
+fi
+exec %[2]q "$@"
+`, mark, bin)
+	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "20000", "-work", work, "-tally", flaky,
 		"-after-gc", "0", "-load", "1s", "-compare", "-gc-pacing heap", "-redis"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +108,8 @@ func TestEndToEnd(t *testing.T) {
 	for _, want := range []string{
 		"known posts 20000, with counts", "20000 posts verified exactly through GraphQL", // every post, with its author
 		"posts verified exactly", "idle, after a forced GC", "under load, mean (heap incl. garbage)", "redis-server CPU during the import", "GOGC 100", "B (-gc-pacing heap) against A",
-		"redis-server: used_memory, RSS", "tally serve -redis: live heap, RSS", "== Redis, Instagram buckets: 20000 posts",
+		"redis-server: used_memory, RSS", "tally serve -redis: live heap, RSS",
+		"injected failure after 4999 rows); emptying Redis and importing again", "it was run again on an emptied Redis", "== Redis, Instagram buckets: 20000 posts",
 		"loaded 20000 posts", "every bucket's size and 20000 sampled posts, their authors and the authors' post counts, checked",
 		"authors  Tally embedded A", "counts   Tally on Redis", "counts   Redis, Instagram buckets",
 	} {

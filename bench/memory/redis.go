@@ -119,24 +119,38 @@ func measureRedis(ctx context.Context, cfg config, bin string, ds *data, out io.
 	defer rs.stop()
 
 	fmt.Fprintf(out, "importing %s into Redis %s (tally import -redis)\n", filepath.Base(ds.csv), rs.addr)
-	if err := rs.client.ConfigResetStat(ctx).Err(); err != nil {
-		return r, err
-	}
-	redisCPU := procCPU(rs.cmd.Process.Pid)
-	imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-redis", rs.addr, ds.csv)
-	imp.Env = append(os.Environ(), cfg.variants[0].env...)
-	importStart := time.Now()
-	o, err := imp.CombinedOutput()
-	if err != nil {
-		return r, fmt.Errorf("tally import -redis: %v\n%s", err, tail(o, 2000))
-	}
-	r.ImportSeconds = time.Since(importStart).Seconds()
-	if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.ImportPeakRSS = ru.Maxrss << 10
-	}
-	r.RedisImportCPU = (procCPU(rs.cmd.Process.Pid) - redisCPU).Seconds()
-	if r.RedisImportTop, err = topCommands(ctx, rs.client, 4); err != nil {
-		return r, err
+	// A failed import (tally gives up on the first Redis error, e.g. a
+	// reply later than its 1 s timeout on a busy machine) is run again on
+	// an emptied Redis: a retry never builds on a half-done import.
+	for attempt := 1; ; attempt++ {
+		if err := rs.client.FlushAll(ctx).Err(); err != nil {
+			return r, err
+		}
+		if err := rs.client.ConfigResetStat(ctx).Err(); err != nil {
+			return r, err
+		}
+		redisCPU := procCPU(rs.cmd.Process.Pid)
+		imp := exec.CommandContext(ctx, bin, "import", "-log-format", "json", "-redis", rs.addr, ds.csv)
+		imp.Env = append(os.Environ(), cfg.variants[0].env...)
+		importStart := time.Now()
+		o, err := imp.CombinedOutput()
+		if err != nil {
+			if attempt < cfg.importAttempts && ctx.Err() == nil {
+				r.ImportFailures = append(r.ImportFailures, fmt.Sprintf("after %.0f s: %v: %s", time.Since(importStart).Seconds(), err, lastLine(o)))
+				fmt.Fprintf(out, "tally import -redis failed (%s); emptying Redis and importing again\n", r.ImportFailures[len(r.ImportFailures)-1])
+				continue
+			}
+			return r, fmt.Errorf("tally import -redis, attempt %d: %v\n%s", attempt, err, tail(o, 2000))
+		}
+		r.ImportSeconds = time.Since(importStart).Seconds()
+		if ru, ok := imp.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			r.ImportPeakRSS = ru.Maxrss << 10
+		}
+		r.RedisImportCPU = (procCPU(rs.cmd.Process.Pid) - redisCPU).Seconds()
+		if r.RedisImportTop, err = topCommands(ctx, rs.client, 4); err != nil {
+			return r, err
+		}
+		break
 	}
 	fmt.Fprintf(out, "imported into Redis in %.1f s\n", r.ImportSeconds)
 
@@ -210,4 +224,10 @@ func topCommands(ctx context.Context, c *redis.Client, n int) (string, error) {
 		parts = append(parts, fmt.Sprintf("%s %.1f s (%d calls)", st.name, float64(st.usec)/1e6, st.calls))
 	}
 	return strings.Join(parts, ", "), nil
+}
+
+// lastLine is the last non-empty line of a command's output.
+func lastLine(o []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(o)), "\n")
+	return lines[len(lines)-1]
 }

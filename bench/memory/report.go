@@ -95,6 +95,9 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "GOGC %d, memory limit %s; each collection scans %s\n", r.GOGC, limitString(r.MemLimit), scan)
 	if rm := r.Redis; rm != nil {
 		fmt.Fprintf(out, "redis-server CPU during the import %.1f s: %s\n", r.RedisImportCPU, r.RedisImportTop)
+		for _, f := range r.ImportFailures {
+			fmt.Fprintf(out, "an earlier attempt of the import failed %s; it was run again on an emptied Redis\n", f)
+		}
 		t.header("heap/used")
 		t.row("redis-server: used_memory, RSS", rm.Used, rm.RSS)
 		t.row("tally serve -redis: live heap, RSS", r.HeapLive, r.RSS)
