@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/resolvers/auth"
 )
 
@@ -257,4 +260,37 @@ func refusedStart(data string) (string, error) {
 	cmd.Env = append(os.Environ(), "TALLY_JWT_SECRET="+crashSecret)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// TestImportLeavesRedisSweepsToServers: the store `tally import -redis`
+// opens runs no background sweeper, whose SCAN of the whole keyspace
+// every 5 s took 39% of redis-server's CPU during a 10M-post import; a
+// server's store (the control) does sweep.
+func TestImportLeavesRedisSweepsToServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and waits for a sweep")
+	}
+	for _, batchJob := range []bool{true, false} {
+		t.Run(fmt.Sprint("batchJob=", batchJob), func(t *testing.T) {
+			t.Parallel()
+			addr, stop := redistest.StartSingle(t)
+			defer stop()
+			sf := storeFlags{redis: addr, redisStartWait: 10 * time.Second, cursorTTL: engine.DefaultCursorTTL, batchJob: batchJob}
+			store, err := sf.open(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			time.Sleep(5*time.Second + 700*time.Millisecond) // past the intent sweeper's first tick
+			rc := redis.NewClient(&redis.Options{Addr: addr})
+			defer rc.Close()
+			stats, err := rc.Info(t.Context(), "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if swept := strings.Contains(stats, "cmdstat_scan:"); swept == batchJob {
+				t.Fatalf("batchJob %v: SCAN run %v\n%s", batchJob, swept, stats)
+			}
+		})
+	}
 }
