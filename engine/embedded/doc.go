@@ -33,7 +33,7 @@
 // buffer the state keeps (reset per record, so that only the events' user
 // lists are allocated once it is warm, and on replay, which decides
 // Quiet, not even those). applyEffects is then the one place where effects change the
-// state: count deltas, new posts in the registry and their authors' post
+// state: count deltas, new posts in the post table and their authors' post
 // counts, unread bumps, badges marked read, follow edges and follower
 // counts, a message's fan-out over its group's current members, joins and
 // leaves, receipts, red-dot clicks and pushes. What a record changes
@@ -212,8 +212,12 @@
 //	            applyEffects
 //	stateio.go  the snapshot container: the section list, the image,
 //	            writeImage and readImage, item and chunk coding
+//	tables.go   how the state keeps its time-windowed tables (engine/tier:
+//	            the post table, the like and favorite sets)
 //	posts.go    posts, counts, likes and favorites, views, comments,
 //	            reposts, import
+//	legacy.go   loading the post sections of snapshots written before the
+//	            post table (PREG/PCNT, POST/CNTS)
 //	badges.go   unread badges, mark read, the red dot, system cursors and
 //	            notifications
 //	follows.go  follows, the feed snapshots, user profiles (posts, followers)

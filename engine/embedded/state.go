@@ -72,8 +72,8 @@ type state struct {
 	// msgFacts likewise holds a MarkMessagesRead's facts.
 	eff      ops.Effects
 	msgFacts []ops.MessageFacts
-	// readErr is the first error a cold registry block gave while facts
-	// were read, until taken (takeReadErr).
+	// readErr is the first error a cold block (of the post table or a
+	// like set) gave while facts were read, until taken (takeReadErr).
 	readErr error
 }
 
@@ -256,8 +256,8 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 	}
 }
 
-// takeReadErr returns and forgets the first error a cold registry block
-// gave while facts were read (postFacts).
+// takeReadErr returns and forgets the first error a cold block gave while
+// facts were read (postFacts, flagFact).
 func (st *state) takeReadErr() error {
 	err := st.readErr
 	st.readErr = nil
