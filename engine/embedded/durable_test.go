@@ -203,6 +203,12 @@ func TestLegacyCountsSection(t *testing.T) {
 		var buf bytes.Buffer
 		w, err := snapshot.NewWriter(&buf, 5)
 		ok(t, err)
+		// The maintenance loop's jobs finish under the write lock: a
+		// snapshot image of the live state is written under the read
+		// lock, or a job could change a table between the image's two
+		// passes (its length, then its bytes).
+		e.mu.RLock()
+		defer e.mu.RUnlock()
 		ok(t, writeImage(w, &image{st: e.st, index: 5, lastTime: e.lastTime}, func() error { return nil }, nil))
 		_, err = w.Finish()
 		ok(t, err)
@@ -229,6 +235,8 @@ func TestLegacyCountsSection(t *testing.T) {
 			}
 		}
 	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
 	for _, b := range [][]byte{current, items, images} {
 		r, err := snapshot.NewReader(bytes.NewReader(b), int64(len(b)), "mem")
 		ok(t, err)
@@ -258,6 +266,8 @@ func TestImageRoundTrip(t *testing.T) {
 		var buf bytes.Buffer
 		w, err := snapshot.NewWriter(&buf, im.index)
 		ok(t, err)
+		e.mu.RLock() // see TestLegacyCountsSection
+		defer e.mu.RUnlock()
 		ok(t, writeImage(w, im, func() error { return nil }, nil))
 		_, err = w.Finish()
 		ok(t, err)
@@ -887,6 +897,8 @@ func validSnapshot(t testing.TB) []byte {
 	workload(t, e, clk, 1, 150)
 	var buf bytes.Buffer
 	w, _ := snapshot.NewWriter(&buf, 9)
+	e.mu.RLock() // see TestLegacyCountsSection
+	defer e.mu.RUnlock()
 	if err := writeImage(w, &image{st: e.st, index: 9, lastTime: e.lastTime}, func() error { return nil }, nil); err != nil {
 		t.Fatal(err)
 	}
