@@ -394,30 +394,9 @@ func TestSetJobAcrossLoad(t *testing.T) {
 	}
 	var snap bytes.Buffer
 	s.WriteTo(&snap) // every window open
-	jobs := s.Plan(testEpoch.Add(time.Hour))
-	if len(jobs) == 0 {
-		t.Fatal("no job planned")
-	}
-	s.Add(1, hot[0]) // after the image: gone with the Load
-	if err := s.Load(bytes.NewReader(snap.Bytes())); err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range jobs {
-		if err := j.Run(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Finish(j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, w := range s.WindowStats() {
-		if w.Kind != Open {
-			t.Fatalf("window %d is %v after a dropped job", w.Num, w.Kind)
-		}
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("a dropped job's files stay: %d entries", len(ents))
-	}
+	dropJobsAcrossLoad(t, s, snap.Bytes(), s.WindowStats, dir, func() {
+		s.Add(1, hot[0]) // after the image: gone with the Load
+	})
 	checkSet(t, s, model, rng, hot, 3)
 	if err := s.Maintain(testEpoch.Add(time.Hour)); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package tier
 import (
 	"bytes"
 	"errors"
+	"io"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -669,6 +670,41 @@ func (badPlain) Split(three) Row                    { return Row{} }
 func (badPlain) Join(Row) three                     { return three{} }
 func (badPlain) PlainRecords() bool                 { return true }
 
+// dropJobsAcrossLoad plans the jobs due an hour after testEpoch on tbl,
+// calls between, loads snap (an image of tbl with every window open) and
+// then runs and finishes the jobs: Finish must drop them, leaving every
+// window open and no file in dir.
+func dropJobsAcrossLoad(t *testing.T, tbl interface {
+	PlanWork(time.Time) []Work
+	Load(io.Reader) error
+}, snap []byte, windows func() []WindowStat, dir string, between func()) {
+	t.Helper()
+	jobs := tbl.PlanWork(testEpoch.Add(time.Hour))
+	if len(jobs) == 0 {
+		t.Fatal("no job planned")
+	}
+	between()
+	if err := tbl.Load(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if err := j.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range windows() {
+		if w.Kind != Open {
+			t.Fatalf("window %d is %v after a dropped job", w.Num, w.Kind)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a dropped job's files stay: %d entries", len(ents))
+	}
+}
+
 // TestJobAcrossLoad: a job planned before a Load is dropped by Finish,
 // its file deleted, and the loaded state stands; Load refuses an image of
 // another window length or codec.
@@ -683,29 +719,7 @@ func TestJobAcrossLoad(t *testing.T) {
 	}
 	var snap bytes.Buffer
 	tr.WriteTo(&snap) // every window open
-	jobs := tr.Plan(testEpoch.Add(time.Hour))
-	if len(jobs) == 0 {
-		t.Fatal("no job planned")
-	}
-	if err := tr.Load(bytes.NewReader(snap.Bytes())); err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range jobs {
-		if err := j.Run(); err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.Finish(j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, s := range tr.Stats() {
-		if s.Kind != Open {
-			t.Fatalf("window %d is %v after a dropped job", s.Num, s.Kind)
-		}
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("a dropped job's files stay: %d entries", len(ents))
-	}
+	dropJobsAcrossLoad(t, tr, snap.Bytes(), tr.Stats, dir, func() {})
 	other := testOpts("")
 	other.WindowMillis = 2000
 	o, _ := NewPosts(other)
