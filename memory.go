@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -60,6 +61,7 @@ type memorySettings struct {
 	limitGiven  bool
 	pacing      string
 	minHeadroom byteSize
+	idleRelease time.Duration // -gc-idle-release; 0: off
 }
 
 func (m *memorySettings) register(fs *flag.FlagSet) {
@@ -68,6 +70,7 @@ func (m *memorySettings) register(fs *flag.FlagSet) {
 	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and three times -memory-budget")
 	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
 	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB)")
+	fs.DurationVar(&m.idleRelease, "gc-idle-release", defaultIdleRelease, "how often to check whether the process went quiet (allocated less than a quarter of the free heap it keeps, and that free heap is at least 4MiB); when it has, collect and return the free heap to the OS, so an idle server's RSS comes down to its live heap (0: never; the runtime then returns it only above the pacing's goal)")
 }
 
 // limitFlag records that -memory-limit was given, so that GOMEMLIMIT is
@@ -103,6 +106,9 @@ func (m *memorySettings) check(budget int64) error {
 	default:
 		return fmt.Errorf("-gc-pacing must be scan or heap, not %q", m.pacing)
 	}
+	if m.idleRelease < 0 {
+		return fmt.Errorf("-gc-idle-release %s is negative (0 turns it off)", m.idleRelease)
+	}
 	if m.minHeadroom < 4<<20 {
 		return fmt.Errorf("-gc-min-headroom %s is below 4MiB: collections would come after every few allocations", m.minHeadroom)
 	}
@@ -136,10 +142,75 @@ func (m *memorySettings) apply() (restore func()) {
 	if m.pacing == pacingScan {
 		stopPacer = startScanPacer(uint64(m.minHeadroom))
 	}
+	stopRelease := func() {}
+	if m.idleRelease > 0 {
+		stopRelease = startIdleRelease(m.idleRelease)
+	}
 	return func() {
+		stopRelease()
 		stopPacer()
 		debug.SetMemoryLimit(prevLimit)
 	}
+}
+
+// defaultIdleRelease is -gc-idle-release's default: a server that went
+// quiet gives its free heap back within two of these.
+const defaultIdleRelease = 10 * time.Second
+
+// minIdleRelease is the least free heap worth a collection to return.
+const minIdleRelease = 4 << 20
+
+// idleReleases counts the process's idle releases (tally_gc_idle_releases_total).
+var idleReleases atomic.Uint64
+
+// shouldRelease decides, from what the process allocated over the last
+// interval and the free heap the runtime keeps, whether to collect and
+// return that free heap now. The free heap is the pacing's headroom: it
+// is kept because the next allocations would need it again. A process
+// that allocated less than a quarter of it over a whole interval will not
+// need it soon, and a collection costs what the GC scans (a few MiB: the
+// big tables hold no pointers), so returning it is cheap; under load the
+// allocations dwarf it and nothing is released.
+func shouldRelease(allocated, freeKept uint64) bool {
+	return freeKept >= minIdleRelease && allocated < freeKept/4
+}
+
+// startIdleRelease checks every interval whether the process went quiet
+// (shouldRelease) and then runs debug.FreeOSMemory, once per quiet spell:
+// after a release the free heap kept is below minIdleRelease until
+// allocations resume.
+func startIdleRelease(every time.Duration) (stop func()) {
+	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
+	read := func() (allocs, free uint64) {
+		metrics.Read(samples)
+		return samples[0].Value.Uint64(), samples[1].Value.Uint64()
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		last, _ := read()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			allocs, free := read()
+			if shouldRelease(allocs-last, free) {
+				debug.FreeOSMemory()
+				idleReleases.Add(1)
+				allocs, _ = read()
+			}
+			last = allocs
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(done)
+		<-finished
+	})
 }
 
 // scanPacer sets GOGC after every collection so that the heap may grow by
@@ -305,6 +376,9 @@ func registerMemoryMetrics(reg prometheus.Registerer) {
 			func() float64 { return read(4) }),
 		// Idle marking runs on cores nothing else wanted: it is not what
 		// the pacing costs the requests, so it is left out.
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_gc_idle_releases_total",
+			Help: "Times the process went quiet and returned its free heap to the OS (-gc-idle-release)."},
+			func() float64 { return float64(idleReleases.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_gc_cpu_seconds_total",
 			Help: "CPU time the GC took from the program (runtime/metrics /cpu/classes/gc/total minus /cpu/classes/gc/mark/idle, an estimate): what the GC pacing costs."},
 			func() float64 { return read(5) - read(6) }),

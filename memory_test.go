@@ -17,6 +17,8 @@ import (
 	"time"
 )
 
+const mib = 1 << 20
+
 func TestParseByteSize(t *testing.T) {
 	good := map[string]int64{
 		"0": 0, "1500000000": 1_500_000_000, "512MiB": 512 << 20, "2GiB": 2 << 30, "2gib": 2 << 30,
@@ -76,6 +78,7 @@ func TestMemoryFlagsRejectBadValues(t *testing.T) {
 		{0, []string{"-gc-pacing", "fast"}, `-gc-pacing must be scan or heap, not "fast"`},
 		{0, []string{"-gc-min-headroom", "1MiB"}, "below 4MiB"},
 		{0, []string{"-gc-min-headroom", "x"}, "not a size in bytes"},
+		{0, []string{"-gc-idle-release", "-1s"}, "-gc-idle-release -1s is negative"},
 	}
 	for _, c := range cases {
 		_, err := memoryFlags(t, c.budget, c.args...)
@@ -137,7 +140,6 @@ func TestMemoryLimitApplied(t *testing.T) {
 }
 
 func TestScanPercent(t *testing.T) {
-	const mib = 1 << 20
 	cases := []struct {
 		name                                  string
 		base                                  int
@@ -235,6 +237,66 @@ func waitGOGCBelow(t *testing.T, limit int) int {
 	}
 }
 
+func TestShouldRelease(t *testing.T) {
+	cases := []struct {
+		name            string
+		allocated, free uint64
+		want            bool
+	}{
+		{"quiet with much free heap", 0, 32 * mib, true},
+		{"a trickle of polls", 1 * mib, 20 * mib, true},
+		{"allocating a quarter of it", 5 * mib, 20 * mib, false},
+		{"under load", 900 * mib, 30 * mib, false},
+		{"too little to be worth a collection", 0, 3 * mib, false},
+		{"just enough", 0, 4 * mib, true},
+	}
+	for _, c := range cases {
+		if got := shouldRelease(c.allocated, c.free); got != c.want {
+			t.Errorf("%s (allocated %d, free %d): %v; want %v", c.name, c.allocated, c.free, got, c.want)
+		}
+	}
+}
+
+// TestIdleReleaseReturnsFreeHeap: once the process goes quiet, the free
+// heap a burst of allocations left behind goes back to the OS (the
+// runtime alone keeps it: it is within the pacing's goal), once, and
+// stopping the releaser stops it.
+func TestIdleReleaseReturnsFreeHeap(t *testing.T) {
+	base := debug.SetGCPercent(400) // a goal far above the live heap keeps what the burst freed
+	defer debug.SetGCPercent(base)
+	var sink [][]byte
+	for range 64 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	runtime.KeepAlive(sink)
+	sink = nil
+	runtime.GC()
+	if free := heapFree(); free < 16*mib {
+		t.Fatalf("free heap %d after freeing 64 MiB; the test needs at least 16 MiB kept", free)
+	}
+	before := idleReleases.Load()
+	stop := startIdleRelease(20 * time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for heapFree() >= minIdleRelease && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if free := heapFree(); free >= minIdleRelease {
+		t.Errorf("free heap %d after 10 s quiet; want it returned (below %d)", free, minIdleRelease)
+	}
+	time.Sleep(100 * time.Millisecond) // five more quiet intervals
+	stop()
+	stop() // a second call changes nothing
+	if n := idleReleases.Load() - before; n != 1 {
+		t.Errorf("%d releases in one quiet spell; want 1", n)
+	}
+}
+
+func heapFree() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
 // TestMemoryMetricsExposed: the server's /metrics shows RSS (the process
 // collector's process_resident_memory_bytes) beside the live heap and the
 // GC's own figures, each with a plausible value.
@@ -257,7 +319,7 @@ func TestMemoryMetricsExposed(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"process_resident_memory_bytes", "tally_heap_live_bytes", "tally_gc_scan_bytes", "tally_heap_free_kept_bytes", "go_gc_gogc_percent", "go_gc_gomemlimit_bytes"} {
+	for _, name := range []string{"process_resident_memory_bytes", "tally_heap_live_bytes", "tally_gc_scan_bytes", "tally_heap_free_kept_bytes", "tally_gc_idle_releases_total", "go_gc_gogc_percent", "go_gc_gomemlimit_bytes"} {
 		if _, ok := vals[name]; !ok {
 			t.Errorf("/metrics has no %s", name)
 		}
