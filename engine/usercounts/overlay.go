@@ -1,0 +1,122 @@
+package usercounts
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/tally-dev/tally/engine/table"
+)
+
+// tombstone is the value of a deleted user in an overlay: it shadows the
+// user's entry in the layers below.
+const tombstone = -1
+
+// entry is a user and a count, or tombstone.
+type entry struct {
+	id uint64
+	v  int64
+}
+
+// overlay holds the writes since the last fold: m for any user, and tail,
+// an ascending run of users that were new and greater than every user the
+// table held when they came (a snapshot load, or new users with growing
+// ids), kept in a slice because appending beats hashing and the fold then
+// needs no sort for them. The tail's promise: a user >= tail[0].id is in
+// no other part of this overlay nor in any layer below, so a lookup there
+// is answered by the tail alone.
+type overlay struct {
+	m    *table.Table[uint64, int64]
+	tail []entry
+	// cut counts the entries sliced off tail's front (moved to m) while
+	// tail's array still holds them: memory that memoryBytes counts.
+	cut int
+}
+
+func newOverlay() *overlay { return &overlay{m: table.New[uint64, int64](table.Mix64, 8)} }
+
+// size is the number of users the overlay holds (tombstones included).
+func (o *overlay) size() int { return o.m.Len() + len(o.tail) }
+
+// inTail reports whether u is answered by the tail.
+func (o *overlay) inTail(u uint64) bool { return len(o.tail) > 0 && u >= o.tail[0].id }
+
+// tailIndex returns the index of the first tail entry with id >= u and
+// whether it is u.
+func (o *overlay) tailIndex(u uint64) (int, bool) {
+	return slices.BinarySearchFunc(o.tail, u, func(e entry, u uint64) int { return cmp.Compare(e.id, u) })
+}
+
+// get returns u's count if this overlay decides about u: decided is true
+// when u has an entry or a tombstone here, or is in the tail's range;
+// then ok says whether u has a count.
+func (o *overlay) get(u uint64) (v int64, ok, decided bool) {
+	if o.inTail(u) {
+		i, found := o.tailIndex(u)
+		if !found || o.tail[i].v < 0 {
+			return 0, false, true
+		}
+		return o.tail[i].v, true, true
+	}
+	if o.m.Len() == 0 {
+		return 0, false, false
+	}
+	v, decided = o.m.Get(u)
+	if v < 0 {
+		return 0, false, true
+	}
+	return v, decided, decided
+}
+
+// sorted returns the overlay's entries (tombstones included) in id order.
+// With m empty it is the tail itself, which the caller must not modify.
+func (o *overlay) sorted() []entry {
+	if o.m.Len() == 0 {
+		return o.tail
+	}
+	out := make([]entry, 0, o.size())
+	o.m.Range(func(u uint64, v int64) bool {
+		out = append(out, entry{u, v})
+		return true
+	})
+	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
+	return append(out, o.tail...)
+}
+
+// maxID returns the largest id the overlay holds (tombstones included),
+// ok false when it holds none.
+func (o *overlay) maxID() (uint64, bool) {
+	if len(o.tail) > 0 {
+		return o.tail[len(o.tail)-1].id, true
+	}
+	var mx uint64
+	o.m.Range(func(u uint64, _ int64) bool { mx = max(mx, u); return true })
+	return mx, o.m.Len() > 0
+}
+
+func (o *overlay) memoryBytes() int64 {
+	return int64(o.m.MemoryBytes()) + int64(cap(o.tail)+o.cut)*16
+}
+
+// appendTail appends u's entry; u is greater than every id the table holds.
+func (o *overlay) appendTail(u uint64, v int64) {
+	c := cap(o.tail)
+	o.tail = append(o.tail, entry{u, v})
+	if cap(o.tail) != c {
+		o.cut = 0 // a new array: the old one and its cut front are garbage
+	}
+}
+
+// spillTail moves tail[:i] into m, making tail[i] the tail's first entry,
+// so that a user between tail[i-1] and tail[i] can go into m. Each entry
+// moves at most once per overlay, so spills cost O(1) per entry.
+func (o *overlay) spillTail(i int) {
+	for _, e := range o.tail[:i] {
+		if e.v >= 0 {
+			// A tail tombstone is of a user that no layer below holds:
+			// dropping it is enough.
+			o.m.Put(e.id, e.v)
+		}
+	}
+	o.tail = o.tail[i:]
+	o.cut += i
+}
