@@ -1,104 +1,175 @@
 package usercounts
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
 )
 
-// blockShift sets the users per block (blockLen). 64 keeps the search
-// inside a block at 6 steps and the index at 16 bytes per 64 users
-// (0.25 bytes a user); see the package doc for what 128 measured.
+// A block holds up to maxBlockLen users, and fewer when their records
+// would pass maxBlockBits: a lookup's search then touches one or two
+// cache lines of a block whatever its ids' spread (dense ids: ~60 users
+// of ~17 bits; sparse 64-bit ids: ~18 of ~56), and minBlockLen bounds the
+// index's 16 bytes a block to 2 bytes a user in the worst case.
 const (
-	blockShift = 6
-	blockLen   = 1 << blockShift
+	maxBlockLen  = 64
+	minBlockLen  = 8
+	maxBlockBits = 1024
 )
 
-// A block's meta word: the bit offset of its data in packed.data, then
-// 7 bits of id width and 7 bits of count width (widths go up to 64 and 63).
+// A block's meta word: the bit offset of its data in packed.data, its
+// length - 1 (6 bits), then 7 bits of id width and 7 of count width
+// (widths go up to 64 and 63).
 const (
 	widthBits = 7
 	widthMask = 1<<widthBits - 1
-	offShift  = 2 * widthBits
+	lenShift  = 2 * widthBits
+	lenMask   = maxBlockLen - 1
+	offShift  = lenShift + 6
 )
 
 // packed is the folded part of a Table: users in increasing id order,
-// cut into blocks of blockLen (the last block may be shorter). Block b
-// starts at firsts[b]; its data, at meta[b]'s bit offset, is the other
-// users' ids as id-firsts[b] in the block's id width, then every user's
-// count in the block's count width. A packed is never modified once
-// built: a fold job reads it with no lock while readers share it.
+// cut into blocks (see maxBlockBits). Block b
+// starts at idx[b].first; its data, at the bit offset in idx[b].meta, is
+// the first user's count, then for each other user a record of its id as
+// id-first (the block's id width) and its count (the block's count
+// width). A record keeps a user's count next to its id, so a hit reads
+// the count from the line its search ended on. A packed is never
+// modified once built: a fold job reads it with no lock while readers
+// share it.
 type packed struct {
-	firsts []uint64 // first id of each block: the binary-searched index
-	meta   []uint64 // bit offset << offShift | id width << widthBits | count width
-	data   []byte   // cap(data) >= len(data)+bitpack.Slack
-	n      int      // users
+	idx   []blockIdx
+	data  []byte // cap(data) >= len(data)+bitpack.Slack
+	n     int    // users
+	radix []uint32
+	shift uint8 // see buildRadix
+}
+
+// blockIdx is a block's index entry: its first id and its meta word, side
+// by side so that finding the block loads both.
+type blockIdx struct {
+	first uint64
+	meta  uint64 // bit offset << offShift | (length-1) << lenShift | id width << widthBits | count width
 }
 
 var emptyPacked = &packed{data: make([]byte, 0, bitpack.Slack)}
 
-// blockLenOf returns how many users block b holds.
-func (p *packed) blockLenOf(b int) int { return min(blockLen, p.n-b<<blockShift) }
+// lenOf returns how many users the block of meta word m holds.
+func lenOf(m uint64) int { return int(m>>lenShift&lenMask) + 1 }
 
 // get returns u's count and whether u is in p.
 func (p *packed) get(u uint64) (int64, bool) {
-	b := bitpack.LastAtMost(p.firsts, u)
+	b := p.block(u)
 	if b < 0 {
 		return 0, false
 	}
-	x := u - p.firsts[b]
-	m := p.meta[b]
-	off, idW, cntW := int(m>>offShift), uint(m>>widthBits&widthMask), uint(m&widthMask)
-	l := p.blockLenOf(b)
-	i := 0
-	if x != 0 {
-		if idW < 64 && x>>idW != 0 {
-			return 0, false // past the block's last id
-		}
-		// Ids 1..l-1 are stored as deltas d[0..l-2], d[j] at off+j*idW:
-		// find the last delta <= x (a search without an early exit, so
-		// its branches follow the data rather than mispredict on a hit).
-		mask := bitpack.LowMask(idW)
-		base, n := 0, l-1
-		for n > 1 {
-			half := n >> 1
-			if bitpack.Bits(p.data, off+(base+half)*int(idW), idW, mask) <= x {
-				base += half
-			}
-			n -= half
-		}
-		if n == 0 || bitpack.Bits(p.data, off+base*int(idW), idW, mask) != x {
-			return 0, false
-		}
-		i = base + 1
+	e := p.idx[b]
+	x := u - e.first
+	off, idW, cntW := int(e.meta>>offShift), uint(e.meta>>widthBits&widthMask), uint(e.meta&widthMask)
+	cntMask := bitpack.LowMask(cntW)
+	if x == 0 {
+		return int64(bitpack.Bits(p.data, off, cntW, cntMask)), true
 	}
-	c := bitpack.Bits(p.data, off+(l-1)*int(idW)+i*int(cntW), cntW, bitpack.LowMask(cntW))
-	return int64(c), true
+	if idW < 64 && x>>idW != 0 {
+		return 0, false // past the block's last id
+	}
+	// Records 1..l-1 start at off+cntW, rw bits each: the last whose id
+	// is <= u, found branch-free (lookups fall in random blocks at random
+	// places: a branching search mispredicted about half its steps, as
+	// engine/sealed's index search found).
+	rw := int(idW + cntW)
+	off += int(cntW)
+	idMask := bitpack.LowMask(idW)
+	base, n := 0, lenOf(e.meta)-1
+	for n > 1 {
+		half := n >> 1
+		_, below := bits.Sub64(x, bitpack.Bits(p.data, off+(base+half)*rw, idW, idMask), 0)
+		base += half & int(below-1)
+		n -= half
+	}
+	if n == 0 || bitpack.Bits(p.data, off+base*rw, idW, idMask) != x {
+		return 0, false
+	}
+	return int64(bitpack.Bits(p.data, off+base*rw+int(idW), cntW, cntMask)), true
+}
+
+// block returns the block that would hold u, or -1 when u is below every
+// id. The radix array narrows the search to the blocks that start in u's
+// slice of the id range (about one when ids spread evenly); a branch-free
+// search of their first ids does the rest.
+func (p *packed) block(u uint64) int {
+	if len(p.idx) == 0 || u < p.idx[0].first {
+		return -1
+	}
+	k := (u - p.idx[0].first) >> p.shift
+	lo, hi := len(p.idx)-1, len(p.idx)-1
+	if k < uint64(len(p.radix)-1) {
+		lo, hi = int(p.radix[k]), int(p.radix[k+1])
+	}
+	f := p.idx[lo : hi+1]
+	base, n := 0, len(f)
+	for n > 4 {
+		half := n >> 1
+		_, below := bits.Sub64(u, f[base+half].first, 0)
+		base += half & int(below-1)
+		n -= half
+	}
+	c := 0
+	for _, e := range f[base+1 : base+n] {
+		_, below := bits.Sub64(u, e.first, 0)
+		c += int(below ^ 1)
+	}
+	return lo + base + c
+}
+
+// buildRadix fills radix and shift: radix[k] is the last block whose
+// first id is <= firsts[0] + k<<shift, with about one slice of the id
+// range per block (4 bytes a block).
+func (p *packed) buildRadix() {
+	nb := len(p.idx)
+	if nb == 0 {
+		return
+	}
+	span := p.idx[nb-1].first - p.idx[0].first
+	p.shift = uint8(bits.Len64(span / uint64(nb)))
+	slices := int(span>>p.shift) + 1
+	p.radix = make([]uint32, slices+1)
+	b := 0
+	for k := range p.radix {
+		start := p.idx[0].first + uint64(k)<<p.shift
+		if k > 0 && uint64(k) > span>>p.shift {
+			start = math.MaxUint64 // past the last slice (and no overflow)
+		}
+		for b+1 < nb && p.idx[b+1].first <= start {
+			b++
+		}
+		p.radix[k] = uint32(b)
+	}
 }
 
 // maxID returns the largest id in p; p must not be empty.
 func (p *packed) maxID() uint64 {
-	b := len(p.firsts) - 1
-	l := p.blockLenOf(b)
+	e := p.idx[len(p.idx)-1]
+	l := lenOf(e.meta)
 	if l == 1 {
-		return p.firsts[b]
+		return e.first
 	}
-	m := p.meta[b]
-	idW := uint(m >> widthBits & widthMask)
-	return p.firsts[b] + bitpack.Bits(p.data, int(m>>offShift)+(l-2)*int(idW), idW, bitpack.LowMask(idW))
+	off, idW, cntW := int(e.meta>>offShift), uint(e.meta>>widthBits&widthMask), uint(e.meta&widthMask)
+	return e.first + bitpack.Bits(p.data, off+int(cntW)+(l-2)*int(idW+cntW), idW, bitpack.LowMask(idW))
 }
 
 // memoryBytes is the size of p's backing arrays.
 func (p *packed) memoryBytes() int64 {
-	return int64(cap(p.firsts)*8 + cap(p.meta)*8 + cap(p.data))
+	return int64(cap(p.idx)*16 + cap(p.data) + cap(p.radix)*4)
 }
 
 // packedIter walks a packed in id order, a block at a time.
 type packedIter struct {
 	p    *packed
 	b    int // next block to decode
-	ids  [blockLen]uint64
-	vals [blockLen]int64
+	ids  [maxBlockLen]uint64
+	vals [maxBlockLen]int64
 	i, l int // position in and length of the decoded block
 }
 
@@ -107,7 +178,7 @@ func (it *packedIter) init(p *packed) { *it = packedIter{p: p} }
 // peek returns the current entry, ok false at the end.
 func (it *packedIter) peek() (uint64, int64, bool) {
 	if it.i == it.l {
-		if it.b == len(it.p.firsts) {
+		if it.b == len(it.p.idx) {
 			return 0, 0, false
 		}
 		it.decode()
@@ -119,70 +190,70 @@ func (it *packedIter) next() { it.i++ }
 
 func (it *packedIter) decode() {
 	p, b := it.p, it.b
-	m := p.meta[b]
-	off, idW, cntW := int(m>>offShift), uint(m>>widthBits&widthMask), uint(m&widthMask)
-	l := p.blockLenOf(b)
-	first := p.firsts[b]
-	it.ids[0] = first
+	e := p.idx[b]
+	off, idW, cntW := int(e.meta>>offShift), uint(e.meta>>widthBits&widthMask), uint(e.meta&widthMask)
+	l := lenOf(e.meta)
 	idMask, cntMask := bitpack.LowMask(idW), bitpack.LowMask(cntW)
+	it.ids[0], it.vals[0] = e.first, int64(bitpack.Bits(p.data, off, cntW, cntMask))
+	off += int(cntW)
 	for j := 1; j < l; j++ {
-		it.ids[j] = first + bitpack.Bits(p.data, off+(j-1)*int(idW), idW, idMask)
-	}
-	off += (l - 1) * int(idW)
-	for j := range l {
-		it.vals[j] = int64(bitpack.Bits(p.data, off+j*int(cntW), cntW, cntMask))
+		it.ids[j] = e.first + bitpack.Bits(p.data, off, idW, idMask)
+		it.vals[j] = int64(bitpack.Bits(p.data, off+int(idW), cntW, cntMask))
+		off += int(idW + cntW)
 	}
 	it.b, it.i, it.l = b+1, 0, l
 }
 
 // builder packs entries given in strictly increasing id order.
 type builder struct {
-	firsts, meta []uint64
-	w            bitpack.Writer
-	bitOff       int
-	ids          [blockLen]uint64
-	vals         [blockLen]uint64
-	k, n         int
+	idx    []blockIdx
+	w      bitpack.Writer
+	bitOff int
+	ids    [maxBlockLen]uint64
+	vals   [maxBlockLen]uint64
+	k, n   int
+	// idW and cntW are the widths of the block being filled (ids[:k]).
+	idW, cntW int
 }
 
 // newBuilder sizes the output for about n entries of about bytesPer
-// data bytes each, so that the build rarely regrows its slices.
-func newBuilder(n int, bytesPer float64) *builder {
-	blocks := n/blockLen + 1
+// data bytes each and blocks of about perBlock users, so that the build
+// rarely regrows its slices.
+func newBuilder(n int, bytesPer, perBlock float64) *builder {
 	return &builder{
-		firsts: make([]uint64, 0, blocks),
-		meta:   make([]uint64, 0, blocks),
-		w:      bitpack.Writer{Buf: make([]byte, 0, int(float64(n)*bytesPer)+64)},
+		idx: make([]blockIdx, 0, int(float64(n)/perBlock)+1),
+		w:   bitpack.Writer{Buf: make([]byte, 0, int(float64(n)*bytesPer)+64)},
 	}
 }
 
 func (bd *builder) add(id uint64, v int64) {
+	if k := bd.k; k > 0 {
+		idW := bits.Len64(id - bd.ids[0]) // ids ascend: the block's widest
+		cntW := max(bd.cntW, bits.Len64(uint64(v)))
+		if k == maxBlockLen || k >= minBlockLen && cntW+k*(idW+cntW) > maxBlockBits {
+			bd.flushBlock()
+		} else {
+			bd.idW, bd.cntW = idW, cntW
+		}
+	}
+	if bd.k == 0 {
+		bd.idW, bd.cntW = 0, bits.Len64(uint64(v))
+	}
 	bd.ids[bd.k], bd.vals[bd.k] = id, uint64(v)
 	bd.k++
-	if bd.k == blockLen {
-		bd.flushBlock()
-	}
 }
 
 func (bd *builder) flushBlock() {
-	k := bd.k
+	k, idW, cntW := bd.k, bd.idW, bd.cntW
 	if k == 0 {
 		return
 	}
 	first := bd.ids[0]
-	idW := bits.Len64(bd.ids[k-1] - first)
-	var all uint64
-	for _, v := range bd.vals[:k] {
-		all |= v
-	}
-	cntW := bits.Len64(all)
-	bd.firsts = append(bd.firsts, first)
-	bd.meta = append(bd.meta, uint64(bd.bitOff)<<offShift|uint64(idW)<<widthBits|uint64(cntW))
-	for _, id := range bd.ids[1:k] {
-		bd.w.Put(id-first, idW)
-	}
-	for _, v := range bd.vals[:k] {
-		bd.w.Put(v, cntW)
+	bd.idx = append(bd.idx, blockIdx{first, uint64(bd.bitOff)<<offShift | uint64(k-1)<<lenShift | uint64(idW)<<widthBits | uint64(cntW)})
+	bd.w.Put(bd.vals[0], cntW)
+	for j := 1; j < k; j++ {
+		bd.w.Put(bd.ids[j]-first, idW)
+		bd.w.Put(bd.vals[j], cntW)
 	}
 	bd.bitOff += (k-1)*idW + k*cntW
 	bd.n += k
@@ -204,12 +275,11 @@ func (bd *builder) finish() *packed {
 		data = d
 	}
 	clear(data[len(data):need]) // Get reads the slack; keep it defined
-	return &packed{firsts: trim(bd.firsts), meta: trim(bd.meta), data: data, n: bd.n}
-}
-
-func trim(s []uint64) []uint64 {
-	if cap(s)-len(s) <= len(s)/16 {
-		return s
+	idx := bd.idx
+	if cap(idx)-len(idx) > len(idx)/16 {
+		idx = append([]blockIdx(nil), idx...)
 	}
-	return append([]uint64(nil), s...)
+	p := &packed{idx: idx, data: data, n: bd.n}
+	p.buildRadix()
+	return p
 }
