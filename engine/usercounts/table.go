@@ -238,12 +238,11 @@ func merge(p *packed, frozen, live []entry, fn func(u uint64, v int64) bool) {
 
 // fold returns p overlaid with frozen and live as a new packed part.
 func fold(p *packed, frozen, live []entry) *packed {
-	bytesPer, perBlock := 3.0, 60.0
+	perLine := 20.0
 	if p.n > 0 {
-		bytesPer = float64(len(p.data))/float64(p.n) + 0.1
-		perBlock = float64(p.n) / float64(len(p.idx)) * 0.95
+		perLine = float64(p.n) / float64(len(p.firsts)) * 0.95
 	}
-	bd := newBuilder(p.n+len(frozen)+len(live), bytesPer, perBlock)
+	bd := newBuilder(p.n+len(frozen)+len(live), perLine)
 	merge(p, frozen, live, func(u uint64, v int64) bool {
 		bd.add(u, v)
 		return true
