@@ -43,13 +43,13 @@ const (
 	pacingHeap = "heap"
 )
 
-// defaultMinHeadroom is -gc-min-headroom's default. Measured on 10M posts
-// with authors under a saturating page load (bench/memory): 32 MiB held
-// RSS at 1.43–1.51× the live heap for 1–2.5% of the CPU in the GC; 16 MiB
-// gave 1.34–1.36× for 3.4–5%, 8 MiB 1.32× for 7.7% (the rest of RSS is the
-// runtime and the binary). And a server whose heap is below it paces as
+// defaultMinHeadroom is -gc-min-headroom's default. Each halving of it
+// roughly doubles the GC's CPU and takes ~1 B/post off RSS under load on
+// 10M posts with authors (bench/memory, README "Memory an operator
+// sees"): since the page path stopped copying responses, 16 MiB costs
+// about 1% of the server's CPU. A server whose heap is below it paces as
 // Go does by default.
-const defaultMinHeadroom = 32 << 20
+const defaultMinHeadroom = 16 << 20
 
 // minMemoryLimit is the smallest -memory-limit accepted: below it the GC
 // would run continuously on any real data set.
@@ -69,7 +69,7 @@ func (m *memorySettings) register(fs *flag.FlagSet) {
 	m.minHeadroom = defaultMinHeadroom
 	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and three times -memory-budget")
 	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
-	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB)")
+	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB; more headroom, fewer collections, more RSS)")
 	fs.DurationVar(&m.idleRelease, "gc-idle-release", defaultIdleRelease, "how often to check whether the process went quiet (allocated less than a quarter of the free heap it keeps, and that free heap is at least 4MiB); when it has, collect and return the free heap to the OS, so an idle server's RSS comes down to its live heap (0: never; the runtime then returns it only above the pacing's goal)")
 }
 
