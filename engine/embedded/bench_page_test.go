@@ -41,6 +41,7 @@ func BenchmarkEnginePage(b *testing.B) {
 	g := datagen.New(datagen.Config{N: n, Seed: 1})
 	a := datagen.NewAuthors(datagen.AuthorConfig{Seed: 1})
 	var ids []engine.PostID
+	var someAuthors []engine.UserID // every 97th row's author: popular authors come up often
 	rows := make([]engine.ImportRow, 0, MaxImportBatch)
 	flush := func() {
 		if err := e.Import(bg, rows); err != nil {
@@ -54,7 +55,11 @@ func BenchmarkEnginePage(b *testing.B) {
 			break
 		}
 		ids = append(ids, engine.PostID(id))
-		rows = append(rows, engine.ImportRow{Post: engine.PostID(id), Author: a.Next(), Counts: c})
+		author := a.Next()
+		if len(ids)%97 == 0 {
+			someAuthors = append(someAuthors, author)
+		}
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(id), Author: author, Counts: c})
 		if len(rows) == cap(rows) {
 			flush()
 		}
@@ -97,6 +102,38 @@ func BenchmarkEnginePage(b *testing.B) {
 			b.ReportMetric(heap/float64(n), "heap_B/post")
 			b.ReportMetric(table/float64(n), "table_B/post")
 			b.ReportMetric(authors/float64(n), "authors_B/post")
+		})
+	}
+	// A badge poll reads each followee's post count (the feed's unread).
+	// Viewers follow k distinct authors of the set each, 200k follows in
+	// all, and are polled in turn, so that the polls do not find the
+	// same few cache lines warm.
+	for _, k := range []int{100, 500} {
+		viewers := make([]engine.UserID, 200_000/k)
+		next := 0
+		for v := range viewers {
+			viewers[v] = engine.UserID(1<<40 + k<<20 + v)
+			seen := map[engine.UserID]bool{}
+			for len(seen) < k {
+				t := someAuthors[next%len(someAuthors)]
+				next += 7919
+				if !seen[t] {
+					seen[t] = true
+					if err := e.Follow(bg, viewers[v], t); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		e.maintain()
+		b.Run(fmt.Sprintf("unread/followees=%d/posts=%d", k, n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if _, err := e.Unread(bg, viewers[i%len(viewers)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
 		})
 	}
 }
