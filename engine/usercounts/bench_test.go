@@ -212,6 +212,47 @@ func BenchmarkGet(b *testing.B) {
 	}
 }
 
+// BenchmarkGetPaired times the packed table (after Compact) and the hash
+// table in alternating runs of 65536 lookups each, so that both see the
+// same load of a shared machine, and reports each one's ns per Get and
+// their ratio (packed/hash).
+func BenchmarkGetPaired(b *testing.B) {
+	sets := loadBenchSets(b)
+	for _, name := range setNames {
+		s := sets[name]
+		p, h := s.packedTable(), s.hashTable()
+		for _, access := range []string{"random", "poll100"} {
+			q := s.queries(1<<20, access == "poll100")
+			b.Run(name+"/"+access, func(b *testing.B) {
+				const chunk = 1 << 16
+				var tp, th time.Duration
+				var sum int64
+				i := 0
+				for b.Loop() {
+					start := time.Now()
+					for j := range chunk {
+						v, _ := p.Get(q[(i+j)&(len(q)-1)])
+						sum += v
+					}
+					mid := time.Now()
+					for j := range chunk {
+						v, _ := h.Get(q[(i+j)&(len(q)-1)])
+						sum += v
+					}
+					tp, th = tp+mid.Sub(start), th+time.Since(mid)
+					i += chunk
+				}
+				sink = sum
+				gets := float64(b.N) * chunk
+				b.ReportMetric(float64(tp.Nanoseconds())/gets, "packed-ns/get")
+				b.ReportMetric(float64(th.Nanoseconds())/gets, "hash-ns/get")
+				b.ReportMetric(float64(tp)/float64(th), "packed/hash")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
 func benchGet(b *testing.B, q []uint64, get func(uint64) (int64, bool), mem int64, users int) {
 	var sum int64
 	i := 0

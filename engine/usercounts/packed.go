@@ -33,6 +33,9 @@ const (
 	firstCount = hdrBits // bit offset of the first user's count
 )
 
+// searchCount is the most records the search of a line compares at once.
+var searchCount uint = 16
+
 // packed is the folded part of a Table: users in increasing id order in
 // lines (see lineWords); line b holds the users from firsts[b] up to
 // firsts[b+1]. A packed is never modified once built: a fold job reads
@@ -101,13 +104,21 @@ func (p *packed) get(u uint64) (int64, bool) {
 	rw := idW + cntW
 	off := firstCount + cntW
 	idMask := bitpack.LowMask(idW)
+	// Halving steps wait on each other; the count that ends the search
+	// makes independent compares, which the CPU runs side by side.
 	base, n := uint(0), uint(l-1)
-	for n > 1 {
+	for n > searchCount {
 		half := n >> 1
 		_, below := bits.Sub64(x, field(line, off+(base+half)*rw, idMask), 0)
 		base += half & uint(below-1)
 		n -= half
 	}
+	c := uint(0)
+	for j := base + 1; j < base+n; j++ {
+		_, below := bits.Sub64(x, field(line, off+j*rw, idMask), 0)
+		c += uint(below ^ 1)
+	}
+	base += c
 	if n == 0 || field(line, off+base*rw, idMask) != x {
 		return 0, false
 	}

@@ -133,7 +133,7 @@ func (t *Table) store(u uint64, v int64) {
 			// u falls between two tail users: it is in no layer (the
 			// tail's promise), and goes to m once the tail starts above it.
 			o.spillTail(i)
-			o.m.Put(u, v)
+			o.put(u, v)
 			t.n++
 		}
 		return
@@ -154,7 +154,7 @@ func (t *Table) store(u uint64, v int64) {
 	if _, ok := t.below(u); !ok {
 		t.n++
 	}
-	o.m.Put(u, v)
+	o.put(u, v)
 }
 
 // Delete removes u's entry, if any.
@@ -182,7 +182,7 @@ func (t *Table) Delete(u uint64) {
 		return
 	}
 	if _, below := t.below(u); below {
-		o.m.Put(u, tombstone)
+		o.put(u, tombstone)
 		t.n--
 	}
 }
