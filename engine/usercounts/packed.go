@@ -30,7 +30,7 @@ const (
 	cntWMask   = 63
 	lenShift   = 13
 	lenMask    = maxBlockLen - 1
-	firstCount = hdrBits // bit offset of the first user's count
+	firstCount = 64 + hdrBits // bit offset of the first user's count
 )
 
 // searchCount is the most records the search of a line compares at once.
@@ -77,18 +77,18 @@ func (p *packed) line(b int) *[lineWords]uint64 {
 
 // header returns a line's id width, count width and length.
 func header(line *[lineWords]uint64) (idW, cntW uint, l int) {
-	h := line[0]
+	h := line[1]
 	return uint(h & idWMask), uint(h >> cntWShift & cntWMask), int(h>>lenShift&lenMask) + 1
 }
 
 // get returns u's count and whether u is in p.
 func (p *packed) get(u uint64) (int64, bool) {
-	b := p.block(u)
+	b, first := p.block(u)
 	if b < 0 {
 		return 0, false
 	}
-	x := u - p.firsts[b]
 	line := p.line(b)
+	x := u - first
 	idW, cntW, l := header(line)
 	cntMask := bitpack.LowMask(cntW)
 	if x == 0 {
@@ -125,18 +125,29 @@ func (p *packed) get(u uint64) (int64, bool) {
 	return int64(field(line, off+base*rw+idW, cntMask)), true
 }
 
-// block returns the line that would hold u, or -1 when u is below every
-// id. The radix array narrows the search to the lines that start in u's
-// slice of the id range (about two when ids spread evenly); a
-// branch-free search of their first ids does the rest.
-func (p *packed) block(u uint64) int {
+// block returns the line that would hold u and its first id, or -1 when
+// u is below every id. The radix array narrows it to the lines that start in u's slice of
+// the id range: with about one slice a line, that is one line (whose
+// first id is its first word: nothing else to load) or two (adjacent,
+// their first words both loaded, side by side, before either is
+// compared: a miss on each in turn cost two memory latencies). A slice with more, where ids
+// crowd, is searched in firsts, branch-free.
+func (p *packed) block(u uint64) (int, uint64) {
 	if len(p.firsts) == 0 || u < p.firsts[0] {
-		return -1
+		return -1, 0
 	}
 	k := (u - p.firsts[0]) >> p.shift
 	lo, hi := len(p.firsts)-1, len(p.firsts)-1
 	if k < uint64(len(p.radix)-1) {
 		lo, hi = int(p.radix[k]), int(p.radix[k+1])
+	}
+	switch hi - lo {
+	case 0:
+		return lo, p.lines[lo*lineWords]
+	case 1:
+		f0, f1 := p.lines[lo*lineWords], p.lines[hi*lineWords]
+		_, below := bits.Sub64(u, f1, 0)
+		return lo + int(below^1), f1 ^ (f0^f1)&-below
 	}
 	f := p.firsts[lo : hi+1]
 	base, n := 0, len(f)
@@ -151,19 +162,20 @@ func (p *packed) block(u uint64) int {
 		_, below := bits.Sub64(u, first, 0)
 		c += int(below ^ 1)
 	}
-	return lo + base + c
+	return lo + base + c, f[base+c]
 }
 
 // buildRadix fills radix and shift: radix[k] is the last line whose
-// first id is <= firsts[0] + k<<shift, with a slice of the id range per
-// two lines or so (2 bytes a line).
+// first id is <= firsts[0] + k<<shift, with one to two slices of the id
+// range a line (4 to 8 bytes a line): fewer sent a third of the lookups
+// of sparse ids to the search of firsts.
 func (p *packed) buildRadix() {
 	nb := len(p.firsts)
 	if nb == 0 {
 		return
 	}
 	span := p.firsts[nb-1] - p.firsts[0]
-	p.shift = uint8(min(63, bits.Len64(span/uint64(nb))+1))
+	p.shift = uint8(max(0, bits.Len64(span/uint64(nb))-1))
 	last := span >> p.shift
 	p.radix = make([]uint32, last+2)
 	b := 0
@@ -260,7 +272,7 @@ func (bd *builder) add(id uint64, v int64) {
 	if k := bd.k; k > 0 {
 		idW := bits.Len64(id - bd.ids[0]) // ids ascend: the line's widest
 		cntW := max(bd.cntW, bits.Len64(uint64(v)))
-		if k == maxBlockLen || hdrBits+cntW+k*(idW+cntW) > lineBits {
+		if k == maxBlockLen || firstCount+cntW+k*(idW+cntW) > lineBits {
 			bd.flushLine()
 		} else {
 			bd.idW, bd.cntW = idW, cntW
@@ -281,7 +293,8 @@ func (bd *builder) flushLine() {
 	first := bd.ids[0]
 	bd.firsts = append(bd.firsts, first)
 	var line [lineWords]uint64
-	line[0] = uint64(idW) | uint64(cntW)<<cntWShift | uint64(k-1)<<lenShift
+	line[0] = first
+	line[1] = uint64(idW) | uint64(cntW)<<cntWShift | uint64(k-1)<<lenShift
 	put(&line, firstCount, bd.vals[0], cntW)
 	off := firstCount + cntW
 	for j := 1; j < k; j++ {
