@@ -162,11 +162,14 @@
 // # Per-user records
 //
 // A user costs what they use: each kind of per-user state is a packed
-// table of its own keyed by the user (userKey, two 32-bit words, so that
-// slots are not padded), and a user is in a table only when they have that
-// state. An author with only posts has a post count (posted: a uint32 with
-// an escape past 2^32, 13 bytes a slot), a followed user a follower count
-// (followers, the same), a user who reads their badges a visit record
+// table of its own keyed by the user, and a user is in a table only when
+// they have that state. An author with only posts has a post count
+// (posted, an engine/usercounts table: sorted and bit-packed, a few bytes
+// a user, with a small hash overlay of recent changes that the
+// maintenance loop folds in like a tier's delta), a followed user a
+// follower count (followers, the same); the badge tables are
+// engine/table's open addressing keyed by userKey (two 32-bit words, so
+// that slots are not padded): a user who reads their badges a visit record
 // (seens: day and system cursor, 21 bytes a slot), a user with unread
 // counts a badge record (badges: 25 bytes a slot), a user who clicked the
 // red dot a click stamp (clicks: 17 bytes a slot). Snapshots keep the
@@ -221,7 +224,7 @@
 //	badges.go   unread badges, mark read, the red dot, system cursors and
 //	            notifications
 //	follows.go  follows, the feed snapshots, user profiles (posts, followers)
-//	usercounts.go  userKey and userCounts, the packed per-user counts
+//	userkey.go  userKey, the key of the per-user tables
 //	groups.go   groups, members, messages and read receipts
 //	idem.go     idempotency keys and their expiry queue
 //	events.go   subscribers and event delivery

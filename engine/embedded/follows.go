@@ -68,10 +68,10 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 	return out, nil
 }
 
-// A user's public counters are two userCounts: posted (post counts,
-// only for users who have posted) and followers; Following is not stored:
-// it is the length of the user's followee list. An author with only posts
-// costs one 13-byte slot of posted, nothing else.
+// A user's public counters are two usercounts.Tables: posted (post
+// counts, only for users who have posted) and followers; Following is not
+// stored: it is the length of the user's followee list. An author with
+// only posts costs one packed entry of posted (a few bytes), nothing else.
 
 // addPosts adds d > 0 to u's post count.
 func (st *state) addPosts(u uint64, d int64) {
@@ -179,6 +179,10 @@ func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	if err != nil {
 		return err
 	}
+	// The counts went to the overlays; packed, they cost a few bytes a
+	// user instead of a hash slot each, without waiting for maintenance.
+	st.posted.Compact()
+	st.followers.Compact()
 	return checkLen(sr, n)
 }
 

@@ -289,7 +289,7 @@ func (e *Engine) Stats() engine.Stats {
 	defer e.mu.RUnlock()
 	st := e.st
 	mem := int(st.posts.MemoryBytes()+st.likes.MemoryBytes()+st.favs.MemoryBytes()) +
-		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + st.posted.MemoryBytes() + st.followers.MemoryBytes() + st.groups.MemoryBytes() + st.members.MemoryBytes() +
+		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + int(st.posted.MemoryBytes()+st.followers.MemoryBytes()) + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
 	mem += st.follows.MemoryBytes() + st.rcBytes
@@ -377,6 +377,8 @@ func (e *Engine) maintain() {
 	e.runTier("post table", func() tier.Maintainer { return e.st.posts })
 	e.runTier("like set", func() tier.Maintainer { return e.st.likes })
 	e.runTier("favorite set", func() tier.Maintainer { return e.st.favs })
+	e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted })
+	e.runTier("follower counts", func() tier.Maintainer { return e.st.followers })
 }
 
 // runTier runs a tier's jobs until none is due (or one fails, to be

@@ -10,6 +10,7 @@ import (
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/table"
 	"github.com/tally-dev/tally/engine/tier"
+	"github.com/tally-dev/tally/engine/usercounts"
 )
 
 // pair keys the (user, post) like and favorite sets and the (group, user)
@@ -42,8 +43,8 @@ type state struct {
 	// posted; followers each followed user's follower count, held for
 	// users ever followed (0 after unfollows only when the user has no
 	// other public counter, so that they stay known).
-	posted    userCounts
-	followers userCounts
+	posted    *usercounts.Table
+	followers *usercounts.Table
 	// follows is each viewer's followee list with the followee's post
 	// count when the viewer last caught up (the feed snapshot): packed,
 	// pointer-free (engine/follows).
@@ -88,8 +89,8 @@ func newState(tc tables) *state {
 		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
-		posted:    newUserCounts(1024),
-		followers: newUserCounts(8),
+		posted:    usercounts.New(1024),
+		followers: usercounts.New(8),
 		follows:   follows.New(0),
 		groups:    table.New[uint64, uint32](hashU64, 64),
 		members:   table.New[pair, uint32](hashPair, 256),

@@ -13,6 +13,7 @@ import (
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/table"
+	"github.com/tally-dev/tally/engine/usercounts"
 )
 
 // The state as snapshot sections, version 1. Each section is a sequence
@@ -412,8 +413,8 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		seens:     table.New[userKey, seenRec](hashUserKey, 8),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
-		posted:    newUserCounts(items(tagProfiles)),
-		followers: newUserCounts(8),
+		posted:    usercounts.New(items(tagProfiles)),
+		followers: usercounts.New(8),
 		follows:   follows.New(items(tagFollows)),
 		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:   table.New[pair, uint32](hashPair, 256),

@@ -1,0 +1,173 @@
+package embedded
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
+	"github.com/tally-dev/tally/engine/snapshot"
+)
+
+// roundTrip writes st as a snapshot image and reads it back.
+func roundTrip(t *testing.T, st *state) *state {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := snapshot.NewWriter(&buf, 1)
+	ok(t, err)
+	ok(t, writeImage(w, &image{st: st, index: 1}, func() error { return nil }, nil))
+	_, err = w.Finish()
+	ok(t, err)
+	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
+	ok(t, err)
+	back, err := readImage(rd, false, tables{})
+	ok(t, err)
+	return back.st
+}
+
+// TestPublicCountersCostWhatIsUsed: an author with only posts holds one
+// posted entry and nothing else; a user followed and unfollowed keeps a
+// zero follower count only while nothing else keeps them known; the Users
+// statistic counts each user once; and a snapshot round trip gives the
+// same state, which goes on to count users as the live one does.
+func TestPublicCountersCostWhatIsUsed(t *testing.T) {
+	st := newState(tables{})
+	var tm int64
+	follow := func(v, u engine.UserID, undo bool) {
+		tm++
+		st.apply(&followRec{recHeader: recHeader{time: tm}, Follow: ops.Follow{Viewer: v, Target: u, Undo: undo}}, nil, false)
+	}
+	importAuthored(st, 3, func(i int) uint64 { return uint64(i%2) + 1 }) // authors 1 (2 posts) and 2
+	if st.posted.Len() != 2 || st.followers.Len() != 0 || st.userRecords() != 0 || st.nusers != 2 {
+		t.Fatalf("authors only: posted %d followers %d badge records %d users %d", st.posted.Len(), st.followers.Len(), st.userRecords(), st.nusers)
+	}
+	follow(3, 1, false) // 3 follows author 1
+	follow(3, 1, true)  // and stops: author 1 needs no follower entry
+	follow(3, 4, false) // 4 has no posts
+	follow(3, 4, true)  // 4 stays known by a zero follower count
+	if _, ok := st.followers.Get(1); ok {
+		t.Fatal("author 1 kept a zero follower count")
+	}
+	if n, ok := st.followers.Get(4); !ok || n != 0 {
+		t.Fatalf("user 4's follower count: %d, %v", n, ok)
+	}
+	if st.nusers != 4 {
+		t.Fatalf("users %d, want 4", st.nusers)
+	}
+	back := roundTrip(t, st)
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("round trip:\n%s", lineDiff(a, b))
+	}
+	// 4 now posts: the zero follower count gives way to a post count,
+	// on both states alike, and 4 is not counted again.
+	for _, s := range []*state{st, back} {
+		s.apply(&importRec{recHeader: recHeader{time: 100}, rows: []engine.ImportRow{{Post: 1<<50 + 99, Author: 4}}}, nil, false)
+		if _, ok := s.followers.Get(4); ok || s.postCount(4) != 1 || s.nusers != 4 {
+			t.Fatalf("after 4 posts: followers entry %v, posts %d, users %d", ok, s.postCount(4), s.nusers)
+		}
+	}
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("after the round trip:\n%s", lineDiff(a, b))
+	}
+}
+
+// TestBadgeRecordsCostWhatIsUsed: a user who only reads their badges has
+// a visit record and no badge record; a user who is only bumped has a
+// badge record and no visit record; a click is a click stamp alone; a badge read of a user with neither
+// leaves an empty visit record (the user is known); and a snapshot round
+// trip gives the same state and Users statistic.
+func TestBadgeRecordsCostWhatIsUsed(t *testing.T) {
+	st := newState(tables{})
+	st.apply(&touchRec{recHeader: recHeader{time: 1}, viewer: 1, reset: true, cursor: 3}, nil, false)
+	if _, ok := st.seens.Get(keyOf(1)); !ok || st.badges.Len() != 0 {
+		t.Fatalf("reader: visit record %v, %d badge records", ok, st.badges.Len())
+	}
+	st.bump(2, nLikes)
+	if _, ok := st.badges.Get(keyOf(2)); !ok || st.seens.Len() != 1 {
+		t.Fatalf("bumped: badge record %v, %d visit records", ok, st.seens.Len())
+	}
+	st.applyRead(ops.ReadMark{User: 3, Kind: engine.Likes})
+	if r, ok := st.seens.Get(keyOf(3)); !ok || r != (seenRec{}) || st.badges.Len() != 1 {
+		t.Fatalf("a read of nothing: %+v, %v; %d badge records", r, ok, st.badges.Len())
+	}
+	st.applyRead(ops.ReadMark{User: 1, Kind: engine.Likes}) // 1 is known by their visit
+	if _, ok := st.badges.Get(keyOf(1)); ok || st.seens.Len() != 2 {
+		t.Fatalf("a read of nothing gave a reader a record (%d visit records)", st.seens.Len())
+	}
+	st.setClick(4, 77)
+	if _, ok := st.clicks.Get(keyOf(4)); !ok || st.badges.Len() != 1 || st.seens.Len() != 2 {
+		t.Fatalf("a click: stamp %v, %d badge and %d visit records", ok, st.badges.Len(), st.seens.Len())
+	}
+	if st.nusers != 4 || st.userRecords() != 4 {
+		t.Fatalf("users %d, records %d; want 4", st.nusers, st.userRecords())
+	}
+	if v, _ := st.userView(1); v.cursor != 3 || v.flags != flagCursor || v.day != 0 {
+		t.Fatalf("reader's record: %+v", v)
+	}
+	back := roundTrip(t, st)
+	if a, b := st.dump(), back.dump(); a != b {
+		t.Fatalf("round trip:\n%s", lineDiff(a, b))
+	}
+}
+
+// userSection writes a snapshot holding one USER section of the given
+// items (user, then the eight fields as writeUsers masks them) and reads
+// it into a fresh state with readUsers.
+func userSection(t *testing.T, items ...[9]uint64) (*state, error) {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := snapshot.NewWriter(&buf, 1)
+	ok(t, err)
+	e := &enc{w: w}
+	w.Begin(tagUsers)
+	for _, it := range items {
+		e.start()
+		e.u(it[0])
+		e.masked(it[1:])
+		e.end()
+	}
+	w.End()
+	_, err = w.Finish()
+	ok(t, err)
+	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
+	ok(t, err)
+	sr, found := rd.Section(tagUsers)
+	if !found {
+		t.Fatal("no USER section")
+	}
+	st := newState(tables{})
+	return st, readUsers(sr, nil, st)
+}
+
+// TestReadUsersSplitsAndRejects: USER items land in the tables their
+// fields belong to, and fields no encoder writes (unknown flag bits, a day
+// that would collide with the cursor bit, a user listed twice) are
+// rejected as damage.
+func TestReadUsersSplitsAndRejects(t *testing.T) {
+	//                 user  men com lik msg click cursor day flags
+	st, err := userSection(t, [9]uint64{1, 0, 0, 5, 0, 0, 0, 0, 0},
+		[9]uint64{2, 0, 0, 0, 0, 0, 9, 20000, flagCursor},
+		[9]uint64{3, 0, 0, 0, 0, 123, 0, 0, 0},
+		[9]uint64{4},
+		[9]uint64{5, 1 << 33, 0, 0, 0, 7, 9, 20000, flagCursor})
+	ok(t, err)
+	if st.badges.Len() != 2 || st.seens.Len() != 3 || st.clicks.Len() != 2 || st.wide.Len() != 1 {
+		t.Fatalf("badges %d seens %d clicks %d wide %d", st.badges.Len(), st.seens.Len(), st.clicks.Len(), st.wide.Len())
+	}
+	if v, _ := st.userView(5); v.cursor != 9 || v.day != 20000 || v.flags != flagCursor || v.click != 7 || st.userFields(5, &v)[0] != 1<<33 {
+		t.Fatalf("user 5: %+v", v)
+	}
+	var ce *snapshot.CorruptError
+	for name, it := range map[string][9]uint64{
+		"flag bits":  {1, 0, 0, 0, 0, 0, 0, 0, 2},
+		"day bit 31": {1, 0, 0, 0, 0, 0, 0, seenCursor, 0},
+	} {
+		if _, err := userSection(t, it); !errors.As(err, &ce) {
+			t.Errorf("%s: %v, want a CorruptError", name, err)
+		}
+	}
+	if _, err := userSection(t, [9]uint64{1, 0, 0, 1}, [9]uint64{1, 0, 0, 0, 0, 0, 0, 3}); !errors.As(err, &ce) {
+		t.Errorf("a user twice: %v, want a CorruptError", err)
+	}
+}
