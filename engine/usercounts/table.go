@@ -24,6 +24,8 @@ package usercounts
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"time"
 
 	"github.com/tally-dev/tally/engine/tier"
@@ -47,12 +49,13 @@ type Table struct {
 
 var _ tier.Maintainer = (*Table)(nil)
 
-// New returns an empty table. capacityHint is accepted for the hash
-// table's signature: an empty packed part needs no room, and a load
-// (Set in increasing id order, then Compact) appends to a slice.
+// New returns an empty table. capacityHint, the users expected, sizes the
+// first overlay's tail: a load (Set in increasing id order, then Compact)
+// appends every user to it, and Compact drops it.
 func New(capacityHint int) *Table {
-	_ = capacityHint
-	return &Table{packed: emptyPacked, live: newOverlay(), minFold: 4096}
+	o := newOverlay()
+	o.tail = make([]entry, 0, min(max(capacityHint, 0), 1<<24))
+	return &Table{packed: emptyPacked, live: o, minFold: 4096}
 }
 
 // Get returns u's count and whether u has an entry.
@@ -117,6 +120,12 @@ func (t *Table) Set(u uint64, v int64) {
 // store makes v >= 0 u's count in the live overlay, keeping n.
 func (t *Table) store(u uint64, v int64) {
 	o := t.live
+	if n := len(o.tail); n > 0 && u > o.tail[n-1].id {
+		o.appendTail(u, v) // a load's every Set
+		t.n++
+		t.maxID = u
+		return
+	}
 	if o.inTail(u) {
 		i, found := o.tailIndex(u)
 		switch {
@@ -238,9 +247,23 @@ func merge(p *packed, frozen, live []entry, fn func(u uint64, v int64) bool) {
 
 // fold returns p overlaid with frozen and live as a new packed part.
 func fold(p *packed, frozen, live []entry) *packed {
-	perLine := 20.0
-	if p.n > 0 {
+	var perLine float64
+	switch n := len(frozen) + len(live); {
+	case p.n > 0:
 		perLine = float64(p.n) / float64(len(p.firsts)) * 0.95
+	case n > 1:
+		// A first fold (a load): a record takes about the bits of the
+		// mean gap between ids, plus some for the line's spread and
+		// the count.
+		lo, hi := uint64(math.MaxUint64), uint64(0)
+		for _, es := range [][]entry{frozen, live} {
+			if len(es) > 0 {
+				lo, hi = min(lo, es[0].id), max(hi, es[len(es)-1].id)
+			}
+		}
+		perLine = float64(lineBits-firstCount) / float64(bits.Len64((hi-lo)/uint64(n))+12)
+	default:
+		perLine = 1
 	}
 	bd := newBuilder(p.n+len(frozen)+len(live), perLine)
 	merge(p, frozen, live, func(u uint64, v int64) bool {
