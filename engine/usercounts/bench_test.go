@@ -318,19 +318,23 @@ func BenchmarkAdd(b *testing.B) {
 		b.Run(name+"/packed", func(b *testing.B) {
 			t := s.packedTable()
 			folds := 0
+			var folding time.Duration
 			i := 0
 			for b.Loop() {
 				t.Add(s.posts[i%len(s.posts)], 1)
 				i++
 				if i%4096 == 0 {
+					start := time.Now()
 					for _, j := range t.PlanWork(time.Now()) {
 						j.Run()
 						j.Finish()
 						folds++
 					}
+					folding += time.Since(start)
 				}
 			}
 			b.ReportMetric(float64(folds)/float64(b.N)*1e6, "folds/1M-adds")
+			b.ReportMetric(float64(folding.Nanoseconds())/float64(b.N), "fold-ns/add")
 		})
 		b.Run(name+"/hash", func(b *testing.B) {
 			h := s.hashTable()

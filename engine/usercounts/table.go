@@ -91,14 +91,34 @@ func (t *Table) Len() int { return t.n }
 // stored value would hide.
 func (t *Table) Add(u uint64, d int64) {
 	o := t.live
-	if !o.inTail(u) {
-		if p, ok := o.m.Ref(u); ok && *p >= 0 {
-			*p = checkedSum(u, *p, d)
+	if o.inTail(u) {
+		cur, _, _ := o.get(u)
+		t.store(u, checkedSum(u, cur, d))
+		return
+	}
+	if p, ok := o.m.Ref(u); ok {
+		if *p < 0 { // a tombstone: u has no count
+			*p = checkedSum(u, 0, d)
+			t.n++
 			return
 		}
+		*p = checkedSum(u, *p, d)
+		return
 	}
-	cur, _ := t.Get(u)
-	t.store(u, checkedSum(u, cur, d))
+	// One lookup below, whose answer says where the new entry goes.
+	cur, below := t.below(u)
+	v := checkedSum(u, cur, d)
+	switch {
+	case below:
+		o.put(u, v)
+	case !t.hasMax || u > t.maxID:
+		o.appendTail(u, v)
+		t.n++
+		t.maxID, t.hasMax = u, true
+	default:
+		o.put(u, v)
+		t.n++
+	}
 }
 
 func checkedSum(u uint64, cur, d int64) int64 {
@@ -266,11 +286,66 @@ func fold(p *packed, frozen, live []entry) *packed {
 		perLine = 1
 	}
 	bd := newBuilder(p.n+len(frozen)+len(live), perLine)
-	merge(p, frozen, live, func(u uint64, v int64) bool {
-		bd.add(u, v)
-		return true
-	})
+	// merge without its callback and per-entry peek: a fold's time is
+	// this loop's (and the overlay's sort).
+	up := overlaid(frozen, live)
+	var it packedIter
+	it.init(p)
+	j := 0
+	for it.b < len(p.firsts) {
+		it.decode()
+		for i, id := range it.ids[:it.l] {
+			for j < len(up) && up[j].id < id {
+				if up[j].v >= 0 {
+					bd.add(up[j].id, up[j].v)
+				}
+				j++
+			}
+			if j < len(up) && up[j].id == id {
+				if up[j].v >= 0 {
+					bd.add(id, up[j].v)
+				}
+				j++
+				continue
+			}
+			bd.add(id, it.vals[i])
+		}
+	}
+	for _, e := range up[j:] {
+		if e.v >= 0 {
+			bd.add(e.id, e.v)
+		}
+	}
 	return bd.finish()
+}
+
+// overlaid returns the entries of lower and upper (each in id order) in
+// id order, upper's winning a tie.
+func overlaid(lower, upper []entry) []entry {
+	if len(lower) == 0 {
+		return upper
+	}
+	if len(upper) == 0 {
+		return lower
+	}
+	out := make([]entry, 0, len(lower)+len(upper))
+	i, j := 0, 0
+	for i < len(lower) && j < len(upper) {
+		switch a, b := lower[i].id, upper[j].id; {
+		case a < b:
+			out = append(out, lower[i])
+			i++
+		case a > b:
+			out = append(out, upper[j])
+			j++
+		default:
+			out = append(out, upper[j])
+			i++
+			j++
+		}
+	}
+	out = append(out, lower[i:]...)
+	return append(out, upper[j:]...)
 }
 
 // MemoryBytes is the size of everything the table holds: the packed
