@@ -14,10 +14,10 @@ import (
 // parallel), where blocks of 64 users at any bit offset spanned two to
 // eight lines and a lookup waited on each line in turn (sparse 64-bit
 // ids measured 3x slower than the hash table that way). A line holds
-// a header, the first user's count, then a record per other user: id
-// minus the block's first id, at the block's id width, and count, at its
-// count width. The builder fills each line with as many users as fit,
-// up to maxBlockLen.
+// its first id (word 0), a header, the first user's count, then a record
+// per other user: id minus the first id, at the line's id width, and
+// count, at its count width. The builder fills each line with as many
+// users as fit, up to maxBlockLen.
 const (
 	lineWords   = 8
 	lineBits    = 64 * lineWords
