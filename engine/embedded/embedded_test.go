@@ -17,7 +17,6 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/ops"
-	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
@@ -760,18 +759,8 @@ func TestWideUnreadCounters(t *testing.T) {
 	if r.n[nLikes] != wideMark || st.wide.Len() != 1 {
 		t.Fatalf("the counter did not escape: %+v, %d wide", r, st.wide.Len())
 	}
-	im := &image{st: st, index: 1}
-	var buf bytes.Buffer
-	w, err := snapshot.NewWriter(&buf, 1)
-	ok(t, err)
-	ok(t, writeImage(w, im, func() error { return nil }, nil))
-	_, err = w.Finish()
-	ok(t, err)
-	rd, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
-	ok(t, err)
-	back, err := readImage(rd, false, tables{})
-	ok(t, err)
-	u2, _ := back.st.unread(u, 0, 1)
+	back := roundTrip(t, st)
+	u2, _ := back.unread(u, 0, 1)
 	if u2.Likes != wideMark+1 || u2.Mentions != 1 {
 		t.Fatalf("after a snapshot: %+v", u2)
 	}
