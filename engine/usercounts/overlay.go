@@ -58,6 +58,15 @@ func (o *overlay) mayHold(u uint64) bool {
 	return o.filter[i]&b == b
 }
 
+// ref returns a pointer to u's value (or tombstone) in m, valid until
+// the next put; the filter answers most misses.
+func (o *overlay) ref(u uint64) (*int64, bool) {
+	if o.m.Len() == 0 || !o.mayHold(u) {
+		return nil, false
+	}
+	return o.m.Ref(u)
+}
+
 // put stores u's value (or tombstone) in m.
 func (o *overlay) put(u uint64, v int64) {
 	o.m.Put(u, v)

@@ -101,7 +101,7 @@ func (t *Table) Add(u uint64, d int64) {
 		t.store(u, checkedSum(u, cur, d))
 		return
 	}
-	if p, ok := o.m.Ref(u); ok {
+	if p, ok := o.ref(u); ok {
 		if *p < 0 { // a tombstone: u has no count
 			*p = checkedSum(u, 0, d)
 			t.n++
@@ -172,7 +172,7 @@ func (t *Table) store(u uint64, v int64) {
 		}
 		return
 	}
-	if p, ok := o.m.Ref(u); ok {
+	if p, ok := o.ref(u); ok {
 		if *p < 0 {
 			t.n++
 		}
@@ -203,7 +203,7 @@ func (t *Table) Delete(u uint64) {
 		}
 		return
 	}
-	if p, ok := o.m.Ref(u); ok {
+	if p, ok := o.ref(u); ok {
 		if *p < 0 {
 			return
 		}
