@@ -32,8 +32,11 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
 	var posts []engine.PostID
-	// Posts 10 days old (cold), 2 hours old (sealed) and new (open).
-	for i, age := range []time.Duration{240 * time.Hour, 240*time.Hour + time.Minute, 2 * time.Hour, 0} {
+	// Posts 10 days old (cold), 2 hours old (sealed) and new (open). The
+	// two cold posts share their millisecond (their ids differ in the
+	// worker bits): a minute apart, they fell in two hour windows during
+	// the first minute of every hour.
+	for i, age := range []time.Duration{240 * time.Hour, 240 * time.Hour, 2 * time.Hour, 0} {
 		id := engine.PostID(snowflake.Make(now.Add(-age).UnixMilli(), uint64(i), 0))
 		if _, err := e.CreatePost(ctx, engine.UserID(100+i), id, ""); err != nil {
 			t.Fatal(err)
