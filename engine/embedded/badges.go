@@ -225,9 +225,11 @@ func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch
 	targets, snaps := st.follows.List(viewer)
 	var buf [128]int64 // most users follow fewer; more spill to the heap
 	posts := buf[:0]
-	for _, t := range targets {
-		posts = append(posts, st.postCount(t))
+	if len(targets) > len(buf) {
+		posts = make([]int64, 0, len(targets))
 	}
+	posts = posts[:len(targets)]
+	st.posted.GetMany(targets, posts)
 	f.FolloweePosts, f.Snapshots = posts, snaps
 	c, _ := st.clicks.Get(keyOf(viewer))
 	f.Push, f.Click = st.push, int64(unwords(c))

@@ -121,8 +121,30 @@ func (h *modelHarness) full(when string) {
 	for _, u := range want {
 		h.check(u, when)
 	}
+	h.checkMany(want, when)
 	if len(want) > 0 && h.tab.MemoryBytes() <= 0 {
 		h.t.Fatalf("%s: MemoryBytes = %d with %d users", when, h.tab.MemoryBytes(), len(want))
+	}
+}
+
+// checkMany compares GetMany with the model over users, each followed by
+// its successor (most of them without a count), in descending order
+// (GetMany must not lean on sorted input); call it holding mu.
+func (h *modelHarness) checkMany(users []uint64, when string) {
+	var qs []uint64
+	for i := len(users) - 1; i >= 0; i-- {
+		qs = append(qs, users[i], users[i]+1)
+	}
+	got := make([]int64, len(qs)+1)
+	got[len(qs)] = -7 // past len(us): left alone
+	h.tab.GetMany(qs, got)
+	for i, u := range qs {
+		if got[i] != h.model[u] {
+			h.t.Fatalf("%s: GetMany gave %d for %d (query %d of %d); model %d", when, got[i], u, i, len(qs), h.model[u])
+		}
+	}
+	if got[len(qs)] != -7 {
+		h.t.Fatalf("%s: GetMany wrote past its users", when)
 	}
 }
 
@@ -141,7 +163,8 @@ func (h *modelHarness) startReader(seed uint64) {
 			default:
 			}
 			h.mu.RLock()
-			for range 50 {
+			var qs [40]uint64
+			for i := range 50 {
 				u := rng.Uint64N(700)
 				if rng.IntN(2) == 0 {
 					u = pool[rng.IntN(len(pool))]
@@ -149,6 +172,14 @@ func (h *modelHarness) startReader(seed uint64) {
 				want, wantOK := h.model[u]
 				if got, ok := h.tab.Get(u); ok != wantOK || got != want {
 					h.t.Errorf("reader: Get(%d) = %d, %v; model %d, %v", u, got, ok, want, wantOK)
+				}
+				qs[i%len(qs)] = u
+			}
+			many := make([]int64, len(qs))
+			h.tab.GetMany(qs[:], many)
+			for i, u := range qs[:] {
+				if many[i] != h.model[u] {
+					h.t.Errorf("reader: GetMany gave %d for %d; model %d", many[i], u, h.model[u])
 				}
 			}
 			h.mu.RUnlock()
