@@ -103,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.repo, "repo", ".", "the repository's root, for building tally")
 	fs.IntVar(&c.sample, "verify", 2100, "posts verified exactly through GraphQL, spread evenly over the set")
 	fs.DurationVar(&c.settle, "settle", 10*time.Minute, "longest wait for the engine's tables to settle after the server starts")
-	fs.DurationVar(&c.afterGC, "after-gc", 5*time.Second, "wait between the forced GC and reading RSS (the runtime returns freed pages in the background)")
+	fs.DurationVar(&c.afterGC, "after-gc", 25*time.Second, "wait between the forced GC and reading RSS: the runtime returns freed pages in the background, and tally serve returns its free heap once quiet for a whole -gc-idle-release interval (10s), so the idle reading waits for two of them")
 	serveArgs := fs.String("serve-args", "", "extra flags for tally serve, space-separated (e.g. \"-memory-limit 300MiB\")")
 	env := fs.String("env", "", "extra environment for tally import and serve, comma-separated KEY=VALUE (e.g. GOGC=50)")
 	compare := fs.String("compare", "", "also measure a second server on a copy of the data, with these flags added (e.g. \"-gc-pacing heap\"); the load phase alternates between the two")
