@@ -294,3 +294,51 @@ func TestImportLeavesRedisSweepsToServers(t *testing.T) {
 		})
 	}
 }
+
+// TestImportNamesWhyRedisWentAway: when Redis goes away in the middle of
+// `tally import -redis`, the command fails saying how many rows were
+// imported and what Redis's error was, not only the client-facing "the
+// store is unavailable". The rows come through a FIFO, so Redis is
+// stopped between the first batch and the second.
+func TestImportNamesWhyRedisWentAway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	addr, stop := redistest.StartSingle(t)
+	defer stop()
+	fifo := filepath.Join(t.TempDir(), "rows.csv")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		defer w.Close()
+		fmt.Fprintf(w, "post_id,author_id,likes\n1589000000000000001,7,3\n")
+		rc := redis.NewClient(&redis.Options{Addr: addr})
+		defer rc.Close()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if n, _ := rc.DBSize(t.Context()).Result(); n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				wrote <- fmt.Errorf("the first row never reached Redis")
+				return
+			}
+		}
+		stop()
+		_, err = fmt.Fprintf(w, "1589000000000000002,8,4\n")
+		wrote <- err
+	}()
+	code, _, errs := runCLI(t, "import", "-redis", addr, "-batch", "1", fifo)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if code == 0 || !strings.Contains(errs, "import stopped after 1 rows: the store is unavailable (cause: ") {
+		t.Fatalf("exit %d; stderr:\n%s", code, errs)
+	}
+}

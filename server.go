@@ -594,7 +594,12 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return nil
 		}
 		if err := imp.Import(ctx, rows); err != nil {
-			return err
+			// Redis's errors reach clients as the bare ErrUnavailable;
+			// an operator needs what was behind it and how far it got.
+			if cause := redisstore.Cause(err); cause != err {
+				return fmt.Errorf("import stopped after %d rows: %w (cause: %v)", total, err, cause)
+			}
+			return fmt.Errorf("import stopped after %d rows: %w", total, err)
 		}
 		total += len(rows)
 		rows = rows[:0]
