@@ -1,6 +1,7 @@
 package usercounts
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -124,15 +125,7 @@ func loadBenchSets(b *testing.B) map[string]*benchSet {
 					ps = append(ps, pair{f(uint64(u)), n})
 				}
 			}
-			slices.SortFunc(ps, func(x, y pair) int {
-				if x.id < y.id {
-					return -1
-				}
-				if x.id > y.id {
-					return 1
-				}
-				return 0
-			})
+			slices.SortFunc(ps, func(x, y pair) int { return cmp.Compare(x.id, y.id) })
 			s := &benchSet{}
 			for _, p := range ps {
 				s.ids = append(s.ids, p.id)
