@@ -35,9 +35,9 @@ const (
 
 // searchCount is the most records the search of a line compares at once.
 // Each compare extracts a bit field, so past a handful they cost more than
-// the halving steps they replace, even though those wait on each other:
-// 8 read 10-20% faster than 16 (BenchmarkGetPaired, and badge polls in
-// engine/embedded's BenchmarkEnginePage).
+// the halving steps they replace, even though those wait on each other
+// (8 against 16: BenchmarkGetPaired, and badge polls in engine/embedded's
+// BenchmarkEnginePage).
 const searchCount = 8
 
 // packed is the folded part of a Table: users in increasing id order in

@@ -7,10 +7,9 @@
 // line holds its first id, its widths, and a record per user (id minus
 // the first id, and count, each at the line's own bit width), as many as
 // fit; a radix array over the id range finds a user's line, so a lookup
-// loads a radix entry and one line (packed.go says why). For the 10M-post
-// data set's 729k authors (ids under 2^20) that is 2.4 bytes a user,
-// where the hash table it replaces held 18.7; 10-digit ids take 4.5,
-// uniform 64-bit ids 9.3. Writes go to an overlay (a hash table with a
+// loads a radix entry and one line (packed.go says why): a few bytes a
+// user where a hash table slot took 17 at its load (README, "Per-user
+// records", has the figures). Writes go to an overlay (a hash table with a
 // Bloom filter in front, whose tombstones shadow deleted users, and a
 // sorted tail for users above all others, such as a snapshot load's) and
 // are folded into a new packed part by a job of the caller's maintenance
