@@ -70,7 +70,7 @@ func (m *memorySettings) register(fs *flag.FlagSet) {
 	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and three times -memory-budget")
 	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
 	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB; more headroom, fewer collections, more RSS)")
-	fs.DurationVar(&m.idleRelease, "gc-idle-release", defaultIdleRelease, "how often to check whether the process went quiet (allocated less than a quarter of the free heap it keeps, and that free heap is at least 4MiB); when it has, collect and return the free heap to the OS, so an idle server's RSS comes down to its live heap (0: never; the runtime then returns it only above the pacing's goal)")
+	fs.DurationVar(&m.idleRelease, "gc-idle-release", defaultIdleRelease, "how often to check whether the process went quiet (over the interval it allocated less than a quarter of the heap memory it could give back — free heap plus what it allocated since the last collection — and that is at least 4MiB); when it has, collect and return the free heap to the OS, so an idle server's RSS comes down to its live heap (0: never; the runtime then keeps the pacing's headroom)")
 }
 
 // limitFlag records that -memory-limit was given, so that GOMEMLIMIT is
@@ -164,26 +164,40 @@ const minIdleRelease = 4 << 20
 var idleReleases atomic.Uint64
 
 // shouldRelease decides, from what the process allocated over the last
-// interval and the free heap the runtime keeps, whether to collect and
-// return that free heap now. The free heap is the pacing's headroom: it
-// is kept because the next allocations would need it again. A process
-// that allocated less than a quarter of it over a whole interval will not
-// need it soon, and a collection costs what the GC scans (a few MiB: the
-// big tables hold no pointers), so returning it is cheap; under load the
-// allocations dwarf it and nothing is released.
-func shouldRelease(allocated, freeKept uint64) bool {
-	return freeKept >= minIdleRelease && allocated < freeKept/4
+// interval and the heap memory it could give back (the free heap the
+// runtime keeps plus what was allocated since the last collection, most
+// of it garbage by now), whether to collect and return it now. That
+// memory is the pacing's headroom: it is kept because the next
+// allocations would need it again. A process that allocated less than a
+// quarter of it over a whole interval will not need it soon, and a
+// collection costs what the GC scans (a few MiB: the big tables hold no
+// pointers), so returning it is cheap; under load the allocations dwarf
+// it and nothing is released.
+func shouldRelease(allocated, reclaimable uint64) bool {
+	return reclaimable >= minIdleRelease && allocated < reclaimable/4
 }
 
 // startIdleRelease checks every interval whether the process went quiet
-// (shouldRelease) and then runs debug.FreeOSMemory, once per quiet spell:
-// after a release the free heap kept is below minIdleRelease until
-// allocations resume.
+// (shouldRelease) and then runs debug.FreeOSMemory, which collects and
+// returns the free heap: once per quiet spell, since afterwards nothing
+// is reclaimable until allocations resume. Without it an idle server
+// keeps its last garbage until Go's periodic collection (2 min) and the
+// free heap within the pacing's goal for good.
 func startIdleRelease(every time.Duration) (stop func()) {
-	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
-	read := func() (allocs, free uint64) {
+	samples := []metrics.Sample{
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: mHeapLive},
+	}
+	read := func() (allocs, reclaimable uint64) {
 		metrics.Read(samples)
-		return samples[0].Value.Uint64(), samples[1].Value.Uint64()
+		v := func(i int) uint64 { return samples[i].Value.Uint64() }
+		reclaimable = v(1)
+		if objects, live := v(2), v(3); objects > live {
+			reclaimable += objects - live
+		}
+		return v(0), reclaimable
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -198,8 +212,8 @@ func startIdleRelease(every time.Duration) (stop func()) {
 				return
 			case <-tick.C:
 			}
-			allocs, free := read()
-			if shouldRelease(allocs-last, free) {
+			allocs, reclaimable := read()
+			if shouldRelease(allocs-last, reclaimable) {
 				debug.FreeOSMemory()
 				idleReleases.Add(1)
 				allocs, _ = read()

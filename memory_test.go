@@ -243,7 +243,7 @@ func TestShouldRelease(t *testing.T) {
 		allocated, free uint64
 		want            bool
 	}{
-		{"quiet with much free heap", 0, 32 * mib, true},
+		{"quiet with much free heap or garbage", 0, 32 * mib, true},
 		{"a trickle of polls", 1 * mib, 20 * mib, true},
 		{"allocating a quarter of it", 5 * mib, 20 * mib, false},
 		{"under load", 900 * mib, 30 * mib, false},
@@ -289,6 +289,50 @@ func TestIdleReleaseReturnsFreeHeap(t *testing.T) {
 	if n := idleReleases.Load() - before; n != 1 {
 		t.Errorf("%d releases in one quiet spell; want 1", n)
 	}
+}
+
+// TestIdleReleaseCollectsLastGarbage: what a server allocated just before
+// it went quiet is garbage no collection has found yet (none is due
+// within the headroom); the releaser collects it and returns its memory
+// instead of leaving it resident until Go's periodic collection.
+func TestIdleReleaseCollectsLastGarbage(t *testing.T) {
+	base := debug.SetGCPercent(-1) // no collection but the releaser's
+	defer debug.SetGCPercent(base)
+	runtime.GC()
+	var sink [][]byte
+	for range 64 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	runtime.KeepAlive(sink)
+	sink = nil
+	if g := heapObjects(); g < 64*mib {
+		t.Fatalf("heap objects %d after allocating 64 MiB with collections off", g)
+	}
+	before := idleReleases.Load()
+	stop := startIdleRelease(20 * time.Millisecond)
+	defer stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for heapObjects() >= 32*mib && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := heapObjects(); g >= 32*mib {
+		t.Fatalf("heap objects %d after 10 s quiet; want the 64 MiB of garbage collected", g)
+	}
+	if idleReleases.Load() == before {
+		t.Error("no release counted")
+	}
+	for heapFree() >= minIdleRelease && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if free := heapFree(); free >= minIdleRelease {
+		t.Errorf("free heap %d kept after the collection; want it returned", free)
+	}
+}
+
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 func heapFree() uint64 {
