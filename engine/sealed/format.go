@@ -94,10 +94,11 @@ func AppendIndexFooter(dst, index []byte, indexOffset, posts, minID, maxID uint6
 		MaxID:       maxID,
 		IndexCRC:    crc32.Checksum(index, castagnoli),
 	}
-	return f.append(append(dst, index...), version)
+	return f.AppendTo(append(dst, index...), version)
 }
 
-func (f *Footer) append(dst []byte, version uint32) []byte {
+// AppendTo appends the footer to dst with version in its version field.
+func (f *Footer) AppendTo(dst []byte, version uint32) []byte {
 	start := len(dst)
 	dst = le.AppendUint64(dst, f.IndexOffset)
 	dst = le.AppendUint64(dst, f.Blocks)
@@ -119,6 +120,14 @@ func ParseFooter(b []byte, size int64) (Footer, error) {
 // ParseFooterVersion is ParseFooter for a footer whose version field must
 // be version: engine/tier's windows.
 func ParseFooterVersion(b []byte, size int64, version uint32) (Footer, error) {
+	return ParseFooterOf(b, size, version, IndexEntrySize, MaxBlockPosts)
+}
+
+// ParseFooterOf is ParseFooterVersion for a window of this layout whose
+// index entries are entrySize bytes and whose blocks hold at most
+// perBlock records (engine/tier's like sets: a record is a (post, user)
+// pair, Posts counts pairs, MinID and MaxID are posts).
+func ParseFooterOf(b []byte, size int64, version uint32, entrySize, perBlock uint64) (Footer, error) {
 	var f Footer
 	fo := size - FooterSize
 	if len(b) != FooterSize || size < HeaderSize+FooterSize {
@@ -145,10 +154,10 @@ func ParseFooterVersion(b []byte, size int64, version uint32) (Footer, error) {
 	switch {
 	case f.IndexOffset < HeaderSize || f.IndexOffset > uint64(size)-FooterSize:
 		return f, corrupt(fo, "index offset %d outside the window", f.IndexOffset)
-	case f.Blocks > idxLen/IndexEntrySize || idxLen != f.Blocks*IndexEntrySize:
+	case f.Blocks > idxLen/entrySize || idxLen != f.Blocks*entrySize:
 		return f, corrupt(fo, "index of %d bytes for %d blocks", idxLen, f.Blocks)
-	case f.Posts < f.Blocks || f.Posts > f.Blocks*MaxBlockPosts:
-		return f, corrupt(fo, "%d posts in %d blocks", f.Posts, f.Blocks)
+	case f.Posts < f.Blocks || f.Posts > f.Blocks*perBlock:
+		return f, corrupt(fo, "%d records in %d blocks", f.Posts, f.Blocks)
 	case f.Blocks == 0 && (f.IndexOffset != HeaderSize || f.MinID != 0 || f.MaxID != 0):
 		return f, corrupt(fo, "empty window with blocks or ids")
 	case f.MinID > f.MaxID:

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine/cold"
+	"github.com/tally-dev/tally/engine/sealed"
 )
 
 // The window image of a set: the bytes of a sealed set window, the same
@@ -26,64 +27,21 @@ import (
 // A block holds 1..1024 pairs (512 when written) in (post, user) order;
 // the post keys of its blocks are the posts' ids. The index entry is 24
 // bytes, not the post table's 16: a hot post's likers span several
-// blocks, so a block is found by its first pair, not its first id.
+// blocks, so a block is found by its first pair, not its first id. The
+// footer is the post table's, engine/sealed's layout: written by
+// sealed.Footer.AppendTo and checked by sealed.ParseFooterOf, its record
+// count the pairs and its min and max ids the posts.
 
 // setShape is a set window's shape in the header: no columns.
 var setShape = shape{}
 
 const pairEntrySize = 24
 
-// setFooter is a set window's decoded footer.
-type setFooter struct {
-	indexOffset, blocks, pairs, minPost, maxPost uint64
-	indexCRC                                     uint32
-}
-
-func appendSetFooter(dst []byte, f setFooter) []byte {
-	start := len(dst)
-	dst = le.AppendUint64(dst, f.indexOffset)
-	dst = le.AppendUint64(dst, f.blocks)
-	dst = le.AppendUint64(dst, f.pairs)
-	dst = le.AppendUint64(dst, f.minPost)
-	dst = le.AppendUint64(dst, f.maxPost)
-	dst = le.AppendUint32(dst, f.indexCRC)
-	dst = le.AppendUint32(dst, windowVersion)
-	dst = le.AppendUint32(dst, 0)
-	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
-}
-
 // parseSetFooter decodes and checks the footer b of a set window of size
-// bytes: its checksum and that the regions it declares tile the window.
-func parseSetFooter(b []byte, size int64) (setFooter, error) {
-	var f setFooter
-	fo := size - footerSize
-	if len(b) != footerSize || size < headerSize+footerSize {
-		return f, corruptAt("", 0, "%d bytes is too short for a window", size)
-	}
-	if got, want := crc32.Checksum(b[:52], castagnoli), le.Uint32(b[52:]); got != want {
-		return f, corruptAt("", fo, "footer checksum mismatch (computed %08x, stored %08x)", got, want)
-	}
-	if v := le.Uint32(b[44:]); v != windowVersion {
-		return f, corruptAt("", fo+44, "footer format version %d, this build reads %d", v, windowVersion)
-	}
-	if le.Uint32(b[48:]) != 0 {
-		return f, corruptAt("", fo+48, "reserved footer bytes are not zero")
-	}
-	f = setFooter{le.Uint64(b), le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[32:]), le.Uint32(b[40:])}
-	idxLen := uint64(size) - footerSize - f.indexOffset
-	switch {
-	case f.indexOffset < headerSize || f.indexOffset > uint64(size)-footerSize:
-		return f, corruptAt("", fo, "index offset %d outside the window", f.indexOffset)
-	case f.blocks > idxLen/pairEntrySize || idxLen != f.blocks*pairEntrySize:
-		return f, corruptAt("", fo, "index of %d bytes for %d blocks", idxLen, f.blocks)
-	case f.pairs < f.blocks || f.pairs > f.blocks*maxBlockPairs:
-		return f, corruptAt("", fo, "%d pairs in %d blocks", f.pairs, f.blocks)
-	case f.blocks == 0 && (f.indexOffset != headerSize || f.minPost != 0 || f.maxPost != 0):
-		return f, corruptAt("", fo, "empty window with blocks or posts")
-	case f.minPost > f.maxPost:
-		return f, corruptAt("", fo, "min post %d above max post %d", f.minPost, f.maxPost)
-	}
-	return f, nil
+// bytes: sealed's footer, whose Posts count the window's pairs and whose
+// MinID and MaxID are its first and last posts.
+func parseSetFooter(b []byte, size int64) (sealed.Footer, error) {
+	return parseFooterOf(b, size, pairEntrySize, maxBlockPairs)
 }
 
 // pairIndex is a set window's block index, kept in its encoded form and
@@ -99,33 +57,33 @@ type pairIndex struct {
 // newPairIndex checks the index bytes raw against footer f: its checksum,
 // block offsets that increase, first pairs that increase within the
 // footer's posts. The result aliases raw.
-func newPairIndex(f setFooter, raw []byte) (pairIndex, error) {
+func newPairIndex(f sealed.Footer, raw []byte) (pairIndex, error) {
 	var x pairIndex
-	if uint64(len(raw)) != f.blocks*pairEntrySize {
-		return x, corruptAt("", int64(f.indexOffset), "index is %d bytes, footer says %d blocks", len(raw), f.blocks)
+	if uint64(len(raw)) != f.Blocks*pairEntrySize {
+		return x, corruptAt("", int64(f.IndexOffset), "index is %d bytes, footer says %d blocks", len(raw), f.Blocks)
 	}
-	if got := crc32.Checksum(raw, castagnoli); got != f.indexCRC {
-		return x, corruptAt("", int64(f.indexOffset), "index checksum mismatch (computed %08x, stored %08x)", got, f.indexCRC)
+	if got := crc32.Checksum(raw, castagnoli); got != f.IndexCRC {
+		return x, corruptAt("", int64(f.IndexOffset), "index checksum mismatch (computed %08x, stored %08x)", got, f.IndexCRC)
 	}
-	x = pairIndex{raw: raw, blocks: int(f.blocks), pairs: int(f.pairs), minPost: f.minPost, maxPost: f.maxPost, end: f.indexOffset}
+	x = pairIndex{raw: raw, blocks: int(f.Blocks), pairs: int(f.Posts), minPost: f.MinID, maxPost: f.MaxID, end: f.IndexOffset}
 	var pp, pu, poff uint64
 	for i := range x.blocks {
 		post, user, off := x.entry(i)
-		at := int64(f.indexOffset) + int64(i)*pairEntrySize
+		at := int64(f.IndexOffset) + int64(i)*pairEntrySize
 		switch {
-		case i == 0 && (off != headerSize || post != f.minPost):
-			return x, corruptAt("", at, "first block at %d with post %d, want %d and %d", off, post, headerSize, f.minPost)
+		case i == 0 && (off != headerSize || post != f.MinID):
+			return x, corruptAt("", at, "first block at %d with post %d, want %d and %d", off, post, headerSize, f.MinID)
 		case i > 0 && off <= poff+4:
 			return x, corruptAt("", at, "block %d at offset %d, previous at %d", i, off, poff)
 		case i > 0 && (post < pp || post == pp && user <= pu):
 			return x, corruptAt("", at, "block %d's first pair not above block %d's", i, i-1)
-		case post > f.maxPost:
-			return x, corruptAt("", at, "block %d first post %d above the max post %d", i, post, f.maxPost)
+		case post > f.MaxID:
+			return x, corruptAt("", at, "block %d first post %d above the max post %d", i, post, f.MaxID)
 		}
 		pp, pu, poff = post, user, off
 	}
 	if x.blocks > 0 && x.end <= poff+4 {
-		return x, corruptAt("", int64(f.indexOffset), "last block ends before it starts")
+		return x, corruptAt("", int64(f.IndexOffset), "last block ends before it starts")
 	}
 	return x, nil
 }
@@ -242,11 +200,11 @@ func (pw *pairWriter) finishBlock() {
 // close writes the rest, the index and the footer.
 func (pw *pairWriter) close() error {
 	return pw.finish(pw.finishBlock, func(buf []byte) []byte {
-		f := setFooter{indexOffset: pw.off, blocks: uint64(len(pw.index) / pairEntrySize), pairs: pw.n, indexCRC: crc32.Checksum(pw.index, castagnoli)}
+		f := sealed.Footer{IndexOffset: pw.off, Blocks: uint64(len(pw.index) / pairEntrySize), Posts: pw.n, IndexCRC: crc32.Checksum(pw.index, castagnoli)}
 		if pw.any {
-			f.minPost, f.maxPost = pw.minP, pw.last.k
+			f.MinID, f.MaxID = pw.minP, pw.last.k
 		}
-		return appendSetFooter(append(buf, pw.index...), f)
+		return f.AppendTo(append(buf, pw.index...), windowVersion)
 	})
 }
 
@@ -264,7 +222,7 @@ func parsePairWindow(data []byte, tag [4]byte) (pairIndex, error) {
 	if err != nil {
 		return pairIndex{}, err
 	}
-	return newPairIndex(f, data[f.indexOffset:size-footerSize])
+	return newPairIndex(f, data[f.IndexOffset:size-footerSize])
 }
 
 // pairSegment is a sealed set window in memory: its image in the set's
@@ -374,8 +332,8 @@ func openPairCold(dir, name string, tag [4]byte, cache *cold.Cache) (*pairCold, 
 		if err != nil {
 			return f.named(err)
 		}
-		raw := make([]byte, ft.blocks*pairEntrySize)
-		if err := f.readAt(raw, int64(ft.indexOffset)); err != nil {
+		raw := make([]byte, ft.Blocks*pairEntrySize)
+		if err := f.readAt(raw, int64(ft.IndexOffset)); err != nil {
 			return err
 		}
 		f.idx, err = newPairIndex(ft, raw)

@@ -84,7 +84,14 @@ func checkWindowHeader(b []byte, tag [4]byte, sh shape) error {
 // parseFooter decodes and checks the footer b of a window of size bytes
 // (sealed's footer, under this format's version), its error a tier one.
 func parseFooter(b []byte, size int64) (sealed.Footer, error) {
-	f, err := sealed.ParseFooterVersion(b, size, windowVersion)
+	return parseFooterOf(b, size, sealed.IndexEntrySize, sealed.MaxBlockPosts)
+}
+
+// parseFooterOf is parseFooter for windows whose index entries are
+// entrySize bytes and whose blocks hold at most perBlock records (a set
+// window's pairs).
+func parseFooterOf(b []byte, size int64, entrySize, perBlock uint64) (sealed.Footer, error) {
+	f, err := sealed.ParseFooterOf(b, size, windowVersion, entrySize, perBlock)
 	if ce := (*sealed.CorruptError)(nil); errors.As(err, &ce) {
 		return f, corruptAt("", ce.Offset, "%s", ce.Reason)
 	}
