@@ -176,11 +176,20 @@ func TestMaintainerList(t *testing.T) {
 		a.Put(randID(rng, 10), Post{Author: 1})
 		b.Put(randID(rng, 10), Post{Author: 2})
 	}
-	tiers := []Maintainer{a, b}
-	now := testEpoch.Add(time.Minute)
+	n := runWork(t, testEpoch.Add(time.Minute), a, b)
+	if n < 20 || len(a.Files()) == 0 || len(b.Files()) == 0 {
+		t.Fatalf("%d jobs; files %v %v", n, a.Files(), b.Files())
+	}
+}
+
+// runWork plans, runs and finishes the jobs of each table in turn and
+// collects its replaced files, as the engine's loop over its tables
+// does; it returns how many jobs ran.
+func runWork(t *testing.T, now time.Time, tables ...Maintainer) int {
+	t.Helper()
 	n := 0
-	for _, tr := range tiers {
-		for _, w := range tr.PlanWork(now) {
+	for _, tb := range tables {
+		for _, w := range tb.PlanWork(now) {
 			if err := w.Run(); err != nil {
 				t.Fatal(err)
 			}
@@ -189,8 +198,9 @@ func TestMaintainerList(t *testing.T) {
 			}
 			n++
 		}
+		if err := tb.Collect(nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n < 20 || len(a.Files()) == 0 || len(b.Files()) == 0 {
-		t.Fatalf("%d jobs; files %v %v", n, a.Files(), b.Files())
-	}
+	return n
 }

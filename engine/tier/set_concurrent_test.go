@@ -135,22 +135,7 @@ func TestSetMaintainerList(t *testing.T) {
 		likes.Add(rng.Uint64N(100), id)
 		favs.Add(rng.Uint64N(100), id)
 	}
-	tables := []Maintainer{posts, likes, favs}
-	n := 0
-	for _, tb := range tables {
-		for _, w := range tb.PlanWork(testEpoch.Add(time.Minute)) {
-			if err := w.Run(); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Finish(); err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
-		if err := tb.Collect(nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := runWork(t, testEpoch.Add(time.Minute), posts, likes, favs)
 	if n < 30 || len(likes.Files()) == 0 || len(favs.Files()) == 0 {
 		t.Fatalf("%d jobs; files %v %v", n, likes.Files(), favs.Files())
 	}
