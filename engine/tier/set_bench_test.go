@@ -74,22 +74,12 @@ func benchLikers(dst []uint64, post uint64, m int) []uint64 {
 	return dst
 }
 
-// setBenchOpts returns the options of a policy: "open" keeps every
-// window open, "default" the last 7 days, "sealed" none, "cold" puts
-// every window in a file (a block cache of the default 16 MiB),
-// "cold-nocache" with no cache (a pread a block, from the OS page cache).
+// setBenchOpts returns benchOpts' policy for a set, whose "cold" and
+// "cold-nocache" put the last 7 days in files too.
 func setBenchOpts(b testing.TB, policy string) Options {
-	o := Options{}
-	switch policy {
-	case "open":
-		o.OpenAge = 100 * 365 * 24 * time.Hour
-	case "sealed":
+	o := benchOpts(b, policy)
+	if o.ColdAge > 0 {
 		o.OpenAge = -1
-	case "cold", "cold-nocache":
-		o.OpenAge, o.ColdAge, o.Dir = -1, time.Nanosecond, b.TempDir()
-		if policy == "cold-nocache" {
-			o.ColdCacheBytes = -1
-		}
 	}
 	return o
 }
