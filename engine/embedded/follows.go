@@ -75,25 +75,25 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 
 // addPosts adds d > 0 to u's post count.
 func (st *state) addPosts(u uint64, d int64) {
-	if !st.posted.Has(u) {
-		if f, ok := st.followers.Get(u); ok && f == 0 {
-			// A zero follower count only kept u known; posted does now
-			// (and a snapshot would not bring it back).
-			st.followers.Delete(u)
-		} else if !st.known(u) {
-			st.nusers++
-		}
+	if !st.posted.Add(u, d) {
+		return
 	}
-	st.posted.Add(u, d)
+	switch f, ok := st.followers.Get(u); {
+	case ok && f == 0:
+		// A zero follower count only kept u known; posted does now
+		// (and a snapshot would not bring it back).
+		st.followers.Delete(u)
+	case !ok && !st.hasUserRec(u) && !st.follows.Has(u):
+		st.nusers++ // known by nothing before this post (see known)
+	}
 }
 
 // addFollowers adds d to u's follower count. A count back at 0 is dropped
 // when u has posted (u stays known by their posts) and kept otherwise.
 func (st *state) addFollowers(u uint64, d int64) {
-	if !st.followers.Has(u) && !st.known(u) {
-		st.nusers++
+	if st.followers.Add(u, d) && !st.hasUserRec(u) && !st.posted.Has(u) && !st.follows.Has(u) {
+		st.nusers++ // known by nothing before (see known)
 	}
-	st.followers.Add(u, d)
 	if f, _ := st.followers.Get(u); f == 0 && st.posted.Has(u) {
 		st.followers.Delete(u)
 	}

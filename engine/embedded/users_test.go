@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
@@ -169,5 +170,49 @@ func TestReadUsersSplitsAndRejects(t *testing.T) {
 	}
 	if _, err := userSection(t, [9]uint64{1, 0, 0, 1}, [9]uint64{1, 0, 0, 0, 0, 0, 0, 3}); !errors.As(err, &ce) {
 		t.Errorf("a user twice: %v, want a CorruptError", err)
+	}
+}
+
+// TestUsersStatisticFollowsKnown: Stats.Users, kept up as users enter
+// the tables one way or another (a first post, a first follower, a first
+// followee, a badge), equals the number of users known() finds, whatever
+// order they arrive in. addPosts and addFollowers count a user from what
+// usercounts.Table.Add says it created, not from a lookup of their own.
+func TestUsersStatisticFollowsKnown(t *testing.T) {
+	e := open(t, Options{})
+	rng := rand.New(rand.NewPCG(7, 13))
+	const users = 40
+	var posts []engine.PostID
+	for step := range 3000 {
+		viewer := engine.UserID(1 + rng.IntN(users))
+		target := engine.UserID(1 + rng.IntN(users))
+		var err error
+		switch op := rng.IntN(10); {
+		case op < 2:
+			var p engine.PostID
+			if p, err = e.CreatePost(bg, viewer, 0, ""); err == nil {
+				posts = append(posts, p)
+			}
+		case op < 5:
+			err = e.Follow(bg, viewer, target)
+		case op < 8:
+			err = e.Unfollow(bg, viewer, target)
+		case len(posts) > 0:
+			err = e.Like(bg, viewer, posts[rng.IntN(len(posts))])
+		}
+		if err != nil && !errors.Is(err, engine.ErrInvalid) && !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		e.mu.RLock()
+		known := int64(0)
+		for u := uint64(1); u <= users; u++ {
+			if e.st.known(u) {
+				known++
+			}
+		}
+		e.mu.RUnlock()
+		if got := e.Stats().Users; got != known {
+			t.Fatalf("step %d: Stats.Users %d, known() finds %d", step, got, known)
+		}
 	}
 }

@@ -129,11 +129,18 @@ func (t *Table) Has(u uint64) bool {
 // Len returns the number of users with an entry.
 func (t *Table) Len() int { return t.n }
 
-// Add adds d to u's count, creating u's entry. The result must be >= 0
-// (and not overflow int64): otherwise Add panics and leaves the count as
-// it was, since a negative count is a caller's bookkeeping bug that a
-// stored value would hide.
-func (t *Table) Add(u uint64, d int64) {
+// Add adds d to u's count, creating u's entry, and reports whether it
+// created it (callers that track who is known need no Has before it). The
+// result must be >= 0 (and not overflow int64): otherwise Add panics and
+// leaves the count as it was, since a negative count is a caller's
+// bookkeeping bug that a stored value would hide.
+func (t *Table) Add(u uint64, d int64) (created bool) {
+	before := t.n
+	t.add(u, d)
+	return t.n > before
+}
+
+func (t *Table) add(u uint64, d int64) {
 	o := t.live
 	if o.inTail(u) {
 		cur, _, _ := o.get(u)

@@ -254,7 +254,10 @@ func (h *modelHarness) step() {
 			d = 0
 		}
 		h.mu.Lock()
-		h.tab.Add(u, d)
+		_, had := h.model[u]
+		if created := h.tab.Add(u, d); created == had {
+			h.t.Errorf("Add(%d, %d) created=%v, but the model had the user: %v", u, d, created, had)
+		}
 		h.model[u] = cur + d
 		h.check(u, "after Add")
 		h.mu.Unlock()
