@@ -227,7 +227,10 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid, "TALLY_INTENT_KEY=k1")
 	must(t, s.Comment(bg, commenter, post, []engine.UserID{81, 82}, "k1"))
 	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
-	if !strings.Contains(out, "finished 1 intents") {
+	// The retry's own finish deletes the intent when it recorded the same
+	// value (the crash and the retry fell in one millisecond); otherwise
+	// the sweeper finishes it, and its markers make that change nothing.
+	if !strings.Contains(out, "finished 1 intents") && !strings.Contains(out, "finished 0 intents") {
 		t.Fatalf("sweep after a retried keyed comment:\n%s", out)
 	}
 	if c := counts(); c.Comments != 2 {
