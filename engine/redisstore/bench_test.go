@@ -266,3 +266,32 @@ func mustPost(t testing.TB, s *redisstore.Store, author engine.UserID) engine.Po
 	must(t, err)
 	return p
 }
+
+// BenchmarkImport imports 10,000-row batches of new posts with authors
+// (random among 300k users, 40% with counts), their ids spaced 3 ms apart
+// (10M posts a year: tens of rows per bucket) or 300 ms (about one row
+// per bucket, where per-bucket work dominates). ns/row is per row.
+func BenchmarkImport(b *testing.B) {
+	for _, spacing := range []int64{3, 300} {
+		b.Run(strconv.FormatInt(spacing, 10)+"ms", func(b *testing.B) {
+			addr, _ := redistest.StartSingle(b)
+			s := open(b, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix(), IntentSweepInterval: -1})
+			rng := rand.New(rand.NewPCG(1, 2))
+			t0 := time.Now().Add(-300 * 24 * time.Hour).UnixMilli()
+			rows := make([]engine.ImportRow, 10_000)
+			n := 0
+			for b.Loop() {
+				for i := range rows {
+					n++
+					rows[i] = engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(n)*spacing, uint64(rng.IntN(1024)), 0)),
+						Author: engine.UserID(1 + rng.IntN(300_000))}
+					if rng.IntN(10) < 4 {
+						rows[i].Counts.Likes = int64(1 + rng.IntN(100))
+					}
+				}
+				must(b, s.Import(bg, rows))
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/row")
+		})
+	}
+}

@@ -115,7 +115,8 @@
 // deletes it, and if its process dies first a sweeper in every replica
 // (SweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
-// once either way. intents.go has the protocol. Writes go through a client with go-redis retries off (a script
+// once either way. intents.go has the protocol; an Import chunk has one
+// intent of its own for its authors' post counts (importintents.go). Writes go through a client with go-redis retries off (a script
 // whose reply was lost may have run); only MOVED/ASK replies, which prove
 // the command did not run, are re-sent, to the node they name.
 //

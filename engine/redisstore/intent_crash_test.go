@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // TestIntentChild is not a test on its own: the crash tests re-execute
@@ -56,6 +57,8 @@ func TestIntentChild(t *testing.T) {
 		_, err = s.Repost(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81}, "")
 	case "message":
 		_, err = s.SendMessage(bg, viewer, engine.GroupID(arg("TALLY_INTENT_GROUP")), "hi @82", []engine.UserID{82, 99}, "")
+	case "import":
+		err = s.Import(bg, importCrashRows(int64(arg("TALLY_INTENT_T0")), viewer))
 	case "sweep":
 		var n int
 		n, err = s.SweepIntents(bg)
@@ -339,4 +342,97 @@ func TestIntentSweepRacesLiveOperations(t *testing.T) {
 			a, m, n, 2*n, n, total)
 	}
 	t.Logf("the racing sweeper finished %d of %d operations", total, 3*n)
+}
+
+// importCrashRows are the rows the import crash test imports: 12 posts 5 s
+// apart (over several buckets), by authors first, first+1 and first+2 in
+// turn, a row repeating the first post, and a post with counts and no
+// author.
+func importCrashRows(t0 int64, first engine.UserID) []engine.ImportRow {
+	var rows []engine.ImportRow
+	for i := range 12 {
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i)*5000, 1, 0)),
+			Author: first + engine.UserID(i%3), Counts: engine.Counts{Likes: int64(i)}})
+	}
+	rows = append(rows, rows[0],
+		engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+99_000, 1, 0)), Counts: engine.Counts{Views: 5}})
+	return rows
+}
+
+// TestImportKill9 kills an import between its two steps (the posts'
+// records, then their authors' post counts), with its intent pending (the
+// records written, not yet recorded as written) and exact: the posts are
+// registered and no count moved; a rerun of the import cannot mend that
+// (it finds the posts known), but the intent can: a later process's sweep
+// brings every author's count to what a whole import gives, once.
+func TestImportKill9(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	addr, _ := redistest.StartSingle(t)
+	runImportKill9(t, []string{addr})
+}
+
+func TestImportKill9Cluster(t *testing.T) {
+	if !redistest.Available() {
+		t.Skip("redis-server not installed")
+	}
+	c := redistest.StartCluster(t, 3, 0)
+	runImportKill9(t, c.Addrs())
+}
+
+func runImportKill9(t *testing.T, addrs []string) {
+	p := prefix()
+	s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, IntentSweepInterval: -1})
+	for i, kind := range []string{"import", "import-exact"} {
+		t.Run(kind, func(t *testing.T) {
+			first := engine.UserID(91 + 3*i)
+			importKill9(t, addrs, p, s, kind, time.Now().Add(-time.Duration(i+1)*time.Hour).UnixMilli(), first)
+		})
+	}
+}
+
+func importKill9(t *testing.T, addrs []string, p string, s *redisstore.Store, kind string, t0 int64, first engine.UserID) {
+	rows := importCrashRows(t0, first)
+	authors := []engine.UserID{first, first + 1, first + 2}
+	postCounts := func() []int64 {
+		t.Helper()
+		uc, err := s.UserCounts(bg, authors)
+		must(t, err)
+		return []int64{uc[0].Posts, uc[1].Posts, uc[2].Posts}
+	}
+	out, killed := child(t, addrs, p, "import", "TALLY_INTENT_VIEWER="+strconv.FormatUint(uint64(first), 10),
+		"TALLY_INTENT_T0="+strconv.FormatInt(t0, 10), "TALLY_REDIS_CRASH_AFTER_STEP1="+kind)
+	if !killed {
+		t.Fatalf("the importing child was not killed between the steps:\n%s", out)
+	}
+	infos, err := s.Posts(bg, []engine.PostID{rows[0].Post, rows[11].Post})
+	must(t, err)
+	if !infos[0].Exists || !infos[1].Exists || infos[1].Author != first+2 {
+		t.Fatalf("the first step did not register the posts: %+v", infos)
+	}
+	if got := postCounts(); got[0] != 0 || got[1] != 0 || got[2] != 0 {
+		t.Fatalf("post counts %v moved before any sweep", got)
+	}
+	must(t, s.Import(bg, rows))
+	if got := postCounts(); got[0] != 0 || got[1] != 0 || got[2] != 0 {
+		t.Fatalf("a rerun moved post counts to %v: it finds the posts known", got)
+	}
+	if n, err := s.SweepIntents(bg); err != nil || n != 0 {
+		t.Fatalf("an immediate sweep finished %d intents (%v), want 0", n, err)
+	}
+	out, killed = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
+	if killed || !strings.Contains(out, "finished 1 intents") {
+		t.Fatalf("the sweeping process:\n%s", out)
+	}
+	if got := postCounts(); got[0] != 4 || got[1] != 4 || got[2] != 4 {
+		t.Fatalf("post counts after the sweep %v, want 4 each", got)
+	}
+	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
+	if !strings.Contains(out, "finished 0 intents") {
+		t.Fatalf("a second sweep:\n%s", out)
+	}
+	if got := postCounts(); got[0] != 4 || got[1] != 4 || got[2] != 4 {
+		t.Fatalf("post counts after a second sweep %v, want 4 each", got)
+	}
 }

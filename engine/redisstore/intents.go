@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,6 +72,10 @@ const (
 	intentPost    = 'p'
 	intentRepost  = 'r' // post: the original; aux: the new post
 	intentMessage = 'm' // post: the message; aux: its group
+	// An Import chunk's authors' post counts (see importintents.go):
+	// the rows it registered, or those it may register.
+	intentImport        = 'i'
+	intentImportPending = 'j'
 )
 
 // intent is one pending cross-slot operation: the operation itself (its
@@ -82,6 +87,9 @@ type intent struct {
 	at       int64  // unix ms when written
 	mentions []uint64
 	aux      uint64
+	// imported are an import intent's rows, in place of the mentions:
+	// "<post>:<author>" pairs.
+	imported []importedPost
 	// author, when known (the operation's own first step read it), spares
 	// the finisher reading the post record; view likewise for a message
 	// (its group at send time). Not recorded.
@@ -128,7 +136,12 @@ func decodeIntent(v string) (intent, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return intent{}, errBadIntent
 	}
-	if f[4] != "" {
+	if in.kind == intentImport || in.kind == intentImportPending {
+		var err error
+		if in.imported, err = parseImported(f[4]); err != nil {
+			return intent{}, err
+		}
+	} else if f[4] != "" {
 		for _, m := range strings.Split(f[4], ",") {
 			u, err := strconv.ParseUint(m, 10, 64)
 			if err != nil {
@@ -138,7 +151,7 @@ func decodeIntent(v string) (intent, error) {
 		}
 	}
 	switch in.kind {
-	case intentLike, intentComment, intentPost:
+	case intentLike, intentComment, intentPost, intentImport, intentImportPending:
 	case intentRepost, intentMessage:
 		if in.aux == 0 {
 			return intent{}, errBadIntent
@@ -160,7 +173,9 @@ func newIntentID() string {
 func intentsKey(bucket string) string { return bucket + "I" }
 
 // crashAfterStep1 is a test failpoint: TALLY_REDIS_CRASH_AFTER_STEP1 set
-// to an intent kind ("like", "comment", "post", "repost", "message") makes the process kill
+// to an intent kind ("like", "comment", "post", "repost", "message"; an
+// import's "import" while its intent is pending, "import-exact" after)
+// makes the process kill
 // itself with SIGKILL right after that operation's first step, as a crash
 // between the two slots would.
 var crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
@@ -169,7 +184,8 @@ func maybeCrash(kind byte) {
 	if crashAfterStep1 == "" {
 		return
 	}
-	names := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post", intentRepost: "repost", intentMessage: "message"}
+	names := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post", intentRepost: "repost", intentMessage: "message",
+		intentImportPending: "import", intentImport: "import-exact"}
 	if names[kind] == crashAfterStep1 {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
@@ -335,8 +351,12 @@ func (s *Store) bumpUsersMarked(ctx context.Context, id, step string, bumps []bu
 // SweepIntents finishes every intent older than intentGrace that no live
 // finisher holds: the operations whose process died between their first
 // and later steps. It returns how many it finished.
+// Import chunks' intents too (importintents.go).
 func (s *Store) SweepIntents(ctx context.Context) (int, error) {
-	done := 0
+	var (
+		mu   sync.Mutex // ForEachMaster sweeps the masters at once
+		done int
+	)
 	now := s.now().UnixMilli()
 	var sweepPattern func(ctx context.Context, c *redis.Client, pattern string) error
 	sweep := func(ctx context.Context, c *redis.Client) error {
@@ -364,7 +384,9 @@ func (s *Store) SweepIntents(ctx context.Context) (int, error) {
 				if err != nil {
 					return err
 				}
+				mu.Lock()
 				done += n
+				mu.Unlock()
 			}
 		}
 		return iter.Err()
@@ -378,36 +400,60 @@ func (s *Store) SweepIntents(ctx context.Context) (int, error) {
 	if err != nil {
 		return done, s.fail(err)
 	}
-	return done, nil
+	n, err := s.sweepImports(ctx, now)
+	return done + n, err
 }
 
-func (s *Store) claimAndFinish(ctx context.Context, bucket, id, value string, now int64) (int, error) {
-	raw := value
+// claimable reads an intent's value as a sweeper at now sees it: the
+// intent as its operation wrote it, and whether a sweeper may claim it
+// (it is past its grace period and no other sweeper holds a live claim).
+func claimable(value string, now int64) (raw string, in intent, ok bool, err error) {
+	raw = value
 	if len(value) > 1 && value[0] == 'c' && value[1] != '|' { // "c<ms>|...": claimed
 		at, r, _ := strings.Cut(value[1:], "|")
 		t, err := strconv.ParseInt(at, 10, 64)
 		if err != nil {
-			return 0, s.fail(errBadIntent)
+			return "", intent{}, false, errBadIntent
 		}
 		if now-t < claimTimeout.Milliseconds() {
-			return 0, nil // another sweeper holds it
+			return "", intent{}, false, nil // another sweeper holds it
 		}
 		raw = r
 	}
-	in, err := decodeIntent(raw)
+	if in, err = decodeIntent(raw); err != nil {
+		return "", intent{}, false, err
+	}
+	grace := intentGrace
+	if in.kind == intentImportPending {
+		grace = importGrace
+	}
+	// Younger: its own operation is most likely finishing it.
+	return raw, in, now-in.at >= grace.Milliseconds(), nil
+}
+
+// claim marks intent id of the intent hash key, read as value, as this
+// sweeper's at now; false when it changed meanwhile (finished, or
+// claimed).
+func (s *Store) claim(ctx context.Context, key, id, value, raw string, now int64) (string, bool, error) {
+	claimed := "c" + strconv.FormatInt(now, 10) + "|" + raw
+	r, err := s.one(ctx, scIntentClaim, []string{key}, id, value, claimed)
+	if err != nil {
+		return "", false, err
+	}
+	return claimed, num(r) == 1, nil
+}
+
+func (s *Store) claimAndFinish(ctx context.Context, bucket, id, value string, now int64) (int, error) {
+	raw, in, ok, err := claimable(value, now)
 	if err != nil {
 		return 0, s.fail(fmt.Errorf("%s %s: %w", intentsKey(bucket), id, err))
 	}
-	if now-in.at < intentGrace.Milliseconds() {
-		return 0, nil // its own operation is most likely finishing it
+	if !ok {
+		return 0, nil
 	}
-	claimed := "c" + strconv.FormatInt(now, 10) + "|" + raw
-	r, err := s.one(ctx, scIntentClaim, []string{intentsKey(bucket)}, id, value, claimed)
-	if err != nil {
+	claimed, ok, err := s.claim(ctx, intentsKey(bucket), id, value, raw, now)
+	if err != nil || !ok {
 		return 0, err
-	}
-	if num(r) != 1 {
-		return 0, nil // finished or claimed meanwhile
 	}
 	if err := s.finishIntent(ctx, bucket, id, claimed, in, false); err != nil {
 		return 0, err

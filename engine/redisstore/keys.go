@@ -108,6 +108,10 @@ func (k keyspace) notifIndex() string { return k.sys() + "x" }
 func (k keyspace) redDot() string     { return k.sys() + "r" }
 func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
 func (k keyspace) stats() string      { return k.sys() + "st" }
+
+// importIntents holds the intents of the import chunks in flight, one
+// field per chunk (importintents.go).
+func (k keyspace) importIntents() string { return k.sys() + "imp" }
 func (k keyspace) sysIdem(key string) string {
 	return k.sys() + "i:" + key
 }

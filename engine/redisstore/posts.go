@@ -685,8 +685,11 @@ const importChunk = 5000
 // leave about one post per bucket — is written with one HSETNX per row,
 // the same compare-and-set against an absent record at a fraction of a
 // script call's cost on the Redis server, which is what bounds an
-// import. Like every write here it is durable when it returns as far as
-// the server's appendfsync (or WaitReplicas) makes it.
+// import. The authors' post counts follow, recorded by one intent per
+// chunk, so that an import that dies in between leaves them for a
+// sweeper, not short (importintents.go). Like every write here it is
+// durable when it returns as far as the server's appendfsync (or
+// WaitReplicas) makes it.
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if err := ops.CheckImport(rows); err != nil {
 		return err
@@ -711,7 +714,10 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 		}
 		byBucket[b] = append(byBucket[b], i)
 	}
-	var bumps []bump
+	// The authors' post counts are a second step, recorded by the
+	// chunk's intent (importintents.go).
+	ii := s.newImportIntent()
+	var registered []importedPost
 	for attempt := 0; len(order) > 0; attempt++ {
 		if attempt == 10 {
 			return s.fail(errors.New("import: posts keep changing under the import"))
@@ -771,6 +777,9 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 				written[i] = append(written[i], row)
 				grows[i] = append(grows[i], authorPosts)
 				fresh[i] = append(fresh[i], !known.Exists)
+				if authorPosts {
+					ii.add(r.Post, r.Author)
+				}
 			}
 			switch {
 			case len(args) > 0 && !slices.Contains(fresh[i], false):
@@ -790,6 +799,9 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 			}
 			sent = append(sent, nx[i]...)
 		}
+		if err := ii.pend(ctx); err != nil {
+			return err
+		}
 		if err := s.exec(ctx, sent...); err != nil {
 			return err
 		}
@@ -808,7 +820,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 						s.stats.counted.Add(1)
 					}
 					if grows[i][j] {
-						bumps = append(bumps, bump{uint64(row.Author), uPosts, 1})
+						registered = append(registered, importedPost{uint64(row.Post), uint64(row.Author)})
 					}
 				}
 				if len(redo) > 0 {
@@ -829,7 +841,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 					s.stats.posts.Add(1)
 				}
 				if grows[i][j] {
-					bumps = append(bumps, bump{uint64(row.Author), uPosts, 1})
+					registered = append(registered, importedPost{uint64(row.Post), uint64(row.Author)})
 				}
 			}
 			if n < len(written[i]) {
@@ -847,5 +859,6 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 		}
 		order = again
 	}
-	return s.bumpUsers(ctx, "", "", bumps)
+	maybeCrash(intentImportPending)
+	return ii.finish(ctx, registered)
 }
