@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -346,119 +345,6 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 // bumpUsersMarked is bumpUsers guarded by markers whatever the id.
 func (s *Store) bumpUsersMarked(ctx context.Context, id, step string, bumps []bump) error {
 	return s.bumpUsersTTL(ctx, id, step, markerTTL.Milliseconds(), bumps)
-}
-
-// SweepIntents finishes every intent older than intentGrace that no live
-// finisher holds: the operations whose process died between their first
-// and later steps. It returns how many it finished.
-// Import chunks' intents too (importintents.go).
-func (s *Store) SweepIntents(ctx context.Context) (int, error) {
-	var (
-		mu   sync.Mutex // ForEachMaster sweeps the masters at once
-		done int
-	)
-	now := s.now().UnixMilli()
-	var sweepPattern func(ctx context.Context, c *redis.Client, pattern string) error
-	sweep := func(ctx context.Context, c *redis.Client) error {
-		// Intent hashes live in post buckets and group tags only, whose
-		// keys hold no client text: these patterns match nothing else
-		// (an idempotency key ending in "}I" lives under {u…} or {s}).
-		for _, pattern := range []string{s.k.p + "{p*}I", s.k.p + "{g*}I"} {
-			if err := sweepPattern(ctx, c, pattern); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	sweepPattern = func(ctx context.Context, c *redis.Client, pattern string) error {
-		iter := c.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
-		for iter.Next(ctx) {
-			key := iter.Val()
-			bucket := strings.TrimSuffix(key, "I")
-			all, err := c.HGetAll(ctx, key).Result()
-			if err != nil {
-				return err
-			}
-			for id, value := range all {
-				n, err := s.claimAndFinish(ctx, bucket, id, value, now)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				done += n
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if s.wcluster != nil {
-		err = s.wcluster.ForEachMaster(ctx, sweep)
-	} else {
-		err = sweep(ctx, s.wsingle)
-	}
-	if err != nil {
-		return done, s.fail(err)
-	}
-	n, err := s.sweepImports(ctx, now)
-	return done + n, err
-}
-
-// claimable reads an intent's value as a sweeper at now sees it: the
-// intent as its operation wrote it, and whether a sweeper may claim it
-// (it is past its grace period and no other sweeper holds a live claim).
-func claimable(value string, now int64) (raw string, in intent, ok bool, err error) {
-	raw = value
-	if len(value) > 1 && value[0] == 'c' && value[1] != '|' { // "c<ms>|...": claimed
-		at, r, _ := strings.Cut(value[1:], "|")
-		t, err := strconv.ParseInt(at, 10, 64)
-		if err != nil {
-			return "", intent{}, false, errBadIntent
-		}
-		if now-t < claimTimeout.Milliseconds() {
-			return "", intent{}, false, nil // another sweeper holds it
-		}
-		raw = r
-	}
-	if in, err = decodeIntent(raw); err != nil {
-		return "", intent{}, false, err
-	}
-	grace := intentGrace
-	if in.kind == intentImportPending {
-		grace = importGrace
-	}
-	// Younger: its own operation is most likely finishing it.
-	return raw, in, now-in.at >= grace.Milliseconds(), nil
-}
-
-// claim marks intent id of the intent hash key, read as value, as this
-// sweeper's at now; false when it changed meanwhile (finished, or
-// claimed).
-func (s *Store) claim(ctx context.Context, key, id, value, raw string, now int64) (string, bool, error) {
-	claimed := "c" + strconv.FormatInt(now, 10) + "|" + raw
-	r, err := s.one(ctx, scIntentClaim, []string{key}, id, value, claimed)
-	if err != nil {
-		return "", false, err
-	}
-	return claimed, num(r) == 1, nil
-}
-
-func (s *Store) claimAndFinish(ctx context.Context, bucket, id, value string, now int64) (int, error) {
-	raw, in, ok, err := claimable(value, now)
-	if err != nil {
-		return 0, s.fail(fmt.Errorf("%s %s: %w", intentsKey(bucket), id, err))
-	}
-	if !ok {
-		return 0, nil
-	}
-	claimed, ok, err := s.claim(ctx, intentsKey(bucket), id, value, raw, now)
-	if err != nil || !ok {
-		return 0, err
-	}
-	if err := s.finishIntent(ctx, bucket, id, claimed, in, false); err != nil {
-		return 0, err
-	}
-	return 1, nil
 }
 
 func users64(us []uint64) []engine.UserID {

@@ -35,8 +35,10 @@ type Options struct {
 	// (one replica sweeps per interval). Default 1h; negative disables.
 	SweepInterval time.Duration
 	// IntentSweepInterval: how often operations left half-applied by a
-	// crashed process are finished (SweepIntents; one replica sweeps per
-	// interval). Default 5s; negative disables.
+	// crashed process are looked for and finished (one replica sweeps
+	// per interval, scanning each master for at most a tenth of it, on
+	// from where the last sweep stopped: sweepintents.go). Default 5s;
+	// negative disables.
 	IntentSweepInterval time.Duration
 	// Node is this replica's snowflake node (1..1023). 0 asks Redis for
 	// one (INCR), so replicas sharing a data set never share a node.
@@ -241,7 +243,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.IntentSweepInterval > 0 {
 		s.wg.Add(1)
-		go s.electedLoop(s.opts.IntentSweepInterval, "isweep", func(ctx context.Context) { _, _ = s.SweepIntents(ctx) })
+		go s.electedLoop(s.opts.IntentSweepInterval, "isweep", func(ctx context.Context) {
+			_, _ = s.sweepIntents(ctx, s.opts.IntentSweepInterval/intentSweepShare)
+		})
 	}
 	return s, nil
 }
