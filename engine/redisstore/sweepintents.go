@@ -53,7 +53,7 @@ func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, er
 		done int
 	)
 	now := s.now().UnixMilli()
-	pattern := s.k.p + intentScanPattern
+	pattern := globEscape(s.k.p) + intentScanPattern
 	sweep := func(ctx context.Context, c *redis.Client) error {
 		cursorKey := s.k.sys() + "isweep:" + c.Options().Addr
 		var cursor uint64
