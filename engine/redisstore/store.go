@@ -299,10 +299,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		}
 		return nil
 	}
-	if s.cluster != nil {
-		return s.cluster.ForEachMaster(ctx, load)
-	}
-	return load(ctx, s.single)
+	return eachMaster(ctx, s.cluster, s.single, load)
 }
 
 // Close stops event delivery and closes the connections.
@@ -741,13 +738,7 @@ func (s *Store) usedMemory(ctx context.Context) int64 {
 		total.Add(infoInt(info, "used_memory"))
 		return nil
 	}
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachMaster(ctx, one)
-	} else {
-		err = one(ctx, s.single)
-	}
-	if err != nil {
+	if err := eachMaster(ctx, s.cluster, s.single, one); err != nil {
 		return 0
 	}
 	return total.Load()
@@ -761,4 +752,13 @@ func infoInt(info, field string) int64 {
 		}
 	}
 	return 0
+}
+
+// eachMaster runs fn on every master of a cluster client, at once, or on
+// the single node's client.
+func eachMaster(ctx context.Context, cluster *redis.ClusterClient, single *redis.Client, fn func(context.Context, *redis.Client) error) error {
+	if cluster != nil {
+		return cluster.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, single)
 }

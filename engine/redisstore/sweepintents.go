@@ -96,13 +96,7 @@ func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, er
 		}
 		return nil
 	}
-	var err error
-	if s.wcluster != nil {
-		err = s.wcluster.ForEachMaster(ctx, sweep)
-	} else {
-		err = sweep(ctx, s.wsingle)
-	}
-	if err != nil {
+	if err := eachMaster(ctx, s.wcluster, s.wsingle, sweep); err != nil {
 		return done, s.fail(err)
 	}
 	n, err := s.sweepImports(ctx, now)

@@ -594,13 +594,7 @@ func (s *Store) SweepCursors(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	var err error
-	if s.wcluster != nil {
-		err = s.wcluster.ForEachMaster(ctx, sweep)
-	} else {
-		err = sweep(ctx, s.wsingle)
-	}
-	if err != nil {
+	if err := eachMaster(ctx, s.wcluster, s.wsingle, sweep); err != nil {
 		return dropped.Load(), s.fail(err)
 	}
 	return dropped.Load(), nil
