@@ -128,6 +128,10 @@ type Engine struct {
 	// tables: in memory only, never touching the live cold files.
 	shadow tables
 
+	// maintains says windows are maintained (MaintainInterval > 0), so
+	// Import may fold the authors' post counts itself.
+	maintains bool
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -197,6 +201,7 @@ func Open(opts Options) (*Engine, error) {
 		go e.sweeper(opts.SweepInterval)
 	}
 	if opts.MaintainInterval > 0 {
+		e.maintains = true
 		e.wg.Add(1)
 		go e.maintainer(opts.MaintainInterval)
 	}

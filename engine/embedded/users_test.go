@@ -5,10 +5,12 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // roundTrip writes st as a snapshot image and reads it back.
@@ -213,6 +215,41 @@ func TestUsersStatisticFollowsKnown(t *testing.T) {
 		e.mu.RUnlock()
 		if got := e.Stats().Users; got != known {
 			t.Fatalf("step %d: Stats.Users %d, known() finds %d", step, got, known)
+		}
+	}
+}
+
+// TestImportFoldsAuthorsAsItGoes: an import brings new authors far faster
+// than the maintenance interval folds them; Import folds the authors'
+// post counts whenever they are due, so that after an import they take
+// the packed form's bytes, not the overlay's.
+func TestImportFoldsAuthorsAsItGoes(t *testing.T) {
+	const authors = 60_000
+	for _, maintained := range []bool{true, false} {
+		opts := Options{MaintainInterval: time.Hour} // no tick during the test
+		if !maintained {
+			opts.MaintainInterval = -1
+		}
+		e := open(t, opts)
+		t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
+		rows := make([]engine.ImportRow, 0, MaxImportBatch)
+		for i := range authors {
+			rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
+				Author: engine.UserID(1_000_000 + 7*i)})
+			if len(rows) == MaxImportBatch {
+				ok(t, e.Import(bg, rows))
+				rows = rows[:0]
+			}
+		}
+		e.mu.RLock()
+		perAuthor := float64(e.st.posted.MemoryBytes()) / authors
+		e.mu.RUnlock()
+		t.Logf("maintained %v: %.1f B per author", maintained, perAuthor)
+		if maintained && perAuthor > 4 {
+			t.Errorf("after the import the authors' post counts take %.1f B per author, want the packed form's (< 4)", perAuthor)
+		}
+		if !maintained && perAuthor < 8 {
+			t.Errorf("with maintenance off the import folded anyway (%.1f B per author)", perAuthor)
 		}
 	}
 }
