@@ -444,6 +444,11 @@ func (t *Table) resetMax() {
 // every tick.
 func (t *Table) foldThreshold() int { return max(t.minFold, t.packed.n/16) }
 
+// Unfolded returns how many entries wait in the live overlay and how many
+// are packed, for a caller that folds on a schedule of its own (an
+// import, whose writes outrun maintenance). Call it under a read lock.
+func (t *Table) Unfolded() (overlay, packed int) { return t.live.size(), t.packed.n }
+
 // PlanWork implements tier.Maintainer: when the live overlay has reached
 // the fold threshold and no job is out, it freezes the overlay (writes go
 // to a fresh one) and returns the job that folds it. Call it under the
