@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/tier"
+	"github.com/tally-dev/tally/engine/usercounts"
 )
 
 // MaxImportBatch is the most rows one Import call takes (one log record).
@@ -256,17 +257,25 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 		// packed. (Maintenance's sixteenth would cost an import of
 		// authors 17% more time; a quarter keeps its memory in bound.)
 		e.mu.RLock()
-		overlay, packed := e.st.posted.Unfolded()
+		behind := foldBehind(e.st.posted)
 		e.mu.RUnlock()
-		if overlay >= max(importFoldMin, packed/4) {
+		if behind {
 			e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted })
 		}
 	}
 	return nil
 }
 
-// importFoldMin is the fewest waiting authors an Import folds.
+// importFoldMin is the fewest waiting users an import's fold takes.
 const importFoldMin = 1 << 16
+
+// foldBehind reports whether a per-user count table has fallen behind an
+// import: a quarter of its packed users (and at least importFoldMin) wait
+// in the overlay.
+func foldBehind(t *usercounts.Table) bool {
+	overlay, packed := t.Unfolded()
+	return overlay >= max(importFoldMin, packed/4)
+}
 
 // postFacts reads what the post table knows of post. A cold block that
 // cannot be read is kept for the caller (takeReadErr) and reads as absent.

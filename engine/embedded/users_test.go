@@ -11,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/wal"
 )
 
 // roundTrip writes st as a snapshot image and reads it back.
@@ -253,5 +254,34 @@ func TestImportFoldsAuthorsAsItGoes(t *testing.T) {
 		case !maintained && overlay != authors:
 			t.Errorf("with maintenance off the import folded anyway: %d of %d authors wait", overlay, authors)
 		}
+	}
+}
+
+// TestReplayFoldsAuthorsAsItGoes: replaying an import's log (at start,
+// and when a snapshot is rebuilt) folds the authors' post counts as
+// Import does, so that the overlay never holds every author of the log.
+func TestReplayFoldsAuthorsAsItGoes(t *testing.T) {
+	const authors = 300_000
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: -1, SnapshotInterval: -1, SnapshotLogBytes: -1}
+	e := open(t, opts)
+	t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
+	rows := make([]engine.ImportRow, 0, MaxImportBatch)
+	for i := range authors {
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
+			Author: engine.UserID(1_000_000 + 7*i)})
+		if len(rows) == MaxImportBatch {
+			ok(t, e.Import(bg, rows))
+			rows = rows[:0]
+		}
+	}
+	if overlay, _ := e.st.posted.Unfolded(); overlay != authors {
+		t.Fatalf("with maintenance off the import folded: %d of %d authors wait", overlay, authors)
+	}
+	ok(t, e.Close())
+	e = open(t, opts)
+	overlay, packed := e.st.posted.Unfolded()
+	if overlay+packed != authors || overlay > max(importFoldMin, packed/4)+MaxImportBatch {
+		t.Fatalf("after replay %d authors wait in the overlay and %d are packed; want at most a quarter of the packed ones waiting", overlay, packed)
 	}
 }
