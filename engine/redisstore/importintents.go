@@ -36,8 +36,8 @@ import (
 //     chunk under the marker "<user bucket>o<chunk>b"; then the markers go.
 //
 // A sweeper finishes an exact intent like any other (after intentGrace,
-// with the same markers). A pending one means the import died while its
-// records were being written, so no count was bumped: past importGrace,
+// with the same markers). A pending one means the import died or failed
+// while its records were being written, so no count was bumped: past importGrace,
 // the sweeper bumps the authors of the listed posts that exist with the
 // listed author. That is exact unless another writer registered one of
 // the listed posts with the same author in the milliseconds between the
@@ -71,6 +71,11 @@ func parseImported(list string) ([]importedPost, error) {
 	return out, nil
 }
 
+// importTag is how an import intent lists a row.
+func importTag(post, author uint64) string {
+	return strconv.FormatUint(post, 10) + ":" + strconv.FormatUint(author, 10)
+}
+
 // importIntent is an import chunk's intent as its import keeps it.
 type importIntent struct {
 	store *Store
@@ -88,7 +93,7 @@ func (s *Store) newImportIntent() *importIntent {
 func (ii *importIntent) add(post engine.PostID, author engine.UserID) {
 	if !ii.seen[post] {
 		ii.seen[post] = true
-		ii.tags = append(ii.tags, strconv.FormatUint(uint64(post), 10)+":"+strconv.FormatUint(uint64(author), 10))
+		ii.tags = append(ii.tags, importTag(uint64(post), uint64(author)))
 	}
 }
 
@@ -140,7 +145,7 @@ func (ii *importIntent) finish(ctx context.Context, registered []importedPost) e
 	}
 	tags := make([]string, len(registered))
 	for i, r := range registered {
-		tags[i] = strconv.FormatUint(r.post, 10) + ":" + strconv.FormatUint(r.author, 10)
+		tags[i] = importTag(r.post, r.author)
 	}
 	if err := ii.swap(ctx, ii.encode(intentImport, tags)); err != nil {
 		return err

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -73,9 +72,9 @@ func TestSweepFinishesImportIntents(t *testing.T) {
 	check(t, s.Import(ctx, []engine.ImportRow{{Post: engine.PostID(post(1)), Author: 41}, {Post: engine.PostID(post(3)), Author: 50}}))
 	base := postsOf(t, s, 41, 42, 43, 50)
 	pending := intent{kind: intentImportPending, at: written}.encode() +
-		strings.Join([]string{tag(post(1), 41), tag(post(2), 42), tag(post(3), 43)}, ",")
+		strings.Join([]string{importTag(post(1), 41), importTag(post(2), 42), importTag(post(3), 43)}, ",")
 	// Exact: trusted as it is (post 4 need not even exist).
-	exact := intent{kind: intentImport, at: written}.encode() + tag(post(4), 42)
+	exact := intent{kind: intentImport, at: written}.encode() + importTag(post(4), 42)
 	check(t, rc.HSet(ctx, s.k.importIntents(), "~pending", pending, "~exact", exact).Err())
 
 	now.Store(written + intentGrace.Milliseconds() + 1)
@@ -99,10 +98,6 @@ func TestSweepFinishesImportIntents(t *testing.T) {
 	if got := postsOf(t, s, 41, 42, 43, 50); got != want {
 		t.Fatalf("post counts %v after a second sweep, want %v", got, want)
 	}
-}
-
-func tag(post, author uint64) string {
-	return strconv.FormatUint(post, 10) + ":" + strconv.FormatUint(author, 10)
 }
 
 func postsOf(t *testing.T, s *Store, users ...engine.UserID) [4]int64 {
