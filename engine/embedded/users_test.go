@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -283,5 +284,62 @@ func TestReplayFoldsAuthorsAsItGoes(t *testing.T) {
 	overlay, packed := e.st.posted.Unfolded()
 	if overlay+packed != authors || overlay > max(importFoldMin, packed/4)+MaxImportBatch {
 		t.Fatalf("after replay %d authors wait in the overlay and %d are packed; want at most a quarter of the packed ones waiting", overlay, packed)
+	}
+}
+
+// TestImportFoldsBesideMaintenanceAndReaders: Import's own folds run
+// beside the maintenance loop's and beside readers of the counts; every
+// author's count is exact throughout (go test -race checks the rest).
+func TestImportFoldsBesideMaintenanceAndReaders(t *testing.T) {
+	const authors = 150_000
+	e := open(t, Options{MaintainInterval: 2 * time.Millisecond})
+	stop := make(chan struct{})
+	readerDone := make(chan error, 1)
+	go func() {
+		probe := []engine.UserID{1_000_000, 1_000_007, 1_000_000 + 7*(authors-1)}
+		for {
+			select {
+			case <-stop:
+				readerDone <- nil
+				return
+			default:
+			}
+			uc, err := e.UserCounts(bg, probe)
+			if err != nil {
+				readerDone <- err
+				return
+			}
+			for i, c := range uc {
+				if c.Posts > 1 {
+					readerDone <- fmt.Errorf("user %d has %d posts, want at most 1", probe[i], c.Posts)
+					return
+				}
+			}
+		}
+	}()
+	t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
+	rows := make([]engine.ImportRow, 0, MaxImportBatch)
+	for i := range authors {
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
+			Author: engine.UserID(1_000_000 + 7*i)})
+		if len(rows) == MaxImportBatch {
+			ok(t, e.Import(bg, rows))
+			rows = rows[:0]
+		}
+	}
+	close(stop)
+	ok(t, <-readerDone)
+	ids := make([]engine.UserID, 0, authors)
+	for i := range authors {
+		ids = append(ids, engine.UserID(1_000_000+7*i))
+	}
+	for start := 0; start < authors; start += 100 {
+		uc, err := e.UserCounts(bg, ids[start:start+100])
+		ok(t, err)
+		for i, c := range uc {
+			if c.Posts != 1 {
+				t.Fatalf("user %d has %d posts, want 1", ids[start+i], c.Posts)
+			}
+		}
 	}
 }
