@@ -221,6 +221,23 @@ func TestUsersStatisticFollowsKnown(t *testing.T) {
 	}
 }
 
+// importAuthors imports n posts, one a millisecond from a day ago, each
+// by a new author: users 1,000,000, 1,000,007, ... (authorOf).
+func importAuthors(t *testing.T, e *Engine, n int) {
+	t.Helper()
+	t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
+	rows := make([]engine.ImportRow, 0, MaxImportBatch)
+	for i := range n {
+		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)), Author: authorOf(i)})
+		if len(rows) == MaxImportBatch || i == n-1 {
+			ok(t, e.Import(bg, rows))
+			rows = rows[:0]
+		}
+	}
+}
+
+func authorOf(i int) engine.UserID { return engine.UserID(1_000_000 + 7*i) }
+
 // TestImportFoldsAuthorsAsItGoes: an import brings new authors far faster
 // than the maintenance interval folds them; Import folds the authors'
 // post counts once a quarter of them wait in the overlay, so that after
@@ -234,16 +251,7 @@ func TestImportFoldsAuthorsAsItGoes(t *testing.T) {
 			opts.MaintainInterval = -1
 		}
 		e := open(t, opts)
-		t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
-		rows := make([]engine.ImportRow, 0, MaxImportBatch)
-		for i := range authors {
-			rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
-				Author: engine.UserID(1_000_000 + 7*i)})
-			if len(rows) == MaxImportBatch {
-				ok(t, e.Import(bg, rows))
-				rows = rows[:0]
-			}
-		}
+		importAuthors(t, e, authors)
 		e.mu.RLock()
 		overlay, packed := e.st.posted.Unfolded()
 		perAuthor := float64(e.st.posted.MemoryBytes()) / authors
@@ -266,16 +274,7 @@ func TestReplayFoldsAuthorsAsItGoes(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir, Sync: wal.SyncNone, MaintainInterval: -1, SnapshotInterval: -1, SnapshotLogBytes: -1}
 	e := open(t, opts)
-	t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
-	rows := make([]engine.ImportRow, 0, MaxImportBatch)
-	for i := range authors {
-		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
-			Author: engine.UserID(1_000_000 + 7*i)})
-		if len(rows) == MaxImportBatch {
-			ok(t, e.Import(bg, rows))
-			rows = rows[:0]
-		}
-	}
+	importAuthors(t, e, authors)
 	if overlay, _ := e.st.posted.Unfolded(); overlay != authors {
 		t.Fatalf("with maintenance off the import folded: %d of %d authors wait", overlay, authors)
 	}
@@ -296,7 +295,7 @@ func TestImportFoldsBesideMaintenanceAndReaders(t *testing.T) {
 	stop := make(chan struct{})
 	readerDone := make(chan error, 1)
 	go func() {
-		probe := []engine.UserID{1_000_000, 1_000_007, 1_000_000 + 7*(authors-1)}
+		probe := []engine.UserID{authorOf(0), authorOf(1), authorOf(authors - 1)}
 		for {
 			select {
 			case <-stop:
@@ -317,21 +316,12 @@ func TestImportFoldsBesideMaintenanceAndReaders(t *testing.T) {
 			}
 		}
 	}()
-	t0 := time.Now().Add(-24 * time.Hour).UnixMilli()
-	rows := make([]engine.ImportRow, 0, MaxImportBatch)
-	for i := range authors {
-		rows = append(rows, engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i), 1, 0)),
-			Author: engine.UserID(1_000_000 + 7*i)})
-		if len(rows) == MaxImportBatch {
-			ok(t, e.Import(bg, rows))
-			rows = rows[:0]
-		}
-	}
+	importAuthors(t, e, authors)
 	close(stop)
 	ok(t, <-readerDone)
 	ids := make([]engine.UserID, 0, authors)
 	for i := range authors {
-		ids = append(ids, engine.UserID(1_000_000+7*i))
+		ids = append(ids, authorOf(i))
 	}
 	for start := 0; start < authors; start += 100 {
 		uc, err := e.UserCounts(bg, ids[start:start+100])
