@@ -170,15 +170,7 @@ func (s *Store) finishImport(ctx context.Context, chunk, value string, registere
 	if err != nil || !own || num(r) != 1 {
 		return err
 	}
-	seen := map[string]bool{}
-	var dels []*call
-	for _, b := range bumps {
-		if ub, _ := s.k.user(b.uid); !seen[ub] {
-			seen[ub] = true
-			dels = append(dels, raw("DEL", marker(ub, chunk+"b")))
-		}
-	}
-	return s.exec(ctx, dels...)
+	return s.exec(ctx, s.bumpMarkerDels(bumps, chunk+"b")...)
 }
 
 // sweepImports finishes the import chunks whose imports died: exact

@@ -321,11 +321,7 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 		// Deleted unclaimed: nobody else can run this intent, so its
 		// markers have done their job. (Operations with an idempotency
 		// key keep theirs: a retry replays its steps.)
-		var dels []*call
-		for _, b := range bumps {
-			ub, _ := s.k.user(b.uid)
-			dels = append(dels, raw("DEL", marker(ub, id+bumpStep)))
-		}
+		dels := s.bumpMarkerDels(bumps, id+bumpStep)
 		for _, p := range registered {
 			nb, _ := s.k.post(p)
 			dels = append(dels, raw("DEL", marker(nb, id+"b")))
@@ -340,6 +336,20 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 		s.emit(ctx, engine.Event{Kind: engine.UnreadChanged, Users: woken})
 	}
 	return nil
+}
+
+// bumpMarkerDels deletes the markers bumpUsersMarked(op+step) left in
+// the user buckets of bumps, one DEL a bucket.
+func (s *Store) bumpMarkerDels(bumps []bump, opStep string) []*call {
+	seen := map[string]bool{}
+	var dels []*call
+	for _, b := range bumps {
+		if ub, _ := s.k.user(b.uid); !seen[ub] {
+			seen[ub] = true
+			dels = append(dels, raw("DEL", marker(ub, opStep)))
+		}
+	}
+	return dels
 }
 
 // bumpUsersMarked is bumpUsers guarded by markers whatever the id.
