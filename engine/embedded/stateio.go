@@ -121,14 +121,10 @@ func (im *image) applyRecord(index uint64, payload []byte) error {
 		return fmt.Errorf("embedded: log record %d: %w", index, err)
 	}
 	im.st.apply(r, nil, false)
-	if _, ok := r.(*importRec); ok {
+	if _, ok := r.(*importRec); ok && foldBehind(im.st.posted) {
 		// Replay and a snapshot's rebuild own their state, and apply an
 		// import's authors as fast as Import does.
-		for _, t := range []*usercounts.Table{im.st.posted, im.st.followers} {
-			if foldBehind(t) {
-				t.Compact()
-			}
-		}
+		im.st.posted.Compact()
 	}
 	h, _, _, id := recordInfo(r)
 	im.lastTime = max(im.lastTime, h.time)
