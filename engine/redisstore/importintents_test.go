@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -18,11 +15,7 @@ import (
 // every author's post count is exact.
 func TestImportLeavesNoIntents(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := redistest.StartSingle(t)
-	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "il:", ReadTimeout: 5 * time.Second,
-		SweepInterval: -1, IntentSweepInterval: -1})
-	check(t, err)
-	t.Cleanup(func() { s.Close() })
+	s, rc := openQuiet(t, "il:", nil)
 	t0 := time.Now().Add(-2 * time.Hour).UnixMilli()
 	var rows []engine.ImportRow
 	for i := range 3 * importChunk / 2 { // two chunks
@@ -37,8 +30,6 @@ func TestImportLeavesNoIntents(t *testing.T) {
 			t.Errorf("user %d has %d posts, want %d", i+1, c.Posts, len(rows)/5)
 		}
 	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rc.Close() })
 	keys, err := rc.Keys(ctx, "il:*").Result()
 	check(t, err)
 	for _, k := range keys {
@@ -55,15 +46,9 @@ func TestImportLeavesNoIntents(t *testing.T) {
 // one else. Each once.
 func TestSweepFinishesImportIntents(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := redistest.StartSingle(t)
 	var now atomic.Int64
 	now.Store(time.Now().UnixMilli())
-	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "iw:", ReadTimeout: 5 * time.Second,
-		SweepInterval: -1, IntentSweepInterval: -1, Now: func() time.Time { return time.UnixMilli(now.Load()) }})
-	check(t, err)
-	t.Cleanup(func() { s.Close() })
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rc.Close() })
+	s, rc := openQuiet(t, "iw:", func() time.Time { return time.UnixMilli(now.Load()) })
 
 	written := now.Load()
 	post := func(i int64) uint64 { return snowflake.Make(written-3_600_000+i*5_000, 1, 0) }

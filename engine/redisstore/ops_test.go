@@ -375,13 +375,7 @@ func TestImportStopsOnCancelAndFailure(t *testing.T) {
 // the pipeline are written as usual.
 func TestImportDecidesAgainWhenAPostAppears(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := redistest.StartSingle(t)
-	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "ia:", ReadTimeout: 5 * time.Second,
-		SweepInterval: -1, IntentSweepInterval: -1})
-	check(t, err)
-	t.Cleanup(func() { s.Close() })
-	other := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { other.Close() })
+	s, other := openQuiet(t, "ia:", nil)
 	t0 := time.Now().Add(-time.Hour).UnixMilli()
 	var ids []engine.PostID
 	for i := range 3 {

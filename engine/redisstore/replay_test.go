@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 )
@@ -14,6 +16,21 @@ import (
 // killed between two Redis calls would, and then retry it with the same
 // idempotency key: the retry must complete the operation, and no step may
 // apply twice.
+
+// openQuiet starts a redis-server of the test's own and opens a store on
+// it with both sweepers off (now, when not nil, is its clock), and a
+// plain client beside it to look at or change keys directly.
+func openQuiet(t *testing.T, prefix string, now func() time.Time) (*Store, *redis.Client) {
+	t.Helper()
+	addr, _ := redistest.StartSingle(t)
+	s, err := Open(context.Background(), Options{Addrs: []string{addr}, KeyPrefix: prefix, ReadTimeout: 5 * time.Second,
+		SweepInterval: -1, IntentSweepInterval: -1, Now: now})
+	check(t, err)
+	t.Cleanup(func() { s.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rc.Close() })
+	return s, rc
+}
 
 func openInternal(t *testing.T) *Store {
 	t.Helper()

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -21,20 +18,14 @@ import (
 // keyspace ends a pass in one go.
 func TestIntentSweepStepsThroughTheKeyspace(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := redistest.StartSingle(t)
-	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "is:", ReadTimeout: 5 * time.Second,
-		SweepInterval: -1, IntentSweepInterval: -1})
-	check(t, err)
-	t.Cleanup(func() { s.Close() })
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rc.Close() })
+	s, rc := openQuiet(t, "is:", nil)
 
 	const filler = 20_000 // 20 SCAN calls of COUNT 1000
 	p := rc.Pipeline()
 	for i := range filler {
 		p.Set(ctx, "is:filler:"+strconv.Itoa(i), "x", 0)
 	}
-	_, err = p.Exec(ctx)
+	_, err := p.Exec(ctx)
 	check(t, err)
 	// A new post whose process died after registering it: its author's
 	// post count is the intent's to bump.
@@ -45,7 +36,7 @@ func TestIntentSweepStepsThroughTheKeyspace(t *testing.T) {
 	dead := intent{kind: intentPost, viewer: author, post: post, at: time.Now().Add(-time.Minute).UnixMilli()}
 	check(t, rc.HSet(ctx, intentsKey(bucket), "~dead", dead.encode()).Err())
 
-	cursorKey := s.k.sys() + "isweep:" + addr
+	cursorKey := s.k.sys() + "isweep:" + rc.Options().Addr
 	finished, steps, wrapped := 0, 0, false
 	for ; steps < 3*filler/1000 && !(wrapped && finished > 0); steps++ {
 		n, err := s.sweepIntents(ctx, time.Nanosecond)
