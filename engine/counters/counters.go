@@ -4,6 +4,8 @@
 // on-disk format: a new counter goes at the end.
 package counters
 
+import "math"
+
 // Field names one of the five counters of a post.
 type Field uint8
 
@@ -31,4 +33,26 @@ func (f Field) String() string {
 		return "favorites"
 	}
 	return "invalid"
+}
+
+// Floor and Ceiling bound every stored count. A count never goes below
+// zero, whatever the order of concurrent unlikes, deletes and erasures (a
+// decrement that would cross zero stops there), and it saturates instead
+// of wrapping. This is the one statement of that rule: Go code applies it
+// through Add, and the Redis scripts receive Floor and Ceiling as
+// arguments rather than carrying their own copy.
+const (
+	Floor   int64 = 0
+	Ceiling int64 = math.MaxInt64
+)
+
+// Add returns cur+delta kept within [Floor, Ceiling], for cur within them.
+func Add(cur, delta int64) int64 {
+	switch {
+	case delta > 0 && cur > Ceiling-delta:
+		return Ceiling
+	case cur+delta < Floor: // cur >= 0, so cur+delta cannot overflow downwards
+		return Floor
+	}
+	return cur + delta
 }
