@@ -30,20 +30,37 @@ import (
 
 const testSecret = "deploy-test-secret-0123456789"
 
-// buildTally builds the server from the repository root once per run.
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+// buildTally builds the server from the repository root once per run,
+// as scripts/image does (static, -trimpath), so that the image test's
+// build finds every package compiled.
 var buildTally = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "tally-deploy-bin")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "tally")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
 	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
 })
+
+// binDir holds the binary buildTally built, removed after the tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // server is a running tally process.
 type server struct {
@@ -153,7 +170,7 @@ func query(t *testing.T, url, token, query string, vars map[string]any) gqlRespo
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +203,7 @@ func errorCode(r gqlResponse) string {
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
