@@ -27,6 +27,7 @@ func needTool(t *testing.T, name, install, requireEnv string) string {
 // (prometheus/alerts_test.yml) pass: each alert fires when it should,
 // with its labels and rendered annotations, and stays quiet otherwise.
 func TestAlertRules(t *testing.T) {
+	t.Parallel() // promtool mostly waits; the other tests build and run servers meanwhile
 	promtool := needTool(t, "promtool", "apt-get install -y --no-install-recommends prometheus", "TALLY_REQUIRE_PROMTOOL")
 	for _, args := range [][]string{
 		{"check", "rules", "alerts.yml"},
