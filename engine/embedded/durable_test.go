@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,6 +284,89 @@ func TestAutoSnapshot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSnapshotLag: what the newest snapshot does not cover, as /metrics
+// shows it, follows writes and snapshots, also once snapshots start
+// truncating the log, and survives a restart.
+func TestSnapshotLag(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := durableOpts(dir, clk)
+	opts.LogSegmentBytes = 4 << 10 // small segments: snapshots truncate the log
+	e := openE(t, opts)
+	if records, bytes, newest := e.SnapshotLag(); records != 0 || bytes != 0 || !newest.IsZero() {
+		t.Fatalf("empty engine: lag %d records, %d bytes, newest %v; want none", records, bytes, newest)
+	}
+	for round := range uint64(3) {
+		workload(t, e, clk, 30+round, 500)
+		records, bytes, _ := e.SnapshotLag()
+		if records == 0 || bytes <= 0 {
+			t.Fatalf("round %d: lag %d records, %d bytes after writes; want both above 0", round, records, bytes)
+		}
+		before := time.Now()
+		ok(t, e.Snapshot(bg))
+		records, bytes, newest := e.SnapshotLag()
+		if records != 0 || bytes != 0 || newest.Before(before) || newest.After(time.Now()) {
+			t.Fatalf("round %d: lag %d records, %d bytes, newest %v after a snapshot at %v; want 0, 0, then", round, records, bytes, newest, before)
+		}
+		// One record after it: its bytes, not less because the snapshot
+		// removed log segments.
+		_, err := e.CreatePost(bg, 1, 0, "")
+		ok(t, err)
+		if records, bytes, _ := e.SnapshotLag(); records != 1 || bytes <= 0 || bytes > opts.LogSegmentBytes {
+			t.Fatalf("round %d: lag %d records, %d bytes after one write; want 1 and that record's bytes", round, records, bytes)
+		}
+	}
+	if first := e.log.FirstIndex(); first <= 1 {
+		t.Fatal("the log was never truncated: the test does not cover truncation")
+	}
+	ok(t, e.Close())
+	list := snapshots(t, dir)
+	fi, err := os.Stat(list[len(list)-1].Path)
+	ok(t, err)
+	e2 := openE(t, opts)
+	records, bytes, newest := e2.SnapshotLag()
+	if records != 1 || bytes <= 0 || !newest.Equal(fi.ModTime()) {
+		t.Fatalf("after restart: lag %d records, %d bytes, newest %v; want 1 record, its bytes, %v", records, bytes, newest, fi.ModTime())
+	}
+}
+
+// countingMetrics counts what the engine reports to Options.Metrics.
+type countingMetrics struct{ written, failed atomic.Int64 }
+
+func (*countingMetrics) LogBatchWritten(records, bytes int)                {}
+func (*countingMetrics) LogSynced(took time.Duration)                      {}
+func (m *countingMetrics) SnapshotWritten(took time.Duration, bytes int64) { m.written.Add(1) }
+func (m *countingMetrics) SnapshotFailed()                                 { m.failed.Add(1) }
+
+// TestSnapshotterReportsFailure: a periodic snapshot that fails is
+// reported to Options.Metrics (tally_snapshot_failures_total), and the
+// engine keeps serving.
+func TestSnapshotterReportsFailure(t *testing.T) {
+	dir := t.TempDir()
+	var m countingMetrics
+	opts := durableOpts(dir, nil)
+	opts.SnapshotInterval, opts.Metrics = 20*time.Millisecond, &m
+	e := openE(t, opts)
+	// A snapshot file ahead of every record the log holds: building the
+	// next snapshot refuses to go on from it.
+	ok(t, os.WriteFile(filepath.Join(dir, snapshot.FileName(1<<40)), nil, 0o644))
+	_, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for m.failed.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshotter's failure was not reported")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.written.Load() != 0 {
+		t.Fatal("a snapshot was reported written")
+	}
+	ok(t, e.Ready(bg))
+	_, err = e.CreatePost(bg, 2, 0, "")
+	ok(t, err)
 }
 
 // corruptDir makes a directory holding one snapshot and no log records
