@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -72,6 +73,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 		newest := list[len(list)-1]
 		start := time.Now()
 		if im, err = loadSnapshot(newest, true, tc); err != nil {
+			if fe := formatError(err, dir); fe != nil {
+				return nil, nil, rec, fe
+			}
 			return nil, nil, rec, corruptHint(err, dir)
 		}
 		rec.snapshot, rec.snapIndex, rec.loadTook = newest.Path, im.index, time.Since(start)
@@ -79,6 +83,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 	wopts.FirstIndex = im.index + 1
 	l, err := wal.Open(logDir, wopts)
 	if err != nil {
+		if fe := formatError(err, dir); fe != nil {
+			return nil, nil, rec, fe
+		}
 		return nil, nil, rec, fmt.Errorf("embedded: open log: %w", err)
 	}
 	if err := checkContinues(l, im, rec.snapshot); err != nil {
@@ -93,6 +100,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 	})
 	if err != nil {
 		l.Close()
+		if fe := formatError(err, dir); fe != nil {
+			return nil, nil, rec, fe
+		}
 		return nil, nil, rec, fmt.Errorf("embedded: replay %s: %w", dir, err)
 	}
 	rec.replayDur = time.Since(start)
@@ -116,6 +126,41 @@ func checkContinues(l *wal.Log, im *image, snap string) error {
 			"lost or replaced?); `tally repair` restarts the log after the snapshot, losing nothing the snapshot holds", last, base, im.index)
 	}
 	return nil
+}
+
+// formatError returns, for an error that says a file of the data
+// directory dir is in another format than this build's (a snapshot file
+// or state, a log segment, manifest or record), the *engine.FormatError
+// Open reports: which directory, which format, both versions and what to
+// do. It returns nil for any other error.
+func formatError(err error, dir string) error {
+	return formatErrorOf(err, "data directory "+dir, "an empty -data directory")
+}
+
+// formatErrorOf is formatError for the state store holds (a directory, a
+// backup file), fresh saying where to start afresh.
+func formatErrorOf(err error, store, fresh string) error {
+	var fe *engine.FormatError
+	var sv *snapshot.VersionError
+	var wv *wal.VersionError
+	file := ""
+	switch {
+	case errors.As(err, &sv):
+		fe = &engine.FormatError{Format: "snapshot file", Found: uint64(sv.Found), Want: snapshot.Version}
+		file = sv.File
+	case errors.As(err, &wv):
+		fe = &engine.FormatError{Format: wv.Format, Found: uint64(wv.Found), Want: uint64(wv.Want)}
+		file = wv.File
+	case errors.As(err, &fe):
+		fe = &engine.FormatError{Format: fe.Format, Found: fe.Found, Want: fe.Want}
+	default:
+		return nil
+	}
+	if file != "" && !strings.HasSuffix(store, file) {
+		store += " (" + filepath.Base(file) + ")"
+	}
+	fe.Store, fe.Fresh = store, fresh
+	return fmt.Errorf("embedded: %w", fe)
 }
 
 // corruptHint adds the way out to a damaged snapshot's error.
@@ -628,11 +673,14 @@ func parseSegmentName(name string) (uint64, bool) {
 // of dir loads it and starts the log after the backup's index.
 func Restore(file, dir string) error {
 	fr, err := snapshot.Open(file)
-	if err != nil {
-		return fmt.Errorf("embedded: restore: %w", err)
+	if err == nil {
+		defer fr.Close()
+		_, err = readImage(fr.Reader, true, tables{})
 	}
-	defer fr.Close()
-	if _, err := readImage(fr.Reader, true, tables{}); err != nil {
+	if err != nil {
+		if fe := formatErrorOf(err, "backup "+file, "a backup written by this build"); fe != nil {
+			return fe
+		}
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -112,7 +112,11 @@ func TestImageRoundTrip(t *testing.T) {
 		var buf bytes.Buffer
 		w, err := snapshot.NewWriter(&buf, im.index)
 		ok(t, err)
-		e.mu.RLock() // see TestLegacyCountsSection
+		// The maintenance loop's jobs finish under the write lock: an
+		// image of the live state is written (and compared) under the
+		// read lock, or a job could change a table between the image's
+		// two passes (its length, then its bytes).
+		e.mu.RLock()
 		defer e.mu.RUnlock()
 		ok(t, writeImage(w, im, func() error { return nil }, nil))
 		_, err = w.Finish()
@@ -743,7 +747,7 @@ func validSnapshot(t testing.TB) []byte {
 	workload(t, e, clk, 1, 150)
 	var buf bytes.Buffer
 	w, _ := snapshot.NewWriter(&buf, 9)
-	e.mu.RLock() // see TestLegacyCountsSection
+	e.mu.RLock() // see TestImageRoundTrip
 	defer e.mu.RUnlock()
 	if err := writeImage(w, &image{st: e.st, index: 9, lastTime: e.lastTime}, func() error { return nil }, nil); err != nil {
 		t.Fatal(err)
