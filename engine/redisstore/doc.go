@@ -73,9 +73,16 @@
 //	P{s}r                  str   red-dot push stamp (ms, strictly increasing)
 //	P{s}i:<key>            str   publish idempotency record (id + '@' +
 //	                             unix ns, as above; users.go)
+//	P{s}format             str   the keyspace's format version (format.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
+//
+// The keyspace carries its layout's version in P{s}format (format.go),
+// set when a Store first opens an empty keyspace. Open refuses a keyspace
+// of any other version, or one holding keys but no marker, with an
+// *engine.FormatError: Tally has never been released, so a build reads
+// exactly the layout it writes.
 //
 // # Server settings
 //
