@@ -127,12 +127,11 @@
 // # Backup and restore
 //
 // A backup is one snapshot file holding every mutation acknowledged before
-// it started. (*Engine).Backup writes one from a running engine (an admin
-// endpoint); BackupDir and BackupFile write one from a data directory,
-// whether or not a server has it open (`tally backup`), without writing
-// to it. Restore verifies a backup completely and installs it as the only
-// file of an empty data directory (`tally restore`); the log then starts
-// after the backup's index.
+// it started. BackupFile writes one from a data directory, whether or not
+// a server has it open (`tally backup`), without writing to it. Restore
+// verifies a backup completely and installs it as the only file of an
+// empty data directory (`tally restore`); the log then starts after the
+// backup's index.
 //
 // # Disk full, read-only
 //
@@ -189,7 +188,7 @@
 // Each subscriber has its own goroutine and a buffered channel of
 // SubscriberBuffer events. Commits hand events over without blocking: when
 // a subscriber's buffer is full (its fn is stuck) the event is dropped for
-// that subscriber only and counted in DroppedEvents. Events are published
+// that subscriber only. Events are published
 // after the mutation is durable, never during replay.
 //
 // # Concurrency

@@ -238,7 +238,7 @@ func (e *Engine) canSnapshot() error {
 	case e.log != nil:
 		return nil
 	case e.dir != "":
-		return fmt.Errorf("embedded: %s is open read-only; BackupDir reads it without an engine", e.dir)
+		return fmt.Errorf("embedded: %s is open read-only; `tally backup` (BackupFile) reads it without an engine", e.dir)
 	}
 	return errNoDir
 }
@@ -459,27 +459,6 @@ func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
 	}
 }
 
-// Backup writes to w a snapshot of every mutation acknowledged before the
-// call, while the engine keeps serving, and returns the log index it
-// covers. The output is one snapshot file in the format of package
-// snapshot; Restore installs it. Like Snapshot it rebuilds the state
-// beside the live one, so it costs a second copy of the state in memory;
-// it writes nothing into the data directory.
-func (e *Engine) Backup(ctx context.Context, w io.Writer) (uint64, error) {
-	if err := e.canSnapshot(); err != nil {
-		return 0, err
-	}
-	ctx, cancel := e.snapCtx(ctx)
-	defer cancel()
-	e.snapMu.Lock()
-	im, _, err := e.buildImage(ctx)
-	e.snapMu.Unlock()
-	if err != nil {
-		return 0, err
-	}
-	return im.index, writeBackup(ctx, im, w)
-}
-
 func writeBackup(ctx context.Context, im *image, w io.Writer) error {
 	sw, err := snapshot.NewWriter(w, im.index)
 	if err != nil {
@@ -494,7 +473,7 @@ func writeBackup(ctx context.Context, im *image, w io.Writer) error {
 	return nil
 }
 
-// BackupDir writes to w a backup of the data directory dir, whether or not
+// backupDir writes to w a backup of the data directory dir, whether or not
 // a server has it open (`tally backup -data DIR -out FILE`), and returns
 // the log index it covers: every mutation acknowledged before the call is
 // in it. It never writes to dir's files: it hard-links the newest snapshot
@@ -507,7 +486,7 @@ func writeBackup(ctx context.Context, im *image, w io.Writer) error {
 // links fail, disk for the copies; the private directory is removed
 // afterwards (a crashed backup leaves it behind; it may be deleted). If a
 // running server prunes what it linked mid-way, it retries.
-func BackupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
+func backupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
 	var lastErr error
 	for range 3 {
 		im, err := stageAndRecover(dir)
@@ -522,7 +501,7 @@ func BackupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
 	return 0, lastErr
 }
 
-// BackupFile is BackupDir into the file out, written as out.tmp, fsynced
+// BackupFile is backupDir into the file out, written as out.tmp, fsynced
 // and renamed, so that out is either absent or a complete backup.
 func BackupFile(ctx context.Context, dir, out string) (uint64, error) {
 	tmp := out + ".tmp"
@@ -535,7 +514,7 @@ func BackupFile(ctx context.Context, dir, out string) (uint64, error) {
 		os.Remove(tmp)
 		return 0, err
 	}
-	index, err := BackupDir(ctx, dir, f)
+	index, err := backupDir(ctx, dir, f)
 	if err != nil {
 		return fail(err)
 	}
@@ -664,7 +643,7 @@ func parseSegmentName(name string) (uint64, bool) {
 	return v, err == nil
 }
 
-// Restore installs the backup file (from Backup or BackupDir) as the state
+// Restore installs the backup file (from BackupFile, `tally backup`) as the state
 // of the data directory dir, which must not hold a store yet (no snapshot
 // or log files; other files such as a dev secret may be there). It reads
 // and decodes the whole backup first, so a damaged backup is refused

@@ -120,7 +120,7 @@
 // group's), an intent recording the operation, from which ops re-derives
 // what is left; the operation finishes and
 // deletes it, and if its process dies first a sweeper in every replica
-// (SweepIntents, every IntentSweepInterval, one replica at a time)
+// (sweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
 // once either way. intents.go has the protocol; an Import chunk has one
 // intent of its own for its authors' post counts (importintents.go). Writes go through a client with go-redis retries off (a script
