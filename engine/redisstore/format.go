@@ -68,12 +68,17 @@ func (s *Store) checkFormat(ctx context.Context) error {
 }
 
 // keyspaceUsed reports whether any key of the keyspace (the prefix, then
-// a hash tag) but marker exists, on any master. It walks the whole
-// database with SCAN, so it runs only while a keyspace has no marker.
+// a hash tag) but marker exists, on any master. A master holding no key
+// at all (DBSIZE) is passed at once; one holding keys is walked with
+// SCAN, which costs time in proportion to all its keys, so it runs only
+// while a keyspace has no marker, at its first Open.
 func (s *Store) keyspaceUsed(ctx context.Context, marker string) (bool, error) {
 	var used atomic.Bool
 	pattern := globEscape(s.k.p) + "{*"
 	err := eachMaster(ctx, s.wcluster, s.wsingle, func(ctx context.Context, c *redis.Client) error {
+		if n, err := c.DBSize(ctx).Result(); err != nil || n == 0 {
+			return err
+		}
 		var cursor uint64
 		for !used.Load() {
 			keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
