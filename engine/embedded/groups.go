@@ -259,7 +259,7 @@ func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine
 	if err := r.Check(); err != nil {
 		return engine.Message{}, err
 	}
-	r.withIdem(opSendMessage, viewer, idemKey, engine.IdemSendMessage,
+	r.withIdem(viewer, idemKey, engine.IdemSendMessage,
 		engine.IdemArgs{Group: g, Mentions: r.Mentions, Text: text})
 	id, err := e.commit(r)
 	if err != nil {

@@ -124,9 +124,8 @@ type Engine struct {
 	ctx            context.Context // cancelled by Close
 	cancel         context.CancelFunc
 
-	subsMu  sync.Mutex
-	subs    atomic.Pointer[[]*subscriber]
-	dropped atomic.Uint64
+	subsMu sync.Mutex
+	subs   atomic.Pointer[[]*subscriber]
 
 	// shadow is how the states a snapshot is rebuilt in keep their
 	// tables: in memory only, never touching the live cold files.
@@ -321,10 +320,6 @@ func (e *Engine) Stats() engine.Stats {
 		MemoryBytes:   int64(mem),
 	}
 }
-
-// DroppedEvents returns how many events were dropped because a
-// subscriber's buffer was full.
-func (e *Engine) DroppedEvents() uint64 { return e.dropped.Load() }
 
 // Close stops the sweeper and event delivery and closes the log, after
 // which every record acknowledged so far is on disk.

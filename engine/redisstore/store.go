@@ -215,6 +215,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		closeClients()
 		return nil, unavailable(err)
 	}
+	if err := s.checkFormat(ctx); err != nil {
+		closeClients()
+		return nil, err
+	}
 	node := opts.Node
 	if node == 0 {
 		n, err := s.wdb.Incr(ctx, s.k.nodeSeq()).Result()

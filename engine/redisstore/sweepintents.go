@@ -35,18 +35,12 @@ const intentScanPattern = "{[pg]*}I"
 // scan for.
 const intentSweepShare = 10
 
-// SweepIntents finishes every intent older than its grace period that no
+// sweepIntents finishes every intent older than its grace period that no
 // live finisher holds: the operations whose process died between their
 // first and later steps, and the import chunks of imports that died
-// (importintents.go). It scans the whole keyspace, and returns how many
-// it finished.
-func (s *Store) SweepIntents(ctx context.Context) (int, error) {
-	return s.sweepIntents(ctx, 0)
-}
-
-// sweepIntents is SweepIntents over the whole keyspace (budget 0), or one
-// step of the periodic sweep: on each master, from the stored cursor, for
-// at most budget.
+// (importintents.go). It returns how many it finished. With budget 0 it
+// scans the whole keyspace; otherwise it is one step of the periodic
+// sweep: on each master, from the stored cursor, for at most budget.
 func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, error) {
 	var (
 		mu   sync.Mutex // ForEachMaster sweeps the masters at once
