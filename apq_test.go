@@ -13,7 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // apqBody is an automatic-persisted-query request: the hash, and the
@@ -37,16 +37,16 @@ func TestAPQSharedAcrossReplicas(t *testing.T) {
 	}
 	addr, stop := redistest.StartSingle(t)
 	defer stop()
-	em := newEngineMetrics()
+	em := transport.NewEngineMetrics()
 	reg := prometheus.NewRegistry()
-	em.register(reg)
+	em.Register(reg)
 	replica := func(shared bool, reg prometheus.Registerer) *testServer {
 		store := openTestRedis(t, []string{addr}, "apq")
 		rs := store.(*redisstore.Store)
-		cfg := resolvers.Config{Metrics: reg}
+		cfg := transport.Config{Metrics: reg}
 		if shared {
-			rs.AddHook(redisHook{em})
-			cfg.APQCache = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), time.Hour)
+			rs.AddHook(em.RedisHook())
+			cfg.APQCache = transport.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), time.Hour)
 		}
 		return newTestServerWith(t, store, cfg)
 	}

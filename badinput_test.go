@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // Bad input gets a clear error with the right code, the server keeps
@@ -121,7 +121,7 @@ func TestRateLimitedMutations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newTestServerWith(t, store, resolvers.Config{RateLimit: 0.001, RateBurst: 3})
+	s := newTestServerWith(t, store, transport.Config{RateLimit: 0.001, RateBurst: 3})
 	for range 3 {
 		s.createPost(t, 1)
 	}
@@ -136,7 +136,7 @@ func TestRateLimitedMutations(t *testing.T) {
 
 func TestCORS(t *testing.T) {
 	store, _ := embedded.Open(embedded.Options{})
-	s := newTestServerWith(t, store, resolvers.Config{CORSOrigins: []string{"https://app.example"}})
+	s := newTestServerWith(t, store, transport.Config{CORSOrigins: []string{"https://app.example"}})
 	pre := func(origin string) *http.Response {
 		req, _ := http.NewRequest("OPTIONS", s.URL+"/query", nil)
 		req.Header.Set("Origin", origin)

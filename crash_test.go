@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // buildTally builds the real binary once per test run.
@@ -55,6 +55,12 @@ func startTally(t *testing.T, dataDir string, extra ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startBinary(t, bin, dataDir, extra...)
+}
+
+// startBinary is startTally for a binary built otherwise.
+func startBinary(t *testing.T, bin, dataDir string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"-addr", "127.0.0.1:0", "-data", dataDir, "-rate-limit", "0"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "TALLY_JWT_SECRET="+crashSecret)

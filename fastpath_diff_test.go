@@ -23,10 +23,10 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/snowflake"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/fastpath"
-	"github.com/tally-dev/tally/resolvers/hub"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/fastpath"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // The differential proof of the fast path: generated operations run
@@ -62,7 +62,7 @@ func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair
 	h := hub.New(store)
 	t.Cleanup(func() { h.Close(); store.Close() })
 	mk := func(disable bool) http.Handler {
-		return resolvers.NewHandler(resolvers.Config{Store: wrap(store), Hub: h, Keys: keys,
+		return transport.NewHandler(transport.Config{Store: wrap(store), Hub: h, Keys: keys,
 			Metrics: prometheus.NewRegistry(), DisableFastPath: disable})
 	}
 	d := &diffPair{gqlgen: mk(true), fast: mk(false), keys: keys}
@@ -157,7 +157,7 @@ func (d *diffPair) compare(t testing.TB, r request) {
 // differ runs r through both handlers and describes any difference.
 // The fast-path handler answers r three times: the second time it knows
 // the document and makes the operation context itself
-// (resolvers/fastpath_ops.go) where the first was gqlgen's; the third body
+// (web/transport/plan_context.go) where the first was gqlgen's; the third body
 // is written by hand (spacing, escapes, key order) for its decoder.
 func (d *diffPair) differ(r request) string {
 	a := d.serve(d.gqlgen, r)

@@ -10,26 +10,26 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
-// TestFastOpsAgreeWithGqlgen: the differential test's generated requests,
+// TestPlanContextsAgreeWithGqlgen: the differential test's generated requests,
 // each answered three times by the fast-path handler (differ), reach
-// the operation contexts fastOps makes without gqlgen's
-// CreateOperationContext (resolvers/fastpath_ops.go) and hand-written
+// the operation contexts planContexts makes without gqlgen's
+// CreateOperationContext (web/transport/plan_context.go) and hand-written
 // bodies reach the hand decoder, and still answer byte for byte what
 // gqlgen alone answers.
-func TestFastOpsAgreeWithGqlgen(t *testing.T) {
+func TestPlanContextsAgreeWithGqlgen(t *testing.T) {
 	d := newDiffPair(t)
 	g := &gen{r: rand.New(rand.NewPCG(11, 7)), d: d}
-	fast0 := resolvers.FastOperationContexts()
+	fast0 := transport.FastOperationContexts()
 	for range 600 {
 		d.compare(t, g.request())
 	}
 	// About half the generated operations are plan-served; each is
 	// answered twice after it was learnt.
-	if n := resolvers.FastOperationContexts() - fast0; n < 300 {
-		t.Fatalf("fastOps made %d operation contexts for 600 requests", n)
+	if n := transport.FastOperationContexts() - fast0; n < 300 {
+		t.Fatalf("planContexts made %d operation contexts for 600 requests", n)
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/fastpath"
-	"github.com/tally-dev/tally/resolvers/hub"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/fastpath"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // unreadReads counts a server's badge reads.
@@ -47,7 +47,7 @@ func TestFastPathSubscriptionsAgree(t *testing.T) {
 	t.Cleanup(func() { h.Close(); store.Close() })
 	reads := map[bool]*unreadReads{true: {Store: store}, false: {Store: store}}
 	server := func(disable bool) *testServer {
-		srv := httptest.NewServer(resolvers.NewHandler(resolvers.Config{Store: reads[disable], Hub: h, Keys: keys,
+		srv := httptest.NewServer(transport.NewHandler(transport.Config{Store: reads[disable], Hub: h, Keys: keys,
 			Metrics: prometheus.NewRegistry(), DisableFastPath: disable}))
 		t.Cleanup(srv.Close)
 		return &testServer{Server: srv, store: store, keys: keys}
@@ -150,7 +150,7 @@ func TestFastPathSubscriptionNeedsViewer(t *testing.T) {
 	t.Cleanup(func() { h.Close(); store.Close() })
 	var got [2][]byte
 	for i, disable := range []bool{true, false} {
-		srv := httptest.NewServer(resolvers.NewHandler(resolvers.Config{Store: store, Hub: h, Keys: keys, DisableFastPath: disable}))
+		srv := httptest.NewServer(transport.NewHandler(transport.Config{Store: store, Hub: h, Keys: keys, DisableFastPath: disable}))
 		t.Cleanup(srv.Close)
 		s := &testServer{Server: srv, store: store, keys: keys}
 		c, err := s.dialWS(t, "")

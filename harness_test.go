@@ -11,10 +11,9 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
-	"github.com/tally-dev/tally/web"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // testServer is a real Tally HTTP handler on a loopback listener.
@@ -30,10 +29,10 @@ func newTestServer(t testing.TB) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestServerWith(t, store, resolvers.Config{})
+	return newTestServerWith(t, store, transport.Config{})
 }
 
-func newTestServerWith(t testing.TB, store engine.Store, cfg resolvers.Config) *testServer {
+func newTestServerWith(t testing.TB, store engine.Store, cfg transport.Config) *testServer {
 	t.Helper()
 	keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
 	if err != nil {
@@ -41,7 +40,8 @@ func newTestServerWith(t testing.TB, store engine.Store, cfg resolvers.Config) *
 	}
 	cfg.Keys = keys
 	h := hub.New(store)
-	srv := httptest.NewServer(newHandler(store, h, cfg, nil, web.Options{}))
+	cfg.Store, cfg.Hub = store, h
+	srv := httptest.NewServer(transport.NewServerHandler(transport.ServerConfig{Config: cfg}))
 	t.Cleanup(func() {
 		srv.Close()
 		h.Close()

@@ -18,10 +18,10 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
-func newHostileServer(t *testing.T, cfg resolvers.Config) *testServer {
+func newHostileServer(t *testing.T, cfg transport.Config) *testServer {
 	t.Helper()
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
@@ -73,11 +73,11 @@ func (s *testServer) postCount(t *testing.T, user uint64) int64 {
 func TestHostileAliasedCreatePostRefusedWhole(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		cfg  resolvers.Config
+		cfg  transport.Config
 	}{
-		{"default cap", resolvers.Config{}},
+		{"default cap", transport.Config{}},
 		// With the cap lifted, the rate limit's burst still caps it.
-		{"cap lifted", resolvers.Config{MaxMutationsPerRequest: -1, RateLimit: 50, RateBurst: 100}},
+		{"cap lifted", transport.Config{MaxMutationsPerRequest: -1, RateLimit: 50, RateBurst: 100}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newHostileServer(t, c.cfg)
@@ -97,7 +97,7 @@ func TestHostileAliasedCreatePostRefusedWhole(t *testing.T) {
 }
 
 func TestHostileOverBudgetRefusedWholeWithRetryHint(t *testing.T) {
-	s := newHostileServer(t, resolvers.Config{RateLimit: 0.05, RateBurst: 30, MaxMutationsPerRequest: 20})
+	s := newHostileServer(t, transport.Config{RateLimit: 0.05, RateBurst: 30, MaxMutationsPerRequest: 20})
 	if r := s.do(t, 7, aliased("mutation", "", "createPost { id }", 20), nil); len(r.Errors) > 0 {
 		t.Fatalf("20 of a budget of 30: %+v", r.Errors)
 	}
@@ -166,11 +166,11 @@ func TestHostileAliasedAddGroupMembersRefused(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, reason string
-		cfg          resolvers.Config
+		cfg          transport.Config
 	}{
-		{"default cap", "TOO_MANY_MUTATIONS", resolvers.Config{}},
+		{"default cap", "TOO_MANY_MUTATIONS", transport.Config{}},
 		// No cap and no rate limit: the price of 200 × 100 ids is over.
-		{"priced", "COMPLEXITY_LIMIT_EXCEEDED", resolvers.Config{MaxMutationsPerRequest: -1}},
+		{"priced", "COMPLEXITY_LIMIT_EXCEEDED", transport.Config{MaxMutationsPerRequest: -1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newHostileServer(t, c.cfg)
@@ -190,7 +190,7 @@ func TestHostileAliasedAddGroupMembersRefused(t *testing.T) {
 func TestHostileMessageFloodBounded(t *testing.T) {
 	text := strings.Repeat("x", 4096)
 	t.Run("900 per request", func(t *testing.T) {
-		s := newHostileServer(t, resolvers.Config{})
+		s := newHostileServer(t, transport.Config{})
 		g := bigGroup(t, s, 3)
 		q := aliased("mutation", "($g: ID!, $t: String!)", "sendMessage(groupId: $g, text: $t) { id }", 900)
 		for range 20 {
@@ -205,7 +205,7 @@ func TestHostileMessageFloodBounded(t *testing.T) {
 		// get the burst's 5 requests through (a sixth only on a machine
 		// slow enough to take 200 s), each whole; the rest are refused
 		// whole.
-		s := newHostileServer(t, resolvers.Config{RateLimit: 0.1, RateBurst: 100})
+		s := newHostileServer(t, transport.Config{RateLimit: 0.1, RateBurst: 100})
 		g := bigGroup(t, s, 3)
 		q := aliased("mutation", "($g: ID!, $t: String!)", "sendMessage(groupId: $g, text: $t) { id }", 20)
 		applied := 0
@@ -241,7 +241,7 @@ func TestHostileIntrospectionAmplificationRefused(t *testing.T) {
 	if len(flood) < 30000 {
 		t.Fatalf("the flood is %d bytes", len(flood))
 	}
-	s := newHostileServer(t, resolvers.Config{})
+	s := newHostileServer(t, transport.Config{})
 	body, _ := json.Marshal(map[string]any{"query": flood})
 	req, _ := http.NewRequest("POST", s.URL+"/query", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
@@ -269,7 +269,7 @@ func TestHostileIntrospectionAmplificationRefused(t *testing.T) {
 
 	// Turned off, introspection is refused with its own reason;
 	// __typename still answers (clients add it everywhere).
-	off := newHostileServer(t, resolvers.Config{DisableIntrospection: true})
+	off := newHostileServer(t, transport.Config{DisableIntrospection: true})
 	for _, q := range []string{`{ __schema { queryType { name } } }`, `{ __type(name: "Post") { name } }`} {
 		if e := off.wantCode(t, 0, "BAD_USER_INPUT", q, nil); e.Extensions["reason"] != "INTROSPECTION_DISABLED" {
 			t.Fatalf("%s with introspection off: %+v", q, e)
@@ -285,7 +285,7 @@ func TestHostileIntrospectionAmplificationRefused(t *testing.T) {
 // address, or one user's, are refused with RATE_LIMITED once it is spent,
 // while another client keeps its own.
 func TestHostileCostRateBounded(t *testing.T) {
-	s := newHostileServer(t, resolvers.Config{CostRate: 100, CostBurst: 6000})
+	s := newHostileServer(t, transport.Config{CostRate: 100, CostBurst: 6000})
 	const intro = `{ __schema { types { name fields { name args { name } type { name kind } } } } }`
 	answered := 0
 	var refused gqlResponse
@@ -315,7 +315,7 @@ func TestHostileCostRateBounded(t *testing.T) {
 // budget too (each costs the limit), and once it is dry the client's next
 // requests are answered 429 before their bodies are read.
 func TestHostileRefusedFloodRunsBudgetDry(t *testing.T) {
-	s := newHostileServer(t, resolvers.Config{CostRate: 10, CostBurst: 6000})
+	s := newHostileServer(t, transport.Config{CostRate: 10, CostBurst: 6000})
 	flood := introspectionFlood()
 	var gated gqlResponse
 	var header http.Header
@@ -347,7 +347,7 @@ func TestHostileRefusedFloodRunsBudgetDry(t *testing.T) {
 // overdraw it is refused whole with RATE_LIMITED and retryAfter, applying
 // nothing.
 func TestHostileOverBudgetOnWebSocket(t *testing.T) {
-	s := newHostileServer(t, resolvers.Config{RateLimit: 0.05, RateBurst: 10})
+	s := newHostileServer(t, transport.Config{RateLimit: 0.05, RateBurst: 10})
 	ws, err := s.dialWS(t, s.token(t, 7, false))
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // A 3,000-member group answered 5.5 MB to 90 aliases of its members
@@ -13,7 +13,7 @@ import (
 // pages are at most 4,500 members, 90 pages of 100 are over the limit,
 // and paging through the whole group reads each member once.
 func TestHostileBigGroupMembersBounded(t *testing.T) {
-	s := newHostileServer(t, resolvers.Config{})
+	s := newHostileServer(t, transport.Config{})
 	g := bigGroup(t, s, 3000)
 	vars := map[string]any{"g": id(uint64(g))}
 	r := s.do(t, 1, aliased("query", "($g: ID!)", "group(id: $g) { members { id } }", 90), vars)

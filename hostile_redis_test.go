@@ -8,7 +8,7 @@ import (
 
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // Two replicas on one Redis (a single node, then a 3-master cluster)
@@ -37,8 +37,8 @@ func testSharedBudget(t *testing.T, addrs []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newTestServerWith(t, store, resolvers.Config{
-			RateLimit: 0.05, RateBurst: 10, RateLimiter: resolvers.SharedRateLimiter(l),
+		return newTestServerWith(t, store, transport.Config{
+			RateLimit: 0.05, RateBurst: 10, RateLimiter: transport.SharedRateLimiter(l),
 		})
 	}
 	a, b := replica(), replica()

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // wsCapReplica is a Tally handler on addrs whose per-user socket count is
@@ -25,9 +25,9 @@ func wsCapReplica(t *testing.T, addrs []string, perUser int) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(sc.Close)
-	return newTestServerWith(t, store, resolvers.Config{
-		WebSocket: resolvers.WSConfig{MaxPerUser: perUser},
-		SocketCap: resolvers.SharedSocketCap(sc),
+	return newTestServerWith(t, store, transport.Config{
+		WebSocket: transport.WSConfig{MaxPerUser: perUser},
+		SocketCap: transport.SharedSocketCap(sc),
 	})
 }
 

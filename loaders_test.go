@@ -7,7 +7,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // countingStore counts the engine's multi-get calls.
@@ -61,12 +61,12 @@ func (c *countingStore) reset() {
 func TestFeedPageIsOneMultiGetPerKind(t *testing.T) {
 	for _, gqlgenOnly := range []bool{true, false} {
 		t.Run(map[bool]string{true: "gqlgen", false: "fastpath"}[gqlgenOnly], func(t *testing.T) {
-			testFeedPageCalls(t, resolvers.Config{DisableFastPath: gqlgenOnly})
+			testFeedPageCalls(t, transport.Config{DisableFastPath: gqlgenOnly})
 		})
 	}
 }
 
-func testFeedPageCalls(t *testing.T, cfg resolvers.Config) {
+func testFeedPageCalls(t *testing.T, cfg transport.Config) {
 	inner, err := embedded.Open(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 )
 
 // commands lists the subcommands, in the order `tally -h` shows them,
@@ -224,89 +223,4 @@ func startPprof(addr string) (stop func(), err error) {
 		defer cancel()
 		srv.Shutdown(ctx)
 	}, nil
-}
-
-// engineMetrics receives the embedded engine's figures (embedded.Metrics)
-// and Redis command latencies (a go-redis hook). One is made per process,
-// before the store opens, and registered with the handler's registry.
-type engineMetrics struct {
-	fsync     prometheus.Histogram
-	batchRecs prometheus.Histogram
-	batchSize prometheus.Histogram
-	snapDur   prometheus.Histogram
-	snapSize  prometheus.Gauge
-	redisCmd  *prometheus.HistogramVec
-}
-
-func newEngineMetrics() *engineMetrics {
-	return &engineMetrics{
-		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_wal_fsync_seconds",
-			Help:    "Duration of each fsync of the embedded engine's log.",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-		}),
-		batchRecs: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_wal_batch_records",
-			Help:    "Records per group-commit batch written to the log.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-		}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_wal_batch_bytes",
-			Help:    "Bytes per group-commit batch written to the log.",
-			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
-		}),
-		snapDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_snapshot_seconds",
-			Help:    "Time to build and write each snapshot of the embedded engine.",
-			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}),
-		snapSize: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_snapshot_bytes",
-			Help: "Size of the newest snapshot file written.",
-		}),
-		redisCmd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tally_redis_command_seconds",
-			Help:    "Round trip of each Redis command or pipeline, by command (\"pipeline\" for a pipeline); only commands the store issues, so the label is bounded.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"command"}),
-	}
-}
-
-func (m *engineMetrics) register(reg prometheus.Registerer) {
-	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.redisCmd)
-}
-
-func (m *engineMetrics) LogBatchWritten(records, bytes int) {
-	m.batchRecs.Observe(float64(records))
-	m.batchSize.Observe(float64(bytes))
-}
-
-func (m *engineMetrics) LogSynced(took time.Duration) { m.fsync.Observe(took.Seconds()) }
-
-func (m *engineMetrics) SnapshotWritten(took time.Duration, bytes int64) {
-	m.snapDur.Observe(took.Seconds())
-	m.snapSize.Set(float64(bytes))
-}
-
-// redisHook times commands for tally_redis_command_seconds.
-type redisHook struct{ m *engineMetrics }
-
-func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		start := time.Now()
-		err := next(ctx, cmd)
-		h.m.redisCmd.WithLabelValues(cmd.Name()).Observe(time.Since(start).Seconds())
-		return err
-	}
-}
-
-func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		start := time.Now()
-		err := next(ctx, cmds)
-		h.m.redisCmd.WithLabelValues("pipeline").Observe(time.Since(start).Seconds())
-		return err
-	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/snowflake"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/hub"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // The feed-page benchmarks: one GraphQL request for a page of 50 posts'
@@ -93,10 +93,10 @@ func benchPage(b *testing.B, url, token string, ids []string) {
 // benchStorePage runs the page benchmark through the full Tally handler on
 // top of store.
 func benchStorePage(b *testing.B, store engine.Store) {
-	benchStorePageWith(b, store, resolvers.Config{})
+	benchStorePageWith(b, store, transport.Config{})
 }
 
-func benchStorePageWith(b *testing.B, store engine.Store, cfg resolvers.Config) {
+func benchStorePageWith(b *testing.B, store engine.Store, cfg transport.Config) {
 	ts := newTestServerWith(b, store, cfg)
 	ids := seedPage(b, store)
 	benchPage(b, ts.URL+"/query", ts.token(b, 1, false), ids)
@@ -120,7 +120,7 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		benchStorePageWith(b, store, resolvers.Config{DisableFastPath: true})
+		benchStorePageWith(b, store, transport.Config{DisableFastPath: true})
 	})
 	b.Run("handwritten", func(b *testing.B) {
 		store, _ := embedded.Open(embedded.Options{})
@@ -134,7 +134,7 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 		// The same response bytes, pre-built once through Tally, served by
 		// a bare handler: what HTTP on this machine costs by itself.
 		store, _ := embedded.Open(embedded.Options{})
-		ts := newTestServerWith(b, store, resolvers.Config{})
+		ts := newTestServerWith(b, store, transport.Config{})
 		ids := seedPage(b, store)
 		body, _ := json.Marshal(map[string]any{"query": pageQuery, "variables": map[string]any{"ids": ids}})
 		req, _ := http.NewRequest("POST", ts.URL+"/query", bytes.NewReader(body))
@@ -231,7 +231,7 @@ func BenchmarkFeedPageHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := newTestServerWith(b, store, resolvers.Config{})
+	ts := newTestServerWith(b, store, transport.Config{})
 	ids := seedPage(b, store)
 	tok := ts.token(b, 1, false)
 	body, _ := json.Marshal(map[string]any{"query": pageQuery, "variables": map[string]any{"ids": ids}})
@@ -239,8 +239,8 @@ func BenchmarkFeedPageHandler(b *testing.B) {
 		name string
 		h    http.Handler
 	}{
-		{"fastpath", resolvers.NewHandler(resolvers.Config{Store: store, Hub: hub.New(store), Keys: ts.keys})},
-		{"gqlgen", resolvers.NewHandler(resolvers.Config{Store: store, Hub: hub.New(store), Keys: ts.keys, DisableFastPath: true})},
+		{"fastpath", transport.NewHandler(transport.Config{Store: store, Hub: hub.New(store), Keys: ts.keys})},
+		{"gqlgen", transport.NewHandler(transport.Config{Store: store, Hub: hub.New(store), Keys: ts.keys, DisableFastPath: true})},
 		{"handwritten", newHandwrittenPage(b, store, ids)},
 	}
 	serve := func(h http.Handler) *httptest.ResponseRecorder {
@@ -280,7 +280,7 @@ func BenchmarkPageResponseWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := newTestServerWith(b, store, resolvers.Config{})
+	ts := newTestServerWith(b, store, transport.Config{})
 	ids := seedPage(b, store)
 	body, _ := json.Marshal(map[string]any{"query": pageQuery, "variables": map[string]any{"ids": ids}})
 	req, _ := http.NewRequest("POST", ts.URL+"/query", bytes.NewReader(body))

@@ -14,9 +14,9 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // BenchmarkUnreadBroadcast: one system notification pushes a new badge to
@@ -29,14 +29,14 @@ import (
 func BenchmarkUnreadBroadcast(b *testing.B) {
 	for _, gqlgenOnly := range []bool{false, true} {
 		b.Run(map[bool]string{false: "fastpath", true: "gqlgen"}[gqlgenOnly], func(b *testing.B) {
-			benchBroadcast(b, resolvers.Config{DisableFastPath: gqlgenOnly})
+			benchBroadcast(b, transport.Config{DisableFastPath: gqlgenOnly})
 		})
 	}
 }
 
 const pushSubscribers = 500
 
-func benchBroadcast(b *testing.B, cfg resolvers.Config) {
+func benchBroadcast(b *testing.B, cfg transport.Config) {
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -47,7 +47,7 @@ func benchBroadcast(b *testing.B, cfg resolvers.Config) {
 	}
 	h := hub.New(store)
 	cfg.Store, cfg.Hub, cfg.Keys = store, h, keys
-	srv := httptest.NewServer(resolvers.NewHandler(cfg))
+	srv := httptest.NewServer(transport.NewHandler(cfg))
 	defer func() { srv.Close(); h.Close(); store.Close() }()
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()

@@ -10,7 +10,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // openTestRedis opens a Store on addrs, closed at the end of the test.
@@ -31,8 +31,8 @@ func TestCrossReplicaSubscription(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	cluster := redistest.StartCluster(t, 3, 0)
-	a := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
-	b := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), resolvers.Config{})
+	a := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), transport.Config{})
+	b := newTestServerWith(t, openTestRedis(t, cluster.Addrs(), "x"), transport.Config{})
 	b.keys = a.keys // the same secret on every replica
 
 	const alice, bob = 1, 2
@@ -81,7 +81,7 @@ func TestRedisDownAndBackOverHTTP(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	node := redistest.StartSingleNode(t)
-	s := newTestServerWith(t, openTestRedis(t, []string{node.Addr}, "f"), resolvers.Config{})
+	s := newTestServerWith(t, openTestRedis(t, []string{node.Addr}, "f"), transport.Config{})
 	pid := s.createPost(t, 1)
 
 	node.Kill()

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,8 +21,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
@@ -31,11 +28,12 @@ import (
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
 	"github.com/tally-dev/tally/web"
+	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/demoseed"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/memory"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 func main() {
@@ -117,7 +115,7 @@ type storeFlags struct {
 	coldCache      int
 	// metrics, when set (serve), receives the engine's log, snapshot and
 	// Redis figures.
-	metrics *engineMetrics
+	metrics *transport.EngineMetrics
 	// batchJob (import) opens a Redis store without its background
 	// sweepers: the servers sweep, and the intent sweeper's SCAN of the
 	// whole keyspace every few seconds took 39% of redis-server's CPU
@@ -159,7 +157,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		}
 		s, err := openRedis(ctx, opts, f.redisStartWait)
 		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {
-			rs.AddHook(redisHook{f.metrics})
+			rs.AddHook(f.metrics.RedisHook())
 		}
 		return s, err
 	}
@@ -280,10 +278,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	var sf storeFlags
 	sf.register(fs)
-	var mem memorySettings
-	mem.register(fs)
+	var mem memory.Settings
+	mem.Register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	apqTTL := fs.Duration("apq-ttl", resolvers.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
+	apqTTL := fs.Duration("apq-ttl", transport.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this separate address, e.g. 127.0.0.1:6060 (off when empty)")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	complexity := fs.Int("complexity-limit", 5000, "largest operation cost accepted: each field 1, lists times the most they return, each element of a list argument 1, introspection by what it returns")
@@ -292,13 +290,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
-	maxMutations := fs.Int("max-mutations-per-request", resolvers.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
+	maxMutations := fs.Int("max-mutations-per-request", transport.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
 	costRate := fs.Float64("cost-rate", 10000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
 	costBurst := fs.Int("cost-burst", 50000, "burst of -cost-rate (at least -complexity-limit)")
 	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
-	var timeouts httpTimeouts
-	timeouts.register(fs)
-	var wsCfg resolvers.WSConfig
+	var timeouts transport.Timeouts
+	registerTimeoutFlags(fs, &timeouts)
+	var wsCfg transport.WSConfig
 	registerWSFlags(fs, &wsCfg)
 	wsLease := fs.Duration("ws-lease", redisstore.DefaultSocketLease, "with -redis: how long a replica's open WebSockets stay in the shared per-user count without being renewed (each replica renews every third of it), so a crashed replica's sockets stop counting within it")
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
@@ -309,13 +307,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printVersion(stdout)
 		return nil
 	}
-	if err := mem.check(sf.memoryBudget); err != nil {
+	if err := mem.Check(sf.memoryBudget); err != nil {
 		return usageError{err}
 	}
-	defer mem.apply()()
-	sf.metrics = newEngineMetrics()
+	defer mem.Apply()()
+	sf.metrics = transport.NewEngineMetrics()
 	reg := prometheus.NewRegistry()
-	sf.metrics.register(reg)
+	sf.metrics.Register(reg)
+	registerBuildInfo(reg)
 
 	k, dev, err := keys(sf.data, true)
 	if err != nil {
@@ -336,10 +335,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Replicas share persisted queries in Redis mode: a client behind a
 	// load balancer persists a query once, not once per replica.
 	var apq graphql.Cache[string]
-	var limiter resolvers.RateLimiter
-	var socketCap resolvers.SocketCap
+	var limiter transport.RateLimiter
+	var socketCap transport.SocketCap
 	if rs, ok := store.(*redisstore.Store); ok {
-		apq = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
+		apq = transport.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
 		// Replicas share each user's mutation budget in Redis.
 		if *rateLimit > 0 {
 			burst := *rateBurst
@@ -350,7 +349,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return usageError{err}
 			}
-			limiter = resolvers.SharedRateLimiter(l)
+			limiter = transport.SharedRateLimiter(l)
 		}
 		// And each user's open WebSockets: a crashed replica's stop
 		// counting one lease after its last renewal.
@@ -360,10 +359,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return usageError{err}
 			}
 			defer sc.Close()
-			socketCap = resolvers.SharedSocketCap(sc)
+			socketCap = transport.SharedSocketCap(sc)
 		}
 	}
-	handler := newHandler(store, h, resolvers.Config{
+	handler := transport.NewServerHandler(transport.ServerConfig{Config: transport.Config{
+		Store:           store,
+		Hub:             h,
 		APQCache:        apq,
 		Metrics:         reg,
 		Keys:            k,
@@ -381,7 +382,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DisableIntrospection:   !*introspection,
 		CostRate:               *costRate,
 		CostBurst:              *costBurst,
-	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
+	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {
 		stopPprof, err := startPprof(*pprofAddr)
@@ -394,7 +395,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(handler, timeouts)
+	srv := transport.NewHTTPServer(handler, timeouts)
 	// WebSockets outlive Shutdown (it does not track hijacked connections);
 	// ending the base context after it closes them with 1001.
 	baseCtx, endSockets := context.WithCancel(context.Background())
@@ -436,30 +437,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// httpTimeouts are the http.Server's limits for ordinary requests. A
-// WebSocket on /query clears them when it is upgraded (its own
-// -ws-* limits apply instead).
-type httpTimeouts struct{ readHeader, read, write, idle time.Duration }
-
-func (t *httpTimeouts) register(fs *flag.FlagSet) {
-	fs.DurationVar(&t.readHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this (0: -read-timeout)")
-	fs.DurationVar(&t.read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off; 0: no limit)")
-	fs.DurationVar(&t.write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off; 0: no limit)")
-	fs.DurationVar(&t.idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request (0: -read-timeout)")
+// registerTimeoutFlags adds the http.Server's limits for ordinary
+// requests (a WebSocket's own -ws-* limits replace them once upgraded).
+func registerTimeoutFlags(fs *flag.FlagSet, t *transport.Timeouts) {
+	fs.DurationVar(&t.ReadHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this (0: -read-timeout)")
+	fs.DurationVar(&t.Read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off; 0: no limit)")
+	fs.DurationVar(&t.Write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off; 0: no limit)")
+	fs.DurationVar(&t.Idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request (0: -read-timeout)")
 }
 
-func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: t.readHeader,
-		ReadTimeout:       t.read,
-		WriteTimeout:      t.write,
-		IdleTimeout:       t.idle,
-		MaxHeaderBytes:    64 << 10,
-	}
-}
-
-func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
+func registerWSFlags(fs *flag.FlagSet, c *transport.WSConfig) {
 	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas), and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
 	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
 	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
@@ -468,63 +455,11 @@ func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
 	fs.IntVar(&c.SendQueueBytes, "ws-send-queue-bytes", 256<<10, "bytes queued for one WebSocket beyond which it is dropped as a slow reader (1013)")
 }
 
-// newHandler routes the server's endpoints: /query (GraphQL), /healthz
-// (liveness), /readyz (the store answers), /metrics (Prometheus) and the
-// web UI (GraphiQL at /, the demo at /demo).
-func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), ui web.Options) http.Handler {
-	// serve passes its registry (the engine's metrics are in it already).
-	reg, ok := cfg.Metrics.(*prometheus.Registry)
-	if !ok {
-		reg = prometheus.NewRegistry()
-	}
-	registerBuildInfo(reg)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerMemoryMetrics(reg)
-	registerStoreMetrics(reg, store, h)
-	cfg.Store, cfg.Hub, cfg.Metrics = store, h, reg
-
-	mux := http.NewServeMux()
-	mux.Handle("/query", resolvers.NewHandler(cfg))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := store.Ready(rctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ui.GraphQLPath, ui.DevToken = "/query", devToken
-	mux.Handle("/", web.Handler(ui))
-	return resolvers.ObserveHTTP(reg, mux)
-}
-
 func backendName(sf storeFlags) string {
 	if sf.redis != "" {
 		return "redis " + sf.redis
 	}
 	return "embedded " + sf.data
-}
-
-func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.Hub) {
-	gauge := func(name, help string, f func(engine.Stats) int64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
-			func() float64 { return float64(f(store.Stats())) }))
-	}
-	gauge("tally_engine_posts", "Known posts (with an author or a count).", func(s engine.Stats) int64 { return s.Posts })
-	gauge("tally_engine_counted_posts", "Posts with a non-zero counter.", func(s engine.Stats) int64 { return s.CountedPosts })
-	gauge("tally_engine_users", "Users with any state.", func(s engine.Stats) int64 { return s.Users })
-	gauge("tally_engine_groups", "Groups.", func(s engine.Stats) int64 { return s.Groups })
-	gauge("tally_engine_messages", "Group messages.", func(s engine.Stats) int64 { return s.Messages })
-	gauge("tally_engine_notifications", "System notifications.", func(s engine.Stats) int64 { return s.Notifications })
-	gauge("tally_engine_memory_bytes", "Bytes held by the engine's tables.", func(s engine.Stats) int64 { return s.MemoryBytes })
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tally_subscriptions", Help: "Open GraphQL subscriptions.",
-	}, func() float64 { u, r := h.Watchers(); return float64(u + r) }))
 }
 
 func tokenCmd(args []string, stdout, stderr io.Writer) error {
@@ -558,8 +493,8 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sf.register(fs)
 	// The import builds the same tables as the server and paces its GC
 	// alike: its peak RSS was twice the tables' size with Go's pacing.
-	var mem memorySettings
-	mem.register(fs)
+	var mem memory.Settings
+	mem.Register(fs)
 	batch := fs.Int("batch", 10000, "rows per durable batch")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -568,10 +503,10 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(files) == 0 {
 		return usageError{errors.New("name at least one FILE (CSV or .ndjson/.jsonl, - for stdin)")}
 	}
-	if err := mem.check(sf.memoryBudget); err != nil {
+	if err := mem.Check(sf.memoryBudget); err != nil {
 		return usageError{err}
 	}
-	defer mem.apply()()
+	defer mem.Apply()()
 	if sf.fsync == "always" {
 		sf.fsync = "batch" // one fsync per batch is what Import promises anyway
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // frameConn is a bare graphql-transport-ws client on a TCP connection: no
@@ -144,7 +144,7 @@ func rssBytes() int64 {
 // figure). Run with -benchtime=1x.
 func BenchmarkWSOpenSubscriptions(b *testing.B) {
 	const n = 2000
-	s := newTestServerWith(b, openStore(b), resolvers.Config{})
+	s := newTestServerWith(b, openStore(b), transport.Config{})
 	addr := s.Listener.Addr().String()
 	tokens := make([]string, n)
 	for i := range tokens {
@@ -189,7 +189,7 @@ func BenchmarkWSOpenSubscriptions(b *testing.B) {
 // process had mapped before, so run it alone: -bench WSSlowReaders). Run with -benchtime=1x.
 func BenchmarkWSSlowReaders(b *testing.B) {
 	const clients, perClient = 20, 400
-	s := newTestServerWith(b, openStore(b), resolvers.Config{ComplexityLimit: 1 << 30})
+	s := newTestServerWith(b, openStore(b), transport.Config{ComplexityLimit: 1 << 30})
 	addr := s.Listener.Addr().String()
 	for range b.N {
 		heap0, g0 := settled()
@@ -241,7 +241,7 @@ func BenchmarkWSSlowReaders(b *testing.B) {
 // -benchtime=1x.
 func BenchmarkWSSubscriptionFlood(b *testing.B) {
 	const n = 10000
-	s := newTestServerWith(b, openStore(b), resolvers.Config{})
+	s := newTestServerWith(b, openStore(b), transport.Config{})
 	addr := s.Listener.Addr().String()
 	for range b.N {
 		heap0, g0 := settled()

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
-	"github.com/tally-dev/tally/web"
+	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/clients"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 type closeEvent struct {
@@ -34,7 +33,7 @@ func TestGraphQLWSClientOnBadToken(t *testing.T) {
 	keys, _ := auth.NewKeys([]byte("test-secret-0123456789"))
 	h := hub.New(store)
 	var upgrades atomic.Int64
-	inner := newHandler(store, h, resolvers.Config{Keys: keys}, nil, web.Options{})
+	inner := transport.NewServerHandler(transport.ServerConfig{Config: transport.Config{Store: store, Hub: h, Keys: keys}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {
 			upgrades.Add(1)

@@ -24,15 +24,14 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
-	"github.com/tally-dev/tally/web"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // newTimedServer is newTestServerWith on the server's own http.Server
-// settings (newHTTPServer), so that its timeouts are under test too.
-func newTimedServer(t testing.TB, cfg resolvers.Config, to httpTimeouts) *testServer {
+// settings (transport.NewHTTPServer), so that its timeouts are under test too.
+func newTimedServer(t testing.TB, cfg transport.Config, to transport.Timeouts) *testServer {
 	t.Helper()
 	store, err := embedded.Open(embedded.Options{})
 	if err != nil {
@@ -44,8 +43,9 @@ func newTimedServer(t testing.TB, cfg resolvers.Config, to httpTimeouts) *testSe
 	}
 	cfg.Keys = keys
 	h := hub.New(store)
+	cfg.Store, cfg.Hub = store, h
 	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = newHTTPServer(newHandler(store, h, cfg, nil, web.Options{}), to)
+	srv.Config = transport.NewHTTPServer(transport.NewServerHandler(transport.ServerConfig{Config: cfg}), to)
 	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
@@ -272,7 +272,7 @@ func TestWSProtocolCloseCodes(t *testing.T) {
 }
 
 func TestWSInitTimeout(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{InitTimeout: 200 * time.Millisecond}})
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{InitTimeout: 200 * time.Millisecond}})
 	c := rawWS(t, s)
 	start := time.Now()
 	code, reason := wsClosed(t, c, 5*time.Second)
@@ -325,7 +325,7 @@ func tokenExp(t *testing.T, tok string) time.Time {
 }
 
 func TestWSSocketCaps(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{MaxPerUser: 2}})
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{MaxPerUser: 2}})
 	alice := s.token(t, 1, false)
 	a1, a2 := rawWS(t, s), rawWS(t, s)
 	wsInit(t, a1, alice)
@@ -378,7 +378,7 @@ func readMsg(c *websocket.Conn, d time.Duration) (wsMsg, error) {
 }
 
 func TestWSSubscriptionCap(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{MaxSubscriptions: 2}})
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{MaxSubscriptions: 2}})
 	c := rawWS(t, s)
 	wsInit(t, c, s.token(t, 1, false))
 	for _, id := range []string{"a", "b"} {
@@ -407,9 +407,9 @@ func TestWSSubscriptionCap(t *testing.T) {
 const bigQuery = `{ __schema { types { name description fields { name description args { name description } } } } }`
 
 func TestWSSlowReaderDropped(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{
+	s := newTestServerWith(t, openStore(t), transport.Config{
 		ComplexityLimit: 1 << 30,
-		WebSocket:       resolvers.WSConfig{SendQueueBytes: 64 << 10, WriteTimeout: time.Second, MaxSubscriptions: -1},
+		WebSocket:       transport.WSConfig{SendQueueBytes: 64 << 10, WriteTimeout: time.Second, MaxSubscriptions: -1},
 	})
 	settle := func() int {
 		runtime.GC()
@@ -460,7 +460,7 @@ func TestWSSlowReaderDropped(t *testing.T) {
 }
 
 func TestWSExemptFromHTTPTimeouts(t *testing.T) {
-	s := newTimedServer(t, resolvers.Config{}, httpTimeouts{readHeader: 200 * time.Millisecond, read: 300 * time.Millisecond, write: 300 * time.Millisecond, idle: time.Second})
+	s := newTimedServer(t, transport.Config{}, transport.Timeouts{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond, Idle: time.Second})
 	c := rawWS(t, s)
 	wsInit(t, c, s.token(t, 1, false))
 	wsSubscribe(t, c, "u", unreadSub, nil)
@@ -474,7 +474,7 @@ func TestWSExemptFromHTTPTimeouts(t *testing.T) {
 }
 
 func TestHTTPSlowBodyCut(t *testing.T) {
-	s := newTimedServer(t, resolvers.Config{}, httpTimeouts{readHeader: 200 * time.Millisecond, read: 500 * time.Millisecond, write: time.Second, idle: time.Second})
+	s := newTimedServer(t, transport.Config{}, transport.Timeouts{ReadHeader: 200 * time.Millisecond, Read: 500 * time.Millisecond, Write: time.Second, Idle: time.Second})
 	conn, err := net.Dial("tcp", s.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -516,7 +516,7 @@ func TestHTTPNonReadingClientReleased(t *testing.T) {
 		done <- nil
 	})
 	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = newHTTPServer(big, httpTimeouts{readHeader: time.Second, read: time.Second, write: 500 * time.Millisecond, idle: time.Second})
+	srv.Config = transport.NewHTTPServer(big, transport.Timeouts{ReadHeader: time.Second, Read: time.Second, Write: 500 * time.Millisecond, Idle: time.Second})
 	srv.Start()
 	defer srv.Close()
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -556,7 +556,7 @@ func dialAnonymous(t *testing.T, s *testServer) *websocket.Conn {
 }
 
 func TestWSDeadPeerDropped(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{PingInterval: 200 * time.Millisecond}})
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{PingInterval: 200 * time.Millisecond}})
 	// A peer that reads (and so answers pings) stays...
 	live := rawWS(t, s)
 	wsInit(t, live, s.token(t, 1, false))
@@ -605,7 +605,7 @@ func TestWSDeadPeerDropped(t *testing.T) {
 }
 
 func TestWSOrigins(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{OriginPatterns: []string{"app.example"}})
+	s := newTestServerWith(t, openStore(t), transport.Config{OriginPatterns: []string{"app.example"}})
 	dial := func(origin string) (*websocket.Conn, *http.Response, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -681,7 +681,7 @@ func (f *receiptsFault) Receipts(ctx context.Context, v engine.UserID, id engine
 // carrying the code; one whose re-read hits an outage carries on.
 func TestWSSubscriptionEndsWithTheRefusal(t *testing.T) {
 	store := &receiptsFault{Store: openStore(t)}
-	s := newTestServerWith(t, store, resolvers.Config{})
+	s := newTestServerWith(t, store, transport.Config{})
 	m := s.q(t, 1, `mutation { createGroup(memberIds: ["2", "3", "4"]) { id } }`, nil)
 	msg := s.send(t, 1, str(m, "createGroup", "id"), "hello")
 	c := rawWS(t, s)
@@ -751,7 +751,7 @@ func wsMessages(c *websocket.Conn) <-chan wsMsg {
 
 // Every way a socket ends gives back its goroutines.
 func TestWSNoGoroutineLeak(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), resolvers.Config{WebSocket: resolvers.WSConfig{InitTimeout: 50 * time.Millisecond, MaxPerUser: -1}})
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{InitTimeout: 50 * time.Millisecond, MaxPerUser: -1}})
 	tok := s.token(t, 1, false)
 	settle := func() int {
 		runtime.GC()

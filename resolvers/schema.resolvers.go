@@ -12,8 +12,8 @@ import (
 	"github.com/tally-dev/tally/graph"
 	gmodel "github.com/tally-dev/tally/graph/model"
 	"github.com/tally-dev/tally/loaders"
-	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/model"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 func (r *Resolver) Query() graph.QueryResolver               { return (*queryResolver)(r) }
@@ -263,7 +263,7 @@ func (r *Resolver) receipts(ctx context.Context, id engine.MessageID) (*model.Re
 		if arg := f.Arguments.ForName("first"); arg != nil {
 			v, err := arg.Value.Value(graphql.GetOperationContext(ctx).Variables)
 			if err != nil {
-				return nil, errCode(CodeBadUserInput, "first: %v", err)
+				return nil, Errorf(CodeBadUserInput, "first: %v", err)
 			}
 			if i, ok := v.(int64); ok {
 				n = int(i)
@@ -350,7 +350,7 @@ func usersOf(ids []engine.UserID, first *int) ([]model.User, error) {
 	n := len(ids)
 	if first != nil {
 		if *first < 0 {
-			return nil, errCode(CodeBadUserInput, "first must not be negative")
+			return nil, Errorf(CodeBadUserInput, "first must not be negative")
 		}
 		n = min(n, *first)
 	}
@@ -370,7 +370,7 @@ func (r *mutationResolver) post(ctx context.Context, id engine.PostID) (*model.P
 		return nil, err
 	}
 	if posts[0] == nil {
-		return nil, errCode(CodeNotFound, "post %d not found", id)
+		return nil, Errorf(CodeNotFound, "post %d not found", id)
 	}
 	return posts[0], nil
 }
@@ -488,7 +488,7 @@ var unreadKinds = map[gmodel.UnreadKind]engine.UnreadKind{
 func (r *mutationResolver) MarkRead(ctx context.Context, kind gmodel.UnreadKind) (*model.Viewer, error) {
 	k, ok := unreadKinds[kind]
 	if !ok {
-		return nil, errCode(CodeBadUserInput, "unknown UnreadKind %q", kind)
+		return nil, Errorf(CodeBadUserInput, "unknown UnreadKind %q", kind)
 	}
 	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.MarkRead(ctx, v, k) })
 }

@@ -1,0 +1,4 @@
+package main
+
+// repoRoot is the module root, where the binary is built from.
+const repoRoot = "."
