@@ -1,0 +1,27 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/web/transport"
+)
+
+func TestRateLimitedMutations(t *testing.T) {
+	store, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerWith(t, store, transport.Config{RateLimit: 0.001, RateBurst: 3})
+	for range 3 {
+		s.createPost(t, 1)
+	}
+	e := s.wantCode(t, 1, "RATE_LIMITED", `mutation { createPost { id } }`, nil)
+	if !strings.Contains(e.Message, "slow down") {
+		t.Fatalf("message %q", e.Message)
+	}
+	// Other users and reads are not limited.
+	s.createPost(t, 2)
+	s.q(t, 1, `{ viewer { id } }`, nil)
+}

@@ -1,4 +1,0 @@
-package main
-
-// repoRoot is the module root, where the binary is built from.
-const repoRoot = "."
