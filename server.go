@@ -1,6 +1,12 @@
 // Command tally serves Tally's GraphQL API: counts and badges for social
 // apps. `tally` with no arguments serves on the embedded engine; see
-// `tally help` for the subcommands (token, import, demo-seed).
+// `tally help` for the subcommands (token, import, demo-seed, backup,
+// restore, repair, version), each in its cmd_*.go file.
+//
+// This file holds the server: the flags that choose and tune the engine
+// and the transport, the wiring of store, hub and handler, and serving
+// until a signal. The server's handler is web/transport's; the engine is
+// engine/embedded or engine/redisstore.
 package main
 
 import (
@@ -14,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,13 +29,11 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/importfile"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/auth"
-	"github.com/tally-dev/tally/web/demoseed"
 	"github.com/tally-dev/tally/web/hub"
 	"github.com/tally-dev/tally/web/memory"
 	"github.com/tally-dev/tally/web/transport"
@@ -39,59 +42,6 @@ import (
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	loggingSet = false
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "serve":
-		err = serve(ctx, args, stdout, stderr)
-	case "token":
-		err = tokenCmd(args, stdout, stderr)
-	case "import":
-		err = importCmd(ctx, args, stdout, stderr)
-	case "demo-seed":
-		err = demoSeedCmd(ctx, args, stdout, stderr)
-	case "backup":
-		err = backupCmd(ctx, args, stdout, stderr)
-	case "restore":
-		err = restoreCmd(args, stdout, stderr)
-	case "repair":
-		err = repairCmd(args, stdout, stderr)
-	case "version":
-		printVersion(stdout)
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usageText())
-		return 0
-	default:
-		fmt.Fprintf(stderr, "tally: unknown command %q\n\n%s", cmd, usageText())
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
-			return 2
-		}
-		if loggingSet {
-			slog.Error("tally "+cmd+" failed", "err", err)
-		} else {
-			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
-		}
-		return 1
-	}
-	return 0
-}
-
-type usageError struct{ error }
 
 // storeFlags are the flags that choose and tune the engine.
 type storeFlags struct {
@@ -219,32 +169,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// parseFlags parses args, then fills every flag not given on the command
-// line from TALLY_<NAME> in the environment.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "TALLY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
-			if e := f.Value.Set(v); e != nil {
-				err = usageError{fmt.Errorf("%s=%q: %v", env, v, e)}
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return setupLogging(fs)
 }
 
 // keys returns the token keys: from TALLY_JWT_SECRET, or else a random
@@ -460,281 +384,4 @@ func backendName(sf storeFlags) string {
 		return "redis " + sf.redis
 	}
 	return "embedded " + sf.data
-}
-
-func tokenCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token", stderr)
-	user := fs.String("user", "", "user id (decimal)")
-	admin := fs.Bool("admin", false, "grant role admin")
-	ttl := fs.Duration("ttl", 0, "expiry (0 = no exp claim)")
-	data := fs.String("data", "./data", "data directory of a dev server, whose dev-jwt-secret signs the token when TALLY_JWT_SECRET is unset")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	id, err := strconv.ParseUint(*user, 10, 64)
-	if err != nil || id == 0 {
-		return usageError{fmt.Errorf("-user must be a positive decimal user id")}
-	}
-	k, _, err := keys(*data, false)
-	if err != nil {
-		return err
-	}
-	tok, err := k.Sign(engine.UserID(id), *admin, *ttl)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, tok)
-	return nil
-}
-
-func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("import", stderr)
-	var sf storeFlags
-	sf.register(fs)
-	// The import builds the same tables as the server and paces its GC
-	// alike: its peak RSS was twice the tables' size with Go's pacing.
-	var mem memory.Settings
-	mem.Register(fs)
-	batch := fs.Int("batch", 10000, "rows per durable batch")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	files := fs.Args()
-	if len(files) == 0 {
-		return usageError{errors.New("name at least one FILE (CSV or .ndjson/.jsonl, - for stdin)")}
-	}
-	if err := mem.Check(sf.memoryBudget); err != nil {
-		return usageError{err}
-	}
-	defer mem.Apply()()
-	if sf.fsync == "always" {
-		sf.fsync = "batch" // one fsync per batch is what Import promises anyway
-	}
-	sf.batchJob = true
-	store, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	imp, ok := store.(engine.Importer)
-	if !ok {
-		return errors.New("this backend cannot import")
-	}
-	var total, rejected int
-	progress := importProgress{useBar: isTerminal(stderr) && fs.Lookup("log-format").Value.String() == "text"}
-	start := time.Now()
-	rows := make([]engine.ImportRow, 0, *batch)
-	flush := func() error {
-		if len(rows) == 0 {
-			return nil
-		}
-		if err := imp.Import(ctx, rows); err != nil {
-			// Redis's errors reach clients as the bare ErrUnavailable;
-			// an operator needs what was behind it and how far it got.
-			if cause := redisstore.Cause(err); cause != err {
-				return fmt.Errorf("import stopped after %d rows: %w (cause: %v)", total, err, cause)
-			}
-			return fmt.Errorf("import stopped after %d rows: %w", total, err)
-		}
-		total += len(rows)
-		rows = rows[:0]
-		progress.report(stderr, total, float64(total)/time.Since(start).Seconds(), rejected)
-		return nil
-	}
-	for _, name := range files {
-		var in io.Reader = os.Stdin
-		if name != "-" {
-			f, err := os.Open(name)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			in = f
-			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-				progress.total += fi.Size()
-			}
-		}
-		in = &countingReader{r: in, n: &progress.done}
-		r, err := importfile.NewReader(in, name, importfile.FormatOf(name))
-		if err != nil {
-			return err
-		}
-		for {
-			row, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			var re *importfile.RowError
-			if errors.As(err, &re) {
-				rejected++
-				progress.log(stderr, slog.LevelWarn, "import: row rejected", "err", re.Error())
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			rows = append(rows, row)
-			if len(rows) == cap(rows) {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	progress.finish(stderr)
-	fmt.Fprintf(stdout, "imported %d rows in %s; rejected %d\n", total, time.Since(start).Round(time.Millisecond), rejected)
-	if rejected > 0 {
-		return fmt.Errorf("%d rows rejected (see above)", rejected)
-	}
-	return nil
-}
-
-func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo-seed", stderr)
-	var sf storeFlags
-	sf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	store, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	sum, already, err := demoseed.SeedDir(ctx, store, sf.data)
-	if err != nil {
-		return err
-	}
-	if already {
-		fmt.Fprintf(stdout, "%s already holds the demo world (%s): nothing to do\n", filepath.Join(sf.data, demoseed.FileName), sum)
-		return nil
-	}
-	fmt.Fprintf(stdout, "seeded %s: %v\nstart the server with the same -data, then open /demo\n", backendName(sf), sum)
-	return nil
-}
-
-func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("backup", stderr)
-	data := fs.String("data", "./data", "data directory to back up (a server may be running on it)")
-	out := fs.String("out", "", "backup file to write")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *out == "" {
-		return usageError{errors.New("-out must name the backup file")}
-	}
-	start := time.Now()
-	index, err := embedded.BackupFile(ctx, *data, *out)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "backed up %s to %s (through log record %d) in %s\nrestore with: tally restore -in %s -data NEWDIR\n",
-		*data, *out, index, time.Since(start).Round(time.Millisecond), *out)
-	return nil
-}
-
-func restoreCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("restore", stderr)
-	in := fs.String("in", "", "backup file made by tally backup")
-	data := fs.String("data", "", "new (empty) data directory to create")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *in == "" || *data == "" {
-		return usageError{errors.New("-in and -data are required")}
-	}
-	if err := embedded.Restore(*in, *data); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "restored %s into %s; start the server with: tally -data %s\n", *in, *data, *data)
-	return nil
-}
-
-func repairCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("repair", stderr)
-	data := fs.String("data", "./data", "data directory that failed to open (the server must be stopped)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	report, err := embedded.Repair(*data)
-	if report != "" {
-		fmt.Fprintln(stdout, report)
-	}
-	return err
-}
-
-// importProgress reports the import's progress from the bytes read of
-// the input files whose size is known (stdin has none: it then only
-// counts rows): as a bar redrawn in place on a terminal with text logs,
-// otherwise as a log line every few seconds, so that JSON logs and
-// redirected output stay one record per line.
-type importProgress struct {
-	done, total int64
-	useBar      bool
-	drawn       bool // the bar is on the current line
-	logged      time.Time
-}
-
-func (p *importProgress) report(w io.Writer, rows int, perSecond float64, rejected int) {
-	if p.useBar {
-		fmt.Fprintf(w, "\r%s %d rows (%.0f rows/s), rejected %d ", p.bar(), rows, perSecond, rejected)
-		p.drawn = true
-		return
-	}
-	if time.Since(p.logged) < 2*time.Second {
-		return
-	}
-	p.logged = time.Now()
-	attrs := []any{"rows", rows, "rows_per_s", int64(perSecond), "rejected", rejected}
-	if p.total > 0 {
-		attrs = append(attrs, "percent", min(100*p.done/p.total, 100))
-	}
-	slog.Info("import: progress", attrs...)
-}
-
-// log writes a log line below the bar, if one is drawn.
-func (p *importProgress) log(w io.Writer, level slog.Level, msg string, args ...any) {
-	p.finish(w)
-	slog.Log(context.Background(), level, msg, args...)
-}
-
-func (p *importProgress) finish(w io.Writer) {
-	if p.drawn {
-		fmt.Fprintln(w)
-		p.drawn = false
-	}
-}
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-func (p *importProgress) bar() string {
-	if p.total <= 0 {
-		return "importing:"
-	}
-	const width = 30
-	frac := min(float64(p.done)/float64(p.total), 1)
-	n := int(frac * width)
-	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100)
-}
-
-type countingReader struct {
-	r io.Reader
-	n *int64
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	*c.n += int64(n)
-	return n, err
 }
