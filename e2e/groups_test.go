@@ -150,3 +150,39 @@ func TestMessageMentions(t *testing.T) {
 		t.Fatalf("sender mentioning self = %+v", u)
 	}
 }
+
+// TestLeaveGroupAnswers: leaveGroup answers the group as the remaining
+// members see it; who may not read the group (never joined, left
+// already, unknown group) is refused before anything else is looked at,
+// page arguments included; a bad page argument leaves the member in.
+func TestLeaveGroupAnswers(t *testing.T) {
+	s := newTestServer(t)
+	const a, b, c, outsider = 1, 2, 3, 9
+	m := s.q(t, a, fmt.Sprintf(`mutation { createGroup(memberIds: ["%d", "%d"]) { id } }`, b, c), nil)
+	g := str(m, "createGroup", "id")
+	leave := `mutation($g: ID!) { leaveGroup(groupId: $g) { id memberCount members(first: 5) { id } } }`
+	leavePaged := `mutation($g: ID!, $f: Int) { leaveGroup(groupId: $g) { id members(first: $f) { id } } }`
+	vars := map[string]any{"g": g}
+
+	s.wantCode(t, outsider, "FORBIDDEN", leave, vars)
+	s.wantCode(t, outsider, "FORBIDDEN", leavePaged, map[string]any{"g": g, "f": 101})
+	s.wantCode(t, a, "NOT_FOUND", leave, map[string]any{"g": "12345"})
+	s.wantCode(t, a, "NOT_FOUND", leavePaged, map[string]any{"g": "12345", "f": -1})
+	s.wantCode(t, b, "BAD_USER_INPUT", leavePaged, map[string]any{"g": g, "f": 101})
+	s.q(t, b, `query($g: ID!) { group(id: $g) { id } }`, vars) // still a member
+
+	m = s.q(t, b, leave, vars)
+	if num(t, m, "leaveGroup", "memberCount") != 2 || fmt.Sprint(pagingIDs(m, "leaveGroup", "members")) != "[1 3]" {
+		t.Fatalf("b left: %v", m)
+	}
+	s.wantCode(t, b, "FORBIDDEN", leave, vars)
+	s.wantCode(t, b, "FORBIDDEN", `mutation($g: ID!) { leaveGroup(groupId: $g) { id } }`, vars)
+	m = s.q(t, a, `query($g: ID!) { group(id: $g) { memberCount } }`, vars)
+	if num(t, m, "group", "memberCount") != 2 {
+		t.Fatalf("leaving again changed the group: %v", m)
+	}
+	m = s.q(t, c, leave, vars)
+	if num(t, m, "leaveGroup", "memberCount") != 1 || fmt.Sprint(pagingIDs(m, "leaveGroup", "members")) != "[1]" {
+		t.Fatalf("c left: %v", m)
+	}
+}

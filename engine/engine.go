@@ -265,7 +265,14 @@ type Store interface {
 	// non-members and ErrNotFound for unknown groups/messages.
 	CreateGroup(ctx context.Context, viewer UserID, members []UserID) (GroupID, error)
 	AddGroupMembers(ctx context.Context, viewer UserID, group GroupID, users []UserID) error
-	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) error
+	// LeaveGroup makes viewer, a current member, leave group, and returns
+	// the group as its remaining members see it right after (as Group
+	// reads it), in the same step as the leave: a join or leave by anyone
+	// else comes wholly before or wholly after. Someone who is not a
+	// current member, who never joined or who left already, is
+	// ErrForbidden, as for every call that needs membership (leaving
+	// again so changes nothing).
+	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) (Group, error)
 	Group(ctx context.Context, viewer UserID, group GroupID) (Group, error)
 	// GroupMembers lists a group's current members in join (mapid) order,
 	// at most first of them (CheckPage), starting after the user after (0:

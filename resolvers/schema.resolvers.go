@@ -536,21 +536,16 @@ func (r *mutationResolver) AddGroupMembers(ctx context.Context, groupID string, 
 	return (*Resolver)(r).group(ctx, gid)
 }
 
-// LeaveGroup returns the group as it is after the viewer left (its
-// remaining members), read by the engine on the caller's behalf even though
-// the caller is no longer a member.
+// LeaveGroup returns the group as its remaining members see it once the
+// viewer has left, as the engine read it in the same step as the leave.
+// The pages of members the selection asks for are read first, while the
+// viewer may still read them, without the viewer.
 func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*model.Group, error) {
 	gid, err := parseID[engine.GroupID]("groupId", groupID)
 	if err != nil {
 		return nil, err
 	}
 	v := viewerOf(ctx)
-	before, err := r.Store.Group(ctx, v, gid)
-	if err != nil {
-		return nil, err
-	}
-	// The pages the selection asks for are read now, while the viewer may
-	// still read them, without the viewer.
 	pages := map[model.PageKey][]engine.UserID{}
 	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
 		if f.Name != "members" {
@@ -568,6 +563,11 @@ func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*mod
 		}
 		n, cursor, err := pageArgs(first, after)
 		if err != nil {
+			// Who may not read the group learns that first, as from any
+			// read of it.
+			if _, gerr := r.Store.Group(ctx, v, gid); gerr != nil {
+				return nil, gerr
+			}
 			return nil, err
 		}
 		page, err := r.pageWithout(ctx, v, gid, n, cursor)
@@ -576,12 +576,11 @@ func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*mod
 		}
 		pages[model.PageKey{First: n, After: cursor}] = page
 	}
-	if err := r.Store.LeaveGroup(ctx, v, gid); err != nil {
+	after, err := r.Store.LeaveGroup(ctx, v, gid)
+	if err != nil {
 		return nil, err
 	}
-	before.MemberCount--
-	before.Members = slices.DeleteFunc(before.Members, func(u engine.UserID) bool { return u == v })
-	return &model.Group{G: before, Pages: pages}, nil
+	return &model.Group{G: after, Pages: pages}, nil
 }
 
 // pageWithout reads one page of a group's members as it will be once

@@ -275,7 +275,7 @@ func fromV1(o *v1op) (record, error) {
 	case opAddMembers:
 		return &addMembersRec{h, ops.AddMembers{Viewer: v, Group: engine.GroupID(o.a), Users: idsAs[engine.UserID](o.list)}}, nil
 	case opLeaveGroup:
-		return &leaveGroupRec{h, ops.LeaveGroup{Viewer: v, Group: engine.GroupID(o.a)}}, nil
+		return &leaveGroupRec{recHeader: h, LeaveGroup: ops.LeaveGroup{Viewer: v, Group: engine.GroupID(o.a)}}, nil
 	case opSendMessage:
 		return &sendMessageRec{h, ops.SendMessage{Viewer: v, Group: engine.GroupID(o.a), Message: engine.MessageID(o.b),
 			Text: o.s1, Mentions: idsAs[engine.UserID](o.list)}}, nil
