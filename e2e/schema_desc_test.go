@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tally-dev/tally/engine"
 )
 
 // schemaIntrospection asks the running server for every description a
@@ -161,6 +164,50 @@ func TestSchemaDescriptionsCarryTheRules(t *testing.T) {
 			if !strings.Contains(strings.ToLower(d), strings.ToLower(w)) {
 				t.Errorf("%s's description lacks %q: %q", field, w, d)
 			}
+		}
+	}
+}
+
+// The schema's defaults of every `first` are the engine's page sizes,
+// which the resolvers and the cost pricing use when first is null, and
+// API.md's; a list paged by first that has no entry here needs one.
+func TestSchemaPageDefaultsAreTheEngines(t *testing.T) {
+	s := newTestServer(t)
+	m := s.q(t, 0, `{ __schema { types { name fields { name args { name defaultValue } } } } }`, nil)
+	want := map[string]int{
+		"Query.systemNotifications": engine.DefaultNotificationPageSize,
+		"Group.members":             engine.DefaultMemberPageSize,
+		"ReadReceipts.readers":      engine.DefaultMemberPageSize,
+		"ReadReceipts.unreaders":    engine.DefaultMemberPageSize,
+	}
+	if engine.DefaultNotificationPageSize != 20 || engine.DefaultMemberPageSize != 50 {
+		t.Errorf("page sizes %d and %d; API.md fixes systemNotifications(first: Int = 20) and readers(first: Int = 50)",
+			engine.DefaultNotificationPageSize, engine.DefaultMemberPageSize)
+	}
+	seen := map[string]bool{}
+	for _, typ := range get(m, "__schema", "types").([]any) {
+		fields, _ := get(typ, "fields").([]any)
+		for _, f := range fields {
+			for _, a := range get(f, "args").([]any) {
+				if str(a, "name") != "first" {
+					continue
+				}
+				name := str(typ, "name") + "." + str(f, "name")
+				def, ok := want[name]
+				if !ok {
+					t.Errorf("%s is paged by first, and no engine page size is its default", name)
+					continue
+				}
+				seen[name] = true
+				if got := str(a, "defaultValue"); got != strconv.Itoa(def) {
+					t.Errorf("%s(first) defaults to %q in the schema; the engine's page size is %d", name, got, def)
+				}
+			}
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("the schema has no %s(first)", name)
 		}
 	}
 }

@@ -40,10 +40,22 @@ const (
 	MaxTitleBytes    = 256  // notification title
 	MaxIdemKeyBytes  = 128  // idempotency key
 	MaxGroupMembers  = 1 << 20
-	DefaultPageSize  = 20
 	MaxPageSize      = 100
 	IdempotencyTTL   = 24 * time.Hour
 	DefaultCursorTTL = 30 * 24 * time.Hour
+)
+
+// Page sizes when the client gives none: the defaults of `first` in
+// API.md, which the schema states too (e2e's
+// TestSchemaPageDefaultsAreTheEngines holds the three together).
+const (
+	// DefaultMemberPageSize pages a group's members and a message's
+	// readers and unreaders: Group.members, ReadReceipts.readers and
+	// ReadReceipts.unreaders(first: Int = 50).
+	DefaultMemberPageSize = 50
+	// DefaultNotificationPageSize pages the system notifications:
+	// systemNotifications(first: Int = 20).
+	DefaultNotificationPageSize = 20
 )
 
 // Counts are the five counters of one post. A post that has none reads as

@@ -170,7 +170,7 @@ func (r *Resolver) group(ctx context.Context, id engine.GroupID) (*model.Group, 
 }
 
 func (r *queryResolver) SystemNotifications(ctx context.Context, first *int, after *string) ([]model.SystemNotification, error) {
-	n := engine.DefaultPageSize
+	n := engine.DefaultNotificationPageSize
 	if first != nil {
 		n = *first
 	}
@@ -259,7 +259,7 @@ func (r *Resolver) receipts(ctx context.Context, id engine.MessageID) (*model.Re
 		if f.Name != "readers" && f.Name != "unreaders" {
 			continue
 		}
-		n := 50
+		n := engine.DefaultMemberPageSize
 		if arg := f.Arguments.ForName("first"); arg != nil {
 			v, err := arg.Value.Value(graphql.GetOperationContext(ctx).Variables)
 			if err != nil {
@@ -325,10 +325,11 @@ func (r *groupResolver) Members(ctx context.Context, g *model.Group, first *int,
 	return usersOf(ids, nil)
 }
 
-// pageArgs checks a paged list's arguments: first (null: the default 50)
-// and the user-id cursor after (null: from the start).
+// pageArgs checks a paged list of members' arguments: first (null:
+// engine.DefaultMemberPageSize) and the user-id cursor after (null: from
+// the start).
 func pageArgs(first *int, after *string) (int, engine.UserID, error) {
-	n := 50
+	n := engine.DefaultMemberPageSize
 	if first != nil {
 		n = *first
 	}

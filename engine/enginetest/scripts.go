@@ -430,14 +430,14 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return fmt.Sprintf("count=%d first page: %s", g.MemberCount, userNames(g.Members))
 	case "members-page":
-		ms, err := s.GroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), int(num(t, d, "first", 50)), userArg(t, d, "after"))
+		ms, err := s.GroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), int(num(t, d, "first", engine.DefaultMemberPageSize)), userArg(t, d, "after"))
 		if err != nil {
 			return errClass(err)
 		}
 		return userNames(ms)
 	case "receipt-page":
 		ms, err := s.ReceiptMembers(ctx, u, engine.MessageID(sc.id(t, str(d, "msg"))), str(d, "list") != "unreaders",
-			int(num(t, d, "first", 50)), userArg(t, d, "after"))
+			int(num(t, d, "first", engine.DefaultMemberPageSize)), userArg(t, d, "after"))
 		if err != nil {
 			return errClass(err)
 		}

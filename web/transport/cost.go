@@ -496,17 +496,19 @@ func setComplexity(gc *graph.Config) {
 	c := &gc.Complexity
 	c.Query.Posts = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
 	c.Query.SystemNotifications = func(child int, first *int, _ *string) int {
-		n := engine.DefaultPageSize
+		n := engine.DefaultNotificationPageSize
 		if first != nil {
 			n = *first
 		}
 		return 1 + child*max(min(n, engine.MaxPageSize), 1)
 	}
 	// Lists that can grow are paged: each field costs the page it asks
-	// for (first, default 50), never the size of the group. A first over
-	// engine.MaxPageSize is refused when it runs; priced as asked, a big
-	// one is usually refused before anything runs.
-	page := func(child int, first *int, _ *string) int { return 1 + child*limitOr(first, 50) }
+	// for (first, default engine.DefaultMemberPageSize), never the size of
+	// the group. A first over engine.MaxPageSize is refused when it runs;
+	// priced as asked, a big one is usually refused before anything runs.
+	page := func(child int, first *int, _ *string) int {
+		return 1 + child*limitOr(first, engine.DefaultMemberPageSize)
+	}
 	c.ReadReceipts.Readers = page
 	c.ReadReceipts.Unreaders = page
 	c.Group.Members = page
