@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"regexp"
 	"runtime/debug"
-	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -110,44 +109,6 @@ func setCode(e *gqlerror.Error, code string) {
 func RecoverPanic(ctx context.Context, p any) error {
 	slog.Error("panic in resolver", "panic", p, "stack", string(debug.Stack()))
 	return Errorf(CodeInternal, "internal error")
-}
-
-// parseID reads a GraphQL ID holding an unsigned 64-bit decimal integer.
-func parseID[T ~uint64](what, s string) (T, error) {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || v == 0 {
-		return 0, Errorf(CodeBadUserInput, "%s must be a positive 64-bit decimal integer, got %q", what, truncate(s))
-	}
-	return T(v), nil
-}
-
-func parseIDs[T ~uint64](what string, ss []string) ([]T, error) {
-	if len(ss) > engine.MaxIDsPerCall {
-		return nil, Errorf(CodeBadUserInput, "at most %d %ss per call, got %d", engine.MaxIDsPerCall, what, len(ss))
-	}
-	out := make([]T, len(ss))
-	for i, s := range ss {
-		v, err := parseID[T](what, s)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Variable coercion errors from gqlparser name reflect kinds ("cannot use
