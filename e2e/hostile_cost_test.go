@@ -309,6 +309,9 @@ func TestHostileCostRateBounded(t *testing.T) {
 	if r := s.do(t, 5, intro, nil); len(r.Errors) > 0 {
 		t.Fatalf("user 5 after the anonymous address spent its budget: %+v", r.Errors)
 	}
+	if body := metricsText(t, s.URL); !strings.Contains(body, `tally_rate_limited_total{limit="cost"} 1`+"\n") {
+		t.Errorf("the refusal is not counted:\n%s", grepLines(body, "tally_rate_limited_total"))
+	}
 }
 
 // A flood of requests refused for their size spends the client's cost
@@ -341,6 +344,10 @@ func TestHostileRefusedFloodRunsBudgetDry(t *testing.T) {
 	}
 	// A signed-in user on the same address is not affected.
 	s.q(t, 3, `{ viewer { id } }`, nil)
+	// Refused before parsing, still counted.
+	if body := metricsText(t, s.URL); !strings.Contains(body, `tally_rate_limited_total{limit="cost"} 1`+"\n") {
+		t.Errorf("the refusal is not counted:\n%s", grepLines(body, "tally_rate_limited_total"))
+	}
 }
 
 // Over a WebSocket a mutation spends the same budget: one that would

@@ -100,6 +100,11 @@ func TestOperationalMetrics(t *testing.T) {
 		`tally_snapshot_seconds_count 1`,
 		`tally_snapshot_bytes`,
 		`tally_http_responses_total{code="200",route="/query"}`,
+		"tally_ready 1\n",
+		"tally_snapshot_failures_total 0\n",
+		"tally_snapshot_timestamp_seconds 1.", // seconds since 1970, printed as 1.7...e+09
+		"tally_wal_records_since_snapshot 0\n",
+		`tally_rate_limited_total{limit="mutations"} 0` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -24,4 +24,12 @@ func TestRateLimitedMutations(t *testing.T) {
 	// Other users and reads are not limited.
 	s.createPost(t, 2)
 	s.q(t, 1, `{ viewer { id } }`, nil)
+	// The refusal is counted for alerts; the cost budget's series is there
+	// at 0 before its first refusal.
+	body := metricsText(t, s.URL)
+	for _, want := range []string{`tally_rate_limited_total{limit="mutations"} 1` + "\n", `tally_rate_limited_total{limit="cost"} 0` + "\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", strings.TrimSpace(want), grepLines(body, "tally_rate_limited_total"))
+		}
+	}
 }

@@ -241,8 +241,12 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	}
 	info, _ := os.Stat(path)
 	e.snapIndex.Store(im.index)
-	e.snapBase.Store(e.log.Size())
+	e.snapAt.Store(time.Now().UnixNano())
 	e.afterSnapshot()
+	// After afterSnapshot: the log segments it removes shrink Size, and a
+	// base taken before would leave the -snapshot-log-bytes trigger (and
+	// SnapshotLag) that many bytes behind.
+	e.snapBase.Store(e.log.Size())
 	var size int64
 	if info != nil {
 		size = info.Size()
@@ -403,6 +407,9 @@ func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
 				return
 			}
 			failures++
+			if e.metrics != nil {
+				e.metrics.SnapshotFailed()
+			}
 			backoff := min(10*time.Second<<min(failures-1, 5), 5*time.Minute)
 			retryAt = time.Now().Add(backoff)
 			e.logger.Error("embedded: snapshot failed; the log is kept and the snapshot will be retried",
@@ -412,6 +419,19 @@ func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
 		failures = 0
 		last = time.Now()
 	}
+}
+
+// SnapshotLag reports what the newest snapshot does not cover: the log
+// records and bytes after it (what a restart replays), and when it was
+// written (zero when the data directory has none yet).
+func (e *Engine) SnapshotLag() (records uint64, logBytes int64, newest time.Time) {
+	if e.log == nil {
+		return 0, 0, time.Time{}
+	}
+	if at := e.snapAt.Load(); at != 0 {
+		newest = time.Unix(0, at)
+	}
+	return e.log.LastIndex() - min(e.snapIndex.Load(), e.log.LastIndex()), max(e.log.Size()-e.snapBase.Load(), 0), newest
 }
 
 // Backup writes to w a snapshot of every mutation acknowledged before the

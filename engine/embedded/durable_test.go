@@ -9,15 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/counters"
-	"github.com/tally-dev/tally/engine/postcounts"
-	"github.com/tally-dev/tally/engine/registry"
 	"github.com/tally-dev/tally/engine/snapshot"
-	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -100,156 +97,6 @@ func bigShapes(t testing.TB, e *Engine) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// itemSections writes the post table as snapshots did before PREG and
-// PCNT: one POST item per post, (id, author), and one CNTS item per post
-// with a count, (id, field mask, the non-zero counts).
-func itemSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
-	return []imageStep{
-		{tagPosts, func() {
-			st.posts.Range(func(p uint64, r tier.Post) bool {
-				e.start()
-				e.fixed(p)
-				e.u(r.Author)
-				e.end()
-				return true
-			})
-		}},
-		{tagCounts, func() {
-			st.posts.Range(func(p uint64, r tier.Post) bool {
-				if c := r.Counts; !c.IsZero() {
-					e.start()
-					e.fixed(p)
-					e.masked([]uint64{uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)})
-					e.end()
-				}
-				return true
-			})
-		}},
-	}
-}
-
-// pairItemSections writes the like and favorite sets as snapshots did
-// before LKST and FVST: one (user, post) item a pair.
-func pairItemSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
-	items := func(set *tier.Set) func() {
-		return func() {
-			err := set.Range(func(user, post uint64) bool {
-				e.start()
-				e.u(user)
-				e.fixed(post)
-				e.end()
-				return true
-			})
-			if err != nil {
-				panic(err)
-			}
-		}
-	}
-	return []imageStep{{tagLikes, items(st.likes)}, {tagFavs, items(st.favs)}}
-}
-
-// imageSections writes the post table as snapshots did before PTBL: the
-// images of engine/registry (PREG) and engine/postcounts (PCNT), each
-// store built from the post table and maintained as the engine did.
-func imageSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
-	reg, err := registry.New(registry.Options{})
-	if err != nil {
-		panic(err)
-	}
-	cnt, err := postcounts.New(postcounts.Options{})
-	if err != nil {
-		panic(err)
-	}
-	st.posts.Range(func(p uint64, r tier.Post) bool {
-		if _, err := reg.Put(p, r.Author); err != nil {
-			panic(err)
-		}
-		c := r.Counts
-		for f, v := range [...]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites} {
-			cnt.Add(p, counters.Field(f), v)
-		}
-		return true
-	})
-	now := time.Now()
-	if err := errors.Join(reg.Maintain(now), cnt.Maintain(now)); err != nil {
-		panic(err)
-	}
-	image := func(write func(cw *chunkWriter) error) func() {
-		return func() {
-			cw := &chunkWriter{w: w, p: e.p}
-			if err := write(cw); err != nil {
-				cw.fail(err)
-			}
-			cw.close()
-		}
-	}
-	return []imageStep{
-		{tagRegistry, image(func(cw *chunkWriter) error { _, err := reg.WriteTo(cw); return err })},
-		{tagPCounts, image(func(cw *chunkWriter) error { _, err := cnt.Snapshot().SelfContained().WriteTo(cw); return err })},
-	}
-}
-
-// TestLegacyCountsSection: snapshots written before the post table — the
-// registry and the counts as PREG and PCNT images, or before that as POST
-// and CNTS items (and the likes and favorites as LIKE and FAVS items) —
-// load to the same state as one with PTBL, LKST and FVST.
-func TestLegacyCountsSection(t *testing.T) {
-	clk := newClock()
-	e := open(t, Options{Now: clk.Now, CursorTTL: 3 * 24 * time.Hour, SweepInterval: -1})
-	workload(t, e, clk, 5, 3000)
-	write := func() []byte {
-		var buf bytes.Buffer
-		w, err := snapshot.NewWriter(&buf, 5)
-		ok(t, err)
-		// The maintenance loop's jobs finish under the write lock: a
-		// snapshot image of the live state is written under the read
-		// lock, or a job could change a table between the image's two
-		// passes (its length, then its bytes).
-		e.mu.RLock()
-		defer e.mu.RUnlock()
-		ok(t, writeImage(w, &image{st: e.st, index: 5, lastTime: e.lastTime}, func() error { return nil }, nil))
-		_, err = w.Finish()
-		ok(t, err)
-		return buf.Bytes()
-	}
-	current := write()
-	defer func(keep func(w *snapshot.Writer, e *enc, st *state) []imageStep) { postSections = keep }(postSections)
-	imageSets := setSections
-	defer func() { setSections = imageSets }()
-	postSections, setSections = itemSections, pairItemSections
-	items := write()
-	setSections = imageSets
-	postSections = imageSections
-	images := write()
-	for _, c := range []struct {
-		b    []byte
-		tags []snapshot.Tag
-	}{{current, []snapshot.Tag{tagPostTable}}, {items, []snapshot.Tag{tagCounts, tagPosts, tagLikes, tagFavs}}, {images, []snapshot.Tag{tagPCounts, tagRegistry}}} {
-		lr, err := snapshot.NewReader(bytes.NewReader(c.b), int64(len(c.b)), "legacy")
-		ok(t, err)
-		for _, tag := range c.tags {
-			if _, has := lr.Section(tag); !has {
-				t.Fatalf("the snapshot has no %s section", tag)
-			}
-		}
-	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	for _, b := range [][]byte{current, items, images} {
-		r, err := snapshot.NewReader(bytes.NewReader(b), int64(len(b)), "mem")
-		ok(t, err)
-		got, err := readImage(r, false, tables{})
-		ok(t, err)
-		if want, have := e.st.dump(), got.st.dump(); want != have {
-			t.Fatalf("state differs after a round trip\nwant:\n%s\ngot:\n%s", want, have)
-		}
-		if got.st.counted != e.st.counted {
-			t.Fatalf("%d posts with counts after a round trip, want %d", got.st.counted, e.st.counted)
-		}
-	}
-	t.Logf("snapshot with PTBL %d bytes, with PREG and PCNT %d, with POST and CNTS %d", len(current), len(images), len(items))
 }
 
 // TestImageRoundTrip: a state written as snapshot sections and read back
@@ -437,6 +284,89 @@ func TestAutoSnapshot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSnapshotLag: what the newest snapshot does not cover, as /metrics
+// shows it, follows writes and snapshots, also once snapshots start
+// truncating the log, and survives a restart.
+func TestSnapshotLag(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := durableOpts(dir, clk)
+	opts.LogSegmentBytes = 4 << 10 // small segments: snapshots truncate the log
+	e := openE(t, opts)
+	if records, bytes, newest := e.SnapshotLag(); records != 0 || bytes != 0 || !newest.IsZero() {
+		t.Fatalf("empty engine: lag %d records, %d bytes, newest %v; want none", records, bytes, newest)
+	}
+	for round := range uint64(3) {
+		workload(t, e, clk, 30+round, 500)
+		records, bytes, _ := e.SnapshotLag()
+		if records == 0 || bytes <= 0 {
+			t.Fatalf("round %d: lag %d records, %d bytes after writes; want both above 0", round, records, bytes)
+		}
+		before := time.Now()
+		ok(t, e.Snapshot(bg))
+		records, bytes, newest := e.SnapshotLag()
+		if records != 0 || bytes != 0 || newest.Before(before) || newest.After(time.Now()) {
+			t.Fatalf("round %d: lag %d records, %d bytes, newest %v after a snapshot at %v; want 0, 0, then", round, records, bytes, newest, before)
+		}
+		// One record after it: its bytes, not less because the snapshot
+		// removed log segments.
+		_, err := e.CreatePost(bg, 1, 0, "")
+		ok(t, err)
+		if records, bytes, _ := e.SnapshotLag(); records != 1 || bytes <= 0 || bytes > opts.LogSegmentBytes {
+			t.Fatalf("round %d: lag %d records, %d bytes after one write; want 1 and that record's bytes", round, records, bytes)
+		}
+	}
+	if first := e.log.FirstIndex(); first <= 1 {
+		t.Fatal("the log was never truncated: the test does not cover truncation")
+	}
+	ok(t, e.Close())
+	list := snapshots(t, dir)
+	fi, err := os.Stat(list[len(list)-1].Path)
+	ok(t, err)
+	e2 := openE(t, opts)
+	records, bytes, newest := e2.SnapshotLag()
+	if records != 1 || bytes <= 0 || !newest.Equal(fi.ModTime()) {
+		t.Fatalf("after restart: lag %d records, %d bytes, newest %v; want 1 record, its bytes, %v", records, bytes, newest, fi.ModTime())
+	}
+}
+
+// countingMetrics counts what the engine reports to Options.Metrics.
+type countingMetrics struct{ written, failed atomic.Int64 }
+
+func (*countingMetrics) LogBatchWritten(records, bytes int)                {}
+func (*countingMetrics) LogSynced(took time.Duration)                      {}
+func (m *countingMetrics) SnapshotWritten(took time.Duration, bytes int64) { m.written.Add(1) }
+func (m *countingMetrics) SnapshotFailed()                                 { m.failed.Add(1) }
+
+// TestSnapshotterReportsFailure: a periodic snapshot that fails is
+// reported to Options.Metrics (tally_snapshot_failures_total), and the
+// engine keeps serving.
+func TestSnapshotterReportsFailure(t *testing.T) {
+	dir := t.TempDir()
+	var m countingMetrics
+	opts := durableOpts(dir, nil)
+	opts.SnapshotInterval, opts.Metrics = 20*time.Millisecond, &m
+	e := openE(t, opts)
+	// A snapshot file ahead of every record the log holds: building the
+	// next snapshot refuses to go on from it.
+	ok(t, os.WriteFile(filepath.Join(dir, snapshot.FileName(1<<40)), nil, 0o644))
+	_, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for m.failed.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshotter's failure was not reported")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.written.Load() != 0 {
+		t.Fatal("a snapshot was reported written")
+	}
+	ok(t, e.Ready(bg))
+	_, err = e.CreatePost(bg, 2, 0, "")
+	ok(t, err)
 }
 
 // corruptDir makes a directory holding one snapshot and no log records

@@ -86,6 +86,9 @@ type Metrics interface {
 	// SnapshotWritten reports a snapshot written: how long it took and
 	// the size of its file.
 	SnapshotWritten(took time.Duration, bytes int64)
+	// SnapshotFailed reports a periodic snapshot that failed (it will be
+	// retried; the engine logs the error).
+	SnapshotFailed()
 }
 
 // Engine is the embedded engine.Store. Safe for concurrent use.
@@ -115,6 +118,7 @@ type Engine struct {
 	metrics   Metrics      // nil: none
 	snapIndex atomic.Uint64
 	snapBase  atomic.Int64 // log size just after the newest snapshot
+	snapAt    atomic.Int64 // unix ns the newest snapshot was written; 0: none
 	// createSnapshot is snapshot.Create; tests substitute failing files.
 	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
 	ctx            context.Context // cancelled by Close
@@ -254,6 +258,11 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	e.snapIndex.Store(rec.snapIndex)
 	e.snapBase.Store(l.Size() - rec.bytes)
+	if rec.snapshot != "" {
+		if fi, err := os.Stat(rec.snapshot); err == nil {
+			e.snapAt.Store(fi.ModTime().UnixNano())
+		}
+	}
 	opts.Logger.Info("embedded: state recovered", "dir", opts.Dir, "snapshot", rec.snapshot, "snapshot_load", rec.loadTook,
 		"log_records", rec.records, "log_replay", rec.replayDur, "last_index", im.index)
 	return nil

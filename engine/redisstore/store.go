@@ -95,6 +95,8 @@ type Store struct {
 
 	bus   *bus
 	stats statCounters
+	// intentsRecovered and intentSweepsFailed are IntentSweeps' counts.
+	intentsRecovered, intentSweepsFailed atomic.Uint64
 
 	uo      *redis.UniversalOptions
 	redirMu sync.Mutex
@@ -244,7 +246,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.IntentSweepInterval > 0 {
 		s.wg.Add(1)
 		go s.electedLoop(s.opts.IntentSweepInterval, "isweep", func(ctx context.Context) {
-			_, _ = s.sweepIntents(ctx, s.opts.IntentSweepInterval/intentSweepShare)
+			if _, err := s.sweepIntents(ctx, s.opts.IntentSweepInterval/intentSweepShare); err != nil {
+				s.intentSweepsFailed.Add(1)
+			}
 		})
 	}
 	return s, nil

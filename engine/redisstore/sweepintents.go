@@ -96,11 +96,24 @@ func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, er
 		}
 		return nil
 	}
-	if err := eachMaster(ctx, s.wcluster, s.wsingle, sweep); err != nil {
+	err := eachMaster(ctx, s.wcluster, s.wsingle, sweep)
+	if err != nil {
+		s.intentsRecovered.Add(uint64(done))
 		return done, s.fail(err)
 	}
 	n, err := s.sweepImports(ctx, now)
+	s.intentsRecovered.Add(uint64(done + n))
 	return done + n, err
+}
+
+// IntentSweeps reports, since Open, how many intents this process's
+// sweeps finished — each an operation or import chunk that a process
+// left between its steps (it died, or Redis failed it mid-way) — and how
+// many periodic sweep steps failed, leaving the intents they would have
+// finished for a later step. Both feed /metrics: steady recoveries mean
+// processes keep dying mid-write; failing steps mean intents pile up.
+func (s *Store) IntentSweeps() (recovered, failed uint64) {
+	return s.intentsRecovered.Load(), s.intentSweepsFailed.Load()
 }
 
 // claimable reads an intent's value as a sweeper at now sees it: the

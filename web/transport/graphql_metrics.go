@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/tally-dev/tally/resolvers"
 )
 
 // metrics counts and times GraphQL operations by type (query, mutation,
@@ -38,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_graphql_responses_total",
-			Help: "GraphQL responses to queries and mutations (and requests that failed before becoming one, type \"\"), by operation type, name and outcome (ok, error).",
+			Help: "GraphQL responses to queries and mutations (and requests that failed before becoming one, type \"\"), by operation type, name and outcome (ok; internal: an INTERNAL error, the server's failure; error: any other error, the client's).",
 		}, []string{"type", "name", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tally_graphql_response_seconds",
@@ -47,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type", "name"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_graphql_subscription_events_total",
-			Help: "Events sent on GraphQL subscriptions, by operation name and outcome (ok, error).",
+			Help: "Events sent on GraphQL subscriptions, by operation name and outcome (ok, internal, error: as tally_graphql_responses_total).",
 		}, []string{"name", "outcome"}),
 		eventDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tally_graphql_subscription_event_seconds",
@@ -146,11 +148,20 @@ func (m *metrics) InterceptResponse(ctx context.Context, next graphql.ResponseHa
 	return resp
 }
 
+// outcome labels a response: "ok"; "internal" when an error is INTERNAL
+// (the store unavailable, a bug: the server's failure, which alerts
+// watch); otherwise "error" (the client's mistake or a refusal:
+// BAD_USER_INPUT, NOT_FOUND, RATE_LIMITED, ...).
 func outcome(resp *graphql.Response) string {
-	if len(resp.Errors) > 0 {
-		return "error"
+	if len(resp.Errors) == 0 {
+		return "ok"
 	}
-	return "ok"
+	for _, e := range resp.Errors {
+		if code, _ := e.Extensions["code"].(string); code == resolvers.CodeInternal {
+			return "internal"
+		}
+	}
+	return "error"
 }
 
 // nameLimiter admits the first maxOperationNames distinct operation names

@@ -127,6 +127,7 @@ func NewHandler(cfg Config) http.Handler {
 	fast.use(srv, &costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
 	if cfg.Metrics != nil {
 		fast.use(srv, newMetrics(cfg.Metrics))
+		countRefusals(cfg.Metrics, &budget, costs)
 	}
 
 	// A presented but bad token fails the whole operation, even one that

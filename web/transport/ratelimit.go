@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 	"golang.org/x/time/rate"
 
@@ -140,7 +141,8 @@ func (l localLimiter) Take(_ context.Context, u engine.UserID, n int) (bool, tim
 // mutationBudget spends a mutation's tokens: one per mutation field it
 // executes (costLimit counted them), before any of them runs.
 type mutationBudget struct {
-	limiter RateLimiter // nil: unlimited
+	limiter RateLimiter        // nil: unlimited
+	refused prometheus.Counter // nil: not counted
 }
 
 // newMutationBudget picks the limiter of cfg and the per-request cap of
@@ -185,6 +187,9 @@ func (b mutationBudget) spend(ctx context.Context, user engine.UserID) *graphql.
 	if ok {
 		return nil
 	}
+	if b.refused != nil {
+		b.refused.Inc()
+	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	setRetryAfter(ctx, secs)
 	msg := "too many mutations; slow down"
@@ -208,6 +213,7 @@ type costBudget struct {
 	perSecond float64
 	users     *buckets[engine.UserID]
 	addrs     *buckets[string]
+	refused   prometheus.Counter // nil: not counted
 }
 
 // newCostBudget returns nil (no budget) for a rate of 0 or less. The
@@ -274,6 +280,9 @@ func (b *costBudget) refuseSpent(ctx context.Context, w http.ResponseWriter, r *
 	if !empty {
 		return false
 	}
+	if b.refused != nil {
+		b.refused.Inc()
+	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	writeGraphQL(w, responseMedia(r.Header.Get("Accept")), http.StatusTooManyRequests, &graphql.Response{Errors: gqlerror.List{{
@@ -284,6 +293,9 @@ func (b *costBudget) refuseSpent(ctx context.Context, w http.ResponseWriter, r *
 }
 
 func (b *costBudget) refusal(ctx context.Context, wait time.Duration, price int) *gqlerror.Error {
+	if b.refused != nil {
+		b.refused.Inc()
+	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	setRetryAfter(ctx, secs)
 	msg := fmt.Sprintf("this client's operations cost more than %.0f a second; slow down (retry in %d s)", b.perSecond, secs)
@@ -295,6 +307,23 @@ func (b *costBudget) refusal(ctx context.Context, wait time.Duration, price int)
 		Extensions: map[string]any{
 			"code": resolvers.CodeRateLimited, "reason": "COST_RATE", "retryAfter": secs, "cost": price,
 		},
+	}
+}
+
+// countRefusals counts both budgets' refusals in tally_rate_limited_total,
+// by limit: "mutations" (-rate-limit) and "cost" (-cost-rate). Both series
+// exist from the start, so that an alert's rate over them reads 0, not
+// nothing, until the first refusal.
+func countRefusals(reg prometheus.Registerer, mutations *mutationBudget, cost *costBudget) {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tally_rate_limited_total",
+		Help: "Operations refused with RATE_LIMITED by a client's budget: limit=\"mutations\" (-rate-limit, per user) or \"cost\" (-cost-rate, per user or remote address).",
+	}, []string{"limit"})
+	reg.MustRegister(refused)
+	mutations.refused = refused.WithLabelValues("mutations")
+	costRefused := refused.WithLabelValues("cost")
+	if cost != nil {
+		cost.refused = costRefused
 	}
 }
 

@@ -63,6 +63,18 @@ func NewServerHandler(cfg ServerConfig) http.Handler {
 	return ObserveHTTP(reg, mux)
 }
 
+// snapshotLagger is the embedded engine: how far its newest snapshot is
+// behind the log.
+type snapshotLagger interface {
+	SnapshotLag() (records uint64, logBytes int64, newest time.Time)
+}
+
+// intentSweeper is the Redis store: what its sweeps of half-applied
+// operations did.
+type intentSweeper interface {
+	IntentSweeps() (recovered, failed uint64)
+}
+
 func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.Hub) {
 	gauge := func(name, help string, f func(engine.Stats) int64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
@@ -78,6 +90,46 @@ func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tally_subscriptions", Help: "Open GraphQL subscriptions.",
 	}, func() float64 { u, r := h.Watchers(); return float64(u + r) }))
+	// What /readyz answers, for alerts on a box no load balancer polls.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tally_ready", Help: "1 when the store answers (as /readyz, asked at each scrape), else 0: the embedded engine's log failed, or Redis is unreachable.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if store.Ready(ctx) != nil {
+			return 0
+		}
+		return 1
+	}))
+	// What only one backend has, asked of it by what it offers.
+	switch s := store.(type) {
+	case snapshotLagger:
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_snapshot_timestamp_seconds",
+				Help: "Unix time the newest snapshot was written (0: the data directory has none yet)."},
+				func() float64 {
+					if _, _, newest := s.SnapshotLag(); !newest.IsZero() {
+						return float64(newest.UnixNano()) / 1e9
+					}
+					return 0
+				}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_wal_records_since_snapshot",
+				Help: "Log records the newest snapshot does not cover (a restart replays them)."},
+				func() float64 { records, _, _ := s.SnapshotLag(); return float64(records) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_wal_bytes_since_snapshot",
+				Help: "Log bytes written since the newest snapshot (a restart replays them; -snapshot-log-bytes triggers a snapshot)."},
+				func() float64 { _, bytes, _ := s.SnapshotLag(); return float64(bytes) }),
+		)
+	case intentSweeper:
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_redis_intents_recovered_total",
+				Help: "Half-applied operations (and import chunks) this replica's intent sweeps finished: each one a process left between its steps, because it died or Redis failed it mid-way."},
+				func() float64 { n, _ := s.IntentSweeps(); return float64(n) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_redis_intent_sweep_failures_total",
+				Help: "Periodic intent sweep steps of this replica that failed: half-applied operations wait for a later step meanwhile."},
+				func() float64 { _, n := s.IntentSweeps(); return float64(n) }),
+		)
+	}
 }
 
 // Timeouts are the http.Server's limits for ordinary requests. A
