@@ -86,7 +86,7 @@ func bigShapes(t testing.TB, e *Engine) {
 	if _, err := e.MarkMessagesRead(ctx, 20005, []engine.MessageID{m.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.LeaveGroup(ctx, 20007, g); err != nil {
+	if _, err := e.LeaveGroup(ctx, 20007, g); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Import(ctx, []engine.ImportRow{{Post: 1 << 55, Author: 3, Counts: engine.Counts{Views: 1 << 40, Likes: 7}}}); err != nil {

@@ -600,7 +600,7 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 			}
 		case 19:
 			if len(groups) > 0 {
-				err = e.LeaveGroup(bg, user(), groups[pick(len(groups))])
+				_, err = e.LeaveGroup(bg, user(), groups[pick(len(groups))])
 			}
 		case 20, 21:
 			if len(groups) > 0 {

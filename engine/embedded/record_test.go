@@ -48,7 +48,7 @@ func sampleRecords() []record {
 		&createGroupRec{h(now), ops.CreateGroup{Viewer: 1, Group: 5}},
 		&createGroupRec{h(now), ops.CreateGroup{Viewer: 1, Group: 5, Members: []engine.UserID{2, 3}}},
 		&addMembersRec{h(now), ops.AddMembers{Viewer: 1, Group: 5, Users: []engine.UserID{4}}},
-		&leaveGroupRec{h(now), ops.LeaveGroup{Viewer: 1, Group: 5}},
+		&leaveGroupRec{recHeader: h(now), LeaveGroup: ops.LeaveGroup{Viewer: 1, Group: 5}},
 		&sendMessageRec{idem, ops.SendMessage{Viewer: 1, Group: 5, Message: 6, Text: "hi", Mentions: []engine.UserID{2}}},
 		&sendMessageRec{h(now), ops.SendMessage{Viewer: 1, Group: 5, Message: 6, Text: "hi"}},
 		&markMessagesReadRec{h(now), ops.MarkMessagesRead{Viewer: 1, Messages: []engine.MessageID{6, 6, 7}}},
