@@ -11,8 +11,10 @@
 // FollowsChanged events) rather than by enumerating followers.
 //
 // Wake-ups are level-triggered and coalesced: a subscriber holds a
-// one-slot signal channel, so a burst of changes costs one re-read. Events
-// carry no state; the subscriber re-reads what it shows.
+// one-slot signal channel, so a burst of changes costs one re-read; or
+// it is called back (WatchUnreadFunc), with no goroutine waiting on a
+// channel, and coalesces itself. Events carry no state; the subscriber
+// re-reads what it shows.
 package hub
 
 import (
@@ -29,8 +31,10 @@ type Hub struct {
 	store  engine.Store
 	cancel func()
 
-	mu        sync.Mutex
-	byUser    map[engine.UserID]map[*watcher]struct{}
+	mu sync.Mutex
+	// byUser is a slice per user: most users watch once (a feed is shared
+	// by the user's subscriptions), and a map per user would cost more.
+	byUser    map[engine.UserID][]*watcher
 	byAuthor  map[engine.UserID]map[*watcher]struct{}
 	byMessage map[engine.MessageID]map[*watcher]struct{}
 	// unread holds every badge watcher, for broadcasts.
@@ -41,6 +45,7 @@ type watcher struct {
 	user      engine.UserID
 	followees []engine.UserID // sorted; unread watchers only
 	signal    chan struct{}
+	call      func() // instead of signal
 	// refreshing is set while a goroutine re-reads followees; stale asks it
 	// to read once more because another follow change came in meanwhile.
 	// Both are guarded by Hub.mu.
@@ -48,6 +53,10 @@ type watcher struct {
 }
 
 func (w *watcher) wake() {
+	if w.call != nil {
+		w.call()
+		return
+	}
 	select {
 	case w.signal <- struct{}{}:
 	default: // a wake-up is already pending
@@ -58,7 +67,7 @@ func (w *watcher) wake() {
 func New(s engine.Store) *Hub {
 	h := &Hub{
 		store:     s,
-		byUser:    map[engine.UserID]map[*watcher]struct{}{},
+		byUser:    map[engine.UserID][]*watcher{},
 		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
 		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
 		unread:    map[*watcher]struct{}{},
@@ -73,28 +82,56 @@ func (h *Hub) Close() { h.cancel() }
 // WatchUnread returns a channel that receives a value whenever viewer's
 // badges may have changed, until ctx ends.
 func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan struct{}, error) {
-	followees, err := h.store.Followees(ctx, viewer)
-	if err != nil {
+	w := &watcher{user: viewer, signal: make(chan struct{}, 1)}
+	if err := h.watchUnread(ctx, w); err != nil {
 		return nil, err
 	}
-	w := &watcher{user: viewer, followees: sortedCopy(followees), signal: make(chan struct{}, 1)}
+	context.AfterFunc(ctx, func() { h.unwatchUnread(w) })
+	return w.signal, nil
+}
+
+// WatchUnreadFunc calls call whenever viewer's badges may have changed,
+// until stop is called. call runs on the store's event delivery
+// goroutine with the hub locked: it must return at once (hand the
+// re-read to another goroutine) and must not call the hub. ctx bounds
+// the read of viewer's followees only.
+func (h *Hub) WatchUnreadFunc(ctx context.Context, viewer engine.UserID, call func()) (stop func(), err error) {
+	w := &watcher{user: viewer, call: call}
+	if err := h.watchUnread(ctx, w); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { h.unwatchUnread(w) }) }, nil
+}
+
+func (h *Hub) watchUnread(ctx context.Context, w *watcher) error {
+	followees, err := h.store.Followees(ctx, w.user)
+	if err != nil {
+		return err
+	}
+	w.followees = sortedCopy(followees)
 	h.mu.Lock()
-	add(h.byUser, viewer, w)
+	h.byUser[w.user] = append(h.byUser[w.user], w)
 	for _, f := range w.followees {
 		add(h.byAuthor, f, w)
 	}
 	h.unread[w] = struct{}{}
 	h.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		remove(h.byUser, viewer, w)
-		for _, f := range w.followees {
-			remove(h.byAuthor, f, w)
-		}
-		delete(h.unread, w)
-	})
-	return w.signal, nil
+	return nil
+}
+
+func (h *Hub) unwatchUnread(w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ws := slices.DeleteFunc(h.byUser[w.user], func(x *watcher) bool { return x == w }); len(ws) > 0 {
+		h.byUser[w.user] = ws
+	} else {
+		delete(h.byUser, w.user)
+	}
+	for _, f := range w.followees {
+		remove(h.byAuthor, f, w)
+	}
+	delete(h.unread, w)
 }
 
 // WatchReceipts returns a channel that receives a value whenever message's
@@ -129,7 +166,9 @@ func (h *Hub) dispatch(e engine.Event) {
 	switch e.Kind {
 	case engine.UnreadChanged:
 		for _, u := range e.Users {
-			wakeAll(h.byUser[u])
+			for _, w := range h.byUser[u] {
+				w.wake()
+			}
 		}
 	case engine.AuthorPosted:
 		wakeAll(h.byAuthor[e.Author])
@@ -139,7 +178,7 @@ func (h *Hub) dispatch(e engine.Event) {
 		wakeAll(h.byMessage[e.Message])
 	case engine.FollowsChanged:
 		for _, u := range e.Users {
-			for w := range h.byUser[u] {
+			for _, w := range h.byUser[u] {
 				h.refollow(w)
 				w.wake()
 			}

@@ -148,7 +148,7 @@ func TestRapidFollowChangesSettle(t *testing.T) {
 		h.mu.Lock()
 		n := len(h.byAuthor[author])
 		var settled bool
-		for w := range h.byUser[fan] {
+		for _, w := range h.byUser[fan] {
 			settled = !w.refreshing
 		}
 		h.mu.Unlock()
