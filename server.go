@@ -371,7 +371,8 @@ func registerTimeoutFlags(fs *flag.FlagSet, t *transport.Timeouts) {
 }
 
 func registerWSFlags(fs *flag.FlagSet, c *transport.WSConfig) {
-	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas), and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
+	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas; negative: no cap); the next is closed with 4429")
+	fs.IntVar(&c.MaxPerAddress, "ws-max-per-address", 256, "WebSockets per remote IP not yet initialised or without a token, in this process (negative: no cap); the next is accepted and closed with 1013, which clients retry with backoff. Sized for many clients behind one address (NAT, proxy)")
 	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
 	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "ping each WebSocket this often; one that has not answered by the next ping is dropped (negative: never)")

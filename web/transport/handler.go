@@ -93,12 +93,16 @@ func NewHandler(cfg Config) http.Handler {
 	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
 	var fast *planContexts // nil: every operation context is gqlgen's
 	if !cfg.DisableFastPath {
-		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: gc.Resolvers.Subscription().UnreadChanged,
+		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, Hub: cfg.Hub,
 			Metrics: cfg.Metrics})
 		es, fast = fs, newPlanContexts(fs)
 	}
 	srv := handler.New(es)
-	srv.AddTransport(newWSTransport(cfg))
+	var m *metrics // (the WebSocket transport counts the pushes it sends without gqlgen)
+	if cfg.Metrics != nil {
+		m = newMetrics(cfg.Metrics)
+	}
+	srv.AddTransport(newWSTransport(cfg, m))
 	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
 	// whatever no transport above it supports, so it stays last.
 	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes, fast: fast})
@@ -125,8 +129,8 @@ func NewHandler(cfg Config) http.Handler {
 	budget, maxMutations := newMutationBudget(cfg)
 	costs := newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)
 	fast.use(srv, &costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
-	if cfg.Metrics != nil {
-		fast.use(srv, newMetrics(cfg.Metrics))
+	if m != nil {
+		fast.use(srv, m)
 		countRefusals(cfg.Metrics, &budget, costs)
 	}
 
