@@ -54,10 +54,13 @@
 //	                             following mentions comments likes messages
 //	                             cursor(seq+1) clicked-stamp active-seconds
 //	P{u<b>}F<uid>          hash  followee -> post count at snapshot
-//	P{u<b>}i<uid>:*:<key>  str   idempotency record ('p'|'d' + result + '#' +
-//	                             fingerprint + '@' + store clock's unix ns),
-//	                             forgotten after 24h by that time, 25h PX
-//	                             (posts.go)
+//	P{u<b>}i<uid>:<key>    str   idempotency claim of a key: 'p'|'d' + its
+//	                             record (idem.go)
+//	P{…}i<hash>            str   idempotency record, in the slot of the
+//	                             operation's first step and written with it:
+//	                             result + '#' + fingerprint + '@' + store
+//	                             clock's unix ns; forgotten after 24h by that
+//	                             time, 25h PX (idem.go)
 //	P{p<w>.<s>}I, P{g<gid>}I hash intent id -> pending cross-slot
 //	                             operation (intents.go); empty unless a
 //	                             process died
@@ -106,8 +109,9 @@
 // Operations that touch several slots (a like: the post, then the author's
 // badge) run their steps in an order where a crash in between can only
 // leave a later effect unapplied, never apply one twice. Steps of
-// an operation with an idempotency key are each guarded by a marker keyed
-// by the operation, so the client's retry completes the operation exactly
+// an operation with an idempotency key are each guarded in their own slot
+// (the first by the key's record, the others by markers named by the
+// operation), so the client's retry completes the operation exactly
 // once. A like, a comment, a new post, a repost and a message also record,
 // atomically with their first step and in its slot (the post's or the
 // group's), an intent recording the operation, from which ops re-derives
@@ -116,9 +120,14 @@
 // (SweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
 // once either way. intents.go has the protocol; an Import chunk has one
-// intent of its own for its authors' post counts (importintents.go). Writes go through a client with go-redis retries off (a script
-// whose reply was lost may have run); only MOVED/ASK replies, which prove
-// the command did not run, are re-sent, to the node they name.
+// intent of its own for its authors' post counts (importintents.go).
+// A keyed operation's record lives in the slot of its first step and is
+// written by that step's script, so a failover keeps or loses the two
+// together, and a retry applies the step again only if it was lost
+// (idem.go). Writes go through a client with go-redis retries off (a
+// script whose reply was lost may have run); only MOVED/ASK replies,
+// which prove the command did not run, are re-sent, to the node they
+// name.
 //
 // # Faults
 //

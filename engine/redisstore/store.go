@@ -357,11 +357,22 @@ func (e *unavailableError) Cause() error { return e.cause }
 // fail turns a Redis failure into ErrUnavailable. On a cluster it also
 // asks go-redis to reload the slot map: go-redis refreshes it on MOVED
 // replies, but a dead master never answers, so without this a promoted
-// replica would only be found at the next periodic reload.
+// replica would only be found at the next periodic reload. Errors of
+// this package's own finding, a record it cannot have written
+// (errCorrupt) or a decision that contradicts what a script was told
+// (errBug), are returned as they are: a retry would not mend them, and
+// clients see INTERNAL.
 func (s *Store) fail(err error) error {
+	if errors.Is(err, errCorrupt) || errors.Is(err, errBug) {
+		return err
+	}
 	s.reload()
 	return unavailable(err)
 }
+
+// errBug marks a decision of engine/ops that contradicts the facts or
+// effects a script was given: a bug, reported as such.
+var errBug = errors.New("redisstore: inconsistent decision")
 
 func (s *Store) reload() {
 	if s.cluster != nil {
