@@ -236,6 +236,8 @@ type engineMetrics struct {
 	snapDur   prometheus.Histogram
 	snapSize  prometheus.Gauge
 	redisCmd  *prometheus.HistogramVec
+	redisErrs *prometheus.CounterVec
+	redisUp   *prometheus.GaugeVec
 }
 
 func newEngineMetrics() *engineMetrics {
@@ -269,11 +271,33 @@ func newEngineMetrics() *engineMetrics {
 			Help:    "Round trip of each Redis command or pipeline, by command (\"pipeline\" for a pipeline); only commands the store issues, so the label is bounded.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"command"}),
+		redisErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_redis_errors_total",
+			Help: "Failed Redis round trips, by shard (its master's address) and cause: the error reply's code (NOREPLICAS, CLUSTERDOWN, MOVED, READONLY, ...), WAIT (replicas did not acknowledge), timeout, connection, pool or other.",
+		}, []string{"shard", "cause"}),
+		redisUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tally_redis_shard_writable",
+			Help: "Whether a Redis shard takes writes (0 while it is unreachable, refuses them, or its replicas do not acknowledge them), by its master's address; absent for shards never in trouble.",
+		}, []string{"shard"}),
 	}
 }
 
 func (m *engineMetrics) register(reg prometheus.Registerer) {
-	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.redisCmd)
+	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.redisCmd, m.redisErrs, m.redisUp)
+}
+
+// RedisError implements redisstore.Observer.
+func (m *engineMetrics) RedisError(shard, cause string) {
+	m.redisErrs.WithLabelValues(shard, cause).Inc()
+}
+
+// RedisShardWritable implements redisstore.Observer.
+func (m *engineMetrics) RedisShardWritable(shard string, writable bool) {
+	v := 0.0
+	if writable {
+		v = 1
+	}
+	m.redisUp.WithLabelValues(shard).Set(v)
 }
 
 func (m *engineMetrics) LogBatchWritten(records, bytes int) {

@@ -263,6 +263,8 @@ func statusForErrors(errs gqlerror.List) int {
 		return http.StatusNotFound
 	case CodeRateLimited:
 		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
 	case CodeInternal:
 		return http.StatusInternalServerError
 	}

@@ -2,6 +2,7 @@ package resolvers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -160,11 +161,25 @@ func newMutationBudget(cfg Config) (mutationBudget, int) {
 	if maxPerRequest < 0 || maxPerRequest > burst {
 		maxPerRequest = burst
 	}
-	l := cfg.RateLimiter
-	if l == nil {
-		l = newLocalLimiter(cfg.RateLimit, burst)
+	var l RateLimiter = newLocalLimiter(cfg.RateLimit, burst)
+	if cfg.RateLimiter != nil {
+		l = fallbackLimiter{shared: cfg.RateLimiter, local: l}
 	}
 	return mutationBudget{limiter: l}, maxPerRequest
+}
+
+// fallbackLimiter spends from the shared budget, or from this process's
+// when the shared one cannot be reached: a user whose budget sits on a
+// Redis shard that is down keeps a limit (the same, per replica) instead
+// of having every write refused.
+type fallbackLimiter struct{ shared, local RateLimiter }
+
+func (f fallbackLimiter) Take(ctx context.Context, u engine.UserID, n int) (bool, time.Duration, error) {
+	ok, wait, err := f.shared.Take(ctx, u, n)
+	if errors.Is(err, engine.ErrUnavailable) {
+		return f.local.Take(ctx, u, n)
+	}
+	return ok, wait, err
 }
 
 // spend takes the operation's tokens from user's budget, or returns the
