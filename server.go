@@ -524,7 +524,11 @@ func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken f
 			err = store.Ready(rctx)
 		}
 		if err != nil {
-			http.Error(w, "not ready: "+err.Error()+"\n"+report, http.StatusServiceUnavailable)
+			msg := err.Error()
+			if cause := redisstore.Cause(err); cause != err {
+				msg += " (" + cause.Error() + ")" // for operators: /readyz is not the API
+			}
+			http.Error(w, "not ready: "+msg+"\n"+report, http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n"+report)

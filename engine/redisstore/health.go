@@ -1,12 +1,14 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,15 +347,7 @@ func (sh *shard) probeOnce() (cause string, master bool) {
 	s := sh.h.s
 	ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.ReadTimeout, probeTimeout))
 	defer cancel()
-	sh.mu.Lock()
-	if sh.client == nil {
-		o := s.uo.Simple()
-		o.Addr, o.ReadTimeout, o.WriteTimeout = sh.addr, min(o.ReadTimeout, probeTimeout), min(o.WriteTimeout, probeTimeout)
-		sh.client = redis.NewClient(o)
-	}
-	c := sh.client
-	sh.mu.Unlock()
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := sh.probeClient().Info(ctx, "replication").Result()
 	if err != nil {
 		return unreachable + causeOf(err), true
 	}
@@ -366,6 +360,22 @@ func (sh *shard) probeOnce() (cause string, master bool) {
 		}
 	}
 	return "", true
+}
+
+// probeClient is the shard's client for probes and readiness: not
+// hooked (a probe's failure is its answer, not a failure to count), and
+// quick to give up.
+func (sh *shard) probeClient() *redis.Client {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.client == nil {
+		o := sh.h.s.uo.Simple()
+		o.Addr = sh.addr
+		o.ReadTimeout, o.WriteTimeout = min(o.ReadTimeout, probeTimeout), min(o.WriteTimeout, probeTimeout)
+		o.DialTimeout = min(o.DialTimeout, probeTimeout)
+		sh.client = redis.NewClient(o)
+	}
+	return sh.client
 }
 
 // replicasCaughtUp counts the replicas INFO replication lists online with
@@ -499,36 +509,36 @@ func (s *Store) writable(ctx context.Context, calls []*call) error {
 // down or cannot write fails the same requests on every replica, so a
 // load balancer gains nothing by dropping them all (say during a
 // failover); a replica that cannot reach Redis at all is worth dropping.
+// It asks the nodes directly, through the probes' clients, so that a
+// node that hangs costs it no more than probeTimeout.
 func (s *Store) Readiness(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*s.opts.ReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout)
 	defer cancel()
-	var mu sync.Mutex
-	answers := map[string]error{}
-	ping := func(ctx context.Context, c *redis.Client) error {
-		err := c.Ping(ctx).Err()
-		mu.Lock()
-		answers[c.Options().Addr] = err
-		mu.Unlock()
-		return err
+	masters, err := s.masters(ctx)
+	if err != nil {
+		return "", unavailable(err)
 	}
-	if err := eachMaster(ctx, s.cluster, s.single, ping); err != nil && len(answers) == 0 {
-		return "", s.fail(err)
+	answers := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, m := range masters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = s.health.shard(m.addr).probeClient().Ping(ctx).Err()
+		}()
 	}
-	addrs := make([]string, 0, len(answers))
-	for a := range answers {
-		addrs = append(addrs, a)
-	}
-	sort.Strings(addrs)
+	wg.Wait()
 	var b strings.Builder
 	up := 0
-	for _, a := range addrs {
-		fmt.Fprintf(&b, "redis %s: ", a)
-		if err := answers[a]; err != nil {
+	for i, m := range masters {
+		fmt.Fprintf(&b, "redis %s%s: ", m.addr, m.slots)
+		if err := answers[i]; err != nil {
 			fmt.Fprintf(&b, "unreachable (%s)\n", causeOf(err))
 			continue
 		}
 		up++
-		sh := s.health.shard(a)
+		sh := s.health.shard(m.addr)
+		sh.answered()
 		sh.mu.Lock()
 		why := sh.kept
 		if why == "" {
@@ -546,4 +556,62 @@ func (s *Store) Readiness(ctx context.Context) (string, error) {
 		return b.String(), unavailable(errors.New("no Redis master answers"))
 	}
 	return b.String(), nil
+}
+
+// master is a master's address and, on a cluster, its slots as text.
+type master struct{ addr, slots string }
+
+// masters lists the masters, from the first node to answer CLUSTER SLOTS
+// of all the store has seen and was given (asked at once, so that a node
+// that hangs delays nothing).
+func (s *Store) masters(ctx context.Context) ([]master, error) {
+	if s.cluster == nil {
+		return []master{{addr: s.wsingle.Options().Addr}}, nil
+	}
+	addrs := slices.Clone(s.opts.Addrs)
+	s.health.mu.Lock()
+	for a := range s.health.shards {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	s.health.mu.Unlock()
+	type answer struct {
+		slots []redis.ClusterSlot
+		err   error
+	}
+	answers := make(chan answer, len(addrs))
+	for _, a := range addrs {
+		go func() {
+			slots, err := s.health.shard(a).probeClient().ClusterSlots(ctx).Result()
+			answers <- answer{slots, err}
+		}()
+	}
+	var firstErr error
+	for range addrs {
+		ans := <-answers
+		if ans.err != nil || len(ans.slots) == 0 {
+			firstErr = cmp.Or(firstErr, ans.err)
+			continue
+		}
+		ranges := map[string][]string{}
+		var order []string
+		for _, sl := range ans.slots {
+			if len(sl.Nodes) == 0 {
+				continue
+			}
+			a := sl.Nodes[0].Addr
+			if _, ok := ranges[a]; !ok {
+				order = append(order, a)
+			}
+			ranges[a] = append(ranges[a], fmt.Sprintf("%d-%d", sl.Start, sl.End))
+		}
+		sort.Strings(order)
+		out := make([]master, len(order))
+		for i, a := range order {
+			out[i] = master{addr: a, slots: " (slots " + strings.Join(ranges[a], ",") + ")"}
+		}
+		return out, nil
+	}
+	return nil, cmp.Or(firstErr, errors.New("no node knows the cluster's slots"))
 }

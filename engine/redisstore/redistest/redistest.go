@@ -542,19 +542,34 @@ func (c *Cluster) notOK() string {
 }
 
 // WaitFailover waits until addr is no longer listed as a master and every
-// slot is served again (a replica has been promoted).
+// slot is served again (a replica has been promoted), and every live node
+// agrees.
 func (c *Cluster) WaitFailover(addr string, timeout time.Duration) {
+	c.t.Helper()
+	c.waitPromoted(addr, timeout, true)
+}
+
+// WaitPromoted waits until addr is no longer listed as a master and as
+// many masters serve the slots as before, as the first node that answers
+// sees it; unlike WaitFailover it asks nothing of the other nodes (some
+// may be paused).
+func (c *Cluster) WaitPromoted(addr string, masters int, timeout time.Duration) {
+	c.t.Helper()
+	c.waitPromoted(addr, timeout, false, masters)
+}
+
+func (c *Cluster) waitPromoted(addr string, timeout time.Duration, allOK bool, want ...int) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		masters := c.Masters()
-		promoted := len(masters) > 0
+		promoted := len(masters) > 0 && (len(want) == 0 || len(masters) == want[0])
 		for _, m := range masters {
 			if m == addr {
 				promoted = false
 			}
 		}
-		if promoted && c.notOK() == "" {
+		if promoted && (!allOK || c.notOK() == "") {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
