@@ -4,8 +4,10 @@
 // layout, the Lua scripts that make each step atomic, and the pub/sub fan
 // out of events between replicas. It promises the same behaviour as the
 // embedded engine — engine/enginetest runs unchanged against both — and
-// that every Redis failure surfaces quickly as an error wrapping
-// engine.ErrUnavailable, after which the client recovers by itself.
+// that every Redis failure surfaces within its caller's deadline as an
+// error wrapping engine.ErrUnavailable, named per shard and cause in logs
+// and metrics, after which the client recovers by itself. What survives
+// the loss of a Redis node is docs/redis-durability.md's to say.
 //
 // # Rules
 //
@@ -86,8 +88,15 @@
 //
 //	hash-max-listpack-entries 1024   # a bucket holds up to ~1,000 posts/users
 //	hash-max-listpack-value   64     # records are at most 55 bytes
-//	appendonly yes                   # durability of acknowledged writes:
-//	appendfsync always               #   or everysec with WaitReplicas >= 1
+//	appendonly yes                   # a node keeps its data across its restart
+//	appendfsync everysec             # always adds nothing across a failover
+//	cluster-require-full-coverage no # other shards serve while one fails over
+//
+// An acknowledged write survives the loss of its master only with
+// WaitReplicas (and two replicas per master, so that a promoted master
+// still has one to acknowledge): a promoted replica has what it received,
+// fsynced or not. docs/redis-durability.md states the promise for each
+// deployment.
 //
 // With the defaults (1.02 s windows × 16 sub-buckets) a bucket holds about
 // 64 posts per 1,000 posts/s of traffic; choose PostWindowBits/PostFanout
@@ -131,12 +140,17 @@
 //
 // # Faults
 //
-// Dial and read timeouts are short (250ms, 1s), dials and commands are not
-// retried, and every Redis error becomes engine.ErrUnavailable (its cause
-// via Cause). On a cluster a failure also triggers a slot-map reload, so a
-// promoted replica is found within a second or two. With WaitReplicas a
-// write is acknowledged only after WAIT confirms it on that many replicas
-// (a write the replicas did not confirm is reported unavailable, though
-// the master may have applied it: retrying is safe for keyed operations,
-// by their markers, and for likes, favorites and follows, by their sets).
+// Every call is bounded by its caller's deadline (the server gives a
+// request one for all its calls) and by short dial and read timeouts
+// (250ms, 1s); dials and writes are not retried, and every Redis error
+// becomes engine.ErrUnavailable (its cause via Cause). On a cluster a
+// failure also triggers a slot-map reload, so a promoted replica is found
+// as soon as it is announced. With WaitReplicas a write is acknowledged
+// only after WAIT confirms it on that many replicas (a write the replicas
+// did not confirm is reported unavailable, though the master may have
+// applied it: retrying is safe for keyed operations, by their records,
+// and for likes, favorites and follows, by their sets). A shard that
+// cannot take writes (its master silent, its replicas not acknowledging)
+// has them fail at once, unsent, until a probe finds it able again
+// (health.go).
 package redisstore
