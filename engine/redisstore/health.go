@@ -104,6 +104,7 @@ type health struct {
 	s      *Store
 	mu     sync.Mutex
 	shards map[string]*shard
+	closed bool         // no more probes: the store is closing
 	kept   atomic.Int32 // shards kept from writes
 }
 
@@ -174,8 +175,11 @@ func (e *shardError) Error() string {
 	return fmt.Sprintf("shard %s kept from writes for %v: %s", e.addr, time.Since(e.since).Round(time.Millisecond), e.cause)
 }
 
-// failed counts err (a failed call to the shard) and acts on its cause.
-func (sh *shard) failed(err error, writes bool) {
+// failed counts err (a failed call to the shard) and acts on its cause;
+// writes says a write client made the call, topology that it asked for
+// the slot map (a replica may answer those: a failure does not make it
+// a shard to probe).
+func (sh *shard) failed(err error, writes, topology bool) {
 	cause := causeOf(err)
 	switch cause {
 	case "", "canceled", "NOSCRIPT":
@@ -210,7 +214,7 @@ func (sh *shard) failed(err error, writes bool) {
 	if refusedNow {
 		sh.writable(false)
 	}
-	if cause == "timeout" || cause == "connection" {
+	if (cause == "timeout" || cause == "connection") && !topology {
 		sh.probe()
 	}
 }
@@ -284,11 +288,11 @@ func (sh *shard) release(why string) {
 		sh.h.kept.Add(-1)
 		sh.bad.Store(sh.refused != "")
 	}
-	since := sh.since
+	since, refused := sh.since, sh.refused
 	sh.mu.Unlock()
 	if was != "" {
 		slog.Info("redis shard "+why, "shard", sh.addr, "after", time.Since(since).Round(time.Millisecond), "was", was)
-		sh.writable(true)
+		sh.writable(refused == "")
 	}
 }
 
@@ -308,7 +312,15 @@ func (sh *shard) probe() {
 		return
 	}
 	s := sh.h.s
-	s.wg.Add(1)
+	sh.h.mu.Lock()
+	closed := sh.h.closed
+	if !closed {
+		s.wg.Add(1) // under h.mu: never after shut, so never beside Close's Wait
+	}
+	sh.h.mu.Unlock()
+	if closed {
+		return
+	}
 	go func() {
 		defer s.wg.Done()
 		defer func() {
@@ -406,6 +418,13 @@ func (h *health) hook(addr string, writes bool) redis.Hook {
 	return shardHook{sh: h.shard(addr), writes: writes}
 }
 
+// shut starts no more probes.
+func (h *health) shut() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+}
+
 // close closes the probes' clients.
 func (h *health) close() {
 	h.mu.Lock()
@@ -438,7 +457,7 @@ func (k shardHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		k.sh.used.Store(time.Now().UnixNano())
 		err := next(ctx, cmd)
-		k.done(err, writeCommands[cmd.Name()])
+		k.done(err, writeCommands[cmd.Name()], cmd.Name() == "cluster")
 		return err
 	}
 }
@@ -460,12 +479,12 @@ func (k shardHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			first = err
 		}
 		// One count per round trip, whatever the pipeline's length.
-		k.done(first, wrote)
+		k.done(first, wrote, false)
 		return err
 	}
 }
 
-func (k shardHook) done(err error, wrote bool) {
+func (k shardHook) done(err error, wrote, topology bool) {
 	if err == nil || errors.Is(err, redis.Nil) {
 		k.sh.answered()
 		if k.writes && wrote {
@@ -473,7 +492,7 @@ func (k shardHook) done(err error, wrote bool) {
 		}
 		return
 	}
-	k.sh.failed(err, k.writes)
+	k.sh.failed(err, k.writes, topology)
 }
 
 // shardOf is the address of the master serving key's slot.

@@ -608,8 +608,8 @@ const importChunk = 5000
 // import. The authors' post counts follow, recorded by one intent per
 // chunk, so that an import that dies in between leaves them for a
 // sweeper, not short (importintents.go). Like every write here it is
-// durable when it returns as far as the server's appendfsync (or
-// WaitReplicas) makes it.
+// durable when it returns as far as Redis's persistence and WaitReplicas
+// make it (docs/redis-durability.md).
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if err := ops.CheckImport(rows); err != nil {
 		return err

@@ -326,6 +326,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
+		s.health.shut()
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.flushStats(ctx)
@@ -570,7 +571,7 @@ func (s *Store) runPipe(ctx context.Context, r redis.Cmdable, calls []*call, wai
 			if n < int64(s.opts.WaitReplicas) {
 				if c, ok := r.(*redis.Client); ok {
 					sh := s.health.shard(c.Options().Addr)
-					sh.failed(errNotReplicated, true)
+					sh.failed(errNotReplicated, true, false)
 					if waitFor == s.opts.WaitTimeout {
 						// The shard had its full WaitTimeout: it cannot
 						// replicate now, and takes no writes until it can.
