@@ -109,6 +109,7 @@ func (c failoverCase) run(t *testing.T) {
 	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * failoverWorkers}}
+	t.Cleanup(client.CloseIdleConnections)
 	token := func(user uint64) string {
 		tok, _ := a.keys.Sign(engine.UserID(user), false, 0)
 		return tok
