@@ -906,7 +906,7 @@ func newWSTransport(cfg Config, m *metrics) *wsTransport {
 		cfg:       ws,
 		keys:      cfg.Keys,
 		origins:   cfg.OriginPatterns,
-		presenter: resolvers.PresentError,
+		presenter: presentError,
 		addrSlots: newWSSlots(ws.MaxPerAddress),
 		slots:     newWSSlots(ws.MaxPerUser),
 		wheel:     newWheel(wheelTick),
