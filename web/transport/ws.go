@@ -188,7 +188,7 @@ func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	t.watchShutdown(r)
 	base := context.WithValue(context.Background(), limitInfoKey{}, limitInfoFrom(r.Context()))
 	c := &wsConn{t: t, base: base, exec: exec, headers: operationHeaders(r.Header), done: detachSocket(w)}
-	c.wheel.slot = -1
+	c.deadline.init(c)
 	if admitted {
 		c.release = release
 	}

@@ -68,7 +68,7 @@ type wsConn struct {
 	headers http.Header
 	done    func() // ends the socket in tally_websockets_open
 
-	wheel      wheelEntry
+	deadline   wheelEntry
 	prev, next *wsConn // in wsTransport's list of open sockets
 }
 
@@ -337,10 +337,10 @@ func (c *wsConn) rescheduleLocked() {
 		at = 0
 	}
 	if at == 0 {
-		c.t.wheel.schedule(c, time.Time{})
+		c.t.wheel.schedule(&c.deadline, time.Time{})
 		return
 	}
-	c.t.wheel.schedule(c, time.Unix(0, at))
+	c.t.wheel.schedule(&c.deadline, time.Unix(0, at))
 }
 
 // endOpsLocked ends the socket's operations (they stay listed until the
@@ -379,7 +379,7 @@ func (c *wsConn) finish(err error) {
 	release := c.release
 	c.release = nil
 	c.mu.Unlock()
-	c.t.wheel.remove(c)
+	c.t.wheel.remove(&c.deadline)
 	c.t.forget(c)
 	for _, op := range ops {
 		op.end()

@@ -6,11 +6,11 @@ import (
 )
 
 // wheel holds every socket's next deadline (init timeout, token expiry,
-// ping, the write of a message, the close handshake) in one hashed timing
+// ping, the write in flight, the close handshake) in one hashed timing
 // wheel: a socket costs one entry, linked through its own fields, however
-// many deadlines it has, instead of a runtime timer (and its closure)
-// per deadline. One goroutine ticks it while it holds any socket, and
-// exits when it holds none.
+// many deadlines it has, instead of a runtime timer (and its closure) per
+// deadline. One goroutine ticks it while it holds any entry, and exits
+// when it holds none.
 //
 // A deadline fires on the first tick at or after it, never before it:
 // deadlines are late by at most one tick.
@@ -20,23 +20,32 @@ type wheel struct {
 	mu      sync.Mutex
 	epoch   time.Time // tick 0
 	current int64     // the last tick processed
-	slots   [wheelSlots]*wsConn
+	slots   [wheelSlots]*wheelEntry
 	entries int
 	running bool
 }
 
-// wheelTick is the wheel's resolution.
+// wheelTick is the sockets' wheel's resolution.
 const wheelTick = 50 * time.Millisecond
 
 // wheelSlots is the wheel's size: a deadline more than wheelSlots ticks
 // away waits in its slot through whole turns.
 const wheelSlots = 1024
 
-// wheelEntry is a socket's place in the wheel, guarded by wheel.mu.
+// wheelEntry is an owner's place in the wheel, guarded by wheel.mu.
 type wheelEntry struct {
-	next, prev *wsConn
+	owner      deadliner
+	next, prev *wheelEntry
 	due        int64 // tick at which it fires
 	slot       int32 // -1: not in the wheel
+}
+
+// deadliner is what a wheel calls when its deadline is due, outside the
+// wheel's lock (it may schedule itself again).
+type deadliner interface{ onDeadline(now time.Time) }
+
+func (e *wheelEntry) init(owner deadliner) {
+	e.owner, e.slot = owner, -1
 }
 
 func newWheel(tick time.Duration) *wheel {
@@ -53,80 +62,78 @@ func (w *wheel) tickOf(t time.Time) int64 {
 	return n
 }
 
-// schedule makes at the socket's next deadline (the zero time: none),
-// replacing any earlier one.
-func (w *wheel) schedule(c *wsConn, at time.Time) {
+// ticked is the last tick at or before t: what is due by t.
+func (w *wheel) ticked(t time.Time) int64 { return int64(t.Sub(w.epoch) / w.tick) }
+
+// schedule makes at e's next deadline (the zero time: none), replacing
+// any earlier one.
+func (w *wheel) schedule(e *wheelEntry, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.unlink(c)
+	w.unlink(e)
 	if at.IsZero() {
 		return
 	}
 	if !w.running {
 		// Idle, the wheel did not tick: it starts from now.
-		w.current = max(w.current, w.tickOf(time.Now())-1)
+		w.current = max(w.current, w.ticked(time.Now()))
 		w.running = true
 		go w.run()
 	}
-	due := max(w.tickOf(at), w.current+1)
-	e := &c.wheel
-	e.due = due
-	e.slot = int32(due % wheelSlots)
+	e.due = max(w.tickOf(at), w.current+1)
+	e.slot = int32(e.due % wheelSlots)
 	head := w.slots[e.slot]
 	e.next, e.prev = head, nil
 	if head != nil {
-		head.wheel.prev = c
+		head.prev = e
 	}
-	w.slots[e.slot] = c
+	w.slots[e.slot] = e
 	w.entries++
 }
 
-// remove takes c out of the wheel.
-func (w *wheel) remove(c *wsConn) {
+// remove takes e out of the wheel.
+func (w *wheel) remove(e *wheelEntry) {
 	w.mu.Lock()
-	w.unlink(c)
+	w.unlink(e)
 	w.mu.Unlock()
 }
 
-func (w *wheel) unlink(c *wsConn) {
-	e := &c.wheel
+func (w *wheel) unlink(e *wheelEntry) {
 	if e.slot < 0 {
 		return
 	}
 	if e.prev != nil {
-		e.prev.wheel.next = e.next
+		e.prev.next = e.next
 	} else {
 		w.slots[e.slot] = e.next
 	}
 	if e.next != nil {
-		e.next.wheel.prev = e.prev
+		e.next.prev = e.prev
 	}
 	e.next, e.prev, e.slot = nil, nil, -1
 	w.entries--
 }
 
-// run ticks until the wheel is empty. Due sockets are called outside the
-// wheel's lock, so a socket may schedule itself again from onDeadline.
+// run ticks until the wheel is empty.
 func (w *wheel) run() {
 	t := time.NewTicker(w.tick)
 	defer t.Stop()
-	var due []*wsConn
+	var due []deadliner
 	for now := range t.C {
 		w.mu.Lock()
-		target := w.tickOf(now)
+		target := w.ticked(now)
 		// A tick the runtime delivered late stands for those it skipped;
 		// one turn visits every slot.
 		w.current = max(w.current, target-wheelSlots)
 		for w.current < target {
 			w.current++
-			slot := w.current % wheelSlots
-			for c := w.slots[slot]; c != nil; {
-				next := c.wheel.next
-				if c.wheel.due <= w.current {
-					w.unlink(c)
-					due = append(due, c)
+			for e := w.slots[w.current%wheelSlots]; e != nil; {
+				next := e.next
+				if e.due <= w.current {
+					w.unlink(e)
+					due = append(due, e.owner)
 				}
-				c = next
+				e = next
 			}
 		}
 		if w.entries == 0 && len(due) == 0 {
@@ -135,8 +142,8 @@ func (w *wheel) run() {
 			return
 		}
 		w.mu.Unlock()
-		for i, c := range due {
-			c.onDeadline(now)
+		for i, d := range due {
+			d.onDeadline(now)
 			due[i] = nil
 		}
 		due = due[:0]
