@@ -404,3 +404,69 @@ func TestPushesShareOneFeedPerViewer(t *testing.T) {
 		t.Fatal("after a failure, the next subscriber was not served")
 	}
 }
+
+// batchingStore reads badges in batches, as redisstore does, and counts
+// the batches.
+type batchingStore struct {
+	engine.Store
+	mu      sync.Mutex
+	batches int
+	largest int
+}
+
+func (b *batchingStore) UnreadMany(ctx context.Context, viewers []engine.UserID, out []engine.Unread) error {
+	b.mu.Lock()
+	b.batches++
+	b.largest = max(b.largest, len(viewers))
+	b.mu.Unlock()
+	for i, v := range viewers {
+		u, err := b.Store.Unread(ctx, v)
+		if err != nil {
+			return err
+		}
+		out[i] = u
+	}
+	return nil
+}
+
+// A broadcast's re-reads come in batches from a store that batches, and
+// every feed still gets its own value.
+func TestBroadcastReReadsInBatches(t *testing.T) {
+	base, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &batchingStore{Store: base}
+	h := hub.New(base)
+	t.Cleanup(func() { h.Close(); base.Close() })
+	s := Wrap(schema, Config{Store: store, Hub: h})
+	doc := parse(t, `subscription { unreadChanged { id redDot } }`)
+	const viewers = 500
+	pushers := make([]*pushCounter, viewers)
+	for i := range pushers {
+		opCtx := withVars(t, doc, nil)
+		p := &pushCounter{wakes: make(chan struct{}, 4)}
+		ctx := auth.With(WithPusher(t.Context(), p), auth.Principal{User: engine.UserID(100 + i)}, nil)
+		if s.subscribe(ctx, opCtx, s.planFor(opCtx)) == nil {
+			t.Fatal("not served by pushes")
+		}
+		p.stopWith(t.Context())
+		p.push.Next()
+		pushers[i] = p
+	}
+	if err := base.PushRedDot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pushers {
+		p.woken(t)
+		if got, want := string(p.push.Next()), fmt.Sprintf(`{"unreadChanged":{"id":"%d","redDot":true}}`, 100+i); got != want {
+			t.Fatalf("push %s, want %s", got, want)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.batches == 0 || store.batches > viewers/4 || store.largest < 8 {
+		t.Fatalf("%d viewers re-read in %d batches (the largest %d)", viewers, store.batches, store.largest)
+	}
+	t.Logf("%d viewers re-read in %d batches (the largest %d)", viewers, store.batches, store.largest)
+}

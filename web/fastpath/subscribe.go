@@ -227,46 +227,91 @@ func (s *Schema) reread(f *feed) {
 	}
 }
 
+// unreadBatcher is a store that reads many viewers' badges in the round
+// trips of one (redisstore.Store): a broadcast's re-reads then cost a
+// round trip per batch, not per viewer.
+type unreadBatcher interface {
+	UnreadMany(ctx context.Context, viewers []engine.UserID, out []engine.Unread) error
+}
+
+// readBatch is how many feeds a reader re-reads at once from an
+// unreadBatcher.
+const readBatch = 64
+
 // readFeeds re-reads queued feeds until the queue is empty.
 func (s *Schema) readFeeds() {
 	q := &s.feeds
+	n := 1
+	if _, ok := s.cfg.Store.(unreadBatcher); ok {
+		n = readBatch
+	}
+	batch := make([]*feed, 0, n)
 	for {
 		q.qmu.Lock()
-		if q.head == len(q.queue) {
+		take := min(n, len(q.queue)-q.head)
+		if take == 0 {
 			q.queue, q.head = nil, 0
 			q.readers--
 			q.qmu.Unlock()
 			return
 		}
-		f := q.queue[q.head]
-		q.queue[q.head] = nil
-		q.head++
+		batch = append(batch[:0], q.queue[q.head:q.head+take]...)
+		clear(q.queue[q.head : q.head+take])
+		q.head += take
 		q.qmu.Unlock()
 
-		s.refresh(f)
+		s.refresh(batch)
 
 		q.qmu.Lock()
-		if f.again {
-			f.again = false
-			q.queue = append(q.queue, f)
-		} else {
-			f.queued = false
+		for _, f := range batch {
+			if f.again {
+				f.again = false
+				q.queue = append(q.queue, f)
+			} else {
+				f.queued = false
+			}
 		}
 		q.qmu.Unlock()
 	}
 }
 
-// refresh re-reads f's badges and, when they changed, wakes the members
-// that have pushed the previous value.
-func (s *Schema) refresh(f *feed) {
-	<-f.ready
-	if f.err != nil {
-		return
+// refresh re-reads the badges of feeds and, for each whose badges
+// changed, wakes the members that have pushed the previous value.
+func (s *Schema) refresh(feeds []*feed) {
+	viewers := make([]engine.UserID, 0, len(feeds))
+	ready := feeds[:0:0]
+	for _, f := range feeds {
+		<-f.ready
+		if f.err == nil {
+			viewers = append(viewers, f.viewer)
+			ready = append(ready, f)
+		}
 	}
-	u, err := s.cfg.Store.Unread(context.Background(), f.viewer)
-	if err != nil {
-		return // a store hiccup: the next change re-reads
+	read := make([]engine.Unread, len(viewers))
+	ctx := context.Background()
+	if b, ok := s.cfg.Store.(unreadBatcher); ok && len(viewers) > 1 {
+		if b.UnreadMany(ctx, viewers, read) != nil {
+			return // a store hiccup: the next change re-reads
+		}
+	} else {
+		for i, v := range viewers {
+			var err error
+			if read[i], err = s.cfg.Store.Unread(ctx, v); err != nil {
+				read[i] = engine.Unread{}
+				ready[i] = nil // likewise, for this one
+			}
+		}
 	}
+	for i, f := range ready {
+		if f != nil {
+			f.publish(read[i])
+		}
+	}
+}
+
+// publish makes u f's latest value if it differs from the last, and wakes
+// the members that have pushed the previous one.
+func (f *feed) publish(u engine.Unread) {
 	var buf [4]*member
 	wake := buf[:0]
 	f.mu.Lock()
