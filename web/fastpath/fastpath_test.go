@@ -470,3 +470,40 @@ func TestBroadcastReReadsInBatches(t *testing.T) {
 	}
 	t.Logf("%d viewers re-read in %d batches (the largest %d)", viewers, store.batches, store.largest)
 }
+
+// Viewers with the same badges share one encoding when the selection
+// shows nothing of the viewer; with the viewer's id, each has its own.
+func TestBroadcastSharesEncodings(t *testing.T) {
+	base, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(base)
+	t.Cleanup(func() { h.Close(); base.Close() })
+	s := Wrap(schema, Config{Store: base, Hub: h})
+	for query, shared := range map[string]bool{
+		`subscription { unreadChanged { redDot unread { system total } } }`: true,
+		`subscription { unreadChanged { id redDot } }`:                      false,
+		`subscription { unreadChanged { user { id } redDot } }`:             false,
+	} {
+		doc := parse(t, query)
+		var first []byte
+		for i := range 3 {
+			opCtx := withVars(t, doc, nil)
+			p := &pushCounter{wakes: make(chan struct{}, 4)}
+			ctx, end := context.WithCancel(t.Context())
+			defer end()
+			ctx = auth.With(WithPusher(ctx, p), auth.Principal{User: engine.UserID(200 + i)}, nil)
+			if s.subscribe(ctx, opCtx, s.planFor(opCtx)) == nil {
+				t.Fatalf("%s: not served by pushes", query)
+			}
+			p.stopWith(ctx)
+			data := p.push.Next()
+			if first == nil {
+				first = data
+			} else if same := &first[0] == &data[0]; same != shared {
+				t.Fatalf("%s: viewer %d's push %s shares the first's encoding: %v", query, i, data, same)
+			}
+		}
+	}
+}

@@ -358,6 +358,12 @@ func (e *pushEvent) encode(ctx context.Context, store engine.Store, p *plan) ([]
 		}
 		u = &read
 	}
+	if p.anonymous {
+		if sh := p.shared.Load(); sh != nil && sh.unread == *u {
+			e.enc = append(e.enc, encoded{p, sh.data})
+			return sh.data, nil
+		}
+	}
 	root := &p.root[0]
 	buf := make([]byte, 0, p.sizeHint.Load()+16)
 	buf = append(buf, '{')
@@ -365,6 +371,9 @@ func (e *pushEvent) encode(ctx context.Context, store engine.Store, p *plan) ([]
 	buf = writeViewer(buf, root.obj, nil, v.UserID, u)
 	buf = append(buf, '}')
 	p.sizeHint.Store(int64(len(buf)))
+	if p.anonymous {
+		p.shared.Store(&sharedPush{unread: *u, data: buf})
+	}
 	e.enc = append(e.enc, encoded{p, buf})
 	return buf, nil
 }
