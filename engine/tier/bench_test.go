@@ -454,7 +454,7 @@ func BenchmarkAddLike(b *testing.B) {
 		ids = append(ids, pg[:]...)
 	}
 	tn, pn := benchutil.Interleave(b, func(i int) {
-		if _, _, err := AddCounts(p.mem, ids[i%len(ids)], engine.Counts{Likes: 1}); err != nil {
+		if _, _, err := p.mem.AddCounts(ids[i%len(ids)], engine.Counts{Likes: 1}); err != nil {
 			b.Fatal(err)
 		}
 		if i%4096 == 4095 {

@@ -66,14 +66,13 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.VerifyFiles(); err != nil {
 		t.Fatal(err)
 	}
-	f := tr.wins[0].body.(*coldBody).f
-	_, off, end := f.idx.Block(1)
+	f := tr.wins[0].body.(*coldWindow)
+	off, end := f.idx.span(1)
 	flipByte(t, path, int64(off+(end-off)/2))
 	if err := tr.VerifyFiles(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("VerifyFiles over a damaged block: %v", err)
 	}
-	first3, _, _ := f.idx.Block(1)
-	first4, _, _ := f.idx.Block(2)
+	first3, first4 := f.idx.firstID(1), f.idx.firstID(2)
 	var bad, good uint64
 	for _, id := range ids {
 		if id >= first3 && id < first4 {
@@ -102,7 +101,7 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.Put(bad+1, Post{Author: 9}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Put into a damaged block's range: %v", err)
 	}
-	if _, _, err := AddCounts(tr, bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := tr.AddCounts(bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("AddCounts: %v", err)
 	}
 	// A compaction that must read the block fails and leaves the window
@@ -197,21 +196,25 @@ func TestTornSnapshot(t *testing.T) {
 // by block, so a damaged block with a recomputed image checksum is still
 // refused.
 func TestCorruptSealedImage(t *testing.T) {
-	s, err := buildSegment(&arena{}, postTag, shape{6, 1}, func(add func(uint64, *Row) error) error {
-		for i := range 500 {
-			if err := add(uint64(1000+3*i), &Row{uint64(i), 1}); err != nil {
-				return err
-			}
+	p, _ := NewPosts(testOpts(""))
+	var buf bytes.Buffer
+	pw := newPostWriter(&buf)
+	for i := range 500 {
+		if err := pw.add(uint64(1000+3*i), &postRow{uint64(i), 1}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := pw.close(); err != nil {
 		t.Fatal(err)
 	}
-	for i := headerSize; i < len(s.data); i += 7 {
-		bad := bytes.Clone(s.data)
+	img := buf.Bytes()
+	if _, err := p.newSealed(img, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := headerSize; i < len(img); i += 7 {
+		bad := bytes.Clone(img)
 		bad[i] ^= 1
-		if _, err := openSegment(bad, postTag, shape{6, 1}, true); !errors.Is(err, ErrCorrupt) {
+		if _, err := p.newSealed(bad, true); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
 	}

@@ -22,14 +22,13 @@ import (
 //	go test ./engine/tier -run '^$' -bench 'SetHasMany'
 //
 // engine/likeset, which the set replaced, was measured beside it in the
-// same runs as a setPeer (the figures in doc.go) until it was removed;
+// same runs as a setPeer until it was removed;
 // `git show 35a3b6a:engine/tier/set_likeset_bench_test.go` is that peer, to
 // restore with the package for a comparison.
 //
 // Data: the posts of bench/datagen (N = TALLY_BENCH_N, default 1M, seed
 // 1: snowflake ids uniform over the 365 days before 2025-01-01); post i
-// gets as many likers as datagen's Likes count for it, a long tail (at 1M
-// posts 181,392 liked posts, 5,316,559 likes, the largest 701,884); each
+// gets as many likers as datagen's Likes count for it, a long tail; each
 // post's likers are distinct users uniform over [1, 10M] drawn by PCG(1,
 // post index). Day windows; the clock at the data set's end.
 
@@ -166,15 +165,15 @@ func BenchmarkSetMemory(b *testing.B) {
 				s = loadBenchSet(b, policy, n)
 				h = benchutil.LiveHeap() - h0
 			}
-			st := s.Stats()
+			st := statsOf(s)
 			per := float64(h) / float64(s.Len())
 			b.ReportMetric(per, "heap-B/like")
-			b.ReportMetric(float64(st.MemoryBytes)/float64(s.Len()), "mem-B/like")
-			if st.SealedPairs > 0 {
-				b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+			b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "mem-B/like")
+			if st.sealedPairs > 0 {
+				b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/like")
 			}
-			if st.ColdPairs > 0 {
-				b.ReportMetric(float64(st.DiskBytes)/float64(st.ColdPairs), "disk-B/like")
+			if st.coldPairs > 0 {
+				b.ReportMetric(float64(s.DiskBytes())/float64(st.coldPairs), "disk-B/like")
 			}
 			for _, p := range setPeers {
 				if ph, ok := peerHeap[p.name+"/"+policy]; ok && ph > 0 {
@@ -303,8 +302,8 @@ func BenchmarkSetBlockPairs(b *testing.B) {
 				s.HasMany(viewers[i%setNumPages], pages[i%setNumPages], out)
 				i++
 			}
-			st := s.Stats()
-			b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+			st := statsOf(s)
+			b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/like")
 		})
 	}
 }

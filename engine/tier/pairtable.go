@@ -4,12 +4,12 @@ import (
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
-	"github.com/tally-dev/tally/engine/table"
+	hashtable "github.com/tally-dev/tally/engine/table"
 )
 
-// pairTable is the open form of a window, and of a delta's added pairs and
-// tombstones: a set of (user, key) pairs, key being the post id minus the
-// window's first id, in a flat byte slice of fixed-size slots. It holds no
+// pairTable is a set's open window, and a delta's added or removed pairs:
+// a set of (user, key) pairs, key being the post id minus the window's
+// first id, in a flat byte slice of fixed-size slots. It holds no
 // pointers, so the GC never scans it.
 //
 // A slot is the pair packed into 96 or 128 bits: lo = (key+1) | user<<kw,
@@ -34,6 +34,9 @@ type pairTable struct {
 	kw     uint
 	live   int
 }
+
+func (t *pairTable) kind() Kind   { return Open }
+func (t *pairTable) records() int { return t.len() }
 
 const (
 	pairNarrow   = 12
@@ -89,7 +92,7 @@ func (t *pairTable) setSlot(i int, lo, hi uint64) {
 // home is the first slot probed for (u, k): multiply-shift of the pair's
 // hash onto [0, n).
 func (t *pairTable) home(u, k uint64) int {
-	h, _ := bits.Mul64(table.HashPair(u, k), uint64(t.n))
+	h, _ := bits.Mul64(hashtable.HashPair(u, k), uint64(t.n))
 	return int(h)
 }
 
@@ -229,9 +232,9 @@ func (t *pairTable) each(fn func(u, k uint64) bool) bool {
 }
 
 // pairs appends the table's pairs to dst (unsorted).
-func (t *pairTable) pairs(dst []pk) []pk {
+func (t *pairTable) pairs(dst []pair) []pair {
 	t.each(func(u, k uint64) bool {
-		dst = append(dst, pk{k: k, u: u})
+		dst = append(dst, pair{post: k, user: u})
 		return true
 	})
 	return dst

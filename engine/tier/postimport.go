@@ -7,7 +7,7 @@ import (
 )
 
 // Import adds the records of seq, in strictly increasing id order,
-// replacing those of ids the tier holds. A window already due for sealing
+// replacing those of ids the table holds. A window already due for sealing
 // at now is built straight into a sealed window, without an open table or
 // delta in between:
 //   - a window with no records yet, from seq's records, a block at a time;
@@ -23,30 +23,30 @@ import (
 // maintenance loop run, to move windows to files as the policy says.
 // Import needs the write lock. An error (ids out of order, a cold block
 // that cannot be read) leaves the records before it imported.
-func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
+func (p *Posts) Import(seq iter.Seq2[uint64, Post], now time.Time) error {
 	ms := now.UnixMilli()
 	var (
 		cur  *window
 		mode importMode
-		ww   *windowWriter // importDirect: the window being written
-		buf  *bytesBuffer
-		over *openTable // importMerge: the window's records from seq
+		pw   *postWriter // importDirect: the window being written
+		buf  bytesBuffer
+		over *rowTable // importMerge: the window's records from seq
 		last uint64
 		any  bool
 	)
 	finish := func() error {
 		switch mode {
 		case importDirect:
-			if err := ww.close(); err != nil {
+			if err := pw.close(); err != nil {
 				return err
 			}
-			return t.install(cur, buf.b)
+			return p.install(cur, buf.b)
 		case importMerge:
-			return t.mergeImport(cur, over)
+			return p.mergeImport(cur, over)
 		}
 		return nil
 	}
-	for id, r := range seq {
+	for id, post := range seq {
 		if any && id <= last {
 			return fmt.Errorf("tier: Import: id %d after %d: %w", id, last, errOrder)
 		}
@@ -55,35 +55,34 @@ func (t *Tier[R]) Import(seq iter.Seq2[uint64, R], now time.Time) error {
 			if err := finish(); err != nil {
 				return err
 			}
-			cur = t.windowFor(id)
-			mode = t.importModeOf(cur, ms)
+			cur = p.windowFor(id)
+			mode = p.importModeOf(cur, ms)
 			switch mode {
 			case importDirect:
-				buf = &bytesBuffer{b: buf.reuse()}
-				ww = newWindowWriter(buf, t.tag, t.sh)
+				buf.reset()
+				pw = newPostWriter(&buf)
 			case importMerge:
-				over = newOpenTable()
+				over = newRowTable()
 			}
 		}
 		switch mode {
 		case importDirect:
-			row := t.codec.Split(r)
-			if err := ww.add(id, &row); err != nil {
+			r := post.row()
+			if err := pw.add(id, &r); err != nil {
 				return err
 			}
-			cur.n++
-			t.live++
+			p.adjust(cur, 1)
 		case importMerge:
-			row := t.codec.Split(r)
-			over.put(id-cur.lo+1, &t.layout, &row)
+			r := post.row()
+			over.put(id-cur.lo+1, &p.layout, &r)
 		default:
-			if err := t.Put(id, r); err != nil {
+			if err := p.Put(id, post); err != nil {
 				return err
 			}
 		}
 	}
 	err := finish()
-	t.trim()
+	p.trim()
 	return err
 }
 
@@ -96,29 +95,29 @@ const (
 	importMerge                    // merge them into the window's sealed blocks
 )
 
-func (t *Tier[R]) importModeOf(w *window, ms int64) importMode {
-	if !t.sealDue(t.win.End(w.num), ms) || w.busy || w.frozen != nil {
+func (p *Posts) importModeOf(w *window, ms int64) importMode {
+	if !p.sealDue(p.win.End(w.num), ms) || w.busy || w.frozen != nil {
 		return importPut
 	}
-	switch w.body.(type) {
-	case *openBody:
+	switch w.body.kind() {
+	case Open:
 		if w.n == 0 && w.delta == nil {
 			return importDirect
 		}
-	case *sealedBody:
+	case Sealed:
 		return importMerge
 	}
 	return importPut
 }
 
 // install makes the window image raw w's sealed body; w has no records.
-func (t *Tier[R]) install(w *window, raw []byte) error {
-	s, err := newSegment(&t.arena, raw, t.tag, t.sh, false)
+func (t *table) install(w *window, raw []byte) error {
+	s, err := t.newSealed(raw, false)
 	if err != nil {
 		return err
 	}
 	s.installed = true
-	w.body = &sealedBody{s}
+	w.body = s
 	return nil
 }
 
@@ -126,45 +125,35 @@ func (t *Tier[R]) install(w *window, raw []byte) error {
 // by rebuilding its blocks with its delta and over's records when over
 // holds CompactMin records or an eighth as many as w, as Puts into its
 // delta otherwise.
-func (t *Tier[R]) mergeImport(w *window, over *openTable) error {
-	if over.n < t.opts.CompactMin && over.n*8 < w.n {
-		var row Row
-		for _, key := range over.sorted(&t.layout) {
-			over.get(key, &t.layout, &row)
-			if err := t.put(w.lo+key-1, t.codec.Join(row), unknown); err != nil {
+func (p *Posts) mergeImport(w *window, over *rowTable) error {
+	if over.n < p.opts.CompactMin && over.n*8 < w.n {
+		var r postRow
+		for _, key := range over.sorted(&p.layout) {
+			over.get(key, &p.layout, &r)
+			if err := p.put(w.lo+key-1, r.post(), unknown); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	old := w.body.(*sealedBody)
+	var buf bytesBuffer
+	pw := newPostWriter(&buf)
 	n := 0
-	s, err := buildSegment(&t.arena, t.tag, t.sh, func(add func(id uint64, r *Row) error) error {
-		return mergeWindow(old, w.lo, &t.layout, []*openTable{w.delta, over}, func(id uint64, r *Row) error {
-			n++
-			return add(id, r)
-		})
-	})
-	if err != nil {
+	if err := p.merge(w.body, w.lo, []*rowTable{asRows(w.delta), over}, func(id uint64, r *postRow) error {
+		n++
+		return pw.add(id, r)
+	}); err != nil {
 		return err
 	}
-	old.s.release(&t.arena)
-	s.installed = true
-	w.body, w.delta = &sealedBody{s}, nil
-	t.live += n - w.n
-	w.n = n
-	return nil
-}
-
-// bytesBuffer is a minimal growable writer whose storage Import reuses
-// from window to window.
-type bytesBuffer struct{ b []byte }
-
-func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
-
-func (w *bytesBuffer) reuse() []byte {
-	if w == nil {
-		return nil
+	if err := pw.close(); err != nil {
+		return err
 	}
-	return w.b[:0]
+	old := w.body
+	if err := p.install(w, buf.b); err != nil {
+		return err
+	}
+	p.retire(old)
+	w.delta = nil
+	p.adjust(w, n-w.n)
+	return nil
 }
