@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
@@ -739,3 +740,45 @@ func (c *valueColumn) decode(a []byte, dst []uint64) error {
 	}
 	return nil
 }
+
+// postWriter encodes a post table's window image from posts given in
+// increasing id order, streaming blocks to an io.Writer.
+type postWriter struct {
+	imageWriter
+	enc postEncoder
+}
+
+func newPostWriter(w io.Writer) *postWriter {
+	pw := &postWriter{}
+	pw.start(w, imageFormat{tag: postTag, entrySize: postEntrySize})
+	return pw
+}
+
+func (pw *postWriter) add(id uint64, r *postRow) error {
+	if pw.err != nil {
+		return pw.err
+	}
+	if pw.records > 0 && id <= pw.maxID {
+		pw.err = errOrder
+		return pw.err
+	}
+	pw.count(id)
+	pw.enc.add(id, r)
+	if pw.enc.n == postBlockRecords {
+		pw.endBlock()
+	}
+	return pw.err
+}
+
+func (pw *postWriter) endBlock() {
+	if pw.enc.n == 0 {
+		return
+	}
+	pw.index = le.AppendUint64(pw.index, pw.enc.ids[0])
+	start := len(pw.buf)
+	pw.buf = pw.enc.encode(pw.buf)
+	pw.blockWritten(start)
+}
+
+// close writes the rest, the index and the footer.
+func (pw *postWriter) close() error { return pw.finish(pw.endBlock) }
