@@ -86,8 +86,8 @@ func FuzzBlock(f *testing.F) {
 		if derr != nil {
 			return
 		}
-		if k.ids.last() != ids[k.len()-1] {
-			t.Fatalf("last id %d, decoded %d", k.ids.last(), ids[k.len()-1])
+		if k.ids.last(k.area) != ids[k.len()-1] {
+			t.Fatalf("last id %d, decoded %d", k.ids.last(k.area), ids[k.len()-1])
 		}
 		for i := range k.len() {
 			p, ok := k.find(ids[i])

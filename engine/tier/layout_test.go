@@ -29,9 +29,9 @@ func BenchmarkLayout(b *testing.B) {
 			}
 			n := k.len()
 			recs += float64(n)
-			ids += float64(k.ids.bits()) / 8
+			ids += float64(k.ids.list.bits()) / 8
 			crc += 4
-			hdr += float64(len(raw) - 4 - len(k.ids.area) + BlockSlack)
+			hdr += float64(len(raw) - 4 - len(k.area) + BlockSlack)
 			if k.presence >= 0 {
 				pres += float64(n) / 8
 			}

@@ -67,32 +67,20 @@ const (
 // stores v mod 2^l in the lows and sets bit (v_j >> l) + j - 1 of the
 // highs, whose length is that last bit's position plus one.
 
-// efList is where an Elias–Fano list lies in a block's bit area.
-type efList struct {
-	count   int // values, the block's first element not counted
-	lowBits int
-	lows    int // bit offset of the low parts
-	highs   int // bit offset of the high bits
-	highLen int
-}
-
 // pairBlock is a parsed block header: enough to look a pair up with O(1)
 // bit reads plus a scan of one Elias–Fano bucket, without decoding the
 // block. It holds no memory of its own beyond the slice it was parsed
 // from.
 type pairBlock struct {
-	area                 []byte
-	firstPost, firstUser uint64
-	pairs, posts         int
-
-	postMask      uint64 // the post id bits that vary in the block
-	firstSqueezed uint64 // pext(firstPost, postMask)
-	postList      efList // the posts' squeezed ids less the first's
+	area         []byte // the bit area, and BlockSlack bytes past it
+	firstUser    uint64
+	pairs, posts int
+	postIDs      squeezedIDs
 
 	minUser, maxUser uint64 // maxUser = minUser + 2^userBits - 1, saturated
 	userBits         uint
 	firstCode        uint64 // the first pair's code
-	codeList         efList // the pairs' codes less the first's
+	codes            efList // the pairs' codes less the first's
 }
 
 // parse reads the header of block body h (its bytes without the CRC,
@@ -109,17 +97,12 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	if p < 0 || n1 >= maxBlockPairs || p1 > n1 || p+2 > len(h) {
 		return errBlock
 	}
-	b.firstPost, b.firstUser, b.pairs, b.posts = firstPost, firstUser, int(n1)+1, int(p1)+1
+	b.firstUser, b.pairs, b.posts = firstUser, int(n1)+1, int(p1)+1
 	top := uint(h[p])
 	holes, p := bitpack.Uvarint(h, p+1)
-	if p < 0 || p >= len(h) || top > 64 {
+	if p < 0 || p >= len(h) {
 		return errBlock
 	}
-	b.postMask = bitpack.LowMask(top) &^ holes
-	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && b.postMask>>(top-1) != 1) {
-		return errBlock // non-canonical: holes above the top, or the top bit a hole
-	}
-	b.firstSqueezed = bitpack.Pext(firstPost, b.postMask)
 	postLowBits := int(h[p])
 	postHighLen, p := bitpack.Uvarint(h, p+1)
 	minUser, p := bitpack.Uvarint(h, p)
@@ -129,10 +112,7 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	b.userBits = uint(h[p])
 	codeLowBits := int(h[p+1])
 	codeHighLen, p := bitpack.Uvarint(h, p+2)
-	if p < 0 || postLowBits > 63 || codeLowBits > 63 || b.userBits > 64 || postHighLen > 8*uint64(len(h)) || codeHighLen > 8*uint64(len(h)) {
-		return errBlock
-	}
-	if b.userBits+uint(bits.Len(uint(b.posts-1))) > 64 {
+	if p < 0 || b.userBits > 64 || b.userBits+uint(bits.Len(uint(b.posts-1))) > 64 {
 		return errBlock // a code would not fit 64 bits
 	}
 	b.minUser = minUser
@@ -146,83 +126,16 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 		b.maxUser = math.MaxUint64
 	}
 	b.firstCode = firstUser - minUser
-	b.postList = efList{count: b.posts - 1, lowBits: postLowBits, highLen: int(postHighLen)}
-	b.codeList = efList{count: b.pairs - 1, lowBits: codeLowBits, highLen: int(codeHighLen)}
-	for _, l := range [2]*efList{&b.postList, &b.codeList} {
-		if (l.count == 0) != (l.highLen == 0) || l.highLen < l.count {
-			return errBlock
-		}
+	areaBits := 8 * (len(h) - p)
+	off, ok := b.postIDs.set(firstPost, top, holes, b.posts-1, postLowBits, postHighLen, 0, areaBits)
+	if ok {
+		off, ok = b.codes.set(b.pairs-1, codeLowBits, codeHighLen, off, areaBits)
 	}
-	b.postList.lows = 0
-	b.postList.highs = b.postList.count * postLowBits
-	b.codeList.lows = b.postList.highs + b.postList.highLen
-	b.codeList.highs = b.codeList.lows + b.codeList.count*codeLowBits
-	total := b.codeList.highs + b.codeList.highLen
-	if (total+7)/8 != len(h)-p {
+	if !ok || (off+7)/8 != len(h)-p {
 		return errBlock
 	}
 	b.area = h[p : len(h)+BlockSlack]
 	return nil
-}
-
-// find returns the position (1-based: 0 is the list's implicit first
-// element) of v > 0 in the list l.
-func (b *pairBlock) find(v uint64, l *efList) (int, bool) {
-	h := v >> uint(l.lowBits)
-	lo := v & bitpack.LowMask(uint(l.lowBits))
-	pos := 0
-	if h > 0 {
-		if h > uint64(l.highLen) {
-			return 0, false
-		}
-		pos = b.selectZero(l, int(h))
-		if pos < 0 {
-			return 0, false
-		}
-		pos++
-	}
-	// Values of bucket h are the ones set right after its h-th zero; the
-	// value at bit pos is element pos-h.
-	for j := pos - int(h); j < l.count && pos < l.highLen && bitpack.Get(b.area, l.highs+pos, 1) == 1; j, pos = j+1, pos+1 {
-		x := bitpack.Get(b.area, l.lows+j*l.lowBits, l.lowBits)
-		if x == lo {
-			return j + 1, true
-		}
-		if x > lo {
-			break
-		}
-	}
-	return 0, false
-}
-
-// selectZero returns the position within l's high bits of the r-th zero
-// bit (r >= 1), or -1 if there are fewer.
-func (b *pairBlock) selectZero(l *efList, r int) int {
-	for p := 0; p < l.highLen; p += 64 {
-		w := min(64, l.highLen-p)
-		z := ^bitpack.Get(b.area, l.highs+p, w) & bitpack.LowMask(uint(w))
-		c := bits.OnesCount64(z)
-		if r <= c {
-			return p + bitpack.Select64(z, r-1)
-		}
-		r -= c
-	}
-	return -1
-}
-
-// postIndex returns the index within the block of post.
-func (b *pairBlock) postIndex(post uint64) (int, bool) {
-	if (post^b.firstPost)&^b.postMask != 0 {
-		return 0, false // a bit that is constant in the block differs
-	}
-	s := bitpack.Pext(post, b.postMask)
-	if s < b.firstSqueezed {
-		return 0, false
-	}
-	if s == b.firstSqueezed {
-		return 0, true
-	}
-	return b.find(s-b.firstSqueezed, &b.postList)
 }
 
 // has reports whether the block holds (post, user).
@@ -230,53 +143,16 @@ func (b *pairBlock) has(post, user uint64) bool {
 	if user < b.minUser || user > b.maxUser {
 		return false
 	}
-	i, ok := b.postIndex(post)
+	i, ok := b.postIDs.find(b.area, post)
 	if !ok {
 		return false
 	}
 	code := uint64(i)<<b.userBits | (user - b.minUser)
-	if code < b.firstCode {
-		return false
+	if code <= b.firstCode {
+		return code == b.firstCode
 	}
-	if code == b.firstCode {
-		return true
-	}
-	_, ok = b.find(code-b.firstCode, &b.codeList)
+	_, ok = b.codes.find(b.area, code-b.firstCode)
 	return ok
-}
-
-// decodeList writes the values of l to out[:l.count], checking that they
-// increase and that the high bits are canonical (exactly count set bits,
-// the last one at highLen-1).
-func (b *pairBlock) decodeList(out []uint64, l *efList) error {
-	j := 0
-	var prev uint64
-	for p := 0; p < l.highLen; p += 64 {
-		w := min(64, l.highLen-p)
-		word := bitpack.Get(b.area, l.highs+p, w)
-		for word != 0 {
-			t := bits.TrailingZeros64(word)
-			word &= word - 1
-			if j >= l.count {
-				return errBlock
-			}
-			h := uint64(p + t - j)
-			if l.lowBits > 0 && h>>(64-uint(l.lowBits)) != 0 {
-				return errBlock
-			}
-			v := h<<uint(l.lowBits) | bitpack.Get(b.area, l.lows+j*l.lowBits, l.lowBits)
-			if v <= prev {
-				return errBlock // values are > 0 and strictly increasing
-			}
-			out[j] = v
-			prev = v
-			j++
-		}
-	}
-	if j != l.count || (l.count > 0 && bitpack.Get(b.area, l.highs+l.highLen-1, 1) != 1) {
-		return errBlock
-	}
-	return nil
 }
 
 // decode writes the block's pairs to out[:n] and returns n, checking
@@ -286,33 +162,14 @@ func (b *pairBlock) decodeList(out []uint64, l *efList) error {
 // it decodes to. scratch must hold 2*maxBlockPairs values.
 func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 	posts := scratch[:b.posts]
-	posts[0] = b.firstPost
-	if err := b.decodeList(posts[1:], &b.postList); err != nil {
+	if err := b.postIDs.decode(b.area, posts); err != nil {
 		return 0, err
 	}
-	width := uint(bits.OnesCount64(b.postMask))
-	var vary uint64
-	for j := 1; j < b.posts; j++ {
-		s := b.firstSqueezed + posts[j]
-		if s < b.firstSqueezed || (width < 64 && s>>width != 0) {
-			return 0, errBlock // the post would not fit the varying bits
-		}
-		posts[j] = bitpack.Pdep(s, b.postMask) | b.firstPost&^b.postMask
-		if posts[j] <= posts[j-1] {
-			return 0, errBlock
-		}
-		vary |= posts[j] ^ b.firstPost
-	}
-	if vary != b.postMask {
-		return 0, errBlock // non-canonical: declared varying bits that do not vary
-	}
 	codes := scratch[b.posts : b.posts+b.pairs-1] // after the posts, which are still needed
-	if b.pairs > 1 {
-		if err := b.decodeList(codes, &b.codeList); err != nil {
-			return 0, err
-		}
+	if err := b.codes.decode(b.area, codes); err != nil {
+		return 0, err
 	}
-	out[0] = pair{post: b.firstPost, user: b.firstUser}
+	out[0] = pair{post: posts[0], user: b.firstUser}
 	prev := 0
 	for j, d := range codes {
 		code := b.firstCode + d
@@ -338,11 +195,11 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 
 // pairEncoder encodes one block from pairs given in (post, user) order.
 type pairEncoder struct {
-	pending          [maxBlockPairs]pair
-	squeezed, codes  [maxBlockPairs]uint64
-	n, posts         int
-	minUser, maxUser uint64 // of the pending pairs
-	bw               bitpack.Writer
+	pending             [maxBlockPairs]pair
+	posts, codes, diffs [maxBlockPairs]uint64
+	n, postCount        int
+	minUser, maxUser    uint64 // of the pending pairs
+	bw                  bitpack.Writer
 }
 
 // fits reports whether the pending block may take (post, user) in its
@@ -354,7 +211,7 @@ func (e *pairEncoder) fits(post, user uint64, limit int) bool {
 	if e.n >= limit {
 		return false
 	}
-	p := e.posts
+	p := e.postCount
 	if post != e.pending[e.n-1].post {
 		p++
 	}
@@ -364,38 +221,13 @@ func (e *pairEncoder) fits(post, user uint64, limit int) bool {
 // add appends a pair that fits.
 func (e *pairEncoder) add(post, user uint64) {
 	if e.n == 0 {
-		e.posts, e.minUser, e.maxUser = 1, user, user
+		e.postCount, e.minUser, e.maxUser = 1, user, user
 	} else if post != e.pending[e.n-1].post {
-		e.posts++
+		e.postCount++
 	}
 	e.minUser, e.maxUser = min(e.minUser, user), max(e.maxUser, user)
 	e.pending[e.n] = pair{post: post, user: user}
 	e.n++
-}
-
-// efParams returns the low bits and high length of an Elias–Fano list
-// of m values whose largest is maxV.
-func efParams(m int, maxV uint64) (lowBits, highLen int) {
-	if m == 0 {
-		return 0, 0
-	}
-	if q := maxV / uint64(m); q >= 1 {
-		lowBits = bits.Len64(q) - 1
-	}
-	return lowBits, int(maxV>>uint(lowBits)) + m
-}
-
-func (e *pairEncoder) putList(vals []uint64, lowBits int) {
-	for _, v := range vals {
-		e.bw.Put(v, lowBits)
-	}
-	var prev uint64
-	for _, v := range vals {
-		h := v >> uint(lowBits)
-		e.bw.Zeros(int(h - prev))
-		e.bw.Put(1, 1)
-		prev = h
-	}
 }
 
 // encode appends the pending block to dst, returns it with the block's
@@ -403,33 +235,20 @@ func (e *pairEncoder) putList(vals []uint64, lowBits int) {
 func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 	ps := e.pending[:e.n]
 	first := ps[0]
-	// The posts, squeezed.
-	squeezed := e.squeezed[:0]
-	var vary uint64
+	posts := e.posts[:0]
 	for j, q := range ps {
 		if j == 0 || q.post != ps[j-1].post {
-			squeezed = append(squeezed, q.post)
-			vary |= q.post ^ first.post
+			posts = append(posts, q.post)
 		}
 	}
-	p := len(squeezed)
-	top := uint(bits.Len64(vary))
-	first0 := bitpack.Pext(first.post, vary)
-	for j := 1; j < p; j++ {
-		squeezed[j-1] = bitpack.Pext(squeezed[j], vary) - first0
-	}
-	squeezed = squeezed[:p-1]
-	var postLowBits, postHighLen int
-	if p > 1 {
-		postLowBits, postHighLen = efParams(p-1, squeezed[p-2])
-	}
+	idp := planIDs(posts)
 	userBits := uint(bits.Len64(e.maxUser - e.minUser))
 	dst = binary.AppendUvarint(dst, uint64(len(ps)-1))
-	dst = binary.AppendUvarint(dst, uint64(p-1))
-	dst = append(dst, byte(top))
-	dst = binary.AppendUvarint(dst, bitpack.LowMask(top)&^vary)
-	dst = append(dst, byte(postLowBits))
-	dst = binary.AppendUvarint(dst, uint64(postHighLen))
+	dst = binary.AppendUvarint(dst, uint64(len(posts)-1))
+	dst = append(dst, byte(idp.top))
+	dst = binary.AppendUvarint(dst, idp.holes())
+	dst = append(dst, byte(idp.lowBits))
+	dst = binary.AppendUvarint(dst, uint64(idp.highLen))
 	codes := e.codes[:0]
 	firstCode := first.user - e.minUser
 	i := uint64(0)
@@ -447,8 +266,8 @@ func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 	dst = append(dst, byte(userBits), byte(codeLowBits))
 	dst = binary.AppendUvarint(dst, uint64(codeHighLen))
 	e.bw.Buf = dst
-	e.putList(squeezed, postLowBits)
-	e.putList(codes, codeLowBits)
+	idp.put(&e.bw, posts, e.diffs[:])
+	putEF(&e.bw, codes, codeLowBits)
 	dst = e.bw.Flush()
 	e.bw.Buf = nil
 	e.n = 0

@@ -21,13 +21,9 @@ import (
 //	          k uvarint | 6 × (w uint8 | xw uint8 | nexc uvarint) | bit area
 //	bits    = ids | author column | presence bits | 5 count columns, LSB-first, unpadded
 //
-// Ids: the id bits that vary within the block, M = (2^top-1) &^ holes,
-// are gathered (pext: bits equal in every id, such as the window's prefix
-// and the sequence number's never-used high bits, cost nothing), and ids
-// 1..n-1 are stored as an Elias–Fano list of their differences from the
-// first's: n-1 lows of l bits, then hiLen high bits, bit (x_j >> l) + j-1
-// set for each; about log2 of the gap to the next post plus two bits an
-// id, with random access.
+// Ids: squeezed to the bits that vary within the block, M = (2^top-1) &^
+// holes, an Elias–Fano list of n-1 differences from the first's with l
+// low bits and hiLen high bits (eflist.go).
 //
 // Columns: each is count values of w bits, then the positions (iw =
 // bits.Len(count-1) bits each) of the nexc values that need more, then
@@ -74,10 +70,11 @@ func postBlockCRC(first uint64, b []byte) uint32 {
 // postEncoder collects up to maxPostsInBlock posts and encodes them. It
 // is reused from block to block.
 type postEncoder struct {
-	ids  [maxPostsInBlock]uint64
-	cols [postCols][maxPostsInBlock]uint64
-	n    int
-	bw   bitpack.Writer
+	ids   [maxPostsInBlock]uint64
+	cols  [postCols][maxPostsInBlock]uint64
+	diffs [maxPostsInBlock]uint64
+	n     int
+	bw    bitpack.Writer
 }
 
 func (e *postEncoder) add(id uint64, r *postRow) {
@@ -119,14 +116,16 @@ func (e *postEncoder) encode(dst []byte) []byte {
 		plans[f] = planColumn(e.cols[f][:c])
 	}
 	start := len(dst)
-	dst = idp.appendHeader(dst)
+	dst = append(dst, byte(n-1), byte(idp.top), byte(idp.lowBits))
+	dst = binary.AppendUvarint(dst, idp.holes())
+	dst = binary.AppendUvarint(dst, uint64(idp.highLen))
 	dst = binary.AppendUvarint(dst, uint64(k))
 	for _, p := range plans {
 		dst = p.appendHeader(dst)
 	}
 	e.bw.Buf = dst
 	bw := &e.bw
-	idp.put(bw, ids)
+	idp.put(bw, ids, e.diffs[:])
 	for f, p := range plans {
 		c := n
 		if f >= authorCols {
@@ -160,7 +159,9 @@ var errBlock = errors.New("malformed block")
 // O(1) bit reads a column plus a rank in the presence bits. It holds no
 // memory of its own beyond the slice it was parsed from.
 type postBlock struct {
-	ids      idColumn
+	area     []byte // the bit area, and BlockSlack bytes past it
+	n        int
+	ids      squeezedIDs
 	counted  int // posts with the counts (k)
 	presence int // bit offset of the presence bits; -1 when k is 0 or n
 	cols     [postCols]valueColumn
@@ -177,30 +178,17 @@ func (k *postBlock) parse(first uint64, b []byte) error {
 	if cap(b)-len(b) < BlockSlack || len(b) < 3 {
 		return errBlock
 	}
-	ids := &k.ids
-	ids.first = first
-	ids.n = int(b[0]) + 1
-	top := uint(b[1])
-	ids.l = int(b[2])
+	n := int(b[0]) + 1
+	k.n = n
 	holes, p := bitpack.Uvarint(b, 3)
-	hiLen, p := bitpack.Uvarint(b, p)
-	if p < 0 || top > 64 || ids.l > 63 || hiLen > uint64(8*len(b)) {
+	highLen, p := bitpack.Uvarint(b, p)
+	if p < 0 {
 		return errBlock
 	}
-	ids.mask = bitpack.LowMask(top) &^ holes
-	if holes&^bitpack.LowMask(top) != 0 || (top > 0 && ids.mask>>(top-1) != 1) {
-		return errBlock // non-canonical: holes above top, or top bit a hole
-	}
-	ids.sq0 = bitpack.Pext(first, ids.mask)
-	ids.hiLen = int(hiLen)
-	n := ids.n
-	m := n - 1
-	if (m == 0) != (ids.hiLen == 0) || (m > 0 && ids.hiLen < m) {
+	off, ok := k.ids.set(first, uint(b[1]), holes, n-1, int(b[2]), highLen, 0, 8*len(b))
+	if !ok {
 		return errBlock
 	}
-	ids.low, ids.hi = 0, m*ids.l
-	ids.lmask = 1<<uint(ids.l&63) - 1 // l < 64
-	off := m*ids.l + ids.hiLen        // bits before the first column
 	counted, p := bitpack.Uvarint(b, p)
 	if p < 0 || counted > uint64(n) {
 		return errBlock
@@ -247,26 +235,26 @@ func (k *postBlock) parse(first uint64, b []byte) error {
 	if p < 0 || (off+7)/8 != len(b)-p {
 		return errBlock
 	}
-	ids.area = b[p : len(b)+BlockSlack]
+	k.area = b[p : len(b)+BlockSlack]
 	return nil
 }
 
 // len returns the number of posts in the block.
-func (k *postBlock) len() int { return k.ids.n }
+func (k *postBlock) len() int { return k.n }
 
 // find returns the position of id in the block.
-func (k *postBlock) find(id uint64) (int, bool) { return k.ids.find(id) }
+func (k *postBlock) find(id uint64) (int, bool) { return k.ids.find(k.area, id) }
 
 // countedPos returns post i's position among the posts that have the
 // counts, or -1 when it has none.
 func (k *postBlock) countedPos(i int) int {
 	switch {
-	case k.counted == k.ids.n:
+	case k.counted == k.n:
 		return i
 	case k.counted == 0:
 		return -1
 	}
-	a := k.ids.area
+	a := k.area
 	if bitpack.Bits(a, k.presence+i, 1, 1) == 0 {
 		return -1
 	}
@@ -280,7 +268,7 @@ func (k *postBlock) countedPos(i int) int {
 
 // row reads the post at position i (0 <= i < len()) into r.
 func (k *postBlock) row(i int, r *postRow) {
-	a := k.ids.area
+	a := k.area
 	for f := range authorCols {
 		r[f] = k.cols[f].value(a, i)
 	}
@@ -301,11 +289,18 @@ func (k *postBlock) row(i int, r *postRow) {
 // decodes without error reads back exactly what it decodes to. With ids
 // and rows nil it only checks.
 func (k *postBlock) decode(ids []uint64, rows []postRow) error {
-	n := k.ids.n
-	if err := k.ids.decode(ids); err != nil {
+	n := k.n
+	a := k.area
+	var col [maxPostsInBlock]uint64
+	var err error
+	if ids != nil {
+		err = k.ids.decode(a, ids)
+	} else {
+		err = k.ids.check(a, col[:])
+	}
+	if err != nil {
 		return err
 	}
-	a := k.ids.area
 	if k.presence >= 0 {
 		c := 0
 		for p := 0; p < n; p += 56 {
@@ -320,7 +315,6 @@ func (k *postBlock) decode(ids []uint64, rows []postRow) error {
 		clear(rows)
 	}
 	var nonzero [maxPostsInBlock]uint64 // OR of each counted post's counts
-	var col [maxPostsInBlock]uint64
 	for f := range postCols {
 		if f < authorCols {
 			if err := k.cols[f].decode(a, col[:n]); err != nil {
@@ -367,203 +361,6 @@ func checkPostBlock(first uint64, b []byte) error {
 	}
 	var k postBlock
 	return k.parse(first, body)
-}
-
-// idPlan is how a block's ids are coded: planIDs picks it, appendHeader
-// writes the header, put the bits.
-type idPlan struct {
-	vary, sq0 uint64
-	n, top, l int
-	hiLen     int
-}
-
-// planIDs plans the id column of ids, 1..maxPostsInBlock increasing ids.
-func planIDs(ids []uint64) idPlan {
-	n := len(ids)
-	first := ids[0]
-	var vary uint64
-	for _, id := range ids {
-		vary |= id ^ first
-	}
-	p := idPlan{vary: vary, n: n, top: bits.Len64(vary), sq0: bitpack.Pext(first, vary)}
-	m := n - 1
-	if m == 0 {
-		return p
-	}
-	maxX := bitpack.Pext(ids[n-1], vary) - p.sq0
-	if maxX/uint64(m) >= 1 {
-		p.l = bits.Len64(maxX/uint64(m)) - 1
-	}
-	p.hiLen = int(maxX>>uint(p.l)) + m
-	return p
-}
-
-func (p *idPlan) appendHeader(dst []byte) []byte {
-	dst = append(dst, byte(p.n-1), byte(p.top), byte(p.l))
-	dst = binary.AppendUvarint(dst, bitpack.LowMask(uint(p.top))&^p.vary)
-	return binary.AppendUvarint(dst, uint64(p.hiLen))
-}
-
-// put writes the id bits of ids, the ids planIDs was given.
-func (p *idPlan) put(bw *bitpack.Writer, ids []uint64) {
-	for _, id := range ids[1:] {
-		bw.Put(bitpack.Pext(id, p.vary)-p.sq0, p.l)
-	}
-	var prevHigh uint64
-	for _, id := range ids[1:] {
-		h := (bitpack.Pext(id, p.vary) - p.sq0) >> uint(p.l)
-		bw.Zeros(int(h - prevHigh))
-		bw.Put(1, 1)
-		prevHigh = h
-	}
-}
-
-// idColumn is a parsed view of a block's ids.
-type idColumn struct {
-	area  []byte // the block's bit area, and BlockSlack bytes past it
-	first uint64
-	mask  uint64 // id bits that vary within the block
-	sq0   uint64 // bitpack.Pext(first, mask)
-	lmask uint64 // low l bits, kept rather than computed per read
-	n     int
-	l     int
-	hiLen int
-	low   int // bit offsets into area
-	hi    int
-}
-
-// bits returns the bits the column takes in the bit area.
-func (k *idColumn) bits() int { return (k.n-1)*k.l + k.hiLen }
-
-// find returns the position of id in the block.
-func (k *idColumn) find(id uint64) (int, bool) {
-	if (id^k.first)&^k.mask != 0 {
-		return 0, false // a bit that is constant in the block differs
-	}
-	s := bitpack.Pext(id, k.mask)
-	if s < k.sq0 {
-		return 0, false
-	}
-	x := s - k.sq0
-	if x == 0 {
-		return 0, true
-	}
-	hx := x >> uint(k.l&63)
-	if hx >= uint64(k.hiLen) || k.n == 1 {
-		return 0, false
-	}
-	h := int(hx)
-	// Element j (post j+1) sets bit high_j + j, so bucket h starts right
-	// after the h-th zero of the high bits, at element (that position -
-	// h), and holds the run of ones there.
-	pos := 0
-	if h > 0 {
-		pos = k.selectZero(h) + 1 // -1 + 1 = 0 when there is no h-th zero
-		if pos <= 0 {
-			return 0, false
-		}
-	}
-	lo := x & k.lmask
-	m := k.n - 1
-	a := k.area
-	for j := pos - h; pos < k.hiLen && j < m; {
-		// The bucket's elements: the run of ones from pos, read a word at
-		// a time (a bucket holds one or two elements on average).
-		w := min(56, k.hiLen-pos)
-		run := bits.TrailingZeros64(^bitpack.Bits56(a, k.hi+pos))
-		run = min(run, w, m-j)
-		for e := j; e < j+run; e++ {
-			v := bitpack.Bits(a, k.low+e*k.l, uint(k.l), k.lmask)
-			if v >= lo {
-				if v == lo {
-					return e + 1, true
-				}
-				return 0, false // low parts increase within a bucket
-			}
-		}
-		if run < 56 {
-			break
-		}
-		pos, j = pos+run, j+run
-	}
-	return 0, false
-}
-
-// selectZero returns the bit position (in the high bits) of the r-th zero,
-// r >= 1, or -1 if there are fewer.
-func (k *idColumn) selectZero(r int) int {
-	a := k.area
-	for p := 0; p < k.hiLen; p += 56 {
-		z := ^bitpack.Bits56(a, k.hi+p) & bitpack.LowMask(uint(min(56, k.hiLen-p)))
-		c := bits.OnesCount64(z)
-		if r <= c {
-			return p + bitpack.Select64(z, r-1)
-		}
-		r -= c
-	}
-	return -1
-}
-
-// decode checks what parse does not — that the ids increase, fit the
-// varying bits, and vary in every bit declared varying (checked on the
-// squeezed values: pext keeps the ids' order, and the bits that vary are
-// those their differences from the first set) — and writes the ids to
-// ids[:n], or only checks when ids is nil.
-func (k *idColumn) decode(ids []uint64) error {
-	n := k.n
-	if ids != nil {
-		ids = ids[:n]
-		ids[0] = k.first
-	}
-	width := bits.OnesCount64(k.mask)
-	j := 0
-	var prev, orx uint64 // x of the previous post; OR of the squeezed differences
-	for p := 0; p < k.hiLen; p += 56 {
-		w := min(56, k.hiLen-p)
-		word := bitpack.Bits(k.area, k.hi+p, uint(w), bitpack.LowMask(uint(w)))
-		for word != 0 {
-			t := bits.TrailingZeros64(word)
-			word &= word - 1
-			if j >= n-1 {
-				return errBlock
-			}
-			h := uint64(p + t - j)
-			if k.l > 0 && h>>(64-uint(k.l)) != 0 {
-				return errBlock
-			}
-			x := h<<uint(k.l) | bitpack.Bits(k.area, k.low+j*k.l, uint(k.l), k.lmask)
-			s := k.sq0 + x
-			if x <= prev || s < k.sq0 || (width < 64 && s>>uint(width) != 0) {
-				return errBlock // not increasing, or not within the varying bits
-			}
-			orx |= s ^ k.sq0
-			prev = x
-			j++
-			if ids != nil {
-				ids[j] = bitpack.Pdep(s, k.mask) | k.first&^k.mask
-			}
-		}
-	}
-	if j != n-1 || (n > 1 && bitpack.Bits(k.area, k.hi+k.hiLen-1, 1, 1) != 1) {
-		return errBlock
-	}
-	if orx != bitpack.LowMask(uint(width)) {
-		return errBlock // non-canonical: declared varying bits that do not vary
-	}
-	return nil
-}
-
-// last returns the block's last id; the column must have passed decode.
-func (k *idColumn) last() uint64 {
-	if k.n == 1 {
-		return k.first
-	}
-	// The last element sets the last high bit: its high part is hiLen-1
-	// minus the elements before it.
-	m := k.n - 1
-	h := uint64(k.hiLen - 1 - (m - 1))
-	x := h<<uint(k.l) | bitpack.Bits(k.area, k.low+(m-1)*k.l, uint(k.l), k.lmask)
-	return bitpack.Pdep(k.sq0+x, k.mask) | k.first&^k.mask
 }
 
 // columnPlan is how one column of a block is packed.

@@ -81,7 +81,7 @@ func (p *Posts) eachRow(b body, lo uint64, fn func(id uint64, r *postRow) error)
 		if i > 0 && first <= last {
 			return corruptAt(file, int64(off), "block %d starts at id %d, not above %d", i, first, last)
 		}
-		last = k.ids.last()
+		last = k.ids.last(k.area)
 		n += k.len()
 		if fn != nil {
 			for j := range k.len() {
