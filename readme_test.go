@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
@@ -300,4 +302,146 @@ func withoutTallyEnv() []string {
 		}
 	}
 	return env
+}
+
+// docsPlanned are pages other branches add; links to them are allowed
+// before they exist.
+var docsPlanned = map[string]bool{"docs/redis-durability.md": true, "docs/running.md": true}
+
+// TestDocLinks checks that the README links every page of docs/, and
+// that every relative link in README.md and docs/*.md points at a file of
+// the repository and, with a #fragment, at a heading (or an explicit id)
+// of that page, as GitHub renders it.
+func TestDocLinks(t *testing.T) {
+	root := moduleRoot(t)
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append([]string{filepath.Join(root, "README.md")}, pages...)
+	anchors := map[string]map[string]bool{} // page path → its anchors
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := markdownAnchors(string(text))
+		anchors[path] = a
+		return a
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	readme, err := os.ReadFile(pages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range pages[1:] {
+		if name := "docs/" + filepath.Base(page); !strings.Contains(string(readme), "]("+name+")") {
+			t.Errorf("README.md does not link %s", name)
+		}
+	}
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, page)
+		for _, m := range link.FindAllStringSubmatch(withoutCode(string(text)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), filepath.FromSlash(file))
+			}
+			inRepo, err := filepath.Rel(root, path)
+			if err != nil || strings.HasPrefix(inRepo, "..") {
+				t.Errorf("%s: link %s leaves the repository", rel, target)
+				continue
+			}
+			if _, err := os.Stat(path); err != nil {
+				if !docsPlanned[filepath.ToSlash(inRepo)] {
+					t.Errorf("%s: link %s: no file %s", rel, target, inRepo)
+				}
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !anchorsOf(path)[frag] {
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", rel, target, inRepo, frag)
+			}
+		}
+	}
+}
+
+// moduleRoot is the directory of go.mod above the working directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// withoutCode blanks fenced code blocks, whose brackets are not links.
+func withoutCode(text string) string {
+	var out strings.Builder
+	fenced := false
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
+}
+
+// markdownAnchors returns the anchors GitHub gives a page's headings
+// (lower case, punctuation dropped, spaces as hyphens, repeats numbered)
+// and its explicit id="…" attributes.
+func markdownAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for line := range strings.Lines(withoutCode(text)) {
+		line = strings.TrimRight(line, "\n")
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var slug strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		s := slug.String()
+		if n := seen[s]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", s, n)] = true
+		} else {
+			anchors[s] = true
+		}
+		seen[s]++
+	}
+	for _, m := range regexp.MustCompile(`id="([^"]+)"`).FindAllStringSubmatch(text, -1) {
+		anchors[m[1]] = true
+	}
+	return anchors
 }

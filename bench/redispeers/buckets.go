@@ -1,8 +1,7 @@
 // Package redispeers measures what the layouts teams build on Redis cost
 // for the same post counts Tally stores, on a real redis-server started by
-// the benchmark and the shared data set of bench/datagen. Tally's own
-// figures come from engine/postcounts' and engine/sealed's benchmarks on
-// the same data; the README puts them side by side. It also owns the
+// the benchmark and the shared data set of bench/datagen, beside Tally's
+// post table (engine/tier) on the same data in the same run. It also owns the
 // Instagram-style bucket layout (Buckets) that bench/memory loads beside
 // Tally through the binary, so both measure one layout.
 //

@@ -7,15 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/bench/benchutil"
-	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
-	"github.com/tally-dev/tally/engine/sealed"
+	"github.com/tally-dev/tally/engine/tier"
 )
 
 // layout writes one post's non-zero counts into a pipeline.
@@ -121,8 +121,9 @@ func BenchmarkRedisMemory(b *testing.B) {
 
 // BenchmarkPage reads the counts of a 50-post feed page (a random sample of
 // the data set, zero posts included) from each store, in one run: Tally's
-// open hash table and sealed window in process, and Redis with one
-// pipelined HMGET/HGET round trip per page over loopback.
+// post table (engine/tier) in process, every window open and every window
+// sealed, and Redis with one pipelined HMGET/HGET round trip per page over
+// loopback.
 func BenchmarkPage(b *testing.B) {
 	if !redistest.Available() {
 		b.Skip("redis-server not installed")
@@ -136,22 +137,16 @@ func BenchmarkPage(b *testing.B) {
 	ctx := context.Background()
 
 	var all []uint64
-	open := countertable.New(n)
 	var nonZero int
 	datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
 		all = append(all, id)
-		open.Set(id, cnt)
 		if !cnt.IsZero() {
 			nonZero++
 		}
 	})
 	buckets := NewBuckets(nonZero, false).N
-	win, err := sealed.Build(func(yield func(uint64, engine.Counts) bool) {
-		datagen.Each(cfg, func(id uint64, cnt engine.Counts) { yield(id, cnt) })
-	}, sealed.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	open := loadPosts(b, cfg, 10*365*24*time.Hour)
+	sealed := loadPosts(b, cfg, -1)
 	p := c.Pipeline()
 	queued := 0
 	datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
@@ -178,7 +173,8 @@ func BenchmarkPage(b *testing.B) {
 			pages[i][j] = all[(r>>33)%uint64(len(all))]
 		}
 	}
-	out := make([]engine.Counts, pageSize)
+	out := make([]tier.Post, pageSize)
+	found := make([]bool, pageSize)
 	// run reads a page per iteration, cycling through the sample.
 	run := func(name string, read func(page []uint64) error) {
 		b.Run(name, func(b *testing.B) {
@@ -205,12 +201,37 @@ func BenchmarkPage(b *testing.B) {
 			return nil
 		}
 	}
-	run("tally-open-table", func(page []uint64) error { open.GetMany(page, out); return nil })
-	run("tally-sealed", func(page []uint64) error { win.GetMany(page, out); return nil })
+	run("tally-open-table", func(page []uint64) error { return open.GetMany(page, out, found) })
+	run("tally-sealed", func(page []uint64) error { return sealed.GetMany(page, out, found) })
 	run("redis-hash-per-post-pipelined-hmget", pipelined(func(p redis.Pipeliner, id uint64) {
 		p.HMGet(ctx, "p:"+strconv.FormatUint(id, 10), fields[:]...)
 	}))
 	run("redis-instagram-buckets-pipelined-hget", pipelined(func(p redis.Pipeliner, id uint64) {
 		Buckets{N: buckets}.Get(ctx, p, id)
 	}))
+}
+
+// loadPosts loads the data set's non-zero counts into a post table whose
+// windows stay open for openAge (negative: every window sealed), the
+// clock at the end of the data set.
+func loadPosts(b *testing.B, cfg datagen.Config, openAge time.Duration) *tier.Posts {
+	t, err := tier.NewPosts(tier.Options{OpenAge: openAge})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { t.Close() })
+	err = t.Import(func(yield func(uint64, tier.Post) bool) {
+		datagen.Each(cfg, func(id uint64, cnt engine.Counts) {
+			if !cnt.IsZero() {
+				yield(id, tier.Post{Counts: cnt})
+			}
+		})
+	}, datagen.DefaultEnd)
+	if err == nil {
+		err = t.Maintain(datagen.DefaultEnd)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
 }

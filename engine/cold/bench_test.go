@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/sealed"
@@ -18,7 +17,7 @@ import (
 )
 
 // The benchmarks read 50-post pages from cold files and, in the same run,
-// from the same windows in memory and from an open table:
+// from the same windows in memory:
 //
 //	go test ./engine/cold -run '^$' -bench .
 //
@@ -32,7 +31,6 @@ type benchSet struct {
 	nonzero int
 	wins    []*sealed.Window // per day, nil where no post
 	paths   []string
-	table   *countertable.Table
 }
 
 var (
@@ -56,7 +54,7 @@ func benchData(b *testing.B) *benchSet {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := &benchSet{dir: dir, table: countertable.New(0)}
+		s := &benchSet{dir: dir}
 		type post struct {
 			id uint64
 			c  engine.Counts
@@ -66,7 +64,6 @@ func benchData(b *testing.B) *benchSet {
 			s.all = append(s.all, id)
 			if !c.IsZero() {
 				ps = append(ps, post{id, c})
-				s.table.Set(id, c)
 			}
 		})
 		s.nonzero = len(ps)
@@ -196,9 +193,6 @@ func BenchmarkGetPage(b *testing.B) {
 	pg := s.pages(n, 3)
 	var out [50]engine.Counts
 
-	b.Run("open-table", func(b *testing.B) {
-		pageLoop(b, nil, func(i int) error { s.table.GetMany(pg.ids[i%n][:], out[:]); return nil })
-	})
 	b.Run("sealed", func(b *testing.B) {
 		pageLoop(b, nil, func(i int) error { s.wins[pg.win[i%n]].GetMany(pg.ids[i%n][:], out[:]); return nil })
 	})

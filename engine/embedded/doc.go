@@ -172,11 +172,10 @@
 // that slots are not padded): a user who reads their badges a visit record
 // (seens: day and system cursor, 21 bytes a slot), a user with unread
 // counts a badge record (badges: 25 bytes a slot), a user who clicked the
-// red dot a click stamp (clicks: 17 bytes a slot). Snapshots keep the
-// sections these had when each user had one badge record and one profile
-// (USER, PROF: each item joins a user's records), so older snapshots load
-// unchanged (TestUserSnapshotLoads). BenchmarkUserMemory reports the live
-// heap bytes per user of each kind.
+// red dot a click stamp (clicks: 17 bytes a slot). A snapshot joins a
+// user's records into one item of one section (USER: badges, visit
+// record and click; PROF: post and follower counts). BenchmarkUserMemory
+// reports the live heap bytes per user of each kind.
 //
 // # Events
 //
@@ -219,8 +218,6 @@
 //	            the post table, the like and favorite sets)
 //	posts.go    posts, counts, likes and favorites, views, comments,
 //	            reposts, import
-//	legacy.go   loading the post sections of snapshots written before the
-//	            post table (PREG/PCNT, POST/CNTS)
 //	badges.go   unread badges, mark read, the red dot, system cursors and
 //	            notifications
 //	follows.go  follows, the feed snapshots, user profiles (posts, followers)

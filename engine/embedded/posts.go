@@ -440,10 +440,8 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 	}
 }
 
-// postSections are the sections writeImage writes the post table as; a
-// test swaps in those of older snapshots (PREG and PCNT, POST and CNTS)
-// to check that they still load.
-var postSections = func(w *snapshot.Writer, e *enc, st *state) []imageStep {
+// postSections are the sections writeImage writes the post table as.
+func postSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
 	return []imageStep{{tagPostTable, func() { writePostTable(w, e, st) }}}
 }
 

@@ -28,13 +28,6 @@ import (
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
 //	      table's image (engine/tier's snapshot format)
-//	PREG  the registry's image (engine/registry); read, no longer written
-//	PCNT  the post counts' image (engine/postcounts); read, no longer
-//	      written
-//	POST  8 post, u author; read, no longer written
-//	CNTS  8 post, 1 byte mask of the non-zero fields (bit i: field i of
-//	      counters.Field), then u value of each field in the mask; read,
-//	      no longer written
 //	LKST  the like set: its image (engine/tier's set snapshot format) in
 //	      chunks
 //	FVST  the favorite set, likewise
@@ -69,10 +62,6 @@ const stateVersion = 1
 var (
 	tagMeta      = snapshot.MakeTag("META")
 	tagPostTable = snapshot.MakeTag("PTBL") // the post table's image
-	tagPosts     = snapshot.MakeTag("POST") // per post; read, no longer written
-	tagRegistry  = snapshot.MakeTag("PREG") // the registry's own image
-	tagCounts    = snapshot.MakeTag("CNTS") // per post; read, no longer written
-	tagPCounts   = snapshot.MakeTag("PCNT") // postcounts' own image
 	tagLikeSet   = snapshot.MakeTag("LKST") // the like set's image
 	tagFavSet    = snapshot.MakeTag("FVST")
 	tagLikes     = snapshot.MakeTag("LIKE") // per like; read, no longer written
@@ -87,17 +76,14 @@ var (
 	tagIdem2     = snapshot.MakeTag("IDM2")
 	tagIdemQ     = snapshot.MakeTag("IDMQ")
 
-	// allTags are the sections a snapshot must have. The posts are in
-	// PTBL or, in older snapshots, in one section of each legacy pair
-	// (legacy.go); the likes, the favorites and the idempotency keys in
-	// one section of each pair below (the current form first).
-	allTags = []snapshot.Tag{tagMeta, tagUsers, tagProfiles,
+	// allTags are the sections a snapshot must have. The likes, the
+	// favorites and the idempotency keys are in one section of each pair
+	// below (the current form first).
+	allTags = []snapshot.Tag{tagMeta, tagPostTable, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdemQ}
-	likeTags     = []snapshot.Tag{tagLikeSet, tagLikes}
-	favTags      = []snapshot.Tag{tagFavSet, tagFavs}
-	countTags    = []snapshot.Tag{tagPCounts, tagCounts}
-	registryTags = []snapshot.Tag{tagRegistry, tagPosts}
-	idemTags     = []snapshot.Tag{tagIdem2, tagIdem}
+	likeTags = []snapshot.Tag{tagLikeSet, tagLikes}
+	favTags  = []snapshot.Tag{tagFavSet, tagFavs}
+	idemTags = []snapshot.Tag{tagIdem2, tagIdem}
 )
 
 // image is the state at one log index plus what the engine derives from
@@ -365,24 +351,6 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		}
 		return found, nil
 	}
-	var countsTag, registryTag snapshot.Tag
-	postSecs := 1
-	if secs[tagPostTable] == nil {
-		var err error
-		if countsTag, err = one(countTags); err != nil {
-			return nil, err
-		}
-		if registryTag, err = one(registryTags); err != nil {
-			return nil, err
-		}
-		postSecs = 2
-	} else {
-		for _, tag := range append(countTags, registryTags...) {
-			if secs[tag] != nil {
-				return nil, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s hold the same data", tagPostTable, tag))
-			}
-		}
-	}
 	idemTag, err := one(idemTags)
 	if err != nil {
 		return nil, err
@@ -395,10 +363,9 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(secs) != len(allTags)+postSecs+3 {
+	if len(secs) != len(allTags)+3 {
 		for _, s := range r.Sections() {
-			if !containsTag(allTags, s.Tag) && !containsTag(countTags, s.Tag) && !containsTag(registryTags, s.Tag) &&
-				!containsTag(idemTags, s.Tag) && !containsTag(likeTags, s.Tag) && !containsTag(favTags, s.Tag) && s.Tag != tagPostTable {
+			if !containsTag(allTags, s.Tag) && !containsTag(idemTags, s.Tag) && !containsTag(likeTags, s.Tag) && !containsTag(favTags, s.Tag) {
 				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
 			}
 		}
@@ -429,12 +396,7 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 	st := im.st
 	jobs := [][]func() error{
 		{func() error { return readMeta(secs[tagMeta], pc, im) }},
-		{func() error {
-			if registryTag == (snapshot.Tag{}) {
-				return readPostTable(secs[tagPostTable], pc, st, tc)
-			}
-			return readLegacyPosts(secs[registryTag], secs[countsTag], registryTag, countsTag, pc, st, tc)
-		}},
+		{func() error { return readPostTable(secs[tagPostTable], pc, st, tc) }},
 		{func() error { return readSet(secs[likeTag], likeTag == tagLikes, pc, st.likes, tc) }},
 		{func() error { return readSet(secs[favTag], favTag == tagFavs, pc, st.favs, tc) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},

@@ -8,14 +8,12 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/bench/benchutil"
-	"github.com/tally-dev/tally/bench/countertable"
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
-// The benchmarks measure sealed windows against the open table
-// (bench/countertable) on the same data in the same run:
+// The benchmarks measure sealed windows:
 //
 //	go test ./engine/sealed -run '^$' -bench . -benchtime 1x   # memory, encodings
 //	go test ./engine/sealed -run '^$' -bench GetPage           # page reads
@@ -31,7 +29,6 @@ type dataset struct {
 	posts   []post   // the non-zero posts
 	windows []*Window
 	day0    int64
-	table   *countertable.Table
 }
 
 func day(id uint64) int64 { return snowflake.Millis(id) / 86_400_000 }
@@ -52,7 +49,6 @@ func benchData(b testing.TB) *dataset {
 		})
 		d.day0 = day(d.all[0])
 		d.windows = buildWindows(b, d.posts, Options{})
-		d.table = buildTable(d.posts)
 		ds = d
 	})
 	return ds
@@ -77,16 +73,6 @@ func buildWindows(b testing.TB, posts []post, opts Options) []*Window {
 	return ws
 }
 
-// buildTable loads posts into an open table grown on demand, as the
-// engine's open windows are.
-func buildTable(posts []post) *countertable.Table {
-	t := countertable.New(0)
-	for _, p := range posts {
-		t.Set(p.id, p.c)
-	}
-	return t
-}
-
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -96,37 +82,28 @@ func heapAlloc() uint64 {
 }
 
 // BenchmarkMemory reports bytes per stored (non-zero) post and per post
-// overall (zeros included) for the data set sealed into day windows and
-// loaded into an open table, from the structures' own sizes and from the
-// Go heap after GC; open/sealed is the ratio of stored bytes.
+// overall (zeros included) for the data set sealed into day windows,
+// from the windows' own sizes and from the Go heap after GC.
 func BenchmarkMemory(b *testing.B) {
 	d := benchData(b)
-	var sealedBytes, openBytes int
-	var sealedHeap, openHeap uint64
+	var sealedBytes int
+	var sealedHeap uint64
 	for b.Loop() {
 		h0 := heapAlloc()
 		ws := buildWindows(b, d.posts, Options{})
-		h1 := heapAlloc()
-		t := buildTable(d.posts)
-		h2 := heapAlloc()
-		sealedBytes, openBytes = 0, t.MemoryBytes()
+		sealedHeap = heapAlloc() - h0
+		sealedBytes = 0
 		for _, w := range ws {
 			if w != nil {
 				sealedBytes += w.SizeBytes()
 			}
 		}
-		sealedHeap, openHeap = h1-h0, h2-h1
 		runtime.KeepAlive(ws)
-		runtime.KeepAlive(t)
 	}
 	nz, all := float64(len(d.posts)), float64(len(d.all))
 	b.ReportMetric(float64(sealedBytes)/nz, "sealed-B/post")
 	b.ReportMetric(float64(sealedBytes)/all, "sealed-B/post-all")
 	b.ReportMetric(float64(sealedHeap)/nz, "sealed-heap-B/post")
-	b.ReportMetric(float64(openBytes)/nz, "open-B/post")
-	b.ReportMetric(float64(openBytes)/all, "open-B/post-all")
-	b.ReportMetric(float64(openHeap)/nz, "open-heap-B/post")
-	b.ReportMetric(float64(openBytes)/float64(sealedBytes), "open/sealed")
 }
 
 // pages are 50-post pages: each from one day window (a feed page's posts
@@ -175,19 +152,6 @@ func BenchmarkGetPage(b *testing.B) {
 		b.ReportMetric(with, "prefetch-cpu-ns/page")
 		b.ReportMetric(without, "plain-cpu-ns/page")
 		b.ReportMetric(with/without, "prefetch/plain")
-	})
-	b.Run("open-table", func(b *testing.B) {
-		pageLoop(b, func(i int) { d.table.GetMany(pg.ids[i%n][:], out[:]) })
-	})
-	// The same two, interleaved page by page so that both see the same
-	// machine: the ratio is what to compare across runs.
-	b.Run("sealed-vs-open", func(b *testing.B) {
-		sealedNs, openNs := benchutil.Interleave(b,
-			func(i int) { p := i % n; pg.wins[p].GetMany(pg.ids[p][:], out[:]) },
-			func(i int) { d.table.GetMany(pg.ids[i%n][:], out[:]) })
-		b.ReportMetric(sealedNs, "sealed-cpu-ns/page")
-		b.ReportMetric(openNs, "open-cpu-ns/page")
-		b.ReportMetric(sealedNs/openNs, "sealed/open")
 	})
 }
 

@@ -7,7 +7,7 @@ import (
 
 // Windows partitions ids by the time they carry into windows of Millis
 // milliseconds aligned on the Unix epoch (so day windows are UTC days).
-// Every store tiered by time (post counts, the post registry, like sets)
+// Every store tiered by time (the post table, the like and favorite sets)
 // cuts windows the same way, so one window number names the same span of
 // posts in all of them. Ids below the epoch's first millisecond fall in the
 // window holding the epoch.

@@ -38,7 +38,7 @@ const minCap = 8
 // (random Get on 1M uint64 -> [5]uint32 entries measured ~15% faster than
 // with parallel slices). The price is padding when V's size is not a
 // multiple of K's alignment; callers pick K and V to avoid it (see
-// bench/countertable, which splits its uint64 key into two uint32s).
+// engine/embedded's userKey, which splits its uint64 key into two uint32s).
 type slot[K comparable, V any] struct {
 	key K
 	val V

@@ -1,5 +1,0 @@
-//go:build !race
-
-package registry
-
-const raceEnabled = false
