@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/tally-dev/tally/engine/cold"
 )
 
 // coldWindow is a window image in a file: only its index is in memory,
@@ -23,7 +22,7 @@ type coldWindow struct {
 	r     io.ReaderAt
 	fh    *os.File
 	size  int64
-	cache *cold.Cache
+	cache *Cache
 	id    uint32 // the cache's name for this file's blocks
 	idx   blockIndex
 }
@@ -184,7 +183,7 @@ func (f *coldWindow) readRaw(off, end uint64, buf *[]byte) ([]byte, error) {
 // closed, and the block cache.
 type coldStore struct {
 	dir, prefix string
-	cache       *cold.Cache
+	cache       *Cache
 	nextGen     uint64          // generation of the next cold file
 	obsolete    []*coldWindow   // replaced, closed by Collect
 	pending     map[string]bool // files planned jobs write
@@ -208,7 +207,7 @@ func (c *coldStore) openStore(opts Options) error {
 		if n == 0 {
 			n = DefaultColdCacheBytes
 		}
-		c.cache = cold.NewCache(max(n, 0))
+		c.cache = NewCache(max(n, 0))
 	}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
@@ -219,10 +218,9 @@ func (c *coldStore) openStore(opts Options) error {
 		if _, gen, ok := parseFileName(c.prefix, name); ok {
 			c.nextGen = max(c.nextGen, gen+1)
 		}
-		// What a crash left of this table's writes (cold.Create's
-		// temporary files, TestNewCleansOwnTemp checks the name);
-		// other tables' files in Dir are theirs.
-		if i := strings.Index(name, ".tier.coldtmp-"); i > 0 && strings.HasPrefix(name, c.prefix+"-") {
+		// What a crash left of this table's writes (createFile's
+		// temporary files); other tables' files in Dir are theirs.
+		if _, _, ok := parseFileName(c.prefix, tempBase(name)); ok {
 			if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("tier: %w", err)
 			}
@@ -297,6 +295,68 @@ func (c *coldStore) closeObsolete() error {
 	}
 	c.obsolete = nil
 	return errors.Join(errs...)
+}
+
+// tempMarker is in the name of every file createFile has not finished,
+// after the name it will have: no finished file has it.
+const tempMarker = ".tmp-"
+
+// tempBase returns the name a temporary file of createFile's was to
+// have, or "" when name is not one.
+func tempBase(name string) string {
+	base, _, ok := strings.Cut(name, tempMarker)
+	if !ok {
+		return ""
+	}
+	return base
+}
+
+// createFile writes a file at path with the bytes write produces, so that
+// path holds either nothing or the complete new bytes, whatever happens
+// (kill -9, power loss): the bytes go to a temporary file in the same
+// directory, which is fsynced, renamed to path, and the directory
+// fsynced. A crash leaves at most a temporary file, which the next table
+// of the prefix removes (openStore).
+func createFile(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, base+tempMarker+"*")
+	if err != nil {
+		return fmt.Errorf("tier: create %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 256<<10)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("tier: fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("tier: close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("tier: rename %s: %w", tmp.Name(), err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("tier: open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("tier: fsync directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // discard closes and deletes a file a job wrote and will not install.

@@ -18,7 +18,8 @@
 //     (arena.go) that packs images without the heap's size-class slack;
 //   - cold: the same image in a file in Options.Dir, with only its block
 //     index in memory, blocks read through a bounded block cache
-//     (engine/cold.Cache) that tables share.
+//     (internal/blockcache: CLOCK over segments, no pointer per block)
+//     that tables share.
 //
 // A write that the body does not take in place (sealed, cold, or an open
 // table a job is sealing) goes to the window's delta: a row table whose
@@ -34,9 +35,10 @@
 // to 256 posts: the ids as an Elias–Fano list of their varying bits, the
 // author column and the counts (only for posts that have one) packed per
 // block at the width their values need. A pair block (pairblock.go)
-// holds up to 1024 (post, user) pairs as two Elias–Fano lists. A
-// snapshot (snapshot.go) lists each window's open entries, image or file,
-// then its delta.
+// holds up to 1024 (post, user) pairs as two Elias–Fano lists (both
+// blocks' lists: eflist.go; their bit-level reads and writes:
+// internal/bitpack). A snapshot (snapshot.go) lists each window's open
+// entries, image or file, then its delta.
 //
 // It promises:
 //   - A read answers from the window's delta, a running job's frozen
@@ -55,8 +57,9 @@
 //     never a zero, never a panic, never a wrong record. A write that
 //     needs such a block (a delta records only changes, so it reads the
 //     body first) fails the same way and stores nothing.
-//   - Cold files are written once, complete or not at all (cold.Create:
-//     temporary file, fsync, rename, fsync of the directory), and a
+//   - Cold files are written once, complete or not at all (createFile:
+//     temporary file, fsync, rename, fsync of the directory; a new table
+//     removes what a crash left, TestCrashDuringCreate), and a
 //     rewrite of a window gets a new generation
 //     (<Prefix>-<window>-<generation>.tier; a new table never reuses a
 //     generation found in Dir). A replaced file stays until Collect,

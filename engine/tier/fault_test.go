@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -217,5 +218,55 @@ func TestCorruptSealedImage(t *testing.T) {
 		if _, err := p.newSealed(bad, true); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
+	}
+}
+
+// countingReader counts the reads of a cold file.
+type countingReader struct {
+	r     io.ReaderAt
+	reads int
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.r.ReadAt(p, off)
+}
+
+// TestColdOneReadPerBlock: a page from cold windows without a cache reads
+// each block it needs with one pread and nothing else, in a post table
+// and in a set.
+func TestColdOneReadPerBlock(t *testing.T) {
+	tr, ids, _ := coldTable(t, 3000)
+	f := tr.wins[0].body.(*coldWindow)
+	cr := &countingReader{r: f.r}
+	f.r = cr
+	page := slices.Concat(ids[5:20], ids[1500:1510], ids[2990:2995])
+	blocks := map[int]bool{}
+	for _, id := range page {
+		blocks[f.idx.findID(id)] = true
+	}
+	out, found := make([]Post, len(page)), make([]bool, len(page))
+	if err := tr.GetMany(page, out, found); err != nil || slices.Contains(found, false) {
+		t.Fatalf("GetMany: %v %v", found, err)
+	}
+	if len(blocks) < 3 || cr.reads != len(blocks) {
+		t.Fatalf("a page over %d blocks read the file %d times", len(blocks), cr.reads)
+	}
+
+	s, pairs, _ := coldSet(t, 300, 4)
+	sf := s.wins[0].body.(*coldWindow)
+	scr := &countingReader{r: sf.r}
+	sf.r = scr
+	posts := []uint64{pairs[0].p, pairs[1].p, pairs[600].p, pairs[1199].p}
+	sblocks := map[int]bool{}
+	for _, p := range posts {
+		sblocks[sf.idx.findPair(p, 2)] = true
+	}
+	has := make([]bool, len(posts))
+	if err := s.HasMany(2, posts, has); err != nil || slices.Contains(has, false) {
+		t.Fatalf("HasMany: %v %v", has, err)
+	}
+	if len(sblocks) < 3 || scr.reads != len(sblocks) {
+		t.Fatalf("a set page over %d blocks read the file %d times", len(sblocks), scr.reads)
 	}
 }

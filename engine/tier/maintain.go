@@ -7,8 +7,6 @@ import (
 	"io"
 	"path/filepath"
 	"time"
-
-	"github.com/tally-dev/tally/engine/cold"
 )
 
 // Job rewrites one window: it seals an open table, folds a delta back into
@@ -129,7 +127,7 @@ func (t *table) plan(w *window, toCold bool) *Job {
 }
 
 // Run builds the job's new window: in memory, or in a new file written
-// complete or not at all (cold.Create: a temporary file, fsync, rename,
+// complete or not at all (createFile: a temporary file, fsync, rename,
 // fsync of the directory). It reads only what Plan froze, so it needs no
 // lock and may run while readers and writers use the table.
 func (j *Job) Run() error {
@@ -146,7 +144,7 @@ func (j *Job) Run() error {
 		}
 		return j.err
 	}
-	j.err = cold.Create(filepath.Join(t.opts.Dir, j.name), write)
+	j.err = createFile(filepath.Join(t.opts.Dir, j.name), write)
 	if j.err == nil {
 		j.file, j.err = t.openCold(j.name)
 	}

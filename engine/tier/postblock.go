@@ -8,7 +8,7 @@ import (
 	"io"
 	"math/bits"
 
-	"github.com/tally-dev/tally/engine/bitpack"
+	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
 )
 
 // # Post block layout

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/engine/tier/internal/blockcache"
 )
 
 // Defaults of Options.
@@ -49,9 +49,18 @@ type Options struct {
 	MemoryBudget int64
 	// Cache is the block cache of the cold files, shareable between
 	// tables; nil means one of ColdCacheBytes (0: DefaultColdCacheBytes).
-	Cache          *cold.Cache
+	Cache          *Cache
 	ColdCacheBytes int
 }
+
+// Cache is the block cache of cold files (engine/tier/internal/blockcache):
+// a fixed budget of bytes, never exceeded, that the tables of an engine
+// share.
+type Cache = blockcache.Cache
+
+// NewCache returns a block cache that holds at most capacityBytes of
+// memory, allocated as blocks are cached; below 64 KiB it caches nothing.
+func NewCache(capacityBytes int) *Cache { return blockcache.NewCache(capacityBytes) }
 
 // withDefaults fills in the zero fields of opts and checks WindowMillis.
 func (opts Options) withDefaults() (Options, error) {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -581,13 +580,17 @@ func checkRange(t *testing.T, tr *Posts, model map[uint64]Post) {
 	}
 }
 
-// TestNewCleansOwnTemp: a new tier removes the temporary files a crash
-// left of its own writes, and no other store's.
+// TestNewCleansOwnTemp: a new table removes the temporary files a crash
+// left of its own writes, and no other table's or store's.
 func TestNewCleansOwnTemp(t *testing.T) {
 	dir := t.TempDir()
-	mine := filepath.Join(dir, "post-3-7.tier.coldtmp-123")
-	other := filepath.Join(dir, "pc-3-7.win.coldtmp-456")
-	for _, p := range []string{mine, other} {
+	mine := filepath.Join(dir, "post-3-7.tier"+tempMarker+"123")
+	others := []string{
+		filepath.Join(dir, "like-3-7.tier"+tempMarker+"456"),
+		filepath.Join(dir, "wal-0000000000000001.log.tmp"),
+		filepath.Join(dir, "post-3-7.tier"),
+	}
+	for _, p := range append(others, mine) {
 		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -598,14 +601,22 @@ func TestNewCleansOwnTemp(t *testing.T) {
 	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("own temporary file kept: %v", err)
 	}
-	if _, err := os.Stat(other); err != nil {
-		t.Fatalf("another store's temporary file: %v", err)
+	for _, p := range others {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("another's file: %v", err)
+		}
 	}
-	// The names are cold.Create's temporary names: cold.CleanTemp, which
-	// knows them, takes both.
-	os.WriteFile(mine, []byte("x"), 0o644)
-	if n, err := cold.CleanTemp(dir); err != nil || n != 2 {
-		t.Fatalf("cold.CleanTemp removed %d (%v): the names are not cold.Create's", n, err)
+}
+
+// TestCreateFailureLeavesNothing: a write that fails leaves no file, not
+// even a temporary one.
+func TestCreateFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := createFile(filepath.Join(dir, "post-1-1.tier"), func(io.Writer) error { return errors.New("boom") }); err == nil {
+		t.Fatal("createFile swallowed the write error")
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("a failed createFile left %d files", len(left))
 	}
 }
 

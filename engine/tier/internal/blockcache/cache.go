@@ -1,16 +1,28 @@
-package cold
+// Package blockcache owns the block cache of the cold tier: a fixed
+// budget of bytes, shared by every cold file of the engine's tables,
+// holding recently read blocks under a CLOCK policy. It promises that it
+// never holds more than its capacity, that a block View hands back is
+// exactly the bytes Put cached (with Slack bytes of capacity past them),
+// that the GC sees a few slices however many blocks it holds, and that
+// it is safe for concurrent use.
+package blockcache
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sync"
 	"sync/atomic"
-
-	"github.com/tally-dev/tally/engine/sealed"
 )
 
-// Cache is the cold tier's block cache, shared by every cold file of an
-// engine: a fixed budget of bytes, never exceeded, holding recently used
-// blocks.
+var le = binary.LittleEndian
+
+// Slack is how many bytes of capacity a block View passes to fn has past
+// its end: enough for one unaligned 8-byte load at any byte of the block,
+// which the readers of blocks rely on.
+const Slack = 8
+
+// Cache is a block cache: a fixed budget of bytes, never exceeded,
+// holding recently used blocks.
 //
 // It holds no pointers per entry, so however many blocks it keeps the GC
 // sees a few slices: each shard is a set of equal byte segments and one
@@ -63,8 +75,8 @@ const minSlots = 64
 
 type cacheShard struct {
 	mu sync.RWMutex
-	// segs are segSize bytes each plus sealed.BlockSlack, so that blocks
-	// read in place have slack; nil until first used.
+	// segs are segSize bytes each plus Slack, so that blocks read in
+	// place have slack; nil until first used.
 	segs     [][]byte
 	segSize  int
 	ring     []int32 // clock order of the segments in use; ring[hand] is being filled
@@ -113,12 +125,12 @@ func NewCache(capacityBytes int) *Cache {
 	segSize := max(4<<10, min(1<<20, arenaBytes/16)) &^ 7
 	// A slot's loc addresses at most 1<<(32-locShift) segments: 32 GiB a
 	// shard, 512 GiB in all, beyond which the budget is not used.
-	nseg := min(arenaBytes/(segSize+sealed.BlockSlack), 1<<(32-locShift))
+	nseg := min(arenaBytes/(segSize+Slack), 1<<(32-locShift))
 	if nseg < 3 {
 		return &Cache{}
 	}
 	c.maxItem = segSize / 4
-	c.bound = nshards * (nseg*(segSize+sealed.BlockSlack) + nslots*16)
+	c.bound = nshards * (nseg*(segSize+Slack) + nslots*16)
 	c.shards = make([]cacheShard, nshards)
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -145,7 +157,7 @@ func (s *cacheShard) setSlots(slots []slot) {
 // segment returns segment i, allocating it on first use.
 func (c *Cache) segment(s *cacheShard, i int32) []byte {
 	if s.segs[i] == nil {
-		s.segs[i] = make([]byte, s.segSize+sealed.BlockSlack)
+		s.segs[i] = make([]byte, s.segSize+Slack)
 		c.allocated.Add(int64(len(s.segs[i])))
 	}
 	return s.segs[i]
@@ -162,15 +174,6 @@ func (c *Cache) growIndex(s *cacheShard) {
 		}
 	}
 	c.allocated.Add(int64(len(s.slots)-len(old)) * 16)
-}
-
-// fileID returns a fresh id for a file's blocks' keys, never 0.
-func (c *Cache) fileID() uint32 {
-	for {
-		if id := c.nextID.Add(1); id != 0 {
-			return id
-		}
-	}
 }
 
 // cacheKey is never 0, the empty slot's key, because file ids start at 1.
@@ -366,24 +369,21 @@ func (c *Cache) SizeBytes() int { return int(c.allocated.Load()) }
 // when caching is disabled.
 func (c *Cache) CapacityBytes() int { return c.bound }
 
-// The methods below let a second block format (engine/registry's cold
-// windows) share the cache with File: its blocks are keyed by a file id
-// from the same allocator, so they never collide with a File's, and they
-// compete for the same budget under the same CLOCK policy.
-
-// ViewSlack is how many bytes of capacity a block View passes to fn has
-// past its end (the arena's slack): enough for one unaligned 8-byte load
-// at any byte of the block.
-const ViewSlack = sealed.BlockSlack
-
-// NewFileID returns a fresh id for the blocks of one file of another
-// format: never 0, never an id a File or an earlier call got.
-func (c *Cache) NewFileID() uint32 { return c.fileID() }
+// NewFileID returns a fresh id for the blocks of one file: never 0,
+// never an id an earlier call returned (until 2^32 calls wrap), so that
+// the blocks of different files never share a key.
+func (c *Cache) NewFileID() uint32 {
+	for {
+		if id := c.nextID.Add(1); id != 0 {
+			return id
+		}
+	}
+}
 
 // View calls fn with the cached copy of block number block of file, under
 // the shard's read lock, and reports whether it was cached. fn must not
-// keep the slice or call the cache; the slice has ViewSlack bytes of
-// capacity past its end. A hit or miss counts in Stats.
+// keep the slice or call the cache; the slice has Slack bytes of capacity
+// past its end. A hit or miss counts in Stats.
 func (c *Cache) View(file uint32, block int, fn func(blk []byte)) bool {
 	return c.view(cacheKey(file, block), fn)
 }

@@ -1,18 +1,14 @@
-// Package bitpack owns the bit-level primitives of Tally's sealed formats:
+// Package bitpack owns the bit-level primitives of engine/tier's blocks:
 // LSB-first fixed-width fields read with one unaligned load, a writer that
-// appends them, and the pext/pdep pair that squeezes the id bits a block
-// shares out of its keys. It promises that Get never reads outside a slice
+// appends them, the pext/pdep pair that squeezes the id bits a block
+// shares out of its keys, and the select of an Elias–Fano list's high
+// bits. It promises that Get, Bits and Bits56 never read outside a slice
 // that has Slack bytes of capacity past its end, and that Writer's output
 // read back with Get gives exactly what was put.
 package bitpack
 
 import (
-	"bufio"
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"hash/crc32"
-	"io"
 	"math/bits"
 )
 
@@ -35,9 +31,8 @@ func Get(b []byte, off, w int) uint64 {
 	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
 }
 
-// Bits is Get for the lookup paths of engine/sealed and engine/tier, whose
-// block views keep each field's mask (LowMask(w)) rather than compute it
-// per read: in Go a shift by a variable amount costs a fix-up for amounts
+// Bits is Get for the lookup paths of the blocks, whose views keep each
+// field's mask (LowMask(w)) rather than compute it per read: in Go a shift by a variable amount costs a fix-up for amounts
 // of 64 and more, on every read. Same guarantee as Get; it inlines.
 func Bits(b []byte, off int, w uint, mask uint64) uint64 {
 	i, s := off>>3, uint(off&7)
@@ -197,179 +192,4 @@ func Uvarint(b []byte, p int) (uint64, int) {
 		return 0, -1
 	}
 	return v, p + c
-}
-
-// Reader decodes the body of a checksummed record: every read is
-// bounds-checked, and the first failure sticks in Err (wrapping Corrupt),
-// so a parser reads on and checks once at the end.
-type Reader struct {
-	B       []byte
-	Err     error
-	Corrupt error // the error every failure wraps, e.g. a package's ErrCorrupt
-}
-
-func (r *Reader) fail(format string, args ...any) {
-	r.Err = fmt.Errorf("%w: %s", r.Corrupt, fmt.Sprintf(format, args...))
-}
-
-// Uvarint reads a uvarint.
-func (r *Reader) Uvarint() uint64 {
-	if r.Err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.B)
-	if n <= 0 {
-		r.fail("bad uvarint")
-		return 0
-	}
-	r.B = r.B[n:]
-	return v
-}
-
-// Varint reads a varint.
-func (r *Reader) Varint() int64 {
-	if r.Err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.B)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.B = r.B[n:]
-	return v
-}
-
-// Bytes reads n bytes, aliasing B.
-func (r *Reader) Bytes(n uint64) []byte {
-	if r.Err != nil {
-		return nil
-	}
-	if n > uint64(len(r.B)) {
-		r.fail("%d bytes declared, %d left", n, len(r.B))
-		return nil
-	}
-	b := r.B[:n]
-	r.B = r.B[n:]
-	return b
-}
-
-// Byte reads one byte.
-func (r *Reader) Byte() byte {
-	b := r.Bytes(1)
-	if b == nil {
-		return 0
-	}
-	return b[0]
-}
-
-// LastAtMost returns the index of the last element of the sorted s that is
-// <= x, or -1: the search of an index of first keys (a window's blocks, a
-// store's windows) for the entry that would hold x.
-func LastAtMost(s []uint64, x uint64) int {
-	if len(s) == 0 || s[0] > x {
-		return -1
-	}
-	base, n := 0, len(s)
-	for n > 1 {
-		half := n >> 1
-		if s[base+half] <= x {
-			base += half
-		}
-		n -= half
-	}
-	return base
-}
-
-// HeaderBytes is the size of an image header (engine/postcounts' and
-// engine/registry's snapshot images): magic (8 bytes) | version uint32 |
-// reserved uint32 (0) | three uint64 fields | CRC32C of the 40 bytes
-// before it, little-endian.
-const HeaderBytes = 44
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// AppendHeader appends an image header.
-func AppendHeader(dst []byte, magic string, version uint32, f [3]uint64) []byte {
-	start := len(dst)
-	dst = append(dst, magic[:8]...)
-	dst = le.AppendUint32(dst, version)
-	dst = le.AppendUint32(dst, 0)
-	for _, x := range f {
-		dst = le.AppendUint64(dst, x)
-	}
-	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
-}
-
-// ParseHeader checks an image header (HeaderBytes long) against magic and
-// version and returns its three fields; a failure wraps corrupt and names
-// what the image should have been.
-func ParseHeader(h []byte, magic, what string, version uint32, corrupt error) ([3]uint64, error) {
-	fail := func(format string, args ...any) ([3]uint64, error) {
-		return [3]uint64{}, fmt.Errorf("%w: %s", corrupt, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case len(h) < HeaderBytes || string(h[:8]) != magic:
-		return fail("not a %s (bad magic)", what)
-	case crc32.Checksum(h[:40], castagnoli) != le.Uint32(h[40:]):
-		return fail("header checksum mismatch (computed %08x, stored %08x)", crc32.Checksum(h[:40], castagnoli), le.Uint32(h[40:]))
-	case le.Uint32(h[8:]) != version:
-		return fail("format version %d, this build reads %d", le.Uint32(h[8:]), version)
-	case le.Uint32(h[12:]) != 0:
-		return fail("reserved header bytes are not zero")
-	}
-	return [3]uint64{le.Uint64(h[16:]), le.Uint64(h[24:]), le.Uint64(h[32:])}, nil
-}
-
-// ReadErr reports a failed read of an image: a stream that ends early is
-// a truncated image (wrapping corrupt); any other error is the reader's,
-// prefixed with pkg.
-func ReadErr(corrupt error, pkg, what string, err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %s: truncated: %w", corrupt, what, io.ErrUnexpectedEOF)
-	}
-	return fmt.Errorf("%s: read %s: %w", pkg, what, err)
-}
-
-// ImageWriter writes an image through a buffer, counting the bytes and
-// keeping the first error, so the writer of a format checks once at the
-// end (Finish).
-type ImageWriter struct {
-	w   *bufio.Writer
-	N   int64
-	Err error
-}
-
-// NewImageWriter buffers w.
-func NewImageWriter(w io.Writer) *ImageWriter {
-	return &ImageWriter{w: bufio.NewWriterSize(w, 256<<10)}
-}
-
-// Write writes b unless an earlier write failed.
-func (c *ImageWriter) Write(b []byte) {
-	if c.Err != nil {
-		return
-	}
-	n, err := c.w.Write(b)
-	c.N += int64(n)
-	c.Err = err
-}
-
-// Fail stops the image with err (the first error is kept).
-func (c *ImageWriter) Fail(err error) {
-	if c.Err == nil {
-		c.Err = err
-	}
-}
-
-// Finish flushes the buffer and returns the bytes written and the first
-// error, prefixed with pkg.
-func (c *ImageWriter) Finish(pkg string) (int64, error) {
-	if c.Err == nil {
-		c.Err = c.w.Flush()
-	}
-	if c.Err != nil {
-		return c.N, fmt.Errorf("%s: write snapshot: %w", pkg, c.Err)
-	}
-	return c.N, nil
 }
