@@ -127,10 +127,12 @@ func (l *efList) selectZero(a []byte, r int) int {
 	return -1
 }
 
-// decode writes the values to out[:count], checking that they increase
+// decode writes base + v for each value v of the list to out[:count],
+// checking that the values increase, that base + v does not pass 2^64-1,
 // and that the high bits are canonical (exactly count set bits, the last
-// one at highLen-1).
-func (l *efList) decode(a []byte, out []uint64) error {
+// one at highLen-1); it returns the OR of (base+v) ^ base over the
+// values, the bits in which they differ from base.
+func (l *efList) decode(a []byte, base uint64, out []uint64) (spread uint64, err error) {
 	j := 0
 	var prev uint64
 	for p := 0; p < l.highLen; p += 56 {
@@ -140,25 +142,27 @@ func (l *efList) decode(a []byte, out []uint64) error {
 			t := bits.TrailingZeros64(word)
 			word &= word - 1
 			if j >= l.count {
-				return errBlock
+				return 0, errBlock
 			}
 			h := uint64(p + t - j)
 			if l.lowBits > 0 && h>>(64-uint(l.lowBits)) != 0 {
-				return errBlock
+				return 0, errBlock
 			}
 			v := h<<uint(l.lowBits) | bitpack.Bits(a, l.lows+j*l.lowBits, uint(l.lowBits), l.lowMask)
-			if v <= prev {
-				return errBlock // values are > 0 and strictly increasing
+			s := base + v
+			if v <= prev || s < base {
+				return 0, errBlock // values are > 0 and strictly increasing, and fit
 			}
-			out[j] = v
+			spread |= s ^ base
+			out[j] = s
 			prev = v
 			j++
 		}
 	}
 	if j != l.count || (l.count > 0 && bitpack.Bits(a, l.highs+l.highLen-1, 1, 1) != 1) {
-		return errBlock
+		return 0, errBlock
 	}
-	return nil
+	return spread, nil
 }
 
 // last returns the list's last value (0 when empty); the list must have
@@ -214,23 +218,19 @@ func (q *squeezedIDs) find(a []byte, id uint64) (int, bool) {
 // check checks what set does not — that the ids increase, fit the
 // varying bits, and vary in every bit declared varying (checked on the
 // squeezed values: pext keeps the ids' order, and the bits that vary are
-// those their differences from the first set) — leaving the squeezed
-// differences in scratch[:count].
+// those their differences from the first set) — leaving the squeezed ids
+// but the first in scratch[:count].
 func (q *squeezedIDs) check(a []byte, scratch []uint64) error {
-	diffs := scratch[:q.list.count]
-	if err := q.list.decode(a, diffs); err != nil {
+	squeezed := scratch[:q.list.count]
+	spread, err := q.list.decode(a, q.base, squeezed)
+	if err != nil {
 		return err
 	}
 	width := uint(bits.OnesCount64(q.mask))
-	var orx uint64 // OR of the squeezed differences
-	for _, x := range diffs {
-		s := q.base + x
-		if s < q.base || (width < 64 && s>>width != 0) {
-			return errBlock // not within the varying bits
-		}
-		orx |= s ^ q.base
+	if n := len(squeezed); n > 0 && width < 64 && squeezed[n-1]>>width != 0 {
+		return errBlock // the largest is not within the varying bits
 	}
-	if orx != bitpack.LowMask(width) {
+	if spread != bitpack.LowMask(width) {
 		return errBlock // non-canonical: declared varying bits that do not vary
 	}
 	return nil
@@ -243,7 +243,7 @@ func (q *squeezedIDs) decode(a []byte, ids []uint64) error {
 	}
 	ids[0] = q.first
 	for j := 1; j <= q.list.count; j++ {
-		ids[j] = bitpack.Pdep(q.base+ids[j], q.mask) | q.first&^q.mask
+		ids[j] = bitpack.Pdep(ids[j], q.mask) | q.first&^q.mask
 	}
 	return nil
 }

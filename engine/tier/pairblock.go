@@ -166,16 +166,12 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 		return 0, err
 	}
 	codes := scratch[b.posts : b.posts+b.pairs-1] // after the posts, which are still needed
-	if err := b.codes.decode(b.area, codes); err != nil {
+	if _, err := b.codes.decode(b.area, b.firstCode, codes); err != nil {
 		return 0, err
 	}
 	out[0] = pair{post: posts[0], user: b.firstUser}
 	prev := 0
-	for j, d := range codes {
-		code := b.firstCode + d
-		if code < b.firstCode {
-			return 0, errBlock
-		}
+	for j, code := range codes {
 		i := code >> b.userBits // 0 when userBits is 64
 		if i >= uint64(b.posts) || int(i) > prev+1 {
 			return 0, errBlock // a pair of no post, or a post with no pair
