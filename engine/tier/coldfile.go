@@ -17,10 +17,8 @@ import (
 // blocks are read through the block cache that tables share. Immutable
 // once open, safe for concurrent use.
 type coldWindow struct {
-	name  string // base name, as snapshots list it
-	path  string
-	r     io.ReaderAt
-	fh    *os.File
+	name  string      // base name in Dir, as snapshots list it
+	r     io.ReaderAt // the open file
 	size  int64
 	cache *Cache
 	id    uint32 // the cache's name for this file's blocks
@@ -65,7 +63,13 @@ func (t *table) openCold(name string) (*coldWindow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier: cold file: %w", err)
 	}
-	f := &coldWindow{name: name, path: path, r: fh, fh: fh, cache: t.cache}
+	f := &coldWindow{name: name, r: fh, cache: t.cache}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("tier: cold file: %w", err)
+	}
+	f.size = st.Size()
 	if err := f.readIndex(t.image); err != nil {
 		fh.Close()
 		return nil, err
@@ -76,11 +80,6 @@ func (t *table) openCold(name string) (*coldWindow, error) {
 
 // readIndex reads and checks the file's header, footer and index.
 func (f *coldWindow) readIndex(format imageFormat) error {
-	st, err := f.fh.Stat()
-	if err != nil {
-		return fmt.Errorf("tier: cold file: %w", err)
-	}
-	f.size = st.Size()
 	if f.size < headerSize+footerSize {
 		return corruptAt(f.name, 0, "%d bytes is too short for a window", f.size)
 	}
@@ -130,8 +129,8 @@ func (f *coldWindow) readAt(b []byte, off int64) error {
 }
 
 func (f *coldWindow) close() error {
-	if f.fh != nil {
-		return f.fh.Close()
+	if c, ok := f.r.(io.Closer); ok {
+		return c.Close()
 	}
 	return nil
 }
@@ -359,8 +358,9 @@ func createFile(path string, write func(io.Writer) error) (err error) {
 	return nil
 }
 
-// discard closes and deletes a file a job wrote and will not install.
-func (f *coldWindow) discard() {
+// discard closes and deletes a file of dir a job wrote and will not
+// install.
+func (f *coldWindow) discard(dir string) {
 	f.close()
-	os.Remove(f.path)
+	os.Remove(filepath.Join(dir, f.name))
 }

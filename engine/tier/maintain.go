@@ -232,7 +232,7 @@ func (j *Job) discard() {
 	j.sealed.release(&j.t.arena)
 	j.sealed = nil
 	if j.file != nil {
-		j.file.discard()
+		j.file.discard(j.t.dir)
 		j.file = nil
 	}
 }
