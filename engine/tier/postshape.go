@@ -125,10 +125,15 @@ func (p *Posts) foldInto(open body, o overlay) {
 }
 
 func (p *Posts) compose(lower, upper overlay) overlay {
-	if upper == nil {
-		return lower
+	lo, up := asRows(lower), asRows(upper)
+	switch {
+	case lo == nil && up == nil:
+		return nil
+	case up == nil:
+		return lo
+	case lo == nil:
+		return up
 	}
-	lo, up := lower.(*rowTable), upper.(*rowTable)
 	var r postRow
 	for _, key := range lo.sorted(&p.layout) {
 		if !up.has(key, &p.layout) {
@@ -148,7 +153,7 @@ func (p *Posts) writeOpen(sw *snapshotWriter, open body) error {
 	return p.writeRows(sw, open.(*rowTable))
 }
 
-func (p *Posts) writeOverlay(sw *snapshotWriter, lo uint64, frozen, delta overlay) error {
+func (p *Posts) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
 	return p.writeRows(sw, asRows(frozen), asRows(delta))
 }
 

@@ -185,7 +185,7 @@ func (s *Set) writeOpen(sw *snapshotWriter, open body) error {
 	return writePairs(sw, open.(*pairTable).pairs(nil))
 }
 
-func (s *Set) writeOverlay(sw *snapshotWriter, lo uint64, frozen, delta overlay) error {
+func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
 	// The two deltas as one, without changing either: a reader may share
 	// them.
 	fr, dl := asPairs(frozen), asPairs(delta)

@@ -117,7 +117,8 @@ type recordShape interface {
 	// foldInto writes an overlay into the open table it lies over.
 	foldInto(open body, o overlay)
 	// compose returns the overlay equal to lower with upper over it
-	// (upper may be nil), reusing their tables.
+	// (either may be nil), reusing their tables: what a failed job
+	// leaves of its frozen delta and the writes since.
 	compose(lower, upper overlay) overlay
 	// writeOpen and writeOverlay write a window's open table and its
 	// overlays (frozen, then delta over it; either may be nil) as
@@ -125,7 +126,7 @@ type recordShape interface {
 	// window w, readOverlay returning how many records w's view holds
 	// and checking the overlay against w's body.
 	writeOpen(sw *snapshotWriter, open body) error
-	writeOverlay(sw *snapshotWriter, lo uint64, frozen, delta overlay) error
+	writeOverlay(sw *snapshotWriter, frozen, delta overlay) error
 	readOpen(sr *snapshotReader, w *window) body
 	readOverlay(sr *snapshotReader, w *window) (o overlay, records int, err error)
 }
