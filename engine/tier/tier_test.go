@@ -58,7 +58,7 @@ func randPost(rng *rand.Rand) Post {
 	return p
 }
 
-// check compares the tier with the model: Len, Get of every model id and
+// check compares the table with the model: Len, Get of every model id and
 // of absent ids, GetMany of random pages.
 func check(t *testing.T, tr *Posts, model map[uint64]Post, rng *rand.Rand, nWin int) {
 	t.Helper()
