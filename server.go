@@ -1,6 +1,12 @@
 // Command tally serves Tally's GraphQL API: counts and badges for social
 // apps. `tally` with no arguments serves on the embedded engine; see
-// `tally help` for the subcommands (token, import, demo-seed).
+// `tally help` for the subcommands (token, import, demo-seed, backup,
+// restore, repair, version), each in its cmd_*.go file.
+//
+// This file holds the server: the flags that choose and tune the engine
+// and the transport, the wiring of store, hub and handler, and serving
+// until a signal. The server's handler is web/transport's; the engine is
+// engine/embedded or engine/redisstore.
 package main
 
 import (
@@ -11,89 +17,31 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/engine/importfile"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
 	"github.com/tally-dev/tally/web"
-	"github.com/tally-dev/tally/web/demoseed"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/memory"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	loggingSet = false
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "serve":
-		err = serve(ctx, args, stdout, stderr)
-	case "token":
-		err = tokenCmd(args, stdout, stderr)
-	case "import":
-		err = importCmd(ctx, args, stdout, stderr)
-	case "demo-seed":
-		err = demoSeedCmd(ctx, args, stdout, stderr)
-	case "backup":
-		err = backupCmd(ctx, args, stdout, stderr)
-	case "restore":
-		err = restoreCmd(args, stdout, stderr)
-	case "repair":
-		err = repairCmd(args, stdout, stderr)
-	case "version":
-		printVersion(stdout)
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usageText())
-		return 0
-	default:
-		fmt.Fprintf(stderr, "tally: unknown command %q\n\n%s", cmd, usageText())
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
-			return 2
-		}
-		if loggingSet {
-			slog.Error("tally "+cmd+" failed", "err", err)
-		} else {
-			fmt.Fprintf(stderr, "tally %s: %v\n", cmd, err)
-		}
-		return 1
-	}
-	return 0
-}
-
-type usageError struct{ error }
 
 // storeFlags are the flags that choose and tune the engine.
 type storeFlags struct {
@@ -117,7 +65,7 @@ type storeFlags struct {
 	coldCache      int
 	// metrics, when set (serve), receives the engine's log, snapshot and
 	// Redis figures.
-	metrics *engineMetrics
+	metrics *transport.EngineMetrics
 	// batchJob (import) opens a Redis store without its background
 	// sweepers: the servers sweep, and the intent sweeper's SCAN of the
 	// whole keyspace every few seconds took 39% of redis-server's CPU
@@ -159,7 +107,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		}
 		s, err := openRedis(ctx, opts, f.redisStartWait)
 		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {
-			rs.AddHook(redisHook{f.metrics})
+			rs.AddHook(f.metrics.RedisHook())
 		}
 		return s, err
 	}
@@ -223,32 +171,6 @@ func splitList(s string) []string {
 	return out
 }
 
-// parseFlags parses args, then fills every flag not given on the command
-// line from TALLY_<NAME> in the environment.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "TALLY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
-			if e := f.Value.Set(v); e != nil {
-				err = usageError{fmt.Errorf("%s=%q: %v", env, v, e)}
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return setupLogging(fs)
-}
-
 // keys returns the token keys: from TALLY_JWT_SECRET, or else a random
 // secret for this run (dev mode), which is also written to
 // <data>/dev-jwt-secret so that `tally token -data DIR` can sign tokens the
@@ -280,10 +202,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	var sf storeFlags
 	sf.register(fs)
-	var mem memorySettings
-	mem.register(fs)
+	var mem memory.Settings
+	mem.Register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	apqTTL := fs.Duration("apq-ttl", resolvers.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
+	apqTTL := fs.Duration("apq-ttl", transport.DefaultAPQTTL, "with -redis: how long a persisted query (APQ) stays in Redis, shared by the replicas, after its last use")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this separate address, e.g. 127.0.0.1:6060 (off when empty)")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	complexity := fs.Int("complexity-limit", 5000, "largest operation cost accepted: each field 1, lists times the most they return, each element of a list argument 1, introspection by what it returns")
@@ -292,13 +214,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	origins := fs.String("ws-origins", "", "comma-separated host patterns allowed to open WebSockets cross-origin (same origin is always allowed)")
 	rateLimit := fs.Float64("rate-limit", 50, "mutations per second per user (0 = unlimited)")
 	rateBurst := fs.Int("rate-burst", 100, "burst of mutations per user above -rate-limit")
-	maxMutations := fs.Int("max-mutations-per-request", resolvers.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
+	maxMutations := fs.Int("max-mutations-per-request", transport.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
 	costRate := fs.Float64("cost-rate", 10000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
 	costBurst := fs.Int("cost-burst", 50000, "burst of -cost-rate (at least -complexity-limit)")
 	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
-	var timeouts httpTimeouts
-	timeouts.register(fs)
-	var wsCfg resolvers.WSConfig
+	var timeouts transport.Timeouts
+	registerTimeoutFlags(fs, &timeouts)
+	var wsCfg transport.WSConfig
 	registerWSFlags(fs, &wsCfg)
 	wsLease := fs.Duration("ws-lease", redisstore.DefaultSocketLease, "with -redis: how long a replica's open WebSockets stay in the shared per-user count without being renewed (each replica renews every third of it), so a crashed replica's sockets stop counting within it")
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
@@ -309,13 +231,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printVersion(stdout)
 		return nil
 	}
-	if err := mem.check(sf.memoryBudget); err != nil {
+	if err := mem.Check(sf.memoryBudget); err != nil {
 		return usageError{err}
 	}
-	defer mem.apply()()
-	sf.metrics = newEngineMetrics()
+	defer mem.Apply()()
+	sf.metrics = transport.NewEngineMetrics()
 	reg := prometheus.NewRegistry()
-	sf.metrics.register(reg)
+	sf.metrics.Register(reg)
+	registerBuildInfo(reg)
 
 	k, dev, err := keys(sf.data, true)
 	if err != nil {
@@ -336,10 +259,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Replicas share persisted queries in Redis mode: a client behind a
 	// load balancer persists a query once, not once per replica.
 	var apq graphql.Cache[string]
-	var limiter resolvers.RateLimiter
-	var socketCap resolvers.SocketCap
+	var limiter transport.RateLimiter
+	var socketCap transport.SocketCap
 	if rs, ok := store.(*redisstore.Store); ok {
-		apq = resolvers.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
+		apq = transport.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
 		// Replicas share each user's mutation budget in Redis.
 		if *rateLimit > 0 {
 			burst := *rateBurst
@@ -350,7 +273,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return usageError{err}
 			}
-			limiter = resolvers.SharedRateLimiter(l)
+			limiter = transport.SharedRateLimiter(l)
 		}
 		// And each user's open WebSockets: a crashed replica's stop
 		// counting one lease after its last renewal.
@@ -360,10 +283,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return usageError{err}
 			}
 			defer sc.Close()
-			socketCap = resolvers.SharedSocketCap(sc)
+			socketCap = transport.SharedSocketCap(sc)
 		}
 	}
-	handler := newHandler(store, h, resolvers.Config{
+	handler := transport.NewServerHandler(transport.ServerConfig{Config: transport.Config{
+		Store:           store,
+		Hub:             h,
 		APQCache:        apq,
 		Metrics:         reg,
 		Keys:            k,
@@ -381,7 +306,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DisableIntrospection:   !*introspection,
 		CostRate:               *costRate,
 		CostBurst:              *costBurst,
-	}, devToken, web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN})
+	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {
 		stopPprof, err := startPprof(*pprofAddr)
@@ -394,7 +319,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(handler, timeouts)
+	srv := transport.NewHTTPServer(handler, timeouts)
 	// WebSockets outlive Shutdown (it does not track hijacked connections);
 	// ending the base context after it closes them with 1001.
 	baseCtx, endSockets := context.WithCancel(context.Background())
@@ -436,30 +361,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// httpTimeouts are the http.Server's limits for ordinary requests. A
-// WebSocket on /query clears them when it is upgraded (its own
-// -ws-* limits apply instead).
-type httpTimeouts struct{ readHeader, read, write, idle time.Duration }
-
-func (t *httpTimeouts) register(fs *flag.FlagSet) {
-	fs.DurationVar(&t.readHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this (0: -read-timeout)")
-	fs.DurationVar(&t.read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off; 0: no limit)")
-	fs.DurationVar(&t.write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off; 0: no limit)")
-	fs.DurationVar(&t.idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request (0: -read-timeout)")
+// registerTimeoutFlags adds the http.Server's limits for ordinary
+// requests (a WebSocket's own -ws-* limits replace them once upgraded).
+func registerTimeoutFlags(fs *flag.FlagSet, t *transport.Timeouts) {
+	fs.DurationVar(&t.ReadHeader, "read-header-timeout", 5*time.Second, "a request's headers must arrive within this (0: -read-timeout)")
+	fs.DurationVar(&t.Read, "read-timeout", 30*time.Second, "a request, headers and body, must arrive within this (a body that never ends is cut off; 0: no limit)")
+	fs.DurationVar(&t.Write, "write-timeout", 30*time.Second, "a response must be written within this from the end of the request's headers (a client that does not read is cut off; 0: no limit)")
+	fs.DurationVar(&t.Idle, "idle-timeout", 2*time.Minute, "a kept-alive connection may wait this long for its next request (0: -read-timeout)")
 }
 
-func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: t.readHeader,
-		ReadTimeout:       t.read,
-		WriteTimeout:      t.write,
-		IdleTimeout:       t.idle,
-		MaxHeaderBytes:    64 << 10,
-	}
-}
-
-func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
+func registerWSFlags(fs *flag.FlagSet, c *transport.WSConfig) {
 	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas), and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
 	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
 	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
@@ -468,338 +379,9 @@ func registerWSFlags(fs *flag.FlagSet, c *resolvers.WSConfig) {
 	fs.IntVar(&c.SendQueueBytes, "ws-send-queue-bytes", 256<<10, "bytes queued for one WebSocket beyond which it is dropped as a slow reader (1013)")
 }
 
-// newHandler routes the server's endpoints: /query (GraphQL), /healthz
-// (liveness), /readyz (the store answers), /metrics (Prometheus) and the
-// web UI (GraphiQL at /, the demo at /demo).
-func newHandler(store engine.Store, h *hub.Hub, cfg resolvers.Config, devToken func(uint64, bool) (string, error), ui web.Options) http.Handler {
-	// serve passes its registry (the engine's metrics are in it already).
-	reg, ok := cfg.Metrics.(*prometheus.Registry)
-	if !ok {
-		reg = prometheus.NewRegistry()
-	}
-	registerBuildInfo(reg)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerMemoryMetrics(reg)
-	registerStoreMetrics(reg, store, h)
-	cfg.Store, cfg.Hub, cfg.Metrics = store, h, reg
-
-	mux := http.NewServeMux()
-	mux.Handle("/query", resolvers.NewHandler(cfg))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := store.Ready(rctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ui.GraphQLPath, ui.DevToken = "/query", devToken
-	mux.Handle("/", web.Handler(ui))
-	return resolvers.ObserveHTTP(reg, mux)
-}
-
 func backendName(sf storeFlags) string {
 	if sf.redis != "" {
 		return "redis " + sf.redis
 	}
 	return "embedded " + sf.data
-}
-
-func registerStoreMetrics(reg prometheus.Registerer, store engine.Store, h *hub.Hub) {
-	gauge := func(name, help string, f func(engine.Stats) int64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
-			func() float64 { return float64(f(store.Stats())) }))
-	}
-	gauge("tally_engine_posts", "Known posts (with an author or a count).", func(s engine.Stats) int64 { return s.Posts })
-	gauge("tally_engine_counted_posts", "Posts with a non-zero counter.", func(s engine.Stats) int64 { return s.CountedPosts })
-	gauge("tally_engine_users", "Users with any state.", func(s engine.Stats) int64 { return s.Users })
-	gauge("tally_engine_groups", "Groups.", func(s engine.Stats) int64 { return s.Groups })
-	gauge("tally_engine_messages", "Group messages.", func(s engine.Stats) int64 { return s.Messages })
-	gauge("tally_engine_notifications", "System notifications.", func(s engine.Stats) int64 { return s.Notifications })
-	gauge("tally_engine_memory_bytes", "Bytes held by the engine's tables.", func(s engine.Stats) int64 { return s.MemoryBytes })
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tally_subscriptions", Help: "Open GraphQL subscriptions.",
-	}, func() float64 { u, r := h.Watchers(); return float64(u + r) }))
-}
-
-func tokenCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token", stderr)
-	user := fs.String("user", "", "user id (decimal)")
-	admin := fs.Bool("admin", false, "grant role admin")
-	ttl := fs.Duration("ttl", 0, "expiry (0 = no exp claim)")
-	data := fs.String("data", "./data", "data directory of a dev server, whose dev-jwt-secret signs the token when TALLY_JWT_SECRET is unset")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	id, err := strconv.ParseUint(*user, 10, 64)
-	if err != nil || id == 0 {
-		return usageError{fmt.Errorf("-user must be a positive decimal user id")}
-	}
-	k, _, err := keys(*data, false)
-	if err != nil {
-		return err
-	}
-	tok, err := k.Sign(engine.UserID(id), *admin, *ttl)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, tok)
-	return nil
-}
-
-func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("import", stderr)
-	var sf storeFlags
-	sf.register(fs)
-	// The import builds the same tables as the server and paces its GC
-	// alike: its peak RSS was twice the tables' size with Go's pacing.
-	var mem memorySettings
-	mem.register(fs)
-	batch := fs.Int("batch", 10000, "rows per durable batch")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	files := fs.Args()
-	if len(files) == 0 {
-		return usageError{errors.New("name at least one FILE (CSV or .ndjson/.jsonl, - for stdin)")}
-	}
-	if err := mem.check(sf.memoryBudget); err != nil {
-		return usageError{err}
-	}
-	defer mem.apply()()
-	if sf.fsync == "always" {
-		sf.fsync = "batch" // one fsync per batch is what Import promises anyway
-	}
-	sf.batchJob = true
-	store, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	imp, ok := store.(engine.Importer)
-	if !ok {
-		return errors.New("this backend cannot import")
-	}
-	var total, rejected int
-	progress := importProgress{useBar: isTerminal(stderr) && fs.Lookup("log-format").Value.String() == "text"}
-	start := time.Now()
-	rows := make([]engine.ImportRow, 0, *batch)
-	flush := func() error {
-		if len(rows) == 0 {
-			return nil
-		}
-		if err := imp.Import(ctx, rows); err != nil {
-			// Redis's errors reach clients as the bare ErrUnavailable;
-			// an operator needs what was behind it and how far it got.
-			if cause := redisstore.Cause(err); cause != err {
-				return fmt.Errorf("import stopped after %d rows: %w (cause: %v)", total, err, cause)
-			}
-			return fmt.Errorf("import stopped after %d rows: %w", total, err)
-		}
-		total += len(rows)
-		rows = rows[:0]
-		progress.report(stderr, total, float64(total)/time.Since(start).Seconds(), rejected)
-		return nil
-	}
-	for _, name := range files {
-		var in io.Reader = os.Stdin
-		if name != "-" {
-			f, err := os.Open(name)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			in = f
-			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-				progress.total += fi.Size()
-			}
-		}
-		in = &countingReader{r: in, n: &progress.done}
-		r, err := importfile.NewReader(in, name, importfile.FormatOf(name))
-		if err != nil {
-			return err
-		}
-		for {
-			row, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			var re *importfile.RowError
-			if errors.As(err, &re) {
-				rejected++
-				progress.log(stderr, slog.LevelWarn, "import: row rejected", "err", re.Error())
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			rows = append(rows, row)
-			if len(rows) == cap(rows) {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	progress.finish(stderr)
-	fmt.Fprintf(stdout, "imported %d rows in %s; rejected %d\n", total, time.Since(start).Round(time.Millisecond), rejected)
-	if rejected > 0 {
-		return fmt.Errorf("%d rows rejected (see above)", rejected)
-	}
-	return nil
-}
-
-func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo-seed", stderr)
-	var sf storeFlags
-	sf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	store, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	sum, already, err := demoseed.SeedDir(ctx, store, sf.data)
-	if err != nil {
-		return err
-	}
-	if already {
-		fmt.Fprintf(stdout, "%s already holds the demo world (%s): nothing to do\n", filepath.Join(sf.data, demoseed.FileName), sum)
-		return nil
-	}
-	fmt.Fprintf(stdout, "seeded %s: %v\nstart the server with the same -data, then open /demo\n", backendName(sf), sum)
-	return nil
-}
-
-func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("backup", stderr)
-	data := fs.String("data", "./data", "data directory to back up (a server may be running on it)")
-	out := fs.String("out", "", "backup file to write")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *out == "" {
-		return usageError{errors.New("-out must name the backup file")}
-	}
-	start := time.Now()
-	index, err := embedded.BackupFile(ctx, *data, *out)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "backed up %s to %s (through log record %d) in %s\nrestore with: tally restore -in %s -data NEWDIR\n",
-		*data, *out, index, time.Since(start).Round(time.Millisecond), *out)
-	return nil
-}
-
-func restoreCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("restore", stderr)
-	in := fs.String("in", "", "backup file made by tally backup")
-	data := fs.String("data", "", "new (empty) data directory to create")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *in == "" || *data == "" {
-		return usageError{errors.New("-in and -data are required")}
-	}
-	if err := embedded.Restore(*in, *data); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "restored %s into %s; start the server with: tally -data %s\n", *in, *data, *data)
-	return nil
-}
-
-func repairCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("repair", stderr)
-	data := fs.String("data", "./data", "data directory that failed to open (the server must be stopped)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	report, err := embedded.Repair(*data)
-	if report != "" {
-		fmt.Fprintln(stdout, report)
-	}
-	return err
-}
-
-// importProgress reports the import's progress from the bytes read of
-// the input files whose size is known (stdin has none: it then only
-// counts rows): as a bar redrawn in place on a terminal with text logs,
-// otherwise as a log line every few seconds, so that JSON logs and
-// redirected output stay one record per line.
-type importProgress struct {
-	done, total int64
-	useBar      bool
-	drawn       bool // the bar is on the current line
-	logged      time.Time
-}
-
-func (p *importProgress) report(w io.Writer, rows int, perSecond float64, rejected int) {
-	if p.useBar {
-		fmt.Fprintf(w, "\r%s %d rows (%.0f rows/s), rejected %d ", p.bar(), rows, perSecond, rejected)
-		p.drawn = true
-		return
-	}
-	if time.Since(p.logged) < 2*time.Second {
-		return
-	}
-	p.logged = time.Now()
-	attrs := []any{"rows", rows, "rows_per_s", int64(perSecond), "rejected", rejected}
-	if p.total > 0 {
-		attrs = append(attrs, "percent", min(100*p.done/p.total, 100))
-	}
-	slog.Info("import: progress", attrs...)
-}
-
-// log writes a log line below the bar, if one is drawn.
-func (p *importProgress) log(w io.Writer, level slog.Level, msg string, args ...any) {
-	p.finish(w)
-	slog.Log(context.Background(), level, msg, args...)
-}
-
-func (p *importProgress) finish(w io.Writer) {
-	if p.drawn {
-		fmt.Fprintln(w)
-		p.drawn = false
-	}
-}
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-func (p *importProgress) bar() string {
-	if p.total <= 0 {
-		return "importing:"
-	}
-	const width = 30
-	frac := min(float64(p.done)/float64(p.total), 1)
-	n := int(frac * width)
-	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100)
-}
-
-type countingReader struct {
-	r io.Reader
-	n *int64
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	*c.n += int64(n)
-	return n, err
 }

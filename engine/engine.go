@@ -40,10 +40,22 @@ const (
 	MaxTitleBytes    = 256  // notification title
 	MaxIdemKeyBytes  = 128  // idempotency key
 	MaxGroupMembers  = 1 << 20
-	DefaultPageSize  = 20
 	MaxPageSize      = 100
 	IdempotencyTTL   = 24 * time.Hour
 	DefaultCursorTTL = 30 * 24 * time.Hour
+)
+
+// Page sizes when the client gives none: the defaults of `first` in
+// API.md, which the schema states too (e2e's
+// TestSchemaPageDefaultsAreTheEngines holds the three together).
+const (
+	// DefaultMemberPageSize pages a group's members and a message's
+	// readers and unreaders: Group.members, ReadReceipts.readers and
+	// ReadReceipts.unreaders(first: Int = 50).
+	DefaultMemberPageSize = 50
+	// DefaultNotificationPageSize pages the system notifications:
+	// systemNotifications(first: Int = 20).
+	DefaultNotificationPageSize = 20
 )
 
 // Counts are the five counters of one post. A post that has none reads as
@@ -265,7 +277,14 @@ type Store interface {
 	// non-members and ErrNotFound for unknown groups/messages.
 	CreateGroup(ctx context.Context, viewer UserID, members []UserID) (GroupID, error)
 	AddGroupMembers(ctx context.Context, viewer UserID, group GroupID, users []UserID) error
-	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) error
+	// LeaveGroup makes viewer, a current member, leave group, and returns
+	// the group as its remaining members see it right after (as Group
+	// reads it), in the same step as the leave: a join or leave by anyone
+	// else comes wholly before or wholly after. Someone who is not a
+	// current member, who never joined or who left already, is
+	// ErrForbidden, as for every call that needs membership (leaving
+	// again so changes nothing).
+	LeaveGroup(ctx context.Context, viewer UserID, group GroupID) (Group, error)
 	Group(ctx context.Context, viewer UserID, group GroupID) (Group, error)
 	// GroupMembers lists a group's current members in join (mapid) order,
 	// at most first of them (CheckPage), starting after the user after (0:

@@ -33,8 +33,8 @@ type IdemArgs struct {
 // IdemFingerprint summarises what a mutation with an idempotency key was
 // asked to do: its kind and every argument that changes its effect. A key
 // is remembered with the fingerprint of its first use; a retry must match
-// it (CheckIdemReuse). The result is never 0, which stands for "recorded
-// before fingerprints existed".
+// it (CheckIdemReuse). The result is never 0, so that a store can use 0
+// for "no fingerprint" and never mistake it for one.
 func IdemFingerprint(op IdemOp, a IdemArgs) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -67,10 +67,9 @@ func IdemFingerprint(op IdemOp, a IdemArgs) uint64 {
 
 // CheckIdemReuse judges a mutation whose idempotency key is already
 // recorded with the fingerprint stored: the same fingerprint is a retry
-// (answer with the first result); a different one is ErrInvalid. stored 0
-// is a record written before fingerprints were kept, taken as a retry.
+// (answer with the first result); a different one is ErrInvalid.
 func CheckIdemReuse(stored, fp uint64) error {
-	if stored == 0 || stored == fp {
+	if stored == fp {
 		return nil
 	}
 	return ErrIdemReused

@@ -34,8 +34,8 @@ func TestIdemFingerprint(t *testing.T) {
 	if err := CheckIdemReuse(fp, fp); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckIdemReuse(0, fp); err != nil {
-		t.Fatal("a record without fingerprint refused:", err)
+	if err := CheckIdemReuse(0, fp); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a record without fingerprint: %v, want ErrInvalid", err)
 	}
 	if err := CheckIdemReuse(fp+1, fp); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("reuse: %v, want ErrInvalid", err)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"regexp"
 	"runtime/debug"
-	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -15,7 +14,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // Error codes of API.md, carried in extensions.code.
@@ -36,7 +35,9 @@ type codeError struct {
 
 func (e *codeError) Error() string { return e.msg }
 
-func errCode(code, format string, args ...any) error {
+// Errorf makes an error that PresentError shows with code; the
+// transports raise their refusals with it too.
+func Errorf(code, format string, args ...any) error {
 	return &codeError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -50,11 +51,11 @@ var badRequestCodes = map[string]bool{
 	"PERSISTED_QUERY_NOT_SUPPORTED": true,
 }
 
-// presentError gives every error one of API.md's codes. Engine errors keep
+// PresentError gives every error one of API.md's codes. Engine errors keep
 // their message (they are written for clients); anything unexpected is
 // logged in full and shown as a bare "internal error", so no Go error text,
 // path or stack reaches a client.
-func presentError(ctx context.Context, err error) *gqlerror.Error {
+func PresentError(ctx context.Context, err error) *gqlerror.Error {
 	gerr := graphql.DefaultErrorPresenter(ctx, err)
 	var ce *codeError
 	switch {
@@ -103,49 +104,11 @@ func setCode(e *gqlerror.Error, code string) {
 	e.Extensions["code"] = code
 }
 
-// recoverPanic turns a resolver panic into an INTERNAL error; the stack goes
+// RecoverPanic turns a resolver panic into an INTERNAL error; the stack goes
 // to the log only.
-func recoverPanic(ctx context.Context, p any) error {
+func RecoverPanic(ctx context.Context, p any) error {
 	slog.Error("panic in resolver", "panic", p, "stack", string(debug.Stack()))
-	return errCode(CodeInternal, "internal error")
-}
-
-// parseID reads a GraphQL ID holding an unsigned 64-bit decimal integer.
-func parseID[T ~uint64](what, s string) (T, error) {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || v == 0 {
-		return 0, errCode(CodeBadUserInput, "%s must be a positive 64-bit decimal integer, got %q", what, truncate(s))
-	}
-	return T(v), nil
-}
-
-func parseIDs[T ~uint64](what string, ss []string) ([]T, error) {
-	if len(ss) > engine.MaxIDsPerCall {
-		return nil, errCode(CodeBadUserInput, "at most %d %ss per call, got %d", engine.MaxIDsPerCall, what, len(ss))
-	}
-	out := make([]T, len(ss))
-	for i, s := range ss {
-		v, err := parseID[T](what, s)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	return Errorf(CodeInternal, "internal error")
 }
 
 // Variable coercion errors from gqlparser name reflect kinds ("cannot use

@@ -12,8 +12,8 @@ import (
 	"github.com/tally-dev/tally/graph"
 	gmodel "github.com/tally-dev/tally/graph/model"
 	"github.com/tally-dev/tally/loaders"
-	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/model"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 func (r *Resolver) Query() graph.QueryResolver               { return (*queryResolver)(r) }
@@ -170,7 +170,7 @@ func (r *Resolver) group(ctx context.Context, id engine.GroupID) (*model.Group, 
 }
 
 func (r *queryResolver) SystemNotifications(ctx context.Context, first *int, after *string) ([]model.SystemNotification, error) {
-	n := engine.DefaultPageSize
+	n := engine.DefaultNotificationPageSize
 	if first != nil {
 		n = *first
 	}
@@ -259,11 +259,11 @@ func (r *Resolver) receipts(ctx context.Context, id engine.MessageID) (*model.Re
 		if f.Name != "readers" && f.Name != "unreaders" {
 			continue
 		}
-		n := 50
+		n := engine.DefaultMemberPageSize
 		if arg := f.Arguments.ForName("first"); arg != nil {
 			v, err := arg.Value.Value(graphql.GetOperationContext(ctx).Variables)
 			if err != nil {
-				return nil, errCode(CodeBadUserInput, "first: %v", err)
+				return nil, Errorf(CodeBadUserInput, "first: %v", err)
 			}
 			if i, ok := v.(int64); ok {
 				n = int(i)
@@ -325,10 +325,11 @@ func (r *groupResolver) Members(ctx context.Context, g *model.Group, first *int,
 	return usersOf(ids, nil)
 }
 
-// pageArgs checks a paged list's arguments: first (null: the default 50)
-// and the user-id cursor after (null: from the start).
+// pageArgs checks a paged list of members' arguments: first (null:
+// engine.DefaultMemberPageSize) and the user-id cursor after (null: from
+// the start).
 func pageArgs(first *int, after *string) (int, engine.UserID, error) {
-	n := 50
+	n := engine.DefaultMemberPageSize
 	if first != nil {
 		n = *first
 	}
@@ -350,7 +351,7 @@ func usersOf(ids []engine.UserID, first *int) ([]model.User, error) {
 	n := len(ids)
 	if first != nil {
 		if *first < 0 {
-			return nil, errCode(CodeBadUserInput, "first must not be negative")
+			return nil, Errorf(CodeBadUserInput, "first must not be negative")
 		}
 		n = min(n, *first)
 	}
@@ -370,7 +371,7 @@ func (r *mutationResolver) post(ctx context.Context, id engine.PostID) (*model.P
 		return nil, err
 	}
 	if posts[0] == nil {
-		return nil, errCode(CodeNotFound, "post %d not found", id)
+		return nil, Errorf(CodeNotFound, "post %d not found", id)
 	}
 	return posts[0], nil
 }
@@ -488,7 +489,7 @@ var unreadKinds = map[gmodel.UnreadKind]engine.UnreadKind{
 func (r *mutationResolver) MarkRead(ctx context.Context, kind gmodel.UnreadKind) (*model.Viewer, error) {
 	k, ok := unreadKinds[kind]
 	if !ok {
-		return nil, errCode(CodeBadUserInput, "unknown UnreadKind %q", kind)
+		return nil, Errorf(CodeBadUserInput, "unknown UnreadKind %q", kind)
 	}
 	return r.viewerOp(ctx, func(v engine.UserID) error { return r.Store.MarkRead(ctx, v, k) })
 }
@@ -536,21 +537,16 @@ func (r *mutationResolver) AddGroupMembers(ctx context.Context, groupID string, 
 	return (*Resolver)(r).group(ctx, gid)
 }
 
-// LeaveGroup returns the group as it is after the viewer left (its
-// remaining members), read by the engine on the caller's behalf even though
-// the caller is no longer a member.
+// LeaveGroup returns the group as its remaining members see it once the
+// viewer has left, as the engine read it in the same step as the leave.
+// The pages of members the selection asks for are read first, while the
+// viewer may still read them, without the viewer.
 func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*model.Group, error) {
 	gid, err := parseID[engine.GroupID]("groupId", groupID)
 	if err != nil {
 		return nil, err
 	}
 	v := viewerOf(ctx)
-	before, err := r.Store.Group(ctx, v, gid)
-	if err != nil {
-		return nil, err
-	}
-	// The pages the selection asks for are read now, while the viewer may
-	// still read them, without the viewer.
 	pages := map[model.PageKey][]engine.UserID{}
 	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
 		if f.Name != "members" {
@@ -568,6 +564,11 @@ func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*mod
 		}
 		n, cursor, err := pageArgs(first, after)
 		if err != nil {
+			// Who may not read the group learns that first, as from any
+			// read of it.
+			if _, gerr := r.Store.Group(ctx, v, gid); gerr != nil {
+				return nil, gerr
+			}
 			return nil, err
 		}
 		page, err := r.pageWithout(ctx, v, gid, n, cursor)
@@ -576,12 +577,11 @@ func (r *mutationResolver) LeaveGroup(ctx context.Context, groupID string) (*mod
 		}
 		pages[model.PageKey{First: n, After: cursor}] = page
 	}
-	if err := r.Store.LeaveGroup(ctx, v, gid); err != nil {
+	after, err := r.Store.LeaveGroup(ctx, v, gid)
+	if err != nil {
 		return nil, err
 	}
-	before.MemberCount--
-	before.Members = slices.DeleteFunc(before.Members, func(u engine.UserID) bool { return u == v })
-	return &model.Group{G: before, Pages: pages}, nil
+	return &model.Group{G: after, Pages: pages}, nil
 }
 
 // pageWithout reads one page of a group's members as it will be once

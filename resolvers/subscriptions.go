@@ -3,10 +3,13 @@ package resolvers
 import (
 	"context"
 	"errors"
+	"sync"
+
+	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
 	"github.com/tally-dev/tally/resolvers/model"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // UnreadChanged sends the viewer's state at once, then again whenever the
@@ -111,4 +114,42 @@ func streamOver(ctx context.Context, err error) bool {
 		endStream(ctx, err)
 	}
 	return final
+}
+
+// StreamEnd carries the errors a subscription resolver ends its stream
+// with, so that the transport reports them in an `error` message instead
+// of a plain `complete`.
+type StreamEnd struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+type streamEndKey struct{}
+
+// WithStreamEnd returns a context for one subscription's resolver, and
+// the record in which the resolver leaves why its stream ended.
+func WithStreamEnd(ctx context.Context) (context.Context, *StreamEnd) {
+	e := &StreamEnd{}
+	return context.WithValue(ctx, streamEndKey{}, e), e
+}
+
+// Errors returns what the resolver ended the stream with (none when it
+// ended because the client completed it or the socket closed).
+func (e *StreamEnd) Errors() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.errs
+}
+
+// endStream records why a subscription's stream is ending; the resolver
+// then closes its channel. ctx is the resolver's (it carries the field's
+// path). Outside a transport's WithStreamEnd it does nothing.
+func endStream(ctx context.Context, err error) {
+	e, _ := ctx.Value(streamEndKey{}).(*StreamEnd)
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.errs = append(e.errs, graphql.ErrorOnPath(ctx, err))
+	e.mu.Unlock()
 }

@@ -41,7 +41,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 type config struct {
@@ -546,7 +546,7 @@ func (a *attacker) slowloris(ctx context.Context, n int, st *attackStats) {
 // slowRead holds up to n connections that ask for the whole schema's
 // introspection and never read the answer.
 func (a *attacker) slowRead(ctx context.Context, n int, st *attackStats) {
-	raw, _ := os.ReadFile("resolvers/testdata/introspection-query.graphql")
+	raw, _ := os.ReadFile("web/transport/testdata/introspection-query.graphql")
 	q := string(raw)
 	if q == "" {
 		q = `{ __schema { types { name description fields { name description args { name description type { name } } type { name kind ofType { name kind } } } } } }`

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tally-dev/tally/engine/embedded"
-	"github.com/tally-dev/tally/resolvers"
-	"github.com/tally-dev/tally/resolvers/auth"
-	"github.com/tally-dev/tally/resolvers/hub"
+	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // The soak runs end to end against an in-process server with the
@@ -39,7 +39,7 @@ func TestSoakAgainstInProcessServer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("/query", resolvers.NewHandler(resolvers.Config{
+	mux.Handle("/query", transport.NewHandler(transport.Config{
 		Store: store, Hub: h, Keys: keys, RateLimit: 50, RateBurst: 100, CostRate: 20000, CostBurst: 50000,
 	}))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

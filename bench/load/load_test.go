@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // TestSpawnRun builds the tool and runs it the way the README does, for a

@@ -38,7 +38,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 type config struct {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tally-dev/tally/resolvers/auth"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // The reference server is the peer of the issue: what the same feed page

@@ -431,8 +431,7 @@ func (st *state) userFields(u uint64, r *userRec) [8]uint64 {
 }
 
 // writeUsers writes USER, one item per user with a badge or a visit
-// record or a click, in the format of the one table they were kept in before, so
-// that older snapshots load unchanged.
+// record or a click: the user's records of the three tables joined.
 func writeUsers(e *enc, st *state) {
 	item := func(u uint64) {
 		r, _ := st.userView(u)
@@ -549,7 +548,7 @@ func (e *Engine) PublishNotification(ctx context.Context, title, body, idemKey s
 	if err := r.Check(); err != nil {
 		return engine.Notification{}, err
 	}
-	r.withIdem(opPublish, 0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body})
+	r.withIdem(0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body})
 	id, err := e.commit(r)
 	if err != nil {
 		return engine.Notification{}, err

@@ -110,11 +110,7 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 	st := e.st
 	h, _, _, _ := recordInfo(r)
 	if h.idem != (idemKey{}) {
-		v, ok := st.idemLookup(h.idem, now)
-		if !ok && h.legacyIdem != (idemKey{}) {
-			v, ok = st.idemLookup(h.legacyIdem, now)
-		}
-		if ok {
+		if v, ok := st.idemLookup(h.idem, now); ok {
 			if err := engine.CheckIdemReuse(v.fp, h.fp); err != nil {
 				return 0, false, err
 			}

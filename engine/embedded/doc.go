@@ -58,14 +58,21 @@
 // idempotency key hash and fingerprint) and the ids the engine decided
 // before logging (new post, message, group and notification ids; a
 // touch's cursor). Each has its own encoder and decoder (appendTo,
-// readFrom) under format version 2; the format is described in record.go.
-// Version 1, the generic record every earlier version wrote, is still
-// read (recordv1.go) and converted to the typed records, so logs written
-// by older versions replay unchanged (TestV1LogReplays replays one
-// written by the last version-1 engine). A decoder never panics and
-// rejects anything its encoder would not have written (FuzzRecord). The
-// WAL's framing and the snapshot format are not records and did not
-// change.
+// readFrom) under one format version; the format is described in
+// record.go. A decoder never panics and rejects anything its encoder would
+// not have written (FuzzRecord).
+//
+// # Formats
+//
+// Every file of a data directory carries its format's version: the log's
+// segments and manifest (package wal), the snapshot file (package
+// snapshot), the snapshot's state (its META section) and each log record.
+// Tally has never been released, so this build reads exactly the versions
+// it writes: Open refuses a directory holding any other with an
+// *engine.FormatError naming the format, the version found, the version
+// this build reads and what to do (TestOlderFormatsRefused), and Repair
+// leaves such a directory as it is. A change to any of these formats
+// bumps its version.
 //
 // A mutation returns only after its record is as durable as Options.Sync
 // promises. Anything that returns nil without logging (a repeated like, a
@@ -120,12 +127,11 @@
 // # Backup and restore
 //
 // A backup is one snapshot file holding every mutation acknowledged before
-// it started. (*Engine).Backup writes one from a running engine (an admin
-// endpoint); BackupDir and BackupFile write one from a data directory,
-// whether or not a server has it open (`tally backup`), without writing
-// to it. Restore verifies a backup completely and installs it as the only
-// file of an empty data directory (`tally restore`); the log then starts
-// after the backup's index.
+// it started. BackupFile writes one from a data directory, whether or not
+// a server has it open (`tally backup`), without writing to it. Restore
+// verifies a backup completely and installs it as the only file of an
+// empty data directory (`tally restore`); the log then starts after the
+// backup's index.
 //
 // # Disk full, read-only
 //
@@ -182,7 +188,7 @@
 // Each subscriber has its own goroutine and a buffered channel of
 // SubscriberBuffer events. Commits hand events over without blocking: when
 // a subscriber's buffer is full (its fn is stuck) the event is dropped for
-// that subscriber only and counted in DroppedEvents. Events are published
+// that subscriber only. Events are published
 // after the mutation is durable, never during replay.
 //
 // # Concurrency
@@ -207,9 +213,8 @@
 //	            the maintenance loop
 //	commit.go   the write path: commit (validate → record → log → apply →
 //	            publish), prepare, durability waits, new ids
-//	record.go   the record kinds, the common header, the version-2 format,
+//	record.go   the record kinds, the common header, the record format,
 //	            appendRecord and the decoder (recordReader) with its helpers
-//	recordv1.go version-1 records and their conversion to typed records
 //	state.go    the state struct, newState, decide and apply's dispatch,
 //	            applyEffects
 //	stateio.go  the snapshot container: the section list, the image,

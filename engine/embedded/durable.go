@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -72,6 +73,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 		newest := list[len(list)-1]
 		start := time.Now()
 		if im, err = loadSnapshot(newest, true, tc); err != nil {
+			if fe := formatError(err, dir); fe != nil {
+				return nil, nil, rec, fe
+			}
 			return nil, nil, rec, corruptHint(err, dir)
 		}
 		rec.snapshot, rec.snapIndex, rec.loadTook = newest.Path, im.index, time.Since(start)
@@ -79,6 +83,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 	wopts.FirstIndex = im.index + 1
 	l, err := wal.Open(logDir, wopts)
 	if err != nil {
+		if fe := formatError(err, dir); fe != nil {
+			return nil, nil, rec, fe
+		}
 		return nil, nil, rec, fmt.Errorf("embedded: open log: %w", err)
 	}
 	if err := checkContinues(l, im, rec.snapshot); err != nil {
@@ -93,6 +100,9 @@ func recoverFrom(snapDir, logDir string, wopts wal.Options, tc tables) (*image, 
 	})
 	if err != nil {
 		l.Close()
+		if fe := formatError(err, dir); fe != nil {
+			return nil, nil, rec, fe
+		}
 		return nil, nil, rec, fmt.Errorf("embedded: replay %s: %w", dir, err)
 	}
 	rec.replayDur = time.Since(start)
@@ -116,6 +126,41 @@ func checkContinues(l *wal.Log, im *image, snap string) error {
 			"lost or replaced?); `tally repair` restarts the log after the snapshot, losing nothing the snapshot holds", last, base, im.index)
 	}
 	return nil
+}
+
+// formatError returns, for an error that says a file of the data
+// directory dir is in another format than this build's (a snapshot file
+// or state, a log segment, manifest or record), the *engine.FormatError
+// Open reports: which directory, which format, both versions and what to
+// do. It returns nil for any other error.
+func formatError(err error, dir string) error {
+	return formatErrorOf(err, "data directory "+dir, "an empty -data directory")
+}
+
+// formatErrorOf is formatError for the state store holds (a directory, a
+// backup file), fresh saying where to start afresh.
+func formatErrorOf(err error, store, fresh string) error {
+	var fe *engine.FormatError
+	var sv *snapshot.VersionError
+	var wv *wal.VersionError
+	file := ""
+	switch {
+	case errors.As(err, &sv):
+		fe = &engine.FormatError{Format: "snapshot file", Found: uint64(sv.Found), Want: snapshot.Version}
+		file = sv.File
+	case errors.As(err, &wv):
+		fe = &engine.FormatError{Format: wv.Format, Found: uint64(wv.Found), Want: uint64(wv.Want)}
+		file = wv.File
+	case errors.As(err, &fe):
+		fe = &engine.FormatError{Format: fe.Format, Found: fe.Found, Want: fe.Want}
+	default:
+		return nil
+	}
+	if file != "" && !strings.HasSuffix(store, file) {
+		store += " (" + filepath.Base(file) + ")"
+	}
+	fe.Store, fe.Fresh = store, fresh
+	return fmt.Errorf("embedded: %w", fe)
 }
 
 // corruptHint adds the way out to a damaged snapshot's error.
@@ -193,7 +238,7 @@ func (e *Engine) canSnapshot() error {
 	case e.log != nil:
 		return nil
 	case e.dir != "":
-		return fmt.Errorf("embedded: %s is open read-only; BackupDir reads it without an engine", e.dir)
+		return fmt.Errorf("embedded: %s is open read-only; `tally backup` (BackupFile) reads it without an engine", e.dir)
 	}
 	return errNoDir
 }
@@ -241,8 +286,12 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	}
 	info, _ := os.Stat(path)
 	e.snapIndex.Store(im.index)
-	e.snapBase.Store(e.log.Size())
+	e.snapAt.Store(time.Now().UnixNano())
 	e.afterSnapshot()
+	// After afterSnapshot: the log segments it removes shrink Size, and a
+	// base taken before would leave the -snapshot-log-bytes trigger (and
+	// SnapshotLag) that many bytes behind.
+	e.snapBase.Store(e.log.Size())
 	var size int64
 	if info != nil {
 		size = info.Size()
@@ -403,6 +452,9 @@ func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
 				return
 			}
 			failures++
+			if e.metrics != nil {
+				e.metrics.SnapshotFailed()
+			}
 			backoff := min(10*time.Second<<min(failures-1, 5), 5*time.Minute)
 			retryAt = time.Now().Add(backoff)
 			e.logger.Error("embedded: snapshot failed; the log is kept and the snapshot will be retried",
@@ -414,25 +466,17 @@ func (e *Engine) snapshotter(interval time.Duration, logBytes int64) {
 	}
 }
 
-// Backup writes to w a snapshot of every mutation acknowledged before the
-// call, while the engine keeps serving, and returns the log index it
-// covers. The output is one snapshot file in the format of package
-// snapshot; Restore installs it. Like Snapshot it rebuilds the state
-// beside the live one, so it costs a second copy of the state in memory;
-// it writes nothing into the data directory.
-func (e *Engine) Backup(ctx context.Context, w io.Writer) (uint64, error) {
-	if err := e.canSnapshot(); err != nil {
-		return 0, err
+// SnapshotLag reports what the newest snapshot does not cover: the log
+// records and bytes after it (what a restart replays), and when it was
+// written (zero when the data directory has none yet).
+func (e *Engine) SnapshotLag() (records uint64, logBytes int64, newest time.Time) {
+	if e.log == nil {
+		return 0, 0, time.Time{}
 	}
-	ctx, cancel := e.snapCtx(ctx)
-	defer cancel()
-	e.snapMu.Lock()
-	im, _, err := e.buildImage(ctx)
-	e.snapMu.Unlock()
-	if err != nil {
-		return 0, err
+	if at := e.snapAt.Load(); at != 0 {
+		newest = time.Unix(0, at)
 	}
-	return im.index, writeBackup(ctx, im, w)
+	return e.log.LastIndex() - min(e.snapIndex.Load(), e.log.LastIndex()), max(e.log.Size()-e.snapBase.Load(), 0), newest
 }
 
 func writeBackup(ctx context.Context, im *image, w io.Writer) error {
@@ -449,7 +493,7 @@ func writeBackup(ctx context.Context, im *image, w io.Writer) error {
 	return nil
 }
 
-// BackupDir writes to w a backup of the data directory dir, whether or not
+// backupDir writes to w a backup of the data directory dir, whether or not
 // a server has it open (`tally backup -data DIR -out FILE`), and returns
 // the log index it covers: every mutation acknowledged before the call is
 // in it. It never writes to dir's files: it hard-links the newest snapshot
@@ -462,7 +506,7 @@ func writeBackup(ctx context.Context, im *image, w io.Writer) error {
 // links fail, disk for the copies; the private directory is removed
 // afterwards (a crashed backup leaves it behind; it may be deleted). If a
 // running server prunes what it linked mid-way, it retries.
-func BackupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
+func backupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
 	var lastErr error
 	for range 3 {
 		im, err := stageAndRecover(dir)
@@ -477,7 +521,7 @@ func BackupDir(ctx context.Context, dir string, w io.Writer) (uint64, error) {
 	return 0, lastErr
 }
 
-// BackupFile is BackupDir into the file out, written as out.tmp, fsynced
+// BackupFile is backupDir into the file out, written as out.tmp, fsynced
 // and renamed, so that out is either absent or a complete backup.
 func BackupFile(ctx context.Context, dir, out string) (uint64, error) {
 	tmp := out + ".tmp"
@@ -490,7 +534,7 @@ func BackupFile(ctx context.Context, dir, out string) (uint64, error) {
 		os.Remove(tmp)
 		return 0, err
 	}
-	index, err := BackupDir(ctx, dir, f)
+	index, err := backupDir(ctx, dir, f)
 	if err != nil {
 		return fail(err)
 	}
@@ -619,7 +663,7 @@ func parseSegmentName(name string) (uint64, bool) {
 	return v, err == nil
 }
 
-// Restore installs the backup file (from Backup or BackupDir) as the state
+// Restore installs the backup file (from BackupFile, `tally backup`) as the state
 // of the data directory dir, which must not hold a store yet (no snapshot
 // or log files; other files such as a dev secret may be there). It reads
 // and decodes the whole backup first, so a damaged backup is refused
@@ -628,11 +672,14 @@ func parseSegmentName(name string) (uint64, bool) {
 // of dir loads it and starts the log after the backup's index.
 func Restore(file, dir string) error {
 	fr, err := snapshot.Open(file)
-	if err != nil {
-		return fmt.Errorf("embedded: restore: %w", err)
+	if err == nil {
+		defer fr.Close()
+		_, err = readImage(fr.Reader, true, tables{})
 	}
-	defer fr.Close()
-	if _, err := readImage(fr.Reader, true, tables{}); err != nil {
+	if err != nil {
+		if fe := formatErrorOf(err, "backup "+file, "a backup written by this build"); fe != nil {
+			return fe
+		}
 		return fmt.Errorf("embedded: restore: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -129,8 +129,7 @@ func (st *state) applyFollowEdge(f ops.FollowEdge) {
 const followsPerItem = 4096
 
 // writeProfiles writes PROF, one item per user with a public counter,
-// from posted and followers: the section's format is the one the profile
-// table was written in, so that older snapshots load unchanged.
+// from posted and followers joined.
 func writeProfiles(e *enc, st *state) {
 	item := func(u uint64, posts, followers int64) {
 		e.start()

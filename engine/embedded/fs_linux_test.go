@@ -201,8 +201,8 @@ func TestReadOnlyDir(t *testing.T) {
 	}
 	// A backup of the read-only directory stages outside it.
 	var buf strings.Builder
-	if _, err := BackupDir(bg, dir, &buf); err != nil {
-		t.Fatalf("BackupDir of a read-only directory: %v", err)
+	if _, err := backupDir(bg, dir, &buf); err != nil {
+		t.Fatalf("backupDir of a read-only directory: %v", err)
 	}
 	ok(t, ro.Close())
 

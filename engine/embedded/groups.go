@@ -147,6 +147,9 @@ type addMembersRec struct {
 type leaveGroupRec struct {
 	recHeader
 	ops.LeaveGroup
+	// after, when set (LeaveGroup, not replay), receives the group as
+	// its remaining members see it, read in the commit of the leave.
+	after *engine.Group
 }
 
 // CreateGroup implements engine.Store.
@@ -175,18 +178,20 @@ func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g en
 	return err
 }
 
-// LeaveGroup implements engine.Store. Leaving again is a no-op; a user who
-// never joined gets ErrForbidden.
-func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.GroupID) error {
+// LeaveGroup implements engine.Store.
+func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.GroupID) (engine.Group, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return engine.Group{}, err
 	}
-	r := &leaveGroupRec{LeaveGroup: ops.LeaveGroup{Viewer: viewer, Group: g}}
+	var after engine.Group
+	r := &leaveGroupRec{LeaveGroup: ops.LeaveGroup{Viewer: viewer, Group: g}, after: &after}
 	if err := r.Check(); err != nil {
-		return err
+		return engine.Group{}, err
 	}
-	_, err := e.commit(r)
-	return err
+	if _, err := e.commit(r); err != nil {
+		return engine.Group{}, err
+	}
+	return after, nil
 }
 
 // Group implements engine.Store.
@@ -200,9 +205,26 @@ func (e *Engine) Group(ctx context.Context, viewer engine.UserID, id engine.Grou
 	if err != nil {
 		return engine.Group{}, err
 	}
-	out := engine.Group{ID: id, MemberCount: g.current, Members: make([]engine.UserID, 0, min(g.current, engine.MaxPageSize))}
-	g.currentAfter(0, engine.MaxPageSize, func(u uint64) { out.Members = append(out.Members, engine.UserID(u)) })
-	return out, nil
+	return g.view(id, 0), nil
+}
+
+// view is g as Group reads it: how many current members it has and the
+// first page of them. without, when not 0, is a current member left out
+// of both: the one whose leave is being committed.
+func (g *group) view(id engine.GroupID, without uint64) engine.Group {
+	out := engine.Group{ID: id, MemberCount: g.current}
+	limit := engine.MaxPageSize
+	if without != 0 {
+		out.MemberCount--
+		limit++
+	}
+	out.Members = make([]engine.UserID, 0, min(out.MemberCount, engine.MaxPageSize))
+	g.currentAfter(0, limit, func(u uint64) {
+		if u != without && len(out.Members) < engine.MaxPageSize {
+			out.Members = append(out.Members, engine.UserID(u))
+		}
+	})
+	return out
 }
 
 // GroupMembers implements engine.Store.
@@ -259,7 +281,7 @@ func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine
 	if err := r.Check(); err != nil {
 		return engine.Message{}, err
 	}
-	r.withIdem(opSendMessage, viewer, idemKey, engine.IdemSendMessage,
+	r.withIdem(viewer, idemKey, engine.IdemSendMessage,
 		engine.IdemArgs{Group: g, Mentions: r.Mentions, Text: text})
 	id, err := e.commit(r)
 	if err != nil {
@@ -427,8 +449,17 @@ func (st *state) decideAddMembers(r *addMembersRec) error {
 }
 
 func (st *state) decideLeaveGroup(r *leaveGroupRec) error {
-	f, _ := st.groupFacts(r.Group, r.Viewer)
-	return r.Decide(f, &st.eff)
+	f, g := st.groupFacts(r.Group, r.Viewer)
+	if err := r.Decide(f, &st.eff); err != nil {
+		return err
+	}
+	if r.after != nil {
+		// The commit applies this leave, and nothing else, under the
+		// lock it decides under: the group after it is the group now
+		// without the viewer.
+		*r.after = g.view(r.Group, uint64(r.Viewer))
+	}
+	return nil
 }
 
 func (st *state) decideSendMessage(r *sendMessageRec) error {

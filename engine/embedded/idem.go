@@ -18,7 +18,7 @@ func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
 type idemVal struct {
 	result uint64
 	time   int64
-	fp     uint64 // engine.IdemFingerprint of the first call; 0: not recorded
+	fp     uint64 // engine.IdemFingerprint of the first call
 }
 
 type idemExpiry struct {
@@ -64,23 +64,14 @@ func (st *state) expireIdem(now int64) {
 // to one viewer, and bound (by the fingerprint kept with it) to the kind
 // and arguments of its first use, so reusing it for anything else is
 // refused rather than answered with another call's result.
-func makeIdemKey(viewer uint64, key string) idemKey { return hashIdemKey(0, viewer, key) }
-
-// legacyIdemKey is the key as versions before fingerprints hashed it,
-// scoped by kind too; kinds start at 1, so it never equals a makeIdemKey.
-func legacyIdemKey(kind opKind, viewer uint64, key string) idemKey {
-	return hashIdemKey(byte(kind), viewer, key)
-}
-
-func hashIdemKey(kind byte, viewer uint64, key string) idemKey {
+func makeIdemKey(viewer uint64, key string) idemKey {
 	if key == "" {
 		return idemKey{}
 	}
 	h := fnv.New128a()
-	var b [9]byte
-	b[0] = kind
-	for i := range 8 {
-		b[1+i] = byte(viewer >> (8 * i))
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(viewer >> (8 * i))
 	}
 	h.Write(b[:])
 	h.Write([]byte(key))
@@ -120,15 +111,16 @@ func writeIdemQ(e *enc, st *state) {
 	}
 }
 
-func readIdem(sr *snapshot.SectionReader, pc *pacer, st *state, withFP bool) error {
+func readIdem(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	err := eachItem(sr, pc, func(d *dec) {
 		k := idemKey{d.fixed("key"), d.fixed("key")}
-		v := idemVal{result: d.u("result"), time: d.v("time")}
-		if withFP {
-			v.fp = d.fixed("fingerprint")
-		}
-		if d.err == "" && k == (idemKey{}) {
+		v := idemVal{result: d.u("result"), time: d.v("time"), fp: d.fixed("fingerprint")}
+		switch {
+		case d.err != "":
+		case k == (idemKey{}):
 			d.fail("zero key")
+		case v.fp == 0:
+			d.fail("zero fingerprint")
 		}
 		if d.err == "" {
 			st.idem.Put(k, v)

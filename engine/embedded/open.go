@@ -85,6 +85,9 @@ type Metrics interface {
 	// SnapshotWritten reports a snapshot written: how long it took and
 	// the size of its file.
 	SnapshotWritten(took time.Duration, bytes int64)
+	// SnapshotFailed reports a periodic snapshot that failed (it will be
+	// retried; the engine logs the error).
+	SnapshotFailed()
 }
 
 // Engine is the embedded engine.Store. Safe for concurrent use.
@@ -114,14 +117,14 @@ type Engine struct {
 	metrics   Metrics      // nil: none
 	snapIndex atomic.Uint64
 	snapBase  atomic.Int64 // log size just after the newest snapshot
+	snapAt    atomic.Int64 // unix ns the newest snapshot was written; 0: none
 	// createSnapshot is snapshot.Create; tests substitute failing files.
 	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
 	ctx            context.Context // cancelled by Close
 	cancel         context.CancelFunc
 
-	subsMu  sync.Mutex
-	subs    atomic.Pointer[[]*subscriber]
-	dropped atomic.Uint64
+	subsMu sync.Mutex
+	subs   atomic.Pointer[[]*subscriber]
 
 	// shadow is how the states a snapshot is rebuilt in keep their
 	// tables: in memory only, never touching the live cold files.
@@ -253,6 +256,11 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	e.snapIndex.Store(rec.snapIndex)
 	e.snapBase.Store(l.Size() - rec.bytes)
+	if rec.snapshot != "" {
+		if fi, err := os.Stat(rec.snapshot); err == nil {
+			e.snapAt.Store(fi.ModTime().UnixNano())
+		}
+	}
 	opts.Logger.Info("embedded: state recovered", "dir", opts.Dir, "snapshot", rec.snapshot, "snapshot_load", rec.loadTook,
 		"log_records", rec.records, "log_replay", rec.replayDur, "last_index", im.index)
 	return nil
@@ -311,10 +319,6 @@ func (e *Engine) Stats() engine.Stats {
 		MemoryBytes:   int64(mem),
 	}
 }
-
-// DroppedEvents returns how many events were dropped because a
-// subscriber's buffer was full.
-func (e *Engine) DroppedEvents() uint64 { return e.dropped.Load() }
 
 // Close stops the sweeper and event delivery and closes the log, after
 // which every record acknowledged so far is on disk.

@@ -39,7 +39,7 @@ func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine
 	if err := r.Check(e.now()); err != nil {
 		return 0, err
 	}
-	r.withIdem(opCreatePost, viewer, idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	r.withIdem(viewer, idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id})
 	res, err := e.commit(r)
 	return engine.PostID(res), err
 }
@@ -188,7 +188,7 @@ func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.
 	if err := r.Check(); err != nil {
 		return err
 	}
-	r.withIdem(opComment, viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
+	r.withIdem(viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
 	_, err := e.commit(r)
 	return err
 }
@@ -202,7 +202,7 @@ func (e *Engine) Repost(ctx context.Context, viewer engine.UserID, post engine.P
 	if err := r.Check(); err != nil {
 		return 0, err
 	}
-	r.withIdem(opRepost, viewer, idemKey, engine.IdemRepost, engine.IdemArgs{Post: post, Mentions: r.Mentions})
+	r.withIdem(viewer, idemKey, engine.IdemRepost, engine.IdemArgs{Post: post, Mentions: r.Mentions})
 	id, err := e.commit(r)
 	return engine.PostID(id), err
 }
@@ -440,11 +440,6 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 	}
 }
 
-// postSections are the sections writeImage writes the post table as.
-func postSections(w *snapshot.Writer, e *enc, st *state) []imageStep {
-	return []imageStep{{tagPostTable, func() { writePostTable(w, e, st) }}}
-}
-
 // writePostTable writes the PTBL section: the number of posts with a
 // count (8 bytes, little-endian), then the post table's image
 // (engine/tier: sealed windows as they are in memory, open ones as
@@ -478,15 +473,6 @@ func readPostTable(sr *snapshot.SectionReader, pc *pacer, st *state, tc tables) 
 	}, tier.ErrCorrupt)
 }
 
-// setSections are the sections writeImage writes the like and favorite
-// sets as; a test swaps in those of older snapshots (LIKE and FAVS).
-var setSections = func(w *snapshot.Writer, e *enc, st *state) []imageStep {
-	return []imageStep{
-		{tagLikeSet, func() { writeSetImage(w, e, st.likes) }},
-		{tagFavSet, func() { writeSetImage(w, e, st.favs) }},
-	}
-}
-
 // writeSetImage writes an LKST or FVST section: the set's image
 // (engine/tier), streamed into chunks; a load installs its sealed windows
 // as they are, where rebuilding them from one item a pair took about six
@@ -499,34 +485,11 @@ func writeSetImage(w *snapshot.Writer, e *enc, t *tier.Set) {
 	cw.close()
 }
 
-// readSet loads a like or favorite section into t: an LKST or FVST image
-// (written with any window length: tier.Set.LoadAnyWindow), or, from
-// older snapshots, a LIKE or FAVS section (items true) of one (user,
-// post) item a pair, with one tier.Set.LoadPairs, which builds old
-// windows sealed rather than through open tables.
-func readSet(sr *snapshot.SectionReader, items bool, pc *pacer, t *tier.Set, tc tables) error {
-	if !items {
-		cr := &chunkReader{sr: sr, p: pc}
-		return cr.load(func(r io.Reader) error { return t.LoadAnyWindow(r, tc.loadTime()) }, tier.ErrCorrupt)
-	}
-	var itemErr error
-	err := t.LoadPairs(func(yield func(uint64, uint64) bool) {
-		more := true
-		itemErr = eachItem(sr, pc, func(d *dec) {
-			u := d.u("user")
-			p := d.fixed("post")
-			if d.err == "" && more {
-				more = yield(u, p)
-			}
-		})
-	}, tc.loadTime())
-	if itemErr != nil {
-		return itemErr
-	}
-	if err != nil {
-		return sr.Corrupt(err.Error())
-	}
-	return checkLen(sr, t.Len())
+// readSet loads an LKST or FVST section into t (written with any window
+// length: tier.Set.LoadAnyWindow).
+func readSet(sr *snapshot.SectionReader, pc *pacer, t *tier.Set, tc tables) error {
+	cr := &chunkReader{sr: sr, p: pc}
+	return cr.load(func(r io.Reader) error { return t.LoadAnyWindow(r, tc.loadTime()) }, tier.ErrCorrupt)
 }
 
 // The posts' records' encodings (record.go has the format).

@@ -77,24 +77,19 @@ type recHeader struct {
 	// idem is the hash of the call's idempotency key (zero: none); only
 	// the kinds that take a key carry one.
 	idem idemKey
-	// fp is the engine.IdemFingerprint of the call that carried idem (0
-	// in records written before fingerprints were logged).
+	// fp is the engine.IdemFingerprint of the call that carried idem
+	// (never 0 with a key).
 	fp uint64
-	// legacyIdem is idem as older versions hashed it (scoped by kind); it
-	// is looked up, never logged, so a retry of a call made before an
-	// upgrade still finds its result.
-	legacyIdem idemKey
 }
 
 func (*recHeader) isRecord() {}
 
-// withIdem sets h's idempotency fields for a call of kind carrying key.
-func (h *recHeader) withIdem(kind opKind, viewer engine.UserID, key string, ik engine.IdemOp, args engine.IdemArgs) {
+// withIdem sets h's idempotency fields for a call carrying key.
+func (h *recHeader) withIdem(viewer engine.UserID, key string, ik engine.IdemOp, args engine.IdemArgs) {
 	if key == "" {
 		return
 	}
 	h.idem = makeIdemKey(uint64(viewer), key)
-	h.legacyIdem = legacyIdemKey(kind, uint64(viewer), key)
 	h.fp = engine.IdemFingerprint(ik, args)
 }
 
@@ -158,10 +153,10 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 2 (the one written; version 1 is still read,
-// see recordv1.go):
+// Record format, version 3, the only one this build reads or writes (a
+// log of another version is refused whole, engine.FormatError):
 //
-//	byte 0   version (2)
+//	byte 0   version (3)
 //	byte 1   kind
 //	uvarint  time (Unix ns, non-negative)
 //	...      the kind's own fields, in the order its appendTo writes them
@@ -169,21 +164,15 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // Each kind's appendTo and readFrom, in its domain's file, are one pair.
 // Ids and counts are uvarints, a flag one byte (0 or 1), a string or id
 // list a uvarint length then the bytes or the uvarint ids, and the kinds
-// that take an idempotency key have one byte saying which of the key (16
-// bytes, LE) and its fingerprint (8 bytes, LE) follow. A like is about 25
+// that take an idempotency key have a flag byte saying whether the key
+// (16 bytes, LE) and its fingerprint (8 bytes, LE) follow. A like is about 25
 // bytes. The log frames and checksums records; a decoder only has to
 // reject, without panicking, anything its encoder would not have written:
 // an overlong varint, zero where the engine never logs zero, an unknown
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 2
-
-// The idempotency byte's bits.
-const (
-	idemKeyBit = 1 << iota
-	idemFPBit
-)
+const recordVersion = 3
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
@@ -233,9 +222,8 @@ func appendRecord(dst []byte, r record) []byte {
 	panic("embedded: unknown record type")
 }
 
-// decodeRecord parses one record of either version into a new record. It
-// never panics and rejects anything that appendRecord (or, for version 1,
-// the encoder of that time) would not have produced.
+// decodeRecord parses one record into a new record. It never panics and
+// rejects anything that appendRecord would not have produced.
 func decodeRecord(rec []byte) (record, error) {
 	var rd recordReader
 	return rd.decode(rec)
@@ -270,16 +258,8 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 	if len(rec) < 2 {
 		return nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(rec))
 	}
-	switch rec[0] {
-	case opVersion:
-		o, err := decodeV1(rec)
-		if err != nil {
-			return nil, err
-		}
-		return fromV1(&o)
-	case recordVersion:
-	default:
-		return nil, fmt.Errorf("%w: version %d, want %d or %d", errBadRecord, rec[0], opVersion, recordVersion)
+	if rec[0] != recordVersion {
+		return nil, &engine.FormatError{Format: "log record", Found: uint64(rec[0]), Want: recordVersion}
 	}
 	kind := opKind(rec[1])
 	d := decoder{b: rec[2:]}
@@ -403,12 +383,11 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 	return r, nil
 }
 
-// Decode bounds: the format's own, fixed, not the product's limits. The
-// longest list is a version-1 import record of 10,000 rows (MaxImportBatch
-// when it was written); a version-2 import holds as many rows.
+// Decode bounds: the format's own, fixed, not the product's limits (an id
+// list, an import record's rows, a text).
 const (
-	maxListLen    = 10000 * importStride
-	maxImportRows = maxListLen / importStride
+	maxListLen    = 1 << 16
+	maxImportRows = 10000
 	maxStringLen  = 1 << 16
 )
 
@@ -436,8 +415,8 @@ func (d *decoder) uvarint(what string) uint64 {
 		return 0
 	}
 	if n > 1 && d.b[n-1] == 0 {
-		// An overlong encoding: appendV1 never writes one, so it is not a
-		// record of ours.
+		// An overlong encoding: appendRecord never writes one, so it is
+		// not a record of ours.
 		d.fail("overlong varint for " + what)
 		return 0
 	}
@@ -491,24 +470,15 @@ func appendFlag(dst []byte, f bool) []byte {
 	return append(dst, 0)
 }
 
-// appendIdem writes h's idempotency key and fingerprint.
+// appendIdem writes h's idempotency key and fingerprint, if it has a key.
 func appendIdem(dst []byte, h *recHeader) []byte {
-	var bits byte
-	if h.idem != (idemKey{}) {
-		bits |= idemKeyBit
-		if h.fp != 0 {
-			bits |= idemFPBit
-		}
+	if h.idem == (idemKey{}) {
+		return append(dst, 0)
 	}
-	dst = append(dst, bits)
-	if bits&idemKeyBit != 0 {
-		dst = binary.LittleEndian.AppendUint64(dst, h.idem[0])
-		dst = binary.LittleEndian.AppendUint64(dst, h.idem[1])
-	}
-	if bits&idemFPBit != 0 {
-		dst = binary.LittleEndian.AppendUint64(dst, h.fp)
-	}
-	return dst
+	dst = append(dst, 1)
+	dst = binary.LittleEndian.AppendUint64(dst, h.idem[0])
+	dst = binary.LittleEndian.AppendUint64(dst, h.idem[1])
+	return binary.LittleEndian.AppendUint64(dst, h.fp)
 }
 
 // id reads a uvarint that the engine never logs as zero.
@@ -575,28 +545,19 @@ func (d *decoder) text(nonEmpty bool, what string) string {
 
 // idem reads what appendIdem wrote into h.
 func (d *decoder) idem(h *recHeader) {
-	b := d.bytes(1, "idempotency bits")
-	if b == nil {
+	if !d.flag("idempotency key flag") {
 		return
 	}
-	bits := b[0]
-	if bits&^(idemKeyBit|idemFPBit) != 0 || bits == idemFPBit {
-		d.fail(fmt.Sprintf("idempotency bits %#x", bits))
+	k := d.bytes(24, "idempotency key and fingerprint")
+	if k == nil {
 		return
 	}
-	if bits&idemKeyBit != 0 {
-		if k := d.bytes(16, "idem key"); k != nil {
-			h.idem = idemKey{binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[8:])}
-			if h.idem == (idemKey{}) {
-				d.fail("idem key is zero")
-			}
-		}
-	}
-	if bits&idemFPBit != 0 {
-		if k := d.bytes(8, "fingerprint"); k != nil {
-			if h.fp = binary.LittleEndian.Uint64(k); h.fp == 0 {
-				d.fail("fingerprint is zero")
-			}
-		}
+	h.idem = idemKey{binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[8:])}
+	h.fp = binary.LittleEndian.Uint64(k[16:])
+	switch {
+	case h.idem == (idemKey{}):
+		d.fail("idem key is zero")
+	case h.fp == 0:
+		d.fail("fingerprint is zero")
 	}
 }

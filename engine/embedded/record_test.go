@@ -21,11 +21,10 @@ func sampleRecords() []record {
 	big := uint64(1)<<63 + 12345
 	h := func(t int64) recHeader { return recHeader{time: t} }
 	idem := recHeader{time: now, idem: idemKey{1, big}, fp: 42}
-	legacy := recHeader{time: now, idem: idemKey{7, 8}} // logged before fingerprints
 	return []record{
 		&createPostRec{h(0), ops.CreatePost{Viewer: 1, Post: 1}},
 		&createPostRec{idem, ops.CreatePost{Viewer: engine.UserID(big), Post: engine.PostID(big)}},
-		&createPostRec{legacy, ops.CreatePost{Viewer: 3, Post: 1 << 50}},
+		&createPostRec{h(now), ops.CreatePost{Viewer: 3, Post: 1 << 50}},
 		&likeRec{h(now), ops.Like{Viewer: 5, Post: 1 << 60}},
 		&likeRec{h(now), ops.Like{Viewer: 5, Post: 7, Undo: true}},
 		&favoriteRec{h(1), ops.Favorite{Viewer: 5, Post: 7}},
@@ -49,7 +48,7 @@ func sampleRecords() []record {
 		&createGroupRec{h(now), ops.CreateGroup{Viewer: 1, Group: 5}},
 		&createGroupRec{h(now), ops.CreateGroup{Viewer: 1, Group: 5, Members: []engine.UserID{2, 3}}},
 		&addMembersRec{h(now), ops.AddMembers{Viewer: 1, Group: 5, Users: []engine.UserID{4}}},
-		&leaveGroupRec{h(now), ops.LeaveGroup{Viewer: 1, Group: 5}},
+		&leaveGroupRec{recHeader: h(now), LeaveGroup: ops.LeaveGroup{Viewer: 1, Group: 5}},
 		&sendMessageRec{idem, ops.SendMessage{Viewer: 1, Group: 5, Message: 6, Text: "hi", Mentions: []engine.UserID{2}}},
 		&sendMessageRec{h(now), ops.SendMessage{Viewer: 1, Group: 5, Message: 6, Text: "hi"}},
 		&markMessagesReadRec{h(now), ops.MarkMessagesRead{Viewer: 1, Messages: []engine.MessageID{6, 6, 7}}},
@@ -62,35 +61,28 @@ func sampleRecords() []record {
 // show renders a record with its contents, for comparisons.
 func show(r record) string { return fmt.Sprintf("%T %+v", r, r) }
 
-// encodings returns r as a version-2 and a version-1 record.
-func encodings(r record) [2][]byte {
-	o := toV1(r)
-	return [2][]byte{appendRecord(nil, r), appendV1(nil, &o)}
-}
-
-// TestRecordRoundTrip: every kind decodes to itself from either version;
-// every strict prefix and any trailing byte is rejected.
+// TestRecordRoundTrip: every kind decodes to itself; every strict prefix
+// and any trailing byte is rejected.
 func TestRecordRoundTrip(t *testing.T) {
 	kinds := map[opKind]bool{}
 	for _, r := range sampleRecords() {
 		_, kind, _, _ := recordInfo(r)
 		kinds[kind] = true
-		for v, rec := range encodings(r) {
-			got, err := decodeRecord(rec)
-			if err != nil {
-				t.Fatalf("%s (version %d): %v", show(r), 2-v, err)
+		rec := appendRecord(nil, r)
+		got, err := decodeRecord(rec)
+		if err != nil {
+			t.Fatalf("%s: %v", show(r), err)
+		}
+		if show(got) != show(r) {
+			t.Fatalf("round trip of\n%s gave\n%s", show(r), show(got))
+		}
+		for i := range len(rec) {
+			if _, err := decodeRecord(rec[:i]); err == nil {
+				t.Fatalf("%s: prefix of %d bytes decoded", show(r), i)
 			}
-			if show(got) != show(r) {
-				t.Fatalf("version %d round trip of\n%s gave\n%s", 2-v, show(r), show(got))
-			}
-			for i := range len(rec) {
-				if _, err := decodeRecord(rec[:i]); err == nil {
-					t.Fatalf("%s (version %d): prefix of %d bytes decoded", show(r), 2-v, i)
-				}
-			}
-			if _, err := decodeRecord(append(bytes.Clone(rec), 0)); err == nil {
-				t.Fatalf("%s (version %d): trailing byte accepted", show(r), 2-v)
-			}
+		}
+		if _, err := decodeRecord(append(bytes.Clone(rec), 0)); err == nil {
+			t.Fatalf("%s: trailing byte accepted", show(r))
 		}
 	}
 	for k := opCreatePost; k < opKindEnd; k++ {
@@ -105,73 +97,66 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRecordRejects: records no engine writes are refused, in both
-// versions.
+// TestRecordRejects: records no engine writes are refused, and records
+// of another version are a format error, not damage.
 func TestRecordRejects(t *testing.T) {
-	v1 := func(o v1op) []byte { return appendV1(nil, &o) }
-	v2 := func(b ...byte) []byte { return append([]byte{recordVersion}, b...) }
-	for name, rec := range map[string][]byte{
-		"empty":                {},
-		"version 3":            {3, byte(opLike), 1, 1, 1},
-		"kind 0":               v2(0, 1),
-		"unknown kind":         v2(byte(opKindEnd), 1),
-		"like of post 0":       v2(byte(opLike), 1, 5, 0),
-		"like by user 0":       v2(byte(opLike), 1, 0, 5),
-		"overlong viewer":      v2(byte(opLike), 1, 0x85, 0, 5),
-		"touch flag 2":         v2(byte(opTouch), 1, 5, 2),
-		"mark read kind 7":     v2(byte(opMarkRead), 1, 5, 7),
-		"views of none":        v2(byte(opViews), 1, 0),
-		"view of post 0":       v2(byte(opViews), 1, 1, 0),
-		"list past the end":    v2(byte(opViews), 1, 100, 1),
-		"unknown idem bits":    v2(byte(opCreatePost), 1, 5, 5, 4),
-		"fingerprint no key":   v2(byte(opCreatePost), 1, 5, 5, idemFPBit, 1, 0, 0, 0, 0, 0, 0, 0),
-		"zero idem key":        append(v2(byte(opCreatePost), 1, 5, 5, idemKeyBit), make([]byte, 16)...),
-		"empty title":          v2(byte(opPublish), 1, 5, 0, 0, 0),
-		"import of none":       v2(byte(opImport), 1, 0),
-		"v1 like with a list":  v1(v1op{kind: opLike, time: 1, viewer: 1, a: 2, list: []uint64{3}}),
-		"v1 like by nobody":    v1(v1op{kind: opLike, time: 1, a: 2}),
-		"v1 follow with a key": v1(v1op{kind: opFollow, time: 1, viewer: 1, a: 2, idem: idemKey{1, 1}}),
-		"v1 touch cursor":      v1(v1op{kind: opTouch, time: 1, viewer: 1, a: 2}),
-		"v1 mark read kind 9":  v1(v1op{kind: opMarkRead, time: 1, viewer: 1, a: 9}),
-		"v1 views of post 0":   v1(v1op{kind: opViews, time: 1, list: []uint64{3, 0}}),
-		"v1 import count":      v1(v1op{kind: opImport, time: 1, list: []uint64{1, 0, 1 << 63, 0, 0, 0, 0}}),
+	rec := func(b ...byte) []byte { return append([]byte{recordVersion}, b...) }
+	keyed := func(key, fp byte) []byte {
+		b := rec(byte(opCreatePost), 1, 5, 5, 1)
+		b = append(b, key, 0, 0, 0, 0, 0, 0, 0, key, 0, 0, 0, 0, 0, 0, 0)
+		return append(b, fp, 0, 0, 0, 0, 0, 0, 0)
+	}
+	if _, err := decodeRecord(keyed(1, 1)); err != nil {
+		t.Fatalf("a keyed record: %v", err)
+	}
+	for name, r := range map[string][]byte{
+		"empty":             {},
+		"kind 0":            rec(0, 1),
+		"unknown kind":      rec(byte(opKindEnd), 1),
+		"like of post 0":    rec(byte(opLike), 1, 5, 0),
+		"like by user 0":    rec(byte(opLike), 1, 0, 5),
+		"overlong viewer":   rec(byte(opLike), 1, 0x85, 0, 5),
+		"touch flag 2":      rec(byte(opTouch), 1, 5, 2),
+		"mark read kind 7":  rec(byte(opMarkRead), 1, 5, 7),
+		"views of none":     rec(byte(opViews), 1, 0),
+		"view of post 0":    rec(byte(opViews), 1, 1, 0),
+		"list past the end": rec(byte(opViews), 1, 100, 1),
+		"idem flag 2":       rec(byte(opCreatePost), 1, 5, 5, 2),
+		"zero idem key":     keyed(0, 1),
+		"zero fingerprint":  keyed(1, 0),
+		"key cut short":     rec(byte(opCreatePost), 1, 5, 5, 1, 7, 0, 0, 0, 0, 0, 0, 0),
+		"empty title":       rec(byte(opPublish), 1, 5, 0, 0, 0),
+		"import of none":    rec(byte(opImport), 1, 0),
 	} {
-		if r, err := decodeRecord(rec); err == nil || !errors.Is(err, errBadRecord) {
-			t.Errorf("%s: decoded %v, %v", name, r, err)
+		if got, err := decodeRecord(r); err == nil || !errors.Is(err, errBadRecord) {
+			t.Errorf("%s: decoded %v, %v", name, got, err)
+		}
+	}
+	for _, v := range []byte{0, 1, recordVersion - 1, recordVersion + 1, 0xff} {
+		_, err := decodeRecord([]byte{v, byte(opLike), 1, 1, 1})
+		var fe *engine.FormatError
+		if !errors.As(err, &fe) || fe.Found != uint64(v) || fe.Want != recordVersion || errors.Is(err, errBadRecord) {
+			t.Errorf("version %d: %v, want a format error", v, err)
 		}
 	}
 }
 
 // FuzzRecord feeds arbitrary bytes to the record decoder: it must never
 // panic, and whatever it accepts is canonical (re-encodes to the same
-// bytes in its version) and, if of version 1, has a version-2 form that
-// decodes to the same record. The seeds are every kind in both versions.
+// bytes). The seeds are every kind.
 func FuzzRecord(f *testing.F) {
 	for _, r := range sampleRecords() {
-		for _, rec := range encodings(r) {
-			f.Add(rec)
-		}
+		f.Add(appendRecord(nil, r))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{opVersion, byte(opViews), maskList, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{recordVersion, byte(opViews), 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		r, err := decodeRecord(rec)
 		if err != nil {
 			return
 		}
-		v2 := appendRecord(nil, r)
-		if rec[0] == opVersion {
-			o := toV1(r)
-			if re := appendV1(nil, &o); !bytes.Equal(re, rec) {
-				t.Fatalf("version-1 record %x re-encodes as %x", rec, re)
-			}
-			back, err := decodeRecord(v2)
-			if err != nil || show(back) != show(r) {
-				t.Fatalf("version-1 record %s has no version-2 form: %v", show(r), err)
-			}
-		} else if !bytes.Equal(v2, rec) {
-			t.Fatalf("decoded %x re-encodes as %x", rec, v2)
+		if re := appendRecord(nil, r); !bytes.Equal(re, rec) {
+			t.Fatalf("decoded %x re-encodes as %x", rec, re)
 		}
 	})
 }

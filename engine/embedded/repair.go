@@ -39,7 +39,9 @@ import (
 //   - A log that ends before the snapshot (log files lost) is restarted
 //     right after the snapshot: nothing lost that the snapshot holds.
 //
-// If no snapshot verifies and the log does not start at record 1, or
+// A directory of another format (engine.FormatError) is not damage:
+// Repair refuses it as Open does and changes nothing. If no snapshot
+// verifies and the log does not start at record 1, or
 // records between the snapshot and the log are missing, Repair changes no
 // snapshot and returns an error: only a backup can restore that state.
 // Finally it recovers the directory as Open would, to prove that it loads.
@@ -74,7 +76,7 @@ func Repair(dir string) (report string, err error) {
 		}
 		var ce *snapshot.CorruptError
 		if !errors.As(err, &ce) {
-			return rep.String(), fmt.Errorf("embedded: repair: %w", err)
+			return rep.String(), repairErr(err, dir)
 		}
 		say("snapshot %s does not verify: %v", list[i].Path, ce)
 		bad = append(bad, list[i])
@@ -111,7 +113,7 @@ func Repair(dir string) (report string, err error) {
 		}
 		var ce *wal.CorruptError
 		if !errors.As(err, &ce) {
-			return rep.String(), fmt.Errorf("embedded: repair: %w", err)
+			return rep.String(), repairErr(err, dir)
 		}
 		if ce.Missing {
 			say("log incomplete: %s is missing: %s", filepath.Base(ce.File), ce.Reason)
@@ -207,6 +209,15 @@ func Repair(dir string) (report string, err error) {
 	}
 	say("the directory loads: %s plus %d log records, up to record %d", baseName, rec.records, im.index)
 	return rep.String(), nil
+}
+
+// repairErr is the error Repair stops with on err, which is not damage:
+// a directory of another format is refused as Open refuses it.
+func repairErr(err error, dir string) error {
+	if fe := formatError(err, dir); fe != nil {
+		return fe
+	}
+	return fmt.Errorf("embedded: repair: %w", err)
 }
 
 func segIndex(segs []segFile, name string) int {

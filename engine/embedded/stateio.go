@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -16,7 +18,9 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, version 1. Each section is a sequence
+// The state as snapshot sections, state version 2: one section per table,
+// the only set this build reads or writes (a snapshot of another version
+// is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
 // uvarints (u), zig-zag varints (v) or little-endian fixed width (8 bytes:
 // post ids and idempotency keys, which are spread over all 64 bits so a
@@ -24,15 +28,13 @@ import (
 // their order; derived tables (groups, members, msgs) are rebuilt from the
 // lists they index rather than stored.
 //
-//	META  one item: u state version (1), v lastTime, u genHigh, v push, v nusers
+//	META  one item: u state version (2), v lastTime, u genHigh, v push, v nusers
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
 //	      table's image (engine/tier's snapshot format)
 //	LKST  the like set: its image (engine/tier's set snapshot format) in
 //	      chunks
 //	FVST  the favorite set, likewise
-//	LIKE  u user, 8 post (a like); read, no longer written
-//	FAVS  u user, 8 post (a favorite); read, no longer written
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
 //	      (one item per user with a badge or a visit record or a click,
@@ -47,43 +49,36 @@ import (
 //	      ceil(n/64) × u quit word
 //	MSGS  in msgList order: u id, u group, u sender, v time, u text
 //	      length, text, u receipt length, receipt (receipts encoding)
-//	IDM2  8+8 key, u result, v time, 8 fingerprint (0: none recorded)
-//	IDEM  the form before fingerprints: 8+8 key, u result, v time; read,
-//	      no longer written
+//	IDEM  8+8 key, u result, v time, 8 fingerprint
 //	IDMQ  the live part of the expiry queue, in order: v time, 8+8 key
 //
-// The decoder rejects anything the encoder would not write: unknown or
-// missing sections, duplicate keys, overlong varints, trailing bytes,
+// The decoder reads META first and refuses another state version before
+// it looks at the sections; then it rejects anything the encoder would
+// not write: unknown or missing sections, duplicate keys, overlong
+// varints, trailing bytes,
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 1
+const stateVersion = 2
 
 var (
 	tagMeta      = snapshot.MakeTag("META")
 	tagPostTable = snapshot.MakeTag("PTBL") // the post table's image
 	tagLikeSet   = snapshot.MakeTag("LKST") // the like set's image
 	tagFavSet    = snapshot.MakeTag("FVST")
-	tagLikes     = snapshot.MakeTag("LIKE") // per like; read, no longer written
-	tagFavs      = snapshot.MakeTag("FAVS")
 	tagUsers     = snapshot.MakeTag("USER")
 	tagProfiles  = snapshot.MakeTag("PROF")
 	tagFollows   = snapshot.MakeTag("FOLW")
 	tagNotifs    = snapshot.MakeTag("NOTF")
 	tagGroups    = snapshot.MakeTag("GRPS")
 	tagMsgs      = snapshot.MakeTag("MSGS")
-	tagIdem      = snapshot.MakeTag("IDEM") // without fingerprints; read, no longer written
-	tagIdem2     = snapshot.MakeTag("IDM2")
+	tagIdem      = snapshot.MakeTag("IDEM")
 	tagIdemQ     = snapshot.MakeTag("IDMQ")
 
-	// allTags are the sections a snapshot must have. The likes, the
-	// favorites and the idempotency keys are in one section of each pair
-	// below (the current form first).
-	allTags = []snapshot.Tag{tagMeta, tagPostTable, tagUsers, tagProfiles,
-		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdemQ}
-	likeTags = []snapshot.Tag{tagLikeSet, tagLikes}
-	favTags  = []snapshot.Tag{tagFavSet, tagFavs}
-	idemTags = []snapshot.Tag{tagIdem2, tagIdem}
+	// allTags are the sections a snapshot has, in the order writeImage
+	// writes them.
+	allTags = []snapshot.Tag{tagMeta, tagPostTable, tagLikeSet, tagFavSet, tagUsers, tagProfiles,
+		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdem, tagIdemQ}
 )
 
 // image is the state at one log index plus what the engine derives from
@@ -199,19 +194,20 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		w.End()
 		return w.Err()
 	}
-	steps := []imageStep{{tagMeta, func() { writeMeta(e, im) }}}
-	steps = append(steps, postSections(w, e, st)...)
-	steps = append(steps, setSections(w, e, st)...)
-	steps = append(steps, []imageStep{
+	steps := []imageStep{
+		{tagMeta, func() { writeMeta(e, im) }},
+		{tagPostTable, func() { writePostTable(w, e, st) }},
+		{tagLikeSet, func() { writeSetImage(w, e, st.likes) }},
+		{tagFavSet, func() { writeSetImage(w, e, st.favs) }},
 		{tagUsers, func() { writeUsers(e, st) }},
 		{tagProfiles, func() { writeProfiles(e, st) }},
 		{tagFollows, func() { writeFollows(e, st) }},
 		{tagNotifs, func() { writeNotifs(e, st) }},
 		{tagGroups, func() { writeGroups(e, st) }},
 		{tagMsgs, func() { writeMsgs(e, st) }},
-		{tagIdem2, func() { writeIdem(e, st) }},
+		{tagIdem, func() { writeIdem(e, st) }},
 		{tagIdemQ, func() { writeIdemQ(e, st) }},
-	}...)
+	}
 	for _, s := range steps {
 		if err := section(s.tag, s.body); err != nil {
 			return err
@@ -330,44 +326,23 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		sr, _ := r.Section(s.Tag)
 		secs[s.Tag] = sr
 	}
+	// META first: a snapshot of another state version is refused before
+	// its sections are judged by this version's list.
+	if secs[tagMeta] == nil {
+		return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tagMeta))
+	}
+	m, err := readMeta(secs[tagMeta], pc)
+	if err != nil {
+		return nil, err
+	}
 	for _, tag := range allTags {
 		if secs[tag] == nil {
 			return nil, r.Corrupt(0, fmt.Sprintf("section %s is missing", tag))
 		}
 	}
-	// one returns the section of pair that the snapshot has.
-	one := func(pair []snapshot.Tag) (snapshot.Tag, error) {
-		var found snapshot.Tag
-		for _, tag := range pair {
-			if secs[tag] != nil {
-				if found != (snapshot.Tag{}) {
-					return found, r.Corrupt(secs[tag].Info().Offset, fmt.Sprintf("sections %s and %s hold the same data", found, tag))
-				}
-				found = tag
-			}
-		}
-		if found == (snapshot.Tag{}) {
-			return found, r.Corrupt(0, fmt.Sprintf("section %s is missing", pair[0]))
-		}
-		return found, nil
-	}
-	idemTag, err := one(idemTags)
-	if err != nil {
-		return nil, err
-	}
-	likeTag, err := one(likeTags)
-	if err != nil {
-		return nil, err
-	}
-	favTag, err := one(favTags)
-	if err != nil {
-		return nil, err
-	}
-	if len(secs) != len(allTags)+3 {
-		for _, s := range r.Sections() {
-			if !containsTag(allTags, s.Tag) && !containsTag(idemTags, s.Tag) && !containsTag(likeTags, s.Tag) && !containsTag(favTags, s.Tag) {
-				return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s (written by a newer version?)", s.Tag))
-			}
+	for _, s := range r.Sections() {
+		if !slices.Contains(allTags, s.Tag) {
+			return nil, r.Corrupt(s.Offset, fmt.Sprintf("unknown section %s", s.Tag))
 		}
 	}
 	items := func(tag snapshot.Tag) int {
@@ -375,10 +350,12 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		// must hold at least one byte per item; cap the size hint.
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
-	im := &image{index: r.Index(), st: &state{
-		posts: newPosts(tc),
-		likes: newSet(tc, "LIKE"),
-		favs:  newSet(tc, "FAVS"),
+	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: &state{
+		push:   m.push,
+		nusers: m.nusers,
+		posts:  newPosts(tc),
+		likes:  newSet(tc, "LIKE"),
+		favs:   newSet(tc, "FAVS"),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
@@ -391,21 +368,20 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),
-		idem:      table.New[idemKey, idemVal](hashIdem, items(idemTag)),
+		idem:      table.New[idemKey, idemVal](hashIdem, items(tagIdem)),
 	}}
 	st := im.st
 	jobs := [][]func() error{
-		{func() error { return readMeta(secs[tagMeta], pc, im) }},
 		{func() error { return readPostTable(secs[tagPostTable], pc, st, tc) }},
-		{func() error { return readSet(secs[likeTag], likeTag == tagLikes, pc, st.likes, tc) }},
-		{func() error { return readSet(secs[favTag], favTag == tagFavs, pc, st.favs, tc) }},
+		{func() error { return readSet(secs[tagLikeSet], pc, st.likes, tc) }},
+		{func() error { return readSet(secs[tagFavSet], pc, st.favs, tc) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
 		{func() error { return readProfiles(secs[tagProfiles], pc, st) }},
 		{func() error { return readFollows(secs[tagFollows], pc, st) }},
 		{func() error { return readNotifs(secs[tagNotifs], pc, st) }},
 		// Messages refer to groups, so they are read after them.
 		{func() error { return readGroups(secs[tagGroups], pc, st) }, func() error { return readMsgs(secs[tagMsgs], pc, st) }},
-		{func() error { return readIdem(secs[idemTag], pc, st, idemTag == tagIdem2) }, func() error { return readIdemQ(secs[tagIdemQ], pc, st) }},
+		{func() error { return readIdem(secs[tagIdem], pc, st) }, func() error { return readIdemQ(secs[tagIdemQ], pc, st) }},
 	}
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -442,15 +418,6 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		return nil, first
 	}
 	return im, nil
-}
-
-func containsTag(tags []snapshot.Tag, t snapshot.Tag) bool {
-	for _, x := range tags {
-		if x == t {
-			return true
-		}
-	}
-	return false
 }
 
 // eachItem calls fn for every item of the section, with a decoder over the
@@ -491,8 +458,20 @@ func checkLen(sr *snapshot.SectionReader, n int) error {
 	return nil
 }
 
-func readMeta(sr *snapshot.SectionReader, pc *pacer, im *image) error {
+// meta is what the META section holds besides the state version.
+type meta struct {
+	lastTime int64
+	genHigh  uint64
+	push     int64
+	nusers   int64
+}
+
+// readMeta reads the META section; a state version other than this
+// build's is an *engine.FormatError, whatever else the section holds.
+func readMeta(sr *snapshot.SectionReader, pc *pacer) (meta, error) {
+	var m meta
 	var seen bool
+	version := uint64(stateVersion)
 	err := eachItem(sr, pc, func(d *dec) {
 		if seen {
 			d.fail("more than one item")
@@ -500,17 +479,22 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer, im *image) error {
 		}
 		seen = true
 		if v := d.u("state version"); d.err == "" && v != stateVersion {
-			d.fail(fmt.Sprintf("state version %d, this build reads %d", v, stateVersion))
+			version = v
+			d.fail("another state version") // the fields after it are that version's
+			return
 		}
-		im.lastTime = d.nonNeg(d.v("lastTime"), "lastTime")
-		im.genHigh = d.u("genHigh")
-		im.st.push = d.nonNeg(d.v("push"), "push")
-		im.st.nusers = d.nonNeg(d.v("nusers"), "nusers")
+		m.lastTime = d.nonNeg(d.v("lastTime"), "lastTime")
+		m.genHigh = d.u("genHigh")
+		m.push = d.nonNeg(d.v("push"), "push")
+		m.nusers = d.nonNeg(d.v("nusers"), "nusers")
 	})
-	if err == nil && !seen {
+	switch {
+	case version != stateVersion:
+		return m, &engine.FormatError{Format: "snapshot state", Found: version, Want: stateVersion}
+	case err == nil && !seen:
 		err = sr.Corrupt("no item")
 	}
-	return err
+	return m, err
 }
 
 // load runs a store's loader over the section and checks that it read

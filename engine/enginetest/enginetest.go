@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		{"FeedSeedExample", testFeedSeedExample},
 		{"UserCounts", testUserCounts},
 		{"Groups", testGroups},
+		{"LeaveGroup", testLeaveGroup},
 		{"Messages", testMessages},
 		{"Receipts200", testReceipts200},
 		{"MemberPages", testMemberPages},
@@ -866,6 +868,176 @@ func wantMembers(t *testing.T, s engine.Store, viewer engine.UserID, g engine.Gr
 	}
 }
 
+// leave makes viewer leave g and checks what LeaveGroup answered: g
+// without the viewer, as a remaining member reads it right after.
+func leave(t *testing.T, s engine.Store, viewer engine.UserID, g engine.GroupID) engine.Group {
+	t.Helper()
+	after, err := s.LeaveGroup(bg, viewer, g)
+	ok(t, err)
+	wantLeft(t, viewer, g, after)
+	if len(after.Members) > 0 {
+		now, err := s.Group(bg, after.Members[0], g)
+		ok(t, err)
+		if now.MemberCount != after.MemberCount || !slices.Equal(now.Members, after.Members) {
+			t.Fatalf("LeaveGroup answered %d members %v; Group reads %d %v", after.MemberCount, after.Members, now.MemberCount, now.Members)
+		}
+	}
+	return after
+}
+
+// wantLeft checks that after is a view of g without viewer, with as many
+// members on its page as its count allows.
+func wantLeft(t *testing.T, viewer engine.UserID, g engine.GroupID, after engine.Group) {
+	t.Helper()
+	if after.ID != g || slices.Contains(after.Members, viewer) || len(after.Members) != min(after.MemberCount, engine.MaxPageSize) {
+		t.Fatalf("user %d left group %d; LeaveGroup answered group %d with %d members %v", viewer, g, after.ID, after.MemberCount, after.Members)
+	}
+}
+
+// testLeaveGroup: LeaveGroup answers the group as its remaining members
+// see it once the viewer has left, read in the same step as the leave.
+func testLeaveGroup(t *testing.T, s engine.Store) {
+	const owner = 3000
+	g, current := bigGroup(t, s, owner, owner, engine.MaxPageSize+49, 1<<30)
+	without := func(us []engine.UserID, gone engine.UserID) []engine.UserID {
+		return slices.DeleteFunc(slices.Clone(us), func(u engine.UserID) bool { return u == gone })
+	}
+	// A member of the first page leaves: the next member moves onto it.
+	gone := current[5]
+	current = without(current, gone)
+	after := leave(t, s, gone, g)
+	if after.MemberCount != len(current) || !slices.Equal(after.Members, current[:engine.MaxPageSize]) {
+		t.Fatalf("after a first-page member left: %d members, first page %v", after.MemberCount, after.Members)
+	}
+	// A member beyond the first page leaves: the page stays as it was.
+	gone = current[engine.MaxPageSize+20]
+	current = without(current, gone)
+	after = leave(t, s, gone, g)
+	if after.MemberCount != len(current) || !slices.Equal(after.Members, current[:engine.MaxPageSize]) {
+		t.Fatalf("after a later member left: %d members, first page %v", after.MemberCount, after.Members)
+	}
+	// Leaving again is refused and changes nothing.
+	_, err := s.LeaveGroup(bg, gone, g)
+	wantErr(t, err, engine.ErrForbidden, "leave again")
+	if now, err := s.Group(bg, owner, g); err != nil || now.MemberCount != after.MemberCount || !slices.Equal(now.Members, after.Members) {
+		t.Fatalf("leaving again changed the group: %d %v, %v", now.MemberCount, now.Members, err)
+	}
+
+	// The last member to leave sees the group empty.
+	g2, err := s.CreateGroup(bg, owner, []engine.UserID{owner + 1})
+	ok(t, err)
+	leave(t, s, owner+1, g2)
+	if last := leave(t, s, owner, g2); last.MemberCount != 0 || len(last.Members) != 0 {
+		t.Fatalf("the last member left a group of %d: %v", last.MemberCount, last.Members)
+	}
+
+	testConcurrentLeaves(t, s)
+}
+
+// testConcurrentLeaves: members leave while others join. Each leave's
+// answer is one state of the group, the one its leave made: without every
+// member whose leave had returned before it started, with every user whose
+// join had, with those who never leave, its count its members'; and the
+// answers agree on one order of the leaves and joins: of two leavers,
+// exactly one saw the other gone (a leave that read the group apart from
+// leaving would have both see each other), and one that saw more joins
+// saw the other gone.
+func testConcurrentLeaves(t *testing.T, s engine.Store) {
+	const owner, n = 5000, 20
+	var stay, leavers, joiners []engine.UserID
+	for i := range engine.UserID(n) {
+		leavers = append(leavers, owner+1+i)
+		stay = append(stay, owner+1+n+i)
+		joiners = append(joiners, owner+1+2*n+i)
+	}
+	g, err := s.CreateGroup(bg, owner, append(slices.Clone(leavers), stay...))
+	ok(t, err)
+	stay = append(stay, owner)
+
+	// seq orders the calls: a call that ended before another started
+	// has a smaller end than the other's start.
+	var seq atomic.Int64
+	type call struct {
+		user       engine.UserID
+		start, end int64
+		after      engine.Group
+		err        error
+	}
+	leaves, joins := make([]call, n), make([]call, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c := call{user: leavers[i], start: seq.Add(1)}
+			c.after, c.err = s.LeaveGroup(bg, c.user, g)
+			c.end = seq.Add(1)
+			leaves[i] = c
+		})
+	}
+	// One after the other: joins that race each other may be retried
+	// (a backend may read, decide and apply them optimistically).
+	wg.Go(func() {
+		for i := range n {
+			c := call{user: joiners[i], start: seq.Add(1)}
+			c.err = s.AddGroupMembers(bg, owner, g, []engine.UserID{c.user})
+			c.end = seq.Add(1)
+			joins[i] = c
+		}
+	})
+	wg.Wait()
+	for _, l := range leaves {
+		ok(t, l.err)
+		wantLeft(t, l.user, g, l.after)
+		for _, u := range l.after.Members {
+			if !slices.Contains(stay, u) && !slices.Contains(leavers, u) && !slices.Contains(joiners, u) {
+				t.Fatalf("user %d left and saw user %d, who never joined", l.user, u)
+			}
+		}
+		for _, u := range stay {
+			if !slices.Contains(l.after.Members, u) {
+				t.Fatalf("user %d left and did not see member %d", l.user, u)
+			}
+		}
+		for _, j := range joins {
+			ok(t, j.err)
+			if j.end < l.start && !slices.Contains(l.after.Members, j.user) {
+				t.Fatalf("user %d left after user %d joined, and did not see them", l.user, j.user)
+			}
+		}
+		for _, o := range leaves {
+			if o.end < l.start && slices.Contains(l.after.Members, o.user) {
+				t.Fatalf("user %d left after user %d did, and still saw them", l.user, o.user)
+			}
+		}
+	}
+	joinsSeen := func(c call) int {
+		n := 0
+		for n < len(joiners) && slices.Contains(c.after.Members, joiners[n]) {
+			n++
+		}
+		for _, u := range joiners[n:] {
+			if slices.Contains(c.after.Members, u) {
+				t.Fatalf("user %d left and saw joins out of their order: %v", c.user, c.after.Members)
+			}
+		}
+		return n
+	}
+	for i, a := range leaves {
+		for _, b := range leaves[i+1:] {
+			aSawB := !slices.Contains(a.after.Members, b.user) // b left before a
+			bSawA := !slices.Contains(b.after.Members, a.user)
+			if aSawB == bSawA {
+				t.Fatalf("users %d and %d left: %d saw %d gone %v, %d saw %d gone %v; exactly one should", a.user, b.user, a.user, b.user, aSawB, b.user, a.user, bSawA)
+			}
+			if ja, jb := joinsSeen(a), joinsSeen(b); ja > jb && !aSawB || jb > ja && !bSawA {
+				t.Fatalf("users %d and %d left, seeing %d and %d joins, and the one who saw more did not see the other gone", a.user, b.user, ja, jb)
+			}
+		}
+	}
+	if got := members(t, s, owner, g); len(got) != len(stay)+len(joiners) {
+		t.Fatalf("%d members once %d left and %d joined a group of %d", len(got), n, n, 2*n+1)
+	}
+}
+
 func testGroups(t *testing.T, s engine.Store) {
 	const u1, u2, u3, u4, u5 = 140, 141, 142, 143, 144
 	g, err := s.CreateGroup(bg, u1, []engine.UserID{u2, u3, u2, u1})
@@ -881,16 +1053,20 @@ func testGroups(t *testing.T, s engine.Store) {
 	wantErr(t, err, engine.ErrNotFound, "unknown group")
 	wantErr(t, s.AddGroupMembers(bg, u4, g, []engine.UserID{u5}), engine.ErrForbidden, "add by non-member")
 	wantErr(t, s.AddGroupMembers(bg, u1, g+12345, []engine.UserID{u5}), engine.ErrNotFound, "add to unknown group")
-	wantErr(t, s.LeaveGroup(bg, u4, g), engine.ErrForbidden, "leave by non-member")
-	wantErr(t, s.LeaveGroup(bg, u4, g+12345), engine.ErrNotFound, "leave unknown group")
+	_, err = s.LeaveGroup(bg, u4, g)
+	wantErr(t, err, engine.ErrForbidden, "leave by non-member")
+	_, err = s.LeaveGroup(bg, u4, g+12345)
+	wantErr(t, err, engine.ErrNotFound, "leave unknown group")
 
 	// u2 leaves: no longer a member, and cannot act as one.
-	ok(t, s.LeaveGroup(bg, u2, g))
+	leave(t, s, u2, g)
 	wantMembers(t, s, u1, g, u1, u3)
 	_, err = s.Group(bg, u2, g)
 	wantErr(t, err, engine.ErrForbidden, "Group by a member who left")
 	wantErr(t, s.AddGroupMembers(bg, u2, g, []engine.UserID{u2}), engine.ErrForbidden, "re-add oneself after leaving")
-	ok(t, s.LeaveGroup(bg, u2, g)) // leaving again changes nothing
+	_, err = s.LeaveGroup(bg, u2, g)
+	wantErr(t, err, engine.ErrForbidden, "leave again") // and changes nothing:
+	wantMembers(t, s, u1, g, u1, u3)
 
 	// New members take the next mapids; a rejoining member keeps their old
 	// mapid, so they sort back into their old place.
@@ -901,7 +1077,7 @@ func testGroups(t *testing.T, s engine.Store) {
 	wantMembers(t, s, u2, g, u1, u2, u3, u4, u5)
 
 	// The creator can leave too; the group lives on.
-	ok(t, s.LeaveGroup(bg, u1, g))
+	leave(t, s, u1, g)
 	wantMembers(t, s, u5, g, u2, u3, u4, u5)
 
 	// A group of one.
@@ -984,7 +1160,7 @@ func testMessages(t *testing.T, s engine.Store) {
 
 	// A sender who left the group gets nothing of it by any path: not the
 	// message, not its receipts (whatever limit), not a mark.
-	ok(t, s.LeaveGroup(bg, u1, g))
+	leave(t, s, u1, g)
 	for _, limit := range []int{0, 10} {
 		_, err = s.Receipts(bg, u1, m.ID, limit)
 		wantErr(t, err, engine.ErrForbidden, "Receipts by a sender who left")
@@ -1029,7 +1205,7 @@ func testReceipts200(t *testing.T, s engine.Store) {
 	// Two members leave before the message: not counted.
 	leftBefore := []engine.UserID{others[10], others[20]}
 	for _, u := range leftBefore {
-		ok(t, s.LeaveGroup(bg, u, g))
+		leave(t, s, u, g)
 	}
 	m, err := s.SendMessage(bg, sender, g, "all hands", nil, "")
 	ok(t, err)
@@ -1039,7 +1215,7 @@ func testReceipts200(t *testing.T, s engine.Store) {
 	const joinedAfter = 5000
 	ok(t, s.AddGroupMembers(bg, sender, g, []engine.UserID{joinedAfter, others[10]}))
 	leftAfter := others[30]
-	ok(t, s.LeaveGroup(bg, leftAfter, g))
+	leave(t, s, leftAfter, g)
 
 	counted := make([]engine.UserID, 0, 197)
 	for _, u := range others {
@@ -1326,9 +1502,13 @@ func bigGroup(t *testing.T, s engine.Store, owner engine.UserID, base engine.Use
 		all = append(all, batch...)
 	}
 	var current []engine.UserID
+	left := 0
 	for i, u := range all {
 		if i > 0 && i%leaveEvery == 0 {
-			ok(t, s.LeaveGroup(bg, u, g))
+			left++
+			if after := leave(t, s, u, g); after.MemberCount != len(all)-left {
+				t.Fatalf("LeaveGroup answered %d members once %d of %d left", after.MemberCount, left, len(all))
+			}
 			continue
 		}
 		current = append(current, u)
@@ -1493,7 +1673,7 @@ func testReceiptPages(t *testing.T, s engine.Store) {
 	_, err = s.ReceiptMembers(bg, owner, 12345, true, 10, 0)
 	wantErr(t, err, engine.ErrNotFound, "ReceiptMembers of an unknown message")
 	// The sender leaves: no page by this path either.
-	ok(t, s.LeaveGroup(bg, owner, g))
+	leave(t, s, owner, g)
 	_, err = s.ReceiptMembers(bg, owner, m.ID, false, 10, 0)
 	wantErr(t, err, engine.ErrForbidden, "ReceiptMembers by a sender who left")
 }

@@ -260,7 +260,7 @@ type compared interface {
 	Notifications(ctx context.Context, first int, after engine.NotificationID) ([]engine.Notification, error)
 	CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error)
 	AddGroupMembers(ctx context.Context, viewer engine.UserID, group engine.GroupID, users []engine.UserID) error
-	LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) error
+	LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error)
 	Group(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error)
 	SendMessage(ctx context.Context, viewer engine.UserID, group engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error)
 	Message(ctx context.Context, viewer engine.UserID, id engine.MessageID) (engine.Message, error)
@@ -763,7 +763,11 @@ func (w *workload) gen() op {
 		v := w.member()
 		g := w.pick(kGroup)
 		return op{fmt.Sprintf("leaveGroup u%d %s", v, g), func(sd *side) string {
-			return errClass(sd.s.LeaveGroup(ctx, v, engine.GroupID(g.id(sd))))
+			r, err := sd.s.LeaveGroup(ctx, v, engine.GroupID(g.id(sd)))
+			if err != nil {
+				return errClass(err)
+			}
+			return fmt.Sprintf("%s count=%d %v", sd.ref(kGroup, uint64(r.ID)), r.MemberCount, r.Members)
 		}}
 	case 32:
 		v := w.member()

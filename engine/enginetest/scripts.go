@@ -45,7 +45,7 @@ import (
 //	notifications [first=N] [after=NAME]
 //	group user=U members=(U,...) as=NAME             createGroup
 //	add-members user=U group=NAME users=(U,...)
-//	leave user=U group=NAME
+//	leave user=U group=NAME                           the group after: memberCount and the first page
 //	members user=U group=NAME
 //	group-info user=U group=NAME                      memberCount and the first page
 //	members-page user=U group=NAME [first=N] [after=U]
@@ -412,7 +412,11 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 	case "add-members":
 		return result(s.AddGroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), userList(t, d, "users")))
 	case "leave":
-		return result(s.LeaveGroup(ctx, u, engine.GroupID(sc.id(t, str(d, "group")))))
+		g, err := s.LeaveGroup(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))))
+		if err != nil {
+			return errClass(err)
+		}
+		return fmt.Sprintf("count=%d first page: %s", g.MemberCount, userNames(g.Members))
 	case "members":
 		g, err := s.Group(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))))
 		if err != nil {
@@ -426,14 +430,14 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return fmt.Sprintf("count=%d first page: %s", g.MemberCount, userNames(g.Members))
 	case "members-page":
-		ms, err := s.GroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), int(num(t, d, "first", 50)), userArg(t, d, "after"))
+		ms, err := s.GroupMembers(ctx, u, engine.GroupID(sc.id(t, str(d, "group"))), int(num(t, d, "first", engine.DefaultMemberPageSize)), userArg(t, d, "after"))
 		if err != nil {
 			return errClass(err)
 		}
 		return userNames(ms)
 	case "receipt-page":
 		ms, err := s.ReceiptMembers(ctx, u, engine.MessageID(sc.id(t, str(d, "msg"))), str(d, "list") != "unreaders",
-			int(num(t, d, "first", 50)), userArg(t, d, "after"))
+			int(num(t, d, "first", engine.DefaultMemberPageSize)), userArg(t, d, "after"))
 		if err != nil {
 			return errClass(err)
 		}

@@ -420,7 +420,7 @@ var ErrDuplicate = errors.New("follows: duplicate followee")
 // list (empty if targets is) when viewer has none: it is how a snapshot
 // is read back, possibly one piece of a long list at a time. Lists in the
 // order Range yielded them come back with exactly the same layout; any
-// other order (say a snapshot of an older engine) is accepted and sorted
+// other order (a snapshot written by hand) is accepted and sorted
 // as Follow would. A target already in the list is an error wrapping
 // ErrDuplicate, after which the store must be discarded.
 func (s *Store) Load(viewer uint64, targets []uint64, snaps []int64) error {

@@ -334,7 +334,7 @@ func runModel(t testing.TB, seed uint64, nops, batch int) {
 
 func TestLoad(t *testing.T) {
 	s := New(0)
-	// An older snapshot's insertion order: longer than the tail bound, so
+	// An insertion order other than Range's: longer than the tail bound, so
 	// Load must sort as it goes.
 	var ts []uint64
 	var ss []int64

@@ -150,17 +150,16 @@ type LeaveGroup struct {
 // Check validates the call.
 func (op *LeaveGroup) Check() error { return engine.CheckViewer(op.Viewer) }
 
-// Decide: someone who never joined cannot leave; leaving again changes
-// nothing; a member who leaves is marked quit and keeps their mapid.
+// Decide: only a current member can leave: someone who never joined, or
+// who left already, is ErrNotMember, as for every call that needs
+// membership (the answer is the group as its members see it, which a
+// non-member may not), so leaving again changes nothing. A member who
+// leaves is marked quit and keeps their mapid.
 func (op *LeaveGroup) Decide(f GroupFacts, eff *Effects) error {
-	switch {
-	case !f.Exists:
-		return errGroupNotFound(op.Group)
-	case !f.Viewer.Joined:
-		return ErrNotMember
-	case f.Viewer.Current:
-		eff.Leaves = append(eff.Leaves, Membership{Group: op.Group, User: op.Viewer})
+	if err := viewerIn(op.Group, f); err != nil {
+		return err
 	}
+	eff.Leaves = append(eff.Leaves, Membership{Group: op.Group, User: op.Viewer})
 	return nil
 }
 

@@ -269,8 +269,11 @@ func TestGroups(t *testing.T) {
 	if err := leave.Decide(GroupFacts{Exists: true}, &eff); !errors.Is(err, engine.ErrForbidden) {
 		t.Fatalf("never joined: %v", err)
 	}
-	if err := leave.Decide(GroupFacts{Exists: true, Viewer: MemberState{true, false}}, &eff); err != nil || len(eff.Leaves) != 0 {
+	if err := leave.Decide(GroupFacts{Exists: true, Viewer: MemberState{true, false}}, &eff); !errors.Is(err, engine.ErrForbidden) || len(eff.Leaves) != 0 {
 		t.Fatalf("left twice: %v %v", err, eff.Leaves)
+	}
+	if err := leave.Decide(GroupFacts{Exists: true, Viewer: MemberState{true, true}}, &eff); err != nil || !slices.Equal(eff.Leaves, []Membership{{7, carol}}) {
+		t.Fatalf("a member leaves: %v %v", err, eff.Leaves)
 	}
 	send := SendMessage{Viewer: alice, Group: 7, Text: "hi", Mentions: []engine.UserID{bob, carol}}
 	if err := send.Check(); err != nil {

@@ -73,9 +73,16 @@
 //	P{s}r                  str   red-dot push stamp (ms, strictly increasing)
 //	P{s}i:<key>            str   publish idempotency record (id + '@' +
 //	                             unix ns, as above; users.go)
+//	P{s}format             str   the keyspace's format version (format.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
+//
+// The keyspace carries its layout's version in P{s}format (format.go),
+// set when a Store first opens an empty keyspace. Open refuses a keyspace
+// of any other version, or one holding keys but no marker, with an
+// *engine.FormatError: Tally has never been released, so a build reads
+// exactly the layout it writes.
 //
 // # Server settings
 //
@@ -113,7 +120,7 @@
 // group's), an intent recording the operation, from which ops re-derives
 // what is left; the operation finishes and
 // deletes it, and if its process dies first a sweeper in every replica
-// (SweepIntents, every IntentSweepInterval, one replica at a time)
+// (sweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
 // once either way. intents.go has the protocol; an Import chunk has one
 // intent of its own for its authors' post counts (importintents.go). Writes go through a client with go-redis retries off (a script

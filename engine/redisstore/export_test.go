@@ -14,6 +14,12 @@ func (s *Store) PostKey(id engine.PostID) string {
 	return b
 }
 
+// SweepIntents sweeps the whole keyspace at once (sweepIntents), where
+// the Store's periodic sweep goes a step at a time.
+func (s *Store) SweepIntents(ctx context.Context) (int, error) {
+	return s.sweepIntents(ctx, 0)
+}
+
 // ReceiptBytes is the size of a message's receipts record (HSTRLEN).
 func (s *Store) ReceiptBytes(g engine.GroupID, m engine.MessageID) int64 {
 	return s.rdb.HStrLen(context.Background(), s.k.group(uint64(g)).R, strconv.FormatUint(uint64(m), 10)).Val()

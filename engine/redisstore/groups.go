@@ -132,36 +132,44 @@ func (s *Store) AddGroupMembers(ctx context.Context, viewer engine.UserID, group
 }
 
 // LeaveGroup implements engine.Store. ops.LeaveGroup decides on the facts
-// under which leaving changes something; the script applies the leave
-// only if they hold and returns the real ones, which Decide then judges
-// (unknown group, never a member; leaving again changes nothing).
-func (s *Store) LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) error {
+// under which leaving is allowed; the script applies the leave only if
+// they hold, reading the group after it in the same step, and otherwise
+// returns the real facts, which Decide then judges (unknown group, not a
+// current member).
+func (s *Store) LeaveGroup(ctx context.Context, viewer engine.UserID, group engine.GroupID) (engine.Group, error) {
 	op := ops.LeaveGroup{Viewer: viewer, Group: group}
 	if err := op.Check(); err != nil {
-		return err
+		return engine.Group{}, err
 	}
 	var eff ops.Effects
 	assumed := ops.GroupFacts{Exists: true, Viewer: ops.MemberState{Joined: true, Current: true}}
 	if err := op.Decide(assumed, &eff); err != nil {
-		return s.fail(err)
+		return engine.Group{}, s.fail(err)
 	}
 	if len(eff.Leaves) != 1 || eff.Leaves[0] != (ops.Membership{Group: group, User: viewer}) {
-		return s.fail(fmt.Errorf("redisstore: LeaveGroup decided %+v", eff.Leaves))
+		return engine.Group{}, s.fail(fmt.Errorf("redisstore: LeaveGroup decided %+v", eff.Leaves))
 	}
 	g := s.k.group(uint64(group))
-	r, err := s.one(ctx, scGroupLeave, []string{g.U, g.M, g.Q}, uint64(viewer))
+	r, err := s.one(ctx, scGroupLeave, []string{g.U, g.M, g.Q}, uint64(viewer), engine.MaxPageSize)
 	if err != nil {
-		return err
+		return engine.Group{}, err
 	}
 	a := vals(r)
 	found := ops.GroupFacts{Exists: num(at(a, 0)) == 1,
 		Viewer: memberFact{mapid: num(at(a, 1)), quit: num(at(a, 2))}.state()}
 	if found != assumed {
 		eff.Reset()
-		return op.Decide(found, &eff) // nothing was applied, nor is due
+		if err := op.Decide(found, &eff); err != nil {
+			return engine.Group{}, err // nothing was applied, nor is due
+		}
+		return engine.Group{}, s.fail(fmt.Errorf("redisstore: LeaveGroup allowed on %+v, refused by the script", found))
+	}
+	page, err := s.memberPage(str(at(a, 4)))
+	if err != nil {
+		return engine.Group{}, err
 	}
 	s.emitAll(ctx, eff.Events)
-	return nil
+	return engine.Group{ID: group, MemberCount: int(num(at(a, 3))), Members: page}, nil
 }
 
 // Group implements engine.Store: the member count and the first page.
@@ -200,15 +208,23 @@ func (s *Store) groupPage(ctx context.Context, viewer engine.UserID, group engin
 	if num(at(a, 5)) < 0 {
 		return 0, nil, errBadCursor(after)
 	}
-	packed := str(at(a, 4))
+	page, err := s.memberPage(str(at(a, 4)))
+	if err != nil {
+		return 0, nil, err
+	}
+	return int(num(at(a, 3))), page, nil
+}
+
+// memberPage reads the packed uids of a page of members.
+func (s *Store) memberPage(packed string) ([]engine.UserID, error) {
 	if len(packed)%8 != 0 {
-		return 0, nil, s.fail(errCorrupt)
+		return nil, s.fail(errCorrupt)
 	}
 	page := make([]engine.UserID, 0, len(packed)/8)
 	for _, u := range members(packed) {
 		page = append(page, engine.UserID(u))
 	}
-	return int(num(at(a, 3))), page, nil
+	return page, nil
 }
 
 func errBadCursor(after engine.UserID) error {

@@ -162,7 +162,8 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	crash("repost", "repost", "TALLY_INTENT_VIEWER="+strconv.Itoa(poster), "TALLY_INTENT_POST="+pid)
 	g, err := s.CreateGroup(bg, author, []engine.UserID{81, 82, 83})
 	must(t, err)
-	must(t, s.LeaveGroup(bg, 83, g))
+	_, err = s.LeaveGroup(bg, 83, g)
+	must(t, err)
 	crash("message", "message", "TALLY_INTENT_VIEWER="+strconv.Itoa(author), "TALLY_INTENT_GROUP="+strconv.FormatUint(uint64(g), 10))
 
 	// Exactly the first steps: counted, registered; no badge, no count.

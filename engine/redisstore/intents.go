@@ -47,7 +47,7 @@ import (
 // The operation that wrote the intent finishes it at once, so an
 // acknowledged operation has every effect applied; an operation killed
 // after its first step leaves the intent behind, and a sweeper finishes it:
-// every replica runs SweepIntents every IntentSweepInterval (one at a time,
+// every replica runs sweepIntents every IntentSweepInterval (one at a time,
 // by a lock), which SCANs each master for intent hashes and finishes the
 // intents older than intentGrace.
 //

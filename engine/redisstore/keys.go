@@ -100,14 +100,16 @@ func (k keyspace) group(gid uint64) groupKeys {
 func (g groupKeys) readKey(mid uint64) string { return g.tag + "r" + strconv.FormatUint(mid, 36) }
 
 // System keys: the shared notification list, its id index, the red-dot
-// push stamp, publish idempotency, node allocation and stats. One slot:
-// they are few and small, and a broadcast touches only them.
+// push stamp, publish idempotency, node allocation, stats and the
+// keyspace's format marker. One slot: they are few and small, and a
+// broadcast touches only them.
 func (k keyspace) sys() string        { return k.p + "{s}" }
 func (k keyspace) notifList() string  { return k.sys() + "n" }
 func (k keyspace) notifIndex() string { return k.sys() + "x" }
 func (k keyspace) redDot() string     { return k.sys() + "r" }
 func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
 func (k keyspace) stats() string      { return k.sys() + "st" }
+func (k keyspace) format() string     { return k.sys() + "format" }
 
 // importIntents holds the intents of the import chunks in flight, one
 // field per chunk (importintents.go).

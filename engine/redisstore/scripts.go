@@ -21,6 +21,11 @@ import "github.com/redis/go-redis/v9"
 
 // prelude is shared by all scripts: the varint record codec (the same
 // format as codec.go; Lua numbers are doubles, exact to 2^53) and helpers.
+// current(U, Q, i, n, want) packs the uids of at most want current members
+// of a group of n mapids from mapid i+1 on: it reads the packed member
+// list U and the quit bitmap Q in chunks, skipping whole bytes of members
+// who left, so a page costs its own length (plus leavers in between), not
+// the group's size.
 const prelude = `
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
@@ -96,6 +101,30 @@ local function member(M, Q, uid)
   if not m then return nil, false end
   m = tonumber(m)
   return m, redis.call('GETBIT', Q, m - 1) == 0
+end
+local function current(U, Q, i, n, want)
+  local out = {}
+  while #out < want and i < n do
+    local last = math.min(i + 512, n) - 1
+    local qb = math.floor(i / 8)
+    local qs = redis.call('GETRANGE', Q, qb, math.floor(last / 8))
+    local u = redis.call('GETRANGE', U, i * 8, last * 8 + 7)
+    local j = i
+    while j <= last and #out < want do
+      local off = j - qb * 8
+      local byte = string.byte(qs, math.floor(off / 8) + 1) or 0
+      if byte == 255 and off % 8 == 0 then
+        j = j + 8
+      else
+        if bit.band(byte, bit.rshift(128, off % 8)) == 0 then
+          out[#out + 1] = string.sub(u, (j - i) * 8 + 1, (j - i) * 8 + 8)
+        end
+        j = j + 1
+      end
+    end
+    i = j
+  end
+  return table.concat(out)
 end
 `
 
@@ -431,17 +460,21 @@ for i = 3, #ARGV, 5 do
 end
 return 1`)
 
-	// The leave ops.LeaveGroup decided on the facts that make it change
-	// something (the group exists, the viewer joined and is current): the
-	// viewer is marked quit, keeping the mapid, only if they hold. KEYS U,
-	// M, Q; ARGV viewer. The facts found: {exists, mapid (0: never
-	// joined), quit before}.
+	// The leave ops.LeaveGroup decided on the facts that allow it (the
+	// group exists, the viewer joined and is current): the viewer is
+	// marked quit, keeping the mapid, only if they hold, and the group is
+	// read as its remaining members see it in the same step: the count of
+	// current members and the first page of them. KEYS U, M, Q; ARGV
+	// viewer, page size. {exists, mapid (0: never joined), quit before,
+	// count, packed uids} (the last two only when the leave was applied).
 	scGroupLeave = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
 local m = redis.call('HGET', KEYS[2], ARGV[1])
 if not m then return {1, 0, 0} end
-local q = redis.call('SETBIT', KEYS[3], m - 1, 1)
-return {1, tonumber(m), q}`)
+m = tonumber(m)
+if redis.call('SETBIT', KEYS[3], m - 1, 1) == 1 then return {1, m, 1} end
+local n = redis.call('STRLEN', KEYS[1]) / 8
+return {1, m, 0, n - redis.call('BITCOUNT', KEYS[3]), current(KEYS[1], KEYS[3], 0, n, tonumber(ARGV[2]))}`)
 
 	// One page of a group's current members, with the facts ops.ViewGroup
 	// judges the read on: whether the group exists and the viewer's
@@ -449,11 +482,8 @@ return {1, tonumber(m), q}`)
 	// the facts say, so that the read stays one round trip; Go discards
 	// it when ViewGroup refuses (a refused viewer costs one page of
 	// reading, bounded by ARGV[3]). The page holds the members after the
-	// user ARGV[2] ('0': from the first), at most ARGV[3], and the count
-	// is of current members. It reads the packed member list and quit
-	// bitmap in chunks from the cursor's mapid on, skipping whole bytes
-	// of members who left, so a page costs its own length (plus leavers
-	// in between), not the group's size.
+	// user ARGV[2] ('0': from the first), at most ARGV[3] (current, in the
+	// prelude), and the count is of current members.
 	// KEYS U, M, Q; ARGV viewer, after, first.
 	// {exists, mapid, quit, count, packed uids, after's mapid (-1: after
 	// never joined, and no page)}; {0, 0, 0} for an unknown group.
@@ -470,30 +500,7 @@ if ARGV[2] ~= '0' then
   if not a then return {1, m, q, count, '', -1} end
   i = tonumber(a)
 end
-local from = i
-local want = tonumber(ARGV[3])
-local out = {}
-while #out < want and i < n do
-  local last = math.min(i + 512, n) - 1
-  local qb = math.floor(i / 8)
-  local qs = redis.call('GETRANGE', KEYS[3], qb, math.floor(last / 8))
-  local u = redis.call('GETRANGE', KEYS[1], i * 8, last * 8 + 7)
-  local j = i
-  while j <= last and #out < want do
-    local off = j - qb * 8
-    local byte = string.byte(qs, math.floor(off / 8) + 1) or 0
-    if byte == 255 and off % 8 == 0 then
-      j = j + 8
-    else
-      if bit.band(byte, bit.rshift(128, off % 8)) == 0 then
-        out[#out + 1] = string.sub(u, (j - i) * 8 + 1, (j - i) * 8 + 8)
-      end
-      j = j + 1
-    end
-  end
-  i = j
-end
-return {1, m, q, count, table.concat(out), from}`)
+return {1, m, q, count, current(KEYS[1], KEYS[3], i, n, tonumber(ARGV[3])), i}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
 	// (seeds/004): the group as it is at send time, the facts ops.Counted

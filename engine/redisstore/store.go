@@ -95,6 +95,8 @@ type Store struct {
 
 	bus   *bus
 	stats statCounters
+	// intentsRecovered and intentSweepsFailed are IntentSweeps' counts.
+	intentsRecovered, intentSweepsFailed atomic.Uint64
 
 	uo      *redis.UniversalOptions
 	redirMu sync.Mutex
@@ -213,6 +215,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		closeClients()
 		return nil, unavailable(err)
 	}
+	if err := s.checkFormat(ctx); err != nil {
+		closeClients()
+		return nil, err
+	}
 	node := opts.Node
 	if node == 0 {
 		n, err := s.wdb.Incr(ctx, s.k.nodeSeq()).Result()
@@ -244,7 +250,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.IntentSweepInterval > 0 {
 		s.wg.Add(1)
 		go s.electedLoop(s.opts.IntentSweepInterval, "isweep", func(ctx context.Context) {
-			_, _ = s.sweepIntents(ctx, s.opts.IntentSweepInterval/intentSweepShare)
+			if _, err := s.sweepIntents(ctx, s.opts.IntentSweepInterval/intentSweepShare); err != nil {
+				s.intentSweepsFailed.Add(1)
+			}
 		})
 	}
 	return s, nil

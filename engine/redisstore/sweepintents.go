@@ -35,18 +35,12 @@ const intentScanPattern = "{[pg]*}I"
 // scan for.
 const intentSweepShare = 10
 
-// SweepIntents finishes every intent older than its grace period that no
+// sweepIntents finishes every intent older than its grace period that no
 // live finisher holds: the operations whose process died between their
 // first and later steps, and the import chunks of imports that died
-// (importintents.go). It scans the whole keyspace, and returns how many
-// it finished.
-func (s *Store) SweepIntents(ctx context.Context) (int, error) {
-	return s.sweepIntents(ctx, 0)
-}
-
-// sweepIntents is SweepIntents over the whole keyspace (budget 0), or one
-// step of the periodic sweep: on each master, from the stored cursor, for
-// at most budget.
+// (importintents.go). It returns how many it finished. With budget 0 it
+// scans the whole keyspace; otherwise it is one step of the periodic
+// sweep: on each master, from the stored cursor, for at most budget.
 func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, error) {
 	var (
 		mu   sync.Mutex // ForEachMaster sweeps the masters at once
@@ -96,11 +90,24 @@ func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, er
 		}
 		return nil
 	}
-	if err := eachMaster(ctx, s.wcluster, s.wsingle, sweep); err != nil {
+	err := eachMaster(ctx, s.wcluster, s.wsingle, sweep)
+	if err != nil {
+		s.intentsRecovered.Add(uint64(done))
 		return done, s.fail(err)
 	}
 	n, err := s.sweepImports(ctx, now)
+	s.intentsRecovered.Add(uint64(done + n))
 	return done + n, err
+}
+
+// IntentSweeps reports, since Open, how many intents this process's
+// sweeps finished — each an operation or import chunk that a process
+// left between its steps (it died, or Redis failed it mid-way) — and how
+// many periodic sweep steps failed, leaving the intents they would have
+// finished for a later step. Both feed /metrics: steady recoveries mean
+// processes keep dying mid-write; failing steps mean intents pile up.
+func (s *Store) IntentSweeps() (recovered, failed uint64) {
+	return s.intentsRecovered.Load(), s.intentSweepsFailed.Load()
 }
 
 // claimable reads an intent's value as a sweeper at now sees it: the

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -52,6 +55,9 @@ func TestIntentSweepStepsThroughTheKeyspace(t *testing.T) {
 	if finished != 1 || !wrapped {
 		t.Fatalf("after %d steps: %d intents finished, cursor wrapped %v; want 1 and a wrap", steps, finished, wrapped)
 	}
+	if recovered, failed := s.IntentSweeps(); recovered != 1 || failed != 0 {
+		t.Fatalf("IntentSweeps = %d recovered, %d failed; want 1, 0", recovered, failed)
+	}
 	if steps < 5 {
 		t.Fatalf("a pass over %d keys took %d steps of one SCAN call each", filler, steps)
 	}
@@ -67,5 +73,36 @@ func TestIntentSweepStepsThroughTheKeyspace(t *testing.T) {
 	}
 	if cursor, err := rc.Get(ctx, cursorKey).Uint64(); err != nil || cursor != 0 {
 		t.Fatalf("cursor after a whole pass: %d (%v), want 0", cursor, err)
+	}
+}
+
+// A periodic sweep step that fails is counted (IntentSweeps, for
+// /metrics), and the sweep keeps running: here an intent record that does
+// not decode fails every step that meets it.
+func TestIntentSweepFailuresCounted(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := redistest.StartSingle(t)
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rc.Close() })
+	post := snowflake.Make(time.Now().Add(-time.Hour).UnixMilli(), 1, 0)
+	s, err := Open(ctx, Options{Addrs: []string{addr}, KeyPrefix: "isf:", ReadTimeout: 5 * time.Second,
+		SweepInterval: -1, IntentSweepInterval: 20 * time.Millisecond})
+	check(t, err)
+	t.Cleanup(func() { s.Close() })
+	bucket, _ := s.k.post(post)
+	check(t, rc.HSet(ctx, intentsKey(bucket), "~bad", "not an intent").Err())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recovered, failed := s.IntentSweeps()
+		if failed >= 2 {
+			if recovered != 0 {
+				t.Fatalf("%d intents recovered from a malformed record", recovered)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("IntentSweeps = %d recovered, %d failed after 10s of steps meeting a malformed intent; want failures", recovered, failed)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

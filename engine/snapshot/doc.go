@@ -22,7 +22,9 @@
 //     flipped bit anywhere, or mixes chunks of two snapshots is reported as
 //     a *CorruptError naming the file and the offset of the first bad part;
 //     nothing is ever handed out from a chunk that does not verify.
-//   - A reader refuses format versions it does not know.
+//   - A reader refuses every format version but this build's with a
+//     *VersionError (a header whose checksum verifies is a snapshot of
+//     another version, not damage).
 //   - Chunks are bounded (MaxChunkBytes), so reading a damaged length never
 //     allocates more than that, and readers and writers hold one chunk in
 //     memory at a time per section, whatever the snapshot's size.
@@ -48,7 +50,7 @@
 // payload, with no padding:
 //
 //	offset  size  field
-//	0       4     section tag (four ASCII bytes, e.g. "POST")
+//	0       4     section tag (four ASCII bytes, e.g. "PTBL")
 //	4       4     payload length n, uint32 (at most MaxChunkBytes)
 //	8       4     chunk sequence number, uint32: 0 for the file's first
 //	              chunk, then 1, 2, ... across every section

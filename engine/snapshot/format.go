@@ -72,6 +72,17 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("snapshot: %s is corrupt at offset %d: %s", e.File, e.Offset, e.Reason)
 }
 
+// VersionError reports a snapshot file of another format version than
+// the one this build reads and writes (Version).
+type VersionError struct {
+	File  string
+	Found uint32
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("snapshot: %s is format version %d; this build reads version %d", e.File, e.Found, Version)
+}
+
 func appendHeader(dst []byte, index uint64) []byte {
 	var h [headerSize]byte
 	copy(h[0:8], magic)
@@ -81,25 +92,23 @@ func appendHeader(dst []byte, index uint64) []byte {
 	return append(dst, h[:]...)
 }
 
-// checkHeader returns the index in a valid header, or why it is not one.
-func checkHeader(h []byte) (uint64, string) {
+// checkHeader returns the index and the format version of a sound
+// header, or why it is damaged. It does not judge the version.
+func checkHeader(h []byte) (index uint64, version uint32, reason string) {
 	if len(h) < headerSize {
-		return 0, fmt.Sprintf("file is %d bytes, shorter than the %d-byte header", len(h), headerSize)
+		return 0, 0, fmt.Sprintf("file is %d bytes, shorter than the %d-byte header", len(h), headerSize)
 	}
 	if string(h[0:8]) != magic {
-		return 0, fmt.Sprintf("bad magic %q, not a tally snapshot", h[0:8])
+		return 0, 0, fmt.Sprintf("bad magic %q, not a tally snapshot", h[0:8])
 	}
-	crcOK := crc32.Checksum(h[:20], castagnoli) == le.Uint32(h[20:24])
-	if v := le.Uint32(h[8:12]); v != Version {
-		if crcOK {
-			return 0, fmt.Sprintf("unsupported format version %d (this build reads version %d)", v, Version)
+	version = le.Uint32(h[8:12])
+	if crc32.Checksum(h[:20], castagnoli) != le.Uint32(h[20:24]) {
+		if version != Version {
+			return 0, 0, fmt.Sprintf("header checksum mismatch (format version field reads %d)", version)
 		}
-		return 0, fmt.Sprintf("header checksum mismatch (format version field reads %d)", v)
+		return 0, 0, "header checksum mismatch"
 	}
-	if !crcOK {
-		return 0, "header checksum mismatch"
-	}
-	return le.Uint64(h[12:20]), ""
+	return le.Uint64(h[12:20]), version, ""
 }
 
 // indexBytes is the snapshot's index as the checksums of chunks and footer

@@ -21,16 +21,20 @@ type Reader struct {
 }
 
 // NewReader checks the snapshot of size bytes in r; name is what errors
-// call the file. Damage is reported as a *CorruptError.
+// call the file. Damage is reported as a *CorruptError, a snapshot of
+// another format version as a *VersionError.
 func NewReader(r io.ReaderAt, size int64, name string) (*Reader, error) {
 	rd := &Reader{r: r, name: name, size: size}
 	h := make([]byte, min(size, headerSize))
 	if err := rd.readAt(h, 0); err != nil {
 		return nil, err
 	}
-	index, reason := checkHeader(h)
+	index, version, reason := checkHeader(h)
 	if reason != "" {
 		return nil, rd.corrupt(0, reason)
+	}
+	if version != Version {
+		return nil, &VersionError{File: name, Found: version}
 	}
 	rd.index = index
 	ib := indexBytes(index)

@@ -232,16 +232,24 @@ func TestChunkFromOtherSnapshot(t *testing.T) {
 	}
 }
 
+// TestVersion: a sound header of another version (older or newer) is a
+// *VersionError naming it, not damage; a damaged one is still damage.
 func TestVersion(t *testing.T) {
 	data, _ := sample(t)
-	h := appendHeader(nil, 42)
-	le.PutUint32(h[8:12], 2)
-	// A well-formed header of another version names the version.
-	le.PutUint32(h[20:24], crc32c(h[:20]))
-	bad := append(h, data[headerSize:]...)
-	_, _, err := readAll(bad)
-	if err == nil || !strings.Contains(err.Error(), "unsupported format version 2") {
-		t.Fatalf("version 2: %v", err)
+	for _, v := range []uint32{0, Version + 1} {
+		h := appendHeader(nil, 42)
+		le.PutUint32(h[8:12], v)
+		le.PutUint32(h[20:24], crc32c(h[:20]))
+		_, _, err := readAll(append(h, data[headerSize:]...))
+		var ve *VersionError
+		if !errors.As(err, &ve) || ve.Found != v || !strings.Contains(err.Error(), fmt.Sprintf("format version %d", v)) {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		h[20] ^= 1
+		var ce *CorruptError
+		if _, _, err := readAll(append(h, data[headerSize:]...)); !errors.As(err, &ce) {
+			t.Fatalf("version %d with a bad header checksum: %v", v, err)
+		}
 	}
 }
 

@@ -22,6 +22,22 @@ type CorruptError struct {
 	Missing bool
 }
 
+// VersionError reports a log file of another format version than the one
+// this build reads and writes: a segment (Format "log segment") or the
+// manifest ("log manifest"; Found 0: segments holding records but no
+// manifest, which every build since manifests writes before its first
+// record). Open refuses the whole log; Repair does not touch it.
+type VersionError struct {
+	File   string
+	Format string
+	Found  uint32
+	Want   uint32
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("wal: %s is %s format version %d; this build reads version %d", e.File, e.Format, e.Found, e.Want)
+}
+
 func (e *CorruptError) Error() string {
 	if e.Missing {
 		return fmt.Sprintf("wal: log incomplete: %s is missing: %s; refusing to start without acknowledged records", e.File, e.Reason)
@@ -108,6 +124,16 @@ func (s *dirScan) torn() bool {
 	return s.bad != nil && s.badSeg == len(s.segs)-1 && s.bad.canBeTorn && !s.bad.validAfter
 }
 
+// versionError returns the *VersionError of a segment of another format
+// version, if the scan stopped at one.
+func (s *dirScan) versionError(dir string) error {
+	if s.bad == nil || !s.bad.otherVersion {
+		return nil
+	}
+	return &VersionError{File: segmentPath(dir, s.segs[s.badSeg].first), Format: "log segment",
+		Found: s.bad.version, Want: formatVersion}
+}
+
 func (s *dirScan) corruptError(dir string) *CorruptError {
 	return &CorruptError{File: segmentPath(dir, s.segs[s.badSeg].first), Offset: s.bad.offset, Reason: s.bad.reason}
 }
@@ -163,7 +189,9 @@ func scanFile(sc *scanner, path string, seg segment, isLast bool) (segScan, erro
 //
 // This is the way out of a *CorruptError (`tally repair`), for an operator
 // who accepts losing the records after the damage. It must not run while a
-// Log has the directory open; the lock file makes it fail if one does.
+// Log has the directory open; the lock file makes it fail if one does. A
+// log of another format version is not damage: Repair refuses it with the
+// *VersionError Open gives, and changes nothing.
 func Repair(dir string) (dropped int64, err error) {
 	unlock, err := lockDir(dir)
 	if err != nil {
@@ -176,6 +204,9 @@ func Repair(dir string) (dropped int64, err error) {
 	s, err := scanDir(dir)
 	if err != nil {
 		return 0, err
+	}
+	if err := s.versionError(dir); err != nil {
+		return 0, err // another format, not damage
 	}
 	if s.bad == nil {
 		return 0, repairManifest(dir, s.segs)
@@ -228,8 +259,9 @@ func Repair(dir string) (dropped int64, err error) {
 // removes it when none is), which is how Repair accepts the loss of
 // missing tail segments.
 func repairManifest(dir string, segs []segment) error {
-	if _, err := checkManifest(dir, segs); err == nil {
-		return nil
+	_, err := checkManifest(dir, segs)
+	if ve := (*VersionError)(nil); err == nil || errors.As(err, &ve) {
+		return err // nothing to repair, or another format: not damage
 	}
 	if len(segs) == 0 {
 		return RemoveManifest(dir)

@@ -28,6 +28,11 @@
 //     *CorruptError whose Missing is set. Repair (`tally repair`) is the way out:
 //     it truncates the log at the first bad record and drops everything
 //     after it, or accepts the missing segments as lost.
+//   - Open reads exactly one format: segments and manifest of this build's
+//     format versions. A log of any other (a sound header or manifest of
+//     another version, or segments holding records with no manifest, as
+//     logs had before manifests) is refused whole with a *VersionError,
+//     which Repair does not touch.
 //   - After a write or fsync error (ENOSPC, EROFS, EIO, ...) the Log is
 //     failed-closed for writes: that Append and every later one returns an
 //     error wrapping ErrWriteFailed, because the file may now end in a

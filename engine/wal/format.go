@@ -64,25 +64,33 @@ func appendSegmentHeader(dst []byte, first uint64) []byte {
 	return append(dst, h[:]...)
 }
 
-// checkSegmentHeader returns "" if h is a valid header for a segment named
-// after first, or why not.
-func checkSegmentHeader(h []byte, first uint64) string {
+// checkSegmentHeader returns nil if h is a valid header for a segment
+// named after first, or the damage at offset 0 that says why not; a sound
+// header of another format version is marked as such (otherVersion).
+func checkSegmentHeader(h []byte, first uint64) *damage {
+	bad := func(format string, args ...any) *damage { return &damage{reason: fmt.Sprintf(format, args...)} }
 	if len(h) < headerSize {
-		return fmt.Sprintf("file is %d bytes, shorter than the %d-byte segment header", len(h), headerSize)
+		return bad("file is %d bytes, shorter than the %d-byte segment header", len(h), headerSize)
 	}
 	if string(h[0:8]) != segmentMagic {
-		return fmt.Sprintf("bad magic %q, not a tally log segment", h[0:8])
+		return bad("bad magic %q, not a tally log segment", h[0:8])
 	}
-	if v := le.Uint32(h[8:12]); v != formatVersion {
-		return fmt.Sprintf("unsupported format version %d (this build reads version %d)", v, formatVersion)
-	}
+	v := le.Uint32(h[8:12])
 	if crc32.Checksum(h[:20], castagnoli) != le.Uint32(h[20:24]) {
-		return "segment header checksum mismatch"
+		if v != formatVersion {
+			return bad("segment header checksum mismatch (format version field reads %d)", v)
+		}
+		return bad("segment header checksum mismatch")
+	}
+	if v != formatVersion {
+		d := bad("format version %d (this build reads version %d)", v, formatVersion)
+		d.otherVersion, d.version = true, v
+		return d
 	}
 	if got := le.Uint64(h[12:20]); got != first {
-		return fmt.Sprintf("header says first index %d but the file name says %d", got, first)
+		return bad("header says first index %d but the file name says %d", got, first)
 	}
-	return ""
+	return nil
 }
 
 // recordCRC finishes a record checksum: payloadCRC is CRC32C(payload), hdr
@@ -119,6 +127,10 @@ type damage struct {
 	// validAfter is set by scanSegment, for the last segment only, when a
 	// record that verifies follows the bad spot: then it is not a torn tail.
 	validAfter bool
+	// otherVersion: the segment header is sound but of format version
+	// version, not this build's: the log is refused, not repaired.
+	otherVersion bool
+	version      uint32
 }
 
 // segScan is the outcome of scanning one segment.
@@ -156,8 +168,8 @@ func (sc *scanner) scanSegment(r io.ReaderAt, size int64, first uint64, isLast b
 	if err != nil && err != io.EOF {
 		return res, err
 	}
-	if reason := checkSegmentHeader(h[:n], first); reason != "" {
-		res.bad = &damage{offset: 0, reason: reason}
+	if bad := checkSegmentHeader(h[:n], first); bad != nil {
+		res.bad = bad
 		return res, nil
 	}
 	off := int64(headerSize)

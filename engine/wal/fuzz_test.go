@@ -85,7 +85,7 @@ func checkDecode(t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatalf("scan of in-memory data failed: %v", err)
 	}
-	headerOK := checkSegmentHeader(data, 1) == ""
+	headerOK := checkSegmentHeader(data, 1) == nil
 	if !headerOK {
 		if len(recs) != 0 || res.bad == nil || res.bad.offset != 0 || res.bad.canBeTorn {
 			t.Fatalf("bad header: got %d records, damage %+v", len(recs), res.bad)

@@ -144,16 +144,20 @@ func copyDir(t testing.TB, src, dst string) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.Name() == lockName {
-			continue
+		if e.Name() != lockName {
+			copyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
 		}
-		data, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	}
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

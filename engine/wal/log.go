@@ -211,6 +211,9 @@ func open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.versionError(dir); err != nil {
+		return nil, err
+	}
 	// Missing tail segments first: a torn end of what is now the newest
 	// segment is only a torn tail if no segment ever followed it.
 	manifestOK, err := checkManifest(dir, s.segs)
@@ -241,8 +244,8 @@ func open(dir string, opts Options) (*Log, error) {
 	}
 	active := s.segs[len(s.segs)-1]
 	if !manifestOK {
-		// A log from before manifests, or a crash between a new segment's
-		// rename and its manifest's: record the newest segment now.
+		// A crash between a new segment's rename and its manifest's:
+		// record the newest segment now.
 		if err := writeManifest(dir, active.first, doSync); err != nil {
 			return nil, fmt.Errorf("wal: %w", err)
 		}

@@ -26,8 +26,11 @@ import (
 // segment behind, which Open accepts (the newest segment is newer than the
 // manifest says) and corrects; a newest segment older than the manifest,
 // or none at all, means segments were lost, and Open refuses with a
-// *CorruptError whose Missing is set. A log written before manifests
-// existed has none; Open writes one.
+// *CorruptError whose Missing is set. Segments holding records with no
+// manifest beside them are a log of an older format (before manifests):
+// Open refuses them with a *VersionError. The one log that has segments
+// and no manifest is one that crashed while creating its first segment,
+// before any record: Open writes its manifest.
 const ManifestName = "wal.manifest"
 
 const (
@@ -54,10 +57,10 @@ func readManifest(dir string) (newest uint64, ok bool, err error) {
 		why = fmt.Sprintf("%d bytes, want %d", len(b), manifestSize)
 	case string(b[:8]) != manifestMagic:
 		why = "bad magic"
-	case le.Uint32(b[8:12]) != manifestVersion:
-		why = fmt.Sprintf("unsupported version %d (this build reads %d)", le.Uint32(b[8:12]), manifestVersion)
 	case crc32.Checksum(b[:20], castagnoli) != le.Uint32(b[20:24]):
 		why = "checksum mismatch"
+	case le.Uint32(b[8:12]) != manifestVersion:
+		return 0, false, &VersionError{File: manifestPath(dir), Format: "log manifest", Found: le.Uint32(b[8:12]), Want: manifestVersion}
 	case le.Uint64(b[12:20]) == 0:
 		why = "records segment index 0"
 	}
@@ -102,8 +105,14 @@ func writeManifest(dir string, newest uint64, sync bool) error {
 // segment up to the one it names must still be there.
 func checkManifest(dir string, segs []segment) (manifestOK bool, err error) {
 	newest, ok, err := readManifest(dir)
-	if err != nil || !ok {
+	if err != nil {
 		return false, err
+	}
+	if !ok {
+		if len(segs) > 1 || len(segs) == 1 && segs[0].size > headerSize {
+			return false, &VersionError{File: manifestPath(dir), Format: "log manifest", Found: 0, Want: manifestVersion}
+		}
+		return false, nil
 	}
 	if len(segs) == 0 {
 		return false, &CorruptError{File: segmentPath(dir, newest), Missing: true, Reason: fmt.Sprintf(

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,23 +106,111 @@ func TestEveryLogSegmentMissingRefused(t *testing.T) {
 	mustClose(t, l)
 }
 
-// A log written before manifests opens as before and gets one; from then
-// on a missing tail is caught.
-func TestLogWithoutManifest(t *testing.T) {
-	dir := t.TempDir()
-	buildLog(t, dir, 200, 2048)
-	if err := os.Remove(filepath.Join(dir, ManifestName)); err != nil {
+// A log of another format is refused whole, and Repair leaves it as it
+// is: segments holding records with no manifest (logs before manifests),
+// a manifest or a segment header of another version (older or newer).
+func TestOtherFormatRefused(t *testing.T) {
+	src := t.TempDir()
+	buildLog(t, src, 200, 2048)
+	segs := segmentFiles(t, src)
+	versionAt := func(path string, v uint32) func(t *testing.T) {
+		return func(t *testing.T) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			le.PutUint32(b[8:12], v)
+			le.PutUint32(b[20:24], crc32.Checksum(b[:20], castagnoli))
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		file   string // relative to the log's directory
+		format string
+		found  uint32
+		change func(dir string) func(t *testing.T)
+	}{
+		{"no manifest", ManifestName, "log manifest", 0, func(dir string) func(t *testing.T) {
+			return func(t *testing.T) {
+				if err := os.Remove(manifestPath(dir)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"older manifest", ManifestName, "log manifest", 0, func(dir string) func(t *testing.T) {
+			return versionAt(manifestPath(dir), 0)
+		}},
+		{"newer manifest", ManifestName, "log manifest", manifestVersion + 1, func(dir string) func(t *testing.T) {
+			return versionAt(manifestPath(dir), manifestVersion+1)
+		}},
+		{"older segment", filepath.Base(segs[0]), "log segment", 0, func(dir string) func(t *testing.T) {
+			return versionAt(filepath.Join(dir, filepath.Base(segs[0])), 0)
+		}},
+		{"newer segment", filepath.Base(segs[0]), "log segment", formatVersion + 1, func(dir string) func(t *testing.T) {
+			return versionAt(filepath.Join(dir, filepath.Base(segs[0])), formatVersion+1)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			copyDir(t, src, dir)
+			c.change(dir)(t)
+			before := dirBytes(t, dir)
+			_, err := Open(dir, Options{Sync: SyncNone, Logger: quiet()})
+			var ve *VersionError
+			if !errors.As(err, &ve) || ve.File != filepath.Join(dir, c.file) || ve.Format != c.format || ve.Found != c.found {
+				t.Fatalf("Open: %v, want a *VersionError of %s format %d at %s", err, c.format, c.found, c.file)
+			}
+			if _, err := Repair(dir); !errors.As(err, &ve) {
+				t.Fatalf("Repair: %v, want the *VersionError", err)
+			}
+			if after := dirBytes(t, dir); after != before {
+				t.Fatal("Open or Repair changed a log of another format")
+			}
+		})
+	}
+}
+
+// dirBytes renders every file of dir, names and contents, for comparing
+// a directory before and after.
+func dirBytes(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	reopenKeeps(t, dir, 200, nil)
-	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err != nil {
+	var b strings.Builder
+	for _, e := range entries {
+		if e.Name() == lockName {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(e.Name() + "\n" + string(data) + "\n")
+	}
+	return b.String()
+}
+
+// A crash while creating a log's first segment, between its rename and
+// the manifest's, leaves one segment with no record and no manifest:
+// that log opens, and gets its manifest.
+func TestFirstSegmentWithoutManifest(t *testing.T) {
+	dir := t.TempDir()
+	mustClose(t, mustOpen(t, dir, Options{Sync: SyncNone}))
+	if err := os.Remove(manifestPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, dir, Options{Sync: SyncNone})
+	appendN(t, l, 1, 3)
+	mustClose(t, l)
+	if _, err := os.Stat(manifestPath(dir)); err != nil {
 		t.Fatalf("Open did not write a manifest: %v", err)
 	}
-	segs := segmentFiles(t, dir)
-	if err := os.Remove(segs[len(segs)-1]); err != nil {
-		t.Fatal(err)
-	}
-	openMissing(t, dir, segs[len(segs)-1])
+	reopenKeeps(t, dir, 3, nil)
 }
 
 // A crash between a new segment's rename and its manifest's leaves the

@@ -55,6 +55,7 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 		if err := os.WriteFile(path, data[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
+		copyFile(t, manifestPath(src), manifestPath(dir))
 		var logs logBuf
 		l := mustOpen(t, dir, Options{Sync: SyncNone, Logger: logs.logger()})
 		if l.LastIndex() != 4 {

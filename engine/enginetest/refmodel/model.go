@@ -712,23 +712,21 @@ func (m *Model) AddGroupMembers(_ context.Context, viewer engine.UserID, id engi
 	return nil
 }
 
-// LeaveGroup implements engine.Store: leaving a group one has already
-// left changes nothing; one never joined is ErrForbidden.
-func (m *Model) LeaveGroup(_ context.Context, viewer engine.UserID, id engine.GroupID) error {
+// LeaveGroup implements engine.Store: only a current member leaves
+// (anyone else, one who left already included, is ErrForbidden), and
+// gets the group as it is once they have left.
+func (m *Model) LeaveGroup(_ context.Context, viewer engine.UserID, id engine.GroupID) (engine.Group, error) {
 	if err := engine.CheckViewer(viewer); err != nil {
-		return err
+		return engine.Group{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	g := m.groups[id]
-	if g == nil {
-		return fmt.Errorf("%w: group %d", engine.ErrNotFound, id)
-	}
-	if _, ok := g.mapid[viewer]; !ok {
-		return fmt.Errorf("%w: not a member", engine.ErrForbidden)
+	g, err := m.memberGroup(viewer, id)
+	if err != nil {
+		return engine.Group{}, err
 	}
 	g.quit[viewer] = true
-	return nil
+	return g.view(id), nil
 }
 
 // Group implements engine.Store.
@@ -739,8 +737,14 @@ func (m *Model) Group(_ context.Context, viewer engine.UserID, id engine.GroupID
 	if err != nil {
 		return engine.Group{}, err
 	}
+	return g.view(id), nil
+}
+
+// view is the group as Group reads it: its current members' count and
+// first page.
+func (g *group) view(id engine.GroupID) engine.Group {
 	ms := g.members()
-	return engine.Group{ID: id, MemberCount: len(ms), Members: ms[:min(len(ms), engine.MaxPageSize)]}, nil
+	return engine.Group{ID: id, MemberCount: len(ms), Members: ms[:min(len(ms), engine.MaxPageSize)]}
 }
 
 // GroupMembers implements engine.Store.

@@ -1,0 +1,230 @@
+// Package hub routes engine events to the subscriptions open on this
+// server (the resolvers' badge and receipt streams). It sits in web/, not
+// in engine/, because it holds connection state and no product rule, and
+// works on any engine.Store through Subscribe.
+//
+// It owns the question "which open subscriptions does this change
+// concern?" and answers it without touching users who are not connected: a broadcast wakes the
+// connected badge subscribers only, and a post by an author with millions of
+// followers wakes only the connected ones, found through an index of each
+// connected viewer's followees (built when they subscribe, kept current by
+// FollowsChanged events) rather than by enumerating followers.
+//
+// Wake-ups are level-triggered and coalesced: a subscriber holds a
+// one-slot signal channel, so a burst of changes costs one re-read. Events
+// carry no state; the subscriber re-reads what it shows.
+package hub
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// Hub fans engine events out to watchers. Safe for concurrent use.
+type Hub struct {
+	store  engine.Store
+	cancel func()
+
+	mu        sync.Mutex
+	byUser    map[engine.UserID]map[*watcher]struct{}
+	byAuthor  map[engine.UserID]map[*watcher]struct{}
+	byMessage map[engine.MessageID]map[*watcher]struct{}
+	// unread holds every badge watcher, for broadcasts.
+	unread map[*watcher]struct{}
+}
+
+type watcher struct {
+	user      engine.UserID
+	followees []engine.UserID // sorted; unread watchers only
+	signal    chan struct{}
+	// refreshing is set while a goroutine re-reads followees; stale asks it
+	// to read once more because another follow change came in meanwhile.
+	// Both are guarded by Hub.mu.
+	refreshing, stale bool
+}
+
+func (w *watcher) wake() {
+	select {
+	case w.signal <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// New subscribes to s's events. Close releases the subscription.
+func New(s engine.Store) *Hub {
+	h := &Hub{
+		store:     s,
+		byUser:    map[engine.UserID]map[*watcher]struct{}{},
+		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
+		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
+		unread:    map[*watcher]struct{}{},
+	}
+	h.cancel = s.Subscribe(h.dispatch)
+	return h
+}
+
+// Close stops receiving events.
+func (h *Hub) Close() { h.cancel() }
+
+// WatchUnread returns a channel that receives a value whenever viewer's
+// badges may have changed, until ctx ends.
+func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan struct{}, error) {
+	followees, err := h.store.Followees(ctx, viewer)
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{user: viewer, followees: sortedCopy(followees), signal: make(chan struct{}, 1)}
+	h.mu.Lock()
+	add(h.byUser, viewer, w)
+	for _, f := range w.followees {
+		add(h.byAuthor, f, w)
+	}
+	h.unread[w] = struct{}{}
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		remove(h.byUser, viewer, w)
+		for _, f := range w.followees {
+			remove(h.byAuthor, f, w)
+		}
+		delete(h.unread, w)
+	})
+	return w.signal, nil
+}
+
+// WatchReceipts returns a channel that receives a value whenever message's
+// receipts may have changed, until ctx ends.
+func (h *Hub) WatchReceipts(ctx context.Context, message engine.MessageID) <-chan struct{} {
+	w := &watcher{signal: make(chan struct{}, 1)}
+	h.mu.Lock()
+	add(h.byMessage, message, w)
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		remove(h.byMessage, message, w)
+	})
+	return w.signal
+}
+
+// Watchers reports how many subscriptions are open, for /metrics.
+func (h *Hub) Watchers() (unread, receipts int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ws := range h.byMessage {
+		receipts += len(ws)
+	}
+	return len(h.unread), receipts
+}
+
+// dispatch runs on the store's delivery goroutine; it must not block.
+func (h *Hub) dispatch(e engine.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch e.Kind {
+	case engine.UnreadChanged:
+		for _, u := range e.Users {
+			wakeAll(h.byUser[u])
+		}
+	case engine.AuthorPosted:
+		wakeAll(h.byAuthor[e.Author])
+	case engine.Broadcast:
+		wakeAll(h.unread)
+	case engine.ReceiptsChanged:
+		wakeAll(h.byMessage[e.Message])
+	case engine.FollowsChanged:
+		for _, u := range e.Users {
+			for w := range h.byUser[u] {
+				h.refollow(w)
+				w.wake()
+			}
+		}
+	default:
+		slog.Debug("hub: unknown event", "kind", e.Kind)
+	}
+}
+
+// refollow re-indexes w after its user followed or unfollowed someone.
+// The store is asked off the delivery goroutine, by one goroutine per
+// watcher at a time; a change that arrives while it asks makes it ask
+// again, so the index ends on the store's latest answer whatever order
+// the answers come back in. Until then w stays indexed as it was, which
+// at worst costs a spurious wake-up or a push that arrives with the next.
+// Called with h.mu held.
+func (h *Hub) refollow(w *watcher) {
+	if w.refreshing {
+		w.stale = true
+		return
+	}
+	w.refreshing = true
+	go func() {
+		for {
+			followees, err := h.store.Followees(context.Background(), w.user)
+			h.mu.Lock()
+			if _, live := h.unread[w]; !live || err != nil {
+				w.refreshing, w.stale = false, false
+				h.mu.Unlock()
+				return
+			}
+			h.reindex(w, sortedCopy(followees))
+			if !w.stale {
+				w.refreshing = false
+				h.mu.Unlock()
+				return
+			}
+			w.stale = false
+			h.mu.Unlock()
+		}
+	}()
+}
+
+// reindex replaces w's followees with next (sorted) in the author index.
+// Called with h.mu held.
+func (h *Hub) reindex(w *watcher, next []engine.UserID) {
+	for _, f := range w.followees {
+		if _, found := slices.BinarySearch(next, f); !found {
+			remove(h.byAuthor, f, w)
+		}
+	}
+	for _, f := range next {
+		if _, found := slices.BinarySearch(w.followees, f); !found {
+			add(h.byAuthor, f, w)
+		}
+	}
+	w.followees = next
+}
+
+func wakeAll(ws map[*watcher]struct{}) {
+	for w := range ws {
+		w.wake()
+	}
+}
+
+func add[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {
+	set := m[k]
+	if set == nil {
+		set = map[*watcher]struct{}{}
+		m[k] = set
+	}
+	set[w] = struct{}{}
+}
+
+func remove[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {
+	if set := m[k]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+func sortedCopy(ids []engine.UserID) []engine.UserID {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
