@@ -19,7 +19,7 @@ type Job struct {
 	w      *window
 	epoch  uint64  // the table's when planned: a Load since voids the job
 	base   body    // the window's body when planned: immutable while the job runs
-	fold   overlay // the delta frozen by Plan, folded into the result; may be nil
+	fold   overlay // the delta Plan froze, which readers of w read until Finish; may be nil
 	toCold bool
 	name   string // the file written when toCold
 	sealed *sealedWindow
@@ -54,7 +54,7 @@ func (t *table) Plan(now time.Time) []*Job {
 	var jobs []*Job
 	ms := now.UnixMilli()
 	for _, w := range t.wins {
-		if w.busy {
+		if w.job != nil {
 			continue
 		}
 		end := t.win.End(w.num)
@@ -83,7 +83,7 @@ func (t *table) Plan(now time.Time) []*Job {
 		if m <= t.opts.MemoryBudget {
 			break
 		}
-		if s, ok := w.body.(*sealedWindow); ok && !w.busy {
+		if s, ok := w.body.(*sealedWindow); ok && w.job == nil {
 			m -= int64(s.memoryBytes())
 			jobs = append(jobs, t.plan(w, true))
 		}
@@ -114,11 +114,8 @@ func (t *table) deltaDue(w *window) bool {
 }
 
 func (t *table) plan(w *window, toCold bool) *Job {
-	w.busy = true
-	if w.delta != nil {
-		w.frozen, w.delta = w.delta, nil
-	}
-	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.frozen, toCold: toCold}
+	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, toCold: toCold}
+	w.job, w.delta = j, nil
 	if toCold {
 		j.name = t.planFile(w.num)
 	}
@@ -171,14 +168,14 @@ func (t *table) Finish(j *Job) error {
 		return nil
 	}
 	w := j.w
-	if !w.busy {
+	if w.job != j {
 		return errors.New("tier: a job finished twice")
 	}
-	w.busy = false
+	w.job = nil
 	t.jobs--
 	if j.err != nil {
 		j.discard()
-		t.unfreeze(w)
+		t.unfreeze(w, j.fold)
 		return j.err
 	}
 	t.retire(w.body)
@@ -188,7 +185,6 @@ func (t *table) Finish(j *Job) error {
 		j.sealed.installed = true
 		w.body = j.sealed
 	}
-	w.frozen = nil
 	if w.body.records() == 0 && (w.delta == nil || w.delta.len() == 0) {
 		t.retire(w.body)
 		t.removeWindow(w)
@@ -200,20 +196,17 @@ func (t *table) Finish(j *Job) error {
 // unfreeze puts a failed job's frozen delta back: into the window's open
 // table, which takes writes in place again, with the delta written since;
 // under that delta otherwise.
-func (t *table) unfreeze(w *window) {
+func (t *table) unfreeze(w *window, frozen overlay) {
 	if w.body.kind() == Open {
-		for _, o := range [2]overlay{w.frozen, w.delta} {
+		for _, o := range [2]overlay{frozen, w.delta} {
 			if o != nil {
 				t.shape.foldInto(w.body, o)
 			}
 		}
-		w.frozen, w.delta = nil, nil
+		w.delta = nil
 		return
 	}
-	if w.frozen != nil {
-		w.delta = t.shape.compose(w.frozen, w.delta)
-		w.frozen = nil
-	}
+	w.delta = t.shape.compose(frozen, w.delta)
 }
 
 // trim lets the arena pack its full chunks, leaving alone the windows
@@ -221,7 +214,7 @@ func (t *table) unfreeze(w *window) {
 func (t *table) trim() {
 	busy := map[*sealedWindow]bool{}
 	for _, w := range t.wins {
-		if s, ok := w.body.(*sealedWindow); ok && w.busy {
+		if s, ok := w.body.(*sealedWindow); ok && w.job != nil {
 			busy[s] = true
 		}
 	}

@@ -96,7 +96,7 @@ const (
 )
 
 func (p *Posts) importModeOf(w *window, ms int64) importMode {
-	if !p.sealDue(p.win.End(w.num), ms) || w.busy || w.frozen != nil {
+	if !p.sealDue(p.win.End(w.num), ms) || w.job != nil {
 		return importPut
 	}
 	switch w.body.kind() {

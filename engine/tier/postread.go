@@ -95,7 +95,7 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 	for s := 0; s < n; {
 		wi := keys[s] >> 8
 		w := p.wins[wi]
-		delta, frozen := asRows(w.delta), asRows(w.frozen)
+		delta, frozen := asRows(w.delta), asRows(w.frozen())
 		m := 0
 		e := s
 		for ; e < n && keys[e]>>8 == wi; e++ {

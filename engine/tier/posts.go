@@ -80,7 +80,7 @@ func (p *Posts) get(w *window, id uint64, r *postRow) (bool, error) {
 	if d := asRows(w.delta); d != nil && d.get(key, &p.layout, r) {
 		return true, nil
 	}
-	if f := asRows(w.frozen); f != nil && f.get(key, &p.layout, r) {
+	if f := asRows(w.frozen()); f != nil && f.get(key, &p.layout, r) {
 		return true, nil
 	}
 	return p.getBody(w, id, r)
@@ -136,7 +136,7 @@ func (p *Posts) put(id uint64, post Post, known int) error {
 	isNew := known == absent
 	if known == unknown && (d == nil || !d.has(key, &p.layout)) {
 		exists := false
-		if f := asRows(w.frozen); f != nil {
+		if f := asRows(w.frozen()); f != nil {
 			exists = f.has(key, &p.layout)
 		}
 		if !exists {
@@ -205,7 +205,7 @@ func (p *Posts) SetAuthor(id, author uint64) error {
 func (p *Posts) Range(fn func(id uint64, r Post) bool) error {
 	return walkWindows(len(p.wins), func(i int) error {
 		w := p.wins[i]
-		return p.merge(w.body, w.lo, []*rowTable{asRows(w.frozen), asRows(w.delta)}, func(id uint64, r *postRow) error {
+		return p.merge(w.body, w.lo, []*rowTable{asRows(w.frozen()), asRows(w.delta)}, func(id uint64, r *postRow) error {
 			if !fn(id, r.post()) {
 				return errStop
 			}

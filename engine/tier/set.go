@@ -70,7 +70,7 @@ func (s *Set) bodyHas(w *window, u, post uint64) (bool, error) {
 // below reports whether (u, post) is in the view under the delta: the
 // body with the frozen delta over it.
 func (s *Set) below(w *window, u, post uint64) (bool, error) {
-	if d := asPairs(w.frozen); d != nil {
+	if d := asPairs(w.frozen()); d != nil {
 		k := post - w.lo
 		if d.added.has(u, k) {
 			return true, nil
@@ -84,7 +84,7 @@ func (s *Set) below(w *window, u, post uint64) (bool, error) {
 
 // overlaid answers for (u, k) from the deltas alone when they decide it.
 func overlaid(w *window, u, k uint64) (has, decided bool) {
-	for _, o := range [2]overlay{w.delta, w.frozen} {
+	for _, o := range [2]overlay{w.delta, w.frozen()} {
 		d := asPairs(o)
 		if d == nil {
 			continue
@@ -192,7 +192,7 @@ func (s *Set) Has(user, post uint64) (bool, error) {
 		return false, nil
 	}
 	w := s.wins[i]
-	if w.delta != nil || w.frozen != nil {
+	if w.delta != nil || w.job != nil {
 		if has, ok := overlaid(w, user, post-w.lo); ok {
 			return has, nil
 		}
@@ -274,7 +274,7 @@ func (s *Set) hasChunk(user uint64, posts []uint64, out []bool) error {
 // hasWindow answers the positions o (in post order) whose posts are in
 // window w.
 func hasWindow(w *window, user uint64, posts []uint64, o []uint8, out []bool, run []uint8, sc **scratch) error {
-	overlay := w.delta != nil || w.frozen != nil
+	overlay := w.delta != nil || w.job != nil
 	var idx *blockIndex
 	switch b := w.body.(type) {
 	case *pairTable:
@@ -407,7 +407,7 @@ func sortByPost(o []uint8, posts []uint64) {
 func (s *Set) Range(fn func(user, post uint64) bool) error {
 	return walkWindows(len(s.wins), func(i int) error {
 		w := s.wins[i]
-		return s.merge(w.body, w.lo, w.frozen, w.delta, func(post, user uint64) error {
+		return s.merge(w.body, w.lo, w.frozen(), w.delta, func(post, user uint64) error {
 			if !fn(user, post) {
 				return errStop
 			}

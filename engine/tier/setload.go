@@ -101,7 +101,7 @@ func (s *Set) loadWindow(num int64, ps []pair) error {
 	if i := s.find(lo); i >= 0 {
 		w = s.wins[i]
 		b, ok := w.body.(*sealedWindow)
-		if !ok || w.delta != nil || w.busy {
+		if !ok || w.delta != nil || w.job != nil {
 			for _, q := range ps {
 				if _, err := s.Add(q.user, q.post); err != nil {
 					return err

@@ -164,7 +164,7 @@ func (t *table) writeBody(w io.Writer) error {
 				return err
 			}
 		}
-		if err := t.shape.writeOverlay(sw, win.frozen, win.delta); err != nil {
+		if err := t.shape.writeOverlay(sw, win.frozen(), win.delta); err != nil {
 			return err
 		}
 	}

@@ -133,16 +133,24 @@ type recordShape interface {
 
 // window is one time window. body is the form its base records are kept
 // in; delta holds the writes that body does not take in place (sealed,
-// cold, or an open table a job is sealing), overriding it; frozen is the
-// delta a running job is folding back, read between the two.
+// cold, or an open table a job is sealing), overriding it; job is the
+// job planned on it, whose frozen delta (the one it folds back) is read
+// between the two.
 type window struct {
 	num      int64
 	lo, last uint64 // the window's ids are [lo, last]
 	body     body
 	delta    overlay // nil: none
-	frozen   overlay // nil: none
-	busy     bool    // a job is planned on it
+	job      *Job    // nil: none
 	n        int     // records in the view
+}
+
+// frozen returns the delta the window's job is folding back, or nil.
+func (w *window) frozen() overlay {
+	if w.job == nil {
+		return nil
+	}
+	return w.job.fold
 }
 
 // body is the form a window's base records are kept in: the shape's open
@@ -265,7 +273,7 @@ func (t *table) adjust(w *window, n int) {
 
 // takesWrites reports whether w's body takes writes in place: an open
 // table that no job is sealing.
-func (w *window) takesWrites() bool { return w.body.kind() == Open && !w.busy }
+func (w *window) takesWrites() bool { return w.body.kind() == Open && w.job == nil }
 
 // Len returns the number of records.
 func (t *table) Len() int { return t.n }
@@ -274,7 +282,7 @@ var windowBytes = int(unsafe.Sizeof(window{})) + 16 // and its body's header
 
 func (w *window) memoryBytes() int {
 	n := windowBytes + w.body.memoryBytes()
-	for _, o := range [2]overlay{w.delta, w.frozen} {
+	for _, o := range [2]overlay{w.delta, w.frozen()} {
 		if o != nil {
 			n += o.memoryBytes()
 		}
@@ -285,7 +293,7 @@ func (w *window) memoryBytes() int {
 // deltaLen is the number of entries in w's overlays.
 func (w *window) deltaLen() int {
 	n := 0
-	for _, o := range [2]overlay{w.delta, w.frozen} {
+	for _, o := range [2]overlay{w.delta, w.frozen()} {
 		if o != nil {
 			n += o.len()
 		}
