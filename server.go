@@ -52,6 +52,10 @@ type storeFlags struct {
 	cursorTTL   time.Duration
 	node        uint64
 	redisWait   int
+	// redisTimeout is one request's deadline for all its Redis calls;
+	// redisWaitTimeout how long one WAIT may wait for replicas.
+	redisTimeout     time.Duration
+	redisWaitTimeout time.Duration
 	// redisStartWait is how long to keep trying to reach Redis at start:
 	// replicas and Redis often start together, and a replica that exits
 	// because Redis was a second late only adds restart churn.
@@ -87,7 +91,9 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "bytes of the post table, and separately of each of the like and favorite sets, kept in memory; beyond it the oldest sealed windows move to the cold tier (0: no budget)")
 	fs.IntVar(&f.coldCache, "cold-cache-bytes", tier.DefaultColdCacheBytes, "block cache of the cold tier (negative: none)")
 	fs.Uint64Var(&f.node, "node", 0, "snowflake node id (0-1023) of this server; give each replica its own")
-	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT)")
+	fs.IntVar(&f.redisWait, "redis-wait-replicas", 0, "with -redis: acknowledge a write only after this many replicas have it (WAIT); see docs/redis-durability.md")
+	fs.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "with -redis: one deadline for all the Redis calls of a request; what has not answered by then fails with UNAVAILABLE")
+	fs.DurationVar(&f.redisWaitTimeout, "redis-wait-timeout", 250*time.Millisecond, "with -redis-wait-replicas: how long a write waits for its replicas before it fails with UNAVAILABLE (and its shard takes no writes until they are back)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
 }
 
@@ -96,11 +102,22 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		return nil, usageError{fmt.Errorf("-node must be 0..1023")}
 	}
 	if f.redis != "" {
+		if f.redisTimeout < 0 || f.redisWaitTimeout < 0 {
+			return nil, usageError{errors.New("-redis-timeout and -redis-wait-timeout must not be negative")}
+		}
+		if f.redisWait > 0 && f.redisTimeout > 0 && f.redisWaitTimeout >= f.redisTimeout {
+			return nil, usageError{errors.New("-redis-wait-timeout must be shorter than -redis-timeout: a write's WAIT must answer within its request's deadline")}
+		}
 		opts := redisstore.Options{
 			Addrs:        splitList(f.redis),
 			CursorTTL:    f.cursorTTL,
 			Node:         f.node,
 			WaitReplicas: f.redisWait,
+			WaitTimeout:  f.redisWaitTimeout,
+			ReadTimeout:  f.redisTimeout,
+		}
+		if f.metrics != nil {
+			opts.Observer = f.metrics
 		}
 		if f.batchJob {
 			opts.SweepInterval, opts.IntentSweepInterval = -1, -1
@@ -261,7 +278,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var apq graphql.Cache[string]
 	var limiter transport.RateLimiter
 	var socketCap transport.SocketCap
+	var storeTimeout time.Duration
 	if rs, ok := store.(*redisstore.Store); ok {
+		storeTimeout = sf.redisTimeout
 		apq = transport.NewRedisAPQCache(rs.Client(), rs.KeyPrefix(), *apqTTL)
 		// Replicas share each user's mutation budget in Redis.
 		if *rateLimit > 0 {
@@ -306,6 +325,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DisableIntrospection:   !*introspection,
 		CostRate:               *costRate,
 		CostBurst:              *costBurst,
+		StoreTimeout:           storeTimeout,
 	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {

@@ -289,8 +289,8 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		// Redis goes away: requests fail with INTERNAL, and /metrics
 		// says so.
 		redis.Kill()
-		if code := errorCode(query(t, s.url, tokens[2], `{ viewer { unread { likes } } }`, nil)); code != "INTERNAL" {
-			t.Fatalf("with Redis gone a query answered %q, want INTERNAL", code)
+		if code := errorCode(query(t, s.url, tokens[2], `{ viewer { unread { likes } } }`, nil)); code != "UNAVAILABLE" {
+			t.Fatalf("with Redis gone a query answered %q, want UNAVAILABLE", code)
 		}
 		if code, _ := get(t, s.url+"/readyz"); code != 503 {
 			t.Fatalf("/readyz with Redis gone: %d, want 503", code)
@@ -302,8 +302,8 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		if v, _ := value(families, "tally_redis_errors_total", nil); v < 1 {
 			t.Errorf("tally_redis_errors_total = %v with Redis gone, want failures counted", v)
 		}
-		if v, _ := value(families, "tally_graphql_responses_total", map[string]string{"outcome": "internal"}); v < 1 {
-			t.Errorf("no GraphQL response counted with outcome=internal with Redis gone")
+		if v, _ := value(families, "tally_graphql_responses_total", map[string]string{"outcome": "unavailable"}); v < 1 {
+			t.Errorf("no GraphQL response counted with outcome=unavailable with Redis gone")
 		}
 		if _, ok := families["tally_redis_intents_recovered_total"]; !ok {
 			t.Errorf("tally_redis_intents_recovered_total is not exported on Redis")

@@ -69,6 +69,7 @@ type gqlResponse struct {
 	Data   json.RawMessage `json:"data"`
 	Errors []gqlError      `json:"errors"`
 	Status int             `json:"-"`
+	Header http.Header     `json:"-"`
 }
 
 // do posts a GraphQL request as user (0 = anonymous) and returns the raw
@@ -208,6 +209,6 @@ func (s *testServer) post(t *testing.T, authHeader, body string) gqlResponse {
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("response %d is not JSON: %s", resp.StatusCode, raw)
 	}
-	out.Status = resp.StatusCode
+	out.Status, out.Header = resp.StatusCode, resp.Header
 	return out
 }

@@ -75,3 +75,36 @@ func testSharedBudget(t *testing.T, addrs []string) {
 		t.Fatalf("PTTL of %s: %v, want up to 200 s", key, ttl)
 	}
 }
+
+// The shared budget's Redis going away (here the limiter has a Redis of
+// its own, so the store stays up): mutations are not refused for it, and
+// each user is limited by this replica's own budget instead.
+func TestHostileRateLimitFallsBackToLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	storeAddr, _ := redistest.StartSingle(t)
+	limiterNode := redistest.StartSingleNode(t)
+	limiterStore := openTestRedis(t, []string{limiterNode.Addr}, "rl")
+	t.Cleanup(func() { limiterStore.Close() })
+	l, err := limiterStore.(*redisstore.Store).NewLimiter(0.05, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerWith(t, openTestRedis(t, []string{storeAddr}, "st"), transport.Config{
+		RateLimit: 0.05, RateBurst: 5, RateLimiter: transport.SharedRateLimiter(l),
+	})
+	create := func(n int) gqlResponse { return s.do(t, 7, aliased("mutation", "", "createPost { id }", n), nil) }
+	if r := create(3); len(r.Errors) > 0 {
+		t.Fatalf("3 of 5 with the shared budget: %+v", r.Errors)
+	}
+	limiterNode.Kill()
+	// The local budget is full: 5 more pass, the sixth is refused.
+	if r := create(5); len(r.Errors) > 0 {
+		t.Fatalf("5 of the local budget with the shared one down: %+v", r.Errors)
+	}
+	expectCode(t, create(1), "RATE_LIMITED")
+	if n := s.postCount(t, 7); n != 8 {
+		t.Fatalf("postCount %d, want 8", n)
+	}
+}

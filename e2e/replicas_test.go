@@ -73,9 +73,9 @@ func TestCrossReplicaSubscription(t *testing.T) {
 	}
 }
 
-// Redis going away: requests fail fast with INTERNAL and a message that
-// says the store is unavailable, /healthz stays up, /readyz says not ready,
-// and service resumes by itself when Redis returns.
+// Redis going away: requests fail fast with UNAVAILABLE (retryable, with
+// Retry-After), /healthz stays up, /readyz says not ready (the only
+// Redis is down), and service resumes by itself when Redis returns.
 func TestRedisDownAndBackOverHTTP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -86,9 +86,13 @@ func TestRedisDownAndBackOverHTTP(t *testing.T) {
 
 	node.Kill()
 	start := time.Now()
-	e := s.wantCode(t, 2, "INTERNAL", `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": pid})
+	r := s.do(t, 2, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": pid})
+	e := expectCode(t, r, "UNAVAILABLE")
 	if !strings.Contains(e.Message, "unavailable") || time.Since(start) > 3*time.Second {
 		t.Fatalf("down: %q after %v", e.Message, time.Since(start))
+	}
+	if r.Header.Get("Retry-After") != "1" || e.Extensions["retryAfter"] != 1.0 {
+		t.Fatalf("UNAVAILABLE without Retry-After: header %q, extensions %v", r.Header.Get("Retry-After"), e.Extensions)
 	}
 	if code := httpStatus(t, s.URL+"/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d while Redis is down", code)
@@ -119,4 +123,34 @@ func httpStatus(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// A Redis that stops answering (SIGSTOP) holds no request past its one
+// deadline (transport.Config.StoreTimeout), however many store calls the
+// request makes: it answers UNAVAILABLE in about that long.
+func TestStalledRedisAnswersWithinTheDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	node := redistest.StartSingleNode(t)
+	const deadline = 300 * time.Millisecond
+	s := newTestServerWith(t, openTestRedis(t, []string{node.Addr}, "d"), transport.Config{StoreTimeout: deadline})
+	pid := s.createPost(t, 1)
+	// Several store calls, one after another: the viewer's badges, then
+	// the post's counts and the viewer's flag, then a mutation's.
+	query := `query($p: ID!) { viewer { unread { likes } } post(id: $p) { counts { likes } viewerHasLiked author { postCount } } }`
+	mutation := `mutation($p: ID!) { a: likePost(postId: $p) { id } b: commentOnPost(postId: $p) { id } }`
+
+	node.Pause()
+	defer node.Resume()
+	for _, q := range []string{query, mutation} {
+		start := time.Now()
+		r := s.do(t, 2, q, map[string]any{"p": pid})
+		took := time.Since(start)
+		expectCode(t, r, "UNAVAILABLE")
+		if took > deadline+250*time.Millisecond {
+			t.Fatalf("%s: answered after %v, past its %v deadline", q, took, deadline)
+		}
+		t.Logf("stalled Redis: answered UNAVAILABLE after %v (deadline %v)", took, deadline)
+	}
 }

@@ -24,8 +24,13 @@ const (
 	CodeNotFound        = "NOT_FOUND"
 	CodeBadUserInput    = "BAD_USER_INPUT"
 	CodeRateLimited     = "RATE_LIMITED"
+	CodeUnavailable     = "UNAVAILABLE"
 	CodeInternal        = "INTERNAL"
 )
+
+// UnavailableRetryAfter is the Retry-After of an UNAVAILABLE answer: about
+// what a Redis Cluster failover, or a shard's replicas catching up, take.
+const UnavailableRetryAfter = 1
 
 // codeError is an error the resolvers raise with an explicit code.
 type codeError struct {
@@ -70,9 +75,13 @@ func PresentError(ctx context.Context, err error) *gqlerror.Error {
 	case errors.Is(err, engine.ErrInvalid):
 		setCode(gerr, CodeBadUserInput)
 	case errors.Is(err, engine.ErrUnavailable):
-		slog.Warn("store unavailable", "path", gerr.Path, "err", err)
-		setCode(gerr, CodeInternal)
+		// Retryable, and the write may have been applied (API.md). The
+		// store logs its causes per shard; one line per request would
+		// bury them.
+		slog.Debug("store unavailable", "path", gerr.Path, "err", err)
+		setCode(gerr, CodeUnavailable)
 		gerr.Message = err.Error()
+		gerr.Extensions["retryAfter"] = UnavailableRetryAfter
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		setCode(gerr, CodeInternal)
 		gerr.Message = "request cancelled or timed out"

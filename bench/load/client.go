@@ -148,11 +148,12 @@ func classify(r reply) string {
 }
 
 // ambiguous reports whether a write that failed with code may still have
-// been applied: no answer, or an internal failure. Every other refusal
+// been applied: no answer, the store unreachable (UNAVAILABLE: "may have
+// been applied", API.md), or an internal failure. Every other refusal
 // (RATE_LIMITED, BAD_USER_INPUT, NOT_FOUND, FORBIDDEN, UNAUTHENTICATED)
 // applies nothing, by the API's contract.
 func ambiguous(code string) bool {
-	return code == codeTransport || code == "INTERNAL" || code == codeBadResponse ||
+	return code == codeTransport || code == "UNAVAILABLE" || code == "INTERNAL" || code == codeBadResponse ||
 		(len(code) == 8 && code[:6] == "HTTP_5")
 }
 

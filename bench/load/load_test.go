@@ -291,6 +291,7 @@ func TestClassify(t *testing.T) {
 		{reply{status: 200, body: []byte(`{"data":{"x":1}}`)}, "", false},
 		{reply{status: 200, body: []byte(`{"errors":[{"message":"m","extensions":{"code":"RATE_LIMITED"}}],"data":null}`)}, "RATE_LIMITED", false},
 		{reply{status: 200, body: []byte(`{"errors":[{"message":"m","extensions":{"code":"INTERNAL"}}]}`)}, "INTERNAL", true},
+		{reply{status: 503, body: []byte(`{"errors":[{"message":"m","extensions":{"code":"UNAVAILABLE","retryAfter":1}}]}`)}, "UNAVAILABLE", true},
 		{reply{status: 200, body: []byte(`{"errors":[{"message":"m"}]}`)}, codeNoCode, false},
 		{reply{status: 503, body: []byte(`unavailable`)}, "HTTP_503", true},
 		{reply{status: 429, body: []byte(`slow down`)}, "HTTP_429", false},

@@ -4,8 +4,10 @@
 // layout, the Lua scripts that make each step atomic, and the pub/sub fan
 // out of events between replicas. It promises the same behaviour as the
 // embedded engine — engine/enginetest runs unchanged against both — and
-// that every Redis failure surfaces quickly as an error wrapping
-// engine.ErrUnavailable, after which the client recovers by itself.
+// that every Redis failure surfaces within its caller's deadline as an
+// error wrapping engine.ErrUnavailable, named per shard and cause in logs
+// and metrics, after which the client recovers by itself. What survives
+// the loss of a Redis node is docs/redis-durability.md's to say.
 //
 // # Rules
 //
@@ -54,10 +56,13 @@
 //	                             following mentions comments likes messages
 //	                             cursor(seq+1) clicked-stamp active-seconds
 //	P{u<b>}F<uid>          hash  followee -> post count at snapshot
-//	P{u<b>}i<uid>:*:<key>  str   idempotency record ('p'|'d' + result + '#' +
-//	                             fingerprint + '@' + store clock's unix ns),
-//	                             forgotten after 24h by that time, 25h PX
-//	                             (posts.go)
+//	P{u<b>}i<uid>:<key>    str   idempotency claim of a key: 'p'|'d' + its
+//	                             record (idem.go)
+//	P{…}i<hash>            str   idempotency record, in the slot of the
+//	                             operation's first step and written with it:
+//	                             result + '#' + fingerprint + '@' + store
+//	                             clock's unix ns; forgotten after 24h by that
+//	                             time, 25h PX (idem.go)
 //	P{p<w>.<s>}I, P{g<gid>}I hash intent id -> pending cross-slot
 //	                             operation (intents.go); empty unless a
 //	                             process died
@@ -90,8 +95,15 @@
 //
 //	hash-max-listpack-entries 1024   # a bucket holds up to ~1,000 posts/users
 //	hash-max-listpack-value   64     # records are at most 55 bytes
-//	appendonly yes                   # durability of acknowledged writes:
-//	appendfsync always               #   or everysec with WaitReplicas >= 1
+//	appendonly yes                   # a node keeps its data across its restart
+//	appendfsync everysec             # always adds nothing across a failover
+//	cluster-require-full-coverage no # other shards serve while one fails over
+//
+// An acknowledged write survives the loss of its master only with
+// WaitReplicas (and two replicas per master, so that a promoted master
+// still has one to acknowledge): a promoted replica has what it received,
+// fsynced or not. docs/redis-durability.md states the promise for each
+// deployment.
 //
 // With the defaults (1.02 s windows × 16 sub-buckets) a bucket holds about
 // 64 posts per 1,000 posts/s of traffic; choose PostWindowBits/PostFanout
@@ -113,8 +125,9 @@
 // Operations that touch several slots (a like: the post, then the author's
 // badge) run their steps in an order where a crash in between can only
 // leave a later effect unapplied, never apply one twice. Steps of
-// an operation with an idempotency key are each guarded by a marker keyed
-// by the operation, so the client's retry completes the operation exactly
+// an operation with an idempotency key are each guarded in their own slot
+// (the first by the key's record, the others by markers named by the
+// operation), so the client's retry completes the operation exactly
 // once. A like, a comment, a new post, a repost and a message also record,
 // atomically with their first step and in its slot (the post's or the
 // group's), an intent recording the operation, from which ops re-derives
@@ -123,18 +136,28 @@
 // (sweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
 // once either way. intents.go has the protocol; an Import chunk has one
-// intent of its own for its authors' post counts (importintents.go). Writes go through a client with go-redis retries off (a script
-// whose reply was lost may have run); only MOVED/ASK replies, which prove
-// the command did not run, are re-sent, to the node they name.
+// intent of its own for its authors' post counts (importintents.go).
+// A keyed operation's record lives in the slot of its first step and is
+// written by that step's script, so a failover keeps or loses the two
+// together, and a retry applies the step again only if it was lost
+// (idem.go). Writes go through a client with go-redis retries off (a
+// script whose reply was lost may have run); only MOVED/ASK replies,
+// which prove the command did not run, are re-sent, to the node they
+// name.
 //
 // # Faults
 //
-// Dial and read timeouts are short (250ms, 1s), dials and commands are not
-// retried, and every Redis error becomes engine.ErrUnavailable (its cause
-// via Cause). On a cluster a failure also triggers a slot-map reload, so a
-// promoted replica is found within a second or two. With WaitReplicas a
-// write is acknowledged only after WAIT confirms it on that many replicas
-// (a write the replicas did not confirm is reported unavailable, though
-// the master may have applied it: retrying is safe for keyed operations,
-// by their markers, and for likes, favorites and follows, by their sets).
+// Every call is bounded by its caller's deadline (the server gives a
+// request one for all its calls) and by short dial and read timeouts
+// (250ms, 1s); dials and writes are not retried, and every Redis error
+// becomes engine.ErrUnavailable (its cause via Cause). On a cluster a
+// failure also triggers a slot-map reload, so a promoted replica is found
+// as soon as it is announced. With WaitReplicas a write is acknowledged
+// only after WAIT confirms it on that many replicas (a write the replicas
+// did not confirm is reported unavailable, though the master may have
+// applied it: retrying is safe for keyed operations, by their records,
+// and for likes, favorites and follows, by their sets). A shard that
+// cannot take writes (its master silent, its replicas not acknowledging)
+// has them fail at once, unsent, until a probe finds it able again
+// (health.go).
 package redisstore

@@ -32,7 +32,7 @@ func (s *Store) CreateGroup(ctx context.Context, viewer engine.UserID, members [
 		args := make([]any, 0, 2*len(eff.Joins))
 		for _, j := range eff.Joins {
 			if j.Group != op.Group {
-				return 0, s.fail(fmt.Errorf("redisstore: CreateGroup decided a join of group %d", j.Group))
+				return 0, fmt.Errorf("%w: CreateGroup decided a join of group %d", errBug, j.Group)
 			}
 			args = append(args, uint64(j.User), uid8(uint64(j.User)))
 		}
@@ -107,7 +107,7 @@ func (s *Store) AddGroupMembers(ctx context.Context, viewer engine.UserID, group
 		joins := make(map[engine.UserID]bool, len(eff.Joins))
 		for _, j := range eff.Joins {
 			if j.Group != group {
-				return s.fail(fmt.Errorf("redisstore: AddMembers decided a join of group %d", j.Group))
+				return fmt.Errorf("%w: AddMembers decided a join of group %d", errBug, j.Group)
 			}
 			joins[j.User] = true
 		}
@@ -235,8 +235,9 @@ func errBadCursor(after engine.UserID) error {
 // record in the group's slot (membership checked there, atomically: the
 // facts ops.SendMessage needs to allow the send), then the id -> group
 // index, then what ops.SendMessage decides for the members (the fan-out
-// to the group as it was at send time, the mentions); each guarded by a
-// marker when an idempotency key makes the send retryable.
+// to the group as it was at send time, the mentions); the first guarded
+// by the key's record and the others by markers when an idempotency key
+// makes the send retryable (idem.go).
 func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group engine.GroupID, text string, mentions []engine.UserID, idemKey string) (engine.Message, error) {
 	op := ops.SendMessage{Viewer: viewer, Group: group, Text: text, Mentions: mentions, IdemKey: idemKey}
 	if err := op.Check(); err != nil {
@@ -248,21 +249,18 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 		// No group has id 0: decided without asking Redis.
 		return engine.Message{}, op.Decide(ops.GroupFacts{}, notCurrent, &eff)
 	}
-	mid := s.gen.Next()
-	in, err := s.idemBegin(ctx, uint64(viewer), kindMessage, idemKey, strconv.FormatUint(mid, 10), engine.IdemSendMessage,
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), engine.IdemSendMessage,
 		engine.IdemArgs{Group: group, Mentions: mentions, Text: text})
 	if err != nil {
 		return engine.Message{}, err
 	}
-	if in.key != "" {
-		mid, _ = strconv.ParseUint(in.result, 10, 64)
-		if in.done {
-			return s.loadMessage(ctx, mid)
-		}
+	mid, _ := strconv.ParseUint(in.result, 10, 64)
+	if in.done {
+		return s.loadMessage(ctx, mid)
 	}
 	// The message, its receipts and the intent of what follows (the id
-	// index, the members' badges) in the group's slot; then the rest (see
-	// intents.go).
+	// index, the members' badges) in the group's slot, under in's guard;
+	// then the rest (see intents.go).
 	id := in.op
 	if id == "" {
 		id = newIntentID()
@@ -271,34 +269,47 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 		at: s.now().UnixMilli(), mentions: ids64(mentions)}
 	desc := it.encode()
 	g := s.k.group(uint64(group))
-	r, err := s.one(ctx, scSend, []string{g.U, g.M, g.Q, g.T, g.R, intentsKey(g.tag)},
-		uint64(viewer), mid, encodeBody(uint64(viewer), text), denseMaxID, id, desc)
+	var a []any
+	err = s.firstStep(ctx, &in, g.tag, func(gd guard) (string, error) {
+		r, err := s.one(ctx, scSend, []string{g.U, g.M, g.Q, g.T, g.R, intentsKey(g.tag), gd.key},
+			append([]any{uint64(viewer), mid, encodeBody(uint64(viewer), text), denseMaxID, id, desc}, gd.args()...)...)
+		if err != nil {
+			return "", err
+		}
+		a = vals(r)
+		if code := num(at(a, 0)); code < 0 {
+			// The step refused: the facts it checks are not those of a
+			// send, and nothing was stored.
+			f := ops.GroupFacts{Exists: code != -1}
+			if err := op.Decide(f, notCurrent, &eff); err != nil {
+				s.dropClaim(ctx, in)
+				return "", err
+			}
+			return "", fmt.Errorf("%w: send refused with %d, Decide allows it", errBug, code)
+		}
+		if num(at(a, 0)) == 2 {
+			return str(at(a, 1)), nil
+		}
+		return "", nil
+	})
 	if err != nil {
 		return engine.Message{}, err
 	}
-	a := vals(r)
-	code := num(at(a, 0))
-	if code < 0 {
-		// The step refused: the facts it checks are not those of a send.
-		f := ops.GroupFacts{Exists: code != -1}
-		if err := op.Decide(f, notCurrent, &eff); err != nil {
-			s.idemAbort(ctx, in)
-			return engine.Message{}, err
-		}
-		return engine.Message{}, s.fail(fmt.Errorf("redisstore: send refused with %d, Decide allows it", code))
-	}
-	if code == 1 {
+	switch num(at(a, 0)) {
+	case 1:
 		s.stats.messages.Add(1)
-	}
-	maybeCrash(intentMessage)
-	if code == 1 {
 		// The group at send time, as the step saw it. (A retry of a
 		// stored message reads it from its receipt record instead, as a
 		// sweeper does: members may have changed since.)
 		uids := members(str(at(a, 1)))
 		quit := str(at(a, 2))
 		it.view = &sendView{uids: uids, maxid: len(uids), quit: func(m int) bool { return bitSet(quit, m-1) }}
+	case 2:
+		// An earlier attempt stored it: finish that attempt's operation.
+		mid, _ = strconv.ParseUint(in.result, 10, 64)
+		id, it.post = in.op, mid
 	}
+	maybeCrash(intentMessage)
 	if err := s.finishIntent(ctx, g.tag, id, desc, it, true); err != nil {
 		return engine.Message{}, err
 	}
@@ -485,7 +496,7 @@ func (s *Store) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids 
 		for _, r := range eff.Receipts {
 			pos := slices.Index(ids, r.Message)
 			if r.User != viewer || pos < 0 {
-				return nil, s.fail(fmt.Errorf("redisstore: MarkMessagesRead decided %+v", r))
+				return nil, fmt.Errorf("%w: MarkMessagesRead decided %+v", errBug, r)
 			}
 			gid := gids[pos]
 			if _, ok := marks[gid]; !ok {

@@ -277,7 +277,8 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 	for _, r := range eff.Registers {
 		if in.kind != intentPost {
 			// A repost's new post: its registry entry, in its own slot.
-			if _, _, err := s.registerPost(ctx, r.Author, uint64(r.Post), id, "b", "", nil); err != nil {
+			byNewPost := func(bucket string) guard { return markerGuard(bucket, id, "b") }
+			if _, _, _, err := s.registerPost(ctx, r.Author, uint64(r.Post), byNewPost, "", nil); err != nil {
 				return err
 			}
 			registered = append(registered, uint64(r.Post))
@@ -288,7 +289,7 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 	for _, b := range eff.Bumps {
 		field, ok := unreadField[b.Kind]
 		if !ok {
-			return s.fail(fmt.Errorf("redisstore: bump of unread kind %d", b.Kind))
+			return fmt.Errorf("%w: bump of unread kind %d", errBug, b.Kind)
 		}
 		bumps = append(bumps, bump{uint64(b.User), field, 1})
 	}
@@ -296,7 +297,7 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 	for _, f := range eff.Fanouts {
 		field, ok := unreadField[f.Kind]
 		if !ok || in.view == nil || uint64(f.Group) != in.aux {
-			return s.fail(fmt.Errorf("redisstore: fan-out %+v outside the message's group", f))
+			return fmt.Errorf("%w: fan-out %+v outside the message's group", errBug, f)
 		}
 		for _, u := range in.view.currentMembers(uint64(f.Except)) {
 			bumps = append(bumps, bump{u, field, 1})

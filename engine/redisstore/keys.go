@@ -3,6 +3,7 @@ package redisstore
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"math/bits"
 	"strconv"
 
@@ -82,10 +83,18 @@ func (k keyspace) followees(uid uint64) string {
 	return bucket + "F" + strconv.FormatUint(uid, 10)
 }
 
-// idem is the idempotency record of (uid, kind, key), in uid's slot.
-func (k keyspace) idem(uid uint64, kind byte, key string) string {
+// idemClaim is the claim of uid's idempotency key, in uid's slot (idem.go).
+func (k keyspace) idemClaim(uid uint64, key string) string {
 	bucket, _ := k.user(uid)
-	return bucket + "i" + strconv.FormatUint(uid, 10) + ":" + string(kind) + ":" + key
+	return bucket + "i" + strconv.FormatUint(uid, 10) + ":" + key
+}
+
+// idemRecord is the record of uid's idempotency key in the slot of tag,
+// where the operation's first step applies (idem.go). Hashed, so that no
+// client text reaches a post's or group's key names (the intent sweep's
+// SCAN pattern relies on it).
+func (k keyspace) idemRecord(tag string, uid uint64, key string) string {
+	return tag + "i" + hashID(uid, 0, key)
 }
 
 // Group keys, all under the group's tag.
@@ -124,30 +133,20 @@ func (k keyspace) channel(i int) string { return k.p + "{e" + strconv.Itoa(i) + 
 // marker is the "operation op already applied here" key in tag's slot.
 func marker(tag, op string) string { return tag + "o" + op }
 
-// opID names an idempotent operation: who, what, which key, and when the
-// key was recorded (unix ns by the store's clock), so a key used again
+// opID names an idempotent operation: who, which key, and when the
+// operation began (unix ns by the store's clock), so a key used again
 // after it expired names a new operation whose steps no marker of the old
-// one skips. at 0 (a record from before times were kept) names it as
-// those versions did. Hashed so a marker key stays short whatever the
-// client's key looks like.
-func opID(uid uint64, kind byte, key string, at int64) string {
+// one skips.
+func opID(uid uint64, key string, at int64) string { return hashID(uid, at, key) }
+
+// hashID is a short name for (uid, at, key) whatever the client's key
+// looks like.
+func hashID(uid uint64, at int64, key string) string {
 	h := sha256.New()
-	var b [17]byte
-	for i := range 8 {
-		b[i] = byte(uid >> (56 - 8*i))
-	}
-	b[8] = kind
-	n := 9
-	if at != 0 {
-		// The kind's high bit set keeps the two forms apart whatever
-		// bytes the key holds.
-		b[8] |= 0x80
-		for i := range 8 {
-			b[9+i] = byte(uint64(at) >> (56 - 8*i))
-		}
-		n = 17
-	}
-	h.Write(b[:n])
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uid)
+	binary.BigEndian.PutUint64(b[8:], uint64(at))
+	h.Write(b[:])
 	h.Write([]byte(key))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:15])
 }

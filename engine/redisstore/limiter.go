@@ -23,8 +23,11 @@ import (
 // take the last ones. The clock is Redis's (TIME), so replicas with skewed
 // clocks still agree. The key is hash-tagged per user, so it works on
 // Redis Cluster, and expires once the bucket is full again, so idle users
-// cost nothing.
+// cost nothing. A user whose key sits on a shard kept from writes
+// (health.go) gets ErrUnavailable at once, unsent: the caller falls back
+// to a limit of its own rather than wait for a shard that cannot answer.
 type Limiter struct {
+	s        *Store
 	rdb      redis.UniversalClient
 	prefix   string
 	interval int64 // microseconds per token
@@ -41,6 +44,7 @@ func (s *Store) NewLimiter(perSecond float64, burst int) (*Limiter, error) {
 		return nil, fmt.Errorf("redisstore: limiter burst must be at least 1, got %d", burst)
 	}
 	return &Limiter{
+		s:        s,
 		rdb:      s.rdb,
 		prefix:   s.k.p,
 		interval: max(1, int64(math.Round(1e6/perSecond))),
@@ -79,6 +83,9 @@ func (l *Limiter) Take(ctx context.Context, user uint64, n int) (ok bool, retryA
 		return false, 0, fmt.Errorf("redisstore: %d tokens asked of a burst of %d", n, l.burst)
 	}
 	key := l.prefix + "{rl" + strconv.FormatUint(user, 36) + "}"
+	if err := l.s.health.check(l.s.shardOf(ctx, key)); err != nil {
+		return false, 0, err
+	}
 	res, err := gcraScript.Run(ctx, l.rdb, []string{key}, l.interval, l.burst, n).Int64Slice()
 	if err != nil {
 		return false, 0, unavailable(err)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,124 +13,6 @@ import (
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 )
-
-// Idempotency: the record (viewer, key) lives in the viewer's slot and
-// holds the operation's result, the engine.IdemFingerprint of its first
-// call and the store clock's time when it was made,
-// "<state><result>#<fingerprint hex>@<unix ns>", state 'p' while the
-// operation runs and 'd' once every step is applied. A record is forgotten
-// when engine.IdemExpired says so by the store's clock (Redis's own expiry,
-// idemRecordTTL, only reclaims the memory later). A retry whose fingerprint
-// differs is refused (engine.ErrIdemReused); one that finds 'd' returns the
-// result; one that finds 'p' (a crash or a concurrent attempt) replays the
-// steps, each guarded by its marker, so nothing applies twice. Records
-// without "@<unix ns>" (older versions) expire by Redis's clock only;
-// records written before fingerprints were kept lived under a key scoped
-// by kind too and have no '#'; both are still found (for their 24 hours)
-// and taken as retries.
-
-const (
-	kindPost    = 'p'
-	kindComment = 'c'
-	kindRepost  = 'r'
-	kindMessage = 'm'
-	// kindAny scopes the record key: one record per (viewer, key) whatever
-	// the kind, so that reusing a key for another kind is seen.
-	kindAny = '*'
-)
-
-// idemRecordTTL is Redis's expiry of an idempotency record: longer than
-// engine.IdempotencyTTL, which the store's clock judges, so that Redis
-// reclaims only records already forgotten.
-const idemRecordTTL = engine.IdempotencyTTL + time.Hour
-
-type idem struct {
-	key    string // record key; "" when the call carries no idempotency key
-	op     string // marker name of the operation
-	result string // the result this operation stands for
-	fp     string // fingerprint, hex
-	at     int64  // unix ns the record was made (store's clock); 0: not kept
-	done   bool   // a previous attempt completed
-}
-
-// value is the record of in in state ('p' or 'd').
-func (in idem) value(state byte) string {
-	v := string(state) + in.result + "#" + in.fp
-	if in.at != 0 {
-		v += "@" + strconv.FormatInt(in.at, 10)
-	}
-	return v
-}
-
-// idemBegin reserves (viewer, key) for result, or returns the result of
-// the earlier attempt; an earlier attempt with another fingerprint is
-// engine.ErrIdemReused.
-func (s *Store) idemBegin(ctx context.Context, viewer uint64, kind byte, key, result string, op engine.IdemOp, args engine.IdemArgs) (idem, error) {
-	if key == "" {
-		return idem{result: result}, nil
-	}
-	fp := strconv.FormatUint(engine.IdemFingerprint(op, args), 16)
-	now := s.now()
-	in := idem{key: s.k.idem(viewer, kindAny, key), result: result, fp: fp, at: now.UnixNano()}
-	in.op = opID(viewer, kind, key, in.at)
-	legacy := s.k.idem(viewer, kind, key)
-	expired := ""
-	// Each pass either reserves, finds a live record, or finds one expired
-	// and replaces it unless another call got there first (then the next
-	// pass judges that call's record).
-	for range 4 {
-		r, err := s.one(ctx, scIdemBegin, []string{in.key, legacy}, in.value('p'), idemRecordTTL.Milliseconds(), expired)
-		if err != nil {
-			return in, err
-		}
-		prev, _ := r.(string)
-		if len(prev) == 0 {
-			return in, nil
-		}
-		rest, stored, withFP := strings.Cut(prev[1:], "#")
-		var storedFP uint64
-		var at int64
-		if withFP {
-			fpHex, atDec, withAt := strings.Cut(stored, "@")
-			if storedFP, err = strconv.ParseUint(fpHex, 16, 64); err != nil || storedFP == 0 {
-				return in, s.fail(fmt.Errorf("idempotency record %q: bad fingerprint", in.key))
-			}
-			if withAt {
-				if at, err = strconv.ParseInt(atDec, 10, 64); err != nil || at == 0 {
-					return in, s.fail(fmt.Errorf("idempotency record %q: bad time", in.key))
-				}
-				if engine.IdemExpired(time.Unix(0, at), now) {
-					expired = prev
-					continue
-				}
-			}
-		}
-		if err := engine.CheckIdemReuse(storedFP, engine.IdemFingerprint(op, args)); err != nil {
-			return idem{}, err
-		}
-		found := idem{key: in.key, op: opID(viewer, kind, key, at), result: rest, fp: fp, at: at, done: prev[0] == 'd'}
-		if !withFP {
-			found.key = legacy
-		}
-		return found, nil
-	}
-	return in, s.fail(fmt.Errorf("idempotency record %q: replaced by others on every attempt", in.key))
-}
-
-func (s *Store) idemDone(ctx context.Context, in idem) error {
-	if in.key == "" || in.done {
-		return nil
-	}
-	return s.exec(ctx, raw("SET", in.key, in.value('d'), "XX", "KEEPTTL"))
-}
-
-// idemAbort forgets a reservation whose operation failed on a product rule
-// (unknown post, not a member): a later retry must be judged afresh.
-func (s *Store) idemAbort(ctx context.Context, in idem) {
-	if in.key != "" && !in.done {
-		_ = s.exec(ctx, raw("DEL", in.key))
-	}
-}
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{engine.ErrInvalid}, a...)...)
@@ -142,20 +22,11 @@ func notFound(what string) error { return fmt.Errorf("%w: %s", engine.ErrNotFoun
 
 func checkUser(u engine.UserID) error { return engine.CheckViewer(u) }
 
-// reservePostID starts a post-making operation (a post or a repost) under
-// its idempotency key: a first attempt records want as the new post's id;
-// a retry gets back the id the first attempt recorded, and in.done when
-// that attempt completed (then nothing is left to do).
-func (s *Store) reservePostID(ctx context.Context, viewer engine.UserID, kind byte, idemKey string, want uint64, op engine.IdemOp, args engine.IdemArgs) (uint64, idem, error) {
-	in, err := s.idemBegin(ctx, uint64(viewer), kind, idemKey, strconv.FormatUint(want, 10), op, args)
-	if err != nil {
-		return 0, in, err
-	}
-	if in.key != "" {
-		want, _ = strconv.ParseUint(in.result, 10, 64)
-	}
-	return want, in, nil
-}
+// bounds are the first arguments of every counting script.
+var bounds = []any{counters.Floor, counters.Ceiling}
+
+// counting prepends bounds to a counting script's other arguments.
+func counting(args ...any) []any { return append(slices.Clip(bounds), args...) }
 
 // CreatePost implements engine.Store.
 func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.PostID, idemKey string) (engine.PostID, error) {
@@ -167,28 +38,52 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if want == 0 && idemKey != "" {
 		want = s.gen.Next()
 	}
-	want, in, err := s.reservePostID(ctx, viewer, kindPost, idemKey, want, engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	if in.key != "" {
+		want, _ = strconv.ParseUint(in.result, 10, 64)
+	}
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
 	// The registry entry and the intent of the author's post count, in
 	// the post's slot; then the count (see intents.go).
-	iid := in.op
-	if iid == "" {
-		iid = newIntentID()
-	}
 	var it intent
 	mk := func(pid uint64) string {
 		it = intent{kind: intentPost, viewer: uint64(viewer), post: pid, at: s.now().UnixMilli()}
 		return it.encode()
 	}
-	pid, desc, err := s.registerPost(ctx, viewer, want, in.op, "a", iid, mk)
+	var pid uint64
+	var desc string
+	iid := in.op
+	if iid == "" {
+		iid = newIntentID()
+	}
+	bucket, _ := s.k.post(want)
+	err = s.firstStep(ctx, &in, bucket, func(g guard) (string, error) {
+		var found string
+		var err error
+		guardIn := func(string) guard { return g }
+		if in.key == "" {
+			guardIn = noGuard // the bucket is the id's, which may be drawn there
+		}
+		pid, desc, found, err = s.registerPost(ctx, viewer, want, guardIn, iid, mk)
+		if errors.Is(err, engine.ErrInvalid) {
+			s.dropClaim(ctx, in) // the id is taken: refused, nothing applied
+		}
+		return found, err
+	})
 	if err != nil {
-		s.idemAbort(ctx, in)
 		return 0, err
 	}
+	if desc == "" {
+		// An earlier attempt registered the post: its id and operation
+		// are the ones to finish.
+		pid, _ = strconv.ParseUint(in.result, 10, 64)
+		iid = in.op
+		mk(pid)
+	}
 	maybeCrash(intentPost)
-	bucket, _ := s.k.post(pid)
+	bucket, _ = s.k.post(pid)
 	if err := s.finishIntent(ctx, bucket, iid, desc, it, true); err != nil {
 		return 0, err
 	}
@@ -198,13 +93,16 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	return engine.PostID(pid), nil
 }
 
-// registerPost enters a post by author in the registry: the registry
-// half of ops.CreatePost's Registration (the author's post count is a
-// later step). id 0 asks for a fresh id; a fresh id that collides (a
-// client's id from our node) is replaced by another, while a given id
-// that is taken is what CreatePost.Decide refuses. intent, when not nil,
-// makes the intent recorded with the entry for the id it gets.
-func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, op, step, intentID string, intent func(pid uint64) string) (uint64, string, error) {
+// registerPost enters a post by author in the registry, under the guard
+// guardIn gives for the post's bucket: the registry half of
+// ops.CreatePost's Registration (the author's post count is a later
+// step). id 0 asks for a fresh id; a fresh id that collides (a client's id
+// from our node) is replaced by another, while a given id that is taken is
+// what CreatePost.Decide refuses. intent, when not nil, makes the intent
+// recorded with the entry for the id it gets. found is the guard's value
+// when the entry was made before by the same operation (then desc is "":
+// no intent was written now).
+func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, guardIn func(bucket string) guard, intentID string, intent func(pid uint64) string) (pid uint64, desc, found string, err error) {
 	for attempt := 0; ; attempt++ {
 		pid := id
 		if pid == 0 {
@@ -217,26 +115,28 @@ func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint6
 		create := ops.CreatePost{Viewer: author, Post: engine.PostID(pid)}
 		var eff ops.Effects
 		if err := create.Decide(false, &eff); err != nil || len(eff.Registers) != 1 {
-			return 0, "", s.fail(fmt.Errorf("redisstore: CreatePost decided %+v (%v), want one registration", eff, err))
+			return 0, "", "", fmt.Errorf("%w: CreatePost decided %+v (%v), want one registration", errBug, eff, err)
 		}
 		reg := eff.Registers[0]
 		bucket, low := s.k.post(uint64(reg.Post))
-		r, err := s.one(ctx, scPostCreate, []string{bucket, marker(bucket, op+step), intentsKey(bucket)},
-			ttlArg(op), low, postHead(uint64(reg.Author)), intentID, desc)
+		g := guardIn(bucket)
+		args := append(g.args(), low, postHead(uint64(reg.Author)), intentID, desc)
+		r, err := s.one(ctx, scPostCreate, []string{bucket, g.key, intentsKey(bucket)}, args...)
 		if err != nil {
-			return 0, "", err
+			return 0, "", "", err
 		}
-		switch num(r) {
+		a := vals(r)
+		switch num(at(a, 0)) {
 		case 1:
 			s.stats.posts.Add(1)
-			return pid, desc, nil
+			return pid, desc, "", nil
 		case 2:
-			return pid, desc, nil
+			return pid, "", str(at(a, 1)), nil
 		}
 		if id != 0 || attempt >= 10 {
 			// The id is taken: the fact the entry was written against
 			// changed, and Decide judges the real one.
-			return 0, "", create.Decide(true, &eff)
+			return 0, "", "", create.Decide(true, &eff)
 		}
 	}
 }
@@ -426,7 +326,7 @@ func countArgs(post engine.PostID, counts []ops.CountDelta) ([]any, error) {
 	args := make([]any, 0, 2*len(counts))
 	for _, c := range counts {
 		if c.Post != post || c.Field >= counters.NumFields {
-			return nil, fmt.Errorf("redisstore: count delta %+v outside post %d", c, uint64(post))
+			return nil, fmt.Errorf("%w: count delta %+v outside post %d", errBug, c, uint64(post))
 		}
 		args = append(args, postIndex[c.Field], c.Delta)
 	}
@@ -449,14 +349,14 @@ func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post 
 		return op.Decide(ops.FlagFacts{PostFacts: ops.PostFacts{Exists: true, Author: author}, Set: undo}, eff)
 	})
 	if err != nil {
-		return s.fail(err)
+		return err
 	}
 	bucket, low := s.k.post(uint64(post))
 	var id, desc string
 	var in intent
 	if beyond {
 		if kind == 0 {
-			return s.fail(fmt.Errorf("redisstore: %T has effects beyond the post's slot and no intent kind", op))
+			return fmt.Errorf("%w: %T has effects beyond the post's slot and no intent kind", errBug, op)
 		}
 		id = newIntentID()
 		in = intent{kind: kind, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli()}
@@ -466,7 +366,7 @@ func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post 
 	if undo {
 		verb = "rem"
 	}
-	args := append([]any{low, uint64(viewer), verb, id, desc}, counts...)
+	args := append(counting(low, uint64(viewer), verb, id, desc), counts...)
 	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low), intentsKey(bucket)}, args...)
 	if err != nil {
 		return err
@@ -507,30 +407,72 @@ func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post 
 func sameCounts(post engine.PostID, counts []ops.CountDelta, applied []any) error {
 	got, err := countArgs(post, counts)
 	if err == nil && !slices.Equal(got, applied) {
-		err = fmt.Errorf("redisstore: decided counts %v on post %d, applied %v", got, uint64(post), applied)
+		err = fmt.Errorf("%w: decided counts %v on post %d, applied %v", errBug, got, uint64(post), applied)
 	}
 	return err
 }
 
-// countOn applies count deltas to a known post, once per operation op,
-// with the intent of what follows; it returns the post's facts.
-func (s *Store) countOn(ctx context.Context, post engine.PostID, counts []any, op, step, intentID, intent string) (ops.PostFacts, error) {
+// countOn applies count deltas to a known post under guard g, with the
+// intent of what follows; it returns the post's facts, and the guard's
+// value when the same operation applied them before (then nothing was
+// applied now).
+func (s *Store) countOn(ctx context.Context, post engine.PostID, counts []any, g guard, intentID, intent string) (ops.PostFacts, string, error) {
 	bucket, low := s.k.post(uint64(post))
-	args := append([]any{ttlArg(op), low, intentID, intent}, counts...)
-	r, err := s.one(ctx, scPostCount, []string{bucket, marker(bucket, op+step), intentsKey(bucket)}, args...)
+	args := append(counting(g.args()...), low, intentID, intent)
+	r, err := s.one(ctx, scPostCount, []string{bucket, g.key, intentsKey(bucket)}, append(args, counts...)...)
 	if err != nil {
-		return ops.PostFacts{}, err
+		return ops.PostFacts{}, "", err
 	}
 	a := vals(r)
 	if num(at(a, 0)) == -1 {
-		return ops.PostFacts{}, nil
+		return ops.PostFacts{}, "", nil
 	}
 	s.stats.counted.Add(num(at(a, 2)))
 	author, err := decodeHead(str(at(a, 1)))
 	if err != nil {
-		return ops.PostFacts{}, s.fail(err)
+		return ops.PostFacts{}, "", s.fail(err)
 	}
-	return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, nil
+	return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, str(at(a, 3)), nil
+}
+
+// countThenFinish runs the steps of a comment or a repost: the count on
+// post and the intent of what follows, in the post's slot under in's
+// guard, then the rest (intents.go). mk makes the intent from the
+// operation's result (a repost's new post); refuse is what the operation
+// decides on an unknown post, which the first step reports having applied
+// nothing. The intent and the markers of the later steps are named by the
+// operation's id (the key's, so that a client's retry and a sweeper
+// agree; a fresh one without a key).
+func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostID, counts []any, mk func(result string) intent, refuse func(ops.PostFacts) error) error {
+	id := in.op
+	if id == "" {
+		id = newIntentID()
+	}
+	it := mk(in.result)
+	desc := it.encode()
+	var facts ops.PostFacts
+	bucket, _ := s.k.post(uint64(post))
+	err := s.firstStep(ctx, in, bucket, func(g guard) (string, error) {
+		var found string
+		var err error
+		facts, found, err = s.countOn(ctx, post, counts, g, id, desc)
+		if err == nil && !facts.Exists {
+			s.dropClaim(ctx, *in)
+			err = refuse(facts)
+		}
+		return found, err
+	})
+	if err != nil {
+		return err
+	}
+	if in.key != "" && in.op != id {
+		// An earlier attempt counted: finish its operation.
+		id = in.op
+		it = mk(in.result)
+	}
+	maybeCrash(it.kind)
+	it.author, it.authorKnown = uint64(facts.Author), true
+	return s.finishIntent(ctx, bucket, id, desc, it, true)
 }
 
 // Comment implements engine.Store.
@@ -543,35 +485,21 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 		return op.Decide(ops.PostFacts{Exists: true, Author: author}, eff)
 	})
 	if err != nil {
-		return s.fail(err)
+		return err
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), kindComment, idemKey, "", engine.IdemComment,
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, "", engine.IdemComment,
 		engine.IdemArgs{Post: post, Mentions: op.Mentions})
 	if err != nil || in.done {
 		return err
 	}
-	// The count and the intent of the badges that follow, in the post's
-	// slot; the badges guarded by markers of the same id (the key's
-	// operation id, so that a client retry and a sweeper agree).
-	id := in.op
-	if id == "" {
-		id = newIntentID()
+	mk := func(string) intent {
+		return intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
 	}
-	it := intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
-	desc := it.encode()
-	facts, err := s.countOn(ctx, post, counts, in.op, "a", id, desc)
-	if err == nil && !facts.Exists {
+	refuse := func(f ops.PostFacts) error {
 		var eff ops.Effects
-		err = op.Decide(facts, &eff)
+		return op.Decide(f, &eff)
 	}
-	if err != nil {
-		s.idemAbort(ctx, in)
-		return err
-	}
-	maybeCrash(intentComment)
-	it.author, it.authorKnown = uint64(facts.Author), true
-	bucket, _ := s.k.post(uint64(post))
-	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
+	if err := s.countThenFinish(ctx, &in, post, counts, mk, refuse); err != nil {
 		return err
 	}
 	return s.idemDone(ctx, in)
@@ -593,8 +521,9 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	}
 	// The new post's id is fixed before the first step: the intent names
 	// it, so whoever finishes the repost registers that post.
-	want, in, err := s.reservePostID(ctx, viewer, kindRepost, idemKey, s.gen.Next(), engine.IdemRepost,
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: op.Mentions})
+	want, _ := strconv.ParseUint(in.result, 10, 64)
 	if err != nil || in.done {
 		return engine.PostID(want), err
 	}
@@ -603,34 +532,25 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 		return op.Decide(ops.PostFacts{Exists: true, Author: author}, eff)
 	})
 	if err != nil {
-		s.idemAbort(ctx, in)
-		return 0, s.fail(err)
-	}
-	id := in.op
-	if id == "" {
-		id = newIntentID()
-	}
-	it := intent{kind: intentRepost, viewer: uint64(viewer), post: uint64(post), aux: want,
-		at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
-	desc := it.encode()
-	facts, err := s.countOn(ctx, post, counts, in.op, "a", id, desc)
-	if err == nil && !facts.Exists {
-		var eff ops.Effects
-		err = op.Decide(facts, &eff)
-	}
-	if err != nil {
-		s.idemAbort(ctx, in)
+		s.dropClaim(ctx, in) // nothing was sent
 		return 0, err
 	}
-	maybeCrash(intentRepost)
-	it.author, it.authorKnown = uint64(facts.Author), true
-	bucket, _ := s.k.post(uint64(post))
-	if err := s.finishIntent(ctx, bucket, id, desc, it, true); err != nil {
+	mk := func(result string) intent {
+		newPost, _ := strconv.ParseUint(result, 10, 64)
+		return intent{kind: intentRepost, viewer: uint64(viewer), post: uint64(post), aux: newPost,
+			at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
+	}
+	refuse := func(f ops.PostFacts) error {
+		var eff ops.Effects
+		return op.Decide(f, &eff)
+	}
+	if err := s.countThenFinish(ctx, &in, post, counts, mk, refuse); err != nil {
 		return 0, err
 	}
 	if err := s.idemDone(ctx, in); err != nil {
 		return 0, err
 	}
+	want, _ = strconv.ParseUint(in.result, 10, 64)
 	return engine.PostID(want), nil
 }
 
@@ -648,7 +568,7 @@ func (s *Store) RecordViews(ctx context.Context, ids []engine.PostID) error {
 	var order []string
 	for _, c := range eff.Counts {
 		if c.Field >= counters.NumFields {
-			return s.fail(fmt.Errorf("redisstore: views decided %+v", c))
+			return fmt.Errorf("%w: views decided %+v", errBug, c)
 		}
 		b, low := s.k.post(uint64(c.Post))
 		if _, ok := byBucket[b]; !ok {
@@ -658,7 +578,7 @@ func (s *Store) RecordViews(ctx context.Context, ids []engine.PostID) error {
 	}
 	calls := make([]*call, len(order))
 	for i, b := range order {
-		calls[i] = script(scPostCounts, []string{b}, byBucket[b]...)
+		calls[i] = script(scPostCounts, []string{b}, counting(byBucket[b]...)...)
 	}
 	if err := s.exec(ctx, calls...); err != nil {
 		return err
@@ -688,8 +608,8 @@ const importChunk = 5000
 // import. The authors' post counts follow, recorded by one intent per
 // chunk, so that an import that dies in between leaves them for a
 // sweeper, not short (importintents.go). Like every write here it is
-// durable when it returns as far as the server's appendfsync (or
-// WaitReplicas) makes it.
+// durable when it returns as far as Redis's persistence and WaitReplicas
+// make it (docs/redis-durability.md).
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if err := ops.CheckImport(rows); err != nil {
 		return err

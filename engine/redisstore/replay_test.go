@@ -67,10 +67,12 @@ func TestReplayAfterCrash(t *testing.T) {
 
 	// CreatePost: registered, then crash before the author's postCount.
 	want := s.gen.Next()
-	in, err := s.idemBegin(ctx, author, kindPost, "cp", strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{})
+	in, err := s.idemBegin(ctx, author, "cp", strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{})
 	check(t, err)
-	_, _, err = s.registerPost(ctx, author, want, in.op, "a", "", nil)
-	check(t, err)
+	check(t, s.firstStep(ctx, &in, s.PostKey(engine.PostID(want)), func(g guard) (string, error) {
+		_, _, found, err := s.registerPost(ctx, author, want, func(string) guard { return g }, "", nil)
+		return found, err
+	}))
 	for range 2 {
 		got, err := s.CreatePost(ctx, author, 0, "cp")
 		check(t, err)
@@ -86,11 +88,17 @@ func TestReplayAfterCrash(t *testing.T) {
 	post := engine.PostID(want)
 
 	// Comment: counted on the post, then crash before any badge.
-	in, err = s.idemBegin(ctx, actor, kindComment, "c1", "", engine.IdemComment,
+	in, err = s.idemBegin(ctx, actor, "c1", "", engine.IdemComment,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
-	_, err = s.countOn(ctx, post, []any{pComments, 1}, in.op, "a", "", "")
-	check(t, err)
+	countFirst := func(in idem, field int) {
+		t.Helper()
+		check(t, s.firstStep(ctx, &in, s.PostKey(post), func(g guard) (string, error) {
+			_, found, err := s.countOn(ctx, post, []any{field, 1}, g, "", "")
+			return found, err
+		}))
+	}
+	countFirst(in, pComments)
 	for range 2 {
 		check(t, s.Comment(ctx, actor, post, []engine.UserID{mentioned}, "c1"))
 	}
@@ -109,12 +117,11 @@ func TestReplayAfterCrash(t *testing.T) {
 	// Repost: counted and the new post registered, then crash before the
 	// reposter's postCount and the mention.
 	rid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, kindRepost, "r1", strconv.FormatUint(rid, 10), engine.IdemRepost,
+	in, err = s.idemBegin(ctx, actor, "r1", strconv.FormatUint(rid, 10), engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
-	_, err = s.countOn(ctx, post, []any{pReposts, 1}, in.op, "a", "", "")
-	check(t, err)
-	_, _, err = s.registerPost(ctx, actor, rid, in.op, "b", "", nil)
+	countFirst(in, pReposts)
+	_, _, _, err = s.registerPost(ctx, actor, rid, func(b string) guard { return markerGuard(b, in.op, "b") }, "", nil)
 	check(t, err)
 	for range 2 {
 		got, err := s.Repost(ctx, actor, post, []engine.UserID{mentioned}, "r1")
@@ -139,12 +146,15 @@ func TestReplayAfterCrash(t *testing.T) {
 	g, err := s.CreateGroup(ctx, actor, []engine.UserID{author, mentioned})
 	check(t, err)
 	mid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, kindMessage, "m1", strconv.FormatUint(mid, 10), engine.IdemSendMessage,
+	in, err = s.idemBegin(ctx, actor, "m1", strconv.FormatUint(mid, 10), engine.IdemSendMessage,
 		engine.IdemArgs{Group: g, Mentions: []engine.UserID{mentioned}, Text: "hi"})
 	check(t, err)
 	gk := s.k.group(uint64(g))
-	_, err = s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R, intentsKey(gk.tag)}, uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID, "", "")
-	check(t, err)
+	check(t, s.firstStep(ctx, &in, gk.tag, func(gd guard) (string, error) {
+		_, err := s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R, intentsKey(gk.tag), gd.key},
+			append([]any{uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID, "", ""}, gd.args()...)...)
+		return "", err
+	}))
 	for range 2 {
 		m, err := s.SendMessage(ctx, actor, g, "hi", []engine.UserID{mentioned}, "m1")
 		check(t, err)
@@ -173,7 +183,7 @@ func TestLikeRetryNeverDoubleCounts(t *testing.T) {
 	post, err := s.CreatePost(ctx, 1, 0, "")
 	check(t, err)
 	b, low := s.k.post(uint64(post))
-	_, err = s.one(ctx, scPostFlag, []string{b, likersKey(b, low), intentsKey(b)}, low, uint64(2), pLikes, 1, "", "", "")
+	_, err = s.one(ctx, scPostFlag, []string{b, likersKey(b, low), intentsKey(b)}, counting(low, uint64(2), "add", "", "", pLikes, 1)...)
 	check(t, err)
 	check(t, s.Like(ctx, 2, post))
 	cs, err := s.Counts(ctx, []engine.PostID{post})

@@ -13,11 +13,19 @@ import "github.com/redis/go-redis/v9"
 // never as Redis errors, so that a Redis error always means "the store is
 // unavailable".
 //
-// Marker keys make a cross-slot step idempotent: a step of an operation
-// that carries an idempotency key first sets "<tag>o<op><step>" NX with a
-// TTL; if it exists the step was already applied and is skipped. A retry
-// after a crash between two steps therefore completes the operation
-// without applying any step twice.
+// Guards make a step of a keyed operation (and every later step of a
+// cross-slot one) idempotent: the step's script looks for its guard key
+// in the step's own slot, skips the step when it is there, and otherwise
+// applies the step and sets the guard in the same script, so that the
+// guard and the step's effect are replicated, lost and kept together. A
+// later step's guard is a marker "<tag>o<op><step>" ('1'); a keyed
+// operation's first step keeps its idempotency record as its guard
+// (posts.go), so a retry finds it wherever the operation's effect went.
+//
+// Counting scripts (those that add deltas to a record: add and bump
+// below) take counters.Floor and counters.Ceiling as their first two
+// arguments: a count stays within them whatever the deltas, and
+// engine/counters is the one place that says what they are.
 
 // prelude is shared by all scripts: the varint record codec (the same
 // format as codec.go; Lua numbers are doubles, exact to 2^53) and helpers.
@@ -55,17 +63,30 @@ local function enc(t, n)
   end
   return table.concat(out)
 end
-local function add(t, n, idx, d)
+local function add(t, n, idx, d, lo, hi)
   for i = n + 1, idx do t[i] = 0 end
   if idx > n then n = idx end
   local v = t[idx] + d
-  if v < 0 then v = 0 end
+  if v < lo then v = lo elseif v > hi then v = hi end
   t[idx] = v
   return n
 end
 local function mark(key, ttl)
   if ttl == 0 then return true end
   return redis.call('SET', key, '1', 'NX', 'PX', ttl) ~= false
+end
+-- A guard (ARGV ttl, value, expired at 'from'): the value found when the
+-- step was applied already (a value equal to expired, one Go judged
+-- forgotten, counts as absent), else false. ttl 0: no guard.
+local function guarded(key, from)
+  if tonumber(ARGV[from]) == 0 then return false end
+  local v = redis.call('GET', key)
+  if v and v ~= ARGV[from + 2] then return v end
+  return false
+end
+local function guard(key, from)
+  local ttl = tonumber(ARGV[from])
+  if ttl > 0 then redis.call('SET', key, ARGV[from + 1], 'PX', ttl) end
 end
 local function write(key, field, before, after)
   if after == before then return 0 end
@@ -77,10 +98,10 @@ local function write(key, field, before, after)
   if before == '' then return 1 end
   return 0
 end
-local function bump(key, field, idx, d)
+local function bump(key, field, idx, d, lo, hi)
   local rec = redis.call('HGET', key, field) or ''
   local t, n = dec(rec)
-  n = add(t, n, idx, d)
+  n = add(t, n, idx, d, lo, hi)
   return write(key, field, rec, enc(t, n))
 end
 local function tr(before, after)
@@ -142,16 +163,17 @@ func newScript(body string) *redis.Script {
 }
 
 var (
-	// KEYS bucket, marker, intents; ARGV marker-ttl, low, head, intent
-	// id, intent ('' = none; see intents.go).
-	// 1 created, 0 the id exists, 2 already applied by this operation.
+	// A post's registry entry, under its guard. KEYS bucket, guard,
+	// intents; ARGV guard (ttl, value, expired), low, head, intent id,
+	// intent ('' = none; see intents.go). {1} created, {0} the id exists,
+	// {2, guard found} already applied by this operation.
 	scPostCreate = newScript(`
-local ttl = tonumber(ARGV[1])
-if ttl > 0 and redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
-if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3]) == 0 then return 0 end
-if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
-return 1`)
+local found = guarded(KEYS[2], 1)
+if found then return {2, found} end
+if redis.call('HSETNX', KEYS[1], ARGV[4], ARGV[5]) == 0 then return {0} end
+guard(KEYS[2], 1)
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
+return {1}`)
 
 	// Deletes intent ARGV[1] if it still holds ARGV[2]. KEYS intents.
 	// 1 deleted, 0 not (claimed by a sweeper, or gone).
@@ -171,60 +193,66 @@ return 1`)
 	// 'rem') and, only if the set changed (the fact ops.Like.Decide was
 	// given: the flag was not yet in the wanted state), the count deltas
 	// Go decided are applied with it, and the intent is recorded when Go
-	// passed one. KEYS bucket, set, intents; ARGV low, user, 'add'|'rem',
-	// intent id, intent ('' = none), then (count index, delta) pairs.
-	// {-1} unknown post; {0, head, 0} the set did not change, nothing
-	// applied; {1, head, zero-transition}.
+	// passed one. KEYS bucket, set, intents; ARGV floor, ceiling, low,
+	// user, 'add'|'rem', intent id, intent ('' = none), then (count index,
+	// delta) pairs. {-1} unknown post; {0, head, 0} the set did not
+	// change, nothing applied; {1, head, zero-transition}.
 	scPostFlag = newScript(`
-local rec = redis.call('HGET', KEYS[1], ARGV[1])
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rec = redis.call('HGET', KEYS[1], ARGV[3])
 if not rec then return {-1} end
 local changed
-if ARGV[3] == 'add' then changed = redis.call('SADD', KEYS[2], ARGV[2])
-else changed = redis.call('SREM', KEYS[2], ARGV[2]) end
+if ARGV[5] == 'add' then changed = redis.call('SADD', KEYS[2], ARGV[4])
+else changed = redis.call('SREM', KEYS[2], ARGV[4]) end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
-for i = 6, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
+for i = 8, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
 local after = enc(t, n)
-redis.call('HSET', KEYS[1], ARGV[1], head .. after)
+redis.call('HSET', KEYS[1], ARGV[3], head .. after)
 return {1, head, tr(before, after)}`)
 
 	// Count deltas Go decided on a post that exists (the fact its Decide
-	// was given), once per operation (marker), and the intent of what
-	// follows. KEYS bucket, marker, intents; ARGV marker-ttl, low, intent
-	// id, intent ('' = none), then (count index, delta) pairs. Results as
-	// scPostFlag (0: this operation applied them already).
+	// was given), once per operation (its guard), and the intent of what
+	// follows. KEYS bucket, guard, intents; ARGV floor, ceiling, guard
+	// (ttl, value, expired), low, intent id, intent ('' = none), then
+	// (count index, delta) pairs. Results as scPostFlag, and {0, head, 0,
+	// guard found} when this operation applied them already.
 	scPostCount = newScript(`
-local rec = redis.call('HGET', KEYS[1], ARGV[2])
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rec = redis.call('HGET', KEYS[1], ARGV[6])
 if not rec then return {-1} end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
-if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, head, 0} end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[3], ARGV[4]) end
+local found = guarded(KEYS[2], 3)
+if found then return {0, head, 0, found} end
+guard(KEYS[2], 3)
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], ARGV[7], ARGV[8]) end
 local t, n = dec(rec, L + 2)
 local before = enc(t, n)
-for i = 5, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
+for i = 9, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
 local after = enc(t, n)
-redis.call('HSET', KEYS[1], ARGV[2], head .. after)
+redis.call('HSET', KEYS[1], ARGV[6], head .. after)
 return {1, head, tr(before, after)}`)
 
 	// Count deltas on posts of one bucket, each applied only where the
 	// post exists (the fact ops.RecordViews.Decide was given: an unknown
-	// post is skipped, as Decide skips it). KEYS bucket; ARGV (low, count
-	// index, delta) triples. Returns how many posts went from all-zero to
-	// counted.
+	// post is skipped, as Decide skips it). KEYS bucket; ARGV floor,
+	// ceiling, then (low, count index, delta) triples. Returns how many
+	// posts went from all-zero to counted.
 	scPostCounts = newScript(`
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local trs = 0
-for i = 1, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
   if rec then
     local L = string.byte(rec, 1)
     local t, n = dec(rec, L + 2)
     local before = enc(t, n)
-    n = add(t, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
+    n = add(t, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), lo, hi)
     local after = enc(t, n)
     trs = trs + tr(before, after)
     redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L + 1) .. after)
@@ -233,12 +261,14 @@ end
 return trs`)
 
 	// Counter deltas on user records of one bucket. KEYS bucket, marker;
-	// ARGV marker-ttl, then (low, field, delta) triples. {applied, users+-}.
+	// ARGV floor, ceiling, marker-ttl, then (low, field, delta) triples.
+	// {applied, users+-}.
 	scUserBump = newScript(`
-if not mark(KEYS[2], tonumber(ARGV[1])) then return {0, 0} end
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not mark(KEYS[2], tonumber(ARGV[3])) then return {0, 0} end
 local users = 0
-for i = 2, #ARGV, 3 do
-  users = users + bump(KEYS[1], ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
+for i = 4, #ARGV, 3 do
+  users = users + bump(KEYS[1], ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), lo, hi)
 end
 return {1, users}`)
 
@@ -246,17 +276,17 @@ return {1, users}`)
 	// ('add') or removed ('rem'), with the viewer's following count, if
 	// the edge is still absent (present) as Decide assumed; otherwise
 	// nothing (then Decide, on the real fact, changes nothing either).
-	// KEYS user bucket, followees; ARGV low, target, 'add'|'rem',
-	// snapshot. {changed, users+-}.
+	// KEYS user bucket, followees; ARGV floor, ceiling, low, target,
+	// 'add'|'rem', snapshot. {changed, users+-}.
 	scFollow = newScript(`
 local d = 1
-if ARGV[3] == 'add' then
-  if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[4]) == 0 then return {0, 0} end
+if ARGV[5] == 'add' then
+  if redis.call('HSETNX', KEYS[2], ARGV[4], ARGV[6]) == 0 then return {0, 0} end
 else
-  if redis.call('HDEL', KEYS[2], ARGV[2]) == 0 then return {0, 0} end
+  if redis.call('HDEL', KEYS[2], ARGV[4]) == 0 then return {0, 0} end
   d = -1
 end
-return {1, bump(KEYS[1], ARGV[1], 3, d)}`)
+return {1, bump(KEYS[1], ARGV[3], 3, d, tonumber(ARGV[1]), tonumber(ARGV[2]))}`)
 
 	// Compare-and-set on fields of user records: each row's fields are
 	// set to the values Go decided if they still hold the values it
@@ -330,16 +360,13 @@ if cur ~= ARGV[1] then return {0, cur} end
 redis.call('SET', KEYS[1], ARGV[2])
 return {1}`)
 
-	// The idempotency record of (viewer, key): the one an older version
-	// wrote under a kind-scoped key if any, else this one, reserved now.
-	// A record equal to ARGV[3] (one the caller judged expired by the
-	// store's clock) is replaced. KEYS record, legacy record; ARGV value,
-	// ttl ms, expired value ("" for none). Returns the existing value or
-	// false.
+	// The claim of (viewer, key) in the viewer's slot (posts.go), reserved
+	// now unless there is one. A claim equal to ARGV[3] (one the caller
+	// judged expired by the store's clock) is replaced. KEYS claim; ARGV
+	// value, ttl ms, expired value ('' for none). Returns the existing
+	// value or false.
 	scIdemBegin = newScript(`
-local v = redis.call('GET', KEYS[2])
-if v then return v end
-v = redis.call('GET', KEYS[1])
+local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[3] then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false`)
@@ -515,10 +542,15 @@ return {1, m, q, count, current(KEYS[1], KEYS[3], i, n, tonumber(ARGV[3])), i}`)
 	// of quit mapids, and read bits in their own key set with SETBIT, so a
 	// read costs O(1) whatever the group's size. The header's top bit tells
 	// the two apart.
-	// KEYS U, M, Q, T, R, intents; ARGV sender, mid, body, dense max,
-	// intent id, intent ('' = none).
-	// {created, U, Q} | {-1} unknown group | {-2} not a member.
+	// A keyed send's guard (its idempotency record) is looked at first:
+	// a send that happened stays sent whoever has left the group since.
+	// KEYS U, M, Q, T, R, intents, guard; ARGV sender, mid, body, dense
+	// max, intent id, intent ('' = none), guard (ttl, value, expired).
+	// {created, U, Q} | {2, guard found} | {-1} unknown group | {-2} not a
+	// member.
 	scSend = newScript(`
+local found = guarded(KEYS[7], 7)
+if found then return {2, found} end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
 if not cur then return {-2} end
@@ -555,6 +587,7 @@ else
 end
 redis.call('HSET', KEYS[5], ARGV[2], blob)
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[6], ARGV[5], ARGV[6]) end
+guard(KEYS[7], 7)
 return {1, U, Q}`)
 
 	// The facts ops.MarkMessagesRead decides on, for messages of one

@@ -45,9 +45,12 @@ type Options struct {
 	Node uint64
 	// WaitReplicas > 0 sends WAIT after each write and fails the write
 	// (ErrUnavailable) unless that many replicas acknowledged it within
-	// WaitTimeout, so an acknowledged write survives a replica promotion.
+	// WaitTimeout (or what is left of the caller's deadline, if less), so
+	// an acknowledged write survives the promotion of a replica that has
+	// it (see docs/redis-durability.md). A shard whose WAIT came back
+	// short takes no writes until enough replicas are back (health.go).
 	WaitReplicas int
-	WaitTimeout  time.Duration // default 500ms
+	WaitTimeout  time.Duration // default 250ms
 
 	// Layout. Fixed for the life of a data set: changing them re-maps keys.
 	// PostWindowBits: post and message buckets span 2^PostWindowBits ms of
@@ -59,11 +62,17 @@ type Options struct {
 	PostFanout     int
 	UserBucketBits int
 
-	// DialTimeout and ReadTimeout bound one Redis call (defaults 250ms and
-	// 1s): an unreachable Redis fails a request within about that long.
+	// DialTimeout and ReadTimeout bound one connection attempt and one
+	// round trip (defaults 250ms and 1s) when the caller's context allows
+	// more. The server gives each request one deadline for all its Redis
+	// calls (-redis-timeout, ReadTimeout's value); calls without a
+	// deadline of their own (background sweeps) have only these.
 	DialTimeout time.Duration
 	ReadTimeout time.Duration
 	PoolSize    int
+	// Observer, when not nil, receives each failed call's shard and cause
+	// and each shard's changes of state (health.go), for metrics.
+	Observer Observer
 	// EventShards: number of (sharded) pub/sub channels events spread
 	// over. Default 8. Every Store subscribes to all of them.
 	EventShards int
@@ -93,8 +102,9 @@ type Store struct {
 	sharded  bool                 // SPUBLISH/SSUBSCRIBE available
 	gen      snowflake.Generator
 
-	bus   *bus
-	stats statCounters
+	bus    *bus
+	stats  statCounters
+	health health
 	// intentsRecovered and intentSweepsFailed are IntentSweeps' counts.
 	intentsRecovered, intentSweepsFailed atomic.Uint64
 
@@ -131,7 +141,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.IntentSweepInterval = 5 * time.Second
 	}
 	if opts.WaitTimeout <= 0 {
-		opts.WaitTimeout = 500 * time.Millisecond
+		opts.WaitTimeout = 250 * time.Millisecond
 	}
 	if opts.PostWindowBits <= 0 {
 		opts.PostWindowBits = 10
@@ -194,19 +204,29 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		sharded: version >= 7,
 		stop:    make(chan struct{}),
 	}
+	s.health.s = s
 	wo := *uo
 	wo.MaxRetries, wo.MaxRedirects = -1, -1
 	s.uo = &wo
+	// Every node's client reports its calls to the node's shard health.
+	hooked := func(writes bool) func(*redis.Options) *redis.Client {
+		return func(o *redis.Options) *redis.Client {
+			c := redis.NewClient(o)
+			c.AddHook(s.health.hook(o.Addr, writes))
+			return c
+		}
+	}
 	if clusterMode {
 		co, wco := uo.Cluster(), wo.Cluster()
 		// A safety net behind fail(): topology changes are picked up
 		// within seconds even by an idle client.
 		co.ClusterStateReloadInterval = 5 * time.Second
 		wco.ClusterStateReloadInterval = 5 * time.Second
+		co.NewClient, wco.NewClient = hooked(false), hooked(true)
 		s.cluster, s.wcluster = redis.NewClusterClient(co), redis.NewClusterClient(wco)
 		s.rdb, s.wdb = s.cluster, s.wcluster
 	} else {
-		s.single, s.wsingle = redis.NewClient(uo.Simple()), redis.NewClient(wo.Simple())
+		s.single, s.wsingle = hooked(false)(uo.Simple()), hooked(true)(wo.Simple())
 		s.rdb, s.wdb = s.single, s.wsingle
 	}
 	s.gen.Now = opts.Now
@@ -314,6 +334,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
+		s.health.shut()
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.flushStats(ctx)
@@ -326,27 +347,16 @@ func (s *Store) Close() error {
 			_ = c.Close()
 		}
 		s.redirMu.Unlock()
+		s.health.close()
 	})
 	return nil
 }
 
-// Ready pings every master.
+// Ready pings every master, and fails only when none answers (see
+// Readiness).
 func (s *Store) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*s.opts.ReadTimeout)
-	defer cancel()
-	if s.cluster != nil {
-		err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.Ping(ctx).Err()
-		})
-		if err != nil {
-			return s.fail(err)
-		}
-		return nil
-	}
-	if err := s.single.Ping(ctx).Err(); err != nil {
-		return s.fail(err)
-	}
-	return nil
+	_, err := s.Readiness(ctx)
+	return err
 }
 
 func (s *Store) now() time.Time { return s.opts.Now() }
@@ -365,11 +375,22 @@ func (e *unavailableError) Cause() error { return e.cause }
 // fail turns a Redis failure into ErrUnavailable. On a cluster it also
 // asks go-redis to reload the slot map: go-redis refreshes it on MOVED
 // replies, but a dead master never answers, so without this a promoted
-// replica would only be found at the next periodic reload.
+// replica would only be found at the next periodic reload. Errors of
+// this package's own finding, a record it cannot have written
+// (errCorrupt) or a decision that contradicts what a script was told
+// (errBug), are returned as they are: a retry would not mend them, and
+// clients see INTERNAL.
 func (s *Store) fail(err error) error {
+	if errors.Is(err, errCorrupt) || errors.Is(err, errBug) {
+		return err
+	}
 	s.reload()
 	return unavailable(err)
 }
+
+// errBug marks a decision of engine/ops that contradicts the facts or
+// effects a script was given: a bug, reported as such.
+var errBug = errors.New("redisstore: inconsistent decision")
 
 func (s *Store) reload() {
 	if s.cluster != nil {
@@ -434,6 +455,9 @@ func (c *call) issue(ctx context.Context, p redis.Pipeliner, eval bool) {
 func (s *Store) exec(ctx context.Context, calls ...*call) error {
 	if len(calls) == 0 {
 		return nil
+	}
+	if err := s.writable(ctx, calls); err != nil {
+		return err
 	}
 	wait := s.opts.WaitReplicas > 0
 	switch {
@@ -507,6 +531,7 @@ func (s *Store) redirected(moved error) (*redis.Client, error) {
 	o := s.uo.Simple()
 	o.Addr = addr
 	c := redis.NewClient(o)
+	c.AddHook(s.health.hook(addr, true))
 	if s.redir == nil {
 		s.redir = map[string]*redis.Client{}
 	}
@@ -528,8 +553,9 @@ func (s *Store) runPipe(ctx context.Context, r redis.Cmdable, calls []*call, wai
 			c.issue(ctx, p, eval)
 		}
 		var w *redis.Cmd
+		waitFor := s.waitFor(ctx)
 		if wait {
-			w = p.Do(ctx, "WAIT", s.opts.WaitReplicas, s.opts.WaitTimeout.Milliseconds())
+			w = p.Do(ctx, "WAIT", s.opts.WaitReplicas, max(1, waitFor.Milliseconds()))
 		}
 		_, _ = p.Exec(ctx)
 		var again []*call
@@ -551,6 +577,15 @@ func (s *Store) runPipe(ctx context.Context, r redis.Cmdable, calls []*call, wai
 				return s.fail(err)
 			}
 			if n < int64(s.opts.WaitReplicas) {
+				if c, ok := r.(*redis.Client); ok {
+					sh := s.health.shard(c.Options().Addr)
+					sh.failed(errNotReplicated, true, false)
+					if waitFor == s.opts.WaitTimeout {
+						// The shard had its full WaitTimeout: it cannot
+						// replicate now, and takes no writes until it can.
+						sh.unreplicated(n, int64(s.opts.WaitReplicas))
+					}
+				}
 				return s.fail(errNotReplicated)
 			}
 		}
@@ -560,6 +595,18 @@ func (s *Store) runPipe(ctx context.Context, r redis.Cmdable, calls []*call, wai
 		pending, eval = again, true
 	}
 	return s.fail(errors.New("script cache keeps missing"))
+}
+
+// waitFor is how long a WAIT may block: WaitTimeout, or less when the
+// caller's deadline comes sooner (with time left for the reply).
+func (s *Store) waitFor(ctx context.Context) time.Duration {
+	d := s.opts.WaitTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl) - 20*time.Millisecond; left < d {
+			d = left
+		}
+	}
+	return d
 }
 
 // one runs a single script and returns its result.

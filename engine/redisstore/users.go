@@ -42,7 +42,7 @@ func (s *Store) bumpUsersTTL(ctx context.Context, op, step string, ttl int64, bu
 		bucket, low := s.k.user(b.uid)
 		if _, ok := byBucket[bucket]; !ok {
 			order = append(order, bucket)
-			byBucket[bucket] = []any{ttl}
+			byBucket[bucket] = counting(ttl)
 		}
 		byBucket[bucket] = append(byBucket[bucket], low, b.field, b.delta)
 	}
@@ -159,7 +159,7 @@ func (s *Store) follow(ctx context.Context, op ops.Follow) error {
 			verb = "add"
 		}
 		bucket, low := s.k.user(uint64(e.Viewer))
-		r, err := s.one(ctx, scFollow, []string{bucket, s.k.followees(uint64(e.Viewer))}, low, uint64(e.Target), verb, e.Snapshot)
+		r, err := s.one(ctx, scFollow, []string{bucket, s.k.followees(uint64(e.Viewer))}, counting(low, uint64(e.Target), verb, e.Snapshot)...)
 		if err != nil {
 			return err
 		}
@@ -384,7 +384,7 @@ func (s *Store) markRead(ctx context.Context, m ops.ReadMark) error {
 			return err
 		}
 	default:
-		return s.fail(fmt.Errorf("redisstore: read mark of unread kind %d", m.Kind))
+		return fmt.Errorf("%w: read mark of unread kind %d", errBug, m.Kind)
 	}
 	return nil
 }
@@ -452,8 +452,8 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 	}
 	// The key's record, "<id>@<unix ns>", holds the store clock's time it
 	// was made at, judged by engine.IdemExpired; Redis's expiry
-	// (idemRecordTTL) only reclaims it later. A record from an older
-	// version is the bare id and expires by Redis's clock.
+	// (idemRecordTTL) only reclaims it later. It is written by the script
+	// that publishes, so the two are kept or lost together.
 	ttl := int64(0)
 	if idemKey != "" {
 		ttl = idemRecordTTL.Milliseconds()
@@ -478,15 +478,14 @@ func (s *Store) PublishNotification(ctx context.Context, title, body, idemKey st
 			return n, nil
 		case 0:
 			v := str(at(a, 1))
-			if _, ns, timed := strings.Cut(v, "@"); timed {
-				recorded, err := strconv.ParseInt(ns, 10, 64)
-				if err != nil {
-					return engine.Notification{}, s.fail(fmt.Errorf("notification idempotency record %q: bad time", v))
-				}
-				if engine.IdemExpired(time.Unix(0, recorded), now) {
-					expired = v
-					continue
-				}
+			_, ns, _ := strings.Cut(v, "@")
+			recorded, err := strconv.ParseInt(ns, 10, 64)
+			if err != nil || recorded == 0 {
+				return engine.Notification{}, fmt.Errorf("%w: notification idempotency record %q", errCorrupt, v)
+			}
+			if engine.IdemExpired(time.Unix(0, recorded), now) {
+				expired = v
+				continue
 			}
 			prev, err := decodeNotif(str(at(a, 2)))
 			if err != nil {

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +9,8 @@ import (
 )
 
 // EngineMetrics receives the embedded engine's figures (it is an
-// embedded.Metrics) and Redis command latencies (RedisHook), for /metrics.
+// embedded.Metrics), Redis command latencies (RedisHook) and Redis
+// failures per shard and cause (it is a redisstore.Observer), for /metrics.
 // One is made per process, before the store opens, and registered with
 // the registry the server's handler serves.
 type EngineMetrics struct {
@@ -21,7 +21,8 @@ type EngineMetrics struct {
 	snapSize  prometheus.Gauge
 	snapFail  prometheus.Counter
 	redisCmd  *prometheus.HistogramVec
-	redisErr  *prometheus.CounterVec
+	redisErrs *prometheus.CounterVec
+	redisUp   *prometheus.GaugeVec
 }
 
 func NewEngineMetrics() *EngineMetrics {
@@ -59,16 +60,20 @@ func NewEngineMetrics() *EngineMetrics {
 			Help:    "Round trip of each Redis command or pipeline, by command (\"pipeline\" for a pipeline); only commands the store issues, so the label is bounded.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"command"}),
-		redisErr: prometheus.NewCounterVec(prometheus.CounterOpts{
+		redisErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_redis_errors_total",
-			Help: "Redis commands or pipelines that failed (connection errors, timeouts, error replies), by command as tally_redis_command_seconds; replies the store handles as part of the protocol (nil, NOSCRIPT, MOVED, ASK) and requests cancelled by their client are not counted.",
-		}, []string{"command"}),
+			Help: "Failed Redis round trips, by shard (its master's address) and cause: the error reply's code (NOREPLICAS, CLUSTERDOWN, MOVED, READONLY, ...), WAIT (replicas did not acknowledge), timeout, connection, pool or other.",
+		}, []string{"shard", "cause"}),
+		redisUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tally_redis_shard_writable",
+			Help: "Whether a Redis shard takes writes (0 while it is unreachable, refuses them, or its replicas do not acknowledge them), by its master's address; absent for shards never in trouble.",
+		}, []string{"shard"}),
 	}
 }
 
 // Register adds the metrics to reg.
 func (m *EngineMetrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.snapFail, m.redisCmd, m.redisErr)
+	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.snapFail, m.redisCmd, m.redisErrs, m.redisUp)
 }
 
 func (m *EngineMetrics) LogBatchWritten(records, bytes int) {
@@ -85,6 +90,20 @@ func (m *EngineMetrics) SnapshotWritten(took time.Duration, bytes int64) {
 
 func (m *EngineMetrics) SnapshotFailed() { m.snapFail.Inc() }
 
+// RedisError implements redisstore.Observer.
+func (m *EngineMetrics) RedisError(shard, cause string) {
+	m.redisErrs.WithLabelValues(shard, cause).Inc()
+}
+
+// RedisShardWritable implements redisstore.Observer.
+func (m *EngineMetrics) RedisShardWritable(shard string, writable bool) {
+	v := 0.0
+	if writable {
+		v = 1
+	}
+	m.redisUp.WithLabelValues(shard).Set(v)
+}
+
 // RedisHook returns the go-redis hook that times the store's commands
 // for tally_redis_command_seconds.
 func (m *EngineMetrics) RedisHook() redis.Hook { return redisHook{m} }
@@ -98,9 +117,6 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		start := time.Now()
 		err := next(ctx, cmd)
 		h.m.redisCmd.WithLabelValues(cmd.Name()).Observe(time.Since(start).Seconds())
-		if redisFailed(ctx, err) {
-			h.m.redisErr.WithLabelValues(cmd.Name()).Inc()
-		}
 		return err
 	}
 }
@@ -110,32 +126,6 @@ func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		start := time.Now()
 		err := next(ctx, cmds)
 		h.m.redisCmd.WithLabelValues("pipeline").Observe(time.Since(start).Seconds())
-		failed := redisFailed(ctx, err)
-		for _, cmd := range cmds {
-			failed = failed || redisFailed(ctx, cmd.Err())
-		}
-		if failed {
-			h.m.redisErr.WithLabelValues("pipeline").Inc()
-		}
 		return err
 	}
-}
-
-// redisFailed reports whether err is a failure of Redis or of the way to
-// it. The store meets some error replies in its ordinary work, and they
-// say nothing about Redis's health: nil (no such key), NOSCRIPT (a node
-// without the script cached yet, then sent it) and MOVED or ASK (a slot
-// that moved, then followed). A request its client gave up on is not
-// Redis's failure either.
-func redisFailed(ctx context.Context, err error) bool {
-	switch {
-	case err == nil, errors.Is(err, redis.Nil), errors.Is(ctx.Err(), context.Canceled):
-		return false
-	}
-	for _, prefix := range []string{"NOSCRIPT", "MOVED", "ASK"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return false
-		}
-	}
-	return true
 }

@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_graphql_responses_total",
-			Help: "GraphQL responses to queries and mutations (and requests that failed before becoming one, type \"\"), by operation type, name and outcome (ok; internal: an INTERNAL error, the server's failure; error: any other error, the client's).",
+			Help: "GraphQL responses to queries and mutations (and requests that failed before becoming one, type \"\"), by operation type, name and outcome (ok; internal: an INTERNAL error, a bug; unavailable: the store could not be reached, UNAVAILABLE; error: any other error, the client's).",
 		}, []string{"type", "name", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tally_graphql_response_seconds",
@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type", "name"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_graphql_subscription_events_total",
-			Help: "Events sent on GraphQL subscriptions, by operation name and outcome (ok, internal, error: as tally_graphql_responses_total).",
+			Help: "Events sent on GraphQL subscriptions, by operation name and outcome (ok, internal, unavailable, error: as tally_graphql_responses_total).",
 		}, []string{"name", "outcome"}),
 		eventDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tally_graphql_subscription_event_seconds",
@@ -149,17 +149,25 @@ func (m *metrics) InterceptResponse(ctx context.Context, next graphql.ResponseHa
 }
 
 // outcome labels a response: "ok"; "internal" when an error is INTERNAL
-// (the store unavailable, a bug: the server's failure, which alerts
-// watch); otherwise "error" (the client's mistake or a refusal:
-// BAD_USER_INPUT, NOT_FOUND, RATE_LIMITED, ...).
+// (a bug: the server's failure); "unavailable" when the store could not
+// be reached (UNAVAILABLE: Redis down or failing over, the log failed);
+// otherwise "error" (the client's mistake or a refusal: BAD_USER_INPUT,
+// NOT_FOUND, RATE_LIMITED, ...). Alerts watch the first two apart.
 func outcome(resp *graphql.Response) string {
 	if len(resp.Errors) == 0 {
 		return "ok"
 	}
+	unavailable := false
 	for _, e := range resp.Errors {
-		if code, _ := e.Extensions["code"].(string); code == resolvers.CodeInternal {
+		switch code, _ := e.Extensions["code"].(string); code {
+		case resolvers.CodeInternal:
 			return "internal"
+		case resolvers.CodeUnavailable:
+			unavailable = true
 		}
+	}
+	if unavailable {
+		return "unavailable"
 	}
 	return "error"
 }

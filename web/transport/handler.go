@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
@@ -74,6 +75,11 @@ type Config struct {
 	// DisableFastPath runs every operation through gqlgen's executor (the
 	// differential tests compare both); see web/fastpath.
 	DisableFastPath bool
+	// StoreTimeout is one deadline for all the store calls of a query or
+	// mutation, the rate limiter's included: what has not answered by
+	// then fails UNAVAILABLE, so a stalled store holds no request longer.
+	// 0: none (each store call has its own bounds).
+	StoreTimeout time.Duration
 }
 
 // NewHandler returns the /query endpoint: GraphQL over POST and GET, and
@@ -105,7 +111,7 @@ func NewHandler(cfg Config) http.Handler {
 	srv.AddTransport(refuseTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(15000)
-	srv.SetErrorPresenter(resolvers.PresentError)
+	srv.SetErrorPresenter(presentError)
 	srv.SetRecoverFunc(resolvers.RecoverPanic)
 	// Extensions go through fast.use: plan-served queries replay their
 	// parameter and context mutators without gqlgen's
@@ -130,6 +136,19 @@ func NewHandler(cfg Config) http.Handler {
 		countRefusals(cfg.Metrics, &budget, costs)
 	}
 
+	if cfg.StoreTimeout > 0 {
+		srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+			if op := graphql.GetOperationContext(ctx).Operation; op != nil && op.Operation == ast.Subscription {
+				return next(ctx) // lives as long as its socket
+			}
+			ctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
+			responses := next(ctx)
+			return func(ctx context.Context) *graphql.Response {
+				defer cancel()
+				return responses(ctx)
+			}
+		})
+	}
 	// A presented but bad token fails the whole operation, even one that
 	// would be allowed anonymously: the client should learn its token is
 	// wrong rather than silently see a signed-out view.

@@ -264,6 +264,8 @@ func statusForErrors(errs gqlerror.List) int {
 		return http.StatusNotFound
 	case resolvers.CodeRateLimited:
 		return http.StatusTooManyRequests
+	case resolvers.CodeUnavailable:
+		return http.StatusServiceUnavailable
 	case resolvers.CodeInternal:
 		return http.StatusInternalServerError
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -163,11 +164,25 @@ func newMutationBudget(cfg Config) (mutationBudget, int) {
 	if maxPerRequest < 0 || maxPerRequest > burst {
 		maxPerRequest = burst
 	}
-	l := cfg.RateLimiter
-	if l == nil {
-		l = newLocalLimiter(cfg.RateLimit, burst)
+	var l RateLimiter = newLocalLimiter(cfg.RateLimit, burst)
+	if cfg.RateLimiter != nil {
+		l = fallbackLimiter{shared: cfg.RateLimiter, local: l}
 	}
 	return mutationBudget{limiter: l}, maxPerRequest
+}
+
+// fallbackLimiter spends from the shared budget, or from this process's
+// when the shared one cannot be reached: a user whose budget sits on a
+// Redis shard that is down keeps a limit (the same, per replica) instead
+// of having every write refused.
+type fallbackLimiter struct{ shared, local RateLimiter }
+
+func (f fallbackLimiter) Take(ctx context.Context, u engine.UserID, n int) (bool, time.Duration, error) {
+	ok, wait, err := f.shared.Take(ctx, u, n)
+	if errors.Is(err, engine.ErrUnavailable) {
+		return f.local.Take(ctx, u, n)
+	}
+	return ok, wait, err
 }
 
 // spend takes the operation's tokens from user's budget, or returns the
@@ -182,7 +197,7 @@ func (b mutationBudget) spend(ctx context.Context, user engine.UserID) *graphql.
 	}
 	ok, wait, err := b.limiter.Take(ctx, user, n)
 	if err != nil {
-		return &graphql.Response{Errors: gqlerror.List{resolvers.PresentError(ctx, err)}}
+		return &graphql.Response{Errors: gqlerror.List{presentError(ctx, err)}}
 	}
 	if ok {
 		return nil
@@ -356,6 +371,17 @@ func withLimitInfo(ctx context.Context, w http.ResponseWriter, r *http.Request) 
 func limitInfoFrom(ctx context.Context) limitInfo {
 	info, _ := ctx.Value(limitInfoKey{}).(limitInfo)
 	return info
+}
+
+// presentError is resolvers.PresentError, plus the Retry-After header an
+// UNAVAILABLE answer carries over HTTP (the resolvers know the code, the
+// transport owns the header).
+func presentError(ctx context.Context, err error) *gqlerror.Error {
+	gerr := resolvers.PresentError(ctx, err)
+	if code, _ := gerr.Extensions["code"].(string); code == resolvers.CodeUnavailable {
+		setRetryAfter(ctx, resolvers.UnavailableRetryAfter)
+	}
+	return gerr
 }
 
 func setRetryAfter(ctx context.Context, secs int) {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/hub"
 	"github.com/tally-dev/tally/web/memory"
@@ -50,11 +51,27 @@ func NewServerHandler(cfg ServerConfig) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := store.Ready(rctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		// Redis reports each shard (redisstore.Readiness): one that is
+		// down or cannot write is named, and fails the check only when
+		// no shard answers.
+		var report string
+		var err error
+		if rs, ok := store.(interface {
+			Readiness(context.Context) (string, error)
+		}); ok {
+			report, err = rs.Readiness(rctx)
+		} else {
+			err = store.Ready(rctx)
+		}
+		if err != nil {
+			msg := err.Error()
+			if cause := redisstore.Cause(err); cause != err {
+				msg += " (" + cause.Error() + ")" // for operators: /readyz is not the API
+			}
+			http.Error(w, "not ready: "+msg+"\n"+report, http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ready\n")
+		io.WriteString(w, "ready\n"+report)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	ui := cfg.UI

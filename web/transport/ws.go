@@ -785,7 +785,7 @@ func newWSTransport(cfg Config) *wsTransport {
 		cfg:       ws,
 		keys:      cfg.Keys,
 		origins:   cfg.OriginPatterns,
-		presenter: resolvers.PresentError,
+		presenter: presentError,
 		slots:     newWSSlots(ws.MaxPerUser),
 	}
 	t.userCap = localSocketCap{t.slots}

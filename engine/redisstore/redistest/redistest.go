@@ -39,6 +39,9 @@ var ServerArgs = []string{
 	"--hash-max-listpack-value", "64",
 	"--protected-mode", "no",
 	"--daemonize", "no",
+	// A replica that (re)joins is sent its full copy at once, not after
+	// the default 5 s wait for other replicas to share the transfer.
+	"--repl-diskless-sync-delay", "0",
 }
 
 // AlwaysFsync makes a node fsync its append-only file before answering a
@@ -110,7 +113,11 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func newNode(t testing.TB, server, dir string, cluster bool, extra []string) (*Node, error) {
+// DefaultNodeTimeout is the cluster-node-timeout of StartCluster: short,
+// so that a failover test takes seconds.
+const DefaultNodeTimeout = 1500 * time.Millisecond
+
+func newNode(t testing.TB, server, dir string, cluster bool, nodeTimeout time.Duration, extra []string) (*Node, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -137,7 +144,7 @@ func newNode(t testing.TB, server, dir string, cluster bool, extra []string) (*N
 			// a replica is always eligible, and nodes keep serving the
 			// slots they own while another shard is down (fail fast per
 			// shard rather than a whole-cluster outage).
-			"--cluster-node-timeout", "1500",
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 			"--cluster-replica-validity-factor", "0",
 			"--cluster-require-full-coverage", "no",
 		)
@@ -207,6 +214,25 @@ func (n *Node) Kill() {
 	}
 }
 
+// Pause stops the server (SIGSTOP): it answers nothing, neither clients
+// nor its master's replication stream nor the cluster bus, until Resume.
+// The kernel still takes what peers send it, up to its socket buffers.
+func (n *Node) Pause() { n.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (n *Node) Resume() { n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) {
+	n.t.Helper()
+	pid := n.PID()
+	if pid == 0 {
+		n.t.Fatalf("redis-server on %s is not running", n.Addr)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		n.t.Fatalf("signal %v to redis-server pid %d: %v", sig, pid, err)
+	}
+}
+
 // Restart starts a killed node again on the same port and directory, so it
 // reloads its append-only file (and, in a cluster, its nodes.conf).
 func (n *Node) Restart() {
@@ -245,7 +271,7 @@ func ping(addr string) error {
 	return nil
 }
 
-func startNode(t testing.TB, server, dir string, cluster bool, extra []string) *Node {
+func startNode(t testing.TB, server, dir string, cluster bool, nodeTimeout time.Duration, extra []string) *Node {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -254,7 +280,7 @@ func startNode(t testing.TB, server, dir string, cluster bool, extra []string) *
 	// A free port can be taken between our probe and the server's bind:
 	// pick new ports and try again.
 	for range 5 {
-		n, err := newNode(t, server, dir, cluster, extra)
+		n, err := newNode(t, server, dir, cluster, nodeTimeout, extra)
 		if err != nil {
 			lastErr = err
 			continue
@@ -283,7 +309,7 @@ func StartSingle(t testing.TB) (addr string, stop func()) {
 func StartSingleNode(t testing.TB, extra ...string) *Node {
 	t.Helper()
 	server, _ := binaries(t)
-	return startNode(t, server, filepath.Join(t.TempDir(), "single"), false, extra)
+	return startNode(t, server, filepath.Join(t.TempDir(), "single"), false, 0, extra)
 }
 
 // Cluster is a running Redis Cluster.
@@ -297,6 +323,25 @@ type Cluster struct {
 // waits until every node reports cluster_state:ok.
 func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterConfig{Masters: masters, ReplicasPerMaster: replicasPerMaster})
+}
+
+// ClusterConfig shapes a cluster: its size, its nodes' failure detection
+// timeout (0: DefaultNodeTimeout) and extra server arguments for every
+// node (say AlwaysFsync).
+type ClusterConfig struct {
+	Masters, ReplicasPerMaster int
+	NodeTimeout                time.Duration
+	Extra                      []string
+}
+
+// StartClusterWith is StartCluster shaped by cfg.
+func StartClusterWith(t testing.TB, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	masters, replicasPerMaster := cfg.Masters, cfg.ReplicasPerMaster
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = DefaultNodeTimeout
+	}
 	if masters < 3 {
 		t.Fatalf("redis-cli --cluster create needs at least 3 masters, got %d", masters)
 	}
@@ -305,7 +350,7 @@ func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	c := &Cluster{t: t}
 	total := masters * (1 + replicasPerMaster)
 	for i := range total {
-		c.Nodes = append(c.Nodes, startNode(t, server, filepath.Join(root, fmt.Sprintf("node%d", i)), true, nil))
+		c.Nodes = append(c.Nodes, startNode(t, server, filepath.Join(root, fmt.Sprintf("node%d", i)), true, cfg.NodeTimeout, cfg.Extra))
 	}
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
@@ -388,6 +433,48 @@ func (c *Cluster) Masters() []string {
 	return nil
 }
 
+// ReplicasOf returns the addresses of the live replicas of the master at
+// addr, as that master sees them (INFO replication).
+func (c *Cluster) ReplicasOf(addr string) []string {
+	cl := nodeClient(addr)
+	defer cl.Close()
+	info, err := cl.Info(context.Background(), "replication").Result()
+	if err != nil {
+		c.t.Fatalf("replicas of %s: %v", addr, err)
+	}
+	var out []string
+	for _, line := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if !strings.HasPrefix(name, "slave") || !strings.Contains(v, "ip=") {
+			continue
+		}
+		var ip, port string
+		for _, kv := range strings.Split(v, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			switch k {
+			case "ip":
+				ip = val
+			case "port":
+				port = val
+			}
+		}
+		out = append(out, ip+":"+port)
+	}
+	return out
+}
+
+// CutReplicas closes the replication links of the master at addr, as a
+// network partition between it and its replicas would: a replica that
+// is running reconnects within about a second and catches up from the
+// master's backlog; a paused one cannot until it is resumed.
+func (c *Cluster) CutReplicas(addr string) {
+	cl := nodeClient(addr)
+	defer cl.Close()
+	if err := cl.Do(context.Background(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		c.t.Fatalf("cut the replicas of %s: %v", addr, err)
+	}
+}
+
 // MasterForKey returns the address of the master serving key's slot.
 func (c *Cluster) MasterForKey(key string) string {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.liveAddrs(), Protocol: 2, DisableIdentity: true})
@@ -455,19 +542,34 @@ func (c *Cluster) notOK() string {
 }
 
 // WaitFailover waits until addr is no longer listed as a master and every
-// slot is served again (a replica has been promoted).
+// slot is served again (a replica has been promoted), and every live node
+// agrees.
 func (c *Cluster) WaitFailover(addr string, timeout time.Duration) {
+	c.t.Helper()
+	c.waitPromoted(addr, timeout, true)
+}
+
+// WaitPromoted waits until addr is no longer listed as a master and as
+// many masters serve the slots as before, as the first node that answers
+// sees it; unlike WaitFailover it asks nothing of the other nodes (some
+// may be paused).
+func (c *Cluster) WaitPromoted(addr string, masters int, timeout time.Duration) {
+	c.t.Helper()
+	c.waitPromoted(addr, timeout, false, masters)
+}
+
+func (c *Cluster) waitPromoted(addr string, timeout time.Duration, allOK bool, want ...int) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		masters := c.Masters()
-		promoted := len(masters) > 0
+		promoted := len(masters) > 0 && (len(want) == 0 || len(masters) == want[0])
 		for _, m := range masters {
 			if m == addr {
 				promoted = false
 			}
 		}
-		if promoted && c.notOK() == "" {
+		if promoted && (!allOK || c.notOK() == "") {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
