@@ -8,7 +8,7 @@
 // what a window's open table, delta and blocks hold.
 //
 // A window is in one of three forms, its body:
-//   - open: the shape's pointer-free hash table — a post's row tables
+//   - open: the shape's pointer-free hash table — the post table's row table
 //     (rowtable.go: the id's offset and the record packed into 16 bytes,
 //     the rare wider record in an overflow map of pointer-free values), a
 //     set's pair table (pairtable.go: 12 or 16 bytes a pair, linear
