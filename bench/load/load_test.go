@@ -41,7 +41,7 @@ func TestSpawnRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
-		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-broadcasts", "2",
+		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-subs-per-process", "8", "-broadcasts", "2",
 		"-broadcast-every", "500ms", "-json", jsonPath)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -119,11 +119,19 @@ func TestSpawnRun(t *testing.T) {
 			t.Errorf("kind %s had errors: %v", k, kd.Errors)
 		}
 	}
+	// 20 subscriptions in 3 processes of at most 8: a red dot, a system
+	// notification, and a like on each subscriber's post.
 	bc := res.Broadcast["tally-embedded"]
-	if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["quiet"].Delivered != 40 || bc.Phases["mixed"].Delivered == 0 {
+	if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["redDot"].Delivered != 20 || bc.Phases["system"].Delivered != 20 ||
+		bc.Phases["like"].Delivered != 20 || bc.Phases["mixed"].Delivered == 0 || bc.Stray != 0 {
 		t.Errorf("broadcast: %+v", bc)
 	}
-	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.GoroutinesPerSub <= 0 {
+	for _, ph := range []string{"redDot", "system", "like"} {
+		if d := bc.Phases[ph]; d.P50us <= 0 || d.MaxUs < d.P99us || d.MaxUs > 1e6 {
+			t.Errorf("%s delivery: %+v", ph, d)
+		}
+	}
+	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.Processes != 3 || m.GoroutinesPerSub <= 0 || m.RSSAfter <= 0 {
 		t.Errorf("subscriptions: %+v", m)
 	}
 	if !res.SameBytes {
@@ -265,6 +273,11 @@ func TestParseFlagsRefusesBadInput(t *testing.T) {
 		{"-clients", "0"},
 		{"-posts", "10"},
 		{"-subs", "-1"},
+		{"-subs", "3000", "-subs-per-process", "10"},
+		{"-subs-per-process", "0"},
+		{"-sub-likes", "-1"},
+		{"-replicas", "2"},
+		{"-replicas", "0"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {

@@ -36,9 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/auth"
 )
 
 type config struct {
@@ -63,6 +60,9 @@ type config struct {
 	mix               mix
 	pageMin, pageMax  int
 	subs              int
+	subsPerProcess    int
+	subLikes          int
+	replicas          int
 	broadcastEvery    time.Duration
 	broadcasts        int
 	users, posts      int
@@ -113,6 +113,9 @@ Flags:
 	mixFlag := fs.String("mix", "feed=50,badge=25,like=10,comment=5,view=10", "weights of the kinds in the mixed phase")
 	pages := fs.String("page-size", "20-50", "posts per feed page in the mixed phase: N or MIN-MAX")
 	fs.IntVar(&c.subs, "subs", 0, "open unreadChanged subscriptions (one WebSocket per user) during the mixed phase and the broadcast check")
+	fs.IntVar(&c.subsPerProcess, "subs-per-process", 5000, "with -subs: subscriptions each subscriber process holds (a socket is an open file, and a process may have at most RLIMIT_NOFILE); process k dials from 127.0.k.1-4")
+	fs.IntVar(&c.subLikes, "sub-likes", 100, "with -subs: subscribers that own a post, liked once each after the broadcasts to time a push to one user (0: none)")
+	fs.IntVar(&c.replicas, "replicas", 1, "with -spawn -redis: tally processes on the one redis-server; the load, broadcasts and likes go to the first, subscriptions are spread over all")
 	fs.DurationVar(&c.broadcastEvery, "broadcast-every", time.Second, "publish a system notification as admin this often during the mixed phase (0: never)")
 	fs.IntVar(&c.broadcasts, "broadcasts", 5, "with -subs: broadcasts of the quiet check after the mixed phase, one at a time")
 	fs.IntVar(&c.users, "users", 1000, "users the tool creates and acts as (the first fifth write the posts)")
@@ -156,6 +159,12 @@ Flags:
 		return c, fmt.Errorf("-compare-page must be within 1-100")
 	case c.subs < 0 || c.subs > 4_000_000:
 		return c, fmt.Errorf("-subs must be within 0-4000000")
+	case c.subsPerProcess < 1 || (c.subs+c.subsPerProcess-1)/c.subsPerProcess > 256:
+		return c, fmt.Errorf("-subs-per-process must be at least 1 and at least -subs/256 (256 subscriber processes at most)")
+	case c.subLikes < 0:
+		return c, fmt.Errorf("-sub-likes must not be negative")
+	case c.replicas < 1 || (c.replicas > 1 && !(c.spawn && c.redis)):
+		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
 	case c.duration < 0 || c.compare < 0:
 		return c, fmt.Errorf("-duration and -compare must not be negative")
 	}
@@ -177,6 +186,13 @@ Flags:
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-subs-child" {
+		if err := runSubsChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "load -subs-child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err == flag.ErrHelp {
 		return
@@ -255,19 +271,13 @@ func subjectOf(token string) uint64 {
 func run(cfg config, out *report) (bool, error) {
 	ctx := context.Background()
 	tok := &tokens{cache: map[uint64]string{}}
-	if cfg.secret != "" {
-		keys, err := auth.NewKeys([]byte(cfg.secret))
-		if err != nil {
-			return false, err
-		}
-		tok.sign = func(u uint64, admin bool) (string, error) { return keys.Sign(engine.UserID(u), admin, 0) }
-	} else {
-		tok.sign = func(uint64, bool) (string, error) { return cfg.adminToken, nil }
-		if cfg.subs > 16 {
-			out.printf("warning: -admin-token without a secret: all %d subscriptions are one user's (tally allows 16 sockets per user by default)\n", cfg.subs)
-		}
+	if err := tok.setup(cfg.secret, cfg.adminToken); err != nil {
+		return false, err
 	}
-	limit, err := raiseOpenFiles(cfg.subs + 4*cfg.clients + 256)
+	if cfg.secret == "" && cfg.subs > 16 {
+		out.printf("warning: -admin-token without a secret: all %d subscriptions are one user's (tally allows 16 sockets per user by default)\n", cfg.subs)
+	}
+	limit, err := raiseOpenFiles(4*cfg.clients + 1024)
 	if err != nil {
 		return false, err
 	}
@@ -325,6 +335,14 @@ func run(cfg config, out *report) (bool, error) {
 			tr.backend = rs
 			stops = append(stops, tr)
 			targets = append(targets, tr)
+			for r := 1; r < cfg.replicas; r++ {
+				rep, err := startTally(fmt.Sprintf("tally-redis-%d", r+1), bin, dir, cfg.serverCPUs, cfg.secret, addr, append([]string{"-node", strconv.Itoa(r)}, extra...))
+				if err != nil {
+					return false, err
+				}
+				stops = append(stops, rep)
+				tr.replicas = append(tr.replicas, rep)
+			}
 		}
 		if cfg.peer && cfg.compare > 0 {
 			if ref, err = startReference(dir, cfg.serverCPUs, cfg.secret); err != nil {
@@ -360,11 +378,12 @@ func run(cfg config, out *report) (bool, error) {
 			return false, fmt.Errorf("%s: %w", t.name, err)
 		}
 		var subs *subscribers
+		var subPosts []string
 		if cfg.subs > 0 {
 			if w.adminToken == "" {
 				return false, errNoAdmin
 			}
-			subs, err = measureSubscriptions(ctx, t, cfg, tok, out)
+			subs, subPosts, err = measureSubscriptions(ctx, t, g, w, cfg, tok, out)
 			if err != nil {
 				out.printf("subscriptions: %v\n", err)
 				allOK = false
@@ -380,7 +399,7 @@ func run(cfg config, out *report) (bool, error) {
 				time.Sleep(time.Second) // let the mixed phase's last broadcast arrive
 			}
 			prof := profileFor(t, cfg, "broadcast", max(1, cfg.broadcasts*6/10), out)
-			bres := subs.check(g, w, t, cfg.broadcasts)
+			bres := subs.check(g, w, t.all(), cfg.broadcasts, subPosts)
 			<-prof
 			subs.summary(bres)
 			out.broadcast(t.name, bres)
@@ -452,24 +471,47 @@ func run(cfg config, out *report) (bool, error) {
 	return allOK, nil
 }
 
-// measureSubscriptions opens cfg.subs subscriptions and reports the
-// server's memory before and after (heap and stacks from /metrics, RSS
-// from /proc/<pid>/status).
-func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *tokens, out *report) (*subscribers, error) {
-	if lim := t.openFilesLimit(); lim >= 0 && lim < int64(cfg.subs+64) {
-		out.printf("warning: %s's RLIMIT_NOFILE is %d, below %d subscriptions\n", t.name, lim, cfg.subs)
+// measureSubscriptions opens cfg.subs subscriptions, spread over t and
+// its replicas, and reports the servers' memory before and after (heap
+// and stacks from /metrics, RSS from /proc/<pid>/status), summed over
+// them. The first -sub-likes subscribers create a post first, for the
+// like round.
+func measureSubscriptions(ctx context.Context, t *server, g *gql, w *world, cfg config, tok *tokens, out *report) (*subscribers, []string, error) {
+	servers := t.all()
+	userBase := cfg.userBase + 5_000_000
+	var posts []string
+	if n := min(cfg.subLikes, cfg.subs); n > 0 {
+		var err error
+		if posts, err = ownPosts(ctx, g, w, n, userBase, tok); err != nil {
+			return nil, nil, err
+		}
+	}
+	per := (cfg.subs + len(servers) - 1) / len(servers)
+	for _, srv := range servers {
+		if lim := srv.openFilesLimit(); lim >= 0 && lim < int64(per+64) {
+			out.printf("warning: %s's RLIMIT_NOFILE is %d, below its %d subscriptions\n", srv.name, lim, per)
+		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	gc := t.collectGarbage()
-	before, _ := t.scrape()
-	rss0 := t.status("VmRSS")
-	subs, err := openSubscribers(ctx, t.base, cfg.subs, cfg.userBase+5_000_000, tok, out)
+	gc := true
+	for _, srv := range servers {
+		gc = srv.collectGarbage() && gc
+	}
+	before := memoryOf(servers)
+	bases := make([]string, len(servers))
+	for i, srv := range servers {
+		bases[i] = srv.base
+	}
+	subs, err := openSubscribers(ctx, subsSetup{bases: bases, n: cfg.subs, userBase: userBase, perProcess: cfg.subsPerProcess,
+		secret: cfg.secret, token: cfg.adminToken}, out)
 	if subs == nil {
-		return nil, err
+		return nil, nil, err
 	}
 	time.Sleep(2 * time.Second) // the server's per-socket timers and first pushes settle
-	t.collectGarbage()
-	after, _ := t.scrape()
+	for _, srv := range servers {
+		srv.collectGarbage()
+	}
+	after := memoryOf(servers)
 	if cfg.profileDir != "" && t.pprof != "" {
 		path := filepath.Join(cfg.profileDir, t.name+"-subs-heap.pprof")
 		if err := fetchTo(t.pprof+"/debug/pprof/heap", path); err != nil {
@@ -478,23 +520,52 @@ func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *token
 			out.printf("heap profile of %s with the subscriptions open: %s (go tool pprof -sample_index=inuse_space -top %s)\n", t.name, path, path)
 		}
 	}
-	rss1 := t.status("VmRSS")
-	n := float64(len(subs.conns))
-	m := subMemory{Subs: len(subs.conns), Requested: cfg.subs, OpenSeconds: subs.openTime.Seconds(), AfterGC: gc}
-	if before != nil && after != nil && n > 0 {
-		m.HeapBefore, m.HeapAfter = before["go_memstats_heap_inuse_bytes"], after["go_memstats_heap_inuse_bytes"]
-		m.StackBefore, m.StackAfter = before["go_memstats_stack_inuse_bytes"], after["go_memstats_stack_inuse_bytes"]
-		m.GoroutinesBefore, m.GoroutinesAfter = before["go_goroutines"], after["go_goroutines"]
+	n := float64(subs.open)
+	m := subMemory{Subs: subs.open, Requested: cfg.subs, Servers: len(servers), Processes: len(subs.procs), OpenSeconds: subs.openTime.Seconds(), AfterGC: gc}
+	if before.metrics && after.metrics && n > 0 {
+		m.HeapBefore, m.HeapAfter = before.heap, after.heap
+		m.StackBefore, m.StackAfter = before.stack, after.stack
+		m.GoroutinesBefore, m.GoroutinesAfter = before.goroutines, after.goroutines
 		m.HeapPerSub = (m.HeapAfter - m.HeapBefore) / n
 		m.StackPerSub = (m.StackAfter - m.StackBefore) / n
 		m.GoroutinesPerSub = (m.GoroutinesAfter - m.GoroutinesBefore) / n
 	}
-	if rss0 > 0 && rss1 > 0 && n > 0 {
-		m.RSSBefore, m.RSSAfter = float64(rss0), float64(rss1)
+	if before.rss > 0 && after.rss > 0 && n > 0 {
+		m.RSSBefore, m.RSSAfter = before.rss, after.rss
 		m.RSSPerSub = (m.RSSAfter - m.RSSBefore) / n
 	}
 	out.subscriptions(t.name, m)
-	return subs, err
+	return subs, posts, err
+}
+
+// serverMemory is what servers hold together: heap in use, stacks and
+// goroutines from /metrics (metrics: every server answered), RSS from
+// /proc (0: some pid unknown).
+type serverMemory struct {
+	heap, stack, goroutines, rss float64
+	metrics                      bool
+}
+
+func memoryOf(servers []*server) serverMemory {
+	m := serverMemory{metrics: true}
+	for _, srv := range servers {
+		if v, err := srv.scrape(); err == nil {
+			m.heap += v["go_memstats_heap_inuse_bytes"]
+			m.stack += v["go_memstats_stack_inuse_bytes"]
+			m.goroutines += v["go_goroutines"]
+		} else {
+			m.metrics = false
+		}
+	}
+	for _, srv := range servers {
+		rss := srv.status("VmRSS")
+		if rss <= 0 {
+			m.rss = 0
+			break
+		}
+		m.rss += float64(rss)
+	}
+	return m
 }
 
 // profile starts fetching a CPU profile of t for the comparison phase

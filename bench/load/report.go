@@ -46,6 +46,8 @@ type jsonPhase struct {
 type subMemory struct {
 	Requested        int     `json:"requested"`
 	Subs             int     `json:"open"`
+	Servers          int     `json:"servers"`              // the subscriptions are spread over these, the figures summed
+	Processes        int     `json:"subscriber_processes"` // the tool's processes holding them
 	OpenSeconds      float64 `json:"open_seconds"`
 	AfterGC          bool    `json:"after_gc"` // heap measured after a forced GC (tally's -pprof)
 	HeapBefore       float64 `json:"heap_inuse_before"`
@@ -141,7 +143,11 @@ func (r *report) phase(p *phaseResult) {
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 func (r *report) subscriptions(target string, m subMemory) {
-	r.printf("subscriptions: %d of %d open in %.1fs\n", m.Subs, m.Requested, m.OpenSeconds)
+	where := ""
+	if m.Servers > 1 {
+		where = fmt.Sprintf(" over %d servers (figures summed)", m.Servers)
+	}
+	r.printf("subscriptions: %d of %d open%s, held by %d subscriber processes, in %.1fs\n", m.Subs, m.Requested, where, m.Processes, m.OpenSeconds)
 	if m.HeapAfter > 0 {
 		gc := "(no forced GC: garbage included)"
 		if m.AfterGC {
@@ -165,7 +171,7 @@ func (r *report) subscriptions(target string, m subMemory) {
 }
 
 func (r *report) broadcast(target string, b *broadcastResult) {
-	r.printf("broadcast delivery to %d subscribers (latency: push received − publish sent; load average %s):\n", b.Subs, loadAvg())
+	r.printf("delivery to %d subscribers (latency: push received − mutation sent, both on CLOCK_MONOTONIC; load average %s):\n", b.Subs, loadAvg())
 	jb := jsonBroadcast{Subs: b.Subs, Phases: map[string]jsonDelivery{}, CPUPerPushUs: -1, ToolCPUPerMsg: us(b.ToolCPUPerMsg),
 		AllWithin1s: b.AllWithin1s, Codes: b.Codes, Stray: b.Stray}
 	phases := slices.Sorted(maps.Keys(b.Expected))
@@ -180,14 +186,14 @@ func (r *report) broadcast(target string, b *broadcastResult) {
 			P50us: us(h.quantile(0.5)), P99us: us(h.quantile(0.99)), P999us: us(h.quantile(0.999)), MaxUs: us(time.Duration(h.max))}
 	}
 	for i, rr := range b.Rounds {
-		r.printf("  quiet round %d (%s): %d delivered, last after %s, server CPU %s, tool CPU %s\n", i+1, rr.Kind, rr.Delivered,
+		r.printf("  quiet round %d (%s): %d delivered, last after %s, server CPU %s, tool CPU %s (its subscriber processes included)\n", i+1, rr.Kind, rr.Delivered,
 			dur(rr.Max), dur(rr.ServerCPU), dur(rr.ToolCPU))
 		jb.Rounds = append(jb.Rounds, map[string]any{"kind": rr.Kind, "delivered": rr.Delivered, "max_us": us(rr.Max),
 			"server_cpu_us": us(rr.ServerCPU), "tool_cpu_us": us(rr.ToolCPU)})
 	}
 	if b.CPUPerPush >= 0 {
 		jb.CPUPerPushUs = us(b.CPUPerPush)
-		r.printf("  server CPU per push %s (quiet rounds' CPU over pushes delivered; /proc/<pid>/stat has 10 ms ticks); tool CPU per message %s\n",
+		r.printf("  server CPU per push %s (broadcast rounds' CPU over pushes delivered; /proc/<pid>/stat has 10 ms ticks); tool CPU per message %s\n",
 			dur(b.CPUPerPush), dur(b.ToolCPUPerMsg))
 	}
 	if len(b.Codes) > 0 {
@@ -200,7 +206,7 @@ func (r *report) broadcast(target string, b *broadcastResult) {
 	if b.Stray > 0 {
 		r.printf("  %d pushes no broadcast of this run explains (another client changed these users' badges?)\n", b.Stray)
 	}
-	r.printf("  every subscriber had every broadcast within 1 s: %s\n", map[bool]string{true: "yes", false: "NO"}[b.AllWithin1s])
+	r.printf("  every subscriber had every broadcast and like within 1 s: %s\n", map[bool]string{true: "yes", false: "NO"}[b.AllWithin1s])
 	if r.json.Broadcast == nil {
 		r.json.Broadcast = map[string]jsonBroadcast{}
 	}

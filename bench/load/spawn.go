@@ -31,7 +31,13 @@ type server struct {
 	tally   bool
 	pprof   string  // base URL of tally's -pprof listener, when the tool started it with one
 	backend *server // the redis-server a spawned tally uses: its CPU counts as the server's
+	// replicas are the other tally processes on the same backend (-replicas),
+	// which the subscriptions are spread over.
+	replicas []*server
 }
+
+// all is s and its replicas.
+func (s *server) all() []*server { return append([]*server{s}, s.replicas...) }
 
 // collectGarbage asks a tally started with -pprof for a heap profile with
 // gc=1, which runs a full GC first, so that the heap figures that follow
@@ -49,10 +55,6 @@ func (s *server) collectGarbage() bool {
 	return resp.StatusCode == 200
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times; 100 on
-// every Linux architecture Go supports.
-const clockTicks = 100
-
 // cpu returns the process's user+system CPU time from /proc/<pid>/stat
 // (10 ms resolution), or from tally's /metrics (process_cpu_seconds_total)
 // when the pid is unknown; -1 when neither is available.
@@ -68,19 +70,8 @@ func (s *server) cpu() time.Duration {
 }
 
 func (s *server) ownCPU() time.Duration {
-	if s.pid > 0 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-		if err == nil {
-			// The command name may hold spaces and parentheses: fields
-			// start after the last ')'. utime and stime are fields 14
-			// and 15, i.e. 12th and 13th after it.
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				return time.Duration(ut+st) * time.Second / clockTicks
-			}
-		}
+	if cpu := benchutil.ProcCPU(s.pid); cpu >= 0 {
+		return cpu
 	}
 	if s.tally {
 		if m, err := s.scrape(); err == nil {
