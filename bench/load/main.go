@@ -46,12 +46,15 @@ type config struct {
 	referencePID       int
 
 	spawn, redis, peer bool
+	postgres           bool
 	repo, serverCPUs   string
 	tallyArgs          string
 	keep               bool
 
 	reference bool
 	addr      string
+	pgPeer    bool
+	pgDSN     string
 
 	duration, compare time.Duration
 	warmup            time.Duration
@@ -99,12 +102,15 @@ Flags:
 	fs.BoolVar(&c.spawn, "spawn", false, "build tally (go build -o into a temp dir) and start it on a fresh data directory, and the reference, on free loopback ports")
 	fs.BoolVar(&c.redis, "redis", false, "with -spawn: also start a redis-server and a tally on it, and compare")
 	fs.BoolVar(&c.peer, "peer", true, "with -spawn: also start the reference server and compare")
+	fs.BoolVar(&c.postgres, "postgres", false, "with -spawn: also compare a PostgreSQL cluster it starts (Debian's postgresql, seed 003's tables) under a GraphQL server built with gqlgen + dataloader + pgx (bench/pgpeer), loaded with the first tally's posts, likes and favorites")
 	fs.StringVar(&c.repo, "repo", "", "with -spawn: the tally module's directory (default: found upward from the working directory)")
 	fs.StringVar(&c.serverCPUs, "server-cpus", "", "with -spawn: run the servers under taskset -c LIST (e.g. 1; run the tool itself under taskset -c 0)")
 	fs.StringVar(&c.tallyArgs, "tally-args", "", "with -spawn: extra flags for tally, space-separated (e.g. \"-fsync batch\")")
 	fs.BoolVar(&c.keep, "keep", false, "with -spawn: keep the temp directory (binaries, data, logs)")
 	fs.BoolVar(&c.reference, "reference", false, "serve the hand-written reference server on -addr instead of generating load")
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "with -reference: listen address")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "with -reference or -pg-peer: listen address")
+	fs.BoolVar(&c.pgPeer, "pg-peer", false, "serve the PostgreSQL peer (bench/pgpeer) on -addr over the database at -pg instead of generating load")
+	fs.StringVar(&c.pgDSN, "pg", "", "with -pg-peer: the database, as a postgres:// URL")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the mixed phase on each tally (0 skips it)")
 	fs.DurationVar(&c.compare, "compare", 5*time.Second, "length of the feed-only comparison phase on each server (0 skips it)")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load on each server before its comparison phase")
@@ -130,7 +136,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if c.reference {
+	if c.reference || c.pgPeer {
 		return c, nil
 	}
 	var err error
@@ -165,6 +171,8 @@ Flags:
 		return c, fmt.Errorf("-sub-likes must not be negative")
 	case c.replicas < 1 || (c.replicas > 1 && !(c.spawn && c.redis)):
 		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
+	case c.postgres && !c.spawn:
+		return c, fmt.Errorf("-postgres needs -spawn (run a peer of your own with -pg-peer and compare it as -reference-url)")
 	case c.duration < 0 || c.compare < 0:
 		return c, fmt.Errorf("-duration and -compare must not be negative")
 	}
@@ -204,6 +212,13 @@ func main() {
 	if cfg.reference {
 		if err := serveReference(cfg.addr); err != nil {
 			fmt.Fprintln(os.Stderr, "load -reference:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.pgPeer {
+		if err := servePostgresPeer(cfg.addr, cfg.pgDSN); err != nil {
+			fmt.Fprintln(os.Stderr, "load -pg-peer:", err)
 			os.Exit(1)
 		}
 		return
@@ -285,11 +300,13 @@ func run(cfg config, out *report) (bool, error) {
 
 	var targets []*server
 	var ref *server
+	var tmpDir string
 	if cfg.spawn {
 		dir, err := os.MkdirTemp("", "tally-load-")
 		if err != nil {
 			return false, err
 		}
+		tmpDir = dir
 		if cfg.keep {
 			out.printf("temp directory %s (kept)\n", dir)
 		} else {
@@ -332,7 +349,7 @@ func run(cfg config, out *report) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			tr.backend = rs
+			tr.backendCPU = rs.ownCPU
 			stops = append(stops, tr)
 			targets = append(targets, tr)
 			for r := 1; r < cfg.replicas; r++ {
@@ -426,9 +443,29 @@ func run(cfg config, out *report) (bool, error) {
 
 	if cfg.compare > 0 {
 		compareTargets := slices.Clone(targets)
+		w := worlds[targets[0]]
+		rw := referenceWorld(w, firstPosts)
+		if cfg.postgres {
+			pg, cluster, version, err := startPostgresPeer(ctx, tmpDir, cfg.serverCPUs, cfg.secret, rw)
+			defer cluster.Stop()
+			if err != nil {
+				return false, fmt.Errorf("the PostgreSQL peer: %w", err)
+			}
+			defer pg.stop()
+			out.printf("\nstarted PostgreSQL %s (postmaster pid %d, %s) and its GraphQL peer (gqlgen + dataloader + pgx) pid %d %s\n",
+				version, cluster.PID(), cluster.Addr, pg.pid, pg.base)
+			same, detail, err := parity(targets[0], pg, w, cfg.comparePage)
+			if err != nil {
+				return false, err
+			}
+			out.printf("postgres loaded with %s's %d posts, %d likes, %d favorites; the same page from both: %s\n",
+				targets[0].name, len(rw.Posts), len(rw.Likes), len(rw.Favorites), detail)
+			out.json.PostgresSameBytes = same
+			worlds[pg] = w
+			compareTargets = append(compareTargets, pg)
+		}
 		if ref != nil {
-			w := worlds[targets[0]]
-			if err := loadReference(ref, w, firstPosts); err != nil {
+			if err := loadReference(ref, rw); err != nil {
 				return false, err
 			}
 			same, detail, err := parity(targets[0], ref, w, cfg.comparePage)
@@ -507,7 +544,9 @@ func measureSubscriptions(ctx context.Context, t *server, g *gql, w *world, cfg 
 	if subs == nil {
 		return nil, nil, err
 	}
-	time.Sleep(2 * time.Second) // the server's per-socket timers and first pushes settle
+	// The server's per-socket timers and first pushes settle: up to 2 s
+	// for 10,000 subscriptions.
+	time.Sleep(min(2*time.Second, 200*time.Millisecond+time.Duration(cfg.subs)*200*time.Microsecond))
 	for _, srv := range servers {
 		srv.collectGarbage()
 	}
@@ -611,9 +650,9 @@ func fetchTo(url, path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// loadReference gives the reference server the posts as tally counted
-// them and the like and favorite pairs tally acknowledged.
-func loadReference(ref *server, w *world, posts []*readback) error {
+// referenceWorld is what a peer is loaded with: the posts as tally
+// counted them and the like and favorite pairs tally acknowledged.
+func referenceWorld(w *world, posts []*readback) refWorld {
 	var rw refWorld
 	for _, p := range posts {
 		rp := refPost{ID: p.ID, Counts: refCounts(p.Counts)}
@@ -634,6 +673,11 @@ func loadReference(ref *server, w *world, posts []*readback) error {
 		}
 	}
 	w.ledger.mu.Unlock()
+	return rw
+}
+
+// loadReference gives the reference server rw.
+func loadReference(ref *server, rw refWorld) error {
 	b, _ := json.Marshal(rw)
 	resp, err := http.Post(ref.base+"/load", "application/json", bytes.NewReader(b))
 	if err != nil {

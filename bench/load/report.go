@@ -17,7 +17,9 @@ type jsonReport struct {
 	Subscriptions map[string]subMemory     `json:"subscriptions,omitempty"`
 	Broadcast     map[string]jsonBroadcast `json:"broadcast,omitempty"`
 	SameBytes     bool                     `json:"reference_same_bytes"`
-	Ratios        map[string]float64       `json:"ratios,omitempty"`
+	// PostgresSameBytes: the PostgreSQL peer answered the same bytes as tally (-postgres).
+	PostgresSameBytes bool               `json:"postgres_same_bytes"`
+	Ratios            map[string]float64 `json:"ratios,omitempty"`
 }
 
 type jsonKind struct {
@@ -235,7 +237,7 @@ func (r *report) exactness(target string, ex exactness) {
 func (r *report) compare(results []*phaseResult, cfg config) {
 	r.printf("\n== feed page of %d posts (counts, both viewer flags, author counts), %d clients, %s each, one after another\n",
 		cfg.comparePage, cfg.clients, cfg.compare)
-	r.printf("   (server CPU of tally-redis includes its redis-server's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew)\n")
+	r.printf("   (server CPU of tally-redis includes its redis-server's, of postgres its cluster's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew; only successful pages count)\n")
 	for _, p := range results {
 		r.phase(p)
 	}
@@ -272,4 +274,7 @@ func (r *report) compare(results []*phaseResult, cfg config) {
 	ratio(first, "reference")
 	ratio("tally-embedded", "tally-redis")
 	ratio("tally-redis", "reference")
+	ratio("tally-embedded", "postgres")
+	ratio("tally-redis", "postgres")
+	ratio("postgres", "reference")
 }

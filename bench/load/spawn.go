@@ -29,8 +29,11 @@ type server struct {
 	done    chan struct{} // closed when a started process has exited
 	logPath string
 	tally   bool
-	pprof   string  // base URL of tally's -pprof listener, when the tool started it with one
-	backend *server // the redis-server a spawned tally uses: its CPU counts as the server's
+	pprof   string // base URL of tally's -pprof listener, when the tool started it with one
+	// backendCPU is the CPU so far of the store a spawned server uses
+	// (tally's redis-server, the peer's PostgreSQL cluster; -1 unknown),
+	// which counts as the server's.
+	backendCPU func() time.Duration
 	// replicas are the other tally processes on the same backend (-replicas),
 	// which the subscriptions are spread over.
 	replicas []*server
@@ -60,8 +63,8 @@ func (s *server) collectGarbage() bool {
 // when the pid is unknown; -1 when neither is available.
 func (s *server) cpu() time.Duration {
 	own := s.ownCPU()
-	if s.backend != nil && own >= 0 {
-		if b := s.backend.ownCPU(); b >= 0 {
+	if s.backendCPU != nil && own >= 0 {
+		if b := s.backendCPU(); b >= 0 {
 			return own + b
 		}
 		return -1

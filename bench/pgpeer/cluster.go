@@ -62,6 +62,8 @@ type Options struct {
 	// SharedBuffers is postgres's shared_buffers, e.g. "2GB" ("": 128MB,
 	// PostgreSQL's default).
 	SharedBuffers string
+	// CPUs runs postgres under taskset -c CPUs ("": anywhere).
+	CPUs string
 }
 
 // Settings every cluster gets. Nothing in it must survive a crash, so
@@ -131,7 +133,12 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
+	postgres := filepath.Join(bin, "postgres")
+	if opt.CPUs != "" {
+		args = append([]string{"-c", opt.CPUs, postgres}, args...)
+		postgres = "taskset"
+	}
+	c.cmd = exec.Command(postgres, args...)
 	c.cmd.Dir = dir
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	// Pdeathsig: a cluster must not outlive the benchmark that started
