@@ -53,6 +53,8 @@ type Cluster struct {
 	Addr string // 127.0.0.1:port
 	DSN  string // postgres://tally@127.0.0.1:port/postgres
 	Log  string
+	bin  string              // where initdb and postgres are
+	cred *syscall.Credential // who runs them (nil: this process's user)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -93,25 +95,23 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Log: filepath.Join(dir, "postgres.log"), done: make(chan struct{})}
+	c := &Cluster{Dir: dir, Log: filepath.Join(dir, "postgres.log"), bin: bin}
 	fail := func(err error) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cred, err := unprivileged()
-	if err != nil {
+	if c.cred, err = unprivileged(); err != nil {
 		return fail(err)
 	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			return fail(err)
 		}
 	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", superuser, "--auth=trust",
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", superuser, "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync")
 	initdb.Dir = dir
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
@@ -121,7 +121,25 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	}
 	c.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	c.DSN = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", superuser, c.Addr)
-	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "unix_socket_directories=" + dir}
+	if err := c.launch(ctx, opt); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Restart stops postgres and starts it again on the same data and port
+// with opt (shared_buffers is only read at start).
+func (c *Cluster) Restart(ctx context.Context, opt Options) error {
+	c.shutdown()
+	return c.launch(ctx, opt)
+}
+
+// launch starts postgres on the cluster's data and waits until it
+// accepts connections.
+func (c *Cluster) launch(ctx context.Context, opt Options) error {
+	_, port, _ := strings.Cut(c.Addr, ":")
+	args := []string{"-D", filepath.Join(c.Dir, "data"), "-p", port, "-c", "unix_socket_directories=" + c.Dir}
 	settings := baseSettings
 	if opt.SharedBuffers != "" {
 		settings = append(slices.Clone(settings), "shared_buffers="+opt.SharedBuffers)
@@ -129,31 +147,31 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	for _, s := range settings {
 		args = append(args, "-c", s)
 	}
-	logf, err := os.Create(c.Log)
+	logf, err := os.OpenFile(c.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	postgres := filepath.Join(bin, "postgres")
+	postgres := filepath.Join(c.bin, "postgres")
 	if opt.CPUs != "" {
 		args = append([]string{"-c", opt.CPUs, postgres}, args...)
 		postgres = "taskset"
 	}
 	c.cmd = exec.Command(postgres, args...)
-	c.cmd.Dir = dir
+	c.cmd.Dir = c.Dir
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	// Pdeathsig: a cluster must not outlive the benchmark that started
 	// it; postgres's own processes end when their postmaster does.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
 	if err := c.cmd.Start(); err != nil {
 		logf.Close()
-		return fail(fmt.Errorf("starting postgres: %w", err))
+		c.cmd = nil
+		return fmt.Errorf("starting postgres: %w", err)
 	}
-	go func() { c.cmd.Wait(); logf.Close(); close(c.done) }()
-	if err := c.waitReady(ctx); err != nil {
-		c.Stop()
-		return nil, err
-	}
-	return c, nil
+	done := make(chan struct{})
+	c.done = done
+	cmd := c.cmd
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	return c.waitReady(ctx)
 }
 
 // unprivileged is who runs postgres: nil (this process's user) unless it
@@ -260,22 +278,29 @@ func smapsRollup(pid int, field string) int64 {
 	return -1
 }
 
-// Stop shuts postgres down (SIGINT, its fast shutdown; SIGQUIT after 30
-// s), by the postmaster's pid, and deletes the cluster's directory.
+// Stop shuts postgres down and deletes the cluster's directory.
 func (c *Cluster) Stop() {
 	if c == nil {
 		return
 	}
-	if c.cmd != nil && c.cmd.Process != nil {
-		c.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			c.cmd.Process.Signal(syscall.SIGQUIT)
-			<-c.done
-		}
-	}
+	c.shutdown()
 	os.RemoveAll(c.Dir)
+}
+
+// shutdown stops postgres (SIGINT, its fast shutdown; SIGQUIT, its
+// immediate one, after 30 s) by the postmaster's pid.
+func (c *Cluster) shutdown() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.cmd.Process.Signal(syscall.SIGQUIT)
+		<-c.done
+	}
+	c.cmd = nil
 }
 
 func tail(path string) string {

@@ -143,12 +143,37 @@ func TestPeerServesTheFeedPage(t *testing.T) {
 	}
 }
 
-// TestStopEndsTheClusterAndItsDirectory: nothing of a cluster is left
-// after Stop.
-func TestStopEndsTheClusterAndItsDirectory(t *testing.T) {
+// TestRestartKeepsTheDataAndStopEndsAll: a restart takes new settings
+// on the same data and port; after Stop nothing of the cluster is left.
+func TestRestartKeepsTheDataAndStopEndsAll(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := startCluster(t, ctx)
+	conn, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Load(ctx, conn, Sources{Posts: pgx.CopyFromRows([][]any{{int64(5), int64(6)}})}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	before := c.PID()
+	if err := c.Restart(ctx, Options{SharedBuffers: "16MB"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.PID() == before {
+		t.Error("the same postmaster after a restart")
+	}
+	conn, err = c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var author int64
+	var buffers string
+	if err := conn.QueryRow(ctx, "SELECT author_id, current_setting('shared_buffers') FROM posts WHERE id = 5").Scan(&author, &buffers); err != nil || author != 6 || buffers != "16MB" {
+		t.Errorf("after the restart: author %d, shared_buffers %q, %v", author, buffers, err)
+	}
+	conn.Close(ctx)
 	pids := c.Processes()
 	c.Stop()
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
