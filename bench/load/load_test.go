@@ -187,7 +187,7 @@ func TestSpawnRun(t *testing.T) {
 				pg = &res.Phases[i]
 			}
 		}
-		if pg == nil || pg.Kinds["feed"].OK == 0 || len(pg.Kinds["feed"].Errors) > 0 || pg.ServerCPUs <= 0 {
+		if pg == nil || pg.Kinds["feed"].OK == 0 || len(pg.Kinds["feed"].Errors) > 0 || pg.ServerCPUs <= 0 || pg.StoreCPUs < 0 || pg.StoreCPUs > pg.ServerCPUs {
 			t.Errorf("postgres's comparison phase: %+v", pg)
 		}
 		for _, r := range []string{"tally-embedded/postgres", "postgres/reference", "tally-embedded/postgres cpu_per_page"} {
@@ -334,6 +334,8 @@ func TestParseFlagsRefusesBadInput(t *testing.T) {
 		{"-sub-likes", "-1"},
 		{"-replicas", "2"},
 		{"-replicas", "0"},
+		{"-postgres"},
+		{"-spawn", "-postgres", "-compare", "0"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {

@@ -171,8 +171,8 @@ Flags:
 		return c, fmt.Errorf("-sub-likes must not be negative")
 	case c.replicas < 1 || (c.replicas > 1 && !(c.spawn && c.redis)):
 		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
-	case c.postgres && !c.spawn:
-		return c, fmt.Errorf("-postgres needs -spawn (run a peer of your own with -pg-peer and compare it as -reference-url)")
+	case c.postgres && (!c.spawn || c.compare == 0):
+		return c, fmt.Errorf("-postgres compares feed pages: it needs -spawn and -compare above 0")
 	case c.duration < 0 || c.compare < 0:
 		return c, fmt.Errorf("-duration and -compare must not be negative")
 	}

@@ -40,6 +40,7 @@ type jsonPhase struct {
 	Pages      string              `json:"page_size"`
 	Seconds    float64             `json:"seconds"`
 	ServerCPUs float64             `json:"server_cpu_seconds"` // -1: unknown
+	StoreCPUs  float64             `json:"store_cpu_seconds"`  // the part of it the store's processes took; -1: none or unknown
 	ToolCPUs   float64             `json:"tool_cpu_seconds"`
 	Kinds      map[string]jsonKind `json:"kinds"`
 	LoadAvg    string              `json:"load_average"`
@@ -114,7 +115,10 @@ func (r *report) phase(p *phaseResult) {
 		p.Phase, p.Target, p.Clients, p.Elapsed.Seconds(), p.Mix, p.Pages, cpu, p.ToolCPU.Seconds(), p.ToolCPU.Seconds()/p.Elapsed.Seconds(), p.LoadAvg)
 	r.printf("  %-10s %9s %7s %10s %9s %9s %9s %9s\n", "kind", "ok", "errors", "per s", "p50", "p99", "p999", "max")
 	jp := jsonPhase{Target: p.Target, Phase: p.Phase, Clients: p.Clients, Mix: p.Mix, Pages: p.Pages, Seconds: p.Elapsed.Seconds(),
-		ServerCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}, LoadAvg: p.LoadAvg}
+		ServerCPUs: -1, StoreCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}, LoadAvg: p.LoadAvg}
+	if p.StoreCPU >= 0 {
+		jp.StoreCPUs = p.StoreCPU.Seconds()
+	}
 	if p.ServerCPU >= 0 {
 		jp.ServerCPUs = p.ServerCPU.Seconds()
 	}
@@ -237,20 +241,23 @@ func (r *report) exactness(target string, ex exactness) {
 func (r *report) compare(results []*phaseResult, cfg config) {
 	r.printf("\n== feed page of %d posts (counts, both viewer flags, author counts), %d clients, %s each, one after another\n",
 		cfg.comparePage, cfg.clients, cfg.compare)
-	r.printf("   (server CPU of tally-redis includes its redis-server's, of postgres its cluster's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew; only successful pages count)\n")
+	r.printf("   (server CPU of tally-redis includes its redis-server's, of postgres its cluster's, shown apart as the store's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew; only successful pages count)\n")
 	for _, p := range results {
 		r.phase(p)
 	}
-	r.printf("\n  %-16s %10s %9s %9s %9s %12s %12s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU", "CPU/page")
+	r.printf("\n  %-16s %10s %9s %9s %9s %12s %12s %16s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU", "CPU/page", "of which store")
 	byName := map[string]*phaseResult{}
 	for _, p := range results {
 		h := &p.Kinds[kFeed].lat
-		cpu, perPage := "?", "?"
-		if p.ServerCPU >= 0 && p.Kinds[kFeed].ok > 0 {
+		cpu, perPage, store := "?", "?", "-"
+		if ok := p.Kinds[kFeed].ok; p.ServerCPU >= 0 && ok > 0 {
 			cpu = fmt.Sprintf("%.2f cores", p.ServerCPU.Seconds()/p.Elapsed.Seconds())
-			perPage = dur(p.ServerCPU / time.Duration(p.Kinds[kFeed].ok))
+			perPage = dur(p.ServerCPU / time.Duration(ok))
+			if p.StoreCPU >= 0 {
+				store = dur(p.StoreCPU / time.Duration(ok))
+			}
 		}
-		r.printf("  %-16s %10.1f %9s %9s %9s %12s %12s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu, perPage)
+		r.printf("  %-16s %10.1f %9s %9s %9s %12s %12s %16s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu, perPage, store)
 		byName[p.Target] = p
 	}
 	r.json.Ratios = map[string]float64{}

@@ -72,6 +72,15 @@ func (s *server) cpu() time.Duration {
 	return own
 }
 
+// storeCPU is the CPU so far of the store's processes alone; -1 when
+// the server has none or it is unknown.
+func (s *server) storeCPU() time.Duration {
+	if s.backendCPU == nil {
+		return -1
+	}
+	return s.backendCPU()
+}
+
 func (s *server) ownCPU() time.Duration {
 	if cpu := benchutil.ProcCPU(s.pid); cpu >= 0 {
 		return cpu
