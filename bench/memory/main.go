@@ -540,6 +540,16 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 		}
 		procs = nil
 	}
+	// PostgreSQL first: a tally import -redis that gives up (it does on a
+	// busy machine, and the tool stops after -redis-import-attempts) then
+	// leaves its figures measured.
+	if cfg.postgres {
+		r, err := measurePostgres(ctx, cfg, ds, out)
+		if err != nil {
+			return results, fmt.Errorf("%s: %v", labelPostgres, err)
+		}
+		results = append(results, r)
+	}
 	for _, peer := range cfg.redisPeers {
 		var r result
 		var err error
@@ -553,13 +563,6 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 			// The figures measured so far stand on their own: they
 			// are reported, then the run fails.
 			return results, fmt.Errorf("%s: %v", peer, err)
-		}
-		results = append(results, r)
-	}
-	if cfg.postgres {
-		r, err := measurePostgres(ctx, cfg, ds, out)
-		if err != nil {
-			return results, fmt.Errorf("%s: %v", labelPostgres, err)
 		}
 		results = append(results, r)
 	}
