@@ -2,17 +2,22 @@
 // traffic for a bounded time and reports what it sustained: feed pages of
 // 20–50 posts (counts, the viewer's like and favorite flags, the authors'
 // counts), likes, comments, views, badge polls, N open unreadChanged
-// subscriptions over graphql-transport-ws, and admin broadcasts. It prints
-// throughput and p50/p99/p999 latency per kind and errors per kind with
-// their codes, checks at the end that every acknowledged write is counted
-// exactly, measures broadcast delivery to every subscriber, the server CPU
-// per push and the memory per open subscription, and compares a feed page
-// with a hand-written net/http + encoding/json reference server doing the
-// same work in its own process (-reference runs that server).
+// subscriptions over graphql-transport-ws (held by subscriber processes,
+// subchild.go), and admin broadcasts. It prints throughput and
+// p50/p99/p999 latency per kind and errors per kind with their codes,
+// checks at the end that every acknowledged write is counted exactly,
+// measures delivery of broadcasts (red dot, system notifications) to every
+// subscriber and of a like to its post's owner, the server CPU per push
+// and the memory per open subscription, and compares a feed page with a
+// hand-written net/http + encoding/json reference server doing the same
+// work in its own process (-reference runs that server) and with
+// PostgreSQL under a gqlgen + dataloader + pgx server (-postgres,
+// bench/pgpeer; -pg-peer runs that server).
 //
 // With -spawn it builds and starts everything itself on loopback (a tally
-// on a fresh data directory, optionally a tally on a redis-server it
-// starts, and the reference) and stops what it started, by pid.
+// on a fresh data directory, optionally tallies on a redis-server it
+// starts, the reference, a PostgreSQL cluster) and stops what it started,
+// by pid.
 // Otherwise it drives the server at -url, which must share the tool's
 // TALLY_JWT_SECRET (or -secret) so that the tool can sign its users'
 // tokens. See -h for the flags and README.md for figures.

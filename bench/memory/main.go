@@ -10,13 +10,17 @@
 // metadata, file-backed pages). With -redis it measures the same data on
 // Redis in the same run: Tally on Redis (tally import -redis, tally serve
 // -redis) and the Instagram-style bucket layout of bench/redispeers, each
-// on a redis-server of its own, checked against the data set too. Every
-// figure is given per post of the set and per non-zero post, heap (Redis:
-// used_memory) beside RSS.
+// on a redis-server of its own, checked against the data set too. With
+// -postgres it measures seed 003's relational design on PostgreSQL
+// (bench/pgpeer) with the same data: its tables' size on disk, and its
+// memory with every table and key read into shared_buffers. Every figure
+// is given per post of the set and per non-zero post, heap (Redis:
+// used_memory; PostgreSQL: shared_buffers in use) beside RSS, and disk
+// (tally's data directory, PostgreSQL's tables).
 //
-// It starts only processes of its own (the import, the servers and
-// redis-servers, on free loopback ports) and stops them by pid. See -h for the flags and
-// README.md for figures.
+// It starts only processes of its own (the import, the servers,
+// redis-servers and PostgreSQL clusters, on free loopback ports) and
+// stops them by pid. See -h for the flags and the docs for figures.
 package main
 
 import (
