@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/cold"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
@@ -230,7 +229,7 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	tc := tables{opts: opts.Tables, now: opts.Now}
 	tc.opts.Dir = filepath.Join(opts.Dir, "cold")
-	tc.opts.Cache = cold.NewCache(coldCacheBytes(opts.Tables.ColdCacheBytes))
+	tc.opts.Cache = tier.NewCache(coldCacheBytes(opts.Tables.ColdCacheBytes))
 	if err := os.RemoveAll(tc.opts.Dir); err != nil { // derived data: rebuilt from the state below
 		unlock()
 		return fmt.Errorf("embedded: clearing the cold tier: %w", err)

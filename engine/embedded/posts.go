@@ -307,7 +307,7 @@ func (st *state) addCount(c ops.CountDelta) {
 	case counters.Favorites:
 		d.Favorites = c.Delta
 	}
-	was, is, err := tier.AddCounts(st.posts, uint64(c.Post), d)
+	was, is, err := st.posts.AddCounts(uint64(c.Post), d)
 	st.noteErr(err)
 	st.counted += countedDelta(was, is)
 }

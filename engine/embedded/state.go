@@ -219,7 +219,7 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 		st.addCount(c)
 	}
 	for _, r := range eff.Registers {
-		st.noteErr(tier.SetAuthor(st.posts, uint64(r.Post), uint64(r.Author)))
+		st.noteErr(st.posts.SetAuthor(uint64(r.Post), uint64(r.Author)))
 		st.addPosts(uint64(r.Author), 1)
 	}
 	for _, b := range eff.Bumps {

@@ -89,17 +89,19 @@ func TestCountsThroughSealingAndColdTier(t *testing.T) {
 		posts, _ := filepath.Glob(filepath.Join(dir, "cold", "POST-*.tier"))
 		likes, _ := filepath.Glob(filepath.Join(dir, "cold", "LIKE-*.tier"))
 		e.mu.RLock()
-		wins := map[tier.Kind]int{}
+		wins, ls := map[tier.Kind]int{}, map[tier.Kind]int{}
 		for _, w := range e.st.posts.Stats() {
 			wins[w.Kind]++
 		}
-		ls := e.st.likes.Stats()
+		for _, w := range e.st.likes.Stats() {
+			ls[w.Kind]++
+		}
 		e.mu.RUnlock()
-		if len(posts) > 0 && len(likes) > 0 && wins[tier.Cold] == 1 && wins[tier.Sealed] == 1 && ls.ColdWindows == 1 && ls.SealedWindows == 1 {
+		if len(posts) > 0 && len(likes) > 0 && wins[tier.Cold] == 1 && wins[tier.Sealed] == 1 && ls[tier.Cold] == 1 && ls[tier.Sealed] == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("windows were not sealed and cooled: posts %v, likes %+v, files %v %v", wins, ls, posts, likes)
+			t.Fatalf("windows were not sealed and cooled: posts %v, likes %v, files %v %v", wins, ls, posts, likes)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

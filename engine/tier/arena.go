@@ -6,10 +6,10 @@ import (
 )
 
 // arena holds the bytes of sealed windows. A window's bytes allocated
-// alone would be rounded up by the heap (to a size class, about 6% for
-// windows of 10-30 KiB, a day of a million-post year; to a page for
-// larger ones), so windows are written into chunks, and once a chunk is
-// full the next trim, under the tier's write lock, copies the live
+// alone would be rounded up by the heap (to a size class, several percent
+// for windows of tens of KiB; to a page for larger ones), so windows are
+// written into chunks, and once a chunk is
+// full the next trim, under the table's write lock, copies the live
 // windows of full chunks into allocations of exactly their size, up to
 // packBytes each, and points the windows there. A chunk whose windows
 // are mostly gone (replaced by compaction, moved to files) is packed
@@ -30,25 +30,8 @@ type chunk struct {
 	live    int
 	pending int // regions handed out and not yet attached: trim leaves the chunk alone
 	packed  bool
-	segs    []arenaRegion // the windows allocated here and not freed
+	wins    []*sealedWindow // the windows allocated here and not freed
 }
-
-// arenaRegion is a window whose bytes live in an arena: a post table's
-// segment or a set's pairSegment. trim moves it by copying its bytes
-// (with their slack) and calling rebind and setChunk.
-type arenaRegion interface {
-	regionBytes() []byte
-	rebind(data []byte)
-	setChunk(c *chunk)
-}
-
-// looseRegion is a region handed out that never became a window
-// (abandon).
-type looseRegion []byte
-
-func (r looseRegion) regionBytes() []byte { return r }
-func (looseRegion) rebind([]byte)         {}
-func (looseRegion) setChunk(*chunk)       {}
 
 const (
 	chunkBytes = 128 << 10
@@ -56,7 +39,7 @@ const (
 )
 
 // alloc returns a region of n bytes with BlockSlack bytes of capacity past
-// it, and its chunk; the caller fills it and then attaches its segment
+// it, and its chunk; the caller fills it and then attaches its window
 // (or abandons the region). Safe for concurrent use.
 func (a *arena) alloc(n int) ([]byte, *chunk) {
 	need := n + BlockSlack
@@ -84,29 +67,35 @@ func (a *arena) alloc(n int) ([]byte, *chunk) {
 }
 
 // attach records that s lives in c, so that trim can move it.
-func (a *arena) attach(c *chunk, s arenaRegion) {
+func (a *arena) attach(c *chunk, s *sealedWindow) {
 	a.mu.Lock()
-	c.segs = append(c.segs, s)
+	c.wins = append(c.wins, s)
 	c.pending--
 	a.mu.Unlock()
 }
 
-// abandon returns a region alloc handed out that never became a segment.
-func (a *arena) abandon(c *chunk, region []byte) {
+// abandon returns a region of n bytes alloc handed out that never became
+// a window.
+func (a *arena) abandon(c *chunk, n int) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	c.pending--
-	a.mu.Unlock()
-	a.free(c, looseRegion(region))
+	a.freeBytes(c, n+BlockSlack)
 }
 
 // free returns s's region.
-func (a *arena) free(c *chunk, s arenaRegion) {
+func (a *arena) free(c *chunk, s *sealedWindow) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c.live -= cap(s.regionBytes())
-	if i := slices.Index(c.segs, s); i >= 0 {
-		c.segs = slices.Delete(c.segs, i, i+1)
+	if i := slices.Index(c.wins, s); i >= 0 {
+		c.wins = slices.Delete(c.wins, i, i+1)
 	}
+	a.freeBytes(c, cap(s.data))
+}
+
+// freeBytes counts n bytes of c free, under a.mu.
+func (a *arena) freeBytes(c *chunk, n int) {
+	c.live -= n
 	switch {
 	case c.live == 0:
 		a.bytes -= int64(len(c.buf))
@@ -122,10 +111,10 @@ func (a *arena) free(c *chunk, s arenaRegion) {
 	}
 }
 
-// trim packs the chunks waiting for it, except those holding a region
+// trim packs the chunks waiting for it, except those holding a window
 // pinned says a job may be reading or writing. The caller holds the
-// tier's write lock, so no reader holds a segment's fields meanwhile.
-func (a *arena) trim(pinned func(arenaRegion) bool) {
+// table's write lock, so no reader holds a window's fields meanwhile.
+func (a *arena) trim(pinned func(*sealedWindow) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var keep, batch []*chunk
@@ -138,22 +127,21 @@ func (a *arena) trim(pinned func(arenaRegion) bool) {
 		p := &chunk{buf: buf, off: size, live: size, packed: true}
 		off := 0
 		for _, c := range batch {
-			for _, s := range c.segs {
-				data := s.regionBytes()
-				n, m := len(data), cap(data)
-				copy(buf[off:off+m], data[:m])
+			for _, s := range c.wins {
+				n, m := len(s.data), cap(s.data)
+				copy(buf[off:off+m], s.data[:m])
 				s.rebind(buf[off : off+n : off+m])
-				s.setChunk(p)
+				s.chunk = p
 				off += m
 			}
-			p.segs = append(p.segs, c.segs...)
+			p.wins = append(p.wins, c.wins...)
 			a.bytes -= int64(len(c.buf))
 		}
 		a.bytes += int64(size)
 		batch, size = batch[:0], 0
 	}
 	for _, c := range a.closed {
-		if c.pending > 0 || slices.ContainsFunc(c.segs, pinned) {
+		if c.pending > 0 || slices.ContainsFunc(c.wins, pinned) {
 			keep = append(keep, c)
 			continue
 		}

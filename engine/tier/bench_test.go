@@ -336,7 +336,7 @@ func BenchmarkAddLike(b *testing.B) {
 	}
 	add := func(ids []uint64) func(int) {
 		return func(i int) {
-			if _, _, err := AddCounts(p.mem, ids[i%len(ids)], engine.Counts{Likes: 1}); err != nil {
+			if _, _, err := p.mem.AddCounts(ids[i%len(ids)], engine.Counts{Likes: 1}); err != nil {
 				b.Fatal(err)
 			}
 			if i%4096 == 4095 {

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -9,32 +10,26 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/tally-dev/tally/engine/cold"
-	"github.com/tally-dev/tally/engine/sealed"
+	"unsafe"
 )
 
-// coldBase is what every cold window file has, whatever its codec: the
-// open file, its name (as snapshots list it), size and the shared block
-// cache's id for its blocks. Immutable once open, safe for concurrent use.
-type coldBase struct {
-	name  string // base name, as snapshots list it
-	path  string
-	r     io.ReaderAt
-	fh    *os.File
+// coldWindow is a window image in a file: only its index is in memory,
+// blocks are read through the block cache that tables share. Immutable
+// once open, safe for concurrent use.
+type coldWindow struct {
+	name  string      // base name in Dir, as snapshots list it
+	r     io.ReaderAt // the open file
 	size  int64
-	cache *cold.Cache
+	cache *Cache
 	id    uint32 // the cache's name for this file's blocks
+	idx   blockIndex
 }
 
-// coldFile is a post table's window in a file: only its block index is
-// in memory (16 bytes per block), blocks are read through the shared
-// cold.Cache.
-type coldFile struct {
-	coldBase
-	idx sealed.Index
-	sh  shape
-}
+func (f *coldWindow) kind() Kind       { return Cold }
+func (f *coldWindow) records() int     { return f.idx.records }
+func (f *coldWindow) memoryBytes() int { return f.idx.sizeBytes() + coldWindowBytes }
+
+var coldWindowBytes = int(unsafe.Sizeof(coldWindow{}))
 
 // fileName is the name of generation gen of window num's file.
 func fileName(prefix string, num int64, gen uint64) string {
@@ -60,81 +55,59 @@ func parseFileName(prefix, name string) (num int64, gen uint64, ok bool) {
 	return num, gen, err1 == nil && err2 == nil
 }
 
-// openFile opens the window file dir/name and hands it to parse, which
-// reads and checks what the codec keeps in memory (header, footer,
-// index); the file is closed if parse fails.
-func openFile(dir, name string, parse func(r io.ReaderAt, size int64) error) (*os.File, error) {
-	path := filepath.Join(dir, name)
+// openCold opens the window file name in t's Dir and checks its header,
+// footer and index (three reads); blocks are checked as they are read.
+func (t *table) openCold(name string) (*coldWindow, error) {
+	path := filepath.Join(t.dir, name)
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tier: cold file: %w", err)
 	}
+	f := &coldWindow{name: name, r: fh, cache: t.cache}
 	st, err := fh.Stat()
-	if err == nil {
-		err = parse(fh, st.Size())
-	} else {
-		err = fmt.Errorf("tier: cold file: %w", err)
-	}
 	if err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("tier: cold file: %w", err)
+	}
+	f.size = st.Size()
+	if err := f.readIndex(t.image); err != nil {
 		fh.Close()
 		return nil, err
 	}
-	return fh, nil
-}
-
-// openCold opens the window file dir/name and checks its header, footer
-// and index; blocks are checked as they are read.
-func openCold(dir, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
-	var f *coldFile
-	fh, err := openFile(dir, name, func(r io.ReaderAt, size int64) (err error) {
-		f, err = newColdFile(r, size, name, tag, sh, cache)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	f.path, f.fh = filepath.Join(dir, name), fh
+	f.id = t.cache.NewFileID()
 	return f, nil
 }
 
-// readEnds reads and checks the window file's header (under tag and sh)
-// and its footer's 56 bytes, which it returns unparsed.
-func (f *coldBase) readEnds(tag [4]byte, sh shape) ([footerSize]byte, error) {
-	var foot [footerSize]byte
+// readIndex reads and checks the file's header, footer and index.
+func (f *coldWindow) readIndex(format imageFormat) error {
 	if f.size < headerSize+footerSize {
-		return foot, corruptAt(f.name, 0, "%d bytes is too short for a window", f.size)
+		return corruptAt(f.name, 0, "%d bytes is too short for a window", f.size)
 	}
 	var hdr [headerSize]byte
 	if err := f.readAt(hdr[:], 0); err != nil {
-		return foot, err
+		return err
 	}
-	if err := checkWindowHeader(hdr[:], tag, sh); err != nil {
-		return foot, f.named(err)
+	if err := checkImageHeader(hdr[:], format.tag); err != nil {
+		return f.named(err)
 	}
-	return foot, f.readAt(foot[:], f.size-footerSize)
+	var foot [footerSize]byte
+	if err := f.readAt(foot[:], f.size-footerSize); err != nil {
+		return err
+	}
+	ft, err := parseFooter(foot[:], f.size, format)
+	if err != nil {
+		return f.named(err)
+	}
+	raw := make([]byte, ft.blocks*uint64(format.entrySize))
+	if err := f.readAt(raw, int64(ft.indexOffset)); err != nil {
+		return err
+	}
+	f.idx, err = newBlockIndex(ft, raw, format.entrySize)
+	return f.named(err)
 }
 
-func newColdFile(r io.ReaderAt, size int64, name string, tag [4]byte, sh shape, cache *cold.Cache) (*coldFile, error) {
-	f := &coldFile{coldBase: coldBase{name: name, r: r, size: size, cache: cache, id: cache.NewFileID()}, sh: sh}
-	foot, err := f.readEnds(tag, sh)
-	if err != nil {
-		return nil, err
-	}
-	ft, err := parseFooter(foot[:], size)
-	if err != nil {
-		return nil, f.named(err)
-	}
-	raw := make([]byte, ft.Blocks*entrySize)
-	if err := f.readAt(raw, int64(ft.IndexOffset)); err != nil {
-		return nil, err
-	}
-	if f.idx, err = sealed.NewIndex(ft, raw); err != nil {
-		return nil, corruptAt(name, int64(ft.IndexOffset), "%v", err)
-	}
-	return f, nil
-}
-
-func (f *coldBase) named(err error) error {
+// named puts the file's name in a *CorruptError.
+func (f *coldWindow) named(err error) error {
 	var ce *CorruptError
 	if errors.As(err, &ce) {
 		ce.File = f.name
@@ -144,7 +117,7 @@ func (f *coldBase) named(err error) error {
 
 // readAt reads len(b) bytes at off; a short read is an error (a truncated
 // file is damage, not zeros).
-func (f *coldBase) readAt(b []byte, off int64) error {
+func (f *coldWindow) readAt(b []byte, off int64) error {
 	n, err := f.r.ReadAt(b, off)
 	if n == len(b) {
 		return nil
@@ -155,42 +128,46 @@ func (f *coldBase) readAt(b []byte, off int64) error {
 	return fmt.Errorf("tier: read %d bytes of %s at offset %d: %w", len(b), f.name, off, err)
 }
 
-func (f *coldBase) close() error {
-	if f.fh != nil {
-		return f.fh.Close()
+func (f *coldWindow) close() error {
+	if c, ok := f.r.(io.Closer); ok {
+		return c.Close()
 	}
 	return nil
 }
 
+// scratch is a block read buffer, pooled so that a page read from files
+// does not allocate.
 type scratch struct{ b []byte }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{b: make([]byte, 0, 8<<10)} }}
 
-// readBlock reads block b from disk into sc (with BlockSlack of capacity
-// past it) and checks it: checksum, then header. The block is then cached.
-func (f *coldFile) readBlock(b int, sc *scratch) ([]byte, error) {
-	first, off, end := f.idx.Block(b)
-	return f.readChecked(b, off, end, sc, func(blk []byte) error { return checkBlock(first, blk, f.sh) })
-}
-
-// readChecked reads block b, bytes [off, end) of the file, into sc (with
-// BlockSlack of capacity past it), checks it with check (checksum and
-// header: enough to read it safely) and caches it.
-func (f *coldBase) readChecked(b int, off, end uint64, sc *scratch, check func(blk []byte) error) ([]byte, error) {
-	blk, err := f.readRaw(off, end, &sc.b)
+// view calls fn with block b — its bytes with the CRC, checked by check
+// (its checksum and header: enough to read it safely) — from the cache
+// or, on a miss, read from the file with one pread into *sc (taken from
+// the pool when nil), checked and cached. fn must not keep the slice.
+func (f *coldWindow) view(b int, sc **scratch, check func(blk []byte) error, fn func(blk []byte)) error {
+	if f.cache.View(f.id, b, fn) {
+		return nil
+	}
+	if *sc == nil {
+		*sc = scratchPool.Get().(*scratch)
+	}
+	off, end := f.idx.span(b)
+	blk, err := f.readRaw(off, end, &(*sc).b)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := check(blk); err != nil {
-		return nil, corruptAt(f.name, int64(off), "block %d: %v; nothing is read from it", b, err)
+		return corruptAt(f.name, int64(off), "block %d: %v; nothing is read from it", b, err)
 	}
 	f.cache.Put(f.id, b, blk)
-	return blk, nil
+	fn(blk)
+	return nil
 }
 
 // readRaw reads bytes [off, end) of the file into *buf, grown to keep
 // BlockSlack bytes of capacity past them, unchecked.
-func (f *coldBase) readRaw(off, end uint64, buf *[]byte) ([]byte, error) {
+func (f *coldWindow) readRaw(off, end uint64, buf *[]byte) ([]byte, error) {
 	n := int(end - off)
 	if cap(*buf) < n+BlockSlack {
 		*buf = make([]byte, 0, n+BlockSlack)
@@ -199,42 +176,15 @@ func (f *coldBase) readRaw(off, end uint64, buf *[]byte) ([]byte, error) {
 	return blk, f.readAt(blk, int64(off))
 }
 
-// memoryBytes is what the file keeps in memory: its index.
-func (f *coldFile) memoryBytes() int { return f.idx.SizeBytes() }
-
-// verify reads and decodes every block.
-func (f *coldFile) verify() error {
-	var buf []byte
-	return verifyBlocks(&f.idx, f.sh, f.name, func(b int) ([]byte, error) {
-		_, off, end := f.idx.Block(b)
-		return f.readRaw(off, end, &buf)
-	})
-}
-
-// VerifyFiles reads every block of every cold file the tier uses and
-// checks it as Load checks a sealed window (checksum, structure,
-// contents, id order, the footer's totals): a scrub that finds damage
-// before a read does. It only reads: it may run under the read lock.
-func (t *Tier[R]) VerifyFiles() error {
-	for _, w := range t.wins {
-		if b, ok := w.body.(*coldBody); ok {
-			if err := b.f.verify(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // coldStore is a table's share of Options.Dir: its file names
 // (<Prefix>-<window>-<generation>.tier, a new generation for every file
 // written), the files jobs are writing, the files replaced and not yet
-// closed, and the block cache. A post table and a set have one each.
+// closed, and the block cache.
 type coldStore struct {
 	dir, prefix string
-	cache       *cold.Cache
+	cache       *Cache
 	nextGen     uint64          // generation of the next cold file
-	obsolete    []*coldBase     // replaced, closed by Collect
+	obsolete    []*coldWindow   // replaced, closed by Collect
 	pending     map[string]bool // files planned jobs write
 }
 
@@ -256,7 +206,7 @@ func (c *coldStore) openStore(opts Options) error {
 		if n == 0 {
 			n = DefaultColdCacheBytes
 		}
-		c.cache = cold.NewCache(max(n, 0))
+		c.cache = NewCache(max(n, 0))
 	}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
@@ -267,10 +217,9 @@ func (c *coldStore) openStore(opts Options) error {
 		if _, gen, ok := parseFileName(c.prefix, name); ok {
 			c.nextGen = max(c.nextGen, gen+1)
 		}
-		// What a crash left of this tier's writes (cold.Create's
-		// temporary files, TestNewCleansOwnTemp checks the name);
-		// other stores' files in Dir are theirs.
-		if i := strings.Index(name, ".tier.coldtmp-"); i > 0 && strings.HasPrefix(name, c.prefix+"-") {
+		// What a crash left of this table's writes (createFile's
+		// temporary files); other tables' files in Dir are theirs.
+		if _, _, ok := parseFileName(c.prefix, tempBase(name)); ok {
 			if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("tier: %w", err)
 			}
@@ -347,8 +296,71 @@ func (c *coldStore) closeObsolete() error {
 	return errors.Join(errs...)
 }
 
-// discardFile closes and deletes a file a job wrote and will not install.
-func discardFile(f *coldBase) {
+// tempMarker is in the name of every file createFile has not finished,
+// after the name it will have: no finished file has it.
+const tempMarker = ".tmp-"
+
+// tempBase returns the name a temporary file of createFile's was to
+// have, or "" when name is not one.
+func tempBase(name string) string {
+	base, _, ok := strings.Cut(name, tempMarker)
+	if !ok {
+		return ""
+	}
+	return base
+}
+
+// createFile writes a file at path with the bytes write produces, so that
+// path holds either nothing or the complete new bytes, whatever happens
+// (kill -9, power loss): the bytes go to a temporary file in the same
+// directory, which is fsynced, renamed to path, and the directory
+// fsynced. A crash leaves at most a temporary file, which the next table
+// of the prefix removes (openStore).
+func createFile(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, base+tempMarker+"*")
+	if err != nil {
+		return fmt.Errorf("tier: create %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 256<<10)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("tier: fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("tier: close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("tier: rename %s: %w", tmp.Name(), err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("tier: open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("tier: fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// discard closes and deletes a file of dir a job wrote and will not
+// install.
+func (f *coldWindow) discard(dir string) {
 	f.close()
-	os.Remove(f.path)
+	os.Remove(filepath.Join(dir, f.name))
 }

@@ -50,7 +50,7 @@ func TestConcurrentJobs(t *testing.T) {
 				}
 				id := ids[rng.IntN(len(ids))]
 				mu.Lock()
-				if _, _, err := AddCounts(tr, id, engine.Counts{Likes: 1}); err != nil {
+				if _, _, err := tr.AddCounts(id, engine.Counts{Likes: 1}); err != nil {
 					t.Error(err)
 				}
 				likes[id]++

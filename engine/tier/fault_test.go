@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,14 +67,13 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.VerifyFiles(); err != nil {
 		t.Fatal(err)
 	}
-	f := tr.wins[0].body.(*coldBody).f
-	_, off, end := f.idx.Block(1)
+	f := tr.wins[0].body.(*coldWindow)
+	off, end := f.idx.span(1)
 	flipByte(t, path, int64(off+(end-off)/2))
 	if err := tr.VerifyFiles(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("VerifyFiles over a damaged block: %v", err)
 	}
-	first3, _, _ := f.idx.Block(1)
-	first4, _, _ := f.idx.Block(2)
+	first3, first4 := f.idx.firstID(1), f.idx.firstID(2)
 	var bad, good uint64
 	for _, id := range ids {
 		if id >= first3 && id < first4 {
@@ -102,7 +102,7 @@ func TestCorruptColdBlock(t *testing.T) {
 	if err := tr.Put(bad+1, Post{Author: 9}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Put into a damaged block's range: %v", err)
 	}
-	if _, _, err := AddCounts(tr, bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := tr.AddCounts(bad, engine.Counts{Likes: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("AddCounts: %v", err)
 	}
 	// A compaction that must read the block fails and leaves the window
@@ -197,22 +197,76 @@ func TestTornSnapshot(t *testing.T) {
 // by block, so a damaged block with a recomputed image checksum is still
 // refused.
 func TestCorruptSealedImage(t *testing.T) {
-	s, err := buildSegment(&arena{}, postTag, shape{6, 1}, func(add func(uint64, *Row) error) error {
-		for i := range 500 {
-			if err := add(uint64(1000+3*i), &Row{uint64(i), 1}); err != nil {
-				return err
-			}
+	p, _ := NewPosts(testOpts(""))
+	var buf bytes.Buffer
+	pw := newPostWriter(&buf)
+	for i := range 500 {
+		if err := pw.add(uint64(1000+3*i), &postRow{uint64(i), 1}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := pw.close(); err != nil {
 		t.Fatal(err)
 	}
-	for i := headerSize; i < len(s.data); i += 7 {
-		bad := bytes.Clone(s.data)
+	img := buf.Bytes()
+	if _, err := p.newSealed(img, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := headerSize; i < len(img); i += 7 {
+		bad := bytes.Clone(img)
 		bad[i] ^= 1
-		if _, err := openSegment(bad, postTag, shape{6, 1}, true); !errors.Is(err, ErrCorrupt) {
+		if _, err := p.newSealed(bad, true); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
+	}
+}
+
+// countingReader counts the reads of a cold file.
+type countingReader struct {
+	r     io.ReaderAt
+	reads int
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.r.ReadAt(p, off)
+}
+
+// TestColdOneReadPerBlock: a page from cold windows without a cache reads
+// each block it needs with one pread and nothing else, in a post table
+// and in a set.
+func TestColdOneReadPerBlock(t *testing.T) {
+	tr, ids, _ := coldTable(t, 3000)
+	f := tr.wins[0].body.(*coldWindow)
+	cr := &countingReader{r: f.r}
+	f.r = cr
+	page := slices.Concat(ids[5:20], ids[1500:1510], ids[2990:2995])
+	blocks := map[int]bool{}
+	for _, id := range page {
+		blocks[f.idx.findID(id)] = true
+	}
+	out, found := make([]Post, len(page)), make([]bool, len(page))
+	if err := tr.GetMany(page, out, found); err != nil || slices.Contains(found, false) {
+		t.Fatalf("GetMany: %v %v", found, err)
+	}
+	if len(blocks) < 3 || cr.reads != len(blocks) {
+		t.Fatalf("a page over %d blocks read the file %d times", len(blocks), cr.reads)
+	}
+
+	s, pairs, _ := coldSet(t, 300, 4)
+	sf := s.wins[0].body.(*coldWindow)
+	scr := &countingReader{r: sf.r}
+	sf.r = scr
+	posts := []uint64{pairs[0].p, pairs[1].p, pairs[600].p, pairs[1199].p}
+	sblocks := map[int]bool{}
+	for _, p := range posts {
+		sblocks[sf.idx.findPair(p, 2)] = true
+	}
+	has := make([]bool, len(posts))
+	if err := s.HasMany(2, posts, has); err != nil || slices.Contains(has, false) {
+		t.Fatalf("HasMany: %v %v", has, err)
+	}
+	if len(sblocks) < 3 || scr.reads != len(sblocks) {
+		t.Fatalf("a set page over %d blocks read the file %d times", len(sblocks), scr.reads)
 	}
 }

@@ -17,31 +17,30 @@ func BenchmarkLayout(b *testing.B) {
 		tr = loadPosts(b, benchOpts(b, "sealed"), d)
 	}
 	var ids, hdr, crc, idx, recs, pres float64
-	var col [MaxCols]float64
+	var col [postCols]float64
 	for _, w := range tr.wins {
-		s := w.body.(*sealedBody).s
-		idx += float64(s.idx.Blocks() * entrySize)
-		for blk := range s.idx.Blocks() {
-			first, raw := s.blockBytes(blk)
-			var k Block
-			if err := k.Parse(first, raw[:len(raw)-4], tr.sh); err != nil {
+		s := w.body.(*sealedWindow)
+		idx += float64(s.idx.blocks * postEntrySize)
+		for blk := range s.idx.blocks {
+			raw := s.block(blk)
+			var k postBlock
+			if err := k.parse(s.idx.firstID(blk), raw[:len(raw)-4]); err != nil {
 				b.Fatal(err)
 			}
-			n := k.Len()
+			n := k.len()
 			recs += float64(n)
-			ids += float64(k.ids.Bits()) / 8
+			ids += float64(k.ids.list.bits()) / 8
 			crc += 4
-			hdr += float64(len(raw) - 4 - len(k.ids.Area()) + BlockSlack)
-			if k.pres >= 0 {
+			hdr += float64(len(raw) - 4 - len(k.area) + BlockSlack)
+			if k.presence >= 0 {
 				pres += float64(n) / 8
 			}
-			for f := range tr.cols {
-				cv := k.f[f]
+			for f := range postCols {
 				c := n
-				if f >= tr.sh.dense {
-					c = k.k
+				if f >= authorCols {
+					c = k.counted
 				}
-				col[f] += float64(cv.Bits(c)) / 8
+				col[f] += float64(k.cols[f].bits(c)) / 8
 			}
 		}
 	}

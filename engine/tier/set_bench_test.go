@@ -5,31 +5,23 @@ import (
 	"iter"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/datagen"
 )
 
-// The set's benchmarks, on the data set engine/likeset was measured on:
+// The set's benchmarks:
 //
 //	go test ./engine/tier -run '^$' -bench 'SetMemory' -benchtime 1x
 //	go test ./engine/tier -run '^$' -bench 'SetHasMany'
 //
-// engine/likeset, which the set replaced, was measured beside it in the
-// same runs as a setPeer (the figures in doc.go) until it was removed;
-// `git show 35a3b6a:engine/tier/set_likeset_bench_test.go` is that peer, to
-// restore with the package for a comparison.
-//
 // Data: the posts of bench/datagen (N = TALLY_BENCH_N, default 1M, seed
 // 1: snowflake ids uniform over the 365 days before 2025-01-01); post i
-// gets as many likers as datagen's Likes count for it, a long tail (at 1M
-// posts 181,392 liked posts, 5,316,559 likes, the largest 701,884); each
+// gets as many likers as datagen's Likes count for it, a long tail; each
 // post's likers are distinct users uniform over [1, 10M] drawn by PCG(1,
 // post index). Day windows; the clock at the data set's end.
 
@@ -107,52 +99,11 @@ func loadBenchSet(b testing.TB, policy string, n int) *Set {
 	return s
 }
 
-// setPeer is a structure measured beside the set: it loads the data under
-// a policy. There is none since engine/likeset was removed.
-type setPeer struct {
-	name     string
-	policies []string
-	load     func(b testing.TB, policy string, n int) peerSet
-}
-
-// peerSet is a peer loaded: its reads and writes, its size, and the
-// structure itself (kept alive while its heap is measured).
-type peerSet struct {
-	hasMany  func(user uint64, posts []uint64, out []bool)
-	add      func(user, post uint64)
-	maintain func(now time.Time)
-	length   int
-	keep     any
-}
-
-var setPeers []setPeer
-
 // BenchmarkSetMemory reports bytes per like: the live Go heap after GC
-// (heap-B/like), MemoryBytes (mem-B/like), and for cold windows the files
-// (disk-B/like); each peer's heap per like under the same policy in the
-// same run, and the set's over it (vs-<peer>).
+// (heap-B/like), MemoryBytes (mem-B/like), the sealed windows' images
+// (sealed-B/like) and for cold windows the files (disk-B/like).
 func BenchmarkSetMemory(b *testing.B) {
 	n := benchutil.N()
-	peerHeap := map[string]float64{}
-	for _, p := range setPeers {
-		for _, policy := range p.policies {
-			b.Run(p.name+"/"+policy, func(b *testing.B) {
-				var keep any
-				var h uint64
-				var length int
-				for b.Loop() {
-					keep = nil
-					h0 := benchutil.LiveHeap()
-					ps := p.load(b, policy, n)
-					length, keep = ps.length, ps.keep
-					h = benchutil.LiveHeap() - h0
-					runtime.KeepAlive(keep)
-				}
-				peerHeap[p.name+"/"+policy] = float64(h) / float64(length)
-				b.ReportMetric(float64(h)/float64(length), "heap-B/like")
-			})
-		}
-	}
 	for _, policy := range []string{"open", "default", "sealed", "cold"} {
 		b.Run("set/"+policy, func(b *testing.B) {
 			var s *Set
@@ -166,20 +117,15 @@ func BenchmarkSetMemory(b *testing.B) {
 				s = loadBenchSet(b, policy, n)
 				h = benchutil.LiveHeap() - h0
 			}
-			st := s.Stats()
+			st := statsOf(s)
 			per := float64(h) / float64(s.Len())
 			b.ReportMetric(per, "heap-B/like")
-			b.ReportMetric(float64(st.MemoryBytes)/float64(s.Len()), "mem-B/like")
-			if st.SealedPairs > 0 {
-				b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+			b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "mem-B/like")
+			if st.sealedPairs > 0 {
+				b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/like")
 			}
-			if st.ColdPairs > 0 {
-				b.ReportMetric(float64(st.DiskBytes)/float64(st.ColdPairs), "disk-B/like")
-			}
-			for _, p := range setPeers {
-				if ph, ok := peerHeap[p.name+"/"+policy]; ok && ph > 0 {
-					b.ReportMetric(per/ph, "vs-"+p.name)
-				}
+			if st.coldPairs > 0 {
+				b.ReportMetric(float64(s.DiskBytes())/float64(st.coldPairs), "disk-B/like")
 			}
 			b.ReportMetric(float64(s.Len()), "likes")
 			s.Close()
@@ -198,8 +144,7 @@ const setNumPages = 1024
 
 // benchPages returns 1024 pages of 50 consecutive liked posts in id order
 // (a feed spanning a few hours), newest first, and a viewer for each who
-// liked one of them (even pages) or a random user (odd pages), as
-// engine/likeset's BenchmarkHasMany reads.
+// liked one of them (even pages) or a random user (odd pages).
 func benchPages(n int) ([][]uint64, []uint64) {
 	d := &setPages
 	d.Do(func() {
@@ -228,18 +173,12 @@ func benchPages(n int) ([][]uint64, []uint64) {
 }
 
 // BenchmarkSetHasMany reads the 50-post pages of benchPages from the set
-// under each policy: set/<policy>/alone (ns/op a page) and, with a peer,
-// set/<policy>/vs-<peer>, the set and the peer
-// under the same policy (sealed for the cold ones) turn about on one
-// thread (benchutil.Interleave), reporting both CPU times a page and
-// their ratio, which hold on a noisy machine. A structure is loaded only
-// for the sub-benchmarks -bench selects.
+// under each policy: set/<policy>/alone (ns/op a page). A set is loaded
+// only for the sub-benchmarks -bench selects.
 func BenchmarkSetHasMany(b *testing.B) {
 	n := benchutil.N()
 	pages, viewers := benchPages(n)
 	out := make([]bool, 50)
-	peerOut := make([]bool, 50)
-	peers := map[string]peerSet{} // by name/policy, loaded when first needed
 	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
 		b.Run("set/"+policy, func(b *testing.B) {
 			s := loadBenchSet(b, policy, n)
@@ -256,30 +195,6 @@ func BenchmarkSetHasMany(b *testing.B) {
 					i++
 				}
 			})
-			peerPolicy := policy
-			if policy == "cold" || policy == "cold-nocache" {
-				peerPolicy = "sealed"
-			}
-			for _, p := range setPeers {
-				if !slices.Contains(p.policies, peerPolicy) {
-					continue
-				}
-				b.Run("vs-"+p.name, func(b *testing.B) {
-					key := p.name + "/" + peerPolicy
-					ps, ok := peers[key]
-					if !ok {
-						ps = p.load(b, peerPolicy, n)
-						peers[key] = ps
-					}
-					sn, pn := benchutil.Interleave(b, read, func(i int) {
-						j := (i + setNumPages/2) % setNumPages
-						ps.hasMany(viewers[j], pages[j], peerOut)
-					})
-					b.ReportMetric(sn, "cpu-ns/page")
-					b.ReportMetric(pn, p.name+"-cpu-ns/page")
-					b.ReportMetric(sn/pn, "set/"+p.name)
-				})
-			}
 		})
 	}
 }
@@ -303,8 +218,8 @@ func BenchmarkSetBlockPairs(b *testing.B) {
 				s.HasMany(viewers[i%setNumPages], pages[i%setNumPages], out)
 				i++
 			}
-			st := s.Stats()
-			b.ReportMetric(float64(st.SealedBytes)/float64(st.SealedPairs), "sealed-B/like")
+			st := statsOf(s)
+			b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/like")
 		})
 	}
 }
@@ -349,42 +264,24 @@ func BenchmarkSetLoad(b *testing.B) {
 
 // BenchmarkSetLateLike is a like of an old post (a sealed window): Add
 // into the window's delta, with Maintain every 4096 likes folding deltas
-// back, per like, for the set and each peer; users are new, so every Add
-// adds.
+// back, per like; users are new, so every Add adds.
 func BenchmarkSetLateLike(b *testing.B) {
 	n := benchutil.N()
 	pages, _ := benchPages(n)
-	type writer struct {
-		name     string
-		add      func(user, post uint64)
-		maintain func(now time.Time)
-	}
-	var writers []writer
-	for _, p := range setPeers {
-		ps := p.load(b, "sealed", n)
-		writers = append(writers, writer{p.name, ps.add, ps.maintain})
-	}
 	s := loadBenchSet(b, "sealed", n)
-	writers = append(writers, writer{"set", func(u, p uint64) {
-		if _, err := s.Add(u, p); err != nil {
-			b.Fatal(err)
-		}
-	}, func(now time.Time) {
-		if err := s.Maintain(now); err != nil {
-			b.Fatal(err)
-		}
-	}})
-	for _, w := range writers {
-		b.Run(w.name, func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				page := pages[i%setNumPages]
-				w.add(setBenchUsers+uint64(i), page[i%50])
-				if i%4096 == 4095 {
-					w.maintain(datagen.DefaultEnd)
-				}
-				i++
+	b.Run("set", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			page := pages[i%setNumPages]
+			if _, err := s.Add(setBenchUsers+uint64(i), page[i%50]); err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			if i%4096 == 4095 {
+				if err := s.Maintain(datagen.DefaultEnd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i++
+		}
+	})
 }

@@ -109,8 +109,8 @@ func TestSetConcurrentJobs(t *testing.T) {
 	waitRounds(&clock)
 	close(stop)
 	wg.Wait()
-	st := s.Stats()
-	if jobs.Load() == 0 || snaps.Load() == 0 || pages.Load() == 0 || st.ColdWindows == 0 {
+	st := statsOf(s)
+	if jobs.Load() == 0 || snaps.Load() == 0 || pages.Load() == 0 || st.coldWindows == 0 {
 		t.Fatalf("%d jobs, %d snapshots, %d pages, %+v: the test did not exercise them", jobs.Load(), snaps.Load(), pages.Load(), st)
 	}
 	checkSet(t, s, model, rng, posts[:3], nWin)

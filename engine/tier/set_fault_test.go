@@ -50,19 +50,20 @@ func TestSetCorruptColdBlock(t *testing.T) {
 	if err := s.VerifyFiles(); err != nil {
 		t.Fatal(err)
 	}
-	f := s.wins[0].body.(*setCold).f
-	bp, bu, off, end := f.idx.block(2)
-	np, nu, _, _ := f.idx.block(3)
+	f := s.wins[0].body.(*coldWindow)
+	bp, bu := f.idx.firstPair(2)
+	off, end := f.idx.span(2)
+	np, nu := f.idx.firstPair(3)
 	flipByte(t, path, int64(off+(end-off)/2))
 	if err := s.VerifyFiles(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("VerifyFiles over a damaged block: %v", err)
 	}
 	var bad, good upair
 	for _, q := range pairs {
-		in := cmpPK(pk{q.p, q.u}, pk{bp, bu}) >= 0 && cmpPK(pk{q.p, q.u}, pk{np, nu}) < 0
+		in := comparePairs(pair{q.p, q.u}, pair{bp, bu}) >= 0 && comparePairs(pair{q.p, q.u}, pair{np, nu}) < 0
 		if in {
 			bad = q
-		} else if cmpPK(pk{q.p, q.u}, pk{np, nu}) >= 0 {
+		} else if comparePairs(pair{q.p, q.u}, pair{np, nu}) >= 0 {
 			good = q
 		}
 	}
@@ -88,8 +89,8 @@ func TestSetCorruptColdBlock(t *testing.T) {
 	if _, err := s.Add(bad.u+100, bad.p); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Add into a damaged block's range: %v", err)
 	}
-	if s.Len() != n || s.wins[0].live.len() != 0 {
-		t.Fatalf("a failed write stored something: Len %d, was %d; delta %d", s.Len(), n, s.wins[0].live.len())
+	if s.Len() != n || s.wins[0].delta != nil {
+		t.Fatalf("a failed write stored something: Len %d, was %d; delta %v", s.Len(), n, s.wins[0].delta)
 	}
 	// A compaction that must read the block fails and leaves the window
 	// and its delta as they were.
@@ -105,8 +106,8 @@ func TestSetCorruptColdBlock(t *testing.T) {
 	if has, err := s.Has(7, last+50); err != nil || !has {
 		t.Fatalf("delta after a failed job: %v %v", has, err)
 	}
-	if len(s.Files()) != 1 || s.Stats().Jobs != 0 {
-		t.Fatalf("after a failed job: files %v, stats %+v", s.Files(), s.Stats())
+	if len(s.Files()) != 1 || s.jobs != 0 {
+		t.Fatalf("after a failed job: files %v, %d jobs", s.Files(), s.jobs)
 	}
 	s.Close()
 }
@@ -120,8 +121,8 @@ func TestSetTruncatedColdFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Cut the file in the middle of its blocks.
-	f := s.wins[0].body.(*setCold).f
-	_, _, off, _ := f.idx.block(f.idx.blocks / 2)
+	f := s.wins[0].body.(*coldWindow)
+	off, _ := f.idx.span(f.idx.blocks / 2)
 	if err := os.Truncate(path, int64(off)); err != nil {
 		t.Fatal(err)
 	}

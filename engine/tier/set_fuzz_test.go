@@ -105,69 +105,70 @@ func TestPairBlockCRC(t *testing.T) {
 	}
 }
 
-// FuzzSetBlock feeds the pair block parser and decoder arbitrary bytes
+// FuzzPairBlock feeds the pair block parser and decoder arbitrary bytes
 // and first pairs: they must never panic or read out of bounds, and a
 // block that decodes must answer has exactly as its decoded pairs say.
 // The corpus starts from the blocks of windows of random pairs.
-func FuzzSetBlock(f *testing.F) {
+func FuzzPairBlock(f *testing.F) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, limit := range []int{3, 64, blockPairs} {
 		var buf bytes.Buffer
 		pw := newPairWriter(&buf, [4]byte{'L', 'I', 'K', 'E'}, limit)
 		post := uint64(1 << 40)
-		var ps []pk
+		var ps []pair
 		for range 2000 {
 			post += rng.Uint64N(3) << rng.UintN(20)
-			ps = append(ps, pk{post, randUser(rng)})
+			ps = append(ps, pair{post, randUser(rng)})
 		}
-		slices.SortFunc(ps, cmpPK)
+		slices.SortFunc(ps, comparePairs)
 		for _, q := range slices.Compact(ps) {
-			if err := pw.add(q.k, q.u); err != nil {
+			if err := pw.add(q.post, q.user); err != nil {
 				f.Fatal(err)
 			}
 		}
 		pw.close()
 		data := buf.Bytes()
-		idx, err := parsePairWindow(data, [4]byte{'L', 'I', 'K', 'E'})
+		idx, err := parseImage(data, imageFormat{tag: [4]byte{'L', 'I', 'K', 'E'}, entrySize: pairEntrySize, perBlock: maxBlockPairs})
 		if err != nil {
 			f.Fatal(err)
 		}
 		for b := range min(idx.blocks, 4) {
-			p, u, off, end := idx.block(b)
+			p, u := idx.firstPair(b)
+			off, end := idx.span(b)
 			f.Add(data[off:end-4], p, u)
 		}
 	}
 	sc := new(pairScratch)
-	f.Fuzz(func(t *testing.T, data []byte, k0, u0 uint64) {
+	f.Fuzz(func(t *testing.T, data []byte, firstPost, firstUser uint64) {
 		buf := make([]byte, len(data)+BlockSlack)
 		copy(buf, data)
 		var blk pairBlock
-		if blk.parse(k0, u0, buf[:len(data)]) != nil {
+		if blk.parse(firstPost, firstUser, buf[:len(data)]) != nil {
 			return
 		}
-		probe := func(k, u uint64) bool { return blk.has(k, u) }
+		probe := func(post, user uint64) bool { return blk.has(post, user) }
 		for i := range 64 {
-			probe(k0+uint64(i), u0+uint64(i))
-			probe(k0, u0-uint64(i))
-			probe(k0^1<<uint(i), u0)
+			probe(firstPost+uint64(i), firstUser+uint64(i))
+			probe(firstPost, firstUser-uint64(i))
+			probe(firstPost^1<<uint(i), firstUser)
 		}
 		n, err := blk.decode(sc.pairs[:], sc.vals[:])
 		if err != nil {
 			return
 		}
-		in := make(map[pk]bool, n)
+		in := make(map[pair]bool, n)
 		for j, q := range sc.pairs[:n] {
-			if j > 0 && cmpPK(sc.pairs[j-1], q) >= 0 {
+			if j > 0 && comparePairs(sc.pairs[j-1], q) >= 0 {
 				t.Fatalf("decoded pairs out of order at %d", j)
 			}
 			in[q] = true
 		}
 		for _, q := range sc.pairs[:n] {
-			if !probe(q.k, q.u) {
+			if !probe(q.post, q.user) {
 				t.Fatalf("decoded %v, has says absent", q)
 			}
-			for _, x := range []pk{{q.k, q.u + 1}, {q.k, q.u - 1}, {q.k + 1, q.u}, {q.k - 1, q.u}} {
-				if probe(x.k, x.u) != in[x] {
+			for _, x := range []pair{{q.post, q.user + 1}, {q.post, q.user - 1}, {q.post + 1, q.user}, {q.post - 1, q.user}} {
+				if probe(x.post, x.user) != in[x] {
 					t.Fatalf("has(%v) = %v, decoded set says %v", x, !in[x], in[x])
 				}
 			}

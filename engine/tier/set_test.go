@@ -30,6 +30,33 @@ func newTestSet(t testing.TB, opts Options, limit int) *Set {
 
 type upair struct{ u, p uint64 }
 
+// setStats sums a set's windows by form, for the tests' checks and the
+// benchmarks' figures.
+type setStats struct {
+	openWindows, sealedWindows, coldWindows int
+	sealedPairs, coldPairs                  int
+	sealedBytes                             int // the sealed windows' images
+	jobs                                    int
+}
+
+func statsOf(s *Set) setStats {
+	st := setStats{jobs: s.jobs}
+	for _, w := range s.wins {
+		switch b := w.body.(type) {
+		case *pairTable:
+			st.openWindows++
+		case *sealedWindow:
+			st.sealedWindows++
+			st.sealedPairs += b.records()
+			st.sealedBytes += b.memoryBytes()
+		case *coldWindow:
+			st.coldWindows++
+			st.coldPairs += b.records()
+		}
+	}
+	return st
+}
+
 // randUser returns a user: mostly small ids, some hot, some wide (beyond
 // the open table's narrow slots, and spanning 64 bits in a block).
 func randUser(rng *rand.Rand) uint64 {
@@ -146,7 +173,7 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 	hot := []uint64{randID(rng, nWin), randID(rng, nWin), randID(rng, 3)}
 	clock := testEpoch
 	var kept []string
-	var pending []*SetJob
+	var pending []*Job
 	for step := range steps {
 		switch r := rng.IntN(100); {
 		case r < 55:
@@ -269,8 +296,8 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 		t.Fatal(err)
 	}
 	checkSet(t, s, model, rng, hot, nWin)
-	st := s.Stats()
-	if st.ColdWindows == 0 || st.OpenWindows != 0 {
+	st := statsOf(s)
+	if st.coldWindows == 0 || st.openWindows != 0 {
 		t.Fatalf("at the end %+v; want every window cold or sealed, some cold", st)
 	}
 	if err := s.VerifyFiles(); err != nil {
@@ -359,7 +386,7 @@ func TestSetLoadPairsMerge(t *testing.T) {
 		}, now); err != nil {
 			t.Fatal(err)
 		}
-		if st := s.Stats(); st.OpenWindows != 0 || st.SealedPairs != len(model) {
+		if st := statsOf(s); st.openWindows != 0 || st.sealedPairs != len(model) {
 			t.Fatalf("part %d: %+v, model %d", part, st, len(model))
 		}
 	}
@@ -368,7 +395,7 @@ func TestSetLoadPairsMerge(t *testing.T) {
 	}
 	var live int64
 	for _, w := range s.wins {
-		live += int64(w.body.(*setSealed).s.sizeBytes())
+		live += int64(w.body.(*sealedWindow).memoryBytes())
 	}
 	if got := s.arena.size(); got < live || got > live+chunkBytes {
 		t.Fatalf("arena counts %d bytes for %d live", got, live)
@@ -394,14 +421,14 @@ func TestSetJobAcrossLoad(t *testing.T) {
 	}
 	var snap bytes.Buffer
 	s.WriteTo(&snap) // every window open
-	dropJobsAcrossLoad(t, s, snap.Bytes(), s.WindowStats, dir, func() {
+	dropJobsAcrossLoad(t, s, snap.Bytes(), s.Stats, dir, func() {
 		s.Add(1, hot[0]) // after the image: gone with the Load
 	})
 	checkSet(t, s, model, rng, hot, 3)
 	if err := s.Maintain(testEpoch.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.ColdWindows == 0 || st.Jobs != 0 {
+	if st := statsOf(s); st.coldWindows == 0 || st.jobs != 0 {
 		t.Fatalf("after Maintain: %+v", st)
 	}
 	checkSet(t, s, model, rng, hot, 3)

@@ -1,6 +1,8 @@
 package tier
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -9,51 +11,116 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
-
-	"github.com/tally-dev/tally/engine/bitpack"
-	"github.com/tally-dev/tally/engine/snowflake"
 )
 
-// The snapshot image (WriteTo, Load):
+// The snapshot image of a table (WriteTo, Load), the post table's and a
+// set's alike. All integers little-endian; uvarint and varint are
+// encoding/binary's.
 //
 //	image   = header body CRC32C(body) uint32
-//	header  = bitpack image header: "TLYTIERS" | version 1 | body length |
-//	          window millis | next file generation | CRC32C   (44 bytes)
-//	body    = tag [4] | cols uint8 | dense uint8 | windows uvarint | window*
+//	header  = "TLYTIERS" | version uint32 (2) | 0 uint32 | body length uint64 |
+//	          window millis uint64 | next file generation uint64 |
+//	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
+//	body    = tag [4] | windows uvarint | window*                            windows in time order
 //	window  = num varint | records uvarint | kind uint8 | base | overlay
-//	base    = open:   rows
+//	base    = open:   the shape's open entries
 //	          sealed: length uvarint | window image
 //	          cold:   name length uvarint | name | file size uvarint
-//	overlay = rows      the delta (and a running job's frozen delta)
-//	rows    = count uvarint | (id offset + 1 uvarint | cols × uvarint)*  in id order
+//	overlay = the shape's overlay entries (the delta, and a running job's frozen one under it)
+//
+// The post table's entries (posts.go) are rows, a set's (set.go) pairs.
 const (
-	snapMagic   = "TLYTIERS"
-	snapVersion = 1
+	snapMagic       = "TLYTIERS"
+	snapVersion     = 2
+	snapHeaderBytes = 44
 )
 
-// WriteTo writes the tier's image to w: every window's records or bytes,
-// and the names of the cold files, which must outlive the image (Collect's
-// keep). Call it under the read lock; it does not change the tier.
-func (t *Tier[R]) WriteTo(w io.Writer) (int64, error) {
-	return writeImage(w, t.opts.WindowMillis, t.nextGen, t.writeBody)
-}
+// maxImage bounds the body length a header may declare (1 TiB): beyond
+// it the header is garbage, and Load does not try to read it.
+const maxImage = 1 << 40
 
-// writeImage writes a snapshot image (the header, the body writeBody
-// writes, its CRC32C): a post table's or a set's. writeBody is called
-// twice, to count the body's bytes and then to write them.
-func writeImage(w io.Writer, millis int64, nextGen uint64, writeBody func(io.Writer) error) (int64, error) {
+// WriteTo writes the table's image to w: every window's records or bytes,
+// and the names of the cold files, which must outlive the image (Collect's
+// keep). Call it under the read lock; it does not change the table. The
+// body is written twice, once to count its bytes for the header.
+func (t *table) WriteTo(w io.Writer) (int64, error) {
 	var cnt countWriter
-	if err := writeBody(&cnt); err != nil {
+	if err := t.writeBody(&cnt); err != nil {
 		return 0, err
 	}
-	iw := bitpack.NewImageWriter(w)
-	iw.Write(bitpack.AppendHeader(nil, snapMagic, snapVersion, [3]uint64{uint64(cnt.n), uint64(millis), nextGen}))
+	out := &imageOut{w: bufio.NewWriterSize(w, 256<<10)}
+	out.write(appendSnapHeader(nil, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), t.nextGen}))
 	crc := crc32.New(castagnoli)
-	if err := writeBody(&teeWriter{iw: iw, h: crc}); err != nil {
-		iw.Fail(err)
+	if err := t.writeBody(&teeWriter{out: out, h: crc}); err != nil && out.err == nil {
+		out.err = err
 	}
-	iw.Write(le.AppendUint32(nil, crc.Sum32()))
-	return iw.Finish("tier")
+	out.write(le.AppendUint32(nil, crc.Sum32()))
+	if out.err == nil {
+		out.err = out.w.Flush()
+	}
+	if out.err != nil {
+		return out.n, fmt.Errorf("tier: write snapshot: %w", out.err)
+	}
+	return out.n, nil
+}
+
+func appendSnapHeader(dst []byte, fields [3]uint64) []byte {
+	start := len(dst)
+	dst = append(dst, snapMagic...)
+	dst = le.AppendUint32(dst, snapVersion)
+	dst = le.AppendUint32(dst, 0)
+	for _, x := range fields {
+		dst = le.AppendUint64(dst, x)
+	}
+	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// parseSnapHeader checks a snapshot header and returns its body length,
+// window length and next file generation.
+func parseSnapHeader(h []byte) (bodyLen uint64, millis int64, nextGen uint64, err error) {
+	fail := func(format string, args ...any) (uint64, int64, uint64, error) {
+		return 0, 0, 0, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(h) < snapHeaderBytes || string(h[:8]) != snapMagic:
+		return fail("not a tier snapshot (bad magic)")
+	case crc32.Checksum(h[:40], castagnoli) != le.Uint32(h[40:]):
+		return fail("header checksum mismatch (computed %08x, stored %08x)", crc32.Checksum(h[:40], castagnoli), le.Uint32(h[40:]))
+	case le.Uint32(h[8:]) != snapVersion:
+		return fail("format version %d, this build reads %d", le.Uint32(h[8:]), snapVersion)
+	case le.Uint32(h[12:]) != 0:
+		return fail("reserved header bytes are not zero")
+	}
+	return le.Uint64(h[16:]), int64(le.Uint64(h[24:])), le.Uint64(h[32:]), nil
+}
+
+// readSnapHeader reads and checks the header of the image r holds.
+func readSnapHeader(r io.Reader) (hdr [snapHeaderBytes]byte, bodyLen uint64, millis int64, nextGen uint64, err error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return hdr, 0, 0, 0, fmt.Errorf("%w: snapshot header: truncated: %w", ErrCorrupt, io.ErrUnexpectedEOF)
+		}
+		return hdr, 0, 0, 0, fmt.Errorf("tier: read snapshot header: %w", err)
+	}
+	bodyLen, millis, nextGen, err = parseSnapHeader(hdr[:])
+	return hdr, bodyLen, millis, nextGen, err
+}
+
+// imageOut writes an image through a buffer, counting the bytes and
+// keeping the first error, so that WriteTo checks once at the end.
+type imageOut struct {
+	w   *bufio.Writer
+	n   int64
+	err error
+}
+
+func (o *imageOut) write(b []byte) {
+	if o.err != nil {
+		return
+	}
+	n, err := o.w.Write(b)
+	o.n += int64(n)
+	o.err = err
 }
 
 type countWriter struct{ n int64 }
@@ -61,189 +128,199 @@ type countWriter struct{ n int64 }
 func (c *countWriter) Write(b []byte) (int, error) { c.n += int64(len(b)); return len(b), nil }
 
 type teeWriter struct {
-	iw *bitpack.ImageWriter
-	h  hash.Hash32
+	out *imageOut
+	h   hash.Hash32
 }
 
 func (t *teeWriter) Write(b []byte) (int, error) {
 	t.h.Write(b)
-	t.iw.Write(b)
-	return len(b), t.iw.Err
+	t.out.write(b)
+	return len(b), t.out.err
 }
 
-func (t *Tier[R]) writeBody(w io.Writer) error {
-	bw := newBodyWriter(w, t.tag, t.sh, len(t.wins))
-	var row Row
-	rows := func(tables ...*openTable) error {
-		// The union of tables, the later overriding the earlier.
-		var keys []uint64
-		for _, tb := range tables {
-			if tb != nil {
-				keys = append(keys, tb.sorted(&t.layout)...)
-			}
-		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
-		bw.uvarint(uint64(len(keys)))
-		for _, k := range keys {
-			for i := len(tables) - 1; i >= 0; i-- {
-				if tables[i] != nil && tables[i].get(k, &t.layout, &row) {
-					break
-				}
-			}
-			bw.uvarint(k)
-			for f := range t.cols {
-				bw.uvarint(row[f])
-			}
-			if err := bw.spill(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+func (t *table) writeBody(w io.Writer) error {
+	sw := &snapshotWriter{w: w, buf: make([]byte, 0, 64<<10)}
+	sw.buf = append(sw.buf, t.image.tag[:]...)
+	sw.uvarint(uint64(len(t.wins)))
 	for _, win := range t.wins {
-		bw.window(win.num, win.n, win.body.kind())
+		sw.buf = binary.AppendVarint(sw.buf, win.num)
+		sw.uvarint(uint64(win.n))
+		sw.buf = append(sw.buf, byte(win.body.kind()))
 		switch b := win.body.(type) {
-		case *openBody:
-			if err := rows(b.t); err != nil {
+		case *sealedWindow:
+			sw.uvarint(uint64(len(b.data)))
+			if err := sw.flush(); err != nil {
 				return err
 			}
-		case *sealedBody:
-			if err := bw.image(b.s.data); err != nil {
+			if _, err := sw.w.Write(b.data); err != nil {
 				return err
 			}
-		case *coldBody:
-			bw.file(&b.f.coldBase)
+		case *coldWindow:
+			sw.uvarint(uint64(len(b.name)))
+			sw.buf = append(sw.buf, b.name...)
+			sw.uvarint(uint64(b.size))
+		default:
+			if err := t.shape.writeOpen(sw, b); err != nil {
+				return err
+			}
 		}
-		if err := rows(win.frozen, win.delta); err != nil {
+		if err := t.shape.writeOverlay(sw, win.frozen(), win.delta); err != nil {
 			return err
 		}
 	}
-	return bw.flush()
+	return sw.flush()
 }
 
-// bodyWriter writes a snapshot body, a post table's or a set's, in
-// pieces of about 64 KiB: its head, then for each window its head, its
-// base and its overlay.
-type bodyWriter struct {
+// snapshotWriter writes a snapshot body in pieces of about 64 KiB.
+type snapshotWriter struct {
 	w   io.Writer
 	buf []byte
 }
 
-func newBodyWriter(w io.Writer, tag [4]byte, sh shape, windows int) *bodyWriter {
-	bw := &bodyWriter{w: w, buf: make([]byte, 0, 64<<10)}
-	bw.buf = append(bw.buf, tag[:]...)
-	bw.buf = append(bw.buf, byte(sh.cols), byte(sh.dense))
-	bw.uvarint(uint64(windows))
-	return bw
-}
+func (sw *snapshotWriter) uvarint(x uint64) { sw.buf = binary.AppendUvarint(sw.buf, x) }
 
-func (bw *bodyWriter) uvarint(x uint64) { bw.buf = binary.AppendUvarint(bw.buf, x) }
-
-func (bw *bodyWriter) flush() error {
-	_, err := bw.w.Write(bw.buf)
-	bw.buf = bw.buf[:0]
+func (sw *snapshotWriter) flush() error {
+	_, err := sw.w.Write(sw.buf)
+	sw.buf = sw.buf[:0]
 	return err
 }
 
-// spill flushes once the buffer holds 60 KiB.
-func (bw *bodyWriter) spill() error {
-	if len(bw.buf) >= 60<<10 {
-		return bw.flush()
+// spill flushes once the buffer holds 60 KiB: an entry writer calls it
+// after each entry.
+func (sw *snapshotWriter) spill() error {
+	if len(sw.buf) >= 60<<10 {
+		return sw.flush()
 	}
 	return nil
 }
 
-// window writes a window's head: number, records, form.
-func (bw *bodyWriter) window(num int64, n int, k Kind) {
-	bw.buf = binary.AppendVarint(bw.buf, num)
-	bw.uvarint(uint64(n))
-	bw.buf = append(bw.buf, byte(k))
+// snapshotReader decodes a snapshot body: every read is bounds-checked,
+// and the first failure sticks in err (wrapping ErrCorrupt), so a parser
+// reads on and checks once at the end.
+type snapshotReader struct {
+	b   []byte
+	err error
 }
 
-// image writes a sealed window's image, its length first.
-func (bw *bodyWriter) image(data []byte) error {
-	bw.uvarint(uint64(len(data)))
-	if err := bw.flush(); err != nil {
-		return err
+func (sr *snapshotReader) fail(format string, args ...any) {
+	if sr.err == nil {
+		sr.err = fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	_, err := bw.w.Write(data)
-	return err
 }
 
-// file writes a cold window's file name and size.
-func (bw *bodyWriter) file(f *coldBase) {
-	bw.uvarint(uint64(len(f.name)))
-	bw.buf = append(bw.buf, f.name...)
-	bw.uvarint(uint64(f.size))
+func (sr *snapshotReader) uvarint() uint64 {
+	if sr.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(sr.b)
+	if n <= 0 {
+		sr.fail("bad uvarint")
+		return 0
+	}
+	sr.b = sr.b[n:]
+	return v
 }
 
-// maxImage bounds the body length a header may declare (1 TiB): beyond
-// it the header is garbage, and Load does not try to read it.
-const maxImage = 1 << 40
+func (sr *snapshotReader) varint() int64 {
+	if sr.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(sr.b)
+	if n <= 0 {
+		sr.fail("bad varint")
+		return 0
+	}
+	sr.b = sr.b[n:]
+	return v
+}
 
-// Load replaces the tier's state with the image r holds (from WriteTo),
+// bytes reads n bytes, aliasing the body.
+func (sr *snapshotReader) bytes(n uint64) []byte {
+	if sr.err != nil {
+		return nil
+	}
+	if n > uint64(len(sr.b)) {
+		sr.fail("%d bytes declared, %d left", n, len(sr.b))
+		return nil
+	}
+	b := sr.b[:n]
+	sr.b = sr.b[n:]
+	return b
+}
+
+func (sr *snapshotReader) byte() byte {
+	b := sr.bytes(1)
+	if b == nil {
+		return 0
+	}
+	return b[0]
+}
+
+// count reads an entry count, which cannot exceed the bytes left.
+func (sr *snapshotReader) count(what string) uint64 {
+	n := sr.uvarint()
+	if sr.err == nil && n > uint64(len(sr.b)) {
+		sr.fail("%d %s in %d bytes", n, what, len(sr.b))
+		return 0
+	}
+	return n
+}
+
+// Load replaces the table's state with the image r holds (from WriteTo),
 // opening the cold files it names in Options.Dir. It reads the whole
 // image and checks its checksum, then every window (sealed windows block
-// by block; cold files' headers, footers and indexes), and changes
-// nothing unless all of it is sound. It never panics, whatever r holds.
-// Jobs planned before Load are dropped by Finish. Call it under the write
-// lock.
-func (t *Tier[R]) Load(r io.Reader) error {
-	data, nextGen, err := readImage(r, t.opts.WindowMillis)
+// by block; cold files' headers, footers and indexes; each delta against
+// its window), and changes nothing unless all of it is sound. It never
+// panics, whatever r holds. Jobs planned before Load are dropped by
+// Finish. Call it under the write lock.
+func (t *table) Load(r io.Reader) error {
+	data, nextGen, err := t.readImage(r)
 	if err != nil {
 		return err
 	}
-	st, err := t.parse(data)
+	wins, n, err := t.parse(data)
 	if err != nil {
-		for _, w := range st.wins {
+		for _, w := range wins {
 			switch b := w.body.(type) {
-			case *coldBody:
-				b.f.close()
-			case *sealedBody:
-				b.s.release(&t.arena)
+			case *coldWindow:
+				b.close()
+			case *sealedWindow:
+				b.release(&t.arena)
 			}
 		}
 		return err
 	}
 	for _, w := range t.wins {
-		switch b := w.body.(type) {
-		case *coldBody:
-			t.obsolete = append(t.obsolete, &b.f.coldBase)
-		case *sealedBody:
-			b.s.release(&t.arena)
-		}
+		t.retire(w.body)
 	}
-	t.wins, t.live = st.wins, st.live
-	for _, w := range t.wins {
-		if b, ok := w.body.(*sealedBody); ok {
-			b.s.installed = true
+	t.wins, t.n = wins, n
+	t.los = t.los[:0]
+	for _, w := range wins {
+		t.los = append(t.los, w.lo)
+		if s, ok := w.body.(*sealedWindow); ok {
+			s.installed = true
 		}
 	}
 	t.nextGen = max(t.nextGen, nextGen)
+	t.jobs = 0
 	t.epoch++
 	t.trim()
 	return nil
 }
 
-// readImage reads a snapshot image of a table of windows of millis ms
-// and checks its header and checksum; it returns the body and the next
-// file generation the image records.
-func readImage(r io.Reader, millis int64) (body []byte, nextGen uint64, err error) {
-	var hdr [bitpack.HeaderBytes]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, 0, bitpack.ReadErr(ErrCorrupt, "tier", "snapshot header", err)
-	}
-	f, err := bitpack.ParseHeader(hdr[:], snapMagic, "tier snapshot", snapVersion, ErrCorrupt)
+// readImage reads a snapshot image of a table of t's windows and checks
+// its header and checksum; it returns the body and the next file
+// generation the image records.
+func (t *table) readImage(r io.Reader) (body []byte, nextGen uint64, err error) {
+	_, bodyLen, millis, nextGen, err := readSnapHeader(r)
 	if err != nil {
 		return nil, 0, err
 	}
-	bodyLen, imgMillis, nextGen := f[0], int64(f[1]), f[2]
 	if bodyLen > maxImage {
 		return nil, 0, fmt.Errorf("%w: snapshot body of %d bytes", ErrCorrupt, bodyLen)
 	}
-	if imgMillis != millis {
-		return nil, 0, fmt.Errorf("tier: snapshot has windows of %d ms, this tier %d", imgMillis, millis)
+	if millis != t.opts.WindowMillis {
+		return nil, 0, fmt.Errorf("tier: snapshot has windows of %d ms, this table %d", millis, t.opts.WindowMillis)
 	}
 	b, n, err := readBody(r, bodyLen+4)
 	if err != nil {
@@ -264,10 +341,10 @@ const exactBody = 1 << 31
 
 // readBody reads the n bytes of an image body into one slice, allocated
 // whole when n is at most exactBody (the header, checksummed, vouches for
-// it; a byte buffer doubling its way there cost recovery three times the
-// page faults and copies of the body), grown by doubling from there on, so
-// that a length no stream holds costs at most twice what r holds. It
-// returns how many bytes it read.
+// it; a buffer doubling its way there costs recovery page faults and
+// copies of the body several times over), grown by doubling from there
+// on, so that a length no stream holds costs at most twice what r holds.
+// It returns how many bytes it read.
 func readBody(r io.Reader, n uint64) ([]byte, uint64, error) {
 	b := make([]byte, min(n, exactBody))
 	for read := uint64(0); ; {
@@ -283,205 +360,138 @@ func readBody(r io.Reader, n uint64) ([]byte, uint64, error) {
 	}
 }
 
-// parseBodyHead reads a snapshot body's head — tag, shape, windows — and
-// checks it against the table's.
-func parseBodyHead(rd *bitpack.Reader, tag [4]byte, sh shape) (windows uint64, err error) {
-	if got := rd.Bytes(4); rd.Err == nil && [4]byte(got) != tag {
-		return 0, fmt.Errorf("%w: snapshot: tag %q, this table's is %q", ErrCorrupt, got, tag[:])
+// parse decodes a snapshot body into windows and their record total. On
+// failure the windows it returns hold what it opened (files, arena
+// regions), for the caller to free.
+func (t *table) parse(data []byte) (wins []*window, total int, err error) {
+	sr := &snapshotReader{b: data}
+	fail := func(format string, args ...any) ([]*window, int, error) {
+		return wins, 0, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if c, d := rd.Byte(), rd.Byte(); rd.Err == nil && (int(c) != sh.cols || int(d) != sh.dense) {
-		return 0, fmt.Errorf("%w: snapshot: %d columns (%d dense), the table has %d (%d)", ErrCorrupt, c, d, sh.cols, sh.dense)
+	if tag := sr.bytes(4); sr.err == nil && [4]byte(tag) != t.image.tag {
+		return fail("a table of %q, this one's is %q", tag, t.image.tag[:])
 	}
-	nw := rd.Uvarint()
-	if rd.Err == nil && nw > uint64(len(rd.B)) {
-		return 0, fmt.Errorf("%w: snapshot: %d windows in %d bytes", ErrCorrupt, nw, len(rd.B))
-	}
-	return nw, rd.Err
-}
-
-// parseWindowHead reads a window's head — number, records, form — and
-// checks that the number follows prev (-1 for the first) and names a
-// window of win.
-func parseWindowHead(rd *bitpack.Reader, win snowflake.Windows, prev int64) (num int64, n uint64, kind Kind, err error) {
-	num = rd.Varint()
-	n = rd.Uvarint()
-	kind = Kind(rd.Byte())
-	switch {
-	case rd.Err != nil:
-		return 0, 0, 0, rd.Err
-	case prev >= 0 && num <= prev:
-		return 0, 0, 0, fmt.Errorf("%w: snapshot: window %d after %d", ErrCorrupt, num, prev)
-	case num < 0 || win.End(num) <= 0 || win.Start(num) > win.Last(num):
-		return 0, 0, 0, fmt.Errorf("%w: snapshot: window number %d", ErrCorrupt, num)
-	}
-	return num, n, kind, nil
-}
-
-// parseFileRef reads a cold window's file name and size and checks that
-// the name is one of opts' prefix for window num, in a table with a Dir.
-func parseFileRef(rd *bitpack.Reader, opts Options, num int64) (name string, size uint64, err error) {
-	name = string(rd.Bytes(rd.Uvarint()))
-	size = rd.Uvarint()
-	if rd.Err != nil {
-		return "", 0, rd.Err
-	}
-	if fnum, _, ok := parseFileName(opts.Prefix, name); !ok || fnum != num {
-		return "", 0, fmt.Errorf("%w: snapshot: window %d: file name %q", ErrCorrupt, num, name)
-	}
-	if opts.Dir == "" {
-		return "", 0, fmt.Errorf("%w: snapshot: window %d is in file %s, and the table has no Dir", ErrCorrupt, num, name)
-	}
-	return name, size, nil
-}
-
-type loaded struct {
-	wins []*window
-	live int
-}
-
-func (t *Tier[R]) parse(data []byte) (st loaded, err error) {
-	rd := bitpack.Reader{B: data, Corrupt: ErrCorrupt}
-	fail := func(format string, args ...any) (loaded, error) {
-		return st, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
-	}
-	nw, err := parseBodyHead(&rd, t.tag, t.sh)
-	if err != nil {
-		return st, err
-	}
-	var row Row
-	readRows := func(w *window) *openTable {
-		n := rd.Uvarint()
-		if rd.Err != nil || n > uint64(len(rd.B)) {
-			if rd.Err == nil {
-				rd.Err = fmt.Errorf("%w: snapshot: %d rows in %d bytes", ErrCorrupt, n, len(rd.B))
-			}
-			return nil
-		}
-		if n == 0 {
-			return nil
-		}
-		tb := &openTable{}
-		size, shift := sizeFor(int(n))
-		tb.slots, tb.shift = make([]oslot, size), shift
-		var prev uint64
-		for i := range n {
-			k := rd.Uvarint()
-			for f := range t.cols {
-				row[f] = rd.Uvarint()
-			}
-			if rd.Err != nil {
-				return nil
-			}
-			if k == 0 || (i > 0 && k <= prev) || k-1 > w.last-w.lo {
-				rd.Err = fmt.Errorf("%w: snapshot: window %d: row key %d out of order or range", ErrCorrupt, w.num, k)
-				return nil
-			}
-			prev = k
-			tb.put(k, &t.layout, &row)
-		}
-		return tb
-	}
+	nw := sr.count("windows")
 	lastNum := int64(-1)
 	for range nw {
-		num, n, kind, err := parseWindowHead(&rd, t.win, lastNum)
-		if err != nil {
-			return st, err
+		num, n, kind := sr.varint(), sr.uvarint(), Kind(sr.byte())
+		switch {
+		case sr.err != nil:
+			return wins, 0, sr.err
+		case lastNum >= 0 && num <= lastNum:
+			return fail("window %d after %d", num, lastNum)
+		case num < 0 || t.win.End(num) <= 0 || t.win.Start(num) > t.win.Last(num):
+			return fail("window number %d", num)
 		}
 		lastNum = num
-		lo, last := t.win.Start(num), t.win.Last(num)
-		w := &window{num: num, lo: lo, last: last}
-		base := 0
+		w := &window{num: num, lo: t.win.Start(num), last: t.win.Last(num)}
 		switch kind {
 		case Open:
-			tb := readRows(w)
-			if tb == nil {
-				tb = newOpenTable()
+			w.body = t.shape.readOpen(sr, w)
+			if sr.err != nil {
+				return wins, 0, sr.err
 			}
-			w.body, base = &openBody{tb}, tb.n
 		case Sealed:
-			sz := rd.Uvarint()
-			raw := rd.Bytes(sz)
-			if rd.Err != nil {
-				return st, rd.Err
+			raw := sr.bytes(sr.uvarint())
+			if sr.err != nil {
+				return wins, 0, sr.err
 			}
-			s, err := newSegment(&t.arena, raw, t.tag, t.sh, true)
+			s, err := t.newSealed(raw, true)
 			if err != nil {
-				return st, fmt.Errorf("snapshot: window %d: %w", num, err)
+				return wins, 0, fmt.Errorf("snapshot: window %d: %w", num, err)
 			}
-			w.body, base = &sealedBody{s}, s.idx.Posts()
-			if s.idx.Posts() > 0 && (s.idx.MinID() < lo || s.idx.MaxID() > last) {
-				s.release(&t.arena)
+			w.body = s
+			wins = append(wins, w) // freed on failure
+			if s.idx.records > 0 && (s.idx.minID < w.lo || s.idx.maxID > w.last) {
 				return fail("window %d holds ids outside it", num)
 			}
+			wins = wins[:len(wins)-1]
 		case Cold:
-			name, size, err := parseFileRef(&rd, t.opts, num)
+			name := string(sr.bytes(sr.uvarint()))
+			size := sr.uvarint()
+			if sr.err != nil {
+				return wins, 0, sr.err
+			}
+			if fnum, _, ok := parseFileName(t.opts.Prefix, name); !ok || fnum != num {
+				return fail("window %d: file name %q", num, name)
+			}
+			if t.opts.Dir == "" {
+				return fail("window %d is in file %s, and the table has no Dir", num, name)
+			}
+			f, err := t.openCold(name)
 			if err != nil {
-				return st, err
+				return wins, 0, err
 			}
-			cf, err := openCold(t.opts.Dir, name, t.tag, t.sh, t.cache)
-			if err != nil {
-				return st, err
+			w.body = f
+			wins = append(wins, w) // closed on failure
+			if uint64(f.size) != size {
+				return fail("file %s is %d bytes, the snapshot says %d", name, f.size, size)
 			}
-			w.body = &coldBody{cf}
-			st.wins = append(st.wins, w) // closed on failure
-			if uint64(cf.size) != size {
-				return fail("file %s is %d bytes, the snapshot says %d", name, cf.size, size)
-			}
-			if cf.idx.Posts() > 0 && (cf.idx.MinID() < lo || cf.idx.MaxID() > last) {
+			if f.idx.records > 0 && (f.idx.minID < w.lo || f.idx.maxID > w.last) {
 				return fail("file %s holds ids outside window %d", name, num)
 			}
-			st.wins = st.wins[:len(st.wins)-1]
-			base = cf.idx.Posts()
+			wins = wins[:len(wins)-1]
 		default:
 			return fail("window %d of kind %d", num, kind)
 		}
-		st.wins = append(st.wins, w)
-		w.delta = readRows(w)
-		if rd.Err != nil {
-			return st, rd.Err
+		wins = append(wins, w)
+		o, records, err := t.shape.readOverlay(sr, w)
+		if err != nil {
+			return wins, 0, err
 		}
-		if ob, ok := w.body.(*openBody); ok && w.delta != nil {
-			// An open table a job was sealing when the image was taken:
-			// its delta goes back into it.
-			for _, k := range w.delta.sorted(&t.layout) {
-				w.delta.get(k, &t.layout, &row)
-				ob.t.put(k, &t.layout, &row)
-			}
-			w.delta, base = nil, ob.t.n
+		if uint64(records) != n {
+			return fail("window %d: %d records, the snapshot says %d", num, records, n)
 		}
-		// The records: the base's and the delta's that are new.
-		total := base
-		if w.delta != nil {
-			for _, k := range w.delta.sorted(&t.layout) {
-				var scratch Row
-				var ok bool
-				var err error
-				switch b := w.body.(type) {
-				case *sealedBody:
-					ok = b.s.get(w.lo+k-1, &scratch)
-				case *coldBody:
-					ok, err = b.f.get(w.lo+k-1, &scratch)
-				}
-				if err != nil {
-					return st, err
-				}
-				if !ok {
-					total++
-				}
-			}
+		if o != nil && w.body.kind() == Open {
+			// An open table a job was sealing when the image was
+			// taken: its delta goes back into it.
+			t.shape.foldInto(w.body, o)
+			o = nil
 		}
-		if uint64(total) != n {
-			return fail("window %d: %d records, the snapshot says %d", num, total, n)
-		}
-		w.n = total
-		st.live += total
+		w.delta, w.n = o, records
+		total += records
 	}
-	if rd.Err != nil {
-		return st, rd.Err
+	if sr.err != nil {
+		return wins, 0, sr.err
 	}
-	if len(rd.B) != 0 {
-		return fail("%d bytes after the last window", len(rd.B))
+	if len(sr.b) != 0 {
+		return fail("%d bytes after the last window", len(sr.b))
 	}
-	slices.SortFunc(st.wins, func(a, b *window) int { return cmp.Compare(a.num, b.num) })
-	return st, nil
+	slices.SortFunc(wins, func(a, b *window) int { return cmp.Compare(a.num, b.num) })
+	return wins, total, nil
+}
+
+// loadAnyWindow is LoadAnyWindow for a table of either shape: an image
+// of t's window length is loaded as Load does; another one, t being
+// empty, is loaded into a table of the image's windows (newOther, with
+// options that move no window anywhere) and fill copies its records
+// into t.
+func loadAnyWindow[T interface {
+	Load(io.Reader) error
+	Close() error
+}](t *table, r io.Reader, newOther func(Options) (T, error), fill func(T) (err, rangeErr error)) error {
+	hdr, _, millis, _, err := readSnapHeader(r)
+	if err != nil {
+		return err
+	}
+	whole := io.MultiReader(bytes.NewReader(hdr[:]), r)
+	switch {
+	case millis == t.opts.WindowMillis:
+		return t.Load(whole)
+	case millis < 1 || millis > 1<<34:
+		return fmt.Errorf("%w: snapshot has windows of %d ms", ErrCorrupt, millis)
+	case len(t.wins) != 0:
+		return fmt.Errorf("tier: an image of %d ms windows loads only into an empty table of %d ms windows", millis, t.opts.WindowMillis)
+	}
+	opts := t.opts
+	opts.WindowMillis, opts.MemoryBudget, opts.ColdAge = millis, 0, 0
+	other, err := newOther(opts)
+	if err != nil {
+		return err
+	}
+	defer other.Close()
+	if err := other.Load(whole); err != nil {
+		return err
+	}
+	return errors.Join(fill(other))
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/cold"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -58,7 +58,7 @@ func randPost(rng *rand.Rand) Post {
 	return p
 }
 
-// check compares the tier with the model: Len, Get of every model id and
+// check compares the table with the model: Len, Get of every model id and
 // of absent ids, GetMany of random pages.
 func check(t *testing.T, tr *Posts, model map[uint64]Post, rng *rand.Rand, nWin int) {
 	t.Helper()
@@ -132,7 +132,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	const nWin = 30
 	clock := testEpoch
 	var kept []string // files of the last snapshot
-	var pending []*Job[Post]
+	var pending []*Job
 	for step := range steps {
 		switch r := rng.IntN(100); {
 		case r < 60:
@@ -151,7 +151,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 			d := engine.Counts{Likes: rng.Int64N(5) - 2, Views: rng.Int64N(50)}
-			was, got, err := AddCounts(tr, id, d)
+			was, got, err := tr.AddCounts(id, d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,8 +159,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("AddCounts: was %+v, the model has %+v", was, model[id])
 			}
 			want, ok := model[id]
-			want.Counts.Likes = clampAdd(want.Counts.Likes, d.Likes)
-			want.Counts.Views = clampAdd(want.Counts.Views, d.Views)
+			want.Counts.Likes = counters.Add(want.Counts.Likes, d.Likes)
+			want.Counts.Views = counters.Add(want.Counts.Views, d.Views)
 			if ok || !want.Counts.IsZero() {
 				model[id] = want
 			}
@@ -170,7 +170,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case r < 80:
 			id := randID(rng, nWin)
 			a := rng.Uint64N(100)
-			if err := SetAuthor(tr, id, a); err != nil {
+			if err := tr.SetAuthor(id, a); err != nil {
 				t.Fatal(err)
 			}
 			p := model[id]
@@ -357,8 +357,8 @@ func TestArena(t *testing.T) {
 	}
 	var live int64
 	for _, w := range tr.wins {
-		if b, ok := w.body.(*sealedBody); ok {
-			live += int64(cap(b.s.data))
+		if b, ok := w.body.(*sealedWindow); ok {
+			live += int64(cap(b.data))
 		}
 	}
 	if got := tr.arena.size(); got < live || got > live+chunkBytes {
@@ -517,21 +517,20 @@ func TestSlotLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	for _, ms := range []int64{1, 1000, 86_400_000, 1 << 34} {
 		win := snowflake.Windows{Millis: ms}
-		vb := valueBits(win.KeyBits())
-		l, ok := newSlotLayout(6, win.KeyBits(), PostCodec{}.SlotWidths(vb))
+		l, ok := newSlotLayout(win.KeyBits())
 		if !ok {
 			t.Fatalf("%d ms: no layout", ms)
 		}
-		tb := newOpenTable()
-		want := map[uint64]Row{}
+		tb := newRowTable()
+		want := map[uint64]postRow{}
 		maxKey := uint64(1) << win.KeyBits() // offset 2^KeyBits-1, plus one
 		for i := range 3000 {
 			key := 1 + rng.Uint64N(maxKey)
 			if i == 0 {
 				key = maxKey
 			}
-			var r Row
-			for f := range 6 {
+			var r postRow
+			for f := range postCols {
 				w := int(l.width[f])
 				switch rng.IntN(3) {
 				case 0:
@@ -541,7 +540,7 @@ func TestSlotLayout(t *testing.T) {
 				}
 			}
 			if i%100 == 0 {
-				f := rng.IntN(6)
+				f := rng.IntN(postCols)
 				r[f] = 1 << l.width[f] // one bit too wide
 			}
 			tb.put(key, &l, &r)
@@ -551,7 +550,7 @@ func TestSlotLayout(t *testing.T) {
 			t.Fatalf("%d ms: %d keys, %d overflowed", ms, tb.n, len(tb.over))
 		}
 		for key, r := range want {
-			var got Row
+			var got postRow
 			if !tb.get(key, &l, &got) || got != r {
 				t.Fatalf("%d ms: key %d: %v, want %v", ms, key, got, r)
 			}
@@ -581,13 +580,17 @@ func checkRange(t *testing.T, tr *Posts, model map[uint64]Post) {
 	}
 }
 
-// TestNewCleansOwnTemp: a new tier removes the temporary files a crash
-// left of its own writes, and no other store's.
+// TestNewCleansOwnTemp: a new table removes the temporary files a crash
+// left of its own writes, and no other table's or store's.
 func TestNewCleansOwnTemp(t *testing.T) {
 	dir := t.TempDir()
-	mine := filepath.Join(dir, "post-3-7.tier.coldtmp-123")
-	other := filepath.Join(dir, "pc-3-7.win.coldtmp-456")
-	for _, p := range []string{mine, other} {
+	mine := filepath.Join(dir, "post-3-7.tier"+tempMarker+"123")
+	others := []string{
+		filepath.Join(dir, "like-3-7.tier"+tempMarker+"456"),
+		filepath.Join(dir, "wal-0000000000000001.log.tmp"),
+		filepath.Join(dir, "post-3-7.tier"),
+	}
+	for _, p := range append(others, mine) {
 		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -598,77 +601,24 @@ func TestNewCleansOwnTemp(t *testing.T) {
 	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("own temporary file kept: %v", err)
 	}
-	if _, err := os.Stat(other); err != nil {
-		t.Fatalf("another store's temporary file: %v", err)
-	}
-	// The names are cold.Create's temporary names: cold.CleanTemp, which
-	// knows them, takes both.
-	os.WriteFile(mine, []byte("x"), 0o644)
-	if n, err := cold.CleanTemp(dir); err != nil || n != 2 {
-		t.Fatalf("cold.CleanTemp removed %d (%v): the names are not cold.Create's", n, err)
+	for _, p := range others {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("another's file: %v", err)
+		}
 	}
 }
 
-// postViaJoin is the post codec without PlainRecords: reads go through
-// Join.
-type postViaJoin struct{}
-
-func (postViaJoin) Tag() [4]byte                       { return PostCodec{}.Tag() }
-func (postViaJoin) Cols() int                          { return PostCodec{}.Cols() }
-func (postViaJoin) DenseCols() int                     { return PostCodec{}.DenseCols() }
-func (postViaJoin) SlotWidths(bits int) [MaxCols]uint8 { return PostCodec{}.SlotWidths(bits) }
-func (postViaJoin) Split(p Post) Row                   { return PostCodec{}.Split(p) }
-func (postViaJoin) Join(r Row) Post                    { return PostCodec{}.Join(r) }
-
-// TestJoinPath: a codec without PlainRecords reads the same through Join,
-// and a codec whose record is not its columns cannot claim to be plain.
-func TestJoinPath(t *testing.T) {
-	plain, _ := NewPosts(testOpts(""))
-	viaJoin, err := New[Post](postViaJoin{}, testOpts(""))
-	if err != nil || viaJoin.plain || !plain.plain {
-		t.Fatalf("plain %v, via Join %v (%v)", plain.plain, viaJoin.plain, err)
+// TestCreateFailureLeavesNothing: a write that fails leaves no file, not
+// even a temporary one.
+func TestCreateFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := createFile(filepath.Join(dir, "post-1-1.tier"), func(io.Writer) error { return errors.New("boom") }); err == nil {
+		t.Fatal("createFile swallowed the write error")
 	}
-	rng := rand.New(rand.NewPCG(9, 9))
-	var ids []uint64
-	for range 5000 {
-		id, p := randID(rng, 10), randPost(rng)
-		plain.Put(id, p)
-		viaJoin.Put(id, p)
-		ids = append(ids, id)
-	}
-	now := testEpoch.Add(5 * time.Second) // some windows sealed, some open
-	plain.Maintain(now)
-	viaJoin.Maintain(now)
-	var a, b [100]Post
-	var fa, fb [100]bool
-	for i := 0; i+100 <= len(ids); i += 100 {
-		if err := plain.GetMany(ids[i:i+100], a[:], fa[:]); err != nil {
-			t.Fatal(err)
-		}
-		if err := viaJoin.GetMany(ids[i:i+100], b[:], fb[:]); err != nil {
-			t.Fatal(err)
-		}
-		if a != b || fa != fb {
-			t.Fatalf("page %d differs", i/100)
-		}
-	}
-	if _, err := New[three](badPlain{}, testOpts("")); err == nil {
-		t.Fatal("a 24-byte record claiming six plain columns was accepted")
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("a failed createFile left %d files", len(left))
 	}
 }
-
-// badPlain claims that a record of three words is its six columns.
-type badPlain struct{}
-
-type three struct{ a, b, c uint64 }
-
-func (badPlain) Tag() [4]byte                       { return [4]byte{'B', 'A', 'D', '!'} }
-func (badPlain) Cols() int                          { return 6 }
-func (badPlain) DenseCols() int                     { return 6 }
-func (badPlain) SlotWidths(bits int) [MaxCols]uint8 { return [MaxCols]uint8{8, 8, 8, 8, 8, 8} }
-func (badPlain) Split(three) Row                    { return Row{} }
-func (badPlain) Join(Row) three                     { return three{} }
-func (badPlain) PlainRecords() bool                 { return true }
 
 // dropJobsAcrossLoad plans the jobs due an hour after testEpoch on tbl,
 // calls between, loads snap (an image of tbl with every window open) and
@@ -707,7 +657,7 @@ func dropJobsAcrossLoad(t *testing.T, tbl interface {
 
 // TestJobAcrossLoad: a job planned before a Load is dropped by Finish,
 // its file deleted, and the loaded state stands; Load refuses an image of
-// another window length or codec.
+// another window length.
 func TestJobAcrossLoad(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOpts(dir)
@@ -726,81 +676,66 @@ func TestJobAcrossLoad(t *testing.T) {
 	if err := o.Load(bytes.NewReader(snap.Bytes())); err == nil {
 		t.Fatal("Load of an image of other windows")
 	}
-	c, _ := New[three](badPlainOK{}, testOpts(""))
-	if err := c.Load(bytes.NewReader(snap.Bytes())); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Load of another codec's image: %v", err)
-	}
 }
-
-// badPlainOK is badPlain without the claim.
-type badPlainOK struct{}
-
-func (badPlainOK) Tag() [4]byte                       { return [4]byte{'B', 'A', 'D', '!'} }
-func (badPlainOK) Cols() int                          { return 3 }
-func (badPlainOK) DenseCols() int                     { return 3 }
-func (badPlainOK) SlotWidths(bits int) [MaxCols]uint8 { return [MaxCols]uint8{8, 8, 8} }
-func (badPlainOK) Split(r three) Row                  { return Row{r.a, r.b, r.c} }
-func (badPlainOK) Join(r Row) three                   { return three{r[0], r[1], r[2]} }
 
 // TestArenaPending: a chunk with a region handed out but not yet attached
 // (a job still encoding into it) is not packed; once attached, it is, the
-// segments read the same, and the arena counts the live regions.
+// windows read the same, and the arena counts the live regions.
 func TestArenaPending(t *testing.T) {
-	var a arena
-	sh := shape{6, 1}
+	p, _ := NewPosts(testOpts(""))
 	img := func(n int) []byte {
 		var buf bytes.Buffer
-		ww := newWindowWriter(&buf, postTag, sh)
+		pw := newPostWriter(&buf)
 		for i := range n {
-			ww.add(uint64(1000+7*i), &Row{uint64(i), uint64(i % 3)})
+			pw.add(uint64(1000+7*i), &postRow{uint64(i), uint64(i % 3)})
 		}
-		ww.close()
+		pw.close()
 		return buf.Bytes()
 	}
 	one := img(300)
 	// A job's region, handed out and being filled.
-	region, c1 := a.alloc(len(one))
+	region, c1 := p.arena.alloc(len(one))
 	copy(region, one)
-	var segs []*segment
+	var wins []*sealedWindow
 	for range 2 * chunkBytes / len(one) { // fill and close the chunk
-		s, err := newSegment(&a, one, postTag, sh, false)
+		s, err := p.newSealed(one, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.installed = true
-		segs = append(segs, s)
+		wins = append(wins, s)
 	}
-	notInstalled := func(r arenaRegion) bool { return !r.(*segment).installed }
-	a.trim(notInstalled)
+	notInstalled := func(s *sealedWindow) bool { return !s.installed }
+	p.arena.trim(notInstalled)
 	if c1.packed {
 		t.Fatal("a chunk with a pending region was packed")
 	}
-	s1, err := openSegment(region, postTag, sh, false)
+	idx, err := parseImage(region, p.image)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1.chunk, s1.installed = c1, true
-	a.attach(c1, s1)
-	segs = append(segs, s1)
-	a.trim(notInstalled)
-	if len(a.closed) != 0 {
-		t.Fatalf("%d chunks left to pack", len(a.closed))
+	s1 := &sealedWindow{data: region, idx: idx, chunk: c1, installed: true}
+	p.arena.attach(c1, s1)
+	wins = append(wins, s1)
+	p.arena.trim(notInstalled)
+	if len(p.arena.closed) != 0 {
+		t.Fatalf("%d chunks left to pack", len(p.arena.closed))
 	}
 	var live int64
-	var row Row
-	for _, s := range segs {
+	var r postRow
+	for _, s := range wins {
 		live += int64(cap(s.data))
-		if !s.get(1000+7*299, &row) || row[0] != 299 {
-			t.Fatalf("a moved segment reads %v", row)
+		if !getSealed(s, 1000+7*299, &r) || r[0] != 299 {
+			t.Fatalf("a moved window reads %v", r)
 		}
 	}
-	if got := a.size(); got < live || got > live+chunkBytes {
+	if got := p.arena.size(); got < live || got > live+chunkBytes {
 		t.Fatalf("arena counts %d bytes for %d live", got, live)
 	}
-	for _, s := range segs {
-		s.release(&a)
+	for _, s := range wins {
+		s.release(&p.arena)
 	}
-	if got := a.size(); got != 0 {
-		t.Fatalf("arena counts %d bytes with every segment freed", got)
+	if got := p.arena.size(); got != 0 {
+		t.Fatalf("arena counts %d bytes with every window freed", got)
 	}
 }

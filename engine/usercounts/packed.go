@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/bits"
 	"unsafe"
-
-	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // A block of the packed part is one 64-byte cache line, aligned: a
@@ -55,7 +53,16 @@ type packed struct {
 
 var emptyPacked = &packed{}
 
-// field returns the bits [o, o+w) of line (mask is LowMask(w)), the two
+// lowMask returns a word with the low w <= 64 bits set: a field's mask,
+// kept with its width rather than computed per read.
+func lowMask(w uint) uint64 {
+	if w >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<w - 1
+}
+
+// field returns the bits [o, o+w) of line (mask is lowMask(w)), the two
 // words it may span both read within the line, so that a lookup touches
 // no other line.
 func field(line *[lineWords]uint64, o uint, mask uint64) uint64 {
@@ -100,7 +107,7 @@ func (p *packed) search(u uint64, b int, first uint64) (int64, bool) {
 	line := p.line(b)
 	x := u - first
 	idW, cntW, l := header(line)
-	cntMask := bitpack.LowMask(cntW)
+	cntMask := lowMask(cntW)
 	if x == 0 {
 		return int64(field(line, firstCount, cntMask)), true
 	}
@@ -108,12 +115,12 @@ func (p *packed) search(u uint64, b int, first uint64) (int64, bool) {
 		return 0, false // past the line's last id
 	}
 	// Records 1..l-1 start after the first count, rw bits each: the last
-	// whose id is <= u, found branch-free (lookups fall at random places:
-	// a branching search mispredicted about half its steps, as
-	// engine/sealed's index search found).
+	// whose id is <= u, found branch-free (lookups fall at random places,
+	// where a branching search mispredicts about half its steps, as in
+	// engine/tier's block index search).
 	rw := idW + cntW
 	off := firstCount + cntW
-	idMask := bitpack.LowMask(idW)
+	idMask := lowMask(idW)
 	// Halving steps wait on each other; the count that ends the search
 	// makes independent compares, which the CPU runs side by side.
 	base, n := uint(0), uint(l-1)
@@ -209,7 +216,7 @@ func (p *packed) maxID() uint64 {
 	if l == 1 {
 		return p.firsts[b]
 	}
-	return p.firsts[b] + field(line, firstCount+cntW+uint(l-2)*(idW+cntW), bitpack.LowMask(idW))
+	return p.firsts[b] + field(line, firstCount+cntW+uint(l-2)*(idW+cntW), lowMask(idW))
 }
 
 // memoryBytes is the size of p's backing arrays.
@@ -245,7 +252,7 @@ func (it *packedIter) decode() {
 	b := it.b
 	line := it.p.line(b)
 	idW, cntW, l := header(line)
-	idMask, cntMask := bitpack.LowMask(idW), bitpack.LowMask(cntW)
+	idMask, cntMask := lowMask(idW), lowMask(cntW)
 	first := it.p.firsts[b]
 	it.ids[0], it.vals[0] = first, int64(field(line, firstCount, cntMask))
 	off := firstCount + cntW

@@ -1,0 +1,241 @@
+package tier
+
+import "io"
+
+// merge passes to add, in id order, the rows of base (a window starting
+// at lo) overlaid by overlays (nil ones skipped; a later one's row wins).
+func (p *Posts) merge(base body, lo uint64, overlays []*rowTable, add func(id uint64, r *postRow) error) error {
+	keys := unionKeys(&p.layout, overlays...)
+	next := 0
+	var over postRow
+	overlay := func(key uint64) {
+		for i := len(overlays) - 1; i >= 0; i-- {
+			if overlays[i] != nil && overlays[i].get(key, &p.layout, &over) {
+				return
+			}
+		}
+	}
+	emit := func(id uint64, r *postRow) error {
+		for next < len(keys) && lo+keys[next]-1 < id {
+			overlay(keys[next])
+			if err := add(lo+keys[next]-1, &over); err != nil {
+				return err
+			}
+			next++
+		}
+		if next < len(keys) && lo+keys[next]-1 == id {
+			overlay(keys[next])
+			next++
+			return add(id, &over)
+		}
+		return add(id, r)
+	}
+	if err := p.eachRow(base, lo, emit); err != nil {
+		return err
+	}
+	for ; next < len(keys); next++ {
+		overlay(keys[next])
+		if err := add(lo+keys[next]-1, &over); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachRow passes the rows of a window body to fn in id order. A sealed
+// or cold body's blocks are checked in full (a cold one's read from its
+// file, not through the cache), as are their order and the footer's
+// totals; with fn nil it only checks.
+func (p *Posts) eachRow(b body, lo uint64, fn func(id uint64, r *postRow) error) error {
+	if t, ok := b.(*rowTable); ok {
+		var r postRow
+		for _, key := range t.sorted(&p.layout) {
+			t.get(key, &p.layout, &r)
+			if err := fn(lo+key-1, &r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var ids []uint64
+	var rs []postRow
+	if fn != nil {
+		ids, rs = make([]uint64, maxPostsInBlock), make([]postRow, maxPostsInBlock)
+	}
+	var last uint64
+	n := 0
+	var idx *blockIndex
+	var file string
+	err := eachBlock(b, func(x *blockIndex, name string, i int, blk []byte) error {
+		idx, file = x, name
+		first := x.firstID(i)
+		off, _ := x.span(i)
+		if err := checkPostBlock(first, blk); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		}
+		var k postBlock
+		_ = k.parse(first, blk[:len(blk)-4])
+		if err := k.decode(ids, rs); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		}
+		if i > 0 && first <= last {
+			return corruptAt(file, int64(off), "block %d starts at id %d, not above %d", i, first, last)
+		}
+		last = k.ids.last(k.area)
+		n += k.len()
+		if fn != nil {
+			for j := range k.len() {
+				if err := fn(ids[j], &rs[j]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || idx == nil {
+		return err
+	}
+	if n != idx.records || (idx.blocks > 0 && last != idx.maxID) {
+		return corruptAt(file, 0, "footer says %d records up to id %d, blocks hold %d up to %d", idx.records, idx.maxID, n, last)
+	}
+	return nil
+}
+
+// The post table's record shape, for the core (recordShape).
+
+func (p *Posts) newOpen() body { return newRowTable() }
+
+func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay) error {
+	pw := newPostWriter(w)
+	if err := p.merge(base, lo, []*rowTable{asRows(fold)}, pw.add); err != nil {
+		return err
+	}
+	return pw.close()
+}
+
+func (p *Posts) verifyBlocks(b body) error { return p.eachRow(b, 0, nil) }
+
+func (p *Posts) foldInto(open body, o overlay) {
+	t, d := open.(*rowTable), o.(*rowTable)
+	var r postRow
+	for _, key := range d.sorted(&p.layout) {
+		d.get(key, &p.layout, &r)
+		t.put(key, &p.layout, &r)
+	}
+}
+
+func (p *Posts) compose(lower, upper overlay) overlay {
+	lo, up := asRows(lower), asRows(upper)
+	switch {
+	case lo == nil && up == nil:
+		return nil
+	case up == nil:
+		return lo
+	case lo == nil:
+		return up
+	}
+	var r postRow
+	for _, key := range lo.sorted(&p.layout) {
+		if !up.has(key, &p.layout) {
+			lo.get(key, &p.layout, &r)
+			up.put(key, &p.layout, &r)
+		}
+	}
+	return up
+}
+
+// A post table's snapshot entries, the open table's and the overlay's
+// alike, are rows:
+//
+//	rows = count uvarint | (id - window start + 1 uvarint | 6 × column uvarint)*   in id order
+
+func (p *Posts) writeOpen(sw *snapshotWriter, open body) error {
+	return p.writeRows(sw, open.(*rowTable))
+}
+
+func (p *Posts) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
+	return p.writeRows(sw, asRows(frozen), asRows(delta))
+}
+
+// writeRows writes the union of tables (nil ones skipped), a later
+// table's row winning.
+func (p *Posts) writeRows(sw *snapshotWriter, tables ...*rowTable) error {
+	keys := unionKeys(&p.layout, tables...)
+	sw.uvarint(uint64(len(keys)))
+	var r postRow
+	for _, key := range keys {
+		for i := len(tables) - 1; i >= 0; i-- {
+			if tables[i] != nil && tables[i].get(key, &p.layout, &r) {
+				break
+			}
+		}
+		sw.uvarint(key)
+		for _, v := range r {
+			sw.uvarint(v)
+		}
+		if err := sw.spill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Posts) readOpen(sr *snapshotReader, w *window) body {
+	if t := p.readRows(sr, w); t != nil {
+		return t
+	}
+	return newRowTable()
+}
+
+// readOverlay reads a window's delta and counts the records of its view:
+// the body's, and the delta's that are new.
+func (p *Posts) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
+	d := p.readRows(sr, w)
+	if sr.err != nil {
+		return nil, 0, sr.err
+	}
+	n := w.body.records()
+	if d == nil {
+		return nil, n, nil
+	}
+	var r postRow
+	for _, key := range d.sorted(&p.layout) {
+		ok, err := p.getBody(w, w.lo+key-1, &r)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !ok {
+			n++
+		}
+	}
+	return d, n, nil
+}
+
+// readRows reads rows into a new table, nil when there are none.
+func (p *Posts) readRows(sr *snapshotReader, w *window) *rowTable {
+	n := sr.count("rows")
+	if sr.err != nil || n == 0 {
+		return nil
+	}
+	t := &rowTable{}
+	size, shift := sizeFor(int(n))
+	t.slots, t.shift = make([]rowSlot, size), shift
+	var r postRow
+	var prev uint64
+	for i := range n {
+		key := sr.uvarint()
+		for f := range r {
+			r[f] = sr.uvarint()
+		}
+		if sr.err != nil {
+			return nil
+		}
+		if key == 0 || (i > 0 && key <= prev) || key-1 > w.last-w.lo {
+			sr.fail("window %d: row key %d out of order or range", w.num, key)
+			return nil
+		}
+		prev = key
+		t.put(key, &p.layout, &r)
+	}
+	return t
+}

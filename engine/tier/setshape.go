@@ -1,0 +1,282 @@
+package tier
+
+import (
+	"fmt"
+	"io"
+	"slices"
+)
+
+// merge passes to add, in (post, user) order, the pairs of body b (whose
+// window starts at lo) overlaid by lower and upper over it (either may
+// be nil), which it does not change: a reader may share them.
+func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(post, user uint64) error) error {
+	lw, up := asPairs(lower), asPairs(upper)
+	if lw == nil {
+		lw = &pairDelta{}
+	}
+	if up == nil {
+		up = &pairDelta{}
+	}
+	// The overlays' additions are absent below them and their removals
+	// present, so the body's pairs they keep and the additions they keep
+	// are disjoint.
+	removed := func(u, k uint64) bool { return lw.removed.has(u, k) || up.removed.has(u, k) }
+	added := up.added.pairs(keepPairs(nil, lw.added, up.removed))
+	if t, ok := b.(*pairTable); ok { // an open table: its pairs are sorted with the additions
+		t.each(func(u, k uint64) bool {
+			if !removed(u, k) {
+				added = append(added, pair{k, u})
+			}
+			return true
+		})
+		b = nil
+	}
+	for i := range added {
+		added[i].post += lo
+	}
+	slices.SortFunc(added, comparePairs)
+	if b != nil {
+		err := s.eachPair(b, func(post, u uint64) error {
+			for len(added) > 0 && comparePairs(added[0], pair{post, u}) < 0 {
+				if err := add(added[0].post, added[0].user); err != nil {
+					return err
+				}
+				added = added[1:]
+			}
+			if removed(u, post-lo) {
+				return nil
+			}
+			return add(post, u)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, q := range added {
+		if err := add(q.post, q.user); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepPairs appends to dst the pairs of from (offsets in their window)
+// that unless does not hold.
+func keepPairs(dst []pair, from, unless *pairTable) []pair {
+	from.each(func(u, k uint64) bool {
+		if !unless.has(u, k) {
+			dst = append(dst, pair{k, u})
+		}
+		return true
+	})
+	return dst
+}
+
+// eachPair passes the pairs (post, user) of a sealed or cold body to fn
+// in order, checking every block in full (a cold one's read from its
+// file, not through the cache), the pair order and the footer's totals;
+// with fn nil it only checks.
+func (s *Set) eachPair(b body, fn func(post, user uint64) error) error {
+	sc := new(pairScratch)
+	var last pair
+	n := 0
+	var idx *blockIndex
+	var file string
+	err := eachBlock(b, func(x *blockIndex, name string, i int, blk []byte) error {
+		idx, file = x, name
+		firstPost, firstUser := x.firstPair(i)
+		off, _ := x.span(i)
+		if err := checkPairBlock(firstPost, firstUser, blk); err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		}
+		var k pairBlock
+		_ = k.parse(firstPost, firstUser, blk[:len(blk)-4])
+		c, err := k.decode(sc.pairs[:], sc.vals[:])
+		if err != nil {
+			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		}
+		if i > 0 && comparePairs(sc.pairs[0], last) <= 0 {
+			return corruptAt(file, int64(off), "block %d: pairs out of order", i)
+		}
+		last = sc.pairs[c-1]
+		n += c
+		if fn != nil {
+			for _, q := range sc.pairs[:c] {
+				if err := fn(q.post, q.user); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || idx == nil {
+		return err
+	}
+	if n != idx.records || (idx.blocks > 0 && last.post != idx.maxID) {
+		return corruptAt(file, 0, "footer says %d pairs up to post %d, blocks hold %d up to %d", idx.records, idx.maxID, n, last.post)
+	}
+	return nil
+}
+
+// pairScratch is the decoder's working memory for one block.
+type pairScratch struct {
+	pairs [maxBlockPairs]pair
+	vals  [2 * maxBlockPairs]uint64
+}
+
+// A set's record shape, for the core (recordShape).
+
+func (s *Set) newOpen() body { return newPairTable(s.keyBits, 0) }
+
+func (s *Set) writeImage(w io.Writer, base body, lo uint64, fold overlay) error {
+	pw := newPairWriter(w, s.image.tag, s.blockLimit)
+	if err := s.merge(base, lo, fold, nil, pw.add); err != nil {
+		return err
+	}
+	return pw.close()
+}
+
+func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }
+
+func (s *Set) foldInto(open body, o overlay) {
+	t, d := open.(*pairTable), o.(*pairDelta)
+	d.added.each(func(u, k uint64) bool { t.add(u, k); return true })
+	d.removed.each(func(u, k uint64) bool { t.remove(u, k); return true })
+}
+
+// compose returns the delta over a body equal to lower over it with upper
+// over that (either may be nil), reusing upper's tables: what a failed
+// job leaves of its frozen delta and the writes since, or both as one.
+func (s *Set) compose(lower, upper overlay) overlay {
+	lo, up := asPairs(lower), asPairs(upper)
+	switch {
+	case lo == nil && up == nil:
+		return nil
+	case up == nil:
+		return lo
+	case lo == nil:
+		return up
+	}
+	lo.added.each(func(u, k uint64) bool {
+		// Absent from the body: a later removal cancels it.
+		if !up.removed.remove(u, k) {
+			s.tableOf(&up.added).add(u, k)
+		}
+		return true
+	})
+	lo.removed.each(func(u, k uint64) bool {
+		// Present in the body: a later addition cancels it.
+		if !up.added.remove(u, k) {
+			s.tableOf(&up.removed).add(u, k)
+		}
+		return true
+	})
+	return up
+}
+
+// A set's snapshot entries are pair lists, an open table's pairs and a
+// delta's additions then its removals:
+//
+//	open    = pairs
+//	overlay = pairs (added, absent from the base) | pairs (removed, present in it)
+//	pairs   = count uvarint | (post id - window start uvarint | user uvarint)*  in (post, user) order
+
+func (s *Set) writeOpen(sw *snapshotWriter, open body) error {
+	return writePairs(sw, open.(*pairTable).pairs(nil))
+}
+
+func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
+	// The two deltas as one, without changing either: a reader may share
+	// them.
+	fr, dl := asPairs(frozen), asPairs(delta)
+	if fr == nil {
+		fr = &pairDelta{}
+	}
+	if dl == nil {
+		dl = &pairDelta{}
+	}
+	added := keepPairs(keepPairs(nil, fr.added, dl.removed), dl.added, fr.removed)
+	removed := keepPairs(keepPairs(nil, fr.removed, dl.added), dl.removed, fr.added)
+	if err := writePairs(sw, added); err != nil {
+		return err
+	}
+	return writePairs(sw, removed)
+}
+
+func writePairs(sw *snapshotWriter, ps []pair) error {
+	slices.SortFunc(ps, comparePairs)
+	sw.uvarint(uint64(len(ps)))
+	for _, q := range ps {
+		sw.uvarint(q.post)
+		sw.uvarint(q.user)
+		if err := sw.spill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Set) readOpen(sr *snapshotReader, w *window) body {
+	if t := s.readPairs(sr, w); t != nil {
+		return t
+	}
+	return newPairTable(s.keyBits, 0)
+}
+
+// readOverlay reads a window's delta, checking that every addition is
+// absent from its body and every removal present (which reads the cold
+// blocks they fall in), and counts the pairs of the window's view.
+func (s *Set) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
+	added, removed := s.readPairs(sr, w), s.readPairs(sr, w)
+	if sr.err != nil {
+		return nil, 0, sr.err
+	}
+	var bad error
+	check := func(t *pairTable, want bool) {
+		t.each(func(u, k uint64) bool {
+			has, err := s.bodyHas(w, u, w.lo+k)
+			switch {
+			case err != nil:
+				bad = err
+			case has != want:
+				bad = fmt.Errorf("%w: snapshot: window %d: a delta pair contradicts its base", ErrCorrupt, w.num)
+			}
+			return bad == nil
+		})
+	}
+	if check(added, false); bad == nil {
+		check(removed, true)
+	}
+	if bad != nil {
+		return nil, 0, bad
+	}
+	n := w.body.records() + added.len() - removed.len()
+	if added == nil && removed == nil {
+		return nil, n, nil
+	}
+	return &pairDelta{added: added, removed: removed}, n, nil
+}
+
+// readPairs reads a pair list of window w into a table (nil when empty),
+// checking order and range.
+func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
+	n := sr.count("pairs")
+	if sr.err != nil || n == 0 {
+		return nil
+	}
+	t := newPairTable(s.keyBits, int(n))
+	var prev pair
+	for i := range n {
+		q := pair{sr.uvarint(), sr.uvarint()}
+		if sr.err != nil {
+			return nil
+		}
+		if (i > 0 && comparePairs(q, prev) <= 0) || q.post > w.last-w.lo {
+			sr.fail("window %d: pair out of order or range", w.num)
+			return nil
+		}
+		prev = q
+		t.add(q.user, q.post)
+	}
+	return t
+}
