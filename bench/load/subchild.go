@@ -159,9 +159,9 @@ func runSubsChild(args []string) error {
 	conns := make([]*websocket.Conn, a.count)
 	var closing atomic.Bool
 	var readers sync.WaitGroup
-	// The server refuses more than a few sockets per address that have
-	// not sent connection_init yet (tally: 16), so each source address
-	// has 8 opening at a time.
+	// The server caps the sockets per address that have not sent
+	// connection_init yet (tally: -ws-max-per-address; 16 in builds
+	// before that flag), so each source address has 8 opening at a time.
 	parallel(ctx, a.count, 8*len(clients), func(k int) {
 		i := a.first + k
 		conn, first, code, err := openSubscription(ctx, clients[k%len(clients)], a.urls[i%len(a.urls)], tok.user(a.userBase+uint64(i)))
@@ -245,24 +245,28 @@ func closeCode(what string, err error) string {
 func openSubscription(ctx context.Context, hc *http.Client, url, token string) (*websocket.Conn, badges, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var conn *websocket.Conn
-	var err error
 	for attempt := 0; ; attempt++ {
-		var resp *http.Response
-		conn, resp, err = websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"graphql-transport-ws"}})
-		if err == nil {
-			break
+		conn, first, code, again, err := tryOpen(ctx, hc, url, token)
+		if !again || attempt >= 50 {
+			return conn, first, code, err
 		}
-		if resp != nil && resp.StatusCode == http.StatusTooManyRequests && attempt < 50 {
-			time.Sleep(100 * time.Millisecond) // the per-address cap on uninitialised sockets
-			continue
-		}
-		return nil, badges{}, "DIAL", err
+		// The per-address cap on uninitialised sockets: tally closes the
+		// socket with 1013 (builds before that answered the upgrade 429).
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tryOpen is one attempt of openSubscription; again reports a refusal by
+// the per-address cap.
+func tryOpen(ctx context.Context, hc *http.Client, url, token string) (_ *websocket.Conn, _ badges, code string, again bool, _ error) {
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		return nil, badges{}, "DIAL", resp != nil && resp.StatusCode == http.StatusTooManyRequests, err
 	}
 	conn.SetReadLimit(1 << 20)
-	fail := func(what string, err error) (*websocket.Conn, badges, string, error) {
+	fail := func(what string, err error) (*websocket.Conn, badges, string, bool, error) {
 		conn.CloseNow()
-		return nil, badges{}, closeCode(what, err), fmt.Errorf("%s: %w", what, err)
+		return nil, badges{}, closeCode(what, err), websocket.CloseStatus(err) == websocket.StatusTryAgainLater, fmt.Errorf("%s: %w", what, err)
 	}
 	init, _ := json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]string{"Authorization": "Bearer " + token}})
 	if err := conn.Write(ctx, websocket.MessageText, init); err != nil {
@@ -290,7 +294,7 @@ func openSubscription(ctx context.Context, hc *http.Client, url, token string) (
 		}
 		return fail(code, fmt.Errorf("first message: %.200s", msg))
 	}
-	return conn, m.badges(), "", nil
+	return conn, m.badges(), "", false, nil
 }
 
 // readSubscription reports every push of subscription i until it ends.
