@@ -718,3 +718,52 @@ func TestWSNoGoroutineLeak(t *testing.T) {
 		}
 	}
 }
+
+// gatedCap holds every connection_init at the per-user count until the
+// gate opens: the socket's messages wait behind it.
+type gatedCap struct{ gate chan struct{} }
+
+func (g gatedCap) Acquire(ctx context.Context, _ engine.UserID) (func(), bool, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return func() {}, true, nil
+}
+
+// Reading does not wait for handling (the event loop reads whatever
+// arrives), so a peer that keeps sending while its messages wait to be
+// handled is closed with 1008 before the server holds more than a few of
+// the largest messages, and what it sent is let go.
+func TestWSFloodWhileHandlingIsClosed(t *testing.T) {
+	gate := make(chan struct{})
+	defer close(gate)
+	s := newTestServerWith(t, openStore(t), transport.Config{SocketCap: gatedCap{gate}})
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	heapBefore := ms.HeapInuse
+	c := rawWS(t, s)
+	wsWrite(t, c, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + s.token(t, 1, false)}})
+	big := `{"type":"pong","payload":{"x":"` + strings.Repeat("x", 900<<10) + `"}}`
+	sent := 0
+	for range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Write(ctx, websocket.MessageText, []byte(big))
+		cancel()
+		if err != nil {
+			break
+		}
+		sent++
+	}
+	code, reason := wsClosed(t, c, 5*time.Second)
+	if code != 1008 || !strings.Contains(reason, "faster than they are handled") {
+		t.Fatalf("after %d messages of 900 KiB sent while the first waits: closed with %d %q", sent, code, reason)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if grew := int64(ms.HeapInuse) - int64(heapBefore); grew > 16<<20 {
+		t.Fatalf("heap grew by %d bytes holding a flood's messages (%d sent)", grew, sent)
+	}
+	t.Logf("closed with 1008 after %d messages of 900 KiB were sent", sent)
+}

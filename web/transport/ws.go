@@ -107,6 +107,7 @@ const (
 	closeTooManyInitRequests = 4429 // a second connection_init; also the per-user socket cap
 	closeNormal              = 1000 // the peer closed
 	closeGoingAway           = 1001 // server shutting down
+	closePolicy              = 1008 // messages arrive faster than they are handled
 	closeMessageTooBig       = 1009 // a message over ReadLimit
 	closeTryAgainLater       = 1013 // slow reader dropped; the per-address cap
 )
@@ -154,6 +155,9 @@ type wsTransport struct {
 	up        *nbws.Upgrader
 	wheel     *wheel
 	metrics   *metrics // nil without Config.Metrics
+	// floodBytes bounds what one socket may send while some of its
+	// messages wait to be handled.
+	floodBytes int64
 
 	mu        sync.Mutex
 	open      *wsConn // list of open sockets, for shutdown
@@ -911,6 +915,9 @@ func newWSTransport(cfg Config, m *metrics) *wsTransport {
 		slots:     newWSSlots(ws.MaxPerUser),
 		wheel:     newWheel(wheelTick),
 		metrics:   m,
+		// Four of the largest messages: more than an honest client
+		// sends at once (a reconnect's subscribes are a few KiB).
+		floodBytes: 4 * max(ws.ReadLimit, 64<<10),
 	}
 	t.up = t.newUpgrader()
 	// Started with the first transport rather than the first socket, so

@@ -41,6 +41,12 @@ type wsConn struct {
 	// does not see as synchronisation: code they call loads attached
 	// before anything else, which orders it after the socket's setup.
 	attached atomic.Bool
+	// unhandled counts the messages (and control frames) parsed and not
+	// yet handled; inflow, the bytes read since there were none. nbio
+	// reads whatever arrives, so this, not TCP's window, bounds what a
+	// peer that sends faster than the server handles can make it hold.
+	unhandled atomic.Int32
+	inflow    atomic.Int64
 
 	// base is what the socket's operations see of its upgrade request
 	// (limitInfo); the socket cancels its operations itself rather than

@@ -242,7 +242,15 @@ func (c *wsConn) attach(conn net.Conn, up *nbws.Upgrader) error {
 	}
 	ws := nbws.NewServerConn(up, nb, "graphql-transport-ws", false, false)
 	ws.Engine = loop
-	ws.Execute = nb.Execute
+	ws.Execute = func(handle func()) bool {
+		c.unhandled.Add(1)
+		return nb.Execute(func() {
+			handle()
+			if c.unhandled.Add(-1) == 0 {
+				c.inflow.Store(0)
+			}
+		})
+	}
 	ws.SetSession(c)
 	c.mu.Lock()
 	c.ws, c.nb = ws, nb
@@ -250,6 +258,14 @@ func (c *wsConn) attach(conn net.Conn, up *nbws.Upgrader) error {
 	nb.SetSession(ws)
 	nb.OnData(func(nb *nbio.Conn, data []byte) {
 		c.attached.Load() // (see attached)
+		if c.inflow.Add(int64(len(data))) > c.t.floodBytes && c.unhandled.Load() > 0 {
+			// Reading does not wait for handling: a peer that sends
+			// faster than its messages are handled would grow their
+			// queue without end.
+			nb.OnData(func(*nbio.Conn, []byte) {})
+			c.closeWith(closePolicy, "Policy violation: messages arrive faster than they are handled")
+			return
+		}
 		if err := ws.Parse(data); err != nil {
 			if errors.Is(err, nbws.ErrMessageTooLarge) || errors.Is(err, nbws.ErrControlMessageTooBig) {
 				// nbio has sent 1009; the rest of the frame is read and
