@@ -340,8 +340,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := transport.NewHTTPServer(handler, timeouts)
-	// WebSockets outlive Shutdown (it does not track hijacked connections);
-	// ending the base context after it closes them with 1001.
+	// What Shutdown leaves running ends with the base context.
 	baseCtx, endSockets := context.WithCancel(context.Background())
 	defer endSockets()
 	srv.BaseContext = func(net.Listener) context.Context { return baseCtx }
@@ -372,6 +371,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	h.Close()
 	if err := srv.Shutdown(sctx); err != nil {
 		slog.Warn("shutdown", "err", err)
+	}
+	// WebSockets outlive Shutdown (it does not track hijacked
+	// connections): they are closed with 1001, and their close frames
+	// out, before the process exits.
+	if err := transport.CloseWebSockets(sctx); err != nil {
+		slog.Warn("shutdown: WebSockets still open", "err", err)
 	}
 	endSockets()
 	if err := store.Close(); err != nil {

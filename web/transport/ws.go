@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/golang-jwt/jwt/v5"
@@ -263,6 +265,60 @@ func (t *wsTransport) watchShutdown(r *http.Request) {
 	}
 	t.shutdowns[srv] = true
 	srv.RegisterOnShutdown(func() { t.closeAll(closeGoingAway, "Server shutting down") })
+}
+
+// transports are the process's WebSocket transports, for
+// CloseWebSockets; held weakly, so that a handler its owner dropped (as
+// tests do) is collected.
+var transports struct {
+	mu   sync.Mutex
+	list []weak.Pointer[wsTransport]
+}
+
+func registerTransport(t *wsTransport) {
+	transports.mu.Lock()
+	defer transports.mu.Unlock()
+	transports.list = slices.DeleteFunc(transports.list, func(p weak.Pointer[wsTransport]) bool { return p.Value() == nil })
+	transports.list = append(transports.list, weak.Make(t))
+}
+
+// CloseWebSockets closes every open WebSocket of the process with 1001
+// and waits until each has ended (its peer answered the close frame, or
+// the close handshake's grace passed) or ctx ends. http.Server.Shutdown
+// neither tracks hijacked connections nor waits for what
+// RegisterOnShutdown started: a server calls this after Shutdown, before
+// it exits, so that clients see 1001 and reconnect rather than a cut
+// connection.
+func CloseWebSockets(ctx context.Context) error {
+	transports.mu.Lock()
+	var all []*wsTransport
+	for _, p := range transports.list {
+		if t := p.Value(); t != nil {
+			all = append(all, t)
+		}
+	}
+	transports.mu.Unlock()
+	for _, t := range all {
+		t.closeAll(closeGoingAway, "Server shutting down")
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		open := false
+		for _, t := range all {
+			t.mu.Lock()
+			open = open || t.open != nil
+			t.mu.Unlock()
+		}
+		if !open {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 func (t *wsTransport) remember(c *wsConn) {
@@ -920,6 +976,7 @@ func newWSTransport(cfg Config, m *metrics) *wsTransport {
 		floodBytes: 4 * max(ws.ReadLimit, 64<<10),
 	}
 	t.up = t.newUpgrader()
+	registerTransport(t)
 	// Started with the first transport rather than the first socket, so
 	// that its pollers are there from the start (an error is reported by
 	// each upgrade).
