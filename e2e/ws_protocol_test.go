@@ -665,7 +665,9 @@ func wsMessages(c *websocket.Conn) <-chan wsMsg {
 
 // Every way a socket ends gives back its goroutines.
 func TestWSNoGoroutineLeak(t *testing.T) {
-	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{InitTimeout: 50 * time.Millisecond, MaxPerUser: -1}})
+	// (An init timeout short enough for 20 sockets to run into it, long
+	// enough for the others' connection_init on a busy machine.)
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{InitTimeout: 100 * time.Millisecond, MaxPerUser: -1}})
 	tok := s.token(t, 1, false)
 	settle := func() int {
 		runtime.GC()
