@@ -171,31 +171,67 @@ func splitList(s string) []string {
 	return out
 }
 
-// keys returns the token keys: from TALLY_JWT_SECRET, or else a random
-// secret for this run (dev mode), which is also written to
+// identityFlags are the flags that say which tokens are accepted, besides
+// HS256 ones signed with TALLY_JWT_SECRET.
+type identityFlags struct {
+	jwks      string
+	issuer    string
+	audience  string
+	roleClaim string
+}
+
+// register adds the flags; serve also gets -jwks (`tally token` signs
+// HS256 only, but with the issuer, audience and role claim the server
+// checks).
+func (f *identityFlags) register(fs *flag.FlagSet, serve bool) {
+	if serve {
+		fs.StringVar(&f.jwks, "jwks", "", "also accept tokens signed by the app's identity provider: the URL (fetched with a timeout, refetched when a token names an unknown kid, at most once a minute) or file of its JSON Web Key Set; RS256, ES256 and EdDSA keys")
+	}
+	fs.StringVar(&f.issuer, "jwt-issuer", "", "when set, a token's iss claim must be this (and `tally token` writes it)")
+	fs.StringVar(&f.audience, "jwt-audience", "", "when set, a token's aud claim must include this (and `tally token` writes it)")
+	fs.StringVar(&f.roleClaim, "jwt-role-claim", auth.DefaultRoleClaim, "dotted path of the claim holding the role, e.g. app_metadata.role or realm_access.roles: a string \"admin\" or \"service\", or a list of roles holding one of them")
+}
+
+// keys returns the token keys: HS256 with TALLY_JWT_SECRET, or else a
+// random secret for this run (dev mode), which is also written to
 // <data>/dev-jwt-secret so that `tally token -data DIR` can sign tokens the
-// running dev server accepts.
-func keys(dataDir string, serve bool) (k *auth.Keys, dev bool, err error) {
+// running dev server accepts; and the identity provider of -jwks, if any.
+func keys(dataDir string, serve bool, idf identityFlags) (k *auth.Keys, dev bool, err error) {
+	opts := auth.Options{Issuer: idf.issuer, Audience: idf.audience, RoleClaim: idf.roleClaim}
 	if s := os.Getenv("TALLY_JWT_SECRET"); s != "" {
-		k, err = auth.NewKeys([]byte(s))
-		return k, false, err
-	}
-	path := filepath.Join(dataDir, "dev-jwt-secret")
-	if !serve {
-		if b, err := os.ReadFile(path); err == nil {
-			k, err := auth.NewKeys(b)
-			return k, true, err
+		opts.Secret = []byte(s)
+	} else {
+		dev = true
+		path := filepath.Join(dataDir, "dev-jwt-secret")
+		if !serve {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil, true, errors.New("TALLY_JWT_SECRET is unset and no dev server has written " + path + "; set TALLY_JWT_SECRET (the same value as the server's)")
+			}
+			opts.Secret = b
+		} else {
+			opts.Secret = auth.RandomSecret()
+			if dataDir != "" {
+				if err := os.MkdirAll(dataDir, 0o700); err == nil {
+					_ = os.WriteFile(path, opts.Secret, 0o600)
+				}
+			}
+			opts.Dev = true
 		}
-		return nil, true, errors.New("TALLY_JWT_SECRET is unset and no dev server has written " + path + "; set TALLY_JWT_SECRET (the same value as the server's)")
 	}
-	secret := auth.RandomSecret()
-	if dataDir != "" {
-		if err := os.MkdirAll(dataDir, 0o700); err == nil {
-			_ = os.WriteFile(path, secret, 0o600)
+	if idf.jwks != "" {
+		if opts.Provider, err = auth.OpenProvider(auth.ProviderOptions{Source: idf.jwks}); err != nil {
+			return nil, dev, usageError{err}
 		}
 	}
-	k, err = auth.NewKeys(secret)
-	return k, true, err
+	k, err = auth.New(opts)
+	if err != nil && opts.Provider != nil {
+		opts.Provider.Close()
+	}
+	if err != nil {
+		return nil, dev, err
+	}
+	return k, dev, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -222,6 +258,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registerTimeoutFlags(fs, &timeouts)
 	var wsCfg transport.WSConfig
 	registerWSFlags(fs, &wsCfg)
+	var idf identityFlags
+	idf.register(fs, true)
 	wsLease := fs.Duration("ws-lease", redisstore.DefaultSocketLease, "with -redis: how long a replica's open WebSockets stay in the shared per-user count without being renewed (each replica renews every third of it), so a crashed replica's sockets stop counting within it")
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
 	if err := parseFlags(fs, args); err != nil {
@@ -240,10 +278,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sf.metrics.Register(reg)
 	registerBuildInfo(reg)
 
-	k, dev, err := keys(sf.data, true)
+	k, dev, err := keys(sf.data, true, idf)
 	if err != nil {
 		return err
 	}
+	defer k.Close()
 	store, err := sf.open(ctx)
 	if err != nil {
 		return err

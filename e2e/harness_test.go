@@ -34,11 +34,14 @@ func newTestServer(t testing.TB) *testServer {
 
 func newTestServerWith(t testing.TB, store engine.Store, cfg transport.Config) *testServer {
 	t.Helper()
-	keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Keys == nil {
+		keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keys = keys
 	}
-	cfg.Keys = keys
+	keys := cfg.Keys
 	h := hub.New(store)
 	cfg.Store, cfg.Hub = store, h
 	srv := httptest.NewServer(transport.NewServerHandler(transport.ServerConfig{Config: cfg}))
