@@ -26,6 +26,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
@@ -36,6 +38,7 @@ import (
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/hub"
 	"github.com/tally-dev/tally/web/memory"
+	"github.com/tally-dev/tally/web/tracing"
 	"github.com/tally-dev/tally/web/transport"
 )
 
@@ -288,6 +291,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.Close()
+	// Traces, when the OTEL_* environment asks for them (tracing.Enabled).
+	tp, err := tracing.Setup(ctx, readBuildInfo().version)
+	if err != nil {
+		return usageError{err}
+	}
+	var tracer trace.TracerProvider
+	if tp != nil {
+		tracer = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				slog.Warn("OpenTelemetry: flushing the last spans failed", "err", err)
+			}
+		}()
+		if rs, ok := store.(*redisstore.Store); ok {
+			if err := redisotel.InstrumentTracing(rs.Client(), redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
+				return err
+			}
+		}
+		slog.Info("OpenTelemetry traces on", "protocol", tp.Protocol)
+	}
 	h := hub.New(store)
 	defer h.Close()
 
@@ -345,6 +370,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DisableIntrospection:   !*introspection,
 		CostRate:               *costRate,
 		CostBurst:              *costBurst,
+		Tracer:                 tracer,
 	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {

@@ -196,10 +196,18 @@ func (s *testServer) createPost(t *testing.T, user uint64) string {
 // post sends a raw body with an Authorization header value as given.
 func (s *testServer) post(t *testing.T, authHeader, body string) gqlResponse {
 	t.Helper()
+	return s.postWithHeaders(t, map[string]string{"Authorization": authHeader}, body)
+}
+
+// postWithHeaders posts body with headers (empty values left out).
+func (s *testServer) postWithHeaders(t *testing.T, headers map[string]string, body string) gqlResponse {
+	t.Helper()
 	req, _ := http.NewRequest("POST", s.URL+"/query", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	if authHeader != "" {
-		req.Header.Set("Authorization", authHeader)
+	for name, v := range headers {
+		if v != "" {
+			req.Header.Set(name, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -32,7 +32,7 @@ const pageSize = 50
 
 // seedPage fills s with pageSize posts with long-tailed counts and a viewer
 // (user 1) who liked a third of them, and returns the page's ids.
-func seedPage(b *testing.B, s engine.Store) []string {
+func seedPage(b testing.TB, s engine.Store) []string {
 	b.Helper()
 	ctx := b.Context()
 	r := rand.New(rand.NewPCG(1, 2))
