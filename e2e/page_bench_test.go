@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/tracing"
 	"github.com/tally-dev/tally/web/transport"
 )
 
@@ -121,6 +123,27 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchStorePageWith(b, store, transport.Config{DisableFastPath: true})
+	})
+	b.Run("embedded-traced", func(b *testing.B) {
+		// Tracing on, as tracing.Setup makes it with the default
+		// parent-based sampler: every page (no traceparent) is a sampled
+		// root, exported over OTLP/HTTP to a receiver that discards.
+		receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-protobuf")
+		}))
+		defer receiver.Close()
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+		tp, err := tracing.Setup(b.Context(), "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tp.Shutdown(context.Background())
+		store, err := embedded.Open(embedded.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchStorePageWith(b, store, transport.Config{Tracer: tp})
 	})
 	b.Run("handwritten", func(b *testing.B) {
 		store, _ := embedded.Open(embedded.Options{})

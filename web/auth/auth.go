@@ -293,7 +293,7 @@ func (k *Keys) explain(token string, err error) error {
 			return refuse("token signature is %d characters where HS256 has %d: truncated when copied?", len(sig), hs256SignatureLen)
 		}
 		if k.opts.Dev {
-			return refuse("token signature does not match this server's secret: TALLY_JWT_SECRET is unset, so the server made a new secret at start and tokens from an earlier run are invalid; use a token it logged at start, or `tally token -user N`")
+			return refuse("token is not signed with this dev server's secret, so it is likely from an earlier run (without TALLY_JWT_SECRET each start makes a new secret, and tokens from an earlier run are invalid); use a token it logged at start, or `tally token -user N`")
 		}
 		return refuse("token signature does not match this server's secret (TALLY_JWT_SECRET)")
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
