@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -204,4 +211,59 @@ func (s *testServer) qToken(t *testing.T, token, query string) map[string]any {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestBinaryIdentityProviderAndTraces runs the built binary as an
+// operator would: -jwks at a provider, its issuer, audience and role
+// claim, and OTEL_EXPORTER_OTLP_ENDPOINT at a collector. A provider's
+// token works, the request's traceparent is the parent of its span at the
+// collector (flushed when the server stops), and a bad -jwks file stops
+// the server at start with exit code 2.
+func TestBinaryIdentityProviderAndTraces(t *testing.T) {
+	bin, err := buildTally()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := authtest.NewIDP(t)
+	key := idp.AddKey(t, "k1", jwt.SigningMethodES256)
+	collector, url := newOTLPHTTP(t)
+	env := append(withoutTallyEnv(), "TALLY_JWT_SECRET=binary-test-secret-0123456789",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+url, "OTEL_TRACES_SAMPLER=parentbased_always_on")
+	s := startBinaryWith(t, bin, env, "-data", t.TempDir(), "-fsync", "none", "-jwks", idp.URL,
+		"-jwt-issuer", "https://idp.test", "-jwt-audience", "tally-app", "-jwt-role-claim", "app_metadata.roles")
+	tok := key.Sign(t, "k1", idpClaims("77", time.Hour, "admin"))
+	traceID := fmt.Sprintf("%032x", 0xb1a)
+	body, _ := json.Marshal(map[string]any{"query": "query Me { viewer { id unread { total } } }"})
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(raw), `{"viewer":{"id":"77","unread":{"total":0}}}`) {
+		t.Fatalf("the provider's token got %s\n%s", raw, s.log)
+	}
+	if d := s.graphql(t, tok, `mutation { pushRedDot }`, nil); string(d) != `{"pushRedDot":true}` {
+		t.Fatalf("admin from app_metadata.roles: %s", d)
+	}
+	s.stop(t)
+	spans := collector.trace(traceID)
+	op, unread := spans["query Me"], spans["engine.Unread"]
+	if op == nil || hex.EncodeToString(op.ParentSpanId) != "00f067aa0ba902b7" || unread == nil || string(unread.ParentSpanId) != string(op.SpanId) {
+		t.Fatalf("spans at the collector for the trace: %v\n%s", spanNames(spans), s.log)
+	}
+	if !strings.Contains(s.log.String(), "OpenTelemetry traces on") {
+		t.Errorf("the server did not log that traces are on:\n%s", s.log)
+	}
+
+	bad := filepath.Join(t.TempDir(), "jwks.json")
+	os.WriteFile(bad, []byte(`{"keys":[]}`), 0o600)
+	code, _, errs := runCLI(t, "-data", t.TempDir(), "-jwks", bad)
+	if code != 2 || !strings.Contains(errs, "-jwks") {
+		t.Fatalf("a key set without keys: exit %d, %s", code, errs)
+	}
 }

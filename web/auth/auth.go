@@ -220,18 +220,24 @@ func (k *Keys) Verify(token string) (Principal, error) {
 	return p, nil
 }
 
-// roleOf reads the role claim at path: a string is the role; an array
+// roleOf reads the role claim: a top-level claim named by the whole path
+// when there is one (namespaced claims such as
+// "https://app.example.com/roles" have dots in their names), else the
+// claim at the dotted path. A string is the role; an array
 // (realm_access.roles and the like) grants admin when it holds "admin"
 // and service when it holds "service", admin winning when both are
 // there. Anything else, or nothing, is an end user.
 func roleOf(c jwt.MapClaims, path []string) (admin, service bool) {
-	var v any = map[string]any(c)
-	for _, name := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false, false
+	v, literal := c[strings.Join(path, ".")]
+	if !literal {
+		v = map[string]any(c)
+		for _, name := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return false, false
+			}
+			v = m[name]
 		}
-		v = m[name]
 	}
 	switch v := v.(type) {
 	case string:

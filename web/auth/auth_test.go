@@ -125,6 +125,7 @@ func TestRoleClaim(t *testing.T) {
 		{"realm_access.roles", jwt.MapClaims{"realm_access": map[string]any{"roles": []any{"offline_access", "service"}}}, false, true},
 		{"realm_access.roles", jwt.MapClaims{"realm_access": map[string]any{"roles": []any{"service", "admin"}}}, true, false},
 		{"realm_access.roles", jwt.MapClaims{"realm_access": map[string]any{"roles": []any{}}}, false, false},
+		{"https://app.example.com/roles", jwt.MapClaims{"https://app.example.com/roles": []any{"admin"}}, true, false},
 	} {
 		k, err := New(Options{Secret: secret, RoleClaim: c.path})
 		if err != nil {
