@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/web/tracing"
 	"github.com/tally-dev/tally/web/transport"
 )
@@ -311,4 +312,53 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestBinaryTracesRedisCommands: the built server on Redis with traces on
+// makes each Redis round trip of an engine call a child of that call's
+// span (go-redis's redisotel), without the command's statement.
+func TestBinaryTracesRedisCommands(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	bin, err := buildTally()
+	if err != nil {
+		t.Fatal(err)
+	}
+	collector, url := newOTLPHTTP(t)
+	env := append(withoutTallyEnv(), "TALLY_JWT_SECRET=binary-test-secret-0123456789", "OTEL_EXPORTER_OTLP_ENDPOINT="+url)
+	s := startBinaryWith(t, bin, env, "-redis", addr)
+	traceID := fmt.Sprintf("%032x", 0xbed15)
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/query", strings.NewReader(`{"query":"query Two { posts(ids: [\"1\", \"2\"]) { id counts { likes } } }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(raw), `{"data":{"posts":[null,null]}}`) {
+		t.Fatalf("got %s", raw)
+	}
+	s.stop(t)
+	page := collector.trace(traceID)["engine.Page"]
+	if page == nil {
+		t.Fatalf("spans: %v\n%s", spanNames(collector.trace(traceID)), s.log)
+	}
+	var redis int
+	collector.mu.Lock()
+	for _, sp := range collector.spans {
+		if string(sp.ParentSpanId) != string(page.SpanId) {
+			continue
+		}
+		redis++
+		for _, a := range sp.Attributes {
+			if a.Key == "db.statement" || a.Key == "db.query.text" {
+				t.Errorf("span %s carries the statement %v", sp.Name, a.Value)
+			}
+		}
+	}
+	collector.mu.Unlock()
+	if redis == 0 {
+		t.Fatalf("no Redis span under engine.Page; spans of the trace: %v", spanNames(collector.trace(traceID)))
+	}
 }
