@@ -3,6 +3,7 @@ package fastpath
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -10,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/resolvers/model"
 	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/tracing"
 )
 
 // Pushes. Every plan-eligible unreadChanged subscription of one viewer
@@ -103,6 +105,10 @@ type feed struct {
 	stop    func() // ends the hub watch
 
 	queued, again bool // guarded by feeds.qmu: in the queue; read once more after
+	// causes are the traced writes (engine.Cause) behind the wake-ups
+	// since the last re-read, the latest maxCauses; the re-read's push
+	// span links to them. Guarded by feeds.qmu.
+	causes []engine.Cause
 
 	mu   sync.Mutex
 	last *pushEvent
@@ -154,7 +160,7 @@ func (s *Schema) join(viewer engine.UserID) (*feed, error) {
 
 	// Watched before the first read: a change after the read is re-read.
 	ctx := context.Background()
-	stop, err := s.cfg.Hub.WatchUnreadFunc(ctx, viewer, func() { s.reread(f) })
+	stop, err := s.cfg.Hub.WatchUnreadFunc(ctx, viewer, func(c engine.Cause) { s.reread(f, c) })
 	var u engine.Unread
 	if err == nil {
 		if u, err = s.cfg.Store.Unread(ctx, viewer); err != nil {
@@ -205,11 +211,22 @@ func (s *Schema) leave(f *feed, m *member) {
 	}
 }
 
-// reread queues f for a re-read of its badges. The hub calls it with its
-// lock held, on the store's delivery goroutine: it only queues.
-func (s *Schema) reread(f *feed) {
+// maxCauses bounds the causes a feed keeps between two re-reads: a push
+// links to a handful of writes, not to every one of a burst.
+const maxCauses = 8
+
+// reread queues f for a re-read of its badges, for a change caused by c.
+// The hub calls it with its lock held, on the store's delivery goroutine:
+// it only queues.
+func (s *Schema) reread(f *feed, c engine.Cause) {
 	q := &s.feeds
 	q.qmu.Lock()
+	if c != (engine.Cause{}) {
+		if len(f.causes) == maxCauses {
+			f.causes = append(f.causes[:0], f.causes[1:]...)
+		}
+		f.causes = append(f.causes, c)
+	}
 	if f.queued {
 		f.again = true
 		q.qmu.Unlock()
@@ -246,6 +263,7 @@ func (s *Schema) readFeeds() {
 		n = readBatch
 	}
 	batch := make([]*feed, 0, n)
+	var causes []engine.Cause
 	for {
 		q.qmu.Lock()
 		take := min(n, len(q.queue)-q.head)
@@ -258,9 +276,18 @@ func (s *Schema) readFeeds() {
 		batch = append(batch[:0], q.queue[q.head:q.head+take]...)
 		clear(q.queue[q.head : q.head+take])
 		q.head += take
+		causes = causes[:0]
+		for _, f := range batch {
+			for _, c := range f.causes {
+				if !slices.Contains(causes, c) {
+					causes = append(causes, c)
+				}
+			}
+			f.causes = f.causes[:0]
+		}
 		q.qmu.Unlock()
 
-		s.refresh(batch)
+		s.refresh(batch, causes)
 
 		q.qmu.Lock()
 		for _, f := range batch {
@@ -276,8 +303,10 @@ func (s *Schema) readFeeds() {
 }
 
 // refresh re-reads the badges of feeds and, for each whose badges
-// changed, wakes the members that have pushed the previous value.
-func (s *Schema) refresh(feeds []*feed) {
+// changed, wakes the members that have pushed the previous value. The
+// re-read is traced as the feeds' push (a root span: the subscriptions
+// began long before), linked to the writes that caused it.
+func (s *Schema) refresh(feeds []*feed, causes []engine.Cause) {
 	viewers := make([]engine.UserID, 0, len(feeds))
 	ready := feeds[:0:0]
 	for _, f := range feeds {
@@ -288,7 +317,8 @@ func (s *Schema) refresh(feeds []*feed) {
 		}
 	}
 	read := make([]engine.Unread, len(viewers))
-	ctx := context.Background()
+	ctx, span := tracing.StartPush(context.Background(), "unreadChanged", causes)
+	defer span.End()
 	if b, ok := s.cfg.Store.(unreadBatcher); ok && len(viewers) > 1 {
 		if b.UnreadMany(ctx, viewers, read) != nil {
 			return // a store hiccup: the next change re-reads

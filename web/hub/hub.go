@@ -39,24 +39,47 @@ type Hub struct {
 	byMessage map[engine.MessageID]map[*watcher]struct{}
 	// unread holds every badge watcher, for broadcasts.
 	unread map[*watcher]struct{}
+	// bySignal finds a watcher from the channel its owner holds
+	// (TakeCauses).
+	bySignal map[<-chan struct{}]*watcher
 }
 
 type watcher struct {
 	user      engine.UserID
 	followees []engine.UserID // sorted; unread watchers only
 	signal    chan struct{}
-	call      func() // instead of signal
+	// call, instead of signal, is called back with each event's cause.
+	call func(engine.Cause)
+	// causes are the traced writes (engine.Event.Cause) of the events
+	// that woke a signal watcher since its owner last took them: at most
+	// maxCauses, the latest. Guarded by Hub.mu.
+	causes []engine.Cause
 	// refreshing is set while a goroutine re-reads followees; stale asks it
 	// to read once more because another follow change came in meanwhile.
 	// Both are guarded by Hub.mu.
 	refreshing, stale bool
 }
 
-func (w *watcher) wake() {
+// maxCauses bounds the causes a watcher keeps between two pushes: a push
+// links to a handful of writes, not to every one of a burst.
+const maxCauses = 8
+
+// wakeFor wakes w for an event caused by c.
+func (w *watcher) wakeFor(c engine.Cause) {
 	if w.call != nil {
-		w.call()
+		w.call(c)
 		return
 	}
+	if c != (engine.Cause{}) {
+		if len(w.causes) == maxCauses {
+			w.causes = append(w.causes[:0], w.causes[1:]...)
+		}
+		w.causes = append(w.causes, c)
+	}
+	w.wake()
+}
+
+func (w *watcher) wake() {
 	select {
 	case w.signal <- struct{}{}:
 	default: // a wake-up is already pending
@@ -71,6 +94,7 @@ func New(s engine.Store) *Hub {
 		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
 		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
 		unread:    map[*watcher]struct{}{},
+		bySignal:  map[<-chan struct{}]*watcher{},
 	}
 	h.cancel = s.Subscribe(h.dispatch)
 	return h
@@ -91,11 +115,12 @@ func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan str
 }
 
 // WatchUnreadFunc calls call whenever viewer's badges may have changed,
-// until stop is called. call runs on the store's event delivery
+// with the traced write that changed them (engine.Event.Cause; zero for
+// none), until stop is called. call runs on the store's event delivery
 // goroutine with the hub locked: it must return at once (hand the
 // re-read to another goroutine) and must not call the hub. ctx bounds
 // the read of viewer's followees only.
-func (h *Hub) WatchUnreadFunc(ctx context.Context, viewer engine.UserID, call func()) (stop func(), err error) {
+func (h *Hub) WatchUnreadFunc(ctx context.Context, viewer engine.UserID, call func(engine.Cause)) (stop func(), err error) {
 	w := &watcher{user: viewer, call: call}
 	if err := h.watchUnread(ctx, w); err != nil {
 		return nil, err
@@ -116,6 +141,9 @@ func (h *Hub) watchUnread(ctx context.Context, w *watcher) error {
 		add(h.byAuthor, f, w)
 	}
 	h.unread[w] = struct{}{}
+	if w.signal != nil {
+		h.bySignal[w.signal] = w
+	}
 	h.mu.Unlock()
 	return nil
 }
@@ -132,6 +160,9 @@ func (h *Hub) unwatchUnread(w *watcher) {
 		remove(h.byAuthor, f, w)
 	}
 	delete(h.unread, w)
+	if w.signal != nil {
+		delete(h.bySignal, w.signal)
+	}
 }
 
 // WatchReceipts returns a channel that receives a value whenever message's
@@ -140,11 +171,13 @@ func (h *Hub) WatchReceipts(ctx context.Context, message engine.MessageID) <-cha
 	w := &watcher{signal: make(chan struct{}, 1)}
 	h.mu.Lock()
 	add(h.byMessage, message, w)
+	h.bySignal[w.signal] = w
 	h.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		remove(h.byMessage, message, w)
+		delete(h.bySignal, w.signal)
 	})
 	return w.signal
 }
@@ -167,20 +200,20 @@ func (h *Hub) dispatch(e engine.Event) {
 	case engine.UnreadChanged:
 		for _, u := range e.Users {
 			for _, w := range h.byUser[u] {
-				w.wake()
+				w.wakeFor(e.Cause)
 			}
 		}
 	case engine.AuthorPosted:
-		wakeAll(h.byAuthor[e.Author])
+		wakeAll(h.byAuthor[e.Author], e.Cause)
 	case engine.Broadcast:
-		wakeAll(h.unread)
+		wakeAll(h.unread, e.Cause)
 	case engine.ReceiptsChanged:
-		wakeAll(h.byMessage[e.Message])
+		wakeAll(h.byMessage[e.Message], e.Cause)
 	case engine.FollowsChanged:
 		for _, u := range e.Users {
 			for _, w := range h.byUser[u] {
 				h.refollow(w)
-				w.wake()
+				w.wakeFor(e.Cause)
 			}
 		}
 	default:
@@ -238,10 +271,26 @@ func (h *Hub) reindex(w *watcher, next []engine.UserID) {
 	w.followees = next
 }
 
-func wakeAll(ws map[*watcher]struct{}) {
+func wakeAll(ws map[*watcher]struct{}, c engine.Cause) {
 	for w := range ws {
-		w.wake()
+		w.wakeFor(c)
 	}
+}
+
+// TakeCauses returns, and forgets, the traced writes that caused the
+// events signal was woken for since the last call (the latest few; none
+// for writes not traced, or made through a backend whose events do not
+// carry them). signal is a channel WatchUnread or WatchReceipts returned.
+func (h *Hub) TakeCauses(signal <-chan struct{}) []engine.Cause {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.bySignal[signal]
+	if w == nil || len(w.causes) == 0 {
+		return nil
+	}
+	out := w.causes
+	w.causes = nil
+	return out
 }
 
 func add[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {

@@ -178,7 +178,7 @@ func TestWatchUnreadFuncCallsBackUntilStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := make(chan struct{}, 16)
-	stop, err := h.WatchUnreadFunc(ctx, fan, func() { calls <- struct{}{} })
+	stop, err := h.WatchUnreadFunc(ctx, fan, func(engine.Cause) { calls <- struct{}{} })
 	if err != nil {
 		t.Fatal(err)
 	}

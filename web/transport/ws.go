@@ -541,11 +541,13 @@ func (c *wsConn) init(payload json.RawMessage) {
 	if err == nil && pr.User != 0 {
 		exp = tokenExpiry(header)
 		if !exp.IsZero() && !time.Now().Before(exp) {
-			err = auth.ErrBadToken // within the HTTP path's leeway, but a socket would close at once
+			err = &auth.TokenError{Reason: "token expired"} // within the HTTP path's leeway, but a socket would close at once
 		}
 	}
 	if err != nil {
-		c.closeWith(closeForbidden, "Forbidden: invalid or expired token")
+		// The reason says why (auth.TokenError), cut to a close frame's
+		// 123 bytes.
+		c.closeWith(closeForbidden, truncateReason("Forbidden: "+err.Error()))
 		return
 	}
 	if pr.User != 0 {
@@ -670,15 +672,30 @@ func (op *wsOp) run(params *graphql.RawParams, start time.Time) {
 	ctx = context.WithValue(fastpath.WithPusher(ctx, op), operationEndKey{}, operationEnder(op))
 	responses, ctx := c.exec.DispatchOperation(ctx, rc)
 	if op.push != nil {
-		// Served by pushes: no goroutine waits for the next value, and
-		// gqlgen's handler (and the state it holds) is let go. What its
-		// response interceptors do for a push, Wake does: the metrics.
+		// Served by pushes: no goroutine waits for the next value. The
+		// first goes through gqlgen's response interceptors, as every
+		// operation's first response does (its span ends there); then
+		// gqlgen's handler, and the per-request state it holds, is let
+		// go, and what its interceptors do for a later push Wake does:
+		// the metrics.
 		pushed = true
 		if m := c.t.metrics; m != nil {
 			name := m.names.label(rc.Operation.Name)
 			op.events, op.dur = m.events.WithLabelValues(name, "ok"), m.eventDur.WithLabelValues(name)
 		}
-		op.Wake()
+		op.mu.Lock()
+		defer op.mu.Unlock()
+		resp := responses(ctx)
+		if resp == nil { // (only when it already ended)
+			op.push = nil
+			op.free()
+			op.end()
+			return
+		}
+		if !c.send(dataMessage("next", op.id, wsPayload(resp))) {
+			op.push = nil
+			op.end()
+		}
 		return
 	}
 	for {
