@@ -42,6 +42,8 @@ import (
 // length), so it has nothing that can drift and no entry. The codes are
 // in the log (recountRec): never renumber, only append.
 
+var _ engine.Checker = (*Engine)(nil)
+
 // postCheck is a count in the post record derived from a pair set.
 type postCheck struct {
 	code  byte

@@ -115,6 +115,10 @@ type Store struct {
 	closeOnce sync.Once
 	stop      chan struct{}
 	wg        sync.WaitGroup
+
+	// checkPause, when set (tests), is called between a Check's steps
+	// with the step's name, so a test can write while a check runs.
+	checkPause func(step string)
 }
 
 var _ engine.Store = (*Store)(nil)
