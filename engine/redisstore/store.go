@@ -76,6 +76,11 @@ type Options struct {
 	// EventShards: number of (sharded) pub/sub channels events spread
 	// over. Default 8. Every Store subscribes to all of them.
 	EventShards int
+	// Existing makes Open refuse a keyspace that holds no format marker
+	// instead of marking an empty one: for tools that only read and
+	// repair (tally check), to which an empty keyspace means a wrong
+	// address or prefix.
+	Existing bool
 }
 
 const (
