@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
@@ -153,14 +154,18 @@ func CheckDir(ctx context.Context, dir string, opts engine.CheckOptions, tierOpt
 	case !cannotWrite(err):
 		return engine.CheckResult{}, err
 	}
-	im, _, err := recoverReadOnly(dir, logger, tables{opts: tierOpts}.inMemory())
+	im, rec, err := recoverReadOnly(dir, logger, tables{opts: tierOpts}.inMemory())
 	if err != nil {
 		return engine.CheckResult{}, err
 	}
+	logger.Info("embedded: state recovered for the check", "dir", dir, "snapshot", rec.snapshot, "snapshot_load", rec.loadTook,
+		"log_records", rec.records, "log_replay", rec.replayDur, "last_index", im.index)
+	start := time.Now()
 	res, drifts, err := im.st.recount(ctx)
 	if err != nil {
 		return res, err
 	}
+	logger.Info("embedded: counts recounted", "took", time.Since(start), "drifts", len(drifts))
 	return res, reportDrifts(&res, drifts, opts, nil)
 }
 
@@ -361,7 +366,7 @@ func (st *state) recountPosts(ctx context.Context, res *engine.CheckResult) ([]r
 
 func (st *state) recountUsers(ctx context.Context, c *userCheck, res *engine.CheckResult, drifts []recountRec) ([]recountRec, error) {
 	tally := res.Tally(c.name)
-	counted := map[uint64]int64{}
+	counted := make(map[uint64]int64, c.stored(st).Len())
 	if err := c.recount(st, func(u uint64) { counted[u]++ }); err != nil {
 		return nil, err
 	}
