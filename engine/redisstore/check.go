@@ -37,9 +37,10 @@ import (
 //     one that did not is compared with the tally, and a repair is a
 //     compare-and-set against the value read, so a write that lands in
 //     between is never overwritten (the repair then is unsettled). A
-//     follow and unfollow of the same pair both inside the scan can
-//     still make a settled count look one off; a second check judges it
-//     again.
+//     count that a pending operation (an intent) will change is
+//     unsettled too: the operation brings it to its tally. A follow and
+//     unfollow of the same pair both inside the scan can still make a
+//     settled count look one off; a second check judges it again.
 //
 // Every step is bounded: SCAN with COUNT, a script per bucket (at most a
 // listpack's worth of posts or users), HSCAN for a long followee hash.
@@ -75,16 +76,33 @@ var userHashChecks = []userHashCheck{
 }
 
 // userTallyCheck is a user-record field derived from a tally of other
-// slots, which the scans of a checkRun fill.
+// slots, which the scans of a checkRun fill. pending, if set, names the
+// users whose field a pending cross-slot operation (an intent: its first
+// step applied, the field's step not yet) will change: their count is
+// behind its tally for now, and is left to the operation.
 type userTallyCheck struct {
-	name  string
-	field int
-	tally func(*checkRun) map[uint64]int64
+	name    string
+	field   int
+	tally   func(*checkRun) map[uint64]int64
+	pending func(in intent) []uint64
 }
 
 var userTallyChecks = []userTallyCheck{
-	{engine.CheckFollowers, uFollowers, func(r *checkRun) map[uint64]int64 { return r.followed }},
-	{engine.CheckPosts, uPosts, func(r *checkRun) map[uint64]int64 { return r.authored }},
+	{name: engine.CheckFollowers, field: uFollowers, tally: func(r *checkRun) map[uint64]int64 { return r.followed }},
+	{name: engine.CheckPosts, field: uPosts, tally: func(r *checkRun) map[uint64]int64 { return r.authored },
+		pending: func(in intent) []uint64 {
+			switch in.kind {
+			case intentPost, intentRepost:
+				return []uint64{in.viewer}
+			case intentImport, intentImportPending:
+				out := make([]uint64, len(in.imported))
+				for i, row := range in.imported {
+					out[i] = row.author
+				}
+				return out
+			}
+			return nil
+		}},
 }
 
 // scanCount is the COUNT of a check's SCANs: keys per step, each step's
@@ -110,6 +128,9 @@ type checkRun struct {
 	// authored: posts per author; followed: followers per followee;
 	// following: the length of each viewer's followee hash.
 	authored, followed, following map[uint64]int64
+	// cands are the user-record fields the second read found off their
+	// recount, for settle.
+	cands []userCandidate
 }
 
 // Check implements engine.Checker (see above).
@@ -151,7 +172,8 @@ func (s *Store) Check(ctx context.Context, opts engine.CheckOptions) (engine.Che
 			return r.res, s.fail(err)
 		}
 	}
-	if err := r.leftovers(ctx); err != nil {
+	r.leftovers()
+	if err := r.settle(ctx); err != nil {
 		return r.res, err
 	}
 	if span.Hi != 0 {
@@ -435,10 +457,9 @@ type userCandidate struct {
 }
 
 // compareUsers reads the user records of c again and compares each with
-// the tallies, handing what differs to settle.
+// the tallies, keeping what differs for settle.
 func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
-	var cands []userCandidate
-	err := r.userBuckets(ctx, c, func(uid uint64, bucket, low string, u userRec) {
+	return r.userBuckets(ctx, c, func(uid uint64, bucket, low string, u userRec) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for i := range userHashChecks {
@@ -447,7 +468,7 @@ func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
 			got := r.following[uid]
 			delete(r.following, uid)
 			if stored := u.get(ch.field); stored != got {
-				cands = append(cands, userCandidate{uid: uid, bucket: bucket, low: low, stored: stored, got: got, hash: ch})
+				r.cands = append(r.cands, userCandidate{uid: uid, bucket: bucket, low: low, stored: stored, got: got, hash: ch})
 			}
 		}
 		for i := range userTallyChecks {
@@ -460,21 +481,16 @@ func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
 			}
 			r.res.Tally(ch.name).Checked++
 			if stored != got {
-				cands = append(cands, userCandidate{uid: uid, bucket: bucket, low: low, stored: stored, got: got,
+				r.cands = append(r.cands, userCandidate{uid: uid, bucket: bucket, low: low, stored: stored, got: got,
 					before: r.before[i][uid], tally: ch})
 			}
 		}
 	})
-	if err != nil {
-		return err
-	}
-	return r.settle(ctx, cands)
 }
 
-// leftovers settles what the scans tallied for users whose records the
-// second read did not find: their stored counts are 0.
-func (r *checkRun) leftovers(ctx context.Context) error {
-	var cands []userCandidate
+// leftovers adds to the candidates what the scans tallied for users whose
+// records the second read did not find: their stored counts are 0.
+func (r *checkRun) leftovers() {
 	add := func(m map[uint64]int64, mk func(uid uint64, got int64) userCandidate) {
 		uids := make([]uint64, 0, len(m))
 		for uid, got := range m {
@@ -484,7 +500,7 @@ func (r *checkRun) leftovers(ctx context.Context) error {
 		}
 		slices.Sort(uids)
 		for _, uid := range uids {
-			cands = append(cands, mk(uid, m[uid]))
+			r.cands = append(r.cands, mk(uid, m[uid]))
 		}
 	}
 	for i := range userHashChecks {
@@ -503,27 +519,34 @@ func (r *checkRun) leftovers(ctx context.Context) error {
 			return userCandidate{uid: uid, bucket: bucket, low: low, got: got, before: r.before[i][uid], tally: ch}
 		})
 	}
-	return r.settle(ctx, cands)
 }
 
-// settle judges candidates: a hash check's by a script that compares (and
-// with Repair sets) atomically in the user's slot; a tally check's by
-// whether its count held still across the scans, repaired by
-// compare-and-set.
-func (r *checkRun) settle(ctx context.Context, cands []userCandidate) error {
-	if r.s.checkPause != nil && len(cands) > 0 {
+// settle judges the candidates: a hash check's by a script that compares
+// (and with Repair sets) atomically in the user's slot; a tally check's
+// by whether its count held still across the scans and no pending
+// operation will change it, repaired by compare-and-set.
+func (r *checkRun) settle(ctx context.Context) error {
+	if len(r.cands) == 0 {
+		return nil
+	}
+	if r.s.checkPause != nil {
 		r.s.checkPause("settle")
 	}
-	for _, cd := range cands {
+	pending, err := r.pendingUsers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, cd := range r.cands {
 		d := engine.Drift{ID: cd.uid, Stored: cd.stored, Recounted: cd.got}
 		switch {
 		case cd.hash != nil:
 			d.Count = cd.hash.name
-			repair := 0
+			keys := []string{cd.bucket, cd.hash.hash(r.s.k, cd.uid)}
+			run, repair := r.s.query, 0
 			if r.opts.Repair {
-				repair = 1
+				run, repair = r.s.one, 1
 			}
-			res, err := r.s.one(ctx, scCheckUserHash, []string{cd.bucket, cd.hash.hash(r.s.k, cd.uid)}, cd.low, cd.hash.field, repair)
+			res, err := run(ctx, scCheckUserHash, keys, cd.low, cd.hash.field, repair)
 			if err != nil {
 				return err
 			}
@@ -538,7 +561,7 @@ func (r *checkRun) settle(ctx context.Context, cands []userCandidate) error {
 			}
 		default:
 			d.Count = cd.tally.name
-			if cd.before != cd.stored {
+			if cd.before != cd.stored || pending[cd.tally.name][cd.uid] {
 				d.Unsettled = true
 				break
 			}
@@ -633,4 +656,68 @@ func (k keyspace) spanLows(span engine.ImportSpan, w uint64) (lo, hi uint64) {
 		hi = span.Hi & k.lowMask
 	}
 	return lo, hi
+}
+
+// pendingUsers reads the intents left in the keyspace, after the second
+// read of the user records: an operation whose first step the scans saw
+// and whose user step the read did not (one in flight, or one a dead
+// process left within its grace period) would otherwise look like a
+// drift, and a repair and the operation's finish would both count it. It
+// returns, per tally check with a pending rule, the users named.
+func (r *checkRun) pendingUsers(ctx context.Context) (map[string]map[uint64]bool, error) {
+	out := map[string]map[uint64]bool{}
+	var mu sync.Mutex
+	note := func(value string) error {
+		raw := value
+		if len(value) > 1 && value[0] == 'c' && value[1] != '|' { // claimed: "c<ms>|<intent>"
+			_, raw, _ = strings.Cut(value, "|")
+		}
+		in, err := decodeIntent(raw)
+		if err != nil {
+			return fmt.Errorf("%w: %q", err, value)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ch := range userTallyChecks {
+			if ch.pending == nil {
+				continue
+			}
+			for _, u := range ch.pending(in) {
+				if out[ch.name] == nil {
+					out[ch.name] = map[uint64]bool{}
+				}
+				out[ch.name][u] = true
+			}
+		}
+		return nil
+	}
+	err := eachMaster(ctx, r.s.wcluster, r.s.wsingle, func(ctx context.Context, c *redis.Client) error {
+		return scan(ctx, c, globEscape(r.s.k.p)+intentScanPattern, "hash", func(keys []string) error {
+			for _, k := range keys {
+				all, err := c.HVals(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				for _, v := range all {
+					if err := note(v); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, r.s.fail(err)
+	}
+	imports, err := r.s.rdb.HVals(ctx, r.s.k.importIntents()).Result()
+	if err != nil {
+		return nil, r.s.fail(err)
+	}
+	for _, v := range imports {
+		if err := note(v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
