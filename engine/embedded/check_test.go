@@ -274,3 +274,35 @@ func TestCheckDirRefusesNoStore(t *testing.T) {
 		t.Fatal("missing directory checked")
 	}
 }
+
+// TestCheckAtLeast: a count that also counts what its pairs do not hold
+// (comments sent without an id, against the comment ids) is a drift only
+// below its pairs, and is repaired up to them. Favorites stand in for
+// such a count here.
+func TestCheckAtLeast(t *testing.T) {
+	saved := postChecks
+	postChecks = slices.Clone(postChecks)
+	postChecks[1].atLeast = true
+	t.Cleanup(func() { postChecks = saved })
+	e := open(t, Options{})
+	p, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	ok(t, e.Favorite(bg, 2, p))
+	ok(t, e.Favorite(bg, 3, p))
+	setCount(t, e, engine.CheckFavorites, uint64(p), 5)
+	if lines, _ := runCheckLive(t, e); len(lines) != 0 {
+		t.Fatalf("a count above its pairs drifted: %v", lines)
+	}
+	setCount(t, e, engine.CheckFavorites, uint64(p), 1)
+	var got []string
+	_, err = e.Check(bg, engine.CheckOptions{Repair: true, Drift: func(d engine.Drift) {
+		got = append(got, fmt.Sprintf("%s %d->%d %v", d.Count, d.Stored, d.Recounted, d.Repaired))
+	}})
+	ok(t, err)
+	if !slices.Equal(got, []string{"post.favorites 1->2 true"}) {
+		t.Fatalf("a count below its pairs: %v", got)
+	}
+	if c, _ := e.Counts(bg, []engine.PostID{p}); c[0].Favorites != 2 {
+		t.Fatalf("favorites after repair: %+v", c)
+	}
+}

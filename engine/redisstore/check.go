@@ -52,15 +52,19 @@ import (
 var _ engine.Checker = (*Store)(nil)
 
 // postSetCheck is a post-record count derived from a per-post set.
+// atLeast says the count also counts what the set does not hold (comments
+// sent without an id): only a count below the set's size is a drift,
+// repaired up to it.
 type postSetCheck struct {
-	name  string
-	field int                             // Lua index in the post record
-	set   func(bucket, low string) string // the post's set key
+	name    string
+	field   int                             // Lua index in the post record
+	set     func(bucket, low string) string // the post's set key
+	atLeast bool
 }
 
 var postSetChecks = []postSetCheck{
-	{engine.CheckLikes, pLikes, likersKey},
-	{engine.CheckFavorites, pFavorites, favsKey},
+	{name: engine.CheckLikes, field: pLikes, set: likersKey},
+	{name: engine.CheckFavorites, field: pFavorites, set: favsKey},
 }
 
 // userHashCheck is a user-record field derived from a hash's length, in
@@ -291,7 +295,7 @@ func (r *checkRun) scanPosts(ctx context.Context, c *redis.Client) error {
 	var suffixes []any
 	for _, ch := range postSetChecks {
 		// The set key is the bucket, a part naming the set, the low bits.
-		suffixes = append(suffixes, ch.field, ch.set("", ""))
+		suffixes = append(suffixes, ch.field, ch.set("", ""), flag(ch.atLeast))
 	}
 	return scan(ctx, c, globEscape(r.s.k.p)+"{p*}", "hash", func(keys []string) error {
 		calls := make([]*call, 0, len(keys))
@@ -349,7 +353,7 @@ func (r *checkRun) scanPosts(ctx context.Context, c *redis.Client) error {
 		for _, f := range drifts {
 			d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
 			if r.opts.Repair {
-				res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field)
+				res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, flag(f.check.atLeast))
 				if err != nil {
 					return err
 				}
@@ -541,12 +545,11 @@ func (r *checkRun) settle(ctx context.Context) error {
 		switch {
 		case cd.hash != nil:
 			d.Count = cd.hash.name
-			keys := []string{cd.bucket, cd.hash.hash(r.s.k, cd.uid)}
-			run, repair := r.s.query, 0
+			run := r.s.query
 			if r.opts.Repair {
-				run, repair = r.s.one, 1
+				run = r.s.one
 			}
-			res, err := run(ctx, scCheckUserHash, keys, cd.low, cd.hash.field, repair)
+			res, err := run(ctx, scCheckUserHash, []string{cd.bucket, cd.hash.hash(r.s.k, cd.uid)}, cd.low, cd.hash.field, flag(r.opts.Repair))
 			if err != nil {
 				return err
 			}
@@ -720,4 +723,12 @@ func (r *checkRun) pendingUsers(ctx context.Context) (map[string]map[uint64]bool
 		}
 	}
 	return out, nil
+}
+
+// flag is a boolean as the scripts take it.
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

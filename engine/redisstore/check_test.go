@@ -274,3 +274,29 @@ func testCheckUnsettled(t *testing.T, addrs []string) {
 		t.Fatalf("after repair: %v, followers %d", lines, userCounts(t, s, 3).Followers)
 	}
 }
+
+// TestCheckAtLeast: a count that also counts what its set does not hold
+// (comments sent without an id, against the comment ids) is a drift only
+// below its set, and is repaired up to it. Favorites stand in for such a
+// count here.
+func TestCheckAtLeast(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	t.Cleanup(redisstore.FavoritesAtLeast())
+	s := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()})
+	rdb := rawClient(t, []string{addr})
+	p, err := s.CreatePost(bg, 1, 0, "")
+	must(t, err)
+	must(t, s.Favorite(bg, 2, p))
+	must(t, s.Favorite(bg, 3, p))
+	setPostCounts(t, rdb, s, p, engine.Counts{Favorites: 5})
+	if lines, _ := checkLines(t, s, true); len(lines) != 0 {
+		t.Fatalf("a count above its set drifted: %v", lines)
+	}
+	setPostCounts(t, rdb, s, p, engine.Counts{Favorites: 1})
+	if lines, _ := checkLines(t, s, true); !slices.Equal(lines, []string{fmt.Sprintf("post.favorites %d 1->2 repaired=true unsettled=false", p)}) {
+		t.Fatalf("a count below its set: %v", lines)
+	}
+	if c, _ := s.Counts(bg, []engine.PostID{p}); c[0].Favorites != 2 {
+		t.Fatalf("favorites after repair: %+v", c)
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/tally-dev/tally/engine"
@@ -54,4 +55,13 @@ func WithUserCounts(rec string, c engine.UserCounts) string {
 	u.set(uFollowers, c.Followers)
 	u.set(uFollowing, c.Following)
 	return u.encode()
+}
+
+// FavoritesAtLeast makes the favorites check one whose count may exceed
+// its set (as comments against their ids), until restore.
+func FavoritesAtLeast() (restore func()) {
+	saved := postSetChecks
+	postSetChecks = slices.Clone(postSetChecks)
+	postSetChecks[1].atLeast = true
+	return func() { postSetChecks = saved }
 }

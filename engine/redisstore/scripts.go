@@ -738,7 +738,8 @@ var (
 	// the post's low bits: in the bucket's slot), and tallies the posts'
 	// authors. Posts whose low bits are in [lo, hi] hold imported counts:
 	// their authors count, their sets are not compared. KEYS bucket; ARGV
-	// lo, hi, then (count index, set part) per check. {{head, posts}...,
+	// lo, hi, then (count index, set part, at least) per check: with at
+	// least 1 only a count below its set is a drift. {{head, posts}...,
 	// {low, check number (1-based), stored, recounted}..., checked,
 	// skipped}.
 	scCheckPosts = newScript(`
@@ -759,12 +760,12 @@ for i = 1, #all, 2 do
   else
     checked = checked + 1
     local t = dec(rec, L + 2)
-    for j = 3, #ARGV, 2 do
+    for j = 3, #ARGV, 3 do
       local stored = t[tonumber(ARGV[j])] or 0
       local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
-      if stored ~= card then
+      if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
         drifts[#drifts + 1] = low
-        drifts[#drifts + 1] = (j - 1) / 2
+        drifts[#drifts + 1] = j / 3
         drifts[#drifts + 1] = stored
         drifts[#drifts + 1] = card
       end
@@ -778,10 +779,10 @@ for head, n in pairs(authors) do
 end
 return {heads, drifts, checked, skipped}`)
 
-	// Sets one post's count to its set's cardinality, both read here.
-	// KEYS bucket, set; ARGV low, count index. {-1} no such post; {0,
-	// stored, recounted} already equal; {1, stored, recounted,
-	// zero-transition}.
+	// Sets one post's count to its set's cardinality, both read here
+	// (with ARGV at least '1', only a count below it). KEYS bucket, set;
+	// ARGV low, count index, at least. {-1} no such post; {0, stored,
+	// recounted} no drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return {-1} end
@@ -790,7 +791,7 @@ local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
 local card = redis.call('SCARD', KEYS[2])
-if stored == card then return {0, stored, card} end
+if stored == card or ARGV[3] == '1' and stored > card then return {0, stored, card} end
 local before = enc(t, n)
 for i = n + 1, idx do t[i] = 0 end
 if idx > n then n = idx end
