@@ -167,7 +167,7 @@ func (s *Store) Check(ctx context.Context, opts engine.CheckOptions) (engine.Che
 	steps := []struct {
 		name string
 		run  func(context.Context, *redis.Client) error
-	}{{"users", r.readUsersBefore}, {"posts", r.scanPosts}, {"followees", r.scanFollowees}, {"compare", r.compareUsers}}
+	}{{"users", r.readUsersBefore}, {"sources", r.scanSources}, {"compare", r.compareUsers}}
 	for _, step := range steps {
 		if s.checkPause != nil {
 			s.checkPause(step.name)
@@ -289,135 +289,170 @@ func (r *checkRun) readUsersBefore(ctx context.Context, c *redis.Client) error {
 	})
 }
 
-// scanPosts runs the post-set checks over every post bucket of c and
-// tallies the posts' authors.
-func (r *checkRun) scanPosts(ctx context.Context, c *redis.Client) error {
+// scanSources walks the hashes of c once for what the counts are
+// recounted from: the post buckets (checkPosts) and the followee hashes
+// (checkFollowees). One walk, not one per kind: a SCAN costs Redis time
+// for every key of the node, whatever the pattern keeps.
+func (r *checkRun) scanSources(ctx context.Context, c *redis.Client) error {
+	return scan(ctx, c, globEscape(r.s.k.p)+"{*", "hash", func(keys []string) error {
+		var posts, followees []string
+		for _, k := range keys {
+			switch {
+			case r.s.k.isPostBucket(k):
+				posts = append(posts, k)
+			case r.s.k.isFollowees(k):
+				followees = append(followees, k)
+			}
+		}
+		if err := r.checkPosts(ctx, c, posts); err != nil {
+			return err
+		}
+		return r.checkFollowees(ctx, c, followees)
+	})
+}
+
+// checkPosts runs the post-set checks over post buckets of c and tallies
+// the posts' authors. A bucket whose posts all hold imported counts has
+// nothing to compare: its authors are read without a script.
+func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []string) error {
 	var suffixes []any
 	for _, ch := range postSetChecks {
 		// The set key is the bucket, a part naming the set, the low bits.
 		suffixes = append(suffixes, ch.field, ch.set("", ""), flag(ch.atLeast))
 	}
-	return scan(ctx, c, globEscape(r.s.k.p)+"{p*}", "hash", func(keys []string) error {
-		calls := make([]*call, 0, len(keys))
-		windows := make([]uint64, 0, len(keys))
-		for _, k := range keys {
-			w, ok := r.s.k.postBucketWindow(k)
-			if !ok {
-				continue
-			}
-			lo, hi := r.s.k.spanLows(r.span, w)
-			calls = append(calls, script(scCheckPosts, []string{k}, append([]any{lo, hi}, suffixes...)...))
-			windows = append(windows, w)
+	var calls, imported []*call
+	var windows []uint64
+	for _, k := range keys {
+		w, _ := r.s.k.postBucketWindow(k)
+		lo, hi := r.s.k.spanLows(r.span, w)
+		if lo == 0 && hi == r.s.k.lowMask {
+			imported = append(imported, raw("HVALS", k))
+			continue
 		}
-		if err := r.run(ctx, c, calls); err != nil {
+		calls = append(calls, script(scCheckPosts, []string{k}, append([]any{lo, hi}, suffixes...)...))
+		windows = append(windows, w)
+	}
+	if err := r.run(ctx, c, append(calls, imported...)); err != nil {
+		return err
+	}
+	type found struct {
+		bucket, low string
+		id          uint64
+		check       *postSetCheck
+		stored, got int64
+	}
+	var drifts []found
+	r.mu.Lock()
+	for _, cl := range imported {
+		for _, rec := range vals(cl.res.Val()) {
+			author, err := decodeHead(str(rec))
+			if err != nil {
+				r.mu.Unlock()
+				return fmt.Errorf("%w: post bucket %s", err, cl.keys[0])
+			}
+			if author != 0 {
+				r.authored[author]++
+			}
+			for _, ch := range postSetChecks {
+				r.res.Tally(ch.name).Skipped++
+			}
+		}
+	}
+	for i, cl := range calls {
+		a := vals(cl.res.Val())
+		heads := vals(at(a, 0))
+		for j := 0; j+1 < len(heads); j += 2 {
+			author, err := decodeHead(str(heads[j]))
+			if err != nil {
+				r.mu.Unlock()
+				return fmt.Errorf("%w: post bucket %s", err, cl.keys[0])
+			}
+			r.authored[author] += num(heads[j+1])
+		}
+		checked, skipped := num(at(a, 2)), num(at(a, 3))
+		for _, ch := range postSetChecks {
+			t := r.res.Tally(ch.name)
+			t.Checked += checked
+			t.Skipped += skipped
+		}
+		d := vals(at(a, 1))
+		for j := 0; j+3 < len(d); j += 4 {
+			low := str(d[j])
+			n, err := strconv.ParseUint(low, 10, 64)
+			if err != nil {
+				r.mu.Unlock()
+				return fmt.Errorf("%w: post bucket %s field %q", errCorrupt, cl.keys[0], low)
+			}
+			drifts = append(drifts, found{cl.keys[0], low, windows[i]<<r.s.k.winShift | n,
+				&postSetChecks[num(d[j+1])-1], num(d[j+2]), num(d[j+3])})
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range drifts {
+		d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
+		if r.opts.Repair {
+			res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, flag(f.check.atLeast))
+			if err != nil {
+				return err
+			}
+			a := vals(res)
+			switch num(at(a, 0)) {
+			case 1:
+				d.Stored, d.Recounted, d.Repaired = num(at(a, 1)), num(at(a, 2)), true
+				r.s.stats.counted.Add(num(at(a, 3)))
+			default: // the post is gone, or a write set it right meanwhile
+				d.Unsettled = true
+			}
+		}
+		r.mu.Lock()
+		r.report(d)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// checkFollowees tallies the followers of every followee and the length
+// of every followee hash among keys, on c.
+func (r *checkRun) checkFollowees(ctx context.Context, c *redis.Client, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	p := c.Pipeline()
+	lens := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		lens[i] = p.HLen(ctx, k)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return err
+	}
+	p = c.Pipeline()
+	short := make([]*redis.StringSliceCmd, len(keys))
+	for i, k := range keys {
+		if lens[i].Val() <= longHash {
+			short[i] = p.HKeys(ctx, k)
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, k := range keys {
+		viewer, _ := followeesOwner(k)
+		var targets []string
+		if short[i] != nil {
+			targets = short[i].Val()
+		} else if err := hscanKeys(ctx, c, k, func(fields []string) { targets = append(targets, fields...) }); err != nil {
 			return err
 		}
-		type found struct {
-			bucket, low string
-			id          uint64
-			check       *postSetCheck
-			stored, got int64
-		}
-		var drifts []found
 		r.mu.Lock()
-		for i, cl := range calls {
-			a := vals(cl.res.Val())
-			heads := vals(at(a, 0))
-			for j := 0; j+1 < len(heads); j += 2 {
-				author, err := decodeHead(str(heads[j]))
-				if err != nil {
-					r.mu.Unlock()
-					return fmt.Errorf("%w: post bucket %s", err, cl.keys[0])
-				}
-				r.authored[author] += num(heads[j+1])
-			}
-			checked, skipped := num(at(a, 2)), num(at(a, 3))
-			for _, ch := range postSetChecks {
-				t := r.res.Tally(ch.name)
-				t.Checked += checked
-				t.Skipped += skipped
-			}
-			d := vals(at(a, 1))
-			for j := 0; j+3 < len(d); j += 4 {
-				low := str(d[j])
-				n, err := strconv.ParseUint(low, 10, 64)
-				if err != nil {
-					r.mu.Unlock()
-					return fmt.Errorf("%w: post bucket %s field %q", errCorrupt, cl.keys[0], low)
-				}
-				drifts = append(drifts, found{cl.keys[0], low, windows[i]<<r.s.k.winShift | n,
-					&postSetChecks[num(d[j+1])-1], num(d[j+2]), num(d[j+3])})
+		r.following[viewer] = lens[i].Val()
+		for _, f := range targets {
+			if t, err := strconv.ParseUint(f, 10, 64); err == nil {
+				r.followed[t]++
 			}
 		}
 		r.mu.Unlock()
-		for _, f := range drifts {
-			d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
-			if r.opts.Repair {
-				res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, flag(f.check.atLeast))
-				if err != nil {
-					return err
-				}
-				a := vals(res)
-				switch num(at(a, 0)) {
-				case 1:
-					d.Stored, d.Recounted, d.Repaired = num(at(a, 1)), num(at(a, 2)), true
-					r.s.stats.counted.Add(num(at(a, 3)))
-				default: // the post is gone, or a write set it right meanwhile
-					d.Unsettled = true
-				}
-			}
-			r.mu.Lock()
-			r.report(d)
-			r.mu.Unlock()
-		}
-		return nil
-	})
-}
-
-// scanFollowees tallies the followers of every followee and the length of
-// every followee hash of c.
-func (r *checkRun) scanFollowees(ctx context.Context, c *redis.Client) error {
-	return scan(ctx, c, globEscape(r.s.k.p)+"{u*}F*", "hash", func(keys []string) error {
-		p := c.Pipeline()
-		lens := make([]*redis.IntCmd, len(keys))
-		for i, k := range keys {
-			lens[i] = p.HLen(ctx, k)
-		}
-		if _, err := p.Exec(ctx); err != nil {
-			return err
-		}
-		p = c.Pipeline()
-		short := make([]*redis.StringSliceCmd, len(keys))
-		for i, k := range keys {
-			if lens[i].Val() <= longHash {
-				short[i] = p.HKeys(ctx, k)
-			}
-		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-		for i, k := range keys {
-			viewer, ok := followeesOwner(k)
-			if !ok {
-				continue
-			}
-			var targets []string
-			if short[i] != nil {
-				targets = short[i].Val()
-			} else if err := hscanKeys(ctx, c, k, func(fields []string) { targets = append(targets, fields...) }); err != nil {
-				return err
-			}
-			r.mu.Lock()
-			r.following[viewer] = lens[i].Val()
-			for _, f := range targets {
-				if t, err := strconv.ParseUint(f, 10, 64); err == nil {
-					r.followed[t]++
-				}
-			}
-			r.mu.Unlock()
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // hscanKeys reads a hash's fields in HSCAN steps.
@@ -617,6 +652,23 @@ func (s *Store) widenImportSpan(ctx context.Context, lo, hi uint64) error {
 // spanArg writes an id as 20 zero-padded digits, so that the script
 // compares ids as strings (Lua numbers hold only 53 bits).
 func spanArg(id uint64) string { return fmt.Sprintf("%020d", id) }
+
+// isPostBucket reports whether key is a post bucket's.
+func (k keyspace) isPostBucket(key string) bool {
+	_, ok := k.postBucketWindow(key)
+	return ok
+}
+
+// isFollowees reports whether key is a followee hash's (keyspace.followees:
+// a user bucket, "F", the user's id).
+func (k keyspace) isFollowees(key string) bool {
+	rest, ok := strings.CutPrefix(key, k.p+"{u")
+	if !ok {
+		return false
+	}
+	_, ok = followeesOwner(rest)
+	return ok && !strings.ContainsAny(rest[:strings.LastIndex(rest, "}F")], "{}")
+}
 
 // postBucketWindow parses the time window of a post bucket's key
 // (keyspace.idBucket: the prefix, "{p", the window and sub-bucket in base

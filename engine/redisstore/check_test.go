@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 func TestCheckSingle(t *testing.T) {
@@ -238,7 +240,7 @@ func testCheckUnsettled(t *testing.T, addrs []string) {
 
 	// A follow between the two reads of the user records.
 	checker.SetCheckPause(func(step string) {
-		if step == "followees" {
+		if step == "sources" {
 			must(t, s.Follow(bg, 21, 3))
 		}
 	})
@@ -298,5 +300,33 @@ func TestCheckAtLeast(t *testing.T) {
 	}
 	if c, _ := s.Counts(bg, []engine.PostID{p}); c[0].Favorites != 2 {
 		t.Fatalf("favorites after repair: %+v", c)
+	}
+}
+
+// TestCheckImportedBuckets: posts whose counts an import wrote are not
+// recounted from their sets, and a bucket all of whose posts are in the
+// import span is read without a script: its authors still count.
+func TestCheckImportedBuckets(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	s := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()})
+	rdb := rawClient(t, []string{addr})
+	now := time.Now().Add(-time.Hour).UnixMilli()
+	var rows []engine.ImportRow
+	for i, author := range []engine.UserID{5, 5, 6} { // three windows: the middle one wholly imported
+		id := engine.PostID(snowflake.Make(now+int64(i)*10_000, 1, 0))
+		rows = append(rows, engine.ImportRow{Post: id, Author: author, Counts: engine.Counts{Likes: 40, Favorites: 2}})
+	}
+	must(t, s.Import(bg, rows))
+	lines, res := checkLines(t, s, false)
+	// Checked: the two authors' post counts and following counts.
+	if tot := res.Totals(); len(lines) != 0 || tot.Skipped != 6 || tot.Checked != 4 {
+		t.Fatalf("an imported keyspace: %v %+v", lines, tot)
+	}
+	if stats, err := rdb.Info(bg, "commandstats").Result(); err != nil || !strings.Contains(stats, "cmdstat_hvals:calls=1,") {
+		t.Fatalf("the wholly imported bucket was not read with one HVALS: %v\n%s", err, stats)
+	}
+	setUserCounts(t, rdb, s, 5, engine.UserCounts{})
+	if lines, _ := checkLines(t, s, false); !slices.Equal(lines, []string{"user.posts 5 0->2 repaired=false unsettled=false"}) {
+		t.Fatalf("an imported author's count: %v", lines)
 	}
 }
