@@ -1,6 +1,7 @@
 package bitpack
 
 import (
+	"cmp"
 	"errors"
 	"math/bits"
 	"math/rand/v2"
@@ -28,6 +29,61 @@ func TestWriterGetRoundTrip(t *testing.T) {
 				t.Fatalf("field %d (w=%d): got %x want %x", i, widths[i], got, vals[i])
 			}
 			off += widths[i]
+		}
+	}
+}
+
+// TestPutFields checks that a column written with PutFields, between
+// fields written with Put, reads back as Put's would.
+func TestPutFields(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 500 {
+		lead, n, width := rng.IntN(70), rng.IntN(100), rng.IntN(65)
+		sub := rng.Uint64() >> rng.IntN(65)
+		vs := make([]uint64, n)
+		for i := range vs {
+			vs[i] = sub + rng.Uint64()&LowMask(uint(width)) | rng.Uint64()&^LowMask(uint(width))
+		}
+		var w Writer
+		w.Zeros(lead)
+		w.PutFields(vs, sub, width)
+		w.Put(5, 3)
+		b := w.Flush()
+		b = append(b, make([]byte, Slack)...)[:len(b)]
+		for i, v := range vs {
+			if got, want := Get(b, lead+i*width, width), (v-sub)&LowMask(uint(width)); got != want {
+				t.Fatalf("field %d (w=%d): got %x want %x", i, width, got, want)
+			}
+		}
+		if Get(b, lead+n*width, 3) != 5 {
+			t.Fatal("the field after the column")
+		}
+	}
+}
+
+// TestSortByKey checks the radix sort against slices.SortStableFunc on
+// keys that differ in a few bytes, in all, and in none but one, with
+// repeated keys whose order must be kept.
+func TestSortByKey(t *testing.T) {
+	type kv struct{ k, seq uint64 }
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, gen := range []func() uint64{
+		func() uint64 { return rng.Uint64N(1 << 20) },
+		rng.Uint64,
+		func() uint64 { return 0xabcd<<48 | rng.Uint64N(256)<<24 },
+		func() uint64 { return rng.Uint64N(5) },
+	} {
+		for _, n := range []int{0, 1, 63, 64, 1000, 50000} {
+			xs := make([]kv, n)
+			for i := range xs {
+				xs[i] = kv{gen(), uint64(i)}
+			}
+			want := slices.Clone(xs)
+			slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			SortByKey(xs, func(x kv) uint64 { return x.k }, nil)
+			if !slices.Equal(xs, want) {
+				t.Fatalf("n=%d: SortByKey differs from slices.SortStableFunc", n)
+			}
 		}
 	}
 }
