@@ -108,7 +108,7 @@ func BenchmarkEnginePage(b *testing.B) {
 	// Viewers follow k distinct authors of the set each, 200k follows in
 	// all, and are polled in turn, so that the polls do not find the
 	// same few cache lines warm.
-	for _, k := range []int{100, 500} {
+	for _, k := range []int{100, 500, 2000} {
 		viewers := make([]engine.UserID, 200_000/k)
 		next := 0
 		for v := range viewers {

@@ -1,0 +1,455 @@
+package follows
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"unsafe"
+
+	"github.com/tally-dev/tally/engine/bitpack"
+)
+
+// A block holds 1..maxBlock pairs (a, b) in strictly increasing order, each
+// with a value v. Its first pair is kept in the directory (dirEntry), not in
+// the block. The pairs form runs of equal a (a viewer's followees, or a
+// user's followers); the block stores, LSB-first (engine/bitpack):
+//
+//	n-1 (8 bits) | r-1 (8 bits), r the number of runs
+//	column "gaps"   r-1 values: a of run j minus a of run j-1, minus 1
+//	column "lens"   r-1 values: the length of run j minus 1 (the last run's
+//	                length is what remains of n)
+//	column "starts" r-1 values: b of the first pair of run j
+//	column "deltas" n-r values: b minus the previous b of its run, minus 1
+//	column "values" n values: v, its sign bit flipped (so that the order of
+//	                int64s is that of the stored uint64s)
+//
+// for runs j = 1..r-1 (run 0 starts with the directory's pair). A column
+// of count 0 takes no bits. Otherwise it is frame-of-reference with
+// patches: base (the column's minimum) is subtracted from every value, each
+// difference keeps its low w bits in a field of w bits, and the few whose
+// difference is wider (exceptions) add their high bits in a list after the
+// fields:
+//
+//	wbase (7 bits) | base (wbase bits) | w (7 bits) | ne (9 bits) |
+//	[hw (7 bits), if ne > 0] | count × low (w bits) |
+//	ne × (position (bits.Len(count-1) bits), high (hw bits))
+//
+// The encoder picks the w that makes the column shortest. That is the
+// seeds' rule for counts, applied to every column: store the narrow
+// values narrow and keep the rare wide ones apart, so that one followee
+// with a hundred thousand posts does not widen the snapshots of the 200
+// pairs around it, nor one long gap between followees every gap.
+//
+// Every field is at a computable bit offset, so a reader decodes only the
+// run it wants (List of one viewer in a block of a dozen), and the only
+// sequential part is the sum of the deltas within a run.
+const (
+	maxBlock = 256
+	// minBlock is the size under which a block is merged with a
+	// neighbour: blocks stay at least a quarter full, so that the
+	// per-block costs (the directory entry, the column headers) stay
+	// amortised over many pairs.
+	minBlock = maxBlock / 4
+
+	colGaps, colLens, colStarts, colDeltas, colValues, ncols = 0, 1, 2, 3, 4, 5
+
+	signBit = 1 << 63
+)
+
+// errBlock wraps what block.parse and checkBlock find wrong in a block.
+var errBlock = errors.New("follows: bad block")
+
+// column is a parsed column header: where its fields are and how wide.
+type column struct {
+	base      uint64
+	mask      uint64 // bitpack.LowMask(w)
+	off, xoff int    // bit offsets of the low fields and of the exceptions
+	count, ne int
+	w, pw, hw uint8
+}
+
+// block is a parsed block: its bytes (with bitpack.Slack bytes of
+// capacity past them) and its columns.
+type block struct {
+	buf  []byte
+	n, r int
+	cols [ncols]column
+}
+
+// parse parses the block in buf into blk. It checks that every field
+// lies within buf, so that reading any of them is safe whatever buf holds;
+// it does not check that the pairs ascend (checkBlock does).
+func (blk *block) parse(buf []byte) error {
+	blk.buf = buf
+	nbits := 8 * len(buf)
+	if nbits < 16 {
+		return fmt.Errorf("%w: %d bytes", errBlock, len(buf))
+	}
+	h := bitpack.Get(buf, 0, 16)
+	blk.n, blk.r = int(h&0xff)+1, int(h>>8)+1
+	if blk.r > blk.n {
+		return fmt.Errorf("%w: %d runs of %d pairs", errBlock, blk.r, blk.n)
+	}
+	p := 16
+	counts := [ncols]int{blk.r - 1, blk.r - 1, blk.r - 1, blk.n - blk.r, blk.n}
+	for i, count := range counts {
+		c := &blk.cols[i]
+		*c = column{count: count}
+		if count == 0 {
+			continue
+		}
+		// wbase (7) | base | w (7) | ne (9) | [hw (7)]
+		if p+7 > nbits {
+			return fmt.Errorf("%w: column %d: header past the end", errBlock, i)
+		}
+		wbase := int(bitpack.Get(buf, p, 7))
+		p += 7
+		if wbase > 64 || p+wbase+16 > nbits {
+			return fmt.Errorf("%w: column %d: header past the end", errBlock, i)
+		}
+		c.base = bitpack.Get(buf, p, wbase)
+		p += wbase
+		f := bitpack.Get(buf, p, 16)
+		p += 16
+		c.w, c.ne = uint8(f&127), int(f>>7)
+		if c.ne > 0 {
+			if p+7 > nbits {
+				return fmt.Errorf("%w: column %d: header past the end", errBlock, i)
+			}
+			c.hw = uint8(bitpack.Get(buf, p, 7))
+			p += 7
+		}
+		if c.w > 64 || c.ne > count || c.ne > 0 && (c.hw == 0 || c.w+c.hw > 64) {
+			return fmt.Errorf("%w: column %d: widths %d+%d with %d exceptions of %d", errBlock, i, c.w, c.hw, c.ne, count)
+		}
+		c.mask = bitpack.LowMask(uint(c.w))
+		c.pw = uint8(bits.Len(uint(count - 1)))
+		c.off = p
+		c.xoff = p + count*int(c.w)
+		p = c.xoff + c.ne*int(c.pw+c.hw)
+		if p > nbits {
+			return fmt.Errorf("%w: column %d: %d bits past the end", errBlock, i, p-nbits)
+		}
+	}
+	return nil
+}
+
+// decode sets dst[k] to value from+k of the column, for k < to-from; past
+// the column's end (a corrupt block's runs), to 0.
+func (c *column) decode(buf []byte, from, to int, dst []uint64) {
+	dst = dst[:to-from]
+	if to > c.count {
+		clear(dst[max(c.count-from, 0):])
+		to = max(c.count, from)
+	}
+	off, w := c.off+from*int(c.w), int(c.w)
+	if w <= 56 {
+		for k := range dst[:to-from] {
+			dst[k] = c.base + bitpack.Bits56(buf, off)&c.mask
+			off += w
+		}
+	} else {
+		for k := range dst[:to-from] {
+			dst[k] = c.base + bitpack.Get(buf, off, w)
+			off += w
+		}
+	}
+	x := c.xoff
+	for range c.ne {
+		pos := int(bitpack.Get(buf, x, int(c.pw)))
+		if pos >= from && pos < to {
+			dst[pos-from] += bitpack.Get(buf, x+int(c.pw), int(c.hw)) << c.w
+		}
+		x += int(c.pw + c.hw)
+	}
+}
+
+// at returns value i of the column (0 past its end).
+func (c *column) at(buf []byte, i int) uint64 {
+	if i >= c.count {
+		return 0
+	}
+	v := c.base + bitpack.Get(buf, c.off+i*int(c.w), int(c.w))
+	for x, k := c.xoff, 0; k < c.ne; x, k = x+int(c.pw+c.hw), k+1 {
+		if int(bitpack.Get(buf, x, int(c.pw))) == i {
+			v += bitpack.Get(buf, x+int(c.pw), int(c.hw)) << c.w
+		}
+	}
+	return v
+}
+
+// runLen returns the length of run j.
+func (blk *block) runLen(j, start int) int {
+	if j == blk.r-1 {
+		return blk.n - start
+	}
+	return int(blk.cols[colLens].at(blk.buf, j)) + 1
+}
+
+// find returns the run of blk holding a (first pair (a0, b0)): its index,
+// first pair's index and length; j < 0 if a has no run here.
+func (blk *block) find(a0, a uint64) (j, start, length int) {
+	cur := a0
+	for j := 0; j < blk.r && start < blk.n; j++ {
+		if j > 0 {
+			cur += blk.cols[colGaps].at(blk.buf, j-1) + 1
+		}
+		length := blk.runLen(j, start)
+		switch {
+		case cur == a:
+			return j, start, min(length, blk.n-start)
+		case cur > a:
+			return -1, 0, 0
+		}
+		start += length
+	}
+	return -1, 0, 0
+}
+
+// has reports whether blk (first pair (a0, b0)) holds a pair of a.
+func (blk *block) has(a0, a uint64) bool {
+	j, _, _ := blk.find(a0, a)
+	return j >= 0
+}
+
+// runHas reports whether run j, the pairs [start, start+length), holds
+// b. b0 is the block's first b.
+func (blk *block) runHas(b0 uint64, j, start, length int, b uint64) bool {
+	cur := b0
+	if j > 0 {
+		cur = blk.cols[colStarts].at(blk.buf, j-1)
+	}
+	dc := &blk.cols[colDeltas]
+	for k := start - j; cur < b; k++ {
+		if k == start-j+length-1 {
+			return false
+		}
+		cur += dc.at(blk.buf, k) + 1
+	}
+	return cur == b
+}
+
+// run appends the b (and, if values, the v) of the pairs [start,
+// start+length) of run j to bs and vs. b0 is the block's first b.
+func (blk *block) run(b0 uint64, j, start, length int, bs []uint64, vs []int64, values bool) ([]uint64, []int64) {
+	first := b0
+	if j > 0 {
+		first = blk.cols[colStarts].at(blk.buf, j-1)
+	}
+	k := len(bs)
+	bs = append(bs, first)
+	if length > 1 {
+		bs = slices.Grow(bs, length-1)[:k+length]
+		// The deltas of run j's pairs after the first: one per pair
+		// before them that is not a run's first.
+		d := start - j
+		blk.cols[colDeltas].decode(blk.buf, d, d+length-1, bs[k+1:])
+		for i := k + 1; i < len(bs); i++ {
+			bs[i] += bs[i-1] + 1
+		}
+	}
+	if values {
+		k := len(vs)
+		vs = slices.Grow(vs, length)[:k+length]
+		u := uint64s(vs[k:])
+		blk.cols[colValues].decode(blk.buf, start, start+length, u)
+		for i := range u {
+			u[i] ^= signBit
+		}
+	}
+	return bs, vs
+}
+
+// entries is a decoded run of pairs, room for two blocks and one more
+// pair: what a writer merges, splits and rewrites.
+type entries struct {
+	a, b [2*maxBlock + 1]uint64
+	v    [2*maxBlock + 1]int64
+	n    int
+}
+
+// decodeAll appends every pair of blk (first pair (a0, b0)) to e, using
+// sc for the run columns. A corrupt block decodes to garbage, never out of
+// bounds.
+func (blk *block) decodeAll(a0, b0 uint64, e *entries, sc *columns) {
+	g, l, s, d := sc[colGaps][:], sc[colLens][:], sc[colStarts][:], sc[colDeltas][:]
+	for c, dst := range [...][]uint64{g, l, s, d} {
+		count := blk.cols[c].count
+		blk.cols[c].decode(blk.buf, 0, count, dst)
+	}
+	as, bs, vs := e.a[e.n:e.n+blk.n], e.b[e.n:e.n+blk.n], e.v[e.n:e.n+blk.n]
+	u := uint64s(vs)
+	blk.cols[colValues].decode(blk.buf, 0, blk.n, u)
+	for i := range u {
+		u[i] ^= signBit
+	}
+	a, i, k := a0, 0, 0
+	for j := 0; j < blk.r && i < blk.n; j++ {
+		b := b0
+		if j > 0 {
+			a += g[j-1] + 1
+			b = s[j-1]
+		}
+		end := blk.n
+		if j < blk.r-1 {
+			end = min(i+int(min(l[j], maxBlock))+1, blk.n)
+		}
+		as[i], bs[i] = a, b
+		for i++; i < end; i++ {
+			b += d[k&(maxBlock-1)] + 1
+			k++
+			as[i], bs[i] = a, b
+		}
+	}
+	e.n += blk.n
+}
+
+// uint64s views vs as the uint64s the values column stores.
+func uint64s(vs []int64) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(vs))), len(vs))
+}
+
+// columns holds a block's columns decoded, or to encode.
+type columns [ncols][maxBlock]uint64
+
+// encoder writes blocks; a writer owns one.
+type encoder struct {
+	w    bitpack.Writer
+	cols columns
+}
+
+// encode returns the block of e's pairs [lo, hi), 1 <= hi-lo <= maxBlock,
+// in the encoder's buffer (valid until the next encode).
+func (enc *encoder) encode(e *entries, lo, hi int) []byte {
+	n := hi - lo
+	as, bs, vs := e.a[lo:hi], e.b[lo:hi], e.v[lo:hi]
+	var counts [ncols]int
+	add := func(c int, x uint64) {
+		enc.cols[c][counts[c]] = x
+		counts[c]++
+	}
+	runStart := 0
+	for i := range n {
+		switch {
+		case i == 0:
+		case as[i] == as[i-1]:
+			add(colDeltas, bs[i]-bs[i-1]-1)
+		default:
+			add(colGaps, as[i]-as[i-1]-1)
+			add(colLens, uint64(i-runStart-1))
+			add(colStarts, bs[i])
+			runStart = i
+		}
+		add(colValues, uint64(vs[i])^signBit)
+	}
+	r := counts[colGaps] + 1
+	enc.w = bitpack.Writer{Buf: enc.w.Buf[:0]}
+	enc.w.Put(uint64(n-1), 8)
+	enc.w.Put(uint64(r-1), 8)
+	for c := range ncols {
+		putColumn(&enc.w, enc.cols[c][:counts[c]])
+	}
+	return enc.w.Flush()
+}
+
+// putColumn writes xs as a column (see the format above), with the width
+// that makes it shortest.
+func putColumn(w *bitpack.Writer, xs []uint64) {
+	if len(xs) == 0 {
+		return
+	}
+	base := xs[0]
+	for _, x := range xs {
+		base = min(base, x)
+	}
+	var hist [65]int
+	maxLen := 0
+	for _, x := range xs {
+		l := bits.Len64(x - base)
+		hist[l]++
+		maxLen = max(maxLen, l)
+	}
+	pw := bits.Len(uint(len(xs) - 1))
+	width, cost, above := maxLen, len(xs)*maxLen, 0
+	for c := maxLen - 1; c >= 0; c-- {
+		above += hist[c+1]
+		if k := len(xs)*c + above*(pw+maxLen-c) + 7; k < cost {
+			width, cost = c, k
+		}
+	}
+	ne := 0
+	for c := width + 1; c <= maxLen; c++ {
+		ne += hist[c]
+	}
+	wbase := bits.Len64(base)
+	w.Put(uint64(wbase), 7)
+	w.Put(base, wbase)
+	w.Put(uint64(width), 7)
+	w.Put(uint64(ne), 9)
+	hw := maxLen - width
+	if ne > 0 {
+		w.Put(uint64(hw), 7)
+	}
+	w.PutFields(xs, base, width)
+	if ne == 0 {
+		return
+	}
+	for i, x := range xs {
+		if d := x - base; bits.Len64(d) > width {
+			w.Put(uint64(i), pw)
+			w.Put(d>>uint(width), hw)
+		}
+	}
+}
+
+// checkBlock decodes blk in full and checks what block.parse does not:
+// that the pairs ascend strictly from (a0, b0) with no overflow, that the
+// runs add up to n and that each column's exceptions are in increasing
+// position order, and that decoding and encoding again gives the same
+// bytes (the encoding of a block's pairs is unique). It appends the pairs
+// to e.
+func checkBlock(blk *block, a0, b0 uint64, e *entries, enc *encoder) error {
+	for i, c := range blk.cols {
+		x, last := c.xoff, -1
+		for range c.ne {
+			pos := int(bitpack.Get(blk.buf, x, int(c.pw)))
+			if pos <= last || pos >= c.count {
+				return fmt.Errorf("%w: column %d: exception at %d after %d", errBlock, i, pos, last)
+			}
+			last = pos
+			x += int(c.pw + c.hw)
+		}
+	}
+	sum := 0
+	for j := range blk.r - 1 {
+		sum += int(min(blk.cols[colLens].at(blk.buf, j), maxBlock)) + 1
+	}
+	if sum >= blk.n {
+		return fmt.Errorf("%w: runs of %d pairs in a block of %d", errBlock, sum, blk.n)
+	}
+	first := e.n
+	blk.decodeAll(a0, b0, e, &enc.cols)
+	for i := first + 1; i < e.n; i++ {
+		if !less(e.a[i-1], e.b[i-1], e.a[i], e.b[i]) {
+			return fmt.Errorf("%w: pair %d (%d, %d) not above (%d, %d)", errBlock, i-first, e.a[i], e.b[i], e.a[i-1], e.b[i-1])
+		}
+	}
+	if got := enc.encode(e, first, e.n); string(got) != string(trimBits(blk)) {
+		return fmt.Errorf("%w: not the encoding of its pairs", errBlock)
+	}
+	return nil
+}
+
+// trimBits returns the bytes of blk that its fields use.
+func trimBits(blk *block) []byte {
+	end := 16
+	for _, c := range blk.cols {
+		if c.count > 0 {
+			end = c.xoff + c.ne*int(c.pw+c.hw)
+		}
+	}
+	return blk.buf[:(end+7)/8]
+}
+
+func less(a1, b1, a2, b2 uint64) bool { return a1 < a2 || a1 == a2 && b1 < b2 }
