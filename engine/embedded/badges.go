@@ -224,34 +224,16 @@ func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch
 	if f.CursorLive = ops.CursorLive(cf, at, time.Duration(ttl)); f.CursorLive {
 		f.Newer = int64(st.notifsAfter(unwords(r.cursor)))
 	}
-	// Most users follow fewer than fit on the stack; longer lists take
-	// pooled buffers.
-	var tbuf [128]uint64
-	var sbuf, pbuf [128]int64
-	var fb *feedBuf
-	if st.follows.Following(viewer) <= len(tbuf) {
-		_, f.Snapshots, f.FolloweePosts = st.feed(viewer, tbuf[:0], sbuf[:0], pbuf[:0])
-	} else {
-		fb = feedBufs.Get().(*feedBuf)
-		fb.targets, fb.snaps, fb.posts = st.feed(viewer, fb.targets[:0], fb.snaps[:0], fb.posts[:0])
-		f.Snapshots, f.FolloweePosts = fb.snaps, fb.posts
-	}
+	fb := feedBufs.Get().(*feedBuf)
+	fb.targets, fb.snaps = st.follows.List(viewer, fb.targets[:0], fb.snaps[:0])
+	fb.posts = slices.Grow(fb.posts[:0], len(fb.targets))[:len(fb.targets)]
+	st.posted.GetMany(fb.targets, fb.posts)
+	f.FolloweePosts, f.Snapshots = fb.posts, fb.snaps
 	c, _ := st.clicks.Get(keyOf(viewer))
 	f.Push, f.Click = st.push, int64(unwords(c))
 	u := ops.Unread(f)
-	if fb != nil {
-		feedBufs.Put(fb)
-	}
+	feedBufs.Put(fb)
 	return u, ops.DecideTouch(cf, at, time.Duration(ttl))
-}
-
-// feed appends viewer's followees, their snapshots and their post counts
-// now to targets, snaps and posts.
-func (st *state) feed(viewer uint64, targets []uint64, snaps, posts []int64) ([]uint64, []int64, []int64) {
-	targets, snaps = st.follows.List(viewer, targets, snaps)
-	posts = slices.Grow(posts, len(targets))[:len(targets)]
-	st.posted.GetMany(targets, posts)
-	return targets, snaps, posts
 }
 
 // feedBuf holds a badge read's followees, their snapshots and post

@@ -128,12 +128,14 @@ func BenchmarkEnginePage(b *testing.B) {
 		e.maintain()
 		b.Run(fmt.Sprintf("unread/followees=%d/posts=%d", k, n), func(b *testing.B) {
 			i := 0
+			start := cpuTime()
 			for b.Loop() {
 				if _, err := e.Unread(bg, viewers[i%len(viewers)]); err != nil {
 					b.Fatal(err)
 				}
 				i++
 			}
+			reportCPU(b, start)
 		})
 	}
 }

@@ -135,33 +135,53 @@ func (blk *block) parse(buf []byte) error {
 	return nil
 }
 
-// decode sets dst[k] to value from+k of the column, for k < to-from; past
-// the column's end (a corrupt block's runs), to 0.
-func (c *column) decode(buf []byte, from, to int, dst []uint64) {
+// decode sets dst[k], k < to-from, to value from+k of the column plus
+// add or, with sum, to start plus the sum of those up to and including it
+// (a run's b from its deltas). A value past the column's end (a corrupt
+// block's runs) is 0.
+func (c *column) decode(buf []byte, from, to int, dst []uint64, add uint64, sum bool, start uint64) {
 	dst = dst[:to-from]
+	n := len(dst)
 	if to > c.count {
-		clear(dst[max(c.count-from, 0):])
-		to = max(c.count, from)
+		n = max(c.count-from, 0)
+		clear(dst[n:])
 	}
-	off, w := c.off+from*int(c.w), int(c.w)
-	if w <= 56 {
-		for k := range dst[:to-from] {
-			dst[k] = c.base + bitpack.Bits56(buf, off)&c.mask
+	base, mask, w, off := c.base+add, c.mask, int(c.w), c.off+from*int(c.w)
+	switch {
+	case sum && c.ne == 0 && w <= 56:
+		// A run's b with no patches to make: one pass.
+		cur := start
+		for k := range dst[:n] {
+			cur += base + bitpack.Bits56(buf, off)&mask
+			dst[k] = cur
 			off += w
 		}
-	} else {
-		for k := range dst[:to-from] {
-			dst[k] = c.base + bitpack.Get(buf, off, w)
+		return
+	case w <= 56:
+		for k := range dst[:n] {
+			dst[k] = base + bitpack.Bits56(buf, off)&mask
+			off += w
+		}
+	default:
+		for k := range dst[:n] {
+			dst[k] = base + bitpack.Get(buf, off, w)
 			off += w
 		}
 	}
 	x := c.xoff
 	for range c.ne {
 		pos := int(bitpack.Get(buf, x, int(c.pw)))
-		if pos >= from && pos < to {
+		if pos >= from && pos < from+n {
 			dst[pos-from] += bitpack.Get(buf, x+int(c.pw), int(c.hw)) << c.w
 		}
 		x += int(c.pw + c.hw)
+	}
+	if sum {
+		cur := start
+		for k := range dst[:n] {
+			cur += dst[k]
+			dst[k] = cur
+		}
 	}
 }
 
@@ -179,26 +199,68 @@ func (c *column) at(buf []byte, i int) uint64 {
 	return v
 }
 
-// runLen returns the length of run j.
-func (blk *block) runLen(j, start int) int {
-	if j == blk.r-1 {
-		return blk.n - start
+// reader reads a column's values in order. It meets the exceptions in
+// position order, as the encoder writes them, so that a value costs a
+// field's read where at scans the exceptions.
+type reader struct {
+	c      *column
+	buf    []byte
+	i, off int
+	x, pos int // the next exception's bit offset and position (-1: none)
+}
+
+func (c *column) reader(buf []byte, from int) reader {
+	r := reader{c: c, buf: buf, i: from, off: c.off + from*int(c.w), x: c.xoff}
+	r.seekPatch(from)
+	return r
+}
+
+// seekPatch moves to the first exception at position from or after it.
+func (r *reader) seekPatch(from int) {
+	step := int(r.c.pw + r.c.hw)
+	end := r.c.xoff + r.c.ne*step
+	for r.pos = -1; r.x < end; r.x += step {
+		if p := int(bitpack.Get(r.buf, r.x, int(r.c.pw))); p >= from {
+			r.pos = p
+			return
+		}
 	}
-	return int(blk.cols[colLens].at(blk.buf, j)) + 1
+}
+
+// next returns the next value (0 past the column's end).
+func (r *reader) next() uint64 {
+	c, i := r.c, r.i
+	r.i++
+	if i >= c.count {
+		return 0
+	}
+	v := c.base + bitpack.Get(r.buf, r.off, int(c.w))
+	r.off += int(c.w)
+	if i == r.pos {
+		v += bitpack.Get(r.buf, r.x+int(c.pw), int(c.hw)) << c.w
+		r.x += int(c.pw + c.hw)
+		r.seekPatch(i + 1)
+	}
+	return v
 }
 
 // find returns the run of blk holding a (first pair (a0, b0)): its index,
 // first pair's index and length; j < 0 if a has no run here.
 func (blk *block) find(a0, a uint64) (j, start, length int) {
+	gaps := blk.cols[colGaps].reader(blk.buf, 0)
+	lens := blk.cols[colLens].reader(blk.buf, 0)
 	cur := a0
 	for j := 0; j < blk.r && start < blk.n; j++ {
 		if j > 0 {
-			cur += blk.cols[colGaps].at(blk.buf, j-1) + 1
+			cur += gaps.next() + 1
 		}
-		length := blk.runLen(j, start)
+		length := blk.n - start
+		if j < blk.r-1 {
+			length = min(int(min(lens.next(), maxBlock))+1, length)
+		}
 		switch {
 		case cur == a:
-			return j, start, min(length, blk.n-start)
+			return j, start, length
 		case cur > a:
 			return -1, 0, 0
 		}
@@ -220,12 +282,9 @@ func (blk *block) runHas(b0 uint64, j, start, length int, b uint64) bool {
 	if j > 0 {
 		cur = blk.cols[colStarts].at(blk.buf, j-1)
 	}
-	dc := &blk.cols[colDeltas]
-	for k := start - j; cur < b; k++ {
-		if k == start-j+length-1 {
-			return false
-		}
-		cur += dc.at(blk.buf, k) + 1
+	deltas := blk.cols[colDeltas].reader(blk.buf, start-j)
+	for k := 1; k < length && cur < b; k++ {
+		cur += deltas.next() + 1
 	}
 	return cur == b
 }
@@ -238,25 +297,17 @@ func (blk *block) run(b0 uint64, j, start, length int, bs []uint64, vs []int64, 
 		first = blk.cols[colStarts].at(blk.buf, j-1)
 	}
 	k := len(bs)
-	bs = append(bs, first)
-	if length > 1 {
-		bs = slices.Grow(bs, length-1)[:k+length]
-		// The deltas of run j's pairs after the first: one per pair
-		// before them that is not a run's first.
-		d := start - j
-		blk.cols[colDeltas].decode(blk.buf, d, d+length-1, bs[k+1:])
-		for i := k + 1; i < len(bs); i++ {
-			bs[i] += bs[i-1] + 1
-		}
-	}
+	bs = slices.Grow(bs, length)[:k+length]
+	bs[k] = first
+	// The deltas of run j's pairs after the first: one per pair before
+	// them that is not a run's first.
+	d := start - j
+	blk.cols[colDeltas].decode(blk.buf, d, d+length-1, bs[k+1:], 1, true, first)
 	if values {
 		k := len(vs)
 		vs = slices.Grow(vs, length)[:k+length]
-		u := uint64s(vs[k:])
-		blk.cols[colValues].decode(blk.buf, start, start+length, u)
-		for i := range u {
-			u[i] ^= signBit
-		}
+		// x ^ signBit is x + signBit: the flip is folded into the base.
+		blk.cols[colValues].decode(blk.buf, start, start+length, uint64s(vs[k:]), signBit, false, 0)
 	}
 	return bs, vs
 }
@@ -276,14 +327,10 @@ func (blk *block) decodeAll(a0, b0 uint64, e *entries, sc *columns) {
 	g, l, s, d := sc[colGaps][:], sc[colLens][:], sc[colStarts][:], sc[colDeltas][:]
 	for c, dst := range [...][]uint64{g, l, s, d} {
 		count := blk.cols[c].count
-		blk.cols[c].decode(blk.buf, 0, count, dst)
+		blk.cols[c].decode(blk.buf, 0, count, dst, 0, false, 0)
 	}
 	as, bs, vs := e.a[e.n:e.n+blk.n], e.b[e.n:e.n+blk.n], e.v[e.n:e.n+blk.n]
-	u := uint64s(vs)
-	blk.cols[colValues].decode(blk.buf, 0, blk.n, u)
-	for i := range u {
-		u[i] ^= signBit
-	}
+	blk.cols[colValues].decode(blk.buf, 0, blk.n, uint64s(vs), signBit, false, 0)
 	a, i, k := a0, 0, 0
 	for j := 0; j < blk.r && i < blk.n; j++ {
 		b := b0
@@ -422,8 +469,9 @@ func checkBlock(blk *block, a0, b0 uint64, e *entries, enc *encoder) error {
 		}
 	}
 	sum := 0
-	for j := range blk.r - 1 {
-		sum += int(min(blk.cols[colLens].at(blk.buf, j), maxBlock)) + 1
+	lens := blk.cols[colLens].reader(blk.buf, 0)
+	for range blk.r - 1 {
+		sum += int(min(lens.next(), maxBlock)) + 1
 	}
 	if sum >= blk.n {
 		return fmt.Errorf("%w: runs of %d pairs in a block of %d", errBlock, sum, blk.n)
