@@ -16,16 +16,17 @@ import (
 // user's followers); the block stores, LSB-first (engine/bitpack):
 //
 //	n-1 (8 bits) | r-1 (8 bits), r the number of runs
-//	column "gaps"   r-1 values: a of run j minus a of run j-1, minus 1
-//	column "lens"   r-1 values: the length of run j minus 1 (the last run's
-//	                length is what remains of n)
-//	column "starts" r-1 values: b of the first pair of run j
-//	column "deltas" n-r values: b minus the previous b of its run, minus 1
-//	column "values" n values: v, its sign bit flipped (so that the order of
-//	                int64s is that of the stored uint64s)
+//	column "gaps"   runs 1..r-1: the run's a minus the previous run's, minus 1
+//	column "lens"   runs 0..r-2: the run's length minus 1 (the last run
+//	                has what remains of n)
+//	column "starts" runs 1..r-1: the b of the run's first pair (run 0's is
+//	                the directory's)
+//	column "deltas" the n-r pairs that do not start a run: b minus the
+//	                previous pair's b, minus 1
+//	column "values" all n pairs: v, its sign bit flipped (so that the order
+//	                of int64s is that of the stored uint64s)
 //
-// for runs j = 1..r-1 (run 0 starts with the directory's pair). A column
-// of count 0 takes no bits. Otherwise it is frame-of-reference with
+// A column of count 0 takes no bits. Otherwise it is frame-of-reference with
 // patches: base (the column's minimum) is subtracted from every value, each
 // difference keeps its low w bits in a field of w bits, and the few whose
 // difference is wider (exceptions) add their high bits in a list after the
@@ -35,21 +36,25 @@ import (
 //	[hw (7 bits), if ne > 0] | count × low (w bits) |
 //	ne × (position (bits.Len(count-1) bits), high (hw bits))
 //
-// The encoder picks the w that makes the column shortest. That is the
-// seeds' rule for counts, applied to every column: store the narrow
-// values narrow and keep the rare wide ones apart, so that one followee
-// with a hundred thousand posts does not widen the snapshots of the 200
-// pairs around it, nor one long gap between followees every gap.
+// with the exceptions in increasing position order. The encoder picks
+// the w that makes the column shortest. That is the seeds' rule for
+// counts, applied to every column: store the narrow values narrow and keep
+// the rare wide ones apart, so that one followee with a hundred thousand
+// posts does not widen the snapshots of the 200 pairs around it, nor one
+// long gap between followees every gap. Given its pairs, a block's bytes
+// are unique, which checkBlock uses to verify one.
 //
 // Every field is at a computable bit offset, so a reader decodes only the
 // run it wants (List of one viewer in a block of a dozen), and the only
-// sequential part is the sum of the deltas within a run.
+// sequential part is the sum of the deltas within a run. The first pair
+// lives in the directory because a search reads it there anyway. A block
+// holds up to 256 pairs: a change decodes and encodes a whole block, and
+// the per-block costs (a directory entry, the column headers) are spread
+// over the pairs.
 const (
 	maxBlock = 256
 	// minBlock is the size under which a block is merged with a
-	// neighbour: blocks stay at least a quarter full, so that the
-	// per-block costs (the directory entry, the column headers) stay
-	// amortised over many pairs.
+	// neighbour: blocks stay at least a quarter full.
 	minBlock = maxBlock / 4
 
 	colGaps, colLens, colStarts, colDeltas, colValues, ncols = 0, 1, 2, 3, 4, 5

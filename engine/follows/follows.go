@@ -23,13 +23,16 @@
 //     sequence, and Load of what Range yielded rebuilds the same state.
 //   - A change (Follow, Unfollow, SetSnaps, a step of RemoveUser)
 //     decodes and encodes only the blocks it touches, each at most 256
-//     pairs, whatever the length of the list; Contains decodes one run
-//     of one block; List and SetSnaps are O(list length) and decode
-//     nothing but the viewer's runs and the blocks' run headers.
+//     pairs, whatever the length of the list; SetSnaps encodes only the
+//     blocks whose snapshots change. Contains reads one run of one block;
+//     List (the feed badge read) is O(list length) and reads nothing but
+//     the viewer's runs and the run headers of their blocks.
+//   - Following and FollowerCount read the run headers of a list's first
+//     and last blocks only: the blocks between count from the directory.
 //   - List, Contains, Following, Has and Followers do not allocate
 //     beyond the slices they are given; changes allocate only to grow the
 //     arena or the directory, or to compact the arena, which happens when
-//     freed slots exceed an eighth of it (O(1) amortised per word written).
+//     freed slots exceed a sixteenth of it (O(1) amortised per word written).
 //   - A viewer who ever had a list keeps it (Has) after unfollowing
 //     everyone, until RemoveUser removes them.
 //   - Both directions always hold the same edges (Check verifies it).

@@ -519,12 +519,14 @@ func (p *pairs) release(d *dirEntry) {
 	}
 }
 
-// maybeCompact compacts once free slots hold more than an eighth of the
-// arena. A compaction moves the live words only, and the garbage that
-// triggered it took at least an eighth as many words of writes to make,
-// so it costs O(1) amortised per word written.
+// maybeCompact compacts once free slots hold more than a sixteenth of
+// the arena. A compaction moves the live words only, and the garbage that
+// triggered it took at least a sixteenth as many words of writes to make,
+// so it costs O(1) amortised per word written, as one pause of O(pairs)
+// under the caller's lock (Store.Compact lets a maintenance pass choose
+// the moment).
 func (p *pairs) maybeCompact() {
-	if p.arena.garbage >= minGarbage && p.arena.garbage*8 > p.arena.used {
+	if p.arena.garbage >= minGarbage && p.arena.garbage*16 > p.arena.used {
 		p.compact()
 	}
 }
