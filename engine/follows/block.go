@@ -250,28 +250,41 @@ func (r *reader) next() uint64 {
 }
 
 // find returns the run of blk holding a (first pair (a0, b0)): its index,
-// first pair's index and length; j < 0 if a has no run here.
+// first pair's index and length; j < 0 if a has no run here. It decodes
+// the gaps and lens as running sums, the runs' a and first pair's index,
+// and searches the a's: a block of many short runs (users who follow a
+// few) costs two passes over its headers, not a step per run.
 func (blk *block) find(a0, a uint64) (j, start, length int) {
-	gaps := blk.cols[colGaps].reader(blk.buf, 0)
-	lens := blk.cols[colLens].reader(blk.buf, 0)
-	cur := a0
-	for j := 0; j < blk.r && start < blk.n; j++ {
-		if j > 0 {
-			cur += gaps.next() + 1
-		}
-		length := blk.n - start
-		if j < blk.r-1 {
-			length = min(int(min(lens.next(), maxBlock))+1, length)
-		}
-		switch {
-		case cur == a:
-			return j, start, length
-		case cur > a:
-			return -1, 0, 0
-		}
-		start += length
+	if a == a0 {
+		return 0, 0, blk.firstLen()
 	}
-	return -1, 0, 0
+	if a < a0 || blk.r == 1 {
+		return -1, 0, 0
+	}
+	var as [maxBlock]uint64
+	runs := as[:blk.r-1]
+	blk.cols[colGaps].decode(blk.buf, 0, len(runs), runs, 1, true, a0)
+	k, found := slices.BinarySearch(runs, a)
+	if !found {
+		return -1, 0, 0
+	}
+	var starts [maxBlock]uint64
+	first := starts[:blk.r-1]
+	blk.cols[colLens].decode(blk.buf, 0, len(first), first, 1, true, 0)
+	end := blk.n
+	if k+1 < len(first) {
+		end = int(min(first[k+1], uint64(blk.n)))
+	}
+	start = int(min(first[k], uint64(blk.n)))
+	return k + 1, start, max(end-start, 0)
+}
+
+// firstLen returns the length of run 0.
+func (blk *block) firstLen() int {
+	if blk.r == 1 {
+		return blk.n
+	}
+	return int(min(blk.cols[colLens].at(blk.buf, 0), maxBlock)) + 1
 }
 
 // has reports whether blk (first pair (a0, b0)) holds a pair of a.

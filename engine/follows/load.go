@@ -23,7 +23,10 @@ var runPairs = 1 << 20
 // forward direction in full blocks; the reverse edges are sorted in
 // batches of runPairs into packed runs, which Loaded merges into the
 // reverse direction: O(edges log runs) for the load, where inserting each
-// reverse edge would decode and encode a block per edge.
+// reverse edge would decode and encode a block per edge. The runs are
+// packed as the reverse direction is, so a load holds at most twice the
+// reverse direction's bytes (the runs and the merge's output, during the
+// merge) and 32 bytes a pending edge.
 type loader struct {
 	fwd            builder
 	lastA, lastB   uint64 // the forward direction's greatest pair
