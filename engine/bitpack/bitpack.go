@@ -38,6 +38,23 @@ func Get(b []byte, off, w int) uint64 {
 	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
 }
 
+// Set sets the w <= 64 bits of b at bit off (LSB-first) to the low w bits
+// of v, with Get's guarantee on b. It rewrites the bits around the field
+// as they were, up to 8 bytes past it: a field rewritten in place in a
+// buffer that others read needs the writer's lock, not just its own bytes.
+func Set(b []byte, off, w int, v uint64) {
+	i, s := off>>3, uint(off&7)
+	x := le.Uint64(b[i : i+8])
+	mask := LowMask(uint(w))
+	x = x&^(mask<<s) | (v&mask)<<s
+	le.PutUint64(b[i:i+8], x)
+	if s+uint(w) > 64 {
+		// Only for w > 56: the field's top bits are in the ninth byte.
+		hi := uint(s + uint(w) - 64)
+		b[i+8] = b[i+8]&^byte(LowMask(hi)) | byte(v&mask>>(64-s))
+	}
+}
+
 // Bits is Get for the lookup paths of engine/sealed and engine/tier, whose
 // block views keep each field's mask (LowMask(w)) rather than compute it
 // per read: in Go a shift by a variable amount costs a fix-up for amounts

@@ -33,6 +33,36 @@ func TestWriterGetRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSet rewrites random fields of a random buffer and checks them and
+// every other bit against a bit-by-bit model.
+func TestSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	b := make([]byte, 64, 64+Slack)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	bit := func(b []byte, i int) byte { return b[i>>3] >> (i & 7) & 1 }
+	for range 5000 {
+		w := rng.IntN(65)
+		off := rng.IntN(8*len(b) - w + 1)
+		v := rng.Uint64()
+		want := slices.Clone(b)
+		for k := range w {
+			i := off + k
+			want[i>>3] = want[i>>3]&^(1<<(i&7)) | byte(v>>k&1)<<(i&7)
+		}
+		Set(b, off, w, v)
+		for i := range 8 * len(b) {
+			if bit(b, i) != bit(want, i) {
+				t.Fatalf("Set(off=%d, w=%d): bit %d is %d, want %d", off, w, i, bit(b, i), bit(want, i))
+			}
+		}
+		if got := Get(b, off, w); got != v&LowMask(uint(w)) {
+			t.Fatalf("Get after Set(off=%d, w=%d) = %x, want %x", off, w, got, v&LowMask(uint(w)))
+		}
+	}
+}
+
 // TestPutFields checks that a column written with PutFields, between
 // fields written with Put, reads back as Put's would.
 func TestPutFields(t *testing.T) {

@@ -132,8 +132,8 @@ func TestPatches(t *testing.T) {
 
 // FuzzBlock feeds the block decoder arbitrary bytes: block.parse must
 // reject what it cannot read safely, the decoders must not panic on what
-// it accepts, and what checkBlock accepts must be the canonical encoding
-// of pairs that ascend.
+// it accepts, and what checkBlock accepts must be pairs that ascend from
+// the first and encode and decode back to themselves.
 func FuzzBlock(f *testing.F) {
 	var enc encoder
 	var e entries

@@ -83,11 +83,12 @@ func (s *Store) Follow(viewer, target uint64, snap int64) bool {
 // does not follow target.
 func (s *Store) Unfollow(viewer, target uint64) bool {
 	s.loaded()
-	if !s.fwd.remove(viewer, target) {
+	removed, more := s.fwd.remove(viewer, target)
+	if !removed {
 		return false
 	}
 	s.unlink(target, viewer)
-	if !s.fwd.has(viewer) {
+	if !more && !s.fwd.has(viewer) {
 		s.empties.Put(viewer, struct{}{})
 	}
 	return true
@@ -96,7 +97,7 @@ func (s *Store) Unfollow(viewer, target uint64) bool {
 // unlink removes (a, b) from the reverse direction, where the forward
 // direction had (b, a).
 func (s *Store) unlink(a, b uint64) {
-	if !s.rev.remove(a, b) {
+	if removed, _ := s.rev.remove(a, b); !removed {
 		panic(fmt.Sprintf("follows: edge %d -> %d missing from the reverse direction", b, a))
 	}
 }
@@ -183,10 +184,11 @@ func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uin
 		}
 		fs := s.rev.takeRun(user, left, s.taken[:0])
 		for _, f := range fs {
-			if !s.fwd.remove(f, user) {
+			ok, more := s.fwd.remove(f, user)
+			if !ok {
 				panic(fmt.Sprintf("follows: edge %d -> %d missing from the forward direction", f, user))
 			}
-			if !s.fwd.has(f) {
+			if !more && !s.fwd.has(f) {
 				s.empties.Put(f, struct{}{})
 			}
 			removed(f, user)

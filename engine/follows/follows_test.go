@@ -558,3 +558,64 @@ func bytesOf(seed uint64, n int) []byte {
 	}
 	return b
 }
+
+// TestSetSnapsInPlace checks both ways SetSnaps stores snapshots: new
+// values that fit the block's fields (an exception's included) are
+// written where the old ones were, so the values column keeps its width,
+// wider than the encoder would now choose; a wider one makes the block
+// encode again.
+func TestSetSnapsInPlace(t *testing.T) {
+	s := New()
+	m := model{}
+	for u := range uint64(100) {
+		s.Follow(1, u*3, int64(u))
+		m.follow(1, u*3, int64(u))
+	}
+	s.Follow(1, 1000, 1<<30) // an exception in the values column
+	m.follow(1, 1000, 1<<30)
+	width := func() uint8 {
+		var blk block
+		s.fwd.parse(s.fwd.entry(pos{}), &blk)
+		return blk.cols[colValues].w
+	}
+	set := func(f func(u uint64) int64) {
+		s.SetSnaps(1, func(us []uint64, snaps []int64) {
+			for i, u := range us {
+				snaps[i] = f(u)
+			}
+		})
+		for u := range m[1] {
+			m[1][u] = f(u)
+		}
+		compare(t, s, m)
+	}
+	if width() != 7 {
+		t.Fatalf("values in 7 bits expected, got %d", width())
+	}
+	set(func(u uint64) int64 {
+		if u == 1000 {
+			return 1 << 30
+		}
+		return int64(u % 2)
+	})
+	if width() != 7 {
+		t.Fatalf("snapshots that fit were not written in place: width %d", width())
+	}
+	set(func(u uint64) int64 { return int64(u % 3) }) // small at the exception's place too
+	if width() != 7 {
+		t.Fatalf("snapshots that fit were not written in place: width %d", width())
+	}
+	set(func(u uint64) int64 { // too wide for the exception's bits
+		if u == 1000 {
+			return 1 << 40
+		}
+		return int64(u % 2)
+	})
+	if width() != 1 {
+		t.Fatalf("a block encoded again has values %d bits wide", width())
+	}
+	set(func(u uint64) int64 { return int64(u) << 20 }) // wider
+	if width() <= 20 {
+		t.Fatalf("wider snapshots in %d bits", width())
+	}
+}

@@ -268,46 +268,52 @@ func (p *pairs) insert(a, b uint64, v int64) bool {
 	return true
 }
 
-// remove removes (a, b), reporting false if it is not there.
-func (p *pairs) remove(a, b uint64) bool {
+// remove removes (a, b), reporting false if it is not there. more
+// reports that a has pairs left; false says only that its neighbours in
+// the block were not a's.
+func (p *pairs) remove(a, b uint64) (removed, more bool) {
 	if len(p.pages) == 0 {
-		return false
+		return false, false
 	}
 	e := &p.e
 	at := p.seek(a, b)
 	i := p.locate(at, a, b)
 	if i == e.n || e.a[i] != a || e.b[i] != b {
-		return false
+		return false, false
 	}
+	more = i > 0 && e.a[i-1] == a || i+1 < e.n && e.a[i+1] == a
 	e.shift(i+1, -1)
 	p.n--
 	p.rewrite(at, false)
-	return true
+	return true, more
 }
 
 // setRun calls fn with the b and v of a's pairs, a block's worth at a
-// time, and stores the values fn leaves; a block whose values do not
-// change is not written.
+// time, and stores the values fn leaves: in place when they fit the
+// block's fields (block.setValues), else by encoding the block again. A
+// block whose values do not change is not written.
 func (p *pairs) setRun(a uint64, fn func(bs []uint64, vs []int64)) {
-	var old [maxBlock]int64
+	var set [maxBlock]int64
 	e := &p.e
 	for at, ok := p.runStart(a, 0); ok; at, ok = p.runNext(at, a) {
-		if p.entry(at).a > a {
-			return
+		d := p.entry(at)
+		var blk block
+		p.parse(d, &blk)
+		j, start, length := blk.find(d.a, a)
+		if j < 0 {
+			continue
 		}
-		i := p.locate(at, a, 0)
-		k := i
-		for k < e.n && e.a[k] == a {
-			k++
+		bs, vs := blk.run(d.b, j, start, length, e.b[:0], e.v[:0], true)
+		copy(set[:], vs)
+		fn(bs, vs)
+		if slices.Equal(set[:length], vs) || blk.setValues(start, vs) {
+			continue
 		}
-		if k > i {
-			vs := e.v[i:k]
-			copy(old[:], vs)
-			fn(e.b[i:k], vs)
-			if !slices.Equal(old[:k-i], vs) {
-				p.write(at, e, 0, e.n)
-			}
-		}
+		copy(set[:], vs)
+		e.n = 0
+		blk.decodeAll(d.a, d.b, e, &p.enc.cols)
+		copy(e.v[start:start+length], set[:length])
+		p.write(at, e, 0, e.n)
 	}
 }
 
