@@ -4,7 +4,7 @@ import (
 	"math/bits"
 
 	hashtable "github.com/tally-dev/tally/engine/table"
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // pairTable is a set's open window, and a delta's added or removed pairs:
