@@ -10,7 +10,6 @@
 package bitpack
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/binary"
 	"math/bits"

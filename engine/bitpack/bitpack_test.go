@@ -2,7 +2,6 @@ package bitpack
 
 import (
 	"cmp"
-	"errors"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -167,75 +166,5 @@ func TestUvarint(t *testing.T) {
 	}
 	if _, p = Uvarint(b, -1); p != -1 {
 		t.Fatal("a failed read did not stay failed")
-	}
-}
-
-var errTest = errors.New("test corrupt")
-
-func TestReader(t *testing.T) {
-	r := &Reader{B: []byte{0x96, 0x01, 0x03, 'a', 'b', 'c', 0x80}, Corrupt: errTest}
-	if v := r.Uvarint(); v != 150 {
-		t.Fatalf("Uvarint = %d", v)
-	}
-	if v := r.Varint(); v != -2 {
-		t.Fatalf("Varint = %d", v)
-	}
-	if b := r.Bytes(3); string(b) != "abc" {
-		t.Fatalf("Bytes = %q", b)
-	}
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	r.Uvarint() // 0x80 alone: a cut varint
-	if !errors.Is(r.Err, errTest) {
-		t.Fatalf("a cut varint: Err = %v", r.Err)
-	}
-	first := r.Err
-	r.B = []byte{1, 2}
-	if r.Byte() != 0 || r.Bytes(1) != nil || r.Err != first {
-		t.Fatal("reads after a failure must do nothing and keep the first error")
-	}
-	r2 := &Reader{B: []byte{1}, Corrupt: errTest}
-	if r2.Bytes(2) != nil || !errors.Is(r2.Err, errTest) {
-		t.Fatal("a read past the end must fail")
-	}
-}
-
-func TestLastAtMost(t *testing.T) {
-	s := []uint64{3, 3, 7, 10}
-	for _, c := range []struct {
-		x    uint64
-		want int
-	}{{0, -1}, {2, -1}, {3, 1}, {6, 1}, {7, 2}, {9, 2}, {10, 3}, {1 << 63, 3}} {
-		if got := LastAtMost(s, c.x); got != c.want {
-			t.Fatalf("LastAtMost(%v, %d) = %d, want %d", s, c.x, got, c.want)
-		}
-	}
-	if LastAtMost(nil, 5) != -1 {
-		t.Fatal("empty slice")
-	}
-}
-
-func TestHeader(t *testing.T) {
-	h := AppendHeader(nil, "TESTMAGC", 3, [3]uint64{1, 2, 1 << 60})
-	if len(h) != HeaderBytes {
-		t.Fatalf("%d bytes", len(h))
-	}
-	f, err := ParseHeader(h, "TESTMAGC", "test image", 3, errTest)
-	if err != nil || f != [3]uint64{1, 2, 1 << 60} {
-		t.Fatalf("round trip: %v %v", f, err)
-	}
-	if _, err := ParseHeader(h, "TESTMAGC", "test image", 4, errTest); !errors.Is(err, errTest) {
-		t.Fatalf("another version: %v", err)
-	}
-	for i := range h {
-		bad := slices.Clone(h)
-		bad[i] ^= 0x10
-		if _, err := ParseHeader(bad, "TESTMAGC", "test image", 3, errTest); !errors.Is(err, errTest) {
-			t.Fatalf("byte %d flipped: %v", i, err)
-		}
-	}
-	if _, err := ParseHeader(h[:20], "TESTMAGC", "test image", 3, errTest); !errors.Is(err, errTest) {
-		t.Fatal("a short header passed")
 	}
 }
