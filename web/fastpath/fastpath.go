@@ -58,6 +58,10 @@ type Config struct {
 	// unreadChanged from it (see subscribe.go). Nil leaves every
 	// subscription to gqlgen.
 	Hub *hub.Hub
+	// TracePushes makes each re-read of pushed badges a push span
+	// (tracing.StartPush); off, the re-reads make none (a span from the
+	// global provider costs even when tracing is off).
+	TracePushes bool
 	// CacheSize bounds the compiled operations kept; 0 means 1000 (as
 	// gqlgen's query cache in transport.NewHandler).
 	CacheSize int

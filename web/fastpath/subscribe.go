@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/resolvers/model"
@@ -317,8 +318,12 @@ func (s *Schema) refresh(feeds []*feed, causes []engine.Cause) {
 		}
 	}
 	read := make([]engine.Unread, len(viewers))
-	ctx, span := tracing.StartPush(context.Background(), "unreadChanged", causes)
-	defer span.End()
+	ctx := context.Background()
+	if s.cfg.TracePushes {
+		var span trace.Span
+		ctx, span = tracing.StartPush(ctx, "unreadChanged", causes)
+		defer span.End()
+	}
 	if b, ok := s.cfg.Store.(unreadBatcher); ok && len(viewers) > 1 {
 		if b.UnreadMany(ctx, viewers, read) != nil {
 			return // a store hiccup: the next change re-reads

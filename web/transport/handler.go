@@ -109,7 +109,7 @@ func NewHandler(cfg Config) http.Handler {
 	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
 	var fast *planContexts // nil: every operation context is gqlgen's
 	if !cfg.DisableFastPath {
-		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, Hub: cfg.Hub,
+		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, Hub: cfg.Hub, TracePushes: cfg.Tracer != nil,
 			Metrics: cfg.Metrics})
 		es, fast = fs, newPlanContexts(fs)
 	}
