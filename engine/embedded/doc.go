@@ -163,7 +163,7 @@
 // newest notification. Separately, a periodic sweep record
 // (Options.SweepInterval) drops expired cursors from memory; it
 // changes no answer, only memory. The sweep walks every visit record under
-// the write lock: about 10 ns a user, so it runs rarely.
+// the write lock, O(users), so it runs rarely.
 //
 // # Per-user records
 //
