@@ -71,7 +71,7 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 // A user's public counters are two usercounts.Tables: posted (post
 // counts, only for users who have posted) and followers; Following is not
 // stored: it is the length of the user's followee list. An author with
-// only posts costs one packed entry of posted (a few bytes), nothing else.
+// only posts costs one packed entry of posted, nothing else.
 
 // addPosts adds d > 0 to u's post count.
 func (st *state) addPosts(u uint64, d int64) {

@@ -10,11 +10,14 @@
 // pairs that are delta-coded and bit-packed column by column with
 // patches for the rare wide value (block.go has the format and why), and
 // found through a two-level directory (pairs.go). A list is a run of
-// pairs with the same first id, so a user following or followed by few
-// costs a few bytes for their run, not a table slot, and one followed by
-// millions costs a bit or two per follower. The bulk data holds no Go
-// pointers, so the garbage collector has nothing to scan however many
-// edges are resident.
+// pairs with the same first id inside blocks shared with other lists, so
+// a user following or followed by few pays for their run, not for a table
+// slot of their own, and one followed by millions pays for the gaps
+// between their followers' ids, which are narrow when the followers are
+// many. The bulk data holds no Go pointers, so the garbage collector has
+// nothing to scan however many edges are resident. Both directions are
+// wholly in memory: nothing here is tiered to disk (engine/tier's cold
+// windows hold posts and their like and favorite sets, not follows).
 //
 // It promises:
 //   - Lists are sets in increasing id order: List, Followers and Range
@@ -38,9 +41,10 @@
 //   - Both directions always hold the same edges (Check verifies it).
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
-// read (List, Contains, Following, Has, Followers, FollowerCount, Range,
-// Len, MemoryBytes, Check) and a write lock for the rest. Slices passed to
-// callbacks alias the store's scratch and are valid only during the call.
+// read (List, Followees, Contains, Following, Has, Followers,
+// FollowerCount, Range, Len, MemoryBytes, Check) and a write lock for the
+// rest. Slices passed to callbacks alias the store's scratch and are
+// valid only during the call.
 package follows
 
 import (
