@@ -765,10 +765,11 @@ func (s *Store) Stats() engine.Stats {
 	}
 	var st engine.Stats
 	var h *redis.MapStringStringCmd
-	var n *redis.IntCmd
+	var n, erasures *redis.IntCmd
 	if err := s.read(ctx, func(p redis.Pipeliner) {
 		h = p.HGetAll(ctx, s.k.stats())
 		n = p.LLen(ctx, s.k.notifList())
+		erasures = p.HLen(ctx, s.k.erasures())
 	}); err != nil {
 		return s.stats.last
 	}
@@ -776,6 +777,7 @@ func (s *Store) Stats() engine.Stats {
 	get := func(f string) int64 { v, _ := strconv.ParseInt(m[f], 10, 64); return v }
 	st.Posts, st.CountedPosts, st.Users = get("posts"), get("counted"), get("users")
 	st.Groups, st.Messages, st.Notifications = get("groups"), get("messages"), n.Val()
+	st.Erasures = erasures.Val()
 	st.MemoryBytes = s.usedMemory(ctx)
 	s.stats.last = st
 	return st
