@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -178,8 +179,13 @@ func intentsKey(bucket string) string { return bucket + "I" }
 // "import-exact" after) makes the process kill itself with SIGKILL right
 // after that operation's first step, as a crash between the two slots
 // would; "erase" after the scan's second batch of an erasure is applied
-// and before its progress is saved (erase.go).
-var crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
+// and before its progress is saved (erase.go). TALLY_REDIS_CRASH_SKIP=n
+// lets the first n such points pass (a crash in the middle of a burst).
+var (
+	crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
+	crashSkip, _    = strconv.ParseInt(os.Getenv("TALLY_REDIS_CRASH_SKIP"), 10, 64)
+	crashPassed     atomic.Int64
+)
 
 func maybeCrash(kind byte) {
 	if crashAfterStep1 == "" {
@@ -187,7 +193,7 @@ func maybeCrash(kind byte) {
 	}
 	names := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post", intentRepost: "repost", intentMessage: "message",
 		intentImportPending: "import", intentImport: "import-exact", intentDelete: "delete", intentErase: "erase"}
-	if names[kind] == crashAfterStep1 {
+	if names[kind] == crashAfterStep1 && crashPassed.Add(1) > crashSkip {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}

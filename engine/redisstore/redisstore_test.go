@@ -164,6 +164,13 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// The lifecycle on a cluster: the erasure walks every master, and its
+	// changes and the deletes' intents span slots and nodes.
+	t.Run("EraseLeavesNoTrace", func(t *testing.T) { eraseLeavesNoTrace(t, addrs) })
+	t.Run("LifecycleRaces", func(t *testing.T) { lifecycleRaces(t, addrs) })
+	t.Run("EraseKill9", func(t *testing.T) { runEraseKill9(t, addrs, false) })
+	t.Run("DeleteBurstKill9", func(t *testing.T) { runDeleteBurstKill9(t, addrs) })
+
 	t.Run("PostsSpreadOverSlots", func(t *testing.T) {
 		// Posts of the same second must not all land on one node: the
 		// newest posts are the hottest (seeds/000).

@@ -191,14 +191,15 @@ func (s *Store) followTarget(ctx context.Context, viewer, target uint64) (int64,
 	bucket, low := s.k.user(target)
 	for {
 		var rec *redis.StringCmd
-		var erasing *redis.IntCmd
+		var byViewer, ofTarget *redis.IntCmd
 		if err := s.read(ctx, func(p redis.Pipeliner) {
 			rec = p.HGet(ctx, bucket, low)
-			erasing = p.Exists(ctx, s.k.erasing(viewer), s.k.erasing(target))
+			byViewer = p.Exists(ctx, s.k.erasing(viewer))
+			ofTarget = p.Exists(ctx, s.k.erasing(target))
 		}); err != nil {
 			return 0, err
 		}
-		if erasing.Val() == 0 {
+		if byViewer.Val()+ofTarget.Val() == 0 {
 			u, err := decodeUser(rec.Val())
 			if err != nil {
 				return 0, s.fail(err)
