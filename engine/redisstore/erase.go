@@ -217,6 +217,9 @@ func (e *erasure) save(ctx context.Context, addr, cursor string) (bool, error) {
 		return false, err
 	}
 	e.over = num(c.res.Val()) == 0
+	if s.erasureSaved != nil {
+		s.erasureSaved()
+	}
 	return !e.over, nil
 }
 

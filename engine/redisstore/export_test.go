@@ -26,6 +26,9 @@ func (s *Store) ReceiptBytes(g engine.GroupID, m engine.MessageID) int64 {
 	return s.rdb.HStrLen(context.Background(), s.k.group(uint64(g)).R, strconv.FormatUint(uint64(m), 10)).Val()
 }
 
+// SetErasureSaved makes every erasure call fn after each saved step.
+func (s *Store) SetErasureSaved(fn func()) { s.erasureSaved = fn }
+
 // SetCheckPause makes Check call fn before each of its steps.
 func (s *Store) SetCheckPause(fn func(step string)) { s.checkPause = fn }
 
