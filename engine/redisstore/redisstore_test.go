@@ -166,6 +166,13 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// The lifecycle on a cluster: the erasure walks every master, and its
+	// changes and the deletes' intents span slots and nodes.
+	t.Run("EraseLeavesNoTrace", func(t *testing.T) { eraseLeavesNoTrace(t, addrs) })
+	t.Run("LifecycleRaces", func(t *testing.T) { lifecycleRaces(t, addrs) })
+	t.Run("EraseKill9", func(t *testing.T) { runEraseKill9(t, addrs, false) })
+	t.Run("DeleteBurstKill9", func(t *testing.T) { runDeleteBurstKill9(t, addrs) })
+
 	t.Run("PostsSpreadOverSlots", func(t *testing.T) {
 		// Posts of the same second must not all land on one node: the
 		// newest posts are the hottest (docs/seeds.md#seed-000).
@@ -303,7 +310,7 @@ func TestFailover(t *testing.T) {
 	for u := range likes {
 		must(t, s.Like(bg, engine.UserID(1000+u), post))
 	}
-	must(t, s.Comment(bg, 901, post, nil, "k1"))
+	must(t, s.Comment(bg, 901, post, 0, nil, "k1"))
 
 	victim := c.MasterForKey(s.PostKey(post))
 	c.Kill(victim)
@@ -349,7 +356,7 @@ func TestFailover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	must(t, s.Comment(bg, 901, post, nil, "k1")) // a retry: applies nothing
+	must(t, s.Comment(bg, 901, post, 0, nil, "k1")) // a retry: applies nothing
 	cs, err = s.Counts(bg, []engine.PostID{post})
 	must(t, err)
 	if want := (engine.Counts{Likes: likes + 1, Comments: 1}); cs[0] != want {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -116,7 +117,10 @@ func (s *Store) UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.U
 	}
 	out := make([]engine.UserCounts, len(ids))
 	for i, r := range recs {
-		out[i] = engine.UserCounts{Posts: r.get(uPosts), Followers: r.get(uFollowers), Following: r.get(uFollowing)}
+		// Posts made less posts deleted (followers' feed badges count the
+		// posts made), never below zero by the one rule.
+		posts := counters.Add(r.get(uPosts), -r.get(uDeleted))
+		out[i] = engine.UserCounts{Posts: posts, Followers: r.get(uFollowers), Following: r.get(uFollowing)}
 	}
 	return out, nil
 }
@@ -138,18 +142,19 @@ func (s *Store) Unfollow(ctx context.Context, viewer, target engine.UserID) erro
 // edge is absent for a follow, present for an unfollow; the target's
 // post count as read now, a follow's snapshot); the viewer's slot adds or
 // removes the edge only if that fact holds, and otherwise Decide on the
-// real fact would change nothing either.
+// real fact would change nothing either. A follow of or by a user being
+// erased waits until the erasure is over (erase.go), within ctx.
 func (s *Store) follow(ctx context.Context, op ops.Follow) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
 	facts := ops.FollowFacts{Following: op.Undo}
 	if !op.Undo {
-		recs, err := s.userRecords(ctx, []uint64{uint64(op.Target)})
+		posts, err := s.followTarget(ctx, uint64(op.Viewer), uint64(op.Target))
 		if err != nil {
 			return err
 		}
-		facts.TargetPosts = recs[0].get(uPosts)
+		facts.TargetPosts = posts
 	}
 	var eff ops.Effects
 	op.Decide(facts, &eff)
@@ -178,6 +183,36 @@ func (s *Store) follow(ctx context.Context, op ops.Follow) error {
 	}
 	s.emitAll(ctx, eff.Events)
 	return nil
+}
+
+// followTarget reads target's posts made (a follow's snapshot), once
+// neither viewer nor target is being erased: the erasure markers are read
+// in the same round trip, and while one is there the read is tried again.
+func (s *Store) followTarget(ctx context.Context, viewer, target uint64) (int64, error) {
+	bucket, low := s.k.user(target)
+	for {
+		var rec *redis.StringCmd
+		var byViewer, ofTarget *redis.IntCmd
+		if err := s.read(ctx, func(p redis.Pipeliner) {
+			rec = p.HGet(ctx, bucket, low)
+			byViewer = p.Exists(ctx, s.k.erasing(viewer))
+			ofTarget = p.Exists(ctx, s.k.erasing(target))
+		}); err != nil {
+			return 0, err
+		}
+		if byViewer.Val()+ofTarget.Val() == 0 {
+			u, err := decodeUser(rec.Val())
+			if err != nil {
+				return 0, s.fail(err)
+			}
+			return u.get(uPosts), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, unavailable(fmt.Errorf("a user being erased: %w", ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Followees implements engine.Store.

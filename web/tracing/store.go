@@ -108,9 +108,24 @@ func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engin
 	return end(span, s.Store.Unfavorite(ctx, viewer, post))
 }
 
-func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	ctx, span := s.start(ctx, "engine.Comment", -1, true)
-	return end(span, s.Store.Comment(ctx, viewer, post, mentions, idemKey))
+	return end(span, s.Store.Comment(ctx, viewer, post, comment, mentions, idemKey))
+}
+
+func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
+	ctx, span := s.start(ctx, "engine.DeleteComment", -1, true)
+	return end(span, s.Store.DeleteComment(ctx, actor, post, comment))
+}
+
+func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
+	ctx, span := s.start(ctx, "engine.DeletePost", -1, true)
+	return end(span, s.Store.DeletePost(ctx, actor, post))
+}
+
+func (s *Store) EraseUser(ctx context.Context, user engine.UserID) error {
+	ctx, span := s.start(ctx, "engine.EraseUser", -1, true)
+	return end(span, s.Store.EraseUser(ctx, user))
 }
 
 func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
