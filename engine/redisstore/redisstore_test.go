@@ -477,7 +477,7 @@ func checkUnreadMany(t *testing.T, addrs []string) {
 	_, err = s.CreatePost(bg, fan, 0, "")
 	must(t, err)
 	must(t, s.Like(bg, fan, post))
-	must(t, s.Comment(bg, lurker, post, []engine.UserID{fan}, ""))
+	must(t, s.Comment(bg, lurker, post, 0, []engine.UserID{fan}, ""))
 	_, err = s.PublishNotification(bg, "t", "b", "")
 	must(t, err)
 	must(t, s.PushRedDot(bg))
