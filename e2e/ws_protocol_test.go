@@ -565,7 +565,7 @@ func TestWSFlagsAndShutdown(t *testing.T) {
 		t.Fatalf("on SIGTERM: %d %q, want 1001\n%s", code, reason, p.log())
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	go func() { done <- p.wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
