@@ -302,7 +302,7 @@ func (e *Engine) MarkRead(ctx context.Context, viewer engine.UserID, kind engine
 	if err := r.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(r)
+	_, err := e.commitCtx(ctx, r)
 	return err
 }
 
@@ -315,7 +315,7 @@ func (e *Engine) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
 	if err := r.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(r)
+	_, err := e.commitCtx(ctx, r)
 	return err
 }
 
@@ -324,7 +324,7 @@ func (e *Engine) PushRedDot(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := e.commit(&pushRec{})
+	_, err := e.commitCtx(ctx, &pushRec{})
 	return err
 }
 
@@ -549,7 +549,7 @@ func (e *Engine) PublishNotification(ctx context.Context, title, body, idemKey s
 		return engine.Notification{}, err
 	}
 	r.withIdem(0, idemKey, engine.IdemPublish, engine.IdemArgs{Title: title, Body: body})
-	id, err := e.commit(r)
+	id, err := e.commitCtx(ctx, r)
 	if err != nil {
 		return engine.Notification{}, err
 	}

@@ -32,7 +32,7 @@ func (e *Engine) follow(ctx context.Context, op ops.Follow) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(&followRec{Follow: op})
+	_, err := e.commitCtx(ctx, &followRec{Follow: op})
 	return err
 }
 
