@@ -443,3 +443,68 @@ func (s *Store) Load(viewer uint64, targets []uint64, snaps []int64) error {
 	s.maybeCompact()
 	return nil
 }
+
+// Followees appends viewer's followees, in increasing order, to dst.
+func (s *Store) Followees(viewer uint64, dst []uint64) []uint64 {
+	ts, _ := s.List(viewer)
+	start := len(dst)
+	dst = append(dst, ts...)
+	slices.Sort(dst[start:])
+	return dst
+}
+
+// Followers appends to dst, in increasing order, up to max of the users
+// following target whose id is at least from. This store keeps one
+// direction only, so it reads every list: O(edges) a call. (Erasure needs
+// the followers of a user; a store that keeps both directions answers
+// from the reverse lists.)
+func (s *Store) Followers(target, from uint64, max int, dst []uint64) []uint64 {
+	if max <= 0 {
+		return dst
+	}
+	start := len(dst)
+	s.heads.Range(func(v uint64, h header) bool {
+		if v >= from && s.index(&h, target) >= 0 {
+			dst = append(dst, v)
+		}
+		return true
+	})
+	slices.Sort(dst[start:])
+	if len(dst)-start > max {
+		dst = dst[:start+max]
+	}
+	return dst
+}
+
+// RemoveUser removes up to max edges of user, those user follows first,
+// then those following user, calling removed for each, and reports
+// whether none is left: then user has no list either (Has is false). A
+// follower whose list it empties keeps theirs, empty, as Unfollow leaves
+// it.
+func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uint64)) (done bool) {
+	left := max
+	for _, t := range s.Followees(user, nil) {
+		if left == 0 {
+			return false
+		}
+		s.Unfollow(user, t)
+		removed(user, t)
+		left--
+	}
+	for _, f := range s.Followers(user, 0, left+1, nil) {
+		if left == 0 {
+			return false
+		}
+		s.Unfollow(f, user)
+		removed(f, user)
+		left--
+	}
+	if s.Following(user) > 0 || len(s.Followers(user, 0, 1, nil)) > 0 {
+		return false
+	}
+	if h, ok := s.heads.Ref(user); ok {
+		s.release(h)
+		s.heads.Delete(user)
+	}
+	return true
+}
