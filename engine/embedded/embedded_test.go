@@ -447,6 +447,7 @@ func (st *state) dump() string {
 	})
 	section("posts", rows)
 	line("counted %d, %d posts have counts", st.counted, counted)
+	line("imported %d..%d", st.imported.Lo, st.imported.Hi)
 	for i, set := range st.sets() {
 		rows = nil
 		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
@@ -529,7 +530,20 @@ func (st *state) dump() string {
 // workload drives a random but reproducible mix of every operation,
 // including invalid and repeated ones, with the fake clock jumping ahead
 // now and then so that idempotency keys and cursors expire on the way.
+// It erases users too, and waits at the end for the erasures to finish.
 func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
+	t.Helper()
+	runWorkload(t, e, clk, seed, n, true)
+}
+
+// workloadKept is workload without erasures, for tests of the snapshots
+// kept: the snapshot after an erasure is kept alone (afterSnapshot).
+func workloadKept(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
+	t.Helper()
+	runWorkload(t, e, clk, seed, n, false)
+}
+
+func runWorkload(t testing.TB, e *Engine, clk *clock, seed uint64, n int, erase bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	user := func() engine.UserID { return engine.UserID(1 + rng.IntN(12)) }
@@ -587,7 +601,7 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 		case 26:
 			err = e.DeletePost(bg, engine.Actor{User: user(), Privileged: rng.IntN(3) == 0}, post())
 		case 27:
-			if rng.IntN(4) == 0 {
+			if rng.IntN(16) == 0 && erase {
 				err = e.EraseUser(bg, user())
 			}
 		case 0, 1:
@@ -657,9 +671,12 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 				_, err = e.MarkMessagesRead(bg, user(), []engine.MessageID{msgs[pick(len(msgs))], msgs[pick(len(msgs))]})
 			}
 		case 23:
-			if rng.IntN(4) == 0 {
+			switch rng.IntN(8) {
+			case 0, 1:
 				_, err = e.commit(&sweepRec{ttl: e.ttl})
-			} else {
+			case 2:
+				err = driftOnPurpose(e, rng, post(), user())
+			default:
 				err = e.Import(bg, []engine.ImportRow{{Post: post(), Author: user(), Counts: engine.Counts{Views: int64(rng.IntN(3))}}})
 			}
 		}

@@ -3,8 +3,8 @@ package embedded
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"

@@ -437,6 +437,7 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 		if skip {
 			continue
 		}
+		st.imported = st.imported.Widen(uint64(row.Post))
 		if register {
 			cur.is.Author = uint64(row.Author)
 		}

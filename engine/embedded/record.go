@@ -41,6 +41,7 @@ const (
 	opDeletePost
 	opEraseUser
 	opEraseStep
+	opRecount
 	opKindEnd // one past the last kind
 )
 
@@ -51,7 +52,7 @@ var opNames = [...]string{
 	opClickRedDot: "clickRedDot", opPushRedDot: "pushRedDot", opPublish: "publish",
 	opCreateGroup: "createGroup", opAddMembers: "addMembers", opLeaveGroup: "leaveGroup",
 	opSendMessage: "sendMessage", opMarkMessagesRead: "markMessagesRead",
-	opSweepCursors: "sweepCursors", opImport: "import",
+	opSweepCursors: "sweepCursors", opImport: "import", opRecount: "recount",
 	opDeleteComment: "deleteComment", opDeletePost: "deletePost", opEraseUser: "eraseUser", opEraseStep: "eraseStep",
 }
 
@@ -162,14 +163,16 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 		return &r.recHeader, opEraseUser, uint64(r.User), 0
 	case *eraseStepRec:
 		return &r.recHeader, opEraseStep, r.user, 0
+	case *recountRec:
+		return &r.recHeader, opRecount, 0, 0
 	}
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 4, the only one this build reads or writes (a
+// Record format, version 5, the only one this build reads or writes (a
 // log of another version is refused whole, engine.FormatError):
 //
-//	byte 0   version (4)
+//	byte 0   version (5)
 //	byte 1   kind
 //	uvarint  time (Unix ns, non-negative)
 //	...      the kind's own fields, in the order its appendTo writes them
@@ -185,7 +188,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 4
+const recordVersion = 5
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
@@ -239,6 +242,8 @@ func appendRecord(dst []byte, r record) []byte {
 		return r.appendTo(dst)
 	case *eraseStepRec:
 		return r.appendTo(dst)
+	case *recountRec:
+		return r.appendTo(dst)
 	}
 	panic("embedded: unknown record type")
 }
@@ -277,6 +282,7 @@ type recordReader struct {
 	deletePost       deletePostRec
 	erase            eraseRec
 	eraseStep        eraseStepRec
+	recount          recountRec
 }
 
 func (rd *recordReader) decode(rec []byte) (record, error) {
@@ -414,6 +420,11 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 	case opEraseStep:
 		x := &rd.eraseStep
 		*x = eraseStepRec{recHeader: h, keys: x.keys[:0], step: x.step}
+		x.readFrom(&d)
+		r = x
+	case opRecount:
+		x := &rd.recount
+		*x = recountRec{recHeader: h}
 		x.readFrom(&d)
 		r = x
 	default:

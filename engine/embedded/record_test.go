@@ -64,6 +64,8 @@ func sampleRecords() []record {
 		&eraseRec{h(now), ops.EraseUser{User: engine.UserID(big)}},
 		&eraseStepRec{recHeader: h(now), user: 4, phase: phaseLikes, keys: []uint64{1, big}, next: tier.Cursor{Post: big, User: 3}},
 		&eraseStepRec{recHeader: h(now), user: 4, phase: phaseIdem, phaseEnd: true},
+		&recountRec{recHeader: h(now), check: 1, id: big, from: 3, to: 0},
+		&recountRec{recHeader: h(now), check: 4, id: 7, from: 0, to: 1 << 40},
 	}
 }
 
@@ -136,6 +138,9 @@ func TestRecordRejects(t *testing.T) {
 		"key cut short":     rec(byte(opCreatePost), 1, 5, 5, 1, 7, 0, 0, 0, 0, 0, 0, 0),
 		"empty title":       rec(byte(opPublish), 1, 5, 0, 0, 0),
 		"import of none":    rec(byte(opImport), 1, 0),
+		"unknown check":     rec(byte(opRecount), 1, 99, 5, 1, 2),
+		"recount of id 0":   rec(byte(opRecount), 1, 1, 0, 1, 2),
+		"recount to itself": rec(byte(opRecount), 1, 1, 5, 2, 2),
 	} {
 		if got, err := decodeRecord(r); err == nil || !errors.Is(err, errBadRecord) {
 			t.Errorf("%s: decoded %v, %v", name, got, err)
