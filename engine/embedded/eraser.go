@@ -67,9 +67,8 @@ func (e *Engine) eraseStep() bool {
 	case phaseFollows:
 		// Up to eraseBatch edges each way; the step removes them, and
 		// the phase ends with the step that finds fewer.
-		out := st.follows.Followees(x.user, nil)
+		out := st.follows.FolloweesPage(x.user, 0, eraseBatch, nil)
 		ins := st.follows.Followers(x.user, 0, eraseBatch, nil)
-		out = out[:min(len(out), eraseBatch)]
 		for _, t := range out {
 			r.keys = append(r.keys, x.user, t)
 		}

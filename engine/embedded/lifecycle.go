@@ -51,7 +51,7 @@ import (
 // resumes where the log left it after a crash. Each step holds the lock
 // for its batch only; the scan of a set finds a user's pairs by reading
 // every pair once, window by window, rather than keeping a second copy of
-// the sets by user (which would double the 2 bytes a like costs): an
+// the sets by user (which would double what a like costs): an
 // erasure costs one read of the like, favorite and writer sets and of the
 // post table, spread over steps.
 //

@@ -185,9 +185,6 @@ type repostRec struct {
 	ops.Repost
 }
 
-// errLifecycle answers what this backend does not do yet.
-var errLifecycle = fmt.Errorf("%w: not supported by this backend yet", engine.ErrInvalid)
-
 // Comment implements engine.Store.
 func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	if err := ctx.Err(); err != nil {
