@@ -145,6 +145,18 @@ func (s *Store) Followees(viewer uint64, dst []uint64) []uint64 {
 	return dst
 }
 
+// FolloweesPage appends to dst, in increasing order, up to max of
+// viewer's followees whose id is at least from: Followers' page, the
+// other way (an erasure removes a user's edges a bounded step at a time).
+func (s *Store) FolloweesPage(viewer, from uint64, max int, dst []uint64) []uint64 {
+	s.mustBeLoaded()
+	if max <= 0 {
+		return dst
+	}
+	dst, _ = s.fwd.appendRun(viewer, from, len(dst)+max, dst, nil, false)
+	return dst
+}
+
 // Followers appends to dst, in increasing order, up to max of the users
 // following target whose id is at least from: a caller pages through a
 // list of millions with from = the last id + 1, each page a bounded step.
