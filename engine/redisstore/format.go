@@ -44,6 +44,9 @@ func (s *Store) checkFormat(ctx context.Context) error {
 		if !errors.Is(err, redis.Nil) {
 			return unavailable(err)
 		}
+		if s.opts.Existing {
+			return fmt.Errorf("redisstore: no Tally keyspace with key prefix %q at %s (no %s)", s.k.p, strings.Join(s.opts.Addrs, ","), key)
+		}
 		used, err := s.keyspaceUsed(ctx, key)
 		if err != nil {
 			return unavailable(err)
