@@ -89,6 +89,11 @@ type userTallyCheck struct {
 	field   int
 	tally   func(*checkRun) map[uint64]int64
 	pending func(in intent) []uint64
+	// kept, when set, is what the record itself adds to the tally for
+	// the field: what the scans cannot see any more (the posts a user
+	// deleted, whose tombstones name no author, still count in the posts
+	// made, which feed badges count).
+	kept func(u userRec) int64
 }
 
 var userTallyChecks = []userTallyCheck{
@@ -96,7 +101,7 @@ var userTallyChecks = []userTallyCheck{
 	{name: engine.CheckPosts, field: uPosts, tally: func(r *checkRun) map[uint64]int64 { return r.authored },
 		pending: func(in intent) []uint64 {
 			switch in.kind {
-			case intentPost, intentRepost:
+			case intentPost, intentRepost, intentDelete:
 				return []uint64{in.viewer}
 			case intentImport, intentImportPending:
 				out := make([]uint64, len(in.imported))
@@ -106,7 +111,8 @@ var userTallyChecks = []userTallyCheck{
 				return out
 			}
 			return nil
-		}},
+		},
+		kept: func(u userRec) int64 { return u.get(uDeleted) }},
 }
 
 // scanCount is the COUNT of a check's SCANs: keys per step, each step's
@@ -345,6 +351,9 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 	r.mu.Lock()
 	for _, cl := range imported {
 		for _, rec := range vals(cl.res.Val()) {
+			if str(rec) == tombstone {
+				continue
+			}
 			author, err := decodeHead(str(rec))
 			if err != nil {
 				r.mu.Unlock()
@@ -514,6 +523,9 @@ func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
 			ch := &userTallyChecks[i]
 			tally := ch.tally(r)
 			got, stored := tally[uid], u.get(ch.field)
+			if ch.kept != nil {
+				got += ch.kept(u)
+			}
 			delete(tally, uid)
 			if got == 0 && stored == 0 {
 				continue

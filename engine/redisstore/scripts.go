@@ -770,7 +770,7 @@ var (
 	// Recounts one post bucket's set-backed counts: each post's count
 	// field against SCARD of its set (the bucket, a part naming the set,
 	// the post's low bits: in the bucket's slot), and tallies the posts'
-	// authors. Posts whose low bits are in [lo, hi] hold imported counts:
+	// authors. A deleted post's tombstone is neither. Posts whose low bits are in [lo, hi] hold imported counts:
 	// their authors count, their sets are not compared. KEYS bucket; ARGV
 	// lo, hi, then (count index, set part, at least) per check: with at
 	// least 1 only a count below its set is a drift. {{head, posts}...,
@@ -781,8 +781,7 @@ local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 local authors, drifts = {}, {}
 local checked, skipped = 0, 0
-for i = 1, #all, 2 do
-  local low, rec = all[i], all[i + 1]
+local function check(low, rec)
   local L = string.byte(rec, 1)
   if L > 0 then
     local head = string.sub(rec, 1, L + 1)
@@ -791,20 +790,23 @@ for i = 1, #all, 2 do
   local n = tonumber(low)
   if n >= lo and n <= hi then
     skipped = skipped + 1
-  else
-    checked = checked + 1
-    local t = dec(rec, L + 2)
-    for j = 3, #ARGV, 3 do
-      local stored = t[tonumber(ARGV[j])] or 0
-      local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
-      if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
-        drifts[#drifts + 1] = low
-        drifts[#drifts + 1] = j / 3
-        drifts[#drifts + 1] = stored
-        drifts[#drifts + 1] = card
-      end
+    return
+  end
+  checked = checked + 1
+  local t = dec(rec, L + 2)
+  for j = 3, #ARGV, 3 do
+    local stored = t[tonumber(ARGV[j])] or 0
+    local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+    if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
+      drifts[#drifts + 1] = low
+      drifts[#drifts + 1] = j / 3
+      drifts[#drifts + 1] = stored
+      drifts[#drifts + 1] = card
     end
   end
+end
+for i = 1, #all, 2 do
+  if all[i + 1] ~= '\255' then check(all[i], all[i + 1]) end
 end
 local heads = {}
 for head, n in pairs(authors) do
@@ -815,11 +817,11 @@ return {heads, drifts, checked, skipped}`)
 
 	// Sets one post's count to its set's cardinality, both read here
 	// (with ARGV at least '1', only a count below it). KEYS bucket, set;
-	// ARGV low, count index, at least. {-1} no such post; {0, stored,
+	// ARGV low, count index, at least. {-1} no such post (or a deleted one); {0, stored,
 	// recounted} no drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec then return {-1} end
+if not rec or rec == '\255' then return {-1} end
 local L = string.byte(rec, 1)
 local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
