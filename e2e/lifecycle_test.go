@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -273,7 +274,8 @@ func TestEraseUser(t *testing.T) {
 		if m := s.as(t, serviceT, eraseUserQ, map[string]any{"u": id(bob)}); get(m, "eraseUser") != true {
 			t.Fatalf("eraseUser returned %v", m)
 		}
-		s.as(t, adminT, eraseUserQ, map[string]any{"u": id(bob)}) // a repeat
+		s.as(t, adminT, eraseUserQ, map[string]any{"u": id(bob)})    // a repeat
+		s.as(t, adminT, eraseUserQ, map[string]any{"u": "77777777"}) // a user Tally never saw
 
 		m := s.as(t, aliceT, countsQ, vars)
 		if num(t, m, "post", "counts", "likes") != 1 || num(t, m, "post", "counts", "favorites") != 0 {
@@ -387,4 +389,49 @@ func mustEmbedded(t *testing.T) engine.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestContentWritesFlag: the built server reads -content-writes from
+// TALLY_CONTENT_WRITES; a token `tally token -service` prints writes
+// content, the same user's own token gets FORBIDDEN.
+func TestContentWritesFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the tally binary")
+	}
+	t.Setenv("TALLY_JWT_SECRET", crashSecret)
+	t.Setenv("TALLY_CONTENT_WRITES", "service")
+	p := startTally(t, t.TempDir())
+	tokens := map[string]string{}
+	for _, role := range []string{"-service", "-admin", ""} {
+		args := []string{"token", "-user", "5"}
+		if role != "" {
+			args = append(args, role)
+		}
+		code, out, errs := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("tally %v: exit %d %s", args, code, errs)
+		}
+		tokens[role] = strings.TrimSpace(out)
+	}
+	post := func(token string) gqlResponse {
+		req, _ := http.NewRequest("POST", p.url+"/query", strings.NewReader(`{"query": "mutation { createPost { author { id } } }"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := httpClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r gqlResponse
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, role := range []string{"-service", "-admin"} {
+		if r := post(tokens[role]); len(r.Errors) > 0 || !strings.Contains(string(r.Data), `"id":"5"`) {
+			t.Fatalf("createPost with tally token %s: %s %+v", role, r.Data, r.Errors)
+		}
+	}
+	expectCode(t, post(tokens[""]), resolvers.CodeForbidden)
 }
