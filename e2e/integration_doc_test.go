@@ -79,15 +79,7 @@ type integrationStep struct {
 
 func integrationSteps(t *testing.T, text string) []integrationStep {
 	t.Helper()
-	const heading = "## A sequence of calls"
-	start := strings.Index(text, "\n"+heading+"\n")
-	if start < 0 {
-		t.Fatalf("docs/integration.md has no %q section", heading)
-	}
-	section := text[start+len(heading)+2:]
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
+	section := markdownSection(t, text, "## A sequence of calls")
 	asLine := regexp.MustCompile(`^# As (the app backend, for user|user) (\d+)\n`)
 	tokenLine := regexp.MustCompile(`tally token -user (\d+) -service`)
 	curlBody := regexp.MustCompile(`(?s)-d '(.*?)'`)

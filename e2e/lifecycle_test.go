@@ -56,16 +56,6 @@ func eachLifecycleBackend(t *testing.T, cfg transport.Config, fn func(t *testing
 	}
 }
 
-// roleToken signs a token for user with role ("" for an end user).
-func (s *testServer) roleToken(t testing.TB, user uint64, role string) string {
-	t.Helper()
-	tok, err := s.keys.SignRole(engine.UserID(user), role, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
 // as runs a query with token and must succeed; it returns data decoded.
 func (s *testServer) as(t *testing.T, token, query string, vars map[string]any) map[string]any {
 	t.Helper()
@@ -362,7 +352,7 @@ func TestContentWritesService(t *testing.T) {
 // a request of aliased erasures over the limit is refused before
 // anything runs, while one within it runs.
 func TestLifecycleFieldsPriced(t *testing.T) {
-	s := newTestServerWith(t, mustEmbedded(t), transport.Config{ComplexityLimit: 2*transport.EraseUserPrice + 10})
+	s := lifecycleServer(t, "embedded", transport.Config{ComplexityLimit: 2*transport.EraseUserPrice + 10})
 	adminT := s.roleToken(t, 9, auth.RoleAdmin)
 	erasures := func(n int) string {
 		var b strings.Builder
@@ -380,15 +370,6 @@ func TestLifecycleFieldsPriced(t *testing.T) {
 			t.Fatalf("two erasures within a limit of two were refused: %+v", e)
 		}
 	}
-}
-
-func mustEmbedded(t *testing.T) engine.Store {
-	t.Helper()
-	s, err := embedded.Open(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // TestContentWritesFlag: the built server reads -content-writes from
