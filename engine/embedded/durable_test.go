@@ -156,13 +156,13 @@ func TestSnapshotRecovery(t *testing.T) {
 	e := openE(t, opts)
 	ctx := context.Background()
 	for round := range uint64(3) {
-		workload(t, e, clk, 10+round, 1500)
+		workloadKept(t, e, clk, 10+round, 1500)
 		ok(t, e.Snapshot(ctx))
 	}
 	// Idempotency keys and like de-dup state, in the snapshot and in the
 	// log tail after it.
 	// (The workload moves the clock by days, so keys go after it.)
-	workload(t, e, clk, 20, 300)
+	workloadKept(t, e, clk, 20, 300)
 	post, err := e.CreatePost(ctx, 1, 0, "keep-me")
 	ok(t, err)
 	ok(t, e.Like(ctx, 2, post))
@@ -379,7 +379,7 @@ func corruptDir(t *testing.T) (dir, path, state string) {
 	dir = t.TempDir()
 	clk := newClock()
 	e := openE(t, durableOpts(dir, clk))
-	workload(t, e, clk, 5, 120)
+	workloadKept(t, e, clk, 5, 120)
 	ok(t, e.Snapshot(bg))
 	state = dumpOf(e)
 	ok(t, e.Close())
@@ -443,11 +443,11 @@ func twoSnapshotDir(t *testing.T, segBytes int64) (dir string, list []snapshot.I
 	opts := durableOpts(dir, clk)
 	opts.LogSegmentBytes = segBytes
 	e := openE(t, opts)
-	workload(t, e, clk, 30, 800)
+	workloadKept(t, e, clk, 30, 800)
 	ok(t, e.Snapshot(bg))
-	workload(t, e, clk, 31, 800)
+	workloadKept(t, e, clk, 31, 800)
 	ok(t, e.Snapshot(bg))
-	workload(t, e, clk, 32, 300)
+	workloadKept(t, e, clk, 32, 300)
 	state = dumpOf(e)
 	ok(t, e.Close())
 	return dir, snapshots(t, dir), state
