@@ -22,11 +22,8 @@ import (
 // the service role and -content-writes, with every error code, on each
 // backend.
 
-// lifecycleBackends are the backends the lifecycle tests run on: the
-// embedded engine joins once its lifecycle (branch lifecycle) is merged;
-// until then it answers these mutations "not supported by this backend
-// yet".
-var lifecycleBackends = []string{"redis"}
+// lifecycleBackends are the backends the lifecycle tests run on.
+var lifecycleBackends = []string{"embedded", "redis"}
 
 // lifecycleServer starts a server on backend with cfg.
 func lifecycleServer(t *testing.T, backend string, cfg transport.Config) *testServer {
