@@ -24,6 +24,10 @@ import (
 // block after a request is what the answer must hold: its data, or its
 // errors' codes.
 func TestIntegrationDoc(t *testing.T) {
+	eachLifecycleBackend(t, transport.Config{ContentWrites: resolvers.ContentWritesService}, integrationDocCase)
+}
+
+func integrationDocCase(t *testing.T, s *testServer) {
 	text, err := os.ReadFile(filepath.Join(repoRoot, "docs", "integration.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -32,40 +36,35 @@ func TestIntegrationDoc(t *testing.T) {
 	if len(steps) < 10 {
 		t.Fatalf("the sequence holds %d requests", len(steps))
 	}
-	eachLifecycleBackend(t, transport.Config{ContentWrites: resolvers.ContentWritesService}, func(t *testing.T, s *testServer) {
-		for i, st := range steps {
-			var tok string
-			if st.user != 0 {
-				tok = s.roleToken(t, st.user, st.role)
-			}
-			body, _ := json.Marshal(st.body)
-			r := s.post(t, "Bearer "+tok, string(body))
-			if st.want == nil {
-				if len(r.Errors) > 0 {
-					t.Fatalf("request %d (%s):\n%s\nerrors: %+v", i+1, st.as, st.body["query"], r.Errors)
-				}
-				continue
-			}
-			got := map[string]any{}
-			if r.Data != nil {
-				var data any
-				json.Unmarshal(r.Data, &data)
-				got["data"] = data
-			}
+	for i, st := range steps {
+		tok := s.roleToken(t, st.user, st.role)
+		body, _ := json.Marshal(st.body)
+		r := s.post(t, "Bearer "+tok, string(body))
+		if st.want == nil {
 			if len(r.Errors) > 0 {
-				var errs []any
-				for _, e := range r.Errors {
-					errs = append(errs, map[string]any{"extensions": map[string]any{"code": e.Extensions["code"]}})
-				}
-				got["errors"] = errs
+				t.Fatalf("request %d (%s):\n%s\nerrors: %+v", i+1, st.as, st.body["query"], r.Errors)
 			}
-			if !holds(got, st.want) {
-				g, _ := json.Marshal(got)
-				w, _ := json.Marshal(st.want)
-				t.Fatalf("request %d (%s):\n%s\nanswered %s\nthe page says %s", i+1, st.as, st.body["query"], g, w)
-			}
+			continue
 		}
-	})
+		got := map[string]any{}
+		if r.Data != nil {
+			var data any
+			json.Unmarshal(r.Data, &data)
+			got["data"] = data
+		}
+		if len(r.Errors) > 0 {
+			var errs []any
+			for _, e := range r.Errors {
+				errs = append(errs, map[string]any{"extensions": map[string]any{"code": e.Extensions["code"]}})
+			}
+			got["errors"] = errs
+		}
+		if !holds(got, st.want) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(st.want)
+			t.Fatalf("request %d (%s):\n%s\nanswered %s\nthe page says %s", i+1, st.as, st.body["query"], g, w)
+		}
+	}
 }
 
 // integrationStep is one request of the page's sequence.

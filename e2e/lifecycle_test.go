@@ -101,65 +101,65 @@ const (
 // an id never counted is NOT_FOUND, and so is an unknown post; a deleted
 // id sent again counts nothing; badges already bumped stay; bad ids are
 // BAD_USER_INPUT.
-func TestCommentIDs(t *testing.T) {
-	eachLifecycleBackend(t, transport.Config{}, func(t *testing.T, s *testServer) {
-		const alice, bob, carol, app = 1, 2, 3, 9
-		aliceT, bobT, carolT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, carol, false)
-		serviceT, adminT := s.roleToken(t, app, auth.RoleService), s.roleToken(t, app, auth.RoleAdmin)
-		var ids commentIDs
-		post := s.createPost(t, alice)
-		comments := func() int64 {
-			return num(t, s.as(t, bobT, countsQ, map[string]any{"p": post}), "post", "counts", "comments")
-		}
+func TestCommentIDs(t *testing.T) { eachLifecycleBackend(t, transport.Config{}, commentIDsCase) }
 
-		c1 := ids.next()
-		for range 3 { // a retried comment counts once, whoever resends it
-			s.as(t, bobT, commentQ, map[string]any{"p": post, "c": c1})
-		}
-		s.as(t, serviceT, commentQ, map[string]any{"p": post, "c": c1})
-		if n := comments(); n != 1 {
-			t.Fatalf("comment %s sent 4 times counts %d", c1, n)
-		}
-		if u, _ := s.unread(t, alice); u.Comments != 1 {
-			t.Fatalf("alice's unread comments after one counted comment: %d", u.Comments)
-		}
+func commentIDsCase(t *testing.T, s *testServer) {
+	const alice, bob, carol, app = 1, 2, 3, 9
+	aliceT, bobT, carolT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, carol, false)
+	serviceT, adminT := s.roleToken(t, app, auth.RoleService), s.roleToken(t, app, auth.RoleAdmin)
+	var ids commentIDs
+	post := s.createPost(t, alice)
+	comments := func() int64 {
+		return num(t, s.as(t, bobT, countsQ, map[string]any{"p": post}), "post", "counts", "comments")
+	}
 
-		s.asCode(t, carolT, resolvers.CodeForbidden, deleteCommentQ, map[string]any{"p": post, "c": c1})
-		s.asCode(t, bobT, resolvers.CodeNotFound, deleteCommentQ, map[string]any{"p": post, "c": ids.next()})
-		s.asCode(t, bobT, resolvers.CodeNotFound, deleteCommentQ, map[string]any{"p": id(snowflake.Make(time.Now().UnixMilli(), 7, 7)), "c": c1})
-		s.asCode(t, bobT, resolvers.CodeBadUserInput, deleteCommentQ, map[string]any{"p": post, "c": "x"})
-		s.asCode(t, bobT, resolvers.CodeBadUserInput, commentQ, map[string]any{"p": post, "c": "12"}) // not a snowflake
-		s.asCode(t, "", resolvers.CodeUnauthenticated, deleteCommentQ, map[string]any{"p": post, "c": c1})
-		if n := comments(); n != 1 {
-			t.Fatalf("refused calls changed the comments to %d", n)
-		}
+	c1 := ids.next()
+	for range 3 { // a retried comment counts once, whoever resends it
+		s.as(t, bobT, commentQ, map[string]any{"p": post, "c": c1})
+	}
+	s.as(t, serviceT, commentQ, map[string]any{"p": post, "c": c1})
+	if n := comments(); n != 1 {
+		t.Fatalf("comment %s sent 4 times counts %d", c1, n)
+	}
+	if u, _ := s.unread(t, alice); u.Comments != 1 {
+		t.Fatalf("alice's unread comments after one counted comment: %d", u.Comments)
+	}
 
-		d := s.as(t, bobT, deleteCommentQ, map[string]any{"p": post, "c": c1}) // its writer
-		if str(d, "deleteComment", "id") != post || num(t, d, "deleteComment", "counts", "comments") != 0 {
-			t.Fatalf("deleteComment by its writer returned %v", d)
-		}
-		s.as(t, bobT, deleteCommentQ, map[string]any{"p": post, "c": c1}) // a repeat: no error, no change
-		s.as(t, bobT, commentQ, map[string]any{"p": post, "c": c1})       // a deleted id is never counted again
-		if n := comments(); n != 0 {
-			t.Fatalf("after delete, repeat and resend: %d comments", n)
-		}
-		if u, _ := s.unread(t, alice); u.Comments != 1 {
-			t.Fatalf("deleting a comment took back a badge: alice's unread comments %d", u.Comments)
-		}
+	s.asCode(t, carolT, resolvers.CodeForbidden, deleteCommentQ, map[string]any{"p": post, "c": c1})
+	s.asCode(t, bobT, resolvers.CodeNotFound, deleteCommentQ, map[string]any{"p": post, "c": ids.next()})
+	s.asCode(t, bobT, resolvers.CodeNotFound, deleteCommentQ, map[string]any{"p": id(snowflake.Make(time.Now().UnixMilli(), 7, 7)), "c": c1})
+	s.asCode(t, bobT, resolvers.CodeBadUserInput, deleteCommentQ, map[string]any{"p": post, "c": "x"})
+	s.asCode(t, bobT, resolvers.CodeBadUserInput, commentQ, map[string]any{"p": post, "c": "12"}) // not a snowflake
+	s.asCode(t, "", resolvers.CodeUnauthenticated, deleteCommentQ, map[string]any{"p": post, "c": c1})
+	if n := comments(); n != 1 {
+		t.Fatalf("refused calls changed the comments to %d", n)
+	}
 
-		// The post's author, a service and an admin may delete anyone's.
-		for _, deleter := range []string{aliceT, serviceT, adminT} {
-			c := ids.next()
-			s.as(t, carolT, commentQ, map[string]any{"p": post, "c": c})
-			s.as(t, deleter, deleteCommentQ, map[string]any{"p": post, "c": c})
-		}
-		// A comment without an id counts each time and cannot be taken back.
-		s.as(t, carolT, commentQ, map[string]any{"p": post})
-		s.as(t, carolT, commentQ, map[string]any{"p": post})
-		if n := comments(); n != 2 {
-			t.Fatalf("two comments without ids after three deleted ones: %d", n)
-		}
-	})
+	d := s.as(t, bobT, deleteCommentQ, map[string]any{"p": post, "c": c1}) // its writer
+	if str(d, "deleteComment", "id") != post || num(t, d, "deleteComment", "counts", "comments") != 0 {
+		t.Fatalf("deleteComment by its writer returned %v", d)
+	}
+	s.as(t, bobT, deleteCommentQ, map[string]any{"p": post, "c": c1}) // a repeat: no error, no change
+	s.as(t, bobT, commentQ, map[string]any{"p": post, "c": c1})       // a deleted id is never counted again
+	if n := comments(); n != 0 {
+		t.Fatalf("after delete, repeat and resend: %d comments", n)
+	}
+	if u, _ := s.unread(t, alice); u.Comments != 1 {
+		t.Fatalf("deleting a comment took back a badge: alice's unread comments %d", u.Comments)
+	}
+
+	// The post's author, a service and an admin may delete anyone's.
+	for _, deleter := range []string{aliceT, serviceT, adminT} {
+		c := ids.next()
+		s.as(t, carolT, commentQ, map[string]any{"p": post, "c": c})
+		s.as(t, deleter, deleteCommentQ, map[string]any{"p": post, "c": c})
+	}
+	// A comment without an id counts each time and cannot be taken back.
+	s.as(t, carolT, commentQ, map[string]any{"p": post})
+	s.as(t, carolT, commentQ, map[string]any{"p": post})
+	if n := comments(); n != 2 {
+		t.Fatalf("two comments without ids after three deleted ones: %d", n)
+	}
 }
 
 // TestDeletePost: only the author, a service or an admin deletes a post;
@@ -167,128 +167,128 @@ func TestCommentIDs(t *testing.T) {
 // the author's postCount drops, a repost's original loses its repost;
 // a repeat changes nothing; an unknown id is NOT_FOUND; no follower's feed
 // badge goes below zero and a later post counts as new.
-func TestDeletePost(t *testing.T) {
-	eachLifecycleBackend(t, transport.Config{}, func(t *testing.T, s *testServer) {
-		const alice, bob, dave, app = 1, 2, 4, 9
-		aliceT, bobT, daveT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, dave, false)
-		serviceT := s.roleToken(t, app, auth.RoleService)
-		s.as(t, daveT, `mutation { follow(userId: "1") { id } }`, nil)
+func TestDeletePost(t *testing.T) { eachLifecycleBackend(t, transport.Config{}, deletePostCase) }
 
-		post := s.createPost(t, alice)
-		s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } }`, map[string]any{"p": post})
-		repost := str(s.as(t, bobT, `mutation($p: ID!) { repostPost(postId: $p) { id } }`, map[string]any{"p": post}), "repostPost", "id")
-		m := s.as(t, bobT, countsQ, map[string]any{"p": post})
-		if num(t, m, "post", "counts", "reposts") != 1 || num(t, m, "post", "counts", "likes") != 1 {
-			t.Fatalf("before the deletes: %v", m)
-		}
+func deletePostCase(t *testing.T, s *testServer) {
+	const alice, bob, dave, app = 1, 2, 4, 9
+	aliceT, bobT, daveT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, dave, false)
+	serviceT := s.roleToken(t, app, auth.RoleService)
+	s.as(t, daveT, `mutation { follow(userId: "1") { id } }`, nil)
 
-		s.asCode(t, aliceT, resolvers.CodeForbidden, deletePostQ, map[string]any{"p": repost}) // the original's author is not the repost's
-		s.asCode(t, bobT, resolvers.CodeForbidden, deletePostQ, map[string]any{"p": post})
-		s.asCode(t, bobT, resolvers.CodeNotFound, deletePostQ, map[string]any{"p": id(snowflake.Make(time.Now().UnixMilli(), 7, 7))})
-		s.asCode(t, bobT, resolvers.CodeBadUserInput, deletePostQ, map[string]any{"p": "-1"})
-		s.asCode(t, "", resolvers.CodeUnauthenticated, deletePostQ, map[string]any{"p": post})
+	post := s.createPost(t, alice)
+	s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } }`, map[string]any{"p": post})
+	repost := str(s.as(t, bobT, `mutation($p: ID!) { repostPost(postId: $p) { id } }`, map[string]any{"p": post}), "repostPost", "id")
+	m := s.as(t, bobT, countsQ, map[string]any{"p": post})
+	if num(t, m, "post", "counts", "reposts") != 1 || num(t, m, "post", "counts", "likes") != 1 {
+		t.Fatalf("before the deletes: %v", m)
+	}
 
-		if got := str(s.as(t, bobT, deletePostQ, map[string]any{"p": repost}), "deletePost"); got != repost {
-			t.Fatalf("deletePost returned %q, want the post's id %s", got, repost)
-		}
-		m = s.as(t, bobT, countsQ, map[string]any{"p": post})
-		if num(t, m, "post", "counts", "reposts") != 0 {
-			t.Fatalf("the original keeps its repost after the repost was deleted: %v", m)
-		}
-		if n := num(t, s.as(t, bobT, userQ, map[string]any{"u": id(bob)}), "user", "postCount"); n != 0 {
-			t.Fatalf("bob's postCount after deleting his repost: %d", n)
-		}
+	s.asCode(t, aliceT, resolvers.CodeForbidden, deletePostQ, map[string]any{"p": repost}) // the original's author is not the repost's
+	s.asCode(t, bobT, resolvers.CodeForbidden, deletePostQ, map[string]any{"p": post})
+	s.asCode(t, bobT, resolvers.CodeNotFound, deletePostQ, map[string]any{"p": id(snowflake.Make(time.Now().UnixMilli(), 7, 7))})
+	s.asCode(t, bobT, resolvers.CodeBadUserInput, deletePostQ, map[string]any{"p": "-1"})
+	s.asCode(t, "", resolvers.CodeUnauthenticated, deletePostQ, map[string]any{"p": post})
 
-		if u, _ := s.unread(t, dave); u.Feed != 1 {
-			t.Fatalf("dave's feed badge before the delete: %d", u.Feed)
-		}
-		s.as(t, serviceT, deletePostQ, map[string]any{"p": post}) // the app's backend may delete any post
-		s.as(t, aliceT, deletePostQ, map[string]any{"p": post})   // a repeat: no error
-		if m := s.as(t, bobT, `query($p: ID!, $r: ID!) { post(id: $p) { id } posts(ids: [$p, $r]) { id } }`, map[string]any{"p": post, "r": repost}); get(m, "post") != nil ||
-			get(m, "posts", 0) != nil || get(m, "posts", 1) != nil {
-			t.Fatalf("deleted posts still read: %v", m)
-		}
-		for _, q := range []string{
-			`mutation($p: ID!) { likePost(postId: $p) { id } }`,
-			`mutation($p: ID!) { unlikePost(postId: $p) { id } }`,
-			`mutation($p: ID!) { favoritePost(postId: $p) { id } }`,
-			`mutation($p: ID!) { commentOnPost(postId: $p) { id } }`,
-			`mutation($p: ID!) { repostPost(postId: $p) { id } }`,
-			deleteCommentQ,
-		} {
-			s.asCode(t, bobT, resolvers.CodeNotFound, q, map[string]any{"p": post, "c": id(snowflake.Make(time.Now().UnixMilli(), 1, 1))})
-		}
-		if n := num(t, s.as(t, bobT, userQ, map[string]any{"u": id(alice)}), "user", "postCount"); n != 0 {
-			t.Fatalf("alice's postCount after deleting her post: %d", n)
-		}
-		if u, _ := s.unread(t, dave); u.Feed < 0 || u.Feed > 1 {
-			t.Fatalf("dave's feed badge after the delete: %d", u.Feed)
-		}
-		s.as(t, daveT, `mutation { markRead(kind: FEED) { id } }`, nil)
-		s.createPost(t, alice)
-		if u, _ := s.unread(t, dave); u.Feed != 1 {
-			t.Fatalf("a post made after the delete reads %d new in dave's feed, want 1", u.Feed)
-		}
-	})
+	if got := str(s.as(t, bobT, deletePostQ, map[string]any{"p": repost}), "deletePost"); got != repost {
+		t.Fatalf("deletePost returned %q, want the post's id %s", got, repost)
+	}
+	m = s.as(t, bobT, countsQ, map[string]any{"p": post})
+	if num(t, m, "post", "counts", "reposts") != 0 {
+		t.Fatalf("the original keeps its repost after the repost was deleted: %v", m)
+	}
+	if n := num(t, s.as(t, bobT, userQ, map[string]any{"u": id(bob)}), "user", "postCount"); n != 0 {
+		t.Fatalf("bob's postCount after deleting his repost: %d", n)
+	}
+
+	if u, _ := s.unread(t, dave); u.Feed != 1 {
+		t.Fatalf("dave's feed badge before the delete: %d", u.Feed)
+	}
+	s.as(t, serviceT, deletePostQ, map[string]any{"p": post}) // the app's backend may delete any post
+	s.as(t, aliceT, deletePostQ, map[string]any{"p": post})   // a repeat: no error
+	if m := s.as(t, bobT, `query($p: ID!, $r: ID!) { post(id: $p) { id } posts(ids: [$p, $r]) { id } }`, map[string]any{"p": post, "r": repost}); get(m, "post") != nil ||
+		get(m, "posts", 0) != nil || get(m, "posts", 1) != nil {
+		t.Fatalf("deleted posts still read: %v", m)
+	}
+	for _, q := range []string{
+		`mutation($p: ID!) { likePost(postId: $p) { id } }`,
+		`mutation($p: ID!) { unlikePost(postId: $p) { id } }`,
+		`mutation($p: ID!) { favoritePost(postId: $p) { id } }`,
+		`mutation($p: ID!) { commentOnPost(postId: $p) { id } }`,
+		`mutation($p: ID!) { repostPost(postId: $p) { id } }`,
+		deleteCommentQ,
+	} {
+		s.asCode(t, bobT, resolvers.CodeNotFound, q, map[string]any{"p": post, "c": id(snowflake.Make(time.Now().UnixMilli(), 1, 1))})
+	}
+	if n := num(t, s.as(t, bobT, userQ, map[string]any{"u": id(alice)}), "user", "postCount"); n != 0 {
+		t.Fatalf("alice's postCount after deleting her post: %d", n)
+	}
+	if u, _ := s.unread(t, dave); u.Feed < 0 || u.Feed > 1 {
+		t.Fatalf("dave's feed badge after the delete: %d", u.Feed)
+	}
+	s.as(t, daveT, `mutation { markRead(kind: FEED) { id } }`, nil)
+	s.createPost(t, alice)
+	if u, _ := s.unread(t, dave); u.Feed != 1 {
+		t.Fatalf("a post made after the delete reads %d new in dave's feed, want 1", u.Feed)
+	}
 }
 
 // TestEraseUser: eraseUser is for admin and service tokens only; it takes
 // the user's likes and favorites off the posts, their follow edges both
 // ways off the counts, them out of their groups' member and reader
 // lists, and their badges; their posts stay; a repeat changes nothing.
-func TestEraseUser(t *testing.T) {
-	eachLifecycleBackend(t, transport.Config{}, func(t *testing.T, s *testServer) {
-		const alice, bob, carol, app = 1, 2, 3, 9
-		aliceT, bobT, carolT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, carol, false)
-		serviceT, adminT := s.roleToken(t, app, auth.RoleService), s.roleToken(t, app, auth.RoleAdmin)
+func TestEraseUser(t *testing.T) { eachLifecycleBackend(t, transport.Config{}, eraseUserCase) }
 
-		post := s.createPost(t, alice)
-		bobPost := s.createPost(t, bob)
-		vars := map[string]any{"p": post}
-		s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } }`, vars)
-		s.as(t, carolT, `mutation($p: ID!) { likePost(postId: $p) { id } }`, vars)
-		s.as(t, bobT, `mutation { follow(userId: "1") { id } }`, nil)
-		s.as(t, aliceT, `mutation { follow(userId: "2") { id } }`, nil)
-		group := str(s.as(t, aliceT, `mutation { createGroup(memberIds: ["2", "3"]) { id } }`, nil), "createGroup", "id")
-		msg := str(s.as(t, aliceT, `mutation($g: ID!) { sendMessage(groupId: $g, text: "hi") { id } }`, map[string]any{"g": group}), "sendMessage", "id")
-		s.as(t, bobT, `mutation($m: ID!) { markMessagesRead(messageIds: [$m]) { id } }`, map[string]any{"m": msg})
-		s.as(t, carolT, `mutation { follow(userId: "2") { id } }`, nil)
-		s.as(t, aliceT, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": bobPost})
+func eraseUserCase(t *testing.T, s *testServer) {
+	const alice, bob, carol, app = 1, 2, 3, 9
+	aliceT, bobT, carolT := s.token(t, alice, false), s.token(t, bob, false), s.token(t, carol, false)
+	serviceT, adminT := s.roleToken(t, app, auth.RoleService), s.roleToken(t, app, auth.RoleAdmin)
 
-		s.asCode(t, bobT, resolvers.CodeForbidden, eraseUserQ, map[string]any{"u": id(bob)}) // not even oneself
-		s.asCode(t, "", resolvers.CodeUnauthenticated, eraseUserQ, map[string]any{"u": id(bob)})
-		s.asCode(t, adminT, resolvers.CodeBadUserInput, eraseUserQ, map[string]any{"u": "0"})
-		if m := s.as(t, serviceT, eraseUserQ, map[string]any{"u": id(bob)}); get(m, "eraseUser") != true {
-			t.Fatalf("eraseUser returned %v", m)
-		}
-		s.as(t, adminT, eraseUserQ, map[string]any{"u": id(bob)})    // a repeat
-		s.as(t, adminT, eraseUserQ, map[string]any{"u": "77777777"}) // a user Tally never saw
+	post := s.createPost(t, alice)
+	bobPost := s.createPost(t, bob)
+	vars := map[string]any{"p": post}
+	s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } }`, vars)
+	s.as(t, carolT, `mutation($p: ID!) { likePost(postId: $p) { id } }`, vars)
+	s.as(t, bobT, `mutation { follow(userId: "1") { id } }`, nil)
+	s.as(t, aliceT, `mutation { follow(userId: "2") { id } }`, nil)
+	group := str(s.as(t, aliceT, `mutation { createGroup(memberIds: ["2", "3"]) { id } }`, nil), "createGroup", "id")
+	msg := str(s.as(t, aliceT, `mutation($g: ID!) { sendMessage(groupId: $g, text: "hi") { id } }`, map[string]any{"g": group}), "sendMessage", "id")
+	s.as(t, bobT, `mutation($m: ID!) { markMessagesRead(messageIds: [$m]) { id } }`, map[string]any{"m": msg})
+	s.as(t, carolT, `mutation { follow(userId: "2") { id } }`, nil)
+	s.as(t, aliceT, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": bobPost})
 
-		m := s.as(t, aliceT, countsQ, vars)
-		if num(t, m, "post", "counts", "likes") != 1 || num(t, m, "post", "counts", "favorites") != 0 {
-			t.Fatalf("alice's post after bob's erasure: %v", m)
+	s.asCode(t, bobT, resolvers.CodeForbidden, eraseUserQ, map[string]any{"u": id(bob)}) // not even oneself
+	s.asCode(t, "", resolvers.CodeUnauthenticated, eraseUserQ, map[string]any{"u": id(bob)})
+	s.asCode(t, adminT, resolvers.CodeBadUserInput, eraseUserQ, map[string]any{"u": "0"})
+	if m := s.as(t, serviceT, eraseUserQ, map[string]any{"u": id(bob)}); get(m, "eraseUser") != true {
+		t.Fatalf("eraseUser returned %v", m)
+	}
+	s.as(t, adminT, eraseUserQ, map[string]any{"u": id(bob)})    // a repeat
+	s.as(t, adminT, eraseUserQ, map[string]any{"u": "77777777"}) // a user Tally never saw
+
+	m := s.as(t, aliceT, countsQ, vars)
+	if num(t, m, "post", "counts", "likes") != 1 || num(t, m, "post", "counts", "favorites") != 0 {
+		t.Fatalf("alice's post after bob's erasure: %v", m)
+	}
+	for who, want := range map[uint64][3]int64{alice: {1, 0, 0}, bob: {0, 0, 0}, carol: {0, 0, 0}} {
+		u := s.as(t, aliceT, userQ, map[string]any{"u": id(who)})
+		got := [3]int64{num(t, u, "user", "postCount"), num(t, u, "user", "followerCount"), num(t, u, "user", "followingCount")}
+		if got != want {
+			t.Errorf("user %d after bob's erasure: postCount, followerCount, followingCount = %v, want %v", who, got, want)
 		}
-		for who, want := range map[uint64][3]int64{alice: {1, 0, 0}, bob: {0, 0, 0}, carol: {0, 0, 0}} {
-			u := s.as(t, aliceT, userQ, map[string]any{"u": id(who)})
-			got := [3]int64{num(t, u, "user", "postCount"), num(t, u, "user", "followerCount"), num(t, u, "user", "followingCount")}
-			if got != want {
-				t.Errorf("user %d after bob's erasure: postCount, followerCount, followingCount = %v, want %v", who, got, want)
-			}
-		}
-		if m := s.as(t, carolT, `query($p: ID!) { post(id: $p) { id author { id } counts { likes } } }`, map[string]any{"p": bobPost}); get(m, "post") == nil ||
-			num(t, m, "post", "counts", "likes") != 1 {
-			t.Fatalf("bob's post after his erasure: %v (his posts stay, with their counts)", m)
-		}
-		g := s.as(t, aliceT, `query($g: ID!, $m: ID!) { group(id: $g) { memberCount members { id } }
-			message(id: $m) { readReceipts { readCount readers { id } unreaders { id } } } }`, map[string]any{"g": group, "m": msg})
-		lists, _ := json.Marshal([]any{get(g, "group", "members"), get(g, "message", "readReceipts", "readers"), get(g, "message", "readReceipts", "unreaders")})
-		if strings.Contains(string(lists), `"2"`) || num(t, g, "group", "memberCount") != 2 || num(t, g, "message", "readReceipts", "readCount") != 1 {
-			t.Fatalf("the group after bob's erasure (no list names him, his receipt stays counted): %v", g)
-		}
-		if u, _ := s.unread(t, bob); u != (unread{}) {
-			t.Fatalf("bob's badges after his erasure: %+v", u)
-		}
-	})
+	}
+	if m := s.as(t, carolT, `query($p: ID!) { post(id: $p) { id author { id } counts { likes } } }`, map[string]any{"p": bobPost}); get(m, "post") == nil ||
+		num(t, m, "post", "counts", "likes") != 1 {
+		t.Fatalf("bob's post after his erasure: %v (his posts stay, with their counts)", m)
+	}
+	g := s.as(t, aliceT, `query($g: ID!, $m: ID!) { group(id: $g) { memberCount members { id } }
+		message(id: $m) { readReceipts { readCount readers { id } unreaders { id } } } }`, map[string]any{"g": group, "m": msg})
+	lists, _ := json.Marshal([]any{get(g, "group", "members"), get(g, "message", "readReceipts", "readers"), get(g, "message", "readReceipts", "unreaders")})
+	if strings.Contains(string(lists), `"2"`) || num(t, g, "group", "memberCount") != 2 || num(t, g, "message", "readReceipts", "readCount") != 1 {
+		t.Fatalf("the group after bob's erasure (no list names him, his receipt stays counted): %v", g)
+	}
+	if u, _ := s.unread(t, bob); u != (unread{}) {
+		t.Fatalf("bob's badges after his erasure: %+v", u)
+	}
 }
 
 // TestContentWritesService: under -content-writes service an end user's
@@ -296,53 +296,83 @@ func TestEraseUser(t *testing.T) {
 // a service token writes content for the user in its sub; so does an
 // admin's.
 func TestContentWritesService(t *testing.T) {
-	eachLifecycleBackend(t, transport.Config{ContentWrites: resolvers.ContentWritesService}, func(t *testing.T, s *testServer) {
-		const alice, bob = 1, 2
-		aliceT, bobT := s.token(t, alice, false), s.token(t, bob, false)
-		aliceApp, bobApp, adminT := s.roleToken(t, alice, auth.RoleService), s.roleToken(t, bob, auth.RoleService), s.roleToken(t, 9, auth.RoleAdmin)
-		var ids commentIDs
+	eachLifecycleBackend(t, transport.Config{ContentWrites: resolvers.ContentWritesService}, contentWritesServiceCase)
+}
 
-		// The app's backend reports alice's post, keyed by the app's id.
-		appPost := id(snowflake.Make(time.Now().UnixMilli(), 3, 1))
-		m := s.as(t, aliceApp, `mutation($p: ID) { createPost(id: $p) { id author { id } } }`, map[string]any{"p": appPost})
-		if str(m, "createPost", "id") != appPost || str(m, "createPost", "author", "id") != id(alice) {
-			t.Fatalf("a service token's createPost: %v (the post is its sub's)", m)
-		}
-		vars := map[string]any{"p": appPost, "c": ids.next()}
-		for _, q := range []string{
-			`mutation { createPost { id } }`,
-			`mutation($p: ID!) { repostPost(postId: $p) { id } }`,
-			commentQ,
-			deleteCommentQ,
-			deletePostQ,
-		} {
-			e := s.asCode(t, bobT, resolvers.CodeForbidden, q, vars)
-			if !strings.Contains(e.Message, "-content-writes service") {
-				t.Errorf("the refusal does not say why: %q", e.Message)
-			}
-		}
-		// End users keep likes, favorites, views, follows, reads and messages.
-		s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } recordViews(postIds: [$p])
-			follow(userId: "1") { id } markRead(kind: COMMENTS) { id } }`, map[string]any{"p": appPost})
-		group := str(s.as(t, bobT, `mutation { createGroup(memberIds: ["1"]) { id } }`, nil), "createGroup", "id")
-		s.as(t, bobT, `mutation($g: ID!) { sendMessage(groupId: $g, text: "hi") { id } }`, map[string]any{"g": group})
+func contentWritesServiceCase(t *testing.T, s *testServer) {
+	const alice, bob = 1, 2
+	aliceT, bobT := s.token(t, alice, false), s.token(t, bob, false)
+	aliceApp, bobApp, adminT := s.roleToken(t, alice, auth.RoleService), s.roleToken(t, bob, auth.RoleService), s.roleToken(t, 9, auth.RoleAdmin)
+	var ids commentIDs
 
-		// bob's comment, through the app: counted as bob's (alice's badge
-		// moves), and bob's to delete through the app.
-		s.as(t, bobApp, commentQ, vars)
-		if u, _ := s.unread(t, alice); u.Comments != 1 || u.Likes != 1 {
-			t.Fatalf("alice's badges after bob's like and his comment through the app: %+v", u)
+	// The app's backend reports alice's post, keyed by the app's id.
+	appPost := id(snowflake.Make(time.Now().UnixMilli(), 3, 1))
+	m := s.as(t, aliceApp, `mutation($p: ID) { createPost(id: $p) { id author { id } } }`, map[string]any{"p": appPost})
+	if str(m, "createPost", "id") != appPost || str(m, "createPost", "author", "id") != id(alice) {
+		t.Fatalf("a service token's createPost: %v (the post is its sub's)", m)
+	}
+	vars := map[string]any{"p": appPost, "c": ids.next()}
+	for _, q := range []string{
+		`mutation { createPost { id } }`,
+		`mutation($p: ID!) { repostPost(postId: $p) { id } }`,
+		commentQ,
+		deleteCommentQ,
+		deletePostQ,
+	} {
+		e := s.asCode(t, bobT, resolvers.CodeForbidden, q, vars)
+		if !strings.Contains(e.Message, "-content-writes service") {
+			t.Errorf("the refusal does not say why: %q", e.Message)
 		}
-		repost := str(s.as(t, bobApp, `mutation($p: ID!) { repostPost(postId: $p) { id author { id } } }`, vars), "repostPost", "id")
-		s.as(t, bobApp, deleteCommentQ, vars)
-		s.as(t, adminT, deletePostQ, map[string]any{"p": repost})
-		s.as(t, aliceApp, deletePostQ, vars)
-		s.asCode(t, aliceT, resolvers.CodeForbidden, eraseUserQ, map[string]any{"u": id(bob)})
-		s.as(t, aliceApp, eraseUserQ, map[string]any{"u": id(bob)})
-		if m := s.as(t, aliceT, userQ, map[string]any{"u": id(alice)}); num(t, m, "user", "postCount") != 0 || num(t, m, "user", "followerCount") != 0 {
-			t.Fatalf("alice after her post's delete and bob's erasure: %v", m)
-		}
-	})
+	}
+	// End users keep likes, favorites, views, follows, reads and messages.
+	s.as(t, bobT, `mutation($p: ID!) { likePost(postId: $p) { id } favoritePost(postId: $p) { id } recordViews(postIds: [$p])
+		follow(userId: "1") { id } markRead(kind: COMMENTS) { id } }`, map[string]any{"p": appPost})
+	group := str(s.as(t, bobT, `mutation { createGroup(memberIds: ["1"]) { id } }`, nil), "createGroup", "id")
+	s.as(t, bobT, `mutation($g: ID!) { sendMessage(groupId: $g, text: "hi") { id } }`, map[string]any{"g": group})
+
+	// bob's comment, through the app: counted as bob's (alice's badge
+	// moves), and bob's to delete through the app.
+	s.as(t, bobApp, commentQ, vars)
+	if u, _ := s.unread(t, alice); u.Comments != 1 || u.Likes != 1 {
+		t.Fatalf("alice's badges after bob's like and his comment through the app: %+v", u)
+	}
+	repost := str(s.as(t, bobApp, `mutation($p: ID!) { repostPost(postId: $p) { id author { id } } }`, vars), "repostPost", "id")
+	s.as(t, bobApp, deleteCommentQ, vars)
+	s.as(t, adminT, deletePostQ, map[string]any{"p": repost})
+	s.as(t, aliceApp, deletePostQ, vars)
+	s.asCode(t, aliceT, resolvers.CodeForbidden, eraseUserQ, map[string]any{"u": id(bob)})
+	s.as(t, aliceApp, eraseUserQ, map[string]any{"u": id(bob)})
+	if m := s.as(t, aliceT, userQ, map[string]any{"u": id(alice)}); num(t, m, "user", "postCount") != 0 || num(t, m, "user", "followerCount") != 0 {
+		t.Fatalf("alice after her post's delete and bob's erasure: %v", m)
+	}
+}
+
+// TestLifecycleOnRedisCluster runs the lifecycle's cases and the
+// integration page's sequence on a Redis Cluster of three masters, where
+// a post, its original, its likers and its author live in other slots
+// (one cluster, a key prefix per case).
+func TestLifecycleOnRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	service := transport.Config{ContentWrites: resolvers.ContentWritesService}
+	cases := []struct {
+		name string
+		cfg  transport.Config
+		fn   func(*testing.T, *testServer)
+	}{
+		{"CommentIDs", transport.Config{}, commentIDsCase},
+		{"DeletePost", transport.Config{}, deletePostCase},
+		{"EraseUser", transport.Config{}, eraseUserCase},
+		{"ContentWritesService", service, contentWritesServiceCase},
+		{"IntegrationDoc", service, integrationDocCase},
+	}
+	cluster := redistest.StartCluster(t, 3, 0)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, newTestServerWith(t, openTestRedis(t, cluster.Addrs(), fmt.Sprintf("lc%d:", i)), c.cfg))
+		})
+	}
 }
 
 // TestLifecycleFieldsPriced: eraseUser is priced as the largest page, so
