@@ -277,8 +277,8 @@ func eraseUserCase(t *testing.T, s *testServer) {
 		}
 	}
 	if m := s.as(t, carolT, `query($p: ID!) { post(id: $p) { id author { id } counts { likes } } }`, map[string]any{"p": bobPost}); get(m, "post") == nil ||
-		num(t, m, "post", "counts", "likes") != 1 {
-		t.Fatalf("bob's post after his erasure: %v (his posts stay, with their counts)", m)
+		get(m, "post", "author") != nil || num(t, m, "post", "counts", "likes") != 1 {
+		t.Fatalf("bob's post after his erasure: %v (his posts stay, with their counts and no author)", m)
 	}
 	g := s.as(t, aliceT, `query($g: ID!, $m: ID!) { group(id: $g) { memberCount members { id } }
 		message(id: $m) { readReceipts { readCount readers { id } unreaders { id } } } }`, map[string]any{"g": group, "m": msg})
