@@ -19,14 +19,19 @@ import (
 var errCorrupt = errors.New("redisstore: corrupt record")
 
 // Post record: [len][author big-endian, len bytes][varints views, likes,
-// comments, reposts, favorites]. The author is kept as opaque bytes because
-// a user id may need all 64 bits, which Lua numbers cannot hold.
+// comments, reposts, favorites, unidentified]. The author is kept as
+// opaque bytes because a user id may need all 64 bits, which Lua numbers
+// cannot hold. Unidentified is not a count anyone reads: it is the part
+// of comments that was sent without a comment id, so that comments is
+// exactly the post's counted ids plus it (what tally check recounts);
+// it costs nothing on a post whose comments all have ids.
 const (
 	pViews = iota + 1 // Lua (1-based) indexes of the counts
 	pLikes
 	pComments
 	pReposts
 	pFavorites
+	pUnidentified
 )
 
 func postHead(author uint64) string {

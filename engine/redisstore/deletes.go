@@ -15,8 +15,8 @@ import (
 // Deletes: counts follow what they count down, exactly once.
 //
 // A comment id is counted in its post's slot (the set commentsKey), so
-// its delete is one script there: the id moves from "<id>" to "-<id>"
-// and the count drops with it, or nothing happens (a repeat, a racing
+// its delete is one script there: the id moves to the post's deleted
+// ids (uncountedKey) and the count drops with it, or nothing happens (a repeat, a racing
 // delete). A post's delete starts in its slot too: its record becomes a
 // tombstone (its id stays taken and reads as unknown) and its sets go, in
 // one script that also records the intent of what is left in other
@@ -38,11 +38,12 @@ func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engi
 	bucket, low := s.k.post(uint64(post))
 	cid := strconv.FormatUint(uint64(comment), 10)
 	var rec *redis.StringCmd
-	var known *redis.BoolSliceCmd
+	var live, deleted *redis.BoolCmd
 	var wrote *redis.BoolCmd
 	if err := s.read(ctx, func(p redis.Pipeliner) {
 		rec = p.HGet(ctx, bucket, low)
-		known = p.SMIsMember(ctx, commentsKey(bucket, low), cid, "-"+cid)
+		live = p.SIsMember(ctx, commentsKey(bucket, low), cid)
+		deleted = p.SIsMember(ctx, uncountedKey(bucket, low), cid)
 		wrote = p.SIsMember(ctx, s.k.written(uint64(actor.User)), cid)
 	}); err != nil {
 		return err
@@ -51,8 +52,7 @@ func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engi
 	if err != nil {
 		return s.fail(err)
 	}
-	k := known.Val()
-	f := ops.DeleteCommentFacts{PostFacts: pf, Live: len(k) == 2 && k[0], Deleted: len(k) == 2 && k[1], Wrote: wrote.Val()}
+	f := ops.DeleteCommentFacts{PostFacts: pf, Live: live.Val(), Deleted: deleted.Val(), Wrote: wrote.Val()}
 	var eff ops.Effects
 	if err := op.Decide(f, &eff); err != nil || eff.Empty() {
 		return err
@@ -64,7 +64,7 @@ func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engi
 	if len(eff.CommentMarks) != 1 || !eff.CommentMarks[0].Deleted || eff.CommentMarks[0].Comment != comment {
 		return fmt.Errorf("%w: DeleteComment decided %+v", errBug, eff.CommentMarks)
 	}
-	r, err := s.one(ctx, scCommentDelete, []string{bucket, commentsKey(bucket, low)}, counting(append([]any{low, cid}, counts...)...)...)
+	r, err := s.one(ctx, scCommentDelete, []string{bucket, commentsKey(bucket, low), uncountedKey(bucket, low)}, counting(append([]any{low, cid}, counts...)...)...)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.
 			id, desc = newIntentID(), it.encode()
 		}
 		r, err := s.one(ctx, scPostDelete,
-			[]string{bucket, likersKey(bucket, low), favsKey(bucket, low), commentsKey(bucket, low), repostsKey(bucket), intentsKey(bucket)},
+			[]string{bucket, likersKey(bucket, low), favsKey(bucket, low), commentsKey(bucket, low), uncountedKey(bucket, low), repostsKey(bucket), intentsKey(bucket)},
 			low, postHead(uint64(pf.Author)), id, desc)
 		if err != nil {
 			return err

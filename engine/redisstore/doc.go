@@ -47,14 +47,17 @@
 // technique, seeds/001).
 //
 //	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
-//	                             [varint views likes comments reposts favorites]
+//	                             [varint views likes comments reposts favorites
+//	                             unidentified (comments sent without an id)]
 //	                             trailing zero counts omitted: an uncounted post
 //	                             costs its author only (registry = counts);
 //	                             0xff alone: a deleted post (its id stays taken)
 //	P{p<w>.<s>}l<low>       set   likers of one post (intset)
 //	P{p<w>.<s>}f<low>       set   favoriters of one post
-//	P{p<w>.<s>}c<low>       set   the post's counted comment ids: <id> counted,
-//	                             -<id> deleted (intset)
+//	P{p<w>.<s>}c<low>       set   the post's counted comment ids (intset):
+//	                             comments = its size + unidentified
+//	P{p<w>.<s>}d<low>       set   the post's deleted comment ids (never
+//	                             counted again)
 //	P{p<w>.<s>}R            hash  low -> a repost's original post id
 //	P{u<b>}                hash  low -> user record: varints posts followers
 //	                             following mentions comments likes messages

@@ -157,9 +157,13 @@ type erasure struct {
 	phase   byte
 	lease   int64             // unix ms of the last save
 	cursors map[string]uint64 // per master address; absent: from 0
+	walked  map[string]bool   // masters whose walk is done
 	mu      sync.Mutex        // masters are scanned at once
 	over    bool              // someone else finished it
 }
+
+// walkedCursor is the saved cursor of a master whose walk is done.
+const walkedCursor = "done"
 
 func (e *erasure) header(now time.Time) string {
 	return e.id + "|" + string(e.phase) + "|" + strconv.FormatInt(now.UnixMilli(), 10)
@@ -178,12 +182,16 @@ func (s *Store) loadErasure(ctx context.Context, user uint64, value string) (*er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q", errBadErasure, value)
 	}
-	e := &erasure{s: s, user: user, id: f[0], phase: f[1][0], lease: lease, cursors: map[string]uint64{}}
+	e := &erasure{s: s, user: user, id: f[0], phase: f[1][0], lease: lease, cursors: map[string]uint64{}, walked: map[string]bool{}}
 	cs, err := s.rdb.HGetAll(ctx, s.k.erasureCursors(user)).Result()
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	for addr, c := range cs {
+		if c == walkedCursor {
+			e.walked[addr] = true
+			continue
+		}
 		if e.cursors[addr], err = strconv.ParseUint(c, 10, 64); err != nil {
 			return nil, fmt.Errorf("%w: cursor %q", errBadErasure, c)
 		}
@@ -192,9 +200,10 @@ func (s *Store) loadErasure(ctx context.Context, user uint64, value string) (*er
 }
 
 // save records progress: the phase, a fresh lease, and master addr's
-// cursor (addr "" for none); it renews the user's marker. It reports
-// false when the erasure is over (another runner finished it).
-func (e *erasure) save(ctx context.Context, addr string, cursor uint64) (bool, error) {
+// cursor (addr "" for none; walkedCursor once its walk is done); it
+// renews the user's marker. It reports false when the erasure is over
+// (another runner finished it).
+func (e *erasure) save(ctx context.Context, addr, cursor string) (bool, error) {
 	s := e.s
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -208,6 +217,9 @@ func (e *erasure) save(ctx context.Context, addr string, cursor uint64) (bool, e
 		return false, err
 	}
 	e.over = num(c.res.Val()) == 0
+	if s.erasureSaved != nil {
+		s.erasureSaved()
+	}
 	return !e.over, nil
 }
 
@@ -230,7 +242,7 @@ func (e *erasure) run(ctx context.Context) error {
 			return err
 		}
 		e.phase = phaseScan
-		if ok, err := e.save(ctx, "", 0); err != nil || !ok {
+		if ok, err := e.save(ctx, "", ""); err != nil || !ok {
 			return err
 		}
 	}
@@ -239,7 +251,7 @@ func (e *erasure) run(ctx context.Context) error {
 			return s.fail(err)
 		}
 		e.phase = phaseEnd
-		if ok, err := e.save(ctx, "", 0); err != nil || !ok {
+		if ok, err := e.save(ctx, "", ""); err != nil || !ok {
 			return err
 		}
 	}
@@ -296,7 +308,7 @@ func (e *erasure) outEdges(ctx context.Context) error {
 			s.stats.users.Add(num(at(vals(c.res.Val()), 1)))
 		}
 		s.emitAll(ctx, eff.Events)
-		if ok, err := e.save(ctx, "", 0); err != nil || !ok {
+		if ok, err := e.save(ctx, "", ""); err != nil || !ok {
 			return err
 		}
 	}
@@ -324,8 +336,11 @@ func (e *erasure) scanMaster(ctx context.Context, c *redis.Client) error {
 	s := e.s
 	addr := c.Options().Addr
 	e.mu.Lock()
-	cursor := e.cursors[addr]
+	cursor, walked := e.cursors[addr], e.walked[addr]
 	e.mu.Unlock()
+	if walked {
+		return nil
+	}
 	pattern := globEscape(s.k.p) + "{*"
 	for step := 1; ; step++ {
 		keys, next, err := c.Scan(ctx, cursor, pattern, erasureScanCount).Result()
@@ -339,7 +354,11 @@ func (e *erasure) scanMaster(ctx context.Context, c *redis.Client) error {
 			maybeCrash(intentErase)
 		}
 		cursor = next
-		ok, err := e.save(ctx, addr, cursor)
+		saved := strconv.FormatUint(cursor, 10)
+		if cursor == 0 {
+			saved = walkedCursor
+		}
+		ok, err := e.save(ctx, addr, saved)
 		if err != nil || !ok || cursor == 0 {
 			return err
 		}

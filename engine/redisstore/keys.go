@@ -77,10 +77,13 @@ func (k keyspace) post(id uint64) (bucket, low string) { return k.idBucket('p', 
 func likersKey(bucket, low string) string              { return bucket + "l" + low }
 func favsKey(bucket, low string) string                { return bucket + "f" + low }
 
-// commentsKey is the set of a post's counted comment ids: "<id>" while
-// counted, "-<id>" once deleted (known, and never counted again). Both
-// are integers, so the set stays an intset.
-func commentsKey(bucket, low string) string { return bucket + "c" + low }
+// commentsKey is the set of a post's counted comment ids, and
+// uncountedKey the set of its deleted ones (known, and never counted
+// again): the post's comment count is the first set's size plus the
+// comments counted without an id (pUnidentified), which is what tally
+// check recounts. Snowflakes are integers, so both sets are intsets.
+func commentsKey(bucket, low string) string  { return bucket + "c" + low }
+func uncountedKey(bucket, low string) string { return bucket + "d" + low }
 
 // repostsKey is a bucket's hash of reposts: low -> the original's id,
 // which loses a repost when the repost is deleted.

@@ -10,7 +10,7 @@ var (
 	// The delete ops.DeleteComment decided on a live comment id: the id
 	// moves from counted to deleted and the count deltas are applied,
 	// only if the post exists and the id is still counted. KEYS bucket,
-	// comment ids; ARGV floor, ceiling, low, comment id, then (count
+	// comment ids, deleted comment ids; ARGV floor, ceiling, low, comment id, then (count
 	// index, delta) pairs. {-1} no post; {0, head} the id is no longer
 	// counted (nothing applied); {1, head, zero-transition}.
 	scCommentDelete = newScript(`
@@ -20,7 +20,7 @@ if not rec or rec == TOMB then return {-1} end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if redis.call('SREM', KEYS[2], ARGV[4]) == 0 then return {0, head} end
-redis.call('SADD', KEYS[2], '-' .. ARGV[4])
+redis.call('SADD', KEYS[3], ARGV[4])
 return {1, head, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
 
 	// The delete ops.DeletePost decided (an Unregistration): the record
@@ -29,7 +29,7 @@ return {1, head, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
 	// only if the record still has the head (author) Go decided on. The
 	// intent of what follows (the author's count, the original's
 	// reposts) is recorded with it. KEYS bucket, likers, favoriters,
-	// comment ids, reposts, intents; ARGV low, head, intent id, intent
+	// comment ids, deleted comment ids, reposts, intents; ARGV low, head, intent id, intent
 	// ('' = none). {-1} no post; {0} deleted already; {2, head} the head
 	// changed (Go decides again); {1, 1 if its counts were not all zero}.
 	scPostDelete = newScript(`
@@ -40,9 +40,9 @@ local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if head ~= ARGV[2] then return {2, head} end
 redis.call('HSET', KEYS[1], ARGV[1], TOMB)
-redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4])
-redis.call('HDEL', KEYS[5], ARGV[1])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[6], ARGV[3], ARGV[4]) end
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HDEL', KEYS[6], ARGV[1])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[3], ARGV[4]) end
 if #rec > L + 1 then return {1, 1} end
 return {1, 0}`)
 

@@ -432,7 +432,7 @@ func (s *Store) countOn(ctx context.Context, post engine.PostID, comment engine.
 		cid = strconv.FormatUint(uint64(comment), 10)
 	}
 	args := append(counting(g.args()...), low, intentID, intent, cid)
-	r, err := s.one(ctx, scPostCount, []string{bucket, g.key, intentsKey(bucket), commentsKey(bucket, low)}, append(args, counts...)...)
+	r, err := s.one(ctx, scPostCount, []string{bucket, g.key, intentsKey(bucket), commentsKey(bucket, low), uncountedKey(bucket, low)}, append(args, counts...)...)
 	if err != nil {
 		return ops.CommentFacts{}, "", err
 	}
@@ -513,6 +513,9 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	if err != nil {
 		return err
 	}
+	if comment == 0 {
+		counts = unidentified(counts)
+	}
 	bucket, _ := s.k.post(uint64(post))
 	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, "", bucket, engine.IdemComment,
 		engine.IdemArgs{Post: post, Comment: comment, Mentions: op.Mentions})
@@ -534,6 +537,19 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 		return err
 	}
 	return s.idemDone(ctx, in)
+}
+
+// unidentified adds to the count arguments of a comment sent without an
+// id each comment delta again on pUnidentified, the part of the count no
+// counted id stands for.
+func unidentified(counts []any) []any {
+	n := len(counts)
+	for i := 0; i < n; i += 2 {
+		if counts[i] == pComments {
+			counts = append(counts, pUnidentified, counts[i+1])
+		}
+	}
+	return counts
 }
 
 func ids64(us []engine.UserID) []uint64 {

@@ -239,7 +239,8 @@ return {1, head, recount(KEYS[1], ARGV[3], rec, 8, lo, hi)}`)
 	// follows. A comment with an id (ARGV[9], '' = none) is counted only
 	// if the id is not known on the post (counted, or counted and
 	// deleted: the fact ops.Comment decided on), and is then added to
-	// the post's counted ids. KEYS bucket, guard, intents, comment ids;
+	// the post's counted ids. KEYS bucket, guard, intents, comment ids,
+	// deleted comment ids;
 	// ARGV floor, ceiling, guard (ttl, value, expired), low, intent id,
 	// intent ('' = none), comment id, then (count index, delta) pairs.
 	// Results as scPostFlag, {0, head, 0, guard found} when this
@@ -254,8 +255,9 @@ local head = string.sub(rec, 1, L + 1)
 local found = guarded(KEYS[2], 3)
 if found then return {0, head, 0, found} end
 if ARGV[9] ~= '' then
-  local known = redis.call('SMISMEMBER', KEYS[4], ARGV[9], '-' .. ARGV[9])
-  if known[1] == 1 or known[2] == 1 then return {3, head} end
+  if redis.call('SISMEMBER', KEYS[4], ARGV[9]) == 1 or redis.call('SISMEMBER', KEYS[5], ARGV[9]) == 1 then
+    return {3, head}
+  end
   redis.call('SADD', KEYS[4], ARGV[9])
 end
 guard(KEYS[2], 3)
@@ -769,44 +771,44 @@ return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q, s,
 var (
 	// Recounts one post bucket's set-backed counts: each post's count
 	// field against SCARD of its set (the bucket, a part naming the set,
-	// the post's low bits: in the bucket's slot), and tallies the posts'
-	// authors. A deleted post's tombstone is neither. Posts whose low bits are in [lo, hi] hold imported counts:
-	// their authors count, their sets are not compared. KEYS bucket; ARGV
-	// lo, hi, then (count index, set part, at least) per check: with at
-	// least 1 only a count below its set is a drift. {{head, posts}...,
-	// {low, check number (1-based), stored, recounted}..., checked,
-	// skipped}.
+	// the post's low bits: in the bucket's slot) plus a field of the
+	// record (0: none), and tallies the posts' authors. Posts whose low
+	// bits are in [lo, hi] hold imported counts: their authors count,
+	// their sets are not compared. Deleted posts (tombstones) have neither
+	// author nor counts. KEYS bucket; ARGV lo, hi, then (count index, set
+	// part, plus index) per check. {{head, posts}..., {low, check number
+	// (1-based), stored, recounted}..., checked, skipped}.
 	scCheckPosts = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 local authors, drifts = {}, {}
 local checked, skipped = 0, 0
-local function check(low, rec)
+for i = 1, #all, 2 do
+  local low, rec = all[i], all[i + 1]
   local L = string.byte(rec, 1)
-  if L > 0 then
+  if L > 0 and rec ~= TOMB then
     local head = string.sub(rec, 1, L + 1)
     authors[head] = (authors[head] or 0) + 1
   end
   local n = tonumber(low)
-  if n >= lo and n <= hi then
+  if rec == TOMB then
+  elseif n >= lo and n <= hi then
     skipped = skipped + 1
-    return
-  end
-  checked = checked + 1
-  local t = dec(rec, L + 2)
-  for j = 3, #ARGV, 3 do
-    local stored = t[tonumber(ARGV[j])] or 0
-    local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
-    if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
-      drifts[#drifts + 1] = low
-      drifts[#drifts + 1] = j / 3
-      drifts[#drifts + 1] = stored
-      drifts[#drifts + 1] = card
+  else
+    checked = checked + 1
+    local t = dec(rec, L + 2)
+    for j = 3, #ARGV, 3 do
+      local stored = t[tonumber(ARGV[j])] or 0
+      local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      if ARGV[j + 2] ~= '0' then card = card + (t[tonumber(ARGV[j + 2])] or 0) end
+      if stored ~= card then
+        drifts[#drifts + 1] = low
+        drifts[#drifts + 1] = j / 3
+        drifts[#drifts + 1] = stored
+        drifts[#drifts + 1] = card
+      end
     end
   end
-end
-for i = 1, #all, 2 do
-  if all[i + 1] ~= '\255' then check(all[i], all[i + 1]) end
 end
 local heads = {}
 for head, n in pairs(authors) do
@@ -815,19 +817,20 @@ for head, n in pairs(authors) do
 end
 return {heads, drifts, checked, skipped}`)
 
-	// Sets one post's count to its set's cardinality, both read here
-	// (with ARGV at least '1', only a count below it). KEYS bucket, set;
-	// ARGV low, count index, at least. {-1} no such post (or a deleted one); {0, stored,
-	// recounted} no drift now; {1, stored, recounted, zero-transition}.
+	// Sets one post's count to its set's cardinality plus a field of the
+	// record (0: none), both read here. KEYS bucket, set; ARGV low, count
+	// index, plus index. {-1} no such post; {0, stored, recounted} no
+	// drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec or rec == '\255' then return {-1} end
+if not rec or rec == TOMB then return {-1} end
 local L = string.byte(rec, 1)
 local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
 local card = redis.call('SCARD', KEYS[2])
-if stored == card or ARGV[3] == '1' and stored > card then return {0, stored, card} end
+if ARGV[3] ~= '0' then card = card + (t[tonumber(ARGV[3])] or 0) end
+if stored == card then return {0, stored, card} end
 local before = enc(t, n)
 for i = n + 1, idx do t[i] = 0 end
 if idx > n then n = idx end

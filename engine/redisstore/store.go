@@ -124,6 +124,9 @@ type Store struct {
 	// checkPause, when set (tests), is called between a Check's steps
 	// with the step's name, so a test can write while a check runs.
 	checkPause func(step string)
+	// erasureSaved, when set (tests), is called after an erasure saves
+	// its progress: once per bounded step, so a test can time the steps.
+	erasureSaved func()
 }
 
 var _ engine.Store = (*Store)(nil)

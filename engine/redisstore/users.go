@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -117,8 +118,8 @@ func (s *Store) UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.U
 	out := make([]engine.UserCounts, len(ids))
 	for i, r := range recs {
 		// Posts made less posts deleted (followers' feed badges count the
-		// posts made).
-		posts := max(r.get(uPosts)-r.get(uDeleted), 0)
+		// posts made), never below zero by the one rule.
+		posts := counters.Add(r.get(uPosts), -r.get(uDeleted))
 		out[i] = engine.UserCounts{Posts: posts, Followers: r.get(uFollowers), Following: r.get(uFollowing)}
 	}
 	return out, nil
