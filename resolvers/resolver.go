@@ -50,13 +50,6 @@ func ParseContentWrites(s string) (ContentWrites, error) {
 	return 0, fmt.Errorf("-content-writes must be any or service, got %q", s)
 }
 
-func (c ContentWrites) String() string {
-	if c == ContentWritesService {
-		return "service"
-	}
-	return "any"
-}
-
 // Policy is what the directives enforce beyond a signed-in viewer.
 type Policy struct {
 	ContentWrites ContentWrites

@@ -48,7 +48,7 @@ func viewerOf(ctx context.Context) engine.UserID {
 // service token may delete what the user does not own.
 func actorOf(ctx context.Context) engine.Actor {
 	p, _ := auth.From(ctx)
-	return engine.Actor{User: p.User, Privileged: p.Admin || p.Service}
+	return engine.Actor{User: p.User, Privileged: trusted(p)}
 }
 
 // ---- Query ----
