@@ -239,7 +239,8 @@ func TestEraseReadsExactWhileRunning(t *testing.T) {
 	clk := newClock()
 	e, _, posts := lifeWorld(t, dir, clk)
 	gate := make(chan struct{})
-	e.stepGate = func() { <-gate }
+	defer close(gate)
+	setStepGate(e, func() { <-gate })
 	others := []engine.UserID{100, 101, 102, 103, 104, 200, 201, 202, 203, 204}
 	want := func() string {
 		cs, err := e.Counts(bg, posts)
@@ -290,7 +291,7 @@ func TestEraseWaitsForTheUser(t *testing.T) {
 	ok(t, err)
 	ok(t, e.Like(bg, erased, p))
 	gate := make(chan struct{})
-	e.stepGate = func() { <-gate }
+	setStepGate(e, func() { <-gate })
 	ok(t, e.EraseUser(bg, erased))
 	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
 	defer cancel()

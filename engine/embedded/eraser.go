@@ -46,8 +46,14 @@ const eraseRetry = time.Second
 // eraseStep takes one step of the oldest erasure under way and reports
 // whether there may be more to do.
 func (e *Engine) eraseStep() bool {
-	if e.stepGate != nil {
-		e.stepGate()
+	if gate := e.stepGate.Load(); gate != nil {
+		e.mu.RLock()
+		idle := len(e.st.erasing) == 0
+		e.mu.RUnlock()
+		if idle {
+			return false
+		}
+		(*gate)()
 	}
 	e.mu.RLock()
 	if e.closed || len(e.st.erasing) == 0 || e.failed.Load() != nil {

@@ -147,7 +147,7 @@ type Engine struct {
 	// maintMu serialises maintenance passes (the loop's, Snapshot's).
 	maintMu sync.Mutex
 	// stepGate, when set (tests), is called before each erasure step.
-	stepGate func()
+	stepGate atomic.Pointer[func()]
 
 	stop chan struct{}
 	wg   sync.WaitGroup
