@@ -34,6 +34,7 @@ import (
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
+	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/hub"
@@ -288,6 +289,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxMutations := fs.Int("max-mutations-per-request", transport.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
 	costRate := fs.Float64("cost-rate", 10000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
 	costBurst := fs.Int("cost-burst", 50000, "burst of -cost-rate (at least -complexity-limit)")
+	contentWrites := fs.String("content-writes", "any", "who may create and delete posts, reposts and comments: any (every signed-in user) or service (only tokens with role service or admin, the app's backend: end users get FORBIDDEN and keep likes, favorites, views, follows, reads and messages); see docs/integration.md")
 	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
 	var timeouts transport.Timeouts
 	registerTimeoutFlags(fs, &timeouts)
@@ -303,6 +305,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *showVersion {
 		printVersion(stdout)
 		return nil
+	}
+	writes, err := resolvers.ParseContentWrites(*contentWrites)
+	if err != nil {
+		return usageError{err}
 	}
 	if err := mem.Check(sf.memoryBudget); err != nil {
 		return usageError{err}
@@ -390,6 +396,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		APQCache:        apq,
 		Metrics:         reg,
 		Keys:            k,
+		ContentWrites:   writes,
 		ComplexityLimit: *complexity,
 		MaxBodyBytes:    *maxBody,
 		OriginPatterns:  splitList(*origins),

@@ -30,6 +30,10 @@ type Config struct {
 	Store engine.Store
 	Hub   *hub.Hub
 	Keys  *auth.Keys
+	// ContentWrites says who may create and delete posts, reposts and
+	// comments (-content-writes): every signed-in user, or only trusted
+	// tokens (service, admin).
+	ContentWrites resolvers.ContentWrites
 	// Metrics registers request metrics; nil skips them.
 	Metrics prometheus.Registerer
 	// ComplexityLimit bounds a query's cost (each field 1, lists multiplied
@@ -101,7 +105,7 @@ func NewHandler(cfg Config) http.Handler {
 		tracer = cfg.Tracer.Tracer(tracing.Name)
 		cfg.Store = tracing.WrapStore(cfg.Store, cfg.Tracer)
 	}
-	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub)
+	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub, resolvers.Policy{ContentWrites: cfg.ContentWrites})
 	setComplexity(&gc)
 
 	// Plain-data queries and unreadChanged pushes run as compiled plans
