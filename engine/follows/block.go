@@ -397,6 +397,7 @@ type columns [ncols][maxBlock]uint64
 // encoder writes blocks; a writer owns one.
 type encoder struct {
 	w    bitpack.Writer
+	col  bitpack.Writer // a new column a patch adds
 	cols columns
 }
 
@@ -435,10 +436,10 @@ func (enc *encoder) encode(e *entries, lo, hi int) []byte {
 }
 
 // putColumn writes xs as a column (see the format above), with the width
-// that makes it shortest.
-func putColumn(w *bitpack.Writer, xs []uint64) {
+// that makes it shortest, and returns its length in bits.
+func putColumn(w *bitpack.Writer, xs []uint64) (nbits int) {
 	if len(xs) == 0 {
-		return
+		return 0
 	}
 	base := xs[0]
 	for _, x := range xs {
@@ -469,12 +470,14 @@ func putColumn(w *bitpack.Writer, xs []uint64) {
 	w.Put(uint64(width), 7)
 	w.Put(uint64(ne), 9)
 	hw := maxLen - width
+	nbits = 7 + wbase + 16 + len(xs)*width + ne*(pw+hw)
 	if ne > 0 {
 		w.Put(uint64(hw), 7)
+		nbits += 7
 	}
 	w.PutFields(xs, base, width)
 	if ne == 0 {
-		return
+		return nbits
 	}
 	for i, x := range xs {
 		if d := x - base; bits.Len64(d) > width {
@@ -482,6 +485,7 @@ func putColumn(w *bitpack.Writer, xs []uint64) {
 			w.Put(d>>uint(width), hw)
 		}
 	}
+	return nbits
 }
 
 // checkBlock decodes blk in full and checks what block.parse does not:

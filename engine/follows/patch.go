@@ -1,6 +1,7 @@
 package follows
 
 import (
+	"encoding/binary"
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
@@ -64,12 +65,52 @@ func (enc *encoder) patch(blk *block, ch *splices) (buf []byte, ok bool) {
 		keep = col.off + sp.at*int(col.w)
 	}
 	buf = append(enc.w.Buf[:0], byte(ch.n-1), byte(ch.r-1))
-	enc.w = bitpack.Writer{Buf: append(buf, blk.buf[2:keep/8]...)}
-	enc.w.Put(bitpack.Get(blk.buf, keep&^7, keep&7), keep&7)
+	buf = append(buf, blk.buf[2:keep/8]...)
+	bw := bitWriter{w: bitpack.Writer{Buf: buf}, pos: 8 * len(buf)}
+	bw.put(bitpack.Get(blk.buf, keep&^7, keep&7), keep&7)
 	for c := first; c < ncols; c++ {
-		spliceColumn(&enc.w, &blk.cols[c], blk.buf, &ch.cols[c], plans[c], c == first && plans[c].sameHeader)
+		spliceColumn(&bw, &blk.cols[c], blk.buf, &ch.cols[c], plans[c], c == first && plans[c].sameHeader, &enc.col)
 	}
+	enc.w = bw.w
 	return enc.w.Flush(), true
+}
+
+// bitWriter is a bitpack.Writer that knows its position, so that a long
+// copy can fill the pending word and then append whole words to Buf:
+// with no bits pending, Buf is all that was written.
+type bitWriter struct {
+	w   bitpack.Writer
+	pos int // bits written
+}
+
+func (bw *bitWriter) put(v uint64, n int) {
+	bw.w.Put(v, n)
+	bw.pos += n
+}
+
+// copyBits appends the n bits of buf from bit off to bw.
+func copyBits(bw *bitWriter, buf []byte, off, n int) {
+	if n >= 128 {
+		// The bits pending in the Writer are those past Buf's end.
+		if k := (64 - (bw.pos - 8*len(bw.w.Buf))) & 63; k > 0 {
+			bw.put(bitpack.Get(buf, off, k), k)
+			off, n = off+k, n-k
+		}
+		// The source's bytes to its end and Slack past it.
+		src, out := buf[:len(buf)+bitpack.Slack], bw.w.Buf
+		for s := uint(off & 7); n >= 64; off, n = off+64, n-64 {
+			i := off >> 3
+			out = binary.LittleEndian.AppendUint64(out, binary.LittleEndian.Uint64(src[i:i+8])>>s|uint64(src[i+8])<<(64-s))
+		}
+		bw.w.Buf = out
+		bw.pos = 8 * len(out)
+	}
+	for ; n >= 64; off, n = off+64, n-64 {
+		bw.put(bitpack.Get(buf, off, 64), 64)
+	}
+	if n > 0 {
+		bw.put(bitpack.Get(buf, off, n), n)
+	}
 }
 
 // plan is how a column is written with a splice: its exceptions and
@@ -119,14 +160,17 @@ func (c *column) plan(buf []byte, sp *splice) (plan, bool) {
 
 // spliceColumn writes column c of buf with sp applied as pl says; with
 // tail, its header and fields before the splice are written already.
-func spliceColumn(w *bitpack.Writer, c *column, buf []byte, sp *splice, pl plan, tail bool) {
+func spliceColumn(w *bitWriter, c *column, buf []byte, sp *splice, pl plan, tail bool, scratch *bitpack.Writer) {
 	ins := sp.ins[:sp.nins]
 	count := c.count - sp.del + len(ins)
 	switch {
 	case count == 0:
 		return
 	case c.count == 0:
-		putColumn(w, ins)
+		*scratch = bitpack.Writer{Buf: scratch.Buf[:0]}
+		n := putColumn(scratch, ins)
+		col := scratch.Flush()
+		copyBits(w, append(col, make([]byte, bitpack.Slack)...)[:len(col)], 0, n)
 		return
 	case sp.del == 0 && len(ins) == 0:
 		copyBits(w, buf, c.hdr, c.xoff+c.ne*int(c.pw+c.hw)-c.hdr)
@@ -135,18 +179,18 @@ func spliceColumn(w *bitpack.Writer, c *column, buf []byte, sp *splice, pl plan,
 	base, width, ne, hw := c.base, int(c.w), pl.ne, pl.hw
 	if !tail {
 		wbase := bits.Len64(base)
-		w.Put(uint64(wbase), 7)
-		w.Put(base, wbase)
-		w.Put(uint64(width), 7)
-		w.Put(uint64(ne), 9)
+		w.put(uint64(wbase), 7)
+		w.put(base, wbase)
+		w.put(uint64(width), 7)
+		w.put(uint64(ne), 9)
 		if ne > 0 {
-			w.Put(uint64(hw), 7)
+			w.put(uint64(hw), 7)
 		}
 		copyBits(w, buf, c.off, sp.at*width)
 	}
 	end := sp.at + sp.del
 	for _, x := range ins {
-		w.Put(x-base, width)
+		w.put(x-base, width)
 	}
 	copyBits(w, buf, c.off+end*width, (c.count-end)*width)
 	if ne == 0 {
@@ -160,30 +204,20 @@ func spliceColumn(w *bitpack.Writer, c *column, buf []byte, sp *splice, pl plan,
 		if pos >= sp.at {
 			break
 		}
-		w.Put(uint64(pos), pw)
-		w.Put(bitpack.Get(buf, x+int(c.pw), hw), hw)
+		w.put(uint64(pos), pw)
+		w.put(bitpack.Get(buf, x+int(c.pw), hw), hw)
 	}
 	for i, v := range ins {
 		if d := v - base; bits.Len64(d) > width {
-			w.Put(uint64(sp.at+i), pw)
-			w.Put(d>>uint(width), hw)
+			w.put(uint64(sp.at+i), pw)
+			w.put(d>>uint(width), hw)
 		}
 	}
 	for ; k < c.ne; x, k = x+step, k+1 {
 		if pos := int(bitpack.Get(buf, x, int(c.pw))); pos >= end {
-			w.Put(uint64(pos+shift), pw)
-			w.Put(bitpack.Get(buf, x+int(c.pw), hw), hw)
+			w.put(uint64(pos+shift), pw)
+			w.put(bitpack.Get(buf, x+int(c.pw), hw), hw)
 		}
-	}
-}
-
-// copyBits appends the n bits of buf from bit off to w.
-func copyBits(w *bitpack.Writer, buf []byte, off, n int) {
-	for ; n >= 64; off, n = off+64, n-64 {
-		w.Put(bitpack.Get(buf, off, 64), 64)
-	}
-	if n > 0 {
-		w.Put(bitpack.Get(buf, off, n), n)
 	}
 }
 
@@ -248,7 +282,7 @@ func (c *column) sum(buf []byte, from, to int) uint64 {
 		return 0
 	}
 	s, w, off := uint64(to-from)*c.base, uint(c.w), c.off+from*int(c.w)
-	for range to - from {
+	for k := from; k < to && w > 0; k++ { // a run-length column is often all zeros
 		s += bitpack.Bits(buf, off, w, c.mask)
 		off += int(w)
 	}
