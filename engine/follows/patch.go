@@ -19,9 +19,10 @@ import (
 // does not fit the column as it is (below its base, or wider than its
 // fields and exceptions allow) falls back to decoding and encoding the
 // block, which also chooses the widths again; so do the changes that
-// split, merge or start a block. A patched block may be a little longer
-// than the encoder would make it, as a block whose snapshots were set in
-// place is (block.setValues), until its next full encode.
+// split or merge a block or change its first pair (the directory's). A
+// patched block may be a little longer than the encoder would make it,
+// as a block whose snapshots were set in place is (block.setValues),
+// until its next full encode.
 
 // splice replaces a column's values [at, at+del) with ins[:nins].
 type splice struct {
