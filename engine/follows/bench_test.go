@@ -248,7 +248,7 @@ func postsNow(u uint64, round int64) int64 { return int64(u%1000) + round/8 }
 // changed snapshots (post counts that grow between reads) and unchanged
 // ones.
 func BenchmarkList(b *testing.B) {
-	for _, n := range []int{200, 2000, 20000} {
+	for _, n := range []int{20, 200, 2000, 20000} {
 		rng := rand.New(rand.NewPCG(5, uint64(n)))
 		s := New()
 		var members []uint64

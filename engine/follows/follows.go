@@ -25,9 +25,11 @@
 //     increasing id order, so the same state always yields the same
 //     sequence, and Load of what Range yielded rebuilds the same state.
 //   - A change (Follow, Unfollow, SetSnaps, a step of RemoveUser)
-//     decodes and encodes only the blocks it touches, each at most 256
-//     pairs, whatever the length of the list; SetSnaps encodes only the
-//     blocks whose snapshots change. Contains reads one run of one block;
+//     rewrites only the blocks it touches, each at most 256 pairs,
+//     whatever the length of the list: a follow or an unfollow usually
+//     splices the block's encoded columns without decoding it, and SetSnaps
+//     encodes only the blocks whose snapshots change. Contains reads one
+//     run of one block, as far as the target;
 //     List (the feed badge read) is O(list length) and reads nothing but
 //     the viewer's runs and the run headers of their blocks.
 //   - Following and FollowerCount read the run headers of a list's first

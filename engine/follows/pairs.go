@@ -15,9 +15,12 @@ import (
 // pointers are one a page (of up to 128 blocks) and one an arena chunk
 // (512 KiB).
 //
-// A change decodes the one block it touches, changes it and encodes it
-// again: the block is the mutable part, and the cost of a change is
-// bounded by maxBlock pairs whatever the length of the list. A block over
+// A change rewrites the one block it touches: an insert or a remove that
+// leaves the block between minBlock and maxBlock pairs splices the
+// encoded columns (patch.go), anything else decodes the block, changes it
+// and encodes it again. The block is the mutable part, and the cost of a
+// change is bounded by maxBlock pairs whatever the length of the list. A
+// block over
 // maxBlock splits in two; one under minBlock merges with a neighbour (or
 // shares its pairs with it, when together they are over maxBlock). A page
 // over pageMax splits; pages under a quarter full merge when together
@@ -214,18 +217,17 @@ func (p *pairs) has(a uint64) bool {
 
 // contains reports whether (a, b) is in p.
 func (p *pairs) contains(a, b uint64) bool {
-	found := false
 	if len(p.pages) == 0 {
 		return false
 	}
-	at := p.seek(a, b)
-	d := p.entry(at)
+	d := p.entry(p.seek(a, b))
+	if !less(d.a, d.b, a, b) {
+		return d.a == a && d.b == b
+	}
 	var blk block
 	p.parse(d, &blk)
-	if j, start, length := blk.find(d.a, a); j >= 0 {
-		found = blk.runHas(d.b, j, start, length, b)
-	}
-	return found
+	ra := blk.locateRun(d.a, a)
+	return ra.found && blk.locatePair(d.b, ra, b).found
 }
 
 // locate decodes the block at into p.e and returns the index of the
@@ -257,6 +259,13 @@ func (p *pairs) insert(a, b uint64, v int64) bool {
 		return true
 	}
 	at := p.seek(a, b)
+	switch p.patchInsert(at, a, b, v) {
+	case patched:
+		p.n++
+		return true
+	case unchanged:
+		return false
+	}
 	i := p.locate(at, a, b)
 	if i < e.n && e.a[i] == a && e.b[i] == b {
 		return false
@@ -277,6 +286,13 @@ func (p *pairs) remove(a, b uint64) (removed, more bool) {
 	}
 	e := &p.e
 	at := p.seek(a, b)
+	switch res, more := p.patchRemove(at, a, b); res {
+	case patched:
+		p.n--
+		return true, more
+	case unchanged:
+		return false, false
+	}
 	i := p.locate(at, a, b)
 	if i == e.n || e.a[i] != a || e.b[i] != b {
 		return false, false
@@ -417,7 +433,12 @@ func (p *pairs) merge(at pos) {
 // stay put for a few changes; a block that shrank, by a split or a run of
 // unfollows, leaves a slot that would waste more.
 func (p *pairs) write(at pos, e *entries, lo, hi int) {
-	buf := p.enc.encode(e, lo, hi)
+	p.store(at, p.enc.encode(e, lo, hi), e.a[lo], e.b[lo], hi-lo)
+}
+
+// store puts buf, a block of n pairs from (a, b), at at, in a slot as
+// write says.
+func (p *pairs) store(at pos, buf []byte, a, b uint64, n int) {
 	words := (len(buf) + 7) / 8
 	d := p.entry(at)
 	if c := d.class(); c == 0 || classCap(c) < words || c > classFor(words)+1 {
@@ -426,8 +447,8 @@ func (p *pairs) write(at pos, e *entries, lo, hi int) {
 		d.loc = uint64(p.arena.alloc(c))<<16 | uint64(c)<<8
 	}
 	copy(p.arena.bytes(d.off(), d.class()), buf)
-	d.a, d.b = e.a[lo], e.b[lo]
-	d.loc = d.loc&^0xff | uint64(hi-lo-1)
+	d.a, d.b = a, b
+	d.loc = d.loc&^0xff | uint64(n-1)
 	if at.bi == 0 {
 		pg := &p.pages[at.pi]
 		pg.a, pg.b = d.a, d.b
