@@ -21,6 +21,10 @@ type Job struct {
 	base   body    // the window's body when planned: immutable while the job runs
 	fold   overlay // the delta Plan froze, which readers of w read until Finish; may be nil
 	toCold bool
+	// hold marks a View's hold on the window (view.go): it freezes the
+	// delta as a job does and rewrites nothing; Release ends it, never
+	// Run or Finish.
+	hold   bool
 	name   string // the file written when toCold
 	sealed *sealedWindow
 	file   *coldWindow
@@ -128,6 +132,9 @@ func (t *table) plan(w *window, toCold bool) *Job {
 // fsync of the directory). It reads only what Plan froze, so it needs no
 // lock and may run while readers and writers use the table.
 func (j *Job) Run() error {
+	if j.hold {
+		return errors.New("tier: Run of a view's hold")
+	}
 	if j.ran {
 		return j.err
 	}
@@ -158,6 +165,9 @@ func (j *Job) Run() error {
 func (t *table) Finish(j *Job) error {
 	if j.t != t {
 		return errors.New("tier: Finish with another table's job")
+	}
+	if j.hold {
+		return errors.New("tier: Finish of a view's hold")
 	}
 	if !j.ran {
 		return errors.New("tier: Finish of a job that did not Run")

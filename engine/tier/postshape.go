@@ -115,6 +115,10 @@ func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay) erro
 
 func (p *Posts) verifyBlocks(b body) error { return p.eachRow(b, 0, nil) }
 
+func (p *Posts) checkBlock(x *blockIndex, i int, blk []byte) error {
+	return checkPostBlock(x.firstID(i), blk)
+}
+
 func (p *Posts) foldInto(open body, o overlay) {
 	t, d := open.(*rowTable), o.(*rowTable)
 	var r postRow
@@ -135,6 +139,14 @@ func (p *Posts) compose(lower, upper overlay) overlay {
 		return up
 	}
 	var r postRow
+	if up.n < lo.n {
+		// The upper rows win: write them over the lower table.
+		for _, key := range up.sorted(&p.layout) {
+			up.get(key, &p.layout, &r)
+			lo.put(key, &p.layout, &r)
+		}
+		return lo
+	}
 	for _, key := range lo.sorted(&p.layout) {
 		if !up.has(key, &p.layout) {
 			lo.get(key, &p.layout, &r)

@@ -138,6 +138,11 @@ func (s *Set) writeImage(w io.Writer, base body, lo uint64, fold overlay) error 
 
 func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }
 
+func (s *Set) checkBlock(x *blockIndex, i int, blk []byte) error {
+	post, user := x.firstPair(i)
+	return checkPairBlock(post, user, blk)
+}
+
 func (s *Set) foldInto(open body, o overlay) {
 	t, d := open.(*pairTable), o.(*pairDelta)
 	d.added.each(func(u, k uint64) bool { t.add(u, k); return true })
@@ -145,8 +150,9 @@ func (s *Set) foldInto(open body, o overlay) {
 }
 
 // compose returns the delta over a body equal to lower over it with upper
-// over that (either may be nil), reusing upper's tables: what a failed
-// job leaves of its frozen delta and the writes since, or both as one.
+// over that (either may be nil), reusing the larger one's tables and
+// walking the smaller: what a failed job or a view's hold leaves of its
+// frozen delta and the writes since, or both as one.
 func (s *Set) compose(lower, upper overlay) overlay {
 	lo, up := asPairs(lower), asPairs(upper)
 	switch {
@@ -156,6 +162,24 @@ func (s *Set) compose(lower, upper overlay) overlay {
 		return lo
 	case lo == nil:
 		return up
+	}
+	if up.len() < lo.len() {
+		up.added.each(func(u, k uint64) bool {
+			// Absent under upper: present in the body and removed by
+			// lower (the addition cancels that), or absent from both.
+			if !lo.removed.remove(u, k) {
+				s.tableOf(&lo.added).add(u, k)
+			}
+			return true
+		})
+		up.removed.each(func(u, k uint64) bool {
+			// Present under upper: added by lower, or in the body.
+			if !lo.added.remove(u, k) {
+				s.tableOf(&lo.removed).add(u, k)
+			}
+			return true
+		})
+		return lo
 	}
 	lo.added.each(func(u, k uint64) bool {
 		// Absent from the body: a later removal cancels it.

@@ -95,6 +95,7 @@ type table struct {
 	jobs int       // planned and not finished
 
 	epoch uint64 // bumped by Load: jobs planned before it are void
+	view  *View  // the view Capture gave out, until Release; nil: none
 	coldStore
 	arena arena // the bytes of sealed windows
 }
@@ -114,6 +115,9 @@ type recordShape interface {
 	// it as far as its contents, the key order across blocks and the
 	// footer's totals.
 	verifyBlocks(b body) error
+	// checkBlock checks block i of an image with index x (its bytes and
+	// CRC) as a read from a file does: its checksum and header.
+	checkBlock(x *blockIndex, i int, blk []byte) error
 	// foldInto writes an overlay into the open table it lies over.
 	foldInto(open body, o overlay)
 	// compose returns the overlay equal to lower with upper over it
