@@ -61,6 +61,13 @@ type config struct {
 	// importAttempts bounds the runs of tally import -redis, each on an
 	// emptied Redis.
 	importAttempts int
+	// The writes phase (writes.go); writes 0 skips it.
+	writes         time.Duration
+	writeUsers     int
+	writeClients   int
+	writeRounds    int
+	writeSnapEvery time.Duration
+	rssEvery       time.Duration
 }
 
 // The stores measured beside the embedded engine.
@@ -114,6 +121,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	peers := fs.String("redis-peers", labelTallyRedis+","+labelBuckets, "with -redis, which: "+labelTallyRedis+" (tally import -redis, tally serve -redis, the same GraphQL verification) and "+labelBuckets+" (Instagram-style buckets of bench/redispeers, loaded from the same CSV)")
 	fs.IntVar(&c.redisWorkers, "redis-workers", 4, "concurrent pipelines loading the bucket layout")
 	fs.IntVar(&c.importAttempts, "redis-import-attempts", 3, "runs of tally import -redis before the tool gives up, each on an emptied Redis (the failures are reported)")
+	fs.DurationVar(&c.writes, "writes", 0, "writes phase: for each server, two more servers on copies of the imported data, one taking a snapshot every -write-snapshot-interval and one taking none, each read idle, then this long of likes with RSS sampled every -rss-every: peak RSS against the settled RSS, likes per second with and without snapshots (0: skip; the issue's figures: 60s)")
+	fs.IntVar(&c.writeUsers, "write-users", 20_000, "users the writes phase likes as (ids above every author's)")
+	fs.IntVar(&c.writeClients, "write-clients", 16, "concurrent clients of the writes phase, one like per request")
+	fs.IntVar(&c.writeRounds, "write-rounds", 1, "rounds of the writes phase, each a server without snapshots then one with")
+	fs.DurationVar(&c.writeSnapEvery, "write-snapshot-interval", 10*time.Second, "-snapshot-interval of the writes phase's server that takes snapshots")
+	fs.DurationVar(&c.rssEvery, "rss-every", 50*time.Millisecond, "how often the writes phase samples RSS")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -154,6 +167,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.importAttempts < 1 {
 		return c, fmt.Errorf("-redis-import-attempts %d: must be positive", c.importAttempts)
+	}
+	if c.writes < 0 || c.writeUsers < 1 || c.writeClients < 1 || c.writeRounds < 1 || c.writeSnapEvery <= 0 || c.rssEvery <= 0 {
+		return c, fmt.Errorf("-writes must not be negative; -write-users, -write-clients, -write-rounds, -write-snapshot-interval and -rss-every must be positive")
 	}
 	if c.redisWorkers < 1 {
 		return c, fmt.Errorf("-redis-workers %d: must be positive", c.redisWorkers)
@@ -207,8 +223,9 @@ type result struct {
 	ServeArgs      string   `json:"serveArgs"`
 	Env            string   `json:"env"`
 	mem
-	Load  *loadResult `json:"load,omitempty"`
-	Redis *redisMem   `json:"redis,omitempty"`
+	Load   *loadResult   `json:"load,omitempty"`
+	Writes []writeResult `json:"writes,omitempty"`
+	Redis  *redisMem     `json:"redis,omitempty"`
 }
 
 // mem is the server's memory after a forced GC.
@@ -523,11 +540,20 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 			}
 		}
 	}
-	if len(cfg.redisPeers) > 0 {
+	if len(cfg.redisPeers) > 0 || cfg.writes > 0 {
 		for _, p := range procs {
 			stopProcess(p.cmd, p.done)
 		}
 		procs = nil
+	}
+	if cfg.writes > 0 && len(pool) > 0 {
+		for i, v := range cfg.variants {
+			ws, err := writesPhase(ctx, cfg, bin, data+variantSuffix(i), v, ds, out)
+			results[i].Writes = ws
+			if err != nil {
+				return results, fmt.Errorf("writes phase: %v", err)
+			}
+		}
 	}
 	for _, peer := range cfg.redisPeers {
 		var r result
