@@ -18,7 +18,7 @@ import (
 // encoding/binary's.
 //
 //	image   = header body CRC32C(body) uint32
-//	header  = "TLYTIERS" | version uint32 (2) | 0 uint32 | body length uint64 |
+//	header  = "TLYTIERS" | version uint32 (3) | 0 uint32 | body length uint64 |
 //	          window millis uint64 | next file generation uint64 |
 //	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
 //	body    = tag [4] | windows uvarint | window*                            windows in time order
@@ -28,10 +28,12 @@ import (
 //	          cold:   name length uvarint | name | file size uvarint
 //	overlay = the shape's overlay entries (the delta, and a running job's frozen one under it)
 //
-// The post table's entries (posts.go) are rows, a set's (set.go) pairs.
+// The post table's entries (postshape.go) are rows, a set's (setshape.go)
+// pairs, in the order their tables hold them (version 3; 2 had them
+// sorted, which cost a sorted copy of each open window to write).
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 2
+	snapVersion     = 3
 	snapHeaderBytes = 44
 )
 
