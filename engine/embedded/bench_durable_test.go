@@ -1,13 +1,17 @@
 package embedded
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,8 +84,9 @@ func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int6
 			b.Fatal(err)
 		}
 	}
-	// As buildImage does before writing: seal what is old, fold deltas.
-	if err := st.maintain(time.Now()); err != nil {
+	// As the maintenance loop would before a snapshot: seal what is
+	// old, fold deltas.
+	if err := errors.Join(st.posts.Maintain(time.Now()), st.likes.Maintain(time.Now()), st.favs.Maintain(time.Now())); err != nil {
 		b.Fatal(err)
 	}
 	mem := st.posts.MemoryBytes()
@@ -161,16 +166,47 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 }
 
+// holdLog keeps the longest cut and thaw step of the snapshots an engine
+// logs (the "snapshot written" line's cut and thaw).
+type holdLog struct {
+	mu        sync.Mutex
+	cut, thaw time.Duration
+}
+
+func (h *holdLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *holdLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *holdLog) WithGroup(string) slog.Handler            { return h }
+
+func (h *holdLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "embedded: snapshot written" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "cut":
+			h.cut = max(h.cut, a.Value.Duration())
+		case "thaw":
+			h.thaw = max(h.thaw, a.Value.Duration())
+		}
+		return true
+	})
+	return nil
+}
+
 // BenchmarkSnapshotPause takes a snapshot of 1M counted posts while
 // writers (fsync=always) and readers keep going, and reports in the same
 // run: the snapshot's duration, the longest write and page read observed
-// meanwhile and, for as long again, without a snapshot; and the pause a
-// stop-the-world capture of the same tables would have cost (a memcpy of
-// their bytes).
+// meanwhile and, for as long again, without a snapshot; the longest the
+// write lock was held to take a cut and to thaw a part of it; and the
+// pause a stop-the-world capture of the same tables would have cost (a
+// memcpy of their bytes).
 func BenchmarkSnapshotPause(b *testing.B) {
 	n := 1_000_000
 	dir := b.TempDir()
-	e, err := Open(Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: quiet,
+	holds := &holdLog{}
+	e, err := Open(Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: slog.New(holds),
 		SnapshotInterval: -1, SnapshotLogBytes: -1})
 	if err != nil {
 		b.Fatal(err)
@@ -180,6 +216,7 @@ func BenchmarkSnapshotPause(b *testing.B) {
 	if err := e.Snapshot(bg); err != nil {
 		b.Fatal(err)
 	}
+	holds.cut, holds.thaw = 0, 0
 	mem := e.Stats().MemoryBytes
 	var st loadStats
 	stop := make(chan struct{})
@@ -221,6 +258,8 @@ func BenchmarkSnapshotPause(b *testing.B) {
 	b.ReportMetric(float64(maxR.Microseconds())/1e3, "max_read_ms")
 	b.ReportMetric(float64(baseW.Microseconds())/1e3, "nosnap_max_write_ms")
 	b.ReportMetric(float64(baseR.Microseconds())/1e3, "nosnap_max_read_ms")
+	b.ReportMetric(float64(holds.cut.Microseconds())/1e3, "max_cut_ms")
+	b.ReportMetric(float64(holds.thaw.Microseconds())/1e3, "max_thaw_step_ms")
 	b.ReportMetric(copyTook.Seconds()*1e3/float64(b.N), "memcpy_capture_ms")
 	b.ReportMetric(float64(mem)/(1<<20), "state_MiB")
 	b.ReportMetric(0, "ns/op")

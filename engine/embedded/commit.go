@@ -74,6 +74,9 @@ func (e *Engine) commit(r record) (uint64, error) {
 		}
 	}
 	e.lastTime = h.time
+	if _, _, _, id := recordInfo(r); id != 0 {
+		e.genHigh = laterID(e.genHigh, id)
+	}
 	var evs []engine.Event
 	e.st.apply(r, &evs, true)
 	if cerr := e.st.fault(); cerr != nil {

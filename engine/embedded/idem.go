@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"hash/fnv"
+	"slices"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
@@ -52,10 +53,15 @@ func (st *state) expireIdem(now int64) {
 		h++
 	}
 	// Compact once the dead prefix is the larger half, keeping the queue
-	// amortised O(1) per key.
+	// amortised O(1) per key; into a new array while a snapshot's cut
+	// reads this one.
 	if h > 1024 && h > len(q)/2 {
-		n := copy(q, q[h:])
-		q, h = q[:n], 0
+		if st.held != nil {
+			q = slices.Clone(q[h:])
+		} else {
+			q = q[:copy(q, q[h:])]
+		}
+		h = 0
 	}
 	st.idemQ, st.idemHead = q, h
 }
