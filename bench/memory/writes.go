@@ -76,6 +76,19 @@ func writesPhase(ctx context.Context, cfg config, bin, data string, v variant, d
 		return nil, err
 	}
 	env := append(append([]string(nil), v.env...), "TALLY_JWT_SECRET="+string(secret))
+	// The servers start from a snapshot of the import (tally backup, then
+	// tally restore): an import leaves only a log, and the first snapshot
+	// after it would be taken while the server settles, not under likes.
+	base := data + "-writes-base"
+	os.RemoveAll(base)
+	defer os.RemoveAll(base)
+	backup := base + ".backup"
+	defer os.Remove(backup)
+	for _, args := range [][]string{{"backup", "-data", data, "-out", backup}, {"restore", "-in", backup, "-data", base}} {
+		if o, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("tally %s: %v\n%s", args[0], err, o)
+		}
+	}
 	var results []writeResult
 	for round := range cfg.writeRounds {
 		for _, snaps := range []bool{false, true} {
@@ -87,7 +100,7 @@ func writesPhase(ctx context.Context, cfg config, bin, data string, v variant, d
 			}
 			copyDir := fmt.Sprintf("%s-writes-%d", data, round)
 			os.RemoveAll(copyDir)
-			if o, err := exec.Command("cp", "-a", data, copyDir).CombinedOutput(); err != nil {
+			if o, err := exec.Command("cp", "-a", base, copyDir).CombinedOutput(); err != nil {
 				return results, fmt.Errorf("copying the data directory: %v %s", err, o)
 			}
 			r, err := writesServer(ctx, cfg, bin, copyDir, variant{label: v.label, args: args, env: env}, keys, ds, out)
