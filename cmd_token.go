@@ -17,6 +17,8 @@ func tokenCmd(args []string, stdout, stderr io.Writer) error {
 	admin := fs.Bool("admin", false, "grant role admin")
 	ttl := fs.Duration("ttl", 0, "expiry (0 = no exp claim)")
 	data := fs.String("data", "./data", "data directory of a dev server, whose dev-jwt-secret signs the token when TALLY_JWT_SECRET is unset")
+	var idf identityFlags
+	idf.register(fs, false)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -24,7 +26,7 @@ func tokenCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil || id == 0 {
 		return usageError{fmt.Errorf("-user must be a positive decimal user id")}
 	}
-	k, _, err := keys(*data, false)
+	k, _, err := keys(*data, false, idf)
 	if err != nil {
 		return err
 	}

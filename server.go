@@ -26,6 +26,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
@@ -36,6 +38,7 @@ import (
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/hub"
 	"github.com/tally-dev/tally/web/memory"
+	"github.com/tally-dev/tally/web/tracing"
 	"github.com/tally-dev/tally/web/transport"
 )
 
@@ -75,6 +78,11 @@ type storeFlags struct {
 	// whole keyspace every few seconds took 39% of redis-server's CPU
 	// during a 10M-post import.
 	batchJob bool
+	// checkJob (check) opens a Redis store that runs no background work
+	// and takes a node of its own instead of allocating one (a write):
+	// a check makes no ids.
+	checkJob    bool
+	redisPrefix string
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -95,6 +103,7 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "with -redis: one deadline for all the Redis calls of a request; what has not answered by then fails with UNAVAILABLE")
 	fs.DurationVar(&f.redisWaitTimeout, "redis-wait-timeout", 250*time.Millisecond, "with -redis-wait-replicas: how long a write waits for its replicas before it fails with UNAVAILABLE (and its shard takes no writes until they are back)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "", "with -redis: the key prefix of this data set's keys, so several share one Redis (no braces)")
 }
 
 func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
@@ -110,6 +119,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		}
 		opts := redisstore.Options{
 			Addrs:        splitList(f.redis),
+			KeyPrefix:    f.redisPrefix,
 			CursorTTL:    f.cursorTTL,
 			Node:         f.node,
 			WaitReplicas: f.redisWait,
@@ -119,8 +129,11 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		if f.metrics != nil {
 			opts.Observer = f.metrics
 		}
-		if f.batchJob {
+		if f.batchJob || f.checkJob {
 			opts.SweepInterval, opts.IntentSweepInterval = -1, -1
+		}
+		if f.checkJob {
+			opts.Node, opts.Existing = max(opts.Node, 1), true
 		}
 		s, err := openRedis(ctx, opts, f.redisStartWait)
 		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {
@@ -148,14 +161,19 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		Node:             f.node,
 		SnapshotInterval: f.snapEvery,
 		SnapshotLogBytes: f.snapLogBytes,
-		Tables: tier.Options{
-			WindowMillis:   f.window.Milliseconds(),
-			OpenAge:        f.openAge,
-			ColdAge:        f.coldAge,
-			MemoryBudget:   f.memoryBudget,
-			ColdCacheBytes: f.coldCache,
-		},
+		Tables:           f.tables(),
 	})
+}
+
+// tables are the embedded engine's table options.
+func (f *storeFlags) tables() tier.Options {
+	return tier.Options{
+		WindowMillis:   f.window.Milliseconds(),
+		OpenAge:        f.openAge,
+		ColdAge:        f.coldAge,
+		MemoryBudget:   f.memoryBudget,
+		ColdCacheBytes: f.coldCache,
+	}
 }
 
 // openRedis opens the Redis backend, retrying with backoff for up to wait
@@ -188,31 +206,67 @@ func splitList(s string) []string {
 	return out
 }
 
-// keys returns the token keys: from TALLY_JWT_SECRET, or else a random
-// secret for this run (dev mode), which is also written to
+// identityFlags are the flags that say which tokens are accepted, besides
+// HS256 ones signed with TALLY_JWT_SECRET.
+type identityFlags struct {
+	jwks      string
+	issuer    string
+	audience  string
+	roleClaim string
+}
+
+// register adds the flags; serve also gets -jwks (`tally token` signs
+// HS256 only, but with the issuer, audience and role claim the server
+// checks).
+func (f *identityFlags) register(fs *flag.FlagSet, serve bool) {
+	if serve {
+		fs.StringVar(&f.jwks, "jwks", "", "also accept tokens signed by the app's identity provider: the URL (fetched with a timeout, refetched when a token names an unknown kid, at most once a minute) or file of its JSON Web Key Set; RS256, ES256 and EdDSA keys")
+	}
+	fs.StringVar(&f.issuer, "jwt-issuer", "", "when set, a token's iss claim must be this (and `tally token` writes it)")
+	fs.StringVar(&f.audience, "jwt-audience", "", "when set, a token's aud claim must include this (and `tally token` writes it)")
+	fs.StringVar(&f.roleClaim, "jwt-role-claim", auth.DefaultRoleClaim, "dotted path of the claim holding the role, e.g. app_metadata.role or realm_access.roles: a string \"admin\" or \"service\", or a list of roles holding one of them")
+}
+
+// keys returns the token keys: HS256 with TALLY_JWT_SECRET, or else a
+// random secret for this run (dev mode), which is also written to
 // <data>/dev-jwt-secret so that `tally token -data DIR` can sign tokens the
-// running dev server accepts.
-func keys(dataDir string, serve bool) (k *auth.Keys, dev bool, err error) {
+// running dev server accepts; and the identity provider of -jwks, if any.
+func keys(dataDir string, serve bool, idf identityFlags) (k *auth.Keys, dev bool, err error) {
+	opts := auth.Options{Issuer: idf.issuer, Audience: idf.audience, RoleClaim: idf.roleClaim}
 	if s := os.Getenv("TALLY_JWT_SECRET"); s != "" {
-		k, err = auth.NewKeys([]byte(s))
-		return k, false, err
-	}
-	path := filepath.Join(dataDir, "dev-jwt-secret")
-	if !serve {
-		if b, err := os.ReadFile(path); err == nil {
-			k, err := auth.NewKeys(b)
-			return k, true, err
+		opts.Secret = []byte(s)
+	} else {
+		dev = true
+		path := filepath.Join(dataDir, "dev-jwt-secret")
+		if !serve {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil, true, errors.New("TALLY_JWT_SECRET is unset and no dev server has written " + path + "; set TALLY_JWT_SECRET (the same value as the server's)")
+			}
+			opts.Secret = b
+		} else {
+			opts.Secret = auth.RandomSecret()
+			if dataDir != "" {
+				if err := os.MkdirAll(dataDir, 0o700); err == nil {
+					_ = os.WriteFile(path, opts.Secret, 0o600)
+				}
+			}
+			opts.Dev = true
 		}
-		return nil, true, errors.New("TALLY_JWT_SECRET is unset and no dev server has written " + path + "; set TALLY_JWT_SECRET (the same value as the server's)")
 	}
-	secret := auth.RandomSecret()
-	if dataDir != "" {
-		if err := os.MkdirAll(dataDir, 0o700); err == nil {
-			_ = os.WriteFile(path, secret, 0o600)
+	if idf.jwks != "" {
+		if opts.Provider, err = auth.OpenProvider(auth.ProviderOptions{Source: idf.jwks}); err != nil {
+			return nil, dev, usageError{err}
 		}
 	}
-	k, err = auth.NewKeys(secret)
-	return k, true, err
+	k, err = auth.New(opts)
+	if err != nil && opts.Provider != nil {
+		opts.Provider.Close()
+	}
+	if err != nil {
+		return nil, dev, err
+	}
+	return k, dev, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -239,6 +293,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registerTimeoutFlags(fs, &timeouts)
 	var wsCfg transport.WSConfig
 	registerWSFlags(fs, &wsCfg)
+	var idf identityFlags
+	idf.register(fs, true)
 	wsLease := fs.Duration("ws-lease", redisstore.DefaultSocketLease, "with -redis: how long a replica's open WebSockets stay in the shared per-user count without being renewed (each replica renews every third of it), so a crashed replica's sockets stop counting within it")
 	graphiqlCDN := fs.Bool("graphiql-cdn", false, "load GraphiQL's scripts from unpkg instead of the copy built into the binary")
 	if err := parseFlags(fs, args); err != nil {
@@ -257,15 +313,38 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sf.metrics.Register(reg)
 	registerBuildInfo(reg)
 
-	k, dev, err := keys(sf.data, true)
+	k, dev, err := keys(sf.data, true, idf)
 	if err != nil {
 		return err
 	}
+	defer k.Close()
 	store, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	// Traces, when the OTEL_* environment asks for them (tracing.Enabled).
+	tp, err := tracing.Setup(ctx, readBuildInfo().version)
+	if err != nil {
+		return usageError{err}
+	}
+	var tracer trace.TracerProvider
+	if tp != nil {
+		tracer = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				slog.Warn("OpenTelemetry: flushing the last spans failed", "err", err)
+			}
+		}()
+		if rs, ok := store.(*redisstore.Store); ok {
+			if err := redisotel.InstrumentTracing(rs.Client(), redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
+				return err
+			}
+		}
+		slog.Info("OpenTelemetry traces on", "protocol", tp.Protocol)
+	}
 	h := hub.New(store)
 	defer h.Close()
 
@@ -326,6 +405,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CostRate:               *costRate,
 		CostBurst:              *costBurst,
 		StoreTimeout:           storeTimeout,
+		Tracer:                 tracer,
 	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/web/auth"
 )
@@ -50,5 +53,41 @@ func TestTokenCommandUsesDevServerSecret(t *testing.T) {
 	}
 	if d := srv.graphql(t, strings.TrimSpace(out), `{ viewer { id } }`, nil); string(d) != `{"viewer":{"id":"9"}}` {
 		t.Fatalf("the dev server took the dev token as %s", d)
+	}
+	// A token from an earlier run of a dev server (another random
+	// secret) is refused saying so, and where the new tokens are.
+	earlier, _ := auth.New(auth.Options{Secret: auth.RandomSecret()})
+	old, _ := earlier.Sign(9, false, time.Hour)
+	req, _ := http.NewRequest(http.MethodPost, srv.base+"/query", strings.NewReader(`{"query":"{ viewer { id } }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+old)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "UNAUTHENTICATED") || !strings.Contains(string(body), "tokens from an earlier run are invalid") ||
+		!strings.Contains(string(body), "logged at start") {
+		t.Fatalf("a token from an earlier run got %s", body)
+	}
+}
+
+// TestTokenCommandIdentityFlags: `tally token` writes the issuer,
+// audience and role claim path the server checks.
+func TestTokenCommandIdentityFlags(t *testing.T) {
+	t.Setenv("TALLY_JWT_SECRET", "cli-test-secret-0123456789")
+	t.Setenv("TALLY_JWT_AUDIENCE", "tally-app")
+	code, out, errs := runCLI(t, "token", "-user", "5", "-admin", "-jwt-issuer", "https://idp.test", "-jwt-role-claim", "app_metadata.role")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	k, _ := auth.New(auth.Options{Secret: []byte("cli-test-secret-0123456789"), Issuer: "https://idp.test", Audience: "tally-app", RoleClaim: "app_metadata.role"})
+	if p, err := k.Verify(strings.TrimSpace(out)); err != nil || p.User != 5 || !p.Admin {
+		t.Fatalf("token %q → %+v %v", out, p, err)
+	}
+	plain, _ := auth.NewKeys([]byte("cli-test-secret-0123456789"))
+	if p, err := plain.Verify(strings.TrimSpace(out)); err != nil || p.Admin {
+		t.Fatalf("without the role claim path the token reads as %+v %v, want a plain user", p, err)
 	}
 }

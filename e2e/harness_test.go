@@ -34,11 +34,14 @@ func newTestServer(t testing.TB) *testServer {
 
 func newTestServerWith(t testing.TB, store engine.Store, cfg transport.Config) *testServer {
 	t.Helper()
-	keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Keys == nil {
+		keys, err := auth.NewKeys([]byte("test-secret-0123456789"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keys = keys
 	}
-	cfg.Keys = keys
+	keys := cfg.Keys
 	h := hub.New(store)
 	cfg.Store, cfg.Hub = store, h
 	srv := httptest.NewServer(transport.NewServerHandler(transport.ServerConfig{Config: cfg}))
@@ -194,10 +197,18 @@ func (s *testServer) createPost(t *testing.T, user uint64) string {
 // post sends a raw body with an Authorization header value as given.
 func (s *testServer) post(t *testing.T, authHeader, body string) gqlResponse {
 	t.Helper()
+	return s.postWithHeaders(t, map[string]string{"Authorization": authHeader}, body)
+}
+
+// postWithHeaders posts body with headers (empty values left out).
+func (s *testServer) postWithHeaders(t *testing.T, headers map[string]string, body string) gqlResponse {
+	t.Helper()
 	req, _ := http.NewRequest("POST", s.URL+"/query", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	if authHeader != "" {
-		req.Header.Set("Authorization", authHeader)
+	for name, v := range headers {
+		if v != "" {
+			req.Header.Set(name, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

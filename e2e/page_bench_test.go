@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/tracing"
 	"github.com/tally-dev/tally/web/transport"
 )
 
@@ -32,7 +35,7 @@ const pageSize = 50
 
 // seedPage fills s with pageSize posts with long-tailed counts and a viewer
 // (user 1) who liked a third of them, and returns the page's ids.
-func seedPage(b *testing.B, s engine.Store) []string {
+func seedPage(b testing.TB, s engine.Store) []string {
 	b.Helper()
 	ctx := b.Context()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -82,12 +85,16 @@ func benchPage(b *testing.B, url, token string, ids []string) {
 	}
 	do()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			do()
 		}
 	})
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/page")
+	// CPU of the whole process (server and client) per page: steadier
+	// than wall time on a machine others load too.
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N)/1000, "cpu-µs/page")
 }
 
 // benchStorePage runs the page benchmark through the full Tally handler on
@@ -121,6 +128,27 @@ func BenchmarkFeedPageHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchStorePageWith(b, store, transport.Config{DisableFastPath: true})
+	})
+	b.Run("embedded-traced", func(b *testing.B) {
+		// Tracing on, as tracing.Setup makes it with the default
+		// parent-based sampler: every page (no traceparent) is a sampled
+		// root, exported over OTLP/HTTP to a receiver that discards.
+		receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-protobuf")
+		}))
+		defer receiver.Close()
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+		tp, err := tracing.Setup(b.Context(), "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tp.Shutdown(context.Background())
+		store, err := embedded.Open(embedded.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchStorePageWith(b, store, transport.Config{Tracer: tp})
 	})
 	b.Run("handwritten", func(b *testing.B) {
 		store, _ := embedded.Open(embedded.Options{})
@@ -311,4 +339,11 @@ func BenchmarkPageResponseWrite(b *testing.B) {
 			_ = append(out, '}')
 		}
 	})
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

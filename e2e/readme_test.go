@@ -153,6 +153,13 @@ type devBinary struct {
 // loopback port until the test ends.
 func startDevBinary(t *testing.T, bin, data string) *devBinary {
 	t.Helper()
+	return startBinaryWith(t, bin, withoutTallyEnv(), "-data", data)
+}
+
+// startBinaryWith starts bin with args and env on a free loopback port and
+// waits until it is healthy.
+func startBinaryWith(t *testing.T, bin string, env []string, args ...string) *devBinary {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +167,8 @@ func startDevBinary(t *testing.T, bin, data string) *devBinary {
 	addr := l.Addr().String()
 	l.Close()
 	s := &devBinary{base: "http://" + addr, log: &bytes.Buffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "-addr", addr, "-data", data)
-	s.cmd.Env = withoutTallyEnv()
+	s.cmd = exec.Command(bin, append([]string{"-addr", addr}, args...)...)
+	s.cmd.Env = env
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

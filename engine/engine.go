@@ -208,6 +208,9 @@ type Event struct {
 	Users   []UserID
 	Author  UserID
 	Message MessageID
+	// Cause is the traced write that made the event, where the backend
+	// carries it (the embedded engine does; Redis's events do not).
+	Cause Cause
 }
 
 // Store is Tally's engine. Every method is safe for concurrent use. Every

@@ -7636,13 +7636,13 @@ func (ec *executionContext) marshalNGroup2ᚖgithubᚗcomᚋtallyᚑdevᚋtally�
 }
 
 func (ec *executionContext) unmarshalNID2string(ctx context.Context, v any) (string, error) {
-	res, err := graphql.UnmarshalID(v)
+	res, err := model1.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNID2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalID(v)
+	res := model1.MarshalID(v)
 	if res == graphql.Null {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8130,7 +8130,7 @@ func (ec *executionContext) unmarshalOID2ᚖstring(ctx context.Context, v any) (
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalID(v)
+	res, err := model1.UnmarshalID(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -8140,7 +8140,7 @@ func (ec *executionContext) marshalOID2ᚖstring(ctx context.Context, sel ast.Se
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalID(*v)
+	res := model1.MarshalID(*v)
 	return res
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/resolvers/model"
 	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/tracing"
 )
 
 // UnreadChanged sends the viewer's state at once, then again whenever the
@@ -37,7 +38,9 @@ func (r *subscriptionResolver) UnreadChanged(ctx context.Context) (<-chan *model
 				return
 			case <-signal:
 			}
-			now, err := r.Store.Unread(ctx, viewer)
+			pctx, span := tracing.StartPush(ctx, "unreadChanged", r.Hub.TakeCauses(signal))
+			now, err := r.Store.Unread(pctx, viewer)
+			span.End()
 			if err != nil && streamOver(ctx, err) {
 				return
 			}
@@ -79,7 +82,9 @@ func (r *subscriptionResolver) ReadReceiptsChanged(ctx context.Context, messageI
 				return
 			case <-signal:
 			}
-			rr, err := res.receipts(ctx, id)
+			pctx, span := tracing.StartPush(ctx, "readReceiptsChanged", r.Hub.TakeCauses(signal))
+			rr, err := res.receipts(pctx, id)
+			span.End()
 			if err != nil && streamOver(ctx, err) {
 				return // e.g. the sender left the group: FORBIDDEN, in an error message
 			}

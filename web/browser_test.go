@@ -178,41 +178,52 @@ func startServer(bin, data, logPath string, args ...string) (string, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	_, err = startServerAt(addr, bin, data, logPath, args...)
+	return "http://" + addr, err
+}
+
+// startServerAt is startServer on addr. stop stops the server (at once,
+// and again at the end of the run: a no-op then).
+func startServerAt(addr, bin, data, logPath string, args ...string) (stop func(), err error) {
 	base := "http://" + addr
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	srv := exec.Command(bin, append([]string{"-addr", addr, "-data", data}, args...)...)
 	srv.Env = devEnv()
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
-		return "", err
+		return nil, err
 	}
-	env.stop = append(env.stop, func() {
-		srv.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			srv.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { srv.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				srv.Process.Kill()
+				<-done
+			}
+			logf.Close()
+		})
+	}
+	env.stop = append(env.stop, stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return base, nil
+				return stop, nil
 			}
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(logPath)
-			return "", fmt.Errorf("tally did not come up on %s: %v\n%s", addr, err, b)
+			return stop, fmt.Errorf("tally did not come up on %s: %v\n%s", addr, err, b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -610,6 +621,69 @@ func TestDemoUnseeded(t *testing.T) {
 	// Signing in still works without a world.
 	p.click(`#cast button.primary`)
 	p.waitFor("the demo to be live", `document.querySelector('[data-testid="live-status"]').dataset.state === 'live'`)
+}
+
+// After a dev server restarts (a new random secret), the demo's token is
+// refused: the demo leaves the stale feed for the sign-in screen and says
+// why, in the server's words.
+func TestDemoTokenRefusedAfterDevRestart(t *testing.T) {
+	setup(t)
+	bin := filepath.Join(env.tmp, "tally")
+	data := filepath.Join(env.tmp, "restarted")
+	seed := exec.Command(bin, "demo-seed", "-data", data)
+	seed.Env = devEnv()
+	if out, err := seed.CombinedOutput(); err != nil {
+		t.Fatalf("tally demo-seed: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	stop, err := startServerAt(addr, bin, data, filepath.Join(env.tmp, "restarted-1.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// offline: while the server restarts, the socket's reconnects fail
+	// with net::ERR_CONNECTION_REFUSED console errors, which are expected.
+	p := openURL(t, "demo across a dev restart", "http://"+addr+"/demo?user="+ana, true)
+	p.waitFor("the demo to be live with a feed", demoLive)
+
+	stop()
+	if _, err := startServerAt(addr, bin, data, filepath.Join(env.tmp, "restarted-2.log")); err != nil {
+		t.Fatal(err)
+	}
+	// The demo reloads the page to sign out: poll across the navigation.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.getElementById('signin') && !document.getElementById('signin').hidden && document.getElementById('app').hidden && !document.getElementById('signin-hint').hidden`))
+		cancel()
+		if err == nil && ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not return to the sign-in screen (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	hint := eval[string](p, `document.getElementById('signin-hint').hidden ? '' : document.getElementById('signin-hint').textContent`)
+	for _, want := range []string{"The server refused this token", "from an earlier run", "logged at start"} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("the sign-in hint %q lacks %q", hint, want)
+		}
+	}
+	if n := eval[int](p, `document.querySelectorAll('[data-testid="post"]').length`); n > 0 && !eval[bool](p, `document.getElementById('app').hidden`) {
+		t.Errorf("%d posts of the stale feed still show", n)
+	}
+	p.screenshot("demo-token-refused.png")
+	if len(p.external) > 0 {
+		t.Errorf("requests beyond loopback: %v", p.external)
+	}
+	// Signing in again works with the new server's token.
+	p.click(`[data-testid="sign-in-as"][data-user="` + ana + `"]`)
+	p.waitFor("the demo to be live again", demoLive)
 }
 
 // commentOnMayasPost makes Maya's unread change through the public API.

@@ -63,3 +63,19 @@ func LiveHeap() uint64 {
 	metrics.Read(liveSample)
 	return liveSample[0].Value.Uint64()
 }
+
+// SkipUnless skips t when what it needs is missing (ok false; why says
+// what and how to install it), or fails it when the environment variable
+// env is set: scripts/test sets TALLY_REQUIRE_REDIS and
+// TALLY_REQUIRE_POSTGRES, having installed the packages, so that a suite
+// which measured nothing cannot pass.
+func SkipUnless(t testing.TB, ok bool, env, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv(env) != "" {
+		t.Fatalf("%s; %s is set, so this is a failure", why, env)
+	}
+	t.Skipf("%s; set %s=1 to make this a failure", why, env)
+}

@@ -2,12 +2,14 @@ package benchutil
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ScrapeMetrics reads a tally's /metrics (Prometheus text) at base into
@@ -82,4 +84,30 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times; 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProcCPU returns the process's user+system CPU time from
+// /proc/<pid>/stat (10 ms resolution); -1 when unknown.
+func ProcCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name may hold spaces and parentheses: fields start
+	// after the last ')'. utime and stime are fields 14 and 15, i.e. the
+	// 12th and 13th after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
 }

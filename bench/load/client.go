@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/web/auth"
 )
 
 // The operations the load mixes, written as a client app would send them.
@@ -217,6 +220,21 @@ type tokens struct {
 	sign  func(user uint64, admin bool) (string, error)
 	mu    sync.Mutex
 	cache map[uint64]string
+}
+
+// setup makes t sign each user's token with secret (HS256, as tally
+// verifies them), or, without a secret, hand out token for every user.
+func (t *tokens) setup(secret, token string) error {
+	if secret == "" {
+		t.sign = func(uint64, bool) (string, error) { return token, nil }
+		return nil
+	}
+	keys, err := auth.NewKeys([]byte(secret))
+	if err != nil {
+		return err
+	}
+	t.sign = func(u uint64, admin bool) (string, error) { return keys.Sign(engine.UserID(u), admin, 0) }
+	return nil
 }
 
 func (t *tokens) user(u uint64) string {

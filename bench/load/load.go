@@ -104,6 +104,7 @@ type phaseResult struct {
 	Elapsed   time.Duration
 	Kinds     [nKinds]*counts
 	ServerCPU time.Duration // -1: unknown
+	StoreCPU  time.Duration // the part of ServerCPU its store's processes took (redis-server, PostgreSQL); -1: none or unknown
 	ToolCPU   time.Duration
 	LoadAvg   string // the machine's 1-minute load average at the end
 }
@@ -300,7 +301,7 @@ func runPhase(g *gql, w *world, cfg phaseCfg, srv *server, subs *subscribers) *p
 		}
 		clients[i] = c
 	}
-	cpu0, tool0 := srv.cpu(), toolCPU()
+	cpu0, tool0, store0 := srv.cpu(), toolCPU(), srv.storeCPU()
 	start := time.Now()
 	deadline := start.Add(cfg.duration)
 	var wg sync.WaitGroup
@@ -323,10 +324,13 @@ func runPhase(g *gql, w *world, cfg phaseCfg, srv *server, subs *subscribers) *p
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
-	cpu1, tool1 := srv.cpu(), toolCPU()
-	res.ServerCPU = -1
+	cpu1, tool1, store1 := srv.cpu(), toolCPU(), srv.storeCPU()
+	res.ServerCPU, res.StoreCPU = -1, -1
 	if cpu0 >= 0 && cpu1 >= 0 {
 		res.ServerCPU = cpu1 - cpu0
+	}
+	if store0 >= 0 && store1 >= 0 {
+		res.StoreCPU = store1 - store0
 	}
 	res.ToolCPU = tool1 - tool0
 	res.LoadAvg = loadAvg()

@@ -19,17 +19,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/pgpeer"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/web/auth"
 )
 
 // TestSpawnRun builds the tool and runs it the way the README does, for a
 // couple of seconds with few clients: a tally it builds and starts, the
-// reference, subscriptions and broadcasts. The output must parse, every
-// kind must have succeeded, the exactness check must pass and the
-// reference must answer the same bytes as tally.
+// reference, subscriptions and broadcasts, and where they are installed
+// two tally replicas on a redis-server (the subscriptions spread over
+// both: a broadcast sent to one reaches the other's subscribers through
+// Redis) and PostgreSQL under its gqlgen + dataloader + pgx server. The
+// output must parse, every kind must have succeeded, the exactness check
+// must pass and the reference and PostgreSQL must answer tally's bytes.
 func TestSpawnRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
+	}
+	var peers []string
+	withRedis := redistest.Available()
+	benchutil.SkipUnless(t, withRedis || os.Getenv("TALLY_REQUIRE_REDIS") == "", "TALLY_REQUIRE_REDIS", "redis-server is not installed")
+	if withRedis {
+		peers = append(peers, "-redis", "-replicas", "2")
+	} else {
+		t.Log("redis-server is not installed (apt-get install -y redis-server): the run goes without tally on Redis")
+	}
+	_, err := pgpeer.Binaries()
+	withPostgres := err == nil
+	benchutil.SkipUnless(t, withPostgres || os.Getenv("TALLY_REQUIRE_POSTGRES") == "", "TALLY_REQUIRE_POSTGRES", "PostgreSQL is not installed")
+	if withPostgres {
+		peers = append(peers, "-postgres")
+	} else {
+		t.Log("PostgreSQL is not installed (apt-get install -y postgresql): the run goes without it")
 	}
 	dir := t.TempDir()
 	tool := filepath.Join(dir, "load")
@@ -38,14 +60,15 @@ func TestSpawnRun(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	jsonPath := filepath.Join(dir, "result.json")
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
-		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-broadcasts", "2",
+		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-subs-per-process", "8", "-broadcasts", "2",
 		"-broadcast-every", "500ms", "-json", jsonPath)
+	cmd.Args = append(cmd.Args, peers...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	t.Logf("output:\n%s", stdout.String())
 	if err != nil {
 		t.Fatalf("load: %v\n%s", err, stderr.String())
@@ -119,11 +142,19 @@ func TestSpawnRun(t *testing.T) {
 			t.Errorf("kind %s had errors: %v", k, kd.Errors)
 		}
 	}
+	// 20 subscriptions in 3 processes of at most 8: a red dot, a system
+	// notification, and a like on each subscriber's post.
 	bc := res.Broadcast["tally-embedded"]
-	if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["quiet"].Delivered != 40 || bc.Phases["mixed"].Delivered == 0 {
+	if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["redDot"].Delivered != 20 || bc.Phases["system"].Delivered != 20 ||
+		bc.Phases["like"].Delivered != 20 || bc.Phases["mixed"].Delivered == 0 || bc.Stray != 0 {
 		t.Errorf("broadcast: %+v", bc)
 	}
-	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.GoroutinesPerSub <= 0 {
+	for _, ph := range []string{"redDot", "system", "like"} {
+		if d := bc.Phases[ph]; d.P50us <= 0 || d.MaxUs < d.P99us || d.MaxUs > 1e6 {
+			t.Errorf("%s delivery: %+v", ph, d)
+		}
+	}
+	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.Processes != 3 || m.GoroutinesPerSub <= 0 || m.RSSAfter <= 0 {
 		t.Errorf("subscriptions: %+v", m)
 	}
 	if !res.SameBytes {
@@ -131,6 +162,39 @@ func TestSpawnRun(t *testing.T) {
 	}
 	if r := res.Ratios["tally-embedded/reference"]; r <= 0 {
 		t.Errorf("no ratio tally-embedded/reference: %v", res.Ratios)
+	}
+	if withRedis {
+		m := res.Subscriptions["tally-redis"]
+		if m.Subs != 20 || m.Servers != 2 || m.Processes != 3 || m.GoroutinesPerSub <= 0 {
+			t.Errorf("subscriptions on the replicas: %+v", m)
+		}
+		bc := res.Broadcast["tally-redis"]
+		if bc.Subs != 20 || !bc.AllWithin1s || bc.Phases["redDot"].Delivered != 20 || bc.Phases["system"].Delivered != 20 ||
+			bc.Phases["like"].Delivered != 20 || bc.Stray != 0 || len(bc.Codes) != 0 {
+			t.Errorf("broadcast over the replicas: %+v", bc)
+		}
+		if ex := res.Exactness["tally-redis"]; !ex.Exact {
+			t.Errorf("exactness on Redis: %+v", ex)
+		}
+	}
+	if withPostgres {
+		if !res.PostgresSameBytes {
+			t.Error("tally and the PostgreSQL peer answered different bytes for the same page")
+		}
+		var pg *jsonPhase
+		for i, p := range res.Phases {
+			if p.Target == "postgres" && p.Phase == "compare" {
+				pg = &res.Phases[i]
+			}
+		}
+		if pg == nil || pg.Kinds["feed"].OK == 0 || len(pg.Kinds["feed"].Errors) > 0 || pg.ServerCPUs <= 0 || pg.StoreCPUs < 0 || pg.StoreCPUs > pg.ServerCPUs {
+			t.Errorf("postgres's comparison phase: %+v", pg)
+		}
+		for _, r := range []string{"tally-embedded/postgres", "postgres/reference", "tally-embedded/postgres cpu_per_page"} {
+			if res.Ratios[r] <= 0 {
+				t.Errorf("no ratio %s: %v", r, res.Ratios)
+			}
+		}
 	}
 }
 
@@ -177,7 +241,7 @@ func TestVerifyCatchesMiscount(t *testing.T) {
 			}
 			posts = append(posts, p)
 		}
-		if err := loadReference(&server{base: srv.URL}, w, posts); err != nil {
+		if err := loadReference(&server{base: srv.URL}, referenceWorld(w, posts)); err != nil {
 			t.Fatal(err)
 		}
 		return w
@@ -265,6 +329,13 @@ func TestParseFlagsRefusesBadInput(t *testing.T) {
 		{"-clients", "0"},
 		{"-posts", "10"},
 		{"-subs", "-1"},
+		{"-subs", "3000", "-subs-per-process", "10"},
+		{"-subs-per-process", "0"},
+		{"-sub-likes", "-1"},
+		{"-replicas", "2"},
+		{"-replicas", "0"},
+		{"-postgres"},
+		{"-spawn", "-postgres", "-compare", "0"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {

@@ -2,17 +2,22 @@
 // traffic for a bounded time and reports what it sustained: feed pages of
 // 20–50 posts (counts, the viewer's like and favorite flags, the authors'
 // counts), likes, comments, views, badge polls, N open unreadChanged
-// subscriptions over graphql-transport-ws, and admin broadcasts. It prints
-// throughput and p50/p99/p999 latency per kind and errors per kind with
-// their codes, checks at the end that every acknowledged write is counted
-// exactly, measures broadcast delivery to every subscriber, the server CPU
-// per push and the memory per open subscription, and compares a feed page
-// with a hand-written net/http + encoding/json reference server doing the
-// same work in its own process (-reference runs that server).
+// subscriptions over graphql-transport-ws (held by subscriber processes,
+// subchild.go), and admin broadcasts. It prints throughput and
+// p50/p99/p999 latency per kind and errors per kind with their codes,
+// checks at the end that every acknowledged write is counted exactly,
+// measures delivery of broadcasts (red dot, system notifications) to every
+// subscriber and of a like to its post's owner, the server CPU per push
+// and the memory per open subscription, and compares a feed page with a
+// hand-written net/http + encoding/json reference server doing the same
+// work in its own process (-reference runs that server) and with
+// PostgreSQL under a gqlgen + dataloader + pgx server (-postgres,
+// bench/pgpeer; -pg-peer runs that server).
 //
 // With -spawn it builds and starts everything itself on loopback (a tally
-// on a fresh data directory, optionally a tally on a redis-server it
-// starts, and the reference) and stops what it started, by pid.
+// on a fresh data directory, optionally tallies on a redis-server it
+// starts, the reference, a PostgreSQL cluster) and stops what it started,
+// by pid.
 // Otherwise it drives the server at -url, which must share the tool's
 // TALLY_JWT_SECRET (or -secret) so that the tool can sign its users'
 // tokens. See -h for the flags and README.md for figures.
@@ -36,9 +41,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/web/auth"
 )
 
 type config struct {
@@ -49,12 +51,15 @@ type config struct {
 	referencePID       int
 
 	spawn, redis, peer bool
+	postgres           bool
 	repo, serverCPUs   string
 	tallyArgs          string
 	keep               bool
 
 	reference bool
 	addr      string
+	pgPeer    bool
+	pgDSN     string
 
 	duration, compare time.Duration
 	warmup            time.Duration
@@ -63,6 +68,9 @@ type config struct {
 	mix               mix
 	pageMin, pageMax  int
 	subs              int
+	subsPerProcess    int
+	subLikes          int
+	replicas          int
 	broadcastEvery    time.Duration
 	broadcasts        int
 	users, posts      int
@@ -99,12 +107,15 @@ Flags:
 	fs.BoolVar(&c.spawn, "spawn", false, "build tally (go build -o into a temp dir) and start it on a fresh data directory, and the reference, on free loopback ports")
 	fs.BoolVar(&c.redis, "redis", false, "with -spawn: also start a redis-server and a tally on it, and compare")
 	fs.BoolVar(&c.peer, "peer", true, "with -spawn: also start the reference server and compare")
+	fs.BoolVar(&c.postgres, "postgres", false, "with -spawn: also compare a PostgreSQL cluster it starts (Debian's postgresql, seed 003's tables) under a GraphQL server built with gqlgen + dataloader + pgx (bench/pgpeer), loaded with the first tally's posts, likes and favorites")
 	fs.StringVar(&c.repo, "repo", "", "with -spawn: the tally module's directory (default: found upward from the working directory)")
 	fs.StringVar(&c.serverCPUs, "server-cpus", "", "with -spawn: run the servers under taskset -c LIST (e.g. 1; run the tool itself under taskset -c 0)")
 	fs.StringVar(&c.tallyArgs, "tally-args", "", "with -spawn: extra flags for tally, space-separated (e.g. \"-fsync batch\")")
 	fs.BoolVar(&c.keep, "keep", false, "with -spawn: keep the temp directory (binaries, data, logs)")
 	fs.BoolVar(&c.reference, "reference", false, "serve the hand-written reference server on -addr instead of generating load")
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "with -reference: listen address")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "with -reference or -pg-peer: listen address")
+	fs.BoolVar(&c.pgPeer, "pg-peer", false, "serve the PostgreSQL peer (bench/pgpeer) on -addr over the database at -pg instead of generating load")
+	fs.StringVar(&c.pgDSN, "pg", "", "with -pg-peer: the database, as a postgres:// URL")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the mixed phase on each tally (0 skips it)")
 	fs.DurationVar(&c.compare, "compare", 5*time.Second, "length of the feed-only comparison phase on each server (0 skips it)")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load on each server before its comparison phase")
@@ -113,6 +124,9 @@ Flags:
 	mixFlag := fs.String("mix", "feed=50,badge=25,like=10,comment=5,view=10", "weights of the kinds in the mixed phase")
 	pages := fs.String("page-size", "20-50", "posts per feed page in the mixed phase: N or MIN-MAX")
 	fs.IntVar(&c.subs, "subs", 0, "open unreadChanged subscriptions (one WebSocket per user) during the mixed phase and the broadcast check")
+	fs.IntVar(&c.subsPerProcess, "subs-per-process", 5000, "with -subs: subscriptions each subscriber process holds (a socket is an open file, and a process may have at most RLIMIT_NOFILE); process k dials from 127.0.k.1-4")
+	fs.IntVar(&c.subLikes, "sub-likes", 100, "with -subs: subscribers that own a post, liked once each after the broadcasts to time a push to one user (0: none)")
+	fs.IntVar(&c.replicas, "replicas", 1, "with -spawn -redis: tally processes on the one redis-server; the load, broadcasts and likes go to the first, subscriptions are spread over all")
 	fs.DurationVar(&c.broadcastEvery, "broadcast-every", time.Second, "publish a system notification as admin this often during the mixed phase (0: never)")
 	fs.IntVar(&c.broadcasts, "broadcasts", 5, "with -subs: broadcasts of the quiet check after the mixed phase, one at a time")
 	fs.IntVar(&c.users, "users", 1000, "users the tool creates and acts as (the first fifth write the posts)")
@@ -127,7 +141,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if c.reference {
+	if c.reference || c.pgPeer {
 		return c, nil
 	}
 	var err error
@@ -156,6 +170,14 @@ Flags:
 		return c, fmt.Errorf("-compare-page must be within 1-100")
 	case c.subs < 0 || c.subs > 4_000_000:
 		return c, fmt.Errorf("-subs must be within 0-4000000")
+	case c.subsPerProcess < 1 || (c.subs+c.subsPerProcess-1)/c.subsPerProcess > 256:
+		return c, fmt.Errorf("-subs-per-process must be at least 1 and at least -subs/256 (256 subscriber processes at most)")
+	case c.subLikes < 0:
+		return c, fmt.Errorf("-sub-likes must not be negative")
+	case c.replicas < 1 || (c.replicas > 1 && !(c.spawn && c.redis)):
+		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
+	case c.postgres && (!c.spawn || c.compare == 0):
+		return c, fmt.Errorf("-postgres compares feed pages: it needs -spawn and -compare above 0")
 	case c.duration < 0 || c.compare < 0:
 		return c, fmt.Errorf("-duration and -compare must not be negative")
 	}
@@ -177,6 +199,13 @@ Flags:
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-subs-child" {
+		if err := runSubsChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "load -subs-child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err == flag.ErrHelp {
 		return
@@ -188,6 +217,13 @@ func main() {
 	if cfg.reference {
 		if err := serveReference(cfg.addr); err != nil {
 			fmt.Fprintln(os.Stderr, "load -reference:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.pgPeer {
+		if err := servePostgresPeer(cfg.addr, cfg.pgDSN); err != nil {
+			fmt.Fprintln(os.Stderr, "load -pg-peer:", err)
 			os.Exit(1)
 		}
 		return
@@ -255,19 +291,13 @@ func subjectOf(token string) uint64 {
 func run(cfg config, out *report) (bool, error) {
 	ctx := context.Background()
 	tok := &tokens{cache: map[uint64]string{}}
-	if cfg.secret != "" {
-		keys, err := auth.NewKeys([]byte(cfg.secret))
-		if err != nil {
-			return false, err
-		}
-		tok.sign = func(u uint64, admin bool) (string, error) { return keys.Sign(engine.UserID(u), admin, 0) }
-	} else {
-		tok.sign = func(uint64, bool) (string, error) { return cfg.adminToken, nil }
-		if cfg.subs > 16 {
-			out.printf("warning: -admin-token without a secret: all %d subscriptions are one user's (tally allows 16 sockets per user by default)\n", cfg.subs)
-		}
+	if err := tok.setup(cfg.secret, cfg.adminToken); err != nil {
+		return false, err
 	}
-	limit, err := raiseOpenFiles(cfg.subs + 4*cfg.clients + 256)
+	if cfg.secret == "" && cfg.subs > 16 {
+		out.printf("warning: -admin-token without a secret: all %d subscriptions are one user's (tally allows 16 sockets per user by default)\n", cfg.subs)
+	}
+	limit, err := raiseOpenFiles(4*cfg.clients + 1024)
 	if err != nil {
 		return false, err
 	}
@@ -275,11 +305,13 @@ func run(cfg config, out *report) (bool, error) {
 
 	var targets []*server
 	var ref *server
+	var tmpDir string
 	if cfg.spawn {
 		dir, err := os.MkdirTemp("", "tally-load-")
 		if err != nil {
 			return false, err
 		}
+		tmpDir = dir
 		if cfg.keep {
 			out.printf("temp directory %s (kept)\n", dir)
 		} else {
@@ -322,9 +354,17 @@ func run(cfg config, out *report) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			tr.backend = rs
+			tr.backendCPU = rs.ownCPU
 			stops = append(stops, tr)
 			targets = append(targets, tr)
+			for r := 1; r < cfg.replicas; r++ {
+				rep, err := startTally(fmt.Sprintf("tally-redis-%d", r+1), bin, dir, cfg.serverCPUs, cfg.secret, addr, append([]string{"-node", strconv.Itoa(r)}, extra...))
+				if err != nil {
+					return false, err
+				}
+				stops = append(stops, rep)
+				tr.replicas = append(tr.replicas, rep)
+			}
 		}
 		if cfg.peer && cfg.compare > 0 {
 			if ref, err = startReference(dir, cfg.serverCPUs, cfg.secret); err != nil {
@@ -360,11 +400,12 @@ func run(cfg config, out *report) (bool, error) {
 			return false, fmt.Errorf("%s: %w", t.name, err)
 		}
 		var subs *subscribers
+		var subPosts []string
 		if cfg.subs > 0 {
 			if w.adminToken == "" {
 				return false, errNoAdmin
 			}
-			subs, err = measureSubscriptions(ctx, t, cfg, tok, out)
+			subs, subPosts, err = measureSubscriptions(ctx, t, g, w, cfg, tok, out)
 			if err != nil {
 				out.printf("subscriptions: %v\n", err)
 				allOK = false
@@ -380,7 +421,7 @@ func run(cfg config, out *report) (bool, error) {
 				time.Sleep(time.Second) // let the mixed phase's last broadcast arrive
 			}
 			prof := profileFor(t, cfg, "broadcast", max(1, cfg.broadcasts*6/10), out)
-			bres := subs.check(g, w, t, cfg.broadcasts)
+			bres := subs.check(g, w, t.all(), cfg.broadcasts, subPosts)
 			<-prof
 			subs.summary(bres)
 			out.broadcast(t.name, bres)
@@ -407,9 +448,29 @@ func run(cfg config, out *report) (bool, error) {
 
 	if cfg.compare > 0 {
 		compareTargets := slices.Clone(targets)
+		w := worlds[targets[0]]
+		rw := referenceWorld(w, firstPosts)
+		if cfg.postgres {
+			pg, cluster, version, err := startPostgresPeer(ctx, tmpDir, cfg.serverCPUs, cfg.secret, rw)
+			defer cluster.Stop()
+			if err != nil {
+				return false, fmt.Errorf("the PostgreSQL peer: %w", err)
+			}
+			defer pg.stop()
+			out.printf("\nstarted PostgreSQL %s (postmaster pid %d, %s) and its GraphQL peer (gqlgen + dataloader + pgx) pid %d %s\n",
+				version, cluster.PID(), cluster.Addr, pg.pid, pg.base)
+			same, detail, err := parity(targets[0], pg, w, cfg.comparePage)
+			if err != nil {
+				return false, err
+			}
+			out.printf("postgres loaded with %s's %d posts, %d likes, %d favorites; the same page from both: %s\n",
+				targets[0].name, len(rw.Posts), len(rw.Likes), len(rw.Favorites), detail)
+			out.json.PostgresSameBytes = same
+			worlds[pg] = w
+			compareTargets = append(compareTargets, pg)
+		}
 		if ref != nil {
-			w := worlds[targets[0]]
-			if err := loadReference(ref, w, firstPosts); err != nil {
+			if err := loadReference(ref, rw); err != nil {
 				return false, err
 			}
 			same, detail, err := parity(targets[0], ref, w, cfg.comparePage)
@@ -452,24 +513,49 @@ func run(cfg config, out *report) (bool, error) {
 	return allOK, nil
 }
 
-// measureSubscriptions opens cfg.subs subscriptions and reports the
-// server's memory before and after (heap and stacks from /metrics, RSS
-// from /proc/<pid>/status).
-func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *tokens, out *report) (*subscribers, error) {
-	if lim := t.openFilesLimit(); lim >= 0 && lim < int64(cfg.subs+64) {
-		out.printf("warning: %s's RLIMIT_NOFILE is %d, below %d subscriptions\n", t.name, lim, cfg.subs)
+// measureSubscriptions opens cfg.subs subscriptions, spread over t and
+// its replicas, and reports the servers' memory before and after (heap
+// and stacks from /metrics, RSS from /proc/<pid>/status), summed over
+// them. The first -sub-likes subscribers create a post first, for the
+// like round.
+func measureSubscriptions(ctx context.Context, t *server, g *gql, w *world, cfg config, tok *tokens, out *report) (*subscribers, []string, error) {
+	servers := t.all()
+	userBase := cfg.userBase + 5_000_000
+	var posts []string
+	if n := min(cfg.subLikes, cfg.subs); n > 0 {
+		var err error
+		if posts, err = ownPosts(ctx, g, w, n, userBase, tok); err != nil {
+			return nil, nil, err
+		}
+	}
+	per := (cfg.subs + len(servers) - 1) / len(servers)
+	for _, srv := range servers {
+		if lim := srv.openFilesLimit(); lim >= 0 && lim < int64(per+64) {
+			out.printf("warning: %s's RLIMIT_NOFILE is %d, below its %d subscriptions\n", srv.name, lim, per)
+		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	gc := t.collectGarbage()
-	before, _ := t.scrape()
-	rss0 := t.status("VmRSS")
-	subs, err := openSubscribers(ctx, t.base, cfg.subs, cfg.userBase+5_000_000, tok, out)
-	if subs == nil {
-		return nil, err
+	gc := true
+	for _, srv := range servers {
+		gc = srv.collectGarbage() && gc
 	}
-	time.Sleep(2 * time.Second) // the server's per-socket timers and first pushes settle
-	t.collectGarbage()
-	after, _ := t.scrape()
+	before := memoryOf(servers)
+	bases := make([]string, len(servers))
+	for i, srv := range servers {
+		bases[i] = srv.base
+	}
+	subs, err := openSubscribers(ctx, subsSetup{bases: bases, n: cfg.subs, userBase: userBase, perProcess: cfg.subsPerProcess,
+		secret: cfg.secret, token: cfg.adminToken}, out)
+	if subs == nil {
+		return nil, nil, err
+	}
+	// The server's per-socket timers and first pushes settle: up to 2 s
+	// for 10,000 subscriptions.
+	time.Sleep(min(2*time.Second, 200*time.Millisecond+time.Duration(cfg.subs)*200*time.Microsecond))
+	for _, srv := range servers {
+		srv.collectGarbage()
+	}
+	after := memoryOf(servers)
 	if cfg.profileDir != "" && t.pprof != "" {
 		path := filepath.Join(cfg.profileDir, t.name+"-subs-heap.pprof")
 		if err := fetchTo(t.pprof+"/debug/pprof/heap", path); err != nil {
@@ -478,23 +564,52 @@ func measureSubscriptions(ctx context.Context, t *server, cfg config, tok *token
 			out.printf("heap profile of %s with the subscriptions open: %s (go tool pprof -sample_index=inuse_space -top %s)\n", t.name, path, path)
 		}
 	}
-	rss1 := t.status("VmRSS")
-	n := float64(len(subs.conns))
-	m := subMemory{Subs: len(subs.conns), Requested: cfg.subs, OpenSeconds: subs.openTime.Seconds(), AfterGC: gc}
-	if before != nil && after != nil && n > 0 {
-		m.HeapBefore, m.HeapAfter = before["go_memstats_heap_inuse_bytes"], after["go_memstats_heap_inuse_bytes"]
-		m.StackBefore, m.StackAfter = before["go_memstats_stack_inuse_bytes"], after["go_memstats_stack_inuse_bytes"]
-		m.GoroutinesBefore, m.GoroutinesAfter = before["go_goroutines"], after["go_goroutines"]
+	n := float64(subs.open)
+	m := subMemory{Subs: subs.open, Requested: cfg.subs, Servers: len(servers), Processes: len(subs.procs), OpenSeconds: subs.openTime.Seconds(), AfterGC: gc}
+	if before.metrics && after.metrics && n > 0 {
+		m.HeapBefore, m.HeapAfter = before.heap, after.heap
+		m.StackBefore, m.StackAfter = before.stack, after.stack
+		m.GoroutinesBefore, m.GoroutinesAfter = before.goroutines, after.goroutines
 		m.HeapPerSub = (m.HeapAfter - m.HeapBefore) / n
 		m.StackPerSub = (m.StackAfter - m.StackBefore) / n
 		m.GoroutinesPerSub = (m.GoroutinesAfter - m.GoroutinesBefore) / n
 	}
-	if rss0 > 0 && rss1 > 0 && n > 0 {
-		m.RSSBefore, m.RSSAfter = float64(rss0), float64(rss1)
+	if before.rss > 0 && after.rss > 0 && n > 0 {
+		m.RSSBefore, m.RSSAfter = before.rss, after.rss
 		m.RSSPerSub = (m.RSSAfter - m.RSSBefore) / n
 	}
 	out.subscriptions(t.name, m)
-	return subs, err
+	return subs, posts, err
+}
+
+// serverMemory is what servers hold together: heap in use, stacks and
+// goroutines from /metrics (metrics: every server answered), RSS from
+// /proc (0: some pid unknown).
+type serverMemory struct {
+	heap, stack, goroutines, rss float64
+	metrics                      bool
+}
+
+func memoryOf(servers []*server) serverMemory {
+	m := serverMemory{metrics: true}
+	for _, srv := range servers {
+		if v, err := srv.scrape(); err == nil {
+			m.heap += v["go_memstats_heap_inuse_bytes"]
+			m.stack += v["go_memstats_stack_inuse_bytes"]
+			m.goroutines += v["go_goroutines"]
+		} else {
+			m.metrics = false
+		}
+	}
+	for _, srv := range servers {
+		rss := srv.status("VmRSS")
+		if rss <= 0 {
+			m.rss = 0
+			break
+		}
+		m.rss += float64(rss)
+	}
+	return m
 }
 
 // profile starts fetching a CPU profile of t for the comparison phase
@@ -540,9 +655,9 @@ func fetchTo(url, path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// loadReference gives the reference server the posts as tally counted
-// them and the like and favorite pairs tally acknowledged.
-func loadReference(ref *server, w *world, posts []*readback) error {
+// referenceWorld is what a peer is loaded with: the posts as tally
+// counted them and the like and favorite pairs tally acknowledged.
+func referenceWorld(w *world, posts []*readback) refWorld {
 	var rw refWorld
 	for _, p := range posts {
 		rp := refPost{ID: p.ID, Counts: refCounts(p.Counts)}
@@ -563,6 +678,11 @@ func loadReference(ref *server, w *world, posts []*readback) error {
 		}
 	}
 	w.ledger.mu.Unlock()
+	return rw
+}
+
+// loadReference gives the reference server rw.
+func loadReference(ref *server, rw refWorld) error {
 	b, _ := json.Marshal(rw)
 	resp, err := http.Post(ref.base+"/load", "application/json", bytes.NewReader(b))
 	if err != nil {

@@ -17,7 +17,9 @@ type jsonReport struct {
 	Subscriptions map[string]subMemory     `json:"subscriptions,omitempty"`
 	Broadcast     map[string]jsonBroadcast `json:"broadcast,omitempty"`
 	SameBytes     bool                     `json:"reference_same_bytes"`
-	Ratios        map[string]float64       `json:"ratios,omitempty"`
+	// PostgresSameBytes: the PostgreSQL peer answered the same bytes as tally (-postgres).
+	PostgresSameBytes bool               `json:"postgres_same_bytes"`
+	Ratios            map[string]float64 `json:"ratios,omitempty"`
 }
 
 type jsonKind struct {
@@ -38,6 +40,7 @@ type jsonPhase struct {
 	Pages      string              `json:"page_size"`
 	Seconds    float64             `json:"seconds"`
 	ServerCPUs float64             `json:"server_cpu_seconds"` // -1: unknown
+	StoreCPUs  float64             `json:"store_cpu_seconds"`  // the part of it the store's processes took; -1: none or unknown
 	ToolCPUs   float64             `json:"tool_cpu_seconds"`
 	Kinds      map[string]jsonKind `json:"kinds"`
 	LoadAvg    string              `json:"load_average"`
@@ -46,6 +49,8 @@ type jsonPhase struct {
 type subMemory struct {
 	Requested        int     `json:"requested"`
 	Subs             int     `json:"open"`
+	Servers          int     `json:"servers"`              // the subscriptions are spread over these, the figures summed
+	Processes        int     `json:"subscriber_processes"` // the tool's processes holding them
 	OpenSeconds      float64 `json:"open_seconds"`
 	AfterGC          bool    `json:"after_gc"` // heap measured after a forced GC (tally's -pprof)
 	HeapBefore       float64 `json:"heap_inuse_before"`
@@ -110,7 +115,10 @@ func (r *report) phase(p *phaseResult) {
 		p.Phase, p.Target, p.Clients, p.Elapsed.Seconds(), p.Mix, p.Pages, cpu, p.ToolCPU.Seconds(), p.ToolCPU.Seconds()/p.Elapsed.Seconds(), p.LoadAvg)
 	r.printf("  %-10s %9s %7s %10s %9s %9s %9s %9s\n", "kind", "ok", "errors", "per s", "p50", "p99", "p999", "max")
 	jp := jsonPhase{Target: p.Target, Phase: p.Phase, Clients: p.Clients, Mix: p.Mix, Pages: p.Pages, Seconds: p.Elapsed.Seconds(),
-		ServerCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}, LoadAvg: p.LoadAvg}
+		ServerCPUs: -1, StoreCPUs: -1, ToolCPUs: p.ToolCPU.Seconds(), Kinds: map[string]jsonKind{}, LoadAvg: p.LoadAvg}
+	if p.StoreCPU >= 0 {
+		jp.StoreCPUs = p.StoreCPU.Seconds()
+	}
 	if p.ServerCPU >= 0 {
 		jp.ServerCPUs = p.ServerCPU.Seconds()
 	}
@@ -141,7 +149,11 @@ func (r *report) phase(p *phaseResult) {
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 func (r *report) subscriptions(target string, m subMemory) {
-	r.printf("subscriptions: %d of %d open in %.1fs\n", m.Subs, m.Requested, m.OpenSeconds)
+	where := ""
+	if m.Servers > 1 {
+		where = fmt.Sprintf(" over %d servers (figures summed)", m.Servers)
+	}
+	r.printf("subscriptions: %d of %d open%s, held by %d subscriber processes, in %.1fs\n", m.Subs, m.Requested, where, m.Processes, m.OpenSeconds)
 	if m.HeapAfter > 0 {
 		gc := "(no forced GC: garbage included)"
 		if m.AfterGC {
@@ -165,7 +177,7 @@ func (r *report) subscriptions(target string, m subMemory) {
 }
 
 func (r *report) broadcast(target string, b *broadcastResult) {
-	r.printf("broadcast delivery to %d subscribers (latency: push received − publish sent; load average %s):\n", b.Subs, loadAvg())
+	r.printf("delivery to %d subscribers (latency: push received − mutation sent, both on CLOCK_MONOTONIC; load average %s):\n", b.Subs, loadAvg())
 	jb := jsonBroadcast{Subs: b.Subs, Phases: map[string]jsonDelivery{}, CPUPerPushUs: -1, ToolCPUPerMsg: us(b.ToolCPUPerMsg),
 		AllWithin1s: b.AllWithin1s, Codes: b.Codes, Stray: b.Stray}
 	phases := slices.Sorted(maps.Keys(b.Expected))
@@ -180,14 +192,14 @@ func (r *report) broadcast(target string, b *broadcastResult) {
 			P50us: us(h.quantile(0.5)), P99us: us(h.quantile(0.99)), P999us: us(h.quantile(0.999)), MaxUs: us(time.Duration(h.max))}
 	}
 	for i, rr := range b.Rounds {
-		r.printf("  quiet round %d (%s): %d delivered, last after %s, server CPU %s, tool CPU %s\n", i+1, rr.Kind, rr.Delivered,
+		r.printf("  quiet round %d (%s): %d delivered, last after %s, server CPU %s, tool CPU %s (its subscriber processes included)\n", i+1, rr.Kind, rr.Delivered,
 			dur(rr.Max), dur(rr.ServerCPU), dur(rr.ToolCPU))
 		jb.Rounds = append(jb.Rounds, map[string]any{"kind": rr.Kind, "delivered": rr.Delivered, "max_us": us(rr.Max),
 			"server_cpu_us": us(rr.ServerCPU), "tool_cpu_us": us(rr.ToolCPU)})
 	}
 	if b.CPUPerPush >= 0 {
 		jb.CPUPerPushUs = us(b.CPUPerPush)
-		r.printf("  server CPU per push %s (quiet rounds' CPU over pushes delivered; /proc/<pid>/stat has 10 ms ticks); tool CPU per message %s\n",
+		r.printf("  server CPU per push %s (broadcast rounds' CPU over pushes delivered; /proc/<pid>/stat has 10 ms ticks); tool CPU per message %s\n",
 			dur(b.CPUPerPush), dur(b.ToolCPUPerMsg))
 	}
 	if len(b.Codes) > 0 {
@@ -200,7 +212,7 @@ func (r *report) broadcast(target string, b *broadcastResult) {
 	if b.Stray > 0 {
 		r.printf("  %d pushes no broadcast of this run explains (another client changed these users' badges?)\n", b.Stray)
 	}
-	r.printf("  every subscriber had every broadcast within 1 s: %s\n", map[bool]string{true: "yes", false: "NO"}[b.AllWithin1s])
+	r.printf("  every subscriber had every broadcast and like within 1 s: %s\n", map[bool]string{true: "yes", false: "NO"}[b.AllWithin1s])
 	if r.json.Broadcast == nil {
 		r.json.Broadcast = map[string]jsonBroadcast{}
 	}
@@ -229,20 +241,23 @@ func (r *report) exactness(target string, ex exactness) {
 func (r *report) compare(results []*phaseResult, cfg config) {
 	r.printf("\n== feed page of %d posts (counts, both viewer flags, author counts), %d clients, %s each, one after another\n",
 		cfg.comparePage, cfg.clients, cfg.compare)
-	r.printf("   (server CPU of tally-redis includes its redis-server's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew)\n")
+	r.printf("   (server CPU of tally-redis includes its redis-server's, of postgres its cluster's, shown apart as the store's; CPU per page is the server side's cost, which the tool's own load on a shared machine does not skew; only successful pages count)\n")
 	for _, p := range results {
 		r.phase(p)
 	}
-	r.printf("\n  %-16s %10s %9s %9s %9s %12s %12s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU", "CPU/page")
+	r.printf("\n  %-16s %10s %9s %9s %9s %12s %12s %16s\n", "server", "pages/s", "p50", "p99", "p999", "server CPU", "CPU/page", "of which store")
 	byName := map[string]*phaseResult{}
 	for _, p := range results {
 		h := &p.Kinds[kFeed].lat
-		cpu, perPage := "?", "?"
-		if p.ServerCPU >= 0 && p.Kinds[kFeed].ok > 0 {
+		cpu, perPage, store := "?", "?", "-"
+		if ok := p.Kinds[kFeed].ok; p.ServerCPU >= 0 && ok > 0 {
 			cpu = fmt.Sprintf("%.2f cores", p.ServerCPU.Seconds()/p.Elapsed.Seconds())
-			perPage = dur(p.ServerCPU / time.Duration(p.Kinds[kFeed].ok))
+			perPage = dur(p.ServerCPU / time.Duration(ok))
+			if p.StoreCPU >= 0 {
+				store = dur(p.StoreCPU / time.Duration(ok))
+			}
 		}
-		r.printf("  %-16s %10.1f %9s %9s %9s %12s %12s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu, perPage)
+		r.printf("  %-16s %10.1f %9s %9s %9s %12s %12s %16s\n", p.Target, p.rate(kFeed), dur(h.quantile(0.5)), dur(h.quantile(0.99)), dur(h.quantile(0.999)), cpu, perPage, store)
 		byName[p.Target] = p
 	}
 	r.json.Ratios = map[string]float64{}
@@ -266,4 +281,7 @@ func (r *report) compare(results []*phaseResult, cfg config) {
 	ratio(first, "reference")
 	ratio("tally-embedded", "tally-redis")
 	ratio("tally-redis", "reference")
+	ratio("tally-embedded", "postgres")
+	ratio("tally-redis", "postgres")
+	ratio("postgres", "reference")
 }

@@ -29,9 +29,18 @@ type server struct {
 	done    chan struct{} // closed when a started process has exited
 	logPath string
 	tally   bool
-	pprof   string  // base URL of tally's -pprof listener, when the tool started it with one
-	backend *server // the redis-server a spawned tally uses: its CPU counts as the server's
+	pprof   string // base URL of tally's -pprof listener, when the tool started it with one
+	// backendCPU is the CPU so far of the store a spawned server uses
+	// (tally's redis-server, the peer's PostgreSQL cluster; -1 unknown),
+	// which counts as the server's.
+	backendCPU func() time.Duration
+	// replicas are the other tally processes on the same backend (-replicas),
+	// which the subscriptions are spread over.
+	replicas []*server
 }
+
+// all is s and its replicas.
+func (s *server) all() []*server { return append([]*server{s}, s.replicas...) }
 
 // collectGarbage asks a tally started with -pprof for a heap profile with
 // gc=1, which runs a full GC first, so that the heap figures that follow
@@ -49,17 +58,13 @@ func (s *server) collectGarbage() bool {
 	return resp.StatusCode == 200
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times; 100 on
-// every Linux architecture Go supports.
-const clockTicks = 100
-
 // cpu returns the process's user+system CPU time from /proc/<pid>/stat
 // (10 ms resolution), or from tally's /metrics (process_cpu_seconds_total)
 // when the pid is unknown; -1 when neither is available.
 func (s *server) cpu() time.Duration {
 	own := s.ownCPU()
-	if s.backend != nil && own >= 0 {
-		if b := s.backend.ownCPU(); b >= 0 {
+	if s.backendCPU != nil && own >= 0 {
+		if b := s.backendCPU(); b >= 0 {
 			return own + b
 		}
 		return -1
@@ -67,20 +72,18 @@ func (s *server) cpu() time.Duration {
 	return own
 }
 
+// storeCPU is the CPU so far of the store's processes alone; -1 when
+// the server has none or it is unknown.
+func (s *server) storeCPU() time.Duration {
+	if s.backendCPU == nil {
+		return -1
+	}
+	return s.backendCPU()
+}
+
 func (s *server) ownCPU() time.Duration {
-	if s.pid > 0 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-		if err == nil {
-			// The command name may hold spaces and parentheses: fields
-			// start after the last ')'. utime and stime are fields 14
-			// and 15, i.e. 12th and 13th after it.
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				return time.Duration(ut+st) * time.Second / clockTicks
-			}
-		}
+	if cpu := benchutil.ProcCPU(s.pid); cpu >= 0 {
+		return cpu
 	}
 	if s.tally {
 		if m, err := s.scrape(); err == nil {

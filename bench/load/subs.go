@@ -1,35 +1,44 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/tally-dev/tally/bench/benchutil"
 )
 
-// subscribers holds N open unreadChanged subscriptions, one WebSocket per
-// user, and measures how long each broadcast takes to reach each of them.
+// subscribers holds N open unreadChanged subscriptions, one WebSocket and
+// one user each, in subscriber processes (subchild.go), and measures how
+// long each broadcast and each like takes to reach its subscribers.
 //
 // A subscriber's first message carries its badges (unread.system = s0).
 // Subscribers are users the load never touches otherwise, so only this
-// tool's broadcasts change their badges: the j-th system notification
-// published after every subscription is open makes unread.system = s0 + j.
-// A push showing s0 + j therefore delivers broadcasts up to j (a slow
-// subscriber may skip to the latest value), and its delivery latency is
-// its arrival minus the moment the j-th publish was sent.
+// tool changes their badges: the j-th system notification published
+// after every subscription is open makes unread.system = s0 + j. A push
+// showing s0 + j therefore delivers broadcasts up to j (a slow subscriber
+// may skip to the latest value), and its delivery latency is its arrival
+// minus the moment the j-th publish was sent. The red dot turns on once,
+// with the first pushRedDot. The first -sub-likes subscribers own a post,
+// which the like round likes once each: the owner's unread.likes goes up
+// by one, and that push's arrival minus the moment the like was sent is
+// the like's latency. Every time is CLOCK_MONOTONIC, which the
+// subscriber processes share with this one.
 type subscribers struct {
-	url   string
-	conns []*subscriber
+	procs []*subProc
+	conns []*subscriber // by index; nil: did not open
+	open  int
 	log   broadcastLog
 
 	mu       sync.Mutex
@@ -37,34 +46,45 @@ type subscribers struct {
 	late     map[string]int64 // deliveries later than 1 s, by phase
 	codes    map[string]int64 // how subscriptions ended or failed to open
 	pushes   atomic.Int64
-	stray    atomic.Int64 // pushes no broadcast of this tool explains
+	stray    atomic.Int64 // pushes no broadcast or like of this tool explains
+	redOff   atomic.Int64 // subscribers whose red dot was off when opened
 	closing  atomic.Bool
 	openTime time.Duration
-	redCount int // subscribers whose red dot was off when opened
 }
 
+// subProc is one subscriber process.
+type subProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	ready chan struct{} // it has tried every subscription of its share
+	done  chan struct{} // its stdout is read to the end and it has exited
+}
+
+// subscriber is the parent's account of one subscription; only the
+// goroutine following its process touches it once it is open.
 type subscriber struct {
-	conn       *websocket.Conn
-	user       uint64
+	idx        int
 	baseSystem int64
 	lastSystem int64
+	lastLikes  int64
 	red        bool
 }
 
-// broadcast is one publish: when it was sent, and how many subscribers
-// have it.
+// broadcast is one publish or like: when it was sent, how many
+// subscribers it should reach and how many it has.
 type broadcast struct {
 	phase     string
-	red       bool
-	t0        time.Time
+	expect    int64
+	t0        time.Duration // benchutil.Monotonic when sent
 	delivered atomic.Int64
 	maxLat    atomic.Int64
 }
 
 type broadcastLog struct {
-	mu  sync.RWMutex
-	sys []*broadcast // the j-th system notification is sys[j-1]
-	red *broadcast
+	mu    sync.RWMutex
+	sys   []*broadcast // the j-th system notification is sys[j-1]
+	red   *broadcast
+	likes map[int]*broadcast // the like on subscription i's post
 }
 
 func (l *broadcastLog) system(j int64) *broadcast {
@@ -76,74 +96,177 @@ func (l *broadcastLog) system(j int64) *broadcast {
 	return l.sys[j-1]
 }
 
-var subscribeMsg = func() []byte {
-	b, _ := json.Marshal(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": subscription}})
-	return b
-}()
-
-type wsMessage struct {
-	Type    string `json:"type"`
-	ID      string `json:"id"`
-	Payload struct {
-		Data *struct {
-			UnreadChanged struct {
-				Unread struct {
-					System int64 `json:"system"`
-				} `json:"unread"`
-				RedDot bool `json:"redDot"`
-			} `json:"unreadChanged"`
-		} `json:"data"`
-		Errors []gqlError `json:"errors"`
-	} `json:"payload"`
+func (l *broadcastLog) redDot() *broadcast {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.red
 }
 
-// openSubscribers opens n subscriptions for users base, base+1, … and
-// waits for each one's first message. The server counts sockets that have
-// not sent connection_init yet per remote address (16 by default), so a
-// few are opened at a time, spread over several loopback source addresses.
-func openSubscribers(ctx context.Context, baseURL string, n int, base uint64, tok *tokens, out *report) (*subscribers, error) {
-	s := &subscribers{url: "ws" + strings.TrimPrefix(baseURL, "http") + "/query",
+func (l *broadcastLog) like(i int) *broadcast {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.likes[i]
+}
+
+// subsSetup says where and as whom the subscriptions are opened.
+type subsSetup struct {
+	bases      []string // servers; subscription I goes to bases[I % len]
+	n          int
+	userBase   uint64 // subscription I is user userBase + I
+	perProcess int
+	secret     string
+	token      string // without a secret
+}
+
+// openSubscribers starts the subscriber processes, ceil(n / perProcess)
+// of them, and waits until each has tried its share. Process k dials from
+// 127.0.k.1 to 127.0.k.4 when the servers are on loopback: the server
+// caps sockets not yet initialised per remote address, and the kernel's
+// ports are per source address.
+func openSubscribers(ctx context.Context, setup subsSetup, out *report) (*subscribers, error) {
+	s := &subscribers{conns: make([]*subscriber, setup.n), log: broadcastLog{likes: map[int]*broadcast{}},
 		delivery: map[string]*hist{}, late: map[string]int64{}, codes: map[string]int64{}}
-	s.conns = make([]*subscriber, n)
-	start := time.Now()
-	const sources = 4
-	clients := make([]*http.Client, sources)
-	for i := range clients {
-		d := &net.Dialer{Timeout: 10 * time.Second}
-		if i > 0 && strings.Contains(baseURL, "://127.") {
-			d.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}
-		}
-		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	urls := make([]string, len(setup.bases))
+	loopback := true
+	for i, b := range setup.bases {
+		urls[i] = "ws" + strings.TrimPrefix(b, "http") + "/query"
+		loopback = loopback && strings.Contains(b, "://127.")
 	}
-	var failed atomic.Int64
-	parallel(ctx, n, 8*sources, func(i int) {
-		sub, err := s.open(ctx, clients[i%sources], base+uint64(i), tok)
-		if err != nil {
-			if failed.Add(1) == 1 {
-				out.printf("subscriber %d: %v\n", base+uint64(i), err)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	for k, first := 0, 0; first < setup.n; k, first = k+1, first+setup.perProcess {
+		a := childArgs{urls: urls, first: first, count: min(setup.perProcess, setup.n-first), userBase: setup.userBase}
+		if loopback {
+			for j := range 4 {
+				a.sources = append(a.sources, fmt.Sprintf("127.0.%d.%d", k, j+1))
 			}
-			return
 		}
-		s.conns[i] = sub
-	})
+		p, err := s.startProc(ctx, self, a, setup)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.procs = append(s.procs, p)
+	}
+	for _, p := range s.procs {
+		select {
+		case <-p.ready:
+		case <-p.done:
+		case <-ctx.Done():
+			s.close()
+			return nil, ctx.Err()
+		}
+	}
 	s.openTime = time.Since(start)
-	open := s.conns[:0]
 	for _, c := range s.conns {
 		if c != nil {
-			open = append(open, c)
-			if !c.red {
-				s.redCount++
-			}
+			s.open++
 		}
 	}
-	s.conns = open
-	for _, c := range s.conns {
-		go s.read(c)
-	}
-	if f := failed.Load(); f > 0 {
-		return s, fmt.Errorf("%d of %d subscriptions failed to open", f, n)
+	if f := setup.n - s.open; f > 0 {
+		out.printf("subscriber processes: %d of %d subscriptions failed to open (their stderr above says why)\n", f, setup.n)
+		return s, fmt.Errorf("%d of %d subscriptions failed to open", f, setup.n)
 	}
 	return s, nil
+}
+
+func (s *subscribers) startProc(ctx context.Context, self string, a childArgs, setup subsSetup) (*subProc, error) {
+	cmd := exec.Command(self, a.flags()...)
+	cmd.Env = append(os.Environ(), envSecret+"="+setup.secret, envToken+"="+setup.token)
+	cmd.Stderr = os.Stderr
+	// A subscriber process must not outlive the tool, whatever ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting a subscriber process: %w", err)
+	}
+	p := &subProc{cmd: cmd, stdin: stdin, ready: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		s.follow(p, stdout)
+		cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// follow reads a subscriber process's lines until its stdout ends.
+func (s *subscribers) follow(p *subProc, stdout io.Reader) {
+	sc := bufio.NewScanner(stdout)
+	bad := func(line string) {
+		s.count("BAD_LINE")
+		fmt.Fprintf(os.Stderr, "load: a subscriber process wrote %q\n", line)
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "r" {
+			close(p.ready)
+			continue
+		}
+		if len(f) < 3 {
+			bad(line)
+			continue
+		}
+		i, err := strconv.Atoi(f[1])
+		if err != nil || i < 0 || i >= len(s.conns) {
+			bad(line)
+			continue
+		}
+		switch f[0] {
+		case "f":
+			s.count(f[2])
+		case "e":
+			if !s.closing.Load() {
+				s.count(f[2])
+			}
+		case "o", "p":
+			v, ok := parseInts(f[2:])
+			if !ok || (f[0] == "o" && len(v) != 3) || (f[0] == "p" && len(v) != 4) {
+				bad(line)
+				continue
+			}
+			b := badges{system: v[0], likes: v[1], red: v[2] == 1}
+			if f[0] == "o" {
+				s.conns[i] = &subscriber{idx: i, baseSystem: b.system, lastSystem: b.system, lastLikes: b.likes, red: b.red}
+				if !b.red {
+					s.redOff.Add(1)
+				}
+				continue
+			}
+			if c := s.conns[i]; c != nil {
+				s.receive(c, b, time.Duration(v[3]))
+			} else {
+				bad(line)
+			}
+		default:
+			bad(line)
+		}
+	}
+}
+
+func parseInts(f []string) ([]int64, bool) {
+	v := make([]int64, len(f))
+	for i, s := range f {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		v[i] = n
+	}
+	return v, true
 }
 
 func (s *subscribers) count(code string) {
@@ -152,133 +275,38 @@ func (s *subscribers) count(code string) {
 	s.mu.Unlock()
 }
 
-func (s *subscribers) open(ctx context.Context, hc *http.Client, user uint64, tok *tokens) (*subscriber, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var conn *websocket.Conn
-	var err error
-	for attempt := 0; ; attempt++ {
-		var resp *http.Response
-		conn, resp, err = websocket.Dial(ctx, s.url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"graphql-transport-ws"}})
-		if err == nil {
-			break
+// receive accounts one push to c, which arrived at at.
+func (s *subscribers) receive(c *subscriber, b badges, at time.Duration) {
+	s.pushes.Add(1)
+	explained := false
+	for v := c.lastSystem + 1; v <= b.system; v++ {
+		if bc := s.log.system(v - c.baseSystem); bc != nil {
+			s.delivered(bc, at)
+			explained = true
 		}
-		if resp != nil && resp.StatusCode == http.StatusTooManyRequests && attempt < 50 {
-			time.Sleep(100 * time.Millisecond) // the per-address cap on uninitialised sockets
-			continue
-		}
-		s.count("DIAL")
-		return nil, err
 	}
-	conn.SetReadLimit(1 << 20)
-	fail := func(what string, err error) (*subscriber, error) {
-		code := what
-		if c := websocket.CloseStatus(err); c != -1 {
-			code = "CLOSE_" + strconv.Itoa(int(c))
+	c.lastSystem = max(c.lastSystem, b.system)
+	if b.red && !c.red {
+		if bc := s.log.redDot(); bc != nil {
+			s.delivered(bc, at)
+			explained = true
 		}
-		s.count(code)
-		conn.CloseNow()
-		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	init, _ := json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]string{"Authorization": "Bearer " + tok.user(user)}})
-	if err := conn.Write(ctx, websocket.MessageText, init); err != nil {
-		return fail("INIT", err)
+	c.red = b.red
+	if b.likes > c.lastLikes {
+		if bc := s.log.like(c.idx); bc != nil && bc.delivered.Load() == 0 {
+			s.delivered(bc, at)
+			explained = true
+		}
+		c.lastLikes = b.likes
 	}
-	_, msg, err := conn.Read(ctx)
-	if err != nil {
-		return fail("INIT", err)
-	}
-	if !bytes.Contains(msg, []byte(`"connection_ack"`)) {
-		return fail("INIT", fmt.Errorf("expected connection_ack, got %.200s", msg))
-	}
-	if err := conn.Write(ctx, websocket.MessageText, subscribeMsg); err != nil {
-		return fail("SUBSCRIBE", err)
-	}
-	_, msg, err = conn.Read(ctx)
-	if err != nil {
-		return fail("SUBSCRIBE", err)
-	}
-	var m wsMessage
-	if json.Unmarshal(msg, &m) != nil || m.Type != "next" || m.Payload.Data == nil {
-		code := "SUBSCRIBE"
-		if len(m.Payload.Errors) > 0 {
-			code = m.Payload.Errors[0].Extensions.Code
-		}
-		return fail(code, fmt.Errorf("first message: %.200s", msg))
-	}
-	sub := &subscriber{conn: conn, user: user,
-		baseSystem: m.Payload.Data.UnreadChanged.Unread.System, red: m.Payload.Data.UnreadChanged.RedDot}
-	sub.lastSystem = sub.baseSystem
-	return sub, nil
-}
-
-// read takes every push of one subscription until it ends.
-func (s *subscribers) read(c *subscriber) {
-	for {
-		_, msg, err := c.conn.Read(context.Background())
-		if err != nil {
-			if !s.closing.Load() {
-				code := "READ"
-				if st := websocket.CloseStatus(err); st != -1 {
-					code = "CLOSE_" + strconv.Itoa(int(st))
-				}
-				s.count(code)
-			}
-			return
-		}
-		now := time.Now()
-		var m wsMessage
-		if err := json.Unmarshal(msg, &m); err != nil {
-			s.count("BAD_MESSAGE")
-			continue
-		}
-		switch m.Type {
-		case "next":
-		case "error":
-			code := "ERROR"
-			if len(m.Payload.Errors) > 0 {
-				code = "ERROR_" + m.Payload.Errors[0].Extensions.Code
-			}
-			s.count(code)
-			continue
-		case "complete":
-			s.count("COMPLETE")
-			continue
-		default:
-			continue
-		}
-		if m.Payload.Data == nil {
-			s.count("NEXT_WITHOUT_DATA")
-			continue
-		}
-		s.pushes.Add(1)
-		uc := m.Payload.Data.UnreadChanged
-		explained := false
-		for v := c.lastSystem + 1; v <= uc.Unread.System; v++ {
-			if b := s.log.system(v - c.baseSystem); b != nil {
-				s.delivered(b, now)
-				explained = true
-			}
-		}
-		c.lastSystem = max(c.lastSystem, uc.Unread.System)
-		if uc.RedDot && !c.red {
-			s.log.mu.RLock()
-			b := s.log.red
-			s.log.mu.RUnlock()
-			if b != nil {
-				s.delivered(b, now)
-				explained = true
-			}
-		}
-		c.red = uc.RedDot
-		if !explained {
-			s.stray.Add(1)
-		}
+	if !explained {
+		s.stray.Add(1)
 	}
 }
 
-func (s *subscribers) delivered(b *broadcast, now time.Time) {
-	lat := now.Sub(b.t0)
+func (s *subscribers) delivered(b *broadcast, at time.Duration) {
+	lat := at - b.t0
 	b.delivered.Add(1)
 	for {
 		m := b.maxLat.Load()
@@ -307,6 +335,7 @@ func (s *subscribers) publish(g *gql, w *world, phase string, c *counts, buf *by
 	b := &broadcast{phase: phase}
 	var n int
 	if s != nil {
+		b.expect = int64(s.open)
 		s.log.mu.Lock()
 		s.log.sys = append(s.log.sys, b)
 		n = len(s.log.sys)
@@ -314,9 +343,10 @@ func (s *subscribers) publish(g *gql, w *world, phase string, c *counts, buf *by
 	}
 	body := request(publishMut, map[string]any{"t": "load " + phase, "b": fmt.Sprintf("broadcast %d of the load tool", n),
 		"k": fmt.Sprintf("load-%s-%s-%d-%d", w.runID, phase, n, time.Now().UnixNano())})
-	b.t0 = time.Now()
+	start := time.Now()
+	b.t0 = benchutil.Monotonic()
 	r := g.post(context.Background(), w.adminToken, body, buf)
-	d := time.Since(b.t0)
+	d := time.Since(start)
 	code := classify(r)
 	if code == "" {
 		c.ok++
@@ -345,17 +375,21 @@ func (s *subscribers) publish(g *gql, w *world, phase string, c *counts, buf *by
 }
 
 // pushRedDot sends pushRedDot as the admin, logged like publish.
-func (s *subscribers) pushRedDot(g *gql, w *world, phase string, c *counts) *broadcast {
-	b := &broadcast{phase: phase, red: true}
+func (s *subscribers) pushRedDot(g *gql, w *world, c *counts) *broadcast {
+	b := &broadcast{phase: "redDot", expect: int64(s.open)}
 	s.log.mu.Lock()
 	s.log.red = b
 	s.log.mu.Unlock()
 	var buf bytes.Buffer
-	b.t0 = time.Now()
+	start := time.Now()
+	b.t0 = benchutil.Monotonic()
 	r := g.post(context.Background(), w.adminToken, request(redDotMut, nil), &buf)
-	d := time.Since(b.t0)
+	d := time.Since(start)
 	if code := classify(r); code != "" {
 		c.fail(code, errExample(r))
+		s.log.mu.Lock()
+		s.log.red = nil
+		s.log.mu.Unlock()
 		return nil
 	}
 	c.ok++
@@ -363,8 +397,105 @@ func (s *subscribers) pushRedDot(g *gql, w *world, phase string, c *counts) *bro
 	return b
 }
 
-// broadcastResult is the quiet broadcast check: each round is one push to
-// every open subscription, with nothing else running.
+// ownPosts has each of the first n subscription users create a post (the
+// one the like round likes), before their subscriptions open.
+func ownPosts(ctx context.Context, g *gql, w *world, n int, userBase uint64, tok *tokens) ([]string, error) {
+	s := &seeder{g: g, w: w, runID: w.runID}
+	posts := make([]string, n)
+	var mu sync.Mutex
+	var firstErr error
+	parallel(ctx, n, 16, func(i int) {
+		body := request(createPostMut, map[string]any{"k": fmt.Sprintf("load-%s-subpost-%d", w.runID, i)})
+		r, code := s.do(ctx, tok.user(userBase+uint64(i)), body, true)
+		id := ""
+		if code == "" {
+			id = postOf(r.body)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if id == "" && firstErr == nil {
+			firstErr = fmt.Errorf("a subscriber's post: %s: %s", code, errExample(r))
+		}
+		posts[i] = id
+	})
+	return posts, firstErr
+}
+
+// likeRound likes the post of each subscription that owns one (posts[i]
+// is subscription i's), one like at a time, each by another user of the
+// world, and waits until every owner has its push or 5 s have passed.
+func (s *subscribers) likeRound(g *gql, w *world, servers []*server, posts []string) roundResult {
+	var buf bytes.Buffer
+	var sent []*broadcast
+	cpu0, tool0 := s.cpu(servers)
+	start := time.Now()
+	for i, p := range posts {
+		if s.conns[i] == nil {
+			continue
+		}
+		b := &broadcast{phase: "like", expect: 1}
+		s.log.mu.Lock()
+		s.log.likes[i] = b
+		s.log.mu.Unlock()
+		b.t0 = benchutil.Monotonic()
+		r := g.post(context.Background(), w.userTokens[i%len(w.userTokens)], request(likeMutation, map[string]any{"p": p}), &buf)
+		if code := classify(r); code != "" || !bytes.Contains(r.body, []byte(`"viewerHasLiked":true`)) {
+			s.count("LIKE_" + code)
+			s.log.mu.Lock()
+			delete(s.log.likes, i)
+			s.log.mu.Unlock()
+			continue
+		}
+		sent = append(sent, b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	rr := roundResult{Kind: "like", ServerCPU: -1}
+	for {
+		rr.Delivered = 0
+		for _, b := range sent {
+			rr.Delivered += b.delivered.Load()
+		}
+		if rr.Delivered >= int64(len(sent)) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, b := range sent {
+		rr.Max = max(rr.Max, time.Duration(b.maxLat.Load()))
+	}
+	rr.Wall = time.Since(start)
+	cpu1, tool1 := s.cpu(servers)
+	rr.ToolCPU = tool1 - tool0
+	if cpu0 >= 0 && cpu1 >= 0 {
+		rr.ServerCPU = cpu1 - cpu0
+	}
+	return rr
+}
+
+// cpu is the servers' CPU so far (-1: unknown) and the tool's, its
+// subscriber processes included.
+func (s *subscribers) cpu(servers []*server) (srv, tool time.Duration) {
+	srv = 0
+	for _, t := range servers {
+		c := t.cpu()
+		if c < 0 || srv < 0 {
+			srv = -1
+			continue
+		}
+		srv += c
+	}
+	if len(servers) == 0 {
+		srv = -1
+	}
+	tool = toolCPU()
+	for _, p := range s.procs {
+		tool += max(benchutil.ProcCPU(p.cmd.Process.Pid), 0)
+	}
+	return srv, tool
+}
+
+// broadcastResult is the quiet check: each round is one push to every
+// open subscription, with nothing else running, then the like round.
 type broadcastResult struct {
 	Subs          int
 	Rounds        []roundResult
@@ -374,7 +505,7 @@ type broadcastResult struct {
 	Codes         map[string]int64
 	Stray         int64
 	AllWithin1s   bool
-	CPUPerPush    time.Duration // server CPU of a round over the subscribers it reached (-1: unknown)
+	CPUPerPush    time.Duration // server CPU of the broadcast rounds over the pushes they delivered (-1: unknown)
 	ToolCPUPerMsg time.Duration
 }
 
@@ -389,9 +520,10 @@ type roundResult struct {
 
 // check runs rounds broadcasts one at a time: a red-dot push first when
 // every subscriber's red dot is off, then system notifications. A round
-// ends when every subscriber has the push or after 5 s.
-func (s *subscribers) check(g *gql, w *world, srv *server, rounds int) *broadcastResult {
-	res := &broadcastResult{Subs: len(s.conns), CPUPerPush: -1}
+// ends when every subscriber has the push or after 5 s. Then the like
+// round, when subscribers own posts.
+func (s *subscribers) check(g *gql, w *world, servers []*server, rounds int, posts []string) *broadcastResult {
+	res := &broadcastResult{Subs: s.open, CPUPerPush: -1}
 	bc := &counts{}
 	var buf bytes.Buffer
 	var cpuSum, toolSum time.Duration
@@ -399,24 +531,24 @@ func (s *subscribers) check(g *gql, w *world, srv *server, rounds int) *broadcas
 	cpuKnown := true
 	for r := range rounds {
 		time.Sleep(300 * time.Millisecond) // let the previous round's garbage and timers settle
-		cpu0, tool0 := srv.cpu(), toolCPU()
+		cpu0, tool0 := s.cpu(servers)
 		var b *broadcast
 		kindName := "system"
-		if r == 0 && s.redCount == len(s.conns) {
-			b, kindName = s.pushRedDot(g, w, "quiet", bc), "redDot"
+		if r == 0 && s.redOff.Load() == int64(s.open) {
+			b, kindName = s.pushRedDot(g, w, bc), "redDot"
 		} else {
-			b = s.publish(g, w, "quiet", bc, &buf)
+			b = s.publish(g, w, "system", bc, &buf)
 		}
 		if b == nil {
 			res.Rounds = append(res.Rounds, roundResult{Kind: kindName + " (refused)"})
 			continue
 		}
-		deadline := b.t0.Add(5 * time.Second)
-		for b.delivered.Load() < int64(len(s.conns)) && time.Now().Before(deadline) {
+		deadline := time.Now().Add(5 * time.Second)
+		for b.delivered.Load() < b.expect && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		wall := time.Since(b.t0)
-		cpu1, tool1 := srv.cpu(), toolCPU()
+		wall := benchutil.Monotonic() - b.t0
+		cpu1, tool1 := s.cpu(servers)
 		rr := roundResult{Kind: kindName, Delivered: b.delivered.Load(), Max: time.Duration(b.maxLat.Load()),
 			ToolCPU: tool1 - tool0, Wall: wall, ServerCPU: -1}
 		if cpu0 >= 0 && cpu1 >= 0 {
@@ -434,6 +566,11 @@ func (s *subscribers) check(g *gql, w *world, srv *server, rounds int) *broadcas
 			res.CPUPerPush = cpuSum / time.Duration(reached)
 		}
 		res.ToolCPUPerMsg = toolSum / time.Duration(reached)
+	}
+	if len(posts) > 0 {
+		time.Sleep(300 * time.Millisecond)
+		rr := s.likeRound(g, w, servers, posts)
+		res.Rounds = append(res.Rounds, rr)
 	}
 	return res
 }
@@ -455,10 +592,13 @@ func (s *subscribers) summary(res *broadcastResult) {
 	}
 	s.log.mu.RLock()
 	for _, b := range s.log.sys {
-		res.Expected[b.phase] += int64(len(s.conns))
+		res.Expected[b.phase] += b.expect
 	}
 	if s.log.red != nil {
-		res.Expected[s.log.red.phase] += int64(len(s.conns))
+		res.Expected[s.log.red.phase] += s.log.red.expect
+	}
+	for _, b := range s.log.likes {
+		res.Expected[b.phase] += b.expect
 	}
 	s.log.mu.RUnlock()
 	res.Stray = s.stray.Load()
@@ -474,19 +614,25 @@ func (s *subscribers) summary(res *broadcastResult) {
 	}
 }
 
+// close ends the subscriber processes: their stdin closes, they close
+// their sockets and exit; one that has not after 30 s is killed, by its
+// pid.
 func (s *subscribers) close() {
 	if s == nil {
 		return
 	}
 	s.closing.Store(true)
-	var wg sync.WaitGroup
-	for i, c := range s.conns {
-		wg.Go(func() { c.conn.Close(websocket.StatusNormalClosure, "") })
-		if i%256 == 255 {
-			wg.Wait()
+	for _, p := range s.procs {
+		p.stdin.Close()
+	}
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
 		}
 	}
-	wg.Wait()
 }
 
 var errNoAdmin = errors.New("broadcasts need an admin token: set -secret (or TALLY_JWT_SECRET) or -admin-token")

@@ -165,12 +165,8 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 			fail("createPost", r, code)
 			return
 		}
-		var resp struct {
-			Data struct{ CreatePost struct{ ID string } } `json:"data"`
-		}
-		json.Unmarshal(r.body, &resp)
 		l.mu.Lock()
-		w.posts[i] = resp.Data.CreatePost.ID
+		w.posts[i] = postOf(r.body)
 		l.postsBy[w.users[u]]++
 		l.mu.Unlock()
 	})
@@ -304,6 +300,15 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	out.printf("seeded %d users (%d authors), %d posts, %d follows, %d likes, %d favorites, %d comments, %d view batches in %.1fs\n",
 		len(w.users), w.authors, len(w.posts), len(follows), cfg.posts*3, cfg.posts, cfg.posts/2, len(batches), time.Since(start).Seconds())
 	return nil
+}
+
+// postOf is the id of the post a createPost answer created ("" if none).
+func postOf(body []byte) string {
+	var resp struct {
+		Data struct{ CreatePost struct{ ID string } } `json:"data"`
+	}
+	json.Unmarshal(body, &resp)
+	return resp.Data.CreatePost.ID
 }
 
 // readback is one post as the server counts it.

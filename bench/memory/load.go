@@ -8,9 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,20 +147,6 @@ func serveLoad(ctx context.Context, base string, pid int, pool []uint64, clients
 	return lr, nil
 }
 
-// procCPU is the process's user+system time from /proc/<pid>/stat (10 ms
-// resolution).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name may hold spaces: fields start after the last ')';
-	// utime and stime are the 12th and 13th after it.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100
-}
+// procCPU is the process's user+system time (benchutil.ProcCPU; 0 when
+// unknown).
+func procCPU(pid int) time.Duration { return max(benchutil.ProcCPU(pid), 0) }

@@ -10,13 +10,17 @@
 // metadata, file-backed pages). With -redis it measures the same data on
 // Redis in the same run: Tally on Redis (tally import -redis, tally serve
 // -redis) and the Instagram-style bucket layout of bench/redispeers, each
-// on a redis-server of its own, checked against the data set too. Every
-// figure is given per post of the set and per non-zero post, heap (Redis:
-// used_memory) beside RSS.
+// on a redis-server of its own, checked against the data set too. With
+// -postgres it measures seed 003's relational design on PostgreSQL
+// (bench/pgpeer) with the same data: its tables' size on disk, and its
+// memory with every table and key read into shared_buffers. Every figure
+// is given per post of the set and per non-zero post, heap (Redis:
+// used_memory; PostgreSQL: shared_buffers in use) beside RSS, and disk
+// (tally's data directory, PostgreSQL's tables).
 //
-// It starts only processes of its own (the import, the servers and
-// redis-servers, on free loopback ports) and stops them by pid. See -h for the flags and
-// README.md for figures.
+// It starts only processes of its own (the import, the servers,
+// redis-servers and PostgreSQL clusters, on free loopback ports) and
+// stops them by pid. See -h for the flags and the docs for figures.
 package main
 
 import (
@@ -28,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,6 +63,7 @@ type config struct {
 	clients      int
 	redisPeers   []string // labelTallyRedis, labelBuckets
 	redisWorkers int
+	postgres     bool
 	// importAttempts bounds the runs of tally import -redis, each on an
 	// emptied Redis.
 	importAttempts int
@@ -74,6 +80,7 @@ type config struct {
 const (
 	labelTallyRedis = "tally-redis"
 	labelBuckets    = "buckets"
+	labelPostgres   = "postgres"
 )
 
 func main() {
@@ -120,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	redisOn := fs.Bool("redis", false, "also measure Redis with the same data in the same run (the peers of -redis-peers), each on a redis-server of its own (from PATH, no persistence), checked against the data set, Redis's used_memory and RSS beside tally's")
 	peers := fs.String("redis-peers", labelTallyRedis+","+labelBuckets, "with -redis, which: "+labelTallyRedis+" (tally import -redis, tally serve -redis, the same GraphQL verification) and "+labelBuckets+" (Instagram-style buckets of bench/redispeers, loaded from the same CSV)")
 	fs.IntVar(&c.redisWorkers, "redis-workers", 4, "concurrent pipelines loading the bucket layout")
+	fs.BoolVar(&c.postgres, "postgres", false, "also measure PostgreSQL with the same data in the same run: seed 003's tables (bench/pgpeer) on a throwaway cluster of its own (Debian's postgresql), copied in from the same CSV and checked against the data set; disk (pg_total_relation_size) and memory with every table and key read into shared_buffers")
 	fs.IntVar(&c.importAttempts, "redis-import-attempts", 3, "runs of tally import -redis before the tool gives up, each on an emptied Redis (the failures are reported)")
 	fs.DurationVar(&c.writes, "writes", 0, "writes phase: for each server, two more servers on copies of the imported data, one taking a snapshot every -write-snapshot-interval and one taking none, each read idle, then this long of likes with RSS sampled every -rss-every: peak RSS against the settled RSS, likes per second with and without snapshots (0: skip; the issue's figures: 60s)")
 	fs.IntVar(&c.writeUsers, "write-users", 20_000, "users the writes phase likes as (ids above every author's)")
@@ -212,8 +220,11 @@ type result struct {
 	KnownPosts    int64   `json:"knownPosts"`
 	CountedPosts  int64   `json:"countedPosts"`
 	Verified      int     `json:"verified"`
-	ImportSeconds float64 `json:"importSeconds"` // the import (buckets: the load)
-	ImportPeakRSS int64   `json:"importPeakRss"`
+	ImportSeconds float64 `json:"importSeconds"` // the import (buckets, PostgreSQL: the load)
+	// DiskBytes is what the data takes on disk: tally's data directory,
+	// PostgreSQL's tables with their keys (0: not measured).
+	DiskBytes     int64 `json:"diskBytes"`
+	ImportPeakRSS int64 `json:"importPeakRss"`
 	// Tally on Redis: redis-server's CPU during the import and where it went.
 	RedisImportCPU float64 `json:"redisImportCpuSeconds,omitempty"`
 	RedisImportTop string  `json:"redisImportTopCommands,omitempty"`
@@ -223,9 +234,10 @@ type result struct {
 	ServeArgs      string   `json:"serveArgs"`
 	Env            string   `json:"env"`
 	mem
-	Load   *loadResult   `json:"load,omitempty"`
-	Writes []writeResult `json:"writes,omitempty"`
-	Redis  *redisMem     `json:"redis,omitempty"`
+	Load     *loadResult   `json:"load,omitempty"`
+	Writes   []writeResult `json:"writes,omitempty"`
+	Redis    *redisMem     `json:"redis,omitempty"`
+	Postgres *pgMem        `json:"postgres,omitempty"`
 }
 
 // mem is the server's memory after a forced GC.
@@ -520,6 +532,9 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 		if err := idleMemory(ctx, cfg, p, r); err != nil {
 			return nil, err
 		}
+		if r.DiskBytes, err = dirSize(data + variantSuffix(i)); err != nil {
+			return nil, err
+		}
 		if r.CountedPosts != int64(counted) {
 			return nil, fmt.Errorf("the server counts %d posts with counts; the data set has %d", r.CountedPosts, counted)
 		}
@@ -540,7 +555,7 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 			}
 		}
 	}
-	if len(cfg.redisPeers) > 0 || cfg.writes > 0 {
+	if len(cfg.redisPeers) > 0 || cfg.postgres || cfg.writes > 0 {
 		for _, p := range procs {
 			stopProcess(p.cmd, p.done)
 		}
@@ -554,6 +569,16 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 				return results, fmt.Errorf("writes phase: %v", err)
 			}
 		}
+	}
+	// PostgreSQL first: a tally import -redis that gives up (it does on a
+	// busy machine, and the tool stops after -redis-import-attempts) then
+	// leaves its figures measured.
+	if cfg.postgres {
+		r, err := measurePostgres(ctx, cfg, ds, out)
+		if err != nil {
+			return results, fmt.Errorf("%s: %v", labelPostgres, err)
+		}
+		results = append(results, r)
 	}
 	for _, peer := range cfg.redisPeers {
 		var r result
@@ -572,6 +597,25 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// dirSize is the bytes of the files under dir.
+func dirSize(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
 }
 
 func variantSuffix(i int) string {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/bench/pgpeer"
 	"github.com/tally-dev/tally/bench/redispeers"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
@@ -62,15 +64,17 @@ func TestLoadTurnsAdd(t *testing.T) {
 // from this repository: import, serve, verification of every post through
 // GraphQL and both memory readings, for both sets, a compared server,
 // Tally on a redis-server of the run's own and the Instagram-style buckets
-// on another, checked post by post.
+// on another, checked post by post, and where it is installed PostgreSQL
+// with seed 003's tables, checked through SQL.
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
 	}
 	work := t.TempDir()
-	if !redistest.Available() {
-		t.Skip("redis-server not installed")
-	}
+	benchutil.SkipUnless(t, redistest.Available(), "TALLY_REQUIRE_REDIS", "redis-server is not installed (apt-get install -y redis-server)")
+	_, err := pgpeer.Binaries()
+	withPostgres := err == nil
+	benchutil.SkipUnless(t, withPostgres || os.Getenv("TALLY_REQUIRE_POSTGRES") == "", "TALLY_REQUIRE_POSTGRES", "PostgreSQL is not installed")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin := filepath.Join(work, "tally")
@@ -95,8 +99,14 @@ exec %[2]q "$@"
 	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "20000", "-work", work, "-tally", flaky,
-		"-after-gc", "0", "-load", "1s", "-compare", "-gc-pacing heap", "-redis"}, io.Discard)
+	args := []string{"-posts", "20000", "-users", "3000", "-verify", "20000", "-work", work, "-tally", flaky,
+		"-after-gc", "0", "-load", "1s", "-compare", "-gc-pacing heap", "-redis"}
+	if withPostgres {
+		args = append(args, "-postgres")
+	} else {
+		t.Log("PostgreSQL is not installed (apt-get install -y postgresql): the run goes without it")
+	}
+	cfg, err := parseFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +132,90 @@ exec %[2]q "$@"
 	}
 	if n := strings.Count(s, "every bucket's size and 20000 sampled"); n != 2 {
 		t.Errorf("want the buckets checked in both sets, got %d:\n%s", n, s)
+	}
+	if strings.Count(s, "data directory on disk") != 4 {
+		t.Errorf("want the data directory's size of each embedded server:\n%s", s)
+	}
+	if withPostgres {
+		for _, want := range []string{
+			"loaded 20000 posts (8004 with counts)", "20000 sampled posts, their authors and the authors' post counts, checked through SQL",
+			"loaded 8004 posts (8004 with counts)", "20000 sampled posts checked through SQL",
+			"authors  PostgreSQL, seed 003's tables", "counts   PostgreSQL, seed 003's tables",
+			"on disk: the tables with their keys", "postgres: buffers in use, Σ Pss",
+		} {
+			if !strings.Contains(s, want) {
+				t.Errorf("output lacks %q:\n%s", want, s)
+			}
+		}
+	}
+}
+
+// TestPostgresCheckCatchesAWrongLoad loads a small set into PostgreSQL
+// and damages it one way at a time, inside a transaction rolled back
+// after: each damage must fail the check, so a wrong load cannot pass.
+func TestPostgresCheckCatchesAWrongLoad(t *testing.T) {
+	_, err := pgpeer.Binaries()
+	benchutil.SkipUnless(t, err == nil, "TALLY_REQUIRE_POSTGRES", "PostgreSQL is not installed (apt-get install -y postgresql)")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := pgpeer.Start(ctx, pgpeer.Options{SharedBuffers: "32MB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	cfg := config{posts: 3000, users: 200, seed: 3, sample: 3000, work: t.TempDir()}
+	for _, authors := range []bool{true, false} {
+		ds, err := dataset(cfg, authors, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := cluster.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, table := range pgpeer.Tables() {
+			conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		}
+		if _, err := loadPostgres(ctx, conn, ds); err != nil {
+			t.Fatal(err)
+		}
+		var victim, zero sampled // a post with likes; a post without counts
+		for _, s := range ds.sample {
+			if s.counts.Likes > 0 {
+				victim = s
+			}
+			if s.counts == (engine.Counts{}) {
+				zero = s
+			}
+		}
+		damages := map[string]string{
+			"none":            "",
+			"a count changed": fmt.Sprintf("UPDATE post_counts SET likes = likes + 1 WHERE post_id = %d", victim.id),
+			"counts missing":  fmt.Sprintf("DELETE FROM post_counts WHERE post_id = %d", victim.id),
+			"an extra post":   fmt.Sprintf("INSERT INTO post_counts VALUES (%d, 1, 0, 0, 0, 0)", zero.id),
+		}
+		if authors {
+			damages["an author changed"] = fmt.Sprintf("UPDATE posts SET author_id = author_id + 1 WHERE id = %d", victim.id)
+			damages["an author's count off"] = fmt.Sprintf("UPDATE users SET post_count = post_count + 1 WHERE id = %d", victim.author)
+			damages["a post missing"] = fmt.Sprintf("DELETE FROM posts WHERE id = %d", zero.id)
+		}
+		for name, damage := range damages {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if damage != "" {
+				if _, err := tx.Exec(ctx, damage); err != nil {
+					t.Fatalf("%s: %v", damage, err)
+				}
+			}
+			n, err := verifyPostgres(ctx, tx, ds)
+			tx.Rollback(ctx)
+			if (err == nil) != (name == "none") || (err == nil && n != len(ds.sample)) {
+				t.Errorf("authors=%v, %s: check says %v after %d posts", authors, name, err, n)
+			}
+		}
+		conn.Close(ctx)
 	}
 }
 

@@ -61,7 +61,10 @@ func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 		return nil, fmt.Errorf("redis-server: %v", err)
 	}
 	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
-	s.client = redis.NewClient(&redis.Options{Addr: s.addr})
+	// The tool's own commands include FLUSHALL of millions of keys between
+	// import attempts, which takes seconds on a busy machine: longer than
+	// go-redis's default 3 s read timeout.
+	s.client = redis.NewClient(&redis.Options{Addr: s.addr, ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute})
 	for deadline := time.Now().Add(10 * time.Second); s.client.Ping(ctx).Err() != nil; {
 		if time.Now().After(deadline) {
 			s.stop()

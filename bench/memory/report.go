@@ -45,6 +45,8 @@ func storeName(r result) string {
 		return "Tally on Redis"
 	case labelBuckets:
 		return "Redis, Instagram buckets"
+	case labelPostgres:
+		return "PostgreSQL, seed 003's tables"
 	}
 	return "Tally embedded " + r.Label
 }
@@ -85,6 +87,10 @@ func report(out io.Writer, r result) {
 		fmt.Fprintf(out, "used_memory_dataset %s\n", mib(r.Redis.Dataset))
 		return
 	}
+	if pm := r.Postgres; pm != nil {
+		reportPostgres(out, r, pm, t)
+		return
+	}
 	fmt.Fprintf(out, "server: %s\n", settings(r))
 	fmt.Fprintf(out, "known posts %d, with counts %d; %d posts verified exactly through GraphQL\n", r.KnownPosts, r.CountedPosts, r.Verified)
 	fmt.Fprintf(out, "import %.1f s (peak RSS %s); server ready in %.1f s\n", r.ImportSeconds, mib(r.ImportPeakRSS), r.StartSeconds)
@@ -119,9 +125,34 @@ func report(out io.Writer, r result) {
 		fmt.Fprintf(out, "under load: %d pages in %.1f s (%.0f/s), server CPU %.1f µs/page, %d GCs, GC CPU %s; RSS mean %.2f × live heap\n",
 			l.Pages, l.Seconds, float64(l.Pages)/l.Seconds, 1e6*l.ServerCPU/float64(l.Pages), l.GCCycles, gc, float64(l.RSSMean)/float64(r.HeapLive))
 	}
+	if r.DiskBytes > 0 {
+		fmt.Fprintf(out, "data directory on disk %s: %s B/post, %s B/non-zero\n", mib(r.DiskBytes), per(r.DiskBytes, int64(r.Posts)), per(r.DiskBytes, r.NonZeroPosts))
+	}
 	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s\n",
 		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile))
 	reportWrites(out, r.Label, r.Writes)
+}
+
+func reportPostgres(out io.Writer, r result, pm *pgMem, t memTable) {
+	what := "posts"
+	if r.Authors {
+		what = "posts, their authors and the authors' post counts,"
+	}
+	fmt.Fprintf(out, "PostgreSQL %s: loaded %d posts (%d with counts) in %.1f s; %d sampled %s checked through SQL\n",
+		pm.Version, r.KnownPosts, r.CountedPosts, r.ImportSeconds, r.Verified, what)
+	fmt.Fprintf(out, "%-12s %11s %10s %10s %10s %8s\n", "table", "rows", "rows MiB", "key MiB", "total MiB", "B/post")
+	for _, s := range pm.Tables {
+		fmt.Fprintf(out, "%-12s %11d %10.1f %10.1f %10.1f %8s\n", s.Table, s.Rows, float64(s.Heap)/(1<<20), float64(s.Indexes)/(1<<20),
+			float64(s.Total)/(1<<20), per(s.Total, int64(r.Posts)))
+	}
+	fmt.Fprintf(out, "on disk: the tables with their keys %s (%s B/post, %s B/non-zero); the database with its catalogs %s\n",
+		mib(pm.Disk), per(pm.Disk, int64(r.Posts)), per(pm.Disk, r.NonZeroPosts), mib(pm.Database))
+	fmt.Fprintf(out, "memory with every table and key in shared_buffers (%s, %s of it holding pages; pg_prewarm), over %d processes:\n",
+		mib(pm.SharedBuffers), mib(pm.BuffersUsed), pm.Processes)
+	t.header("buffers")
+	t.row("postgres: buffers in use, Σ Pss", pm.BuffersUsed, pm.PSS)
+	t.row("postgres: Σ RSS (shared pages per process)", -1, pm.RSS)
+	fmt.Fprintf(out, "(the OS page cache holds the files a second time; not counted)\n")
 }
 
 func limitString(l int64) string {
@@ -140,6 +171,8 @@ func totals(r result) (heap, rss, loadRSS int64) {
 		return r.Redis.Used, r.Redis.RSS, -1
 	case r.Redis != nil:
 		return r.Redis.Used + r.HeapLive, r.Redis.RSS + r.RSS, -1
+	case r.Postgres != nil:
+		return r.Postgres.BuffersUsed, r.Postgres.PSS, -1
 	}
 	if r.Load != nil {
 		loadRSS = r.Load.RSSMean
@@ -151,17 +184,23 @@ func totals(r result) (heap, rss, loadRSS int64) {
 // embedded server of the same set.
 func summary(out io.Writer, rs []result) {
 	fmt.Fprintf(out, "\n== summary, bytes per post of the set (B/post) and per non-zero post (B/nz)\n")
-	fmt.Fprintf(out, "heap: Go live heap after a forced GC; Redis: used_memory (Tally on Redis: + tally's heap). RSS: idle, after the GC (Tally on Redis: redis-server + tally)\n")
-	fmt.Fprintf(out, "%-8s %-26s %8s %8s %8s %8s %9s %13s %13s %10s\n", "set", "store", "heap/post", "RSS/post", "heap/nz", "RSS/nz", "RSS/heap", "load RSS/post", "load RSS/nz", "RSS ×embed")
-	var base int64
+	fmt.Fprintf(out, "heap: Go live heap after a forced GC; Redis: used_memory (Tally on Redis: + tally's heap); PostgreSQL: shared_buffers in use.\n")
+	fmt.Fprintf(out, "RSS: idle, after the GC (Tally on Redis: redis-server + tally; PostgreSQL: Σ Pss of its processes). disk: tally's data directory, PostgreSQL's tables and keys\n")
+	fmt.Fprintf(out, "%-8s %-29s %8s %8s %8s %8s %9s %13s %13s %10s %9s %10s\n", "set", "store", "heap/post", "RSS/post", "heap/nz", "RSS/nz", "RSS/heap", "load RSS/post", "load RSS/nz", "RSS ×embed", "disk/post", "disk ×embed")
+	var base, baseDisk int64
 	for i, r := range rs {
 		heap, rss, load := totals(r)
-		if i == 0 || rs[i-1].Authors != r.Authors {
-			base = rss
+		disk := r.DiskBytes
+		if disk == 0 {
+			disk = -1 // not measured (Redis keeps it in memory; no persistence here)
 		}
-		fmt.Fprintf(out, "%-8s %-26s %8s %8s %8s %8s %9s %13s %13s %10s\n", setName(r.Authors), storeName(r),
+		if i == 0 || rs[i-1].Authors != r.Authors {
+			base, baseDisk = rss, disk
+		}
+		fmt.Fprintf(out, "%-8s %-29s %8s %8s %8s %8s %9s %13s %13s %10s %9s %10s\n", setName(r.Authors), storeName(r),
 			per(heap, int64(r.Posts)), per(rss, int64(r.Posts)), per(heap, r.NonZeroPosts), per(rss, r.NonZeroPosts),
-			ratio(rss, heap), per(load, int64(r.Posts)), per(load, r.NonZeroPosts), ratio(rss, base))
+			ratio(rss, heap), per(load, int64(r.Posts)), per(load, r.NonZeroPosts), ratio(rss, base),
+			per(disk, int64(r.Posts)), ratio(disk, baseDisk))
 	}
 }
 

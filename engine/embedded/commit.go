@@ -38,6 +38,12 @@ func (e *Engine) waitDurable(index uint64) error {
 // its result: the id it made or, for an idempotent retry, the id the first
 // attempt made.
 func (e *Engine) commit(r record) (uint64, error) {
+	return e.commitCtx(context.Background(), r)
+}
+
+// commitCtx is commit for a write made with ctx: the events it makes carry
+// ctx's engine.Cause (the traced request that made the write).
+func (e *Engine) commitCtx(ctx context.Context, r record) (uint64, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -90,6 +96,11 @@ func (e *Engine) commit(r record) (uint64, error) {
 	if err := e.waitDurable(index); err != nil {
 		return 0, err
 	}
+	if c := engine.CauseFrom(ctx); c != (engine.Cause{}) {
+		for i := range evs {
+			evs[i].Cause = c
+		}
+	}
 	e.publish(evs)
 	return res, nil
 }
@@ -136,6 +147,10 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 		r.Message = engine.MessageID(e.newID(st.messageTaken))
 	case *touchRec:
 		done = e.prepareTouch(r, now)
+	case *recountRec:
+		if err := st.prepareRecount(r); err != nil {
+			return 0, false, err
+		}
 	}
 	err = st.decide(r, false)
 	// A block that cannot be read (a damaged cold file) fails the

@@ -101,6 +101,7 @@ func (st *state) freeze() (*cut, error) {
 	}
 	c.st = &state{
 		counted:   st.counted,
+		imported:  st.imported,
 		push:      st.push,
 		nusers:    st.nusers,
 		badges:    st.badges.Freeze(),

@@ -241,6 +241,8 @@
 //	page.go     the batched page read
 //	durable.go  snapshots, backup, restore and recovery
 //	repair.go   Repair, offline
+//	check.go    the derived counts' checks (engine.Checker, CheckDir) and
+//	            the recount record that repairs one
 //	lock_*.go   the data directory's lock
 //
 // Each domain file holds that domain's state types, its records and their

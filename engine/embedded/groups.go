@@ -207,7 +207,7 @@ func (e *Engine) CreateGroup(ctx context.Context, viewer engine.UserID, members 
 	if err := r.Check(); err != nil {
 		return 0, err
 	}
-	id, err := e.commit(r)
+	id, err := e.commitCtx(ctx, r)
 	return engine.GroupID(id), err
 }
 
@@ -220,7 +220,7 @@ func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g en
 	if err := r.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(r)
+	_, err := e.commitCtx(ctx, r)
 	return err
 }
 
@@ -234,7 +234,7 @@ func (e *Engine) LeaveGroup(ctx context.Context, viewer engine.UserID, g engine.
 	if err := r.Check(); err != nil {
 		return engine.Group{}, err
 	}
-	if _, err := e.commit(r); err != nil {
+	if _, err := e.commitCtx(ctx, r); err != nil {
 		return engine.Group{}, err
 	}
 	return after, nil
@@ -329,7 +329,7 @@ func (e *Engine) SendMessage(ctx context.Context, viewer engine.UserID, g engine
 	}
 	r.withIdem(viewer, idemKey, engine.IdemSendMessage,
 		engine.IdemArgs{Group: g, Mentions: r.Mentions, Text: text})
-	id, err := e.commit(r)
+	id, err := e.commitCtx(ctx, r)
 	if err != nil {
 		return engine.Message{}, err
 	}
@@ -386,7 +386,7 @@ func (e *Engine) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ms 
 	if len(ms) == 0 {
 		return []engine.Message{}, nil
 	}
-	if _, err := e.commit(r); err != nil {
+	if _, err := e.commitCtx(ctx, r); err != nil {
 		return nil, err
 	}
 	out := make([]engine.Message, len(ms))

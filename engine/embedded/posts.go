@@ -40,7 +40,7 @@ func (e *Engine) CreatePost(ctx context.Context, viewer engine.UserID, id engine
 		return 0, err
 	}
 	r.withIdem(viewer, idemKey, engine.IdemCreatePost, engine.IdemArgs{Post: id})
-	res, err := e.commit(r)
+	res, err := e.commitCtx(ctx, r)
 	return engine.PostID(res), err
 }
 
@@ -142,7 +142,7 @@ func (e *Engine) like(ctx context.Context, op ops.Like) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(&likeRec{Like: op})
+	_, err := e.commitCtx(ctx, &likeRec{Like: op})
 	return err
 }
 
@@ -163,7 +163,7 @@ func (e *Engine) favorite(ctx context.Context, op ops.Favorite) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
-	_, err := e.commit(&favoriteRec{Favorite: op})
+	_, err := e.commitCtx(ctx, &favoriteRec{Favorite: op})
 	return err
 }
 
@@ -189,7 +189,7 @@ func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.
 		return err
 	}
 	r.withIdem(viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
-	_, err := e.commit(r)
+	_, err := e.commitCtx(ctx, r)
 	return err
 }
 
@@ -203,7 +203,7 @@ func (e *Engine) Repost(ctx context.Context, viewer engine.UserID, post engine.P
 		return 0, err
 	}
 	r.withIdem(viewer, idemKey, engine.IdemRepost, engine.IdemArgs{Post: post, Mentions: r.Mentions})
-	id, err := e.commit(r)
+	id, err := e.commitCtx(ctx, r)
 	return engine.PostID(id), err
 }
 
@@ -409,6 +409,7 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 		if skip {
 			continue
 		}
+		st.imported = st.imported.Widen(uint64(row.Post))
 		if register {
 			cur.is.Author = uint64(row.Author)
 		}

@@ -28,7 +28,8 @@ import (
 // their order; derived tables (groups, members, msgs) are rebuilt from the
 // lists they index rather than stored.
 //
-//	META  one item: u state version (4), v lastTime, u genHigh, v push, v nusers
+//	META  one item: u state version (4), v lastTime, u genHigh, v push, v nusers,
+//	      u imported lo, u imported hi (the import span; 0, 0: none)
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
 //	      table's image (engine/tier's snapshot format 3, a View's: cold
@@ -375,11 +376,12 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: &state{
-		push:   m.push,
-		nusers: m.nusers,
-		posts:  newPosts(tc),
-		likes:  newSet(tc, "LIKE"),
-		favs:   newSet(tc, "FAVS"),
+		push:     m.push,
+		nusers:   m.nusers,
+		imported: m.imported,
+		posts:    newPosts(tc),
+		likes:    newSet(tc, "LIKE"),
+		favs:     newSet(tc, "FAVS"),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
@@ -388,7 +390,7 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    usercounts.New(items(tagProfiles)),
 		followers: usercounts.New(8),
-		follows:   follows.New(items(tagFollows)),
+		follows:   follows.New(),
 		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),
@@ -488,6 +490,7 @@ type meta struct {
 	genHigh  uint64
 	push     int64
 	nusers   int64
+	imported engine.ImportSpan
 }
 
 // readMeta reads the META section; a state version other than this
@@ -511,6 +514,10 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer) (meta, error) {
 		m.genHigh = d.u("genHigh")
 		m.push = d.nonNeg(d.v("push"), "push")
 		m.nusers = d.nonNeg(d.v("nusers"), "nusers")
+		m.imported = engine.ImportSpan{Lo: d.u("imported lo"), Hi: d.u("imported hi")}
+		if d.err == "" && (m.imported.Lo > m.imported.Hi || m.imported.Hi == 0 && m.imported.Lo != 0) {
+			d.fail("import span out of order")
+		}
 	})
 	switch {
 	case version != stateVersion:
@@ -622,5 +629,7 @@ func writeMeta(e *enc, c *cut) {
 	e.u(c.genHigh)
 	e.v(c.st.push)
 	e.v(c.st.nusers)
+	e.u(c.st.imported.Lo)
+	e.u(c.st.imported.Hi)
 	e.end()
 }

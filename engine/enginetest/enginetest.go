@@ -54,7 +54,11 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		{"Events", testEvents},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			tc.fn(t, s)
+			CheckClean(t, s)
+		})
 	}
 }
 

@@ -79,6 +79,8 @@
 //	P{s}i:<key>            str   publish idempotency record (id + '@' +
 //	                             unix ns, as above; users.go)
 //	P{s}format             str   the keyspace's format version (format.go)
+//	P{s}imported           hash  lo, hi: the span of post ids imports wrote
+//	                             counts for, as 20-digit decimals (check.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
@@ -144,6 +146,17 @@
 // script whose reply was lost may have run); only MOVED/ASK replies,
 // which prove the command did not run, are re-sent, to the node they
 // name.
+//
+// # Checks
+//
+// Store.Check (`tally check -redis`, check.go) recounts the derived
+// counts of a live keyspace from what they count, in bounded steps:
+// counts kept in the slot of what they count (likes, favorites,
+// following) atomically, by a script per bucket or user; counts kept
+// apart (followers, post counts), which a failover can leave disagreeing
+// with their slots, by a scan between two reads of the user records.
+// Repairs are scripts that re-check and set atomically, or
+// compare-and-set.
 //
 // # Faults
 //

@@ -120,6 +120,9 @@ func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
 func (k keyspace) stats() string      { return k.sys() + "st" }
 func (k keyspace) format() string     { return k.sys() + "format" }
 
+// imported holds the span of post ids imports wrote counts for (check.go).
+func (k keyspace) imported() string { return k.sys() + "imported" }
+
 // importIntents holds the intents of the import chunks in flight, one
 // field per chunk (importintents.go).
 func (k keyspace) importIntents() string { return k.sys() + "imp" }

@@ -37,7 +37,7 @@
 // block at the width their values need. A pair block (pairblock.go)
 // holds up to 1024 (post, user) pairs as two Elias–Fano lists (both
 // blocks' lists: eflist.go; their bit-level reads and writes:
-// internal/bitpack). A snapshot (snapshot.go) lists each window's open
+// engine/bitpack). A snapshot (snapshot.go) lists each window's open
 // entries, image or file, then its delta. A View (view.go) is the table
 // as Capture found it, for a snapshot written while the table takes
 // writes: it shares the sealed and cold windows, which never change, and

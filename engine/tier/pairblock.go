@@ -9,7 +9,7 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // pair is one (post, user) pair of a set: the post by its id in sealed

@@ -3,8 +3,8 @@ package tier
 import (
 	"math/bits"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	hashtable "github.com/tally-dev/tally/engine/table"
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
 )
 
 // pairTable is a set's open window, and a delta's added or removed pairs:

@@ -8,7 +8,7 @@ import (
 	"io"
 	"math/bits"
 
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // # Post block layout

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snowflake"
+	"github.com/tally-dev/tally/resolvers/model"
 )
 
 // scratch is one response's reads; pooled, so a page allocates only its
@@ -175,9 +176,11 @@ func argID(f *field, vars map[string]any) (uint64, bool) {
 }
 
 // parseID reads an ID argument as gqlgen's coercion and the resolvers do:
-// graphql.UnmarshalID, then a positive decimal uint64.
+// model.UnmarshalID (the schema's ID scalar, which refuses numbers above
+// 2^53), then a positive decimal uint64. A refusal goes to gqlgen, which
+// reports it.
 func parseID(v any) (uint64, bool) {
-	s, err := graphql.UnmarshalID(v)
+	s, err := model.UnmarshalID(v)
 	if err != nil {
 		return 0, false
 	}

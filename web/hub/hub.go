@@ -35,16 +35,38 @@ type Hub struct {
 	byMessage map[engine.MessageID]map[*watcher]struct{}
 	// unread holds every badge watcher, for broadcasts.
 	unread map[*watcher]struct{}
+	// bySignal finds a watcher from the channel its owner holds
+	// (TakeCauses).
+	bySignal map[<-chan struct{}]*watcher
 }
 
 type watcher struct {
 	user      engine.UserID
 	followees []engine.UserID // sorted; unread watchers only
 	signal    chan struct{}
+	// causes are the traced writes (engine.Event.Cause) of the events
+	// that woke the watcher since its owner last took them: at most
+	// maxCauses, the latest. Guarded by Hub.mu.
+	causes []engine.Cause
 	// refreshing is set while a goroutine re-reads followees; stale asks it
 	// to read once more because another follow change came in meanwhile.
 	// Both are guarded by Hub.mu.
 	refreshing, stale bool
+}
+
+// maxCauses bounds the causes a watcher keeps between two pushes: a push
+// links to a handful of writes, not to every one of a burst.
+const maxCauses = 8
+
+// wakeFor wakes w for an event caused by c.
+func (w *watcher) wakeFor(c engine.Cause) {
+	if c != (engine.Cause{}) {
+		if len(w.causes) == maxCauses {
+			w.causes = append(w.causes[:0], w.causes[1:]...)
+		}
+		w.causes = append(w.causes, c)
+	}
+	w.wake()
 }
 
 func (w *watcher) wake() {
@@ -62,6 +84,7 @@ func New(s engine.Store) *Hub {
 		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
 		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
 		unread:    map[*watcher]struct{}{},
+		bySignal:  map[<-chan struct{}]*watcher{},
 	}
 	h.cancel = s.Subscribe(h.dispatch)
 	return h
@@ -84,6 +107,7 @@ func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan str
 		add(h.byAuthor, f, w)
 	}
 	h.unread[w] = struct{}{}
+	h.bySignal[w.signal] = w
 	h.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		h.mu.Lock()
@@ -93,6 +117,7 @@ func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan str
 			remove(h.byAuthor, f, w)
 		}
 		delete(h.unread, w)
+		delete(h.bySignal, w.signal)
 	})
 	return w.signal, nil
 }
@@ -103,11 +128,13 @@ func (h *Hub) WatchReceipts(ctx context.Context, message engine.MessageID) <-cha
 	w := &watcher{signal: make(chan struct{}, 1)}
 	h.mu.Lock()
 	add(h.byMessage, message, w)
+	h.bySignal[w.signal] = w
 	h.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		remove(h.byMessage, message, w)
+		delete(h.bySignal, w.signal)
 	})
 	return w.signal
 }
@@ -129,19 +156,19 @@ func (h *Hub) dispatch(e engine.Event) {
 	switch e.Kind {
 	case engine.UnreadChanged:
 		for _, u := range e.Users {
-			wakeAll(h.byUser[u])
+			wakeAll(h.byUser[u], e.Cause)
 		}
 	case engine.AuthorPosted:
-		wakeAll(h.byAuthor[e.Author])
+		wakeAll(h.byAuthor[e.Author], e.Cause)
 	case engine.Broadcast:
-		wakeAll(h.unread)
+		wakeAll(h.unread, e.Cause)
 	case engine.ReceiptsChanged:
-		wakeAll(h.byMessage[e.Message])
+		wakeAll(h.byMessage[e.Message], e.Cause)
 	case engine.FollowsChanged:
 		for _, u := range e.Users {
 			for w := range h.byUser[u] {
 				h.refollow(w)
-				w.wake()
+				w.wakeFor(e.Cause)
 			}
 		}
 	default:
@@ -199,10 +226,26 @@ func (h *Hub) reindex(w *watcher, next []engine.UserID) {
 	w.followees = next
 }
 
-func wakeAll(ws map[*watcher]struct{}) {
+func wakeAll(ws map[*watcher]struct{}, c engine.Cause) {
 	for w := range ws {
-		w.wake()
+		w.wakeFor(c)
 	}
+}
+
+// TakeCauses returns, and forgets, the traced writes that caused the
+// events signal was woken for since the last call (the latest few; none
+// for writes not traced, or made through a backend whose events do not
+// carry them). signal is a channel WatchUnread or WatchReceipts returned.
+func (h *Hub) TakeCauses(signal <-chan struct{}) []engine.Cause {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.bySignal[signal]
+	if w == nil || len(w.causes) == 0 {
+		return nil
+	}
+	out := w.causes
+	w.causes = nil
+	return out
 }
 
 func add[K comparable](m map[K]map[*watcher]struct{}, k K, w *watcher) {

@@ -189,7 +189,7 @@
       if (self.closed) return;
       if (ev.code === 4401 || ev.code === 4403) {
         self.closed = true;
-        self.onState('unauthorized');
+        self.onState('unauthorized', ev.reason);
         return;
       }
       self.onState('reconnecting');
@@ -686,18 +686,31 @@
   }
 
   function report(e) {
-    if (e && (e.code === 'UNAUTHENTICATED')) { signOut('Your token is no longer valid. Sign in again.'); return; }
+    if (e && (e.code === 'UNAUTHENTICATED')) { signOut(refusal(e.message)); return; }
     toast((e && e.message) || 'Something went wrong');
   }
 
-  function setLive(s) {
+  // refusal says why the server refused the token (its words), and what
+  // to do.
+  function refusal(why) {
+    why = (why || '').replace(/^Forbidden:\s*/, '');
+    return 'The server refused this token' + (why ? ': ' + why : '') + '. Sign in again.';
+  }
+
+  function setLive(s, why) {
     var live = $('live');
     live.dataset.state = s;
     live.textContent = { live: 'live', connecting: 'connecting', reconnecting: 'reconnecting', unauthorized: 'signed out' }[s] || s;
     if (s === 'live' && state.viewer) { // catch up on what a dropped socket missed
       gql('{ viewer { ' + VIEWER + ' } }').then(function (d) { onUnreadChanged(d.viewer); }).catch(report);
     }
-    if (s === 'unauthorized') signOut('The server refused this token. Sign in again.');
+    if (s === 'unauthorized') {
+      // A close frame's reason is cut at 123 bytes: ask over HTTP, whose
+      // refusal says it whole.
+      gql('{ __typename }').then(function () { signOut(refusal(why)); }, function (e) {
+        signOut(e && e.code === 'UNAUTHENTICATED' ? refusal(e.message) : refusal(why));
+      });
+    }
   }
 
   function start(token) {
@@ -727,15 +740,21 @@
     });
   }
 
+  // signOut returns to the sign-in screen, saying why when message is
+  // set. The page is loaded anew (a new URL fragment alone would not
+  // reload it, and the old feed would stay up under a dead token), so no
+  // state of the old session survives; the fragment carries the message.
   function signOut(message) {
     if (state.socket) state.socket.close();
     sessionStorage.removeItem('tally-demo-token');
-    location.href = '/demo' + (message ? '#' + encodeURIComponent(message) : '');
+    history.replaceState(null, '', '/demo' + (message ? '#' + encodeURIComponent(message) : ''));
+    location.reload();
   }
 
-  function showSignIn() {
+  function showSignIn(message) {
     $('signin').hidden = false;
-    var hint = decodeURIComponent(location.hash.slice(1));
+    $('app').hidden = true;
+    var hint = message || decodeURIComponent(location.hash.slice(1));
     if (hint) { $('signin-hint').textContent = hint; $('signin-hint').hidden = false; }
     if (!world.seeded) explainUnseeded();
     if (world.dev) {
@@ -808,7 +827,12 @@
       var params = new URLSearchParams(location.search);
       var stored = sessionStorage.getItem('tally-demo-token');
       if (params.get('user') && world.dev) return signInAs(params.get('user'));
-      if (stored) return start(stored).catch(function () { sessionStorage.removeItem('tally-demo-token'); showSignIn(); });
+      if (stored) {
+        return start(stored).catch(function (e) {
+          sessionStorage.removeItem('tally-demo-token');
+          showSignIn(e && e.code === 'UNAUTHENTICATED' ? refusal(e.message) : '');
+        });
+      }
       showSignIn();
     }).catch(function (e) { toast(e.message); });
   }

@@ -4,7 +4,8 @@
 // and while it runs (cost.go prices an operation, ratelimit.go spends
 // mutation and cost budgets per client, ws_cap.go counts sockets),
 // persisted queries (apq.go), what the server observes (http_observe.go,
-// graphql_metrics.go, engine_metrics.go), and the assembly of it all
+// graphql_metrics.go, engine_metrics.go, and traces in tracing.go), and
+// the assembly of it all
 // (handler.go for /query, server.go for the server's other endpoints and
 // its http.Server).
 //

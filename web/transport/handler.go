@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/graph"
@@ -21,6 +22,7 @@ import (
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/fastpath"
 	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/tracing"
 )
 
 // Config is what the GraphQL endpoint needs.
@@ -80,6 +82,9 @@ type Config struct {
 	// then fails UNAVAILABLE, so a stalled store holds no request longer.
 	// 0: none (each store call has its own bounds).
 	StoreTimeout time.Duration
+	// Tracer, when set, traces requests, operations and engine calls (see
+	// tracing.go); nil installs no tracing at all.
+	Tracer trace.TracerProvider
 }
 
 // NewHandler returns the /query endpoint: GraphQL over POST and GET, and
@@ -90,6 +95,11 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	var tracer trace.Tracer
+	if cfg.Tracer != nil {
+		tracer = cfg.Tracer.Tracer(tracing.Name)
+		cfg.Store = tracing.WrapStore(cfg.Store, cfg.Tracer)
 	}
 	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub)
 	setComplexity(&gc)
@@ -119,6 +129,11 @@ func NewHandler(cfg Config) http.Handler {
 	// srv.Use directly would be skipped there.
 	if fast != nil {
 		srv.Use(baseCapture{fast})
+	}
+	if tracer != nil {
+		// First of the interceptors, so that operations refused by the
+		// ones after it are named too.
+		srv.Use(operationSpans{tracer})
 	}
 	if !cfg.DisableIntrospection {
 		fast.use(srv, extension.Introspection{})
@@ -178,6 +193,11 @@ func NewHandler(cfg Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cors(w, r, cfg.CORSOrigins) {
 			return // a preflight, answered
+		}
+		if tracer != nil && r.Header.Get("Upgrade") == "" {
+			ctx, span := traceRequest(tracer, r)
+			defer span.End()
+			r = r.WithContext(ctx)
 		}
 		p, _, err := fromHeader(r.Header.Get("Authorization"))
 		ctx := auth.With(r.Context(), p, err)

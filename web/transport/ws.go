@@ -348,11 +348,13 @@ func (c *wsConn) init(payload json.RawMessage, ip string, release *func()) bool 
 	if err == nil && pr.User != 0 {
 		exp = tokenExpiry(header)
 		if !exp.IsZero() && !time.Now().Before(exp) {
-			err = auth.ErrBadToken // within the HTTP path's leeway, but a socket would close at once
+			err = &auth.TokenError{Reason: "token expired"} // within the HTTP path's leeway, but a socket would close at once
 		}
 	}
 	if err != nil {
-		c.closeWith(closeForbidden, "Forbidden: invalid or expired token")
+		// The reason says why (auth.TokenError), cut to a close frame's
+		// 123 bytes.
+		c.closeWith(closeForbidden, truncateReason("Forbidden: "+err.Error()))
 		return false
 	}
 	if pr.User != 0 {
