@@ -2,11 +2,13 @@ package embedded
 
 import (
 	"errors"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/tier"
 )
@@ -138,5 +140,88 @@ func TestScrubKeepsAnOlderSnapshot(t *testing.T) {
 	repairOK(t, dir)
 	if reopenState(t, dir) != state {
 		t.Fatal("state differs after repair")
+	}
+}
+
+// TestFollowsDuringSnapshot writes to the follow graph while a snapshot
+// of it is being written: follows and unfollows that split, merge and drop
+// the packed blocks of lists the snapshot is reading, and feed reads that
+// rewrite their snapshots. The snapshot holds the graph as it was at its
+// cut, the live graph after the thaw holds every write, and a restart
+// recovers it.
+func TestFollowsDuringSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := durableOpts(dir, clk)
+	e := openE(t, opts)
+	rng := rand.New(rand.NewPCG(7, 7))
+	const viewers, authors = 120, 400
+	for a := range engine.UserID(authors) {
+		for range int(a % 3) {
+			_, err := e.CreatePost(bg, 10_000+a, 0, "")
+			ok(t, err)
+		}
+	}
+	for v := range engine.UserID(viewers) {
+		for _, a := range rng.Perm(authors)[:rng.IntN(authors)] {
+			ok(t, e.Follow(bg, v+1, 10_000+engine.UserID(a)))
+		}
+	}
+	ok(t, e.Snapshot(bg))
+
+	for round := range 3 {
+		_, err := e.CreatePost(bg, 10_000, 0, "") // a record after the newest snapshot
+		ok(t, err)
+		c, _, err := e.takeCut()
+		ok(t, err)
+		if c == nil {
+			t.Fatal("no cut taken")
+		}
+		atCut := dumpOf(e)
+		mutate := func(n int) {
+			for range n {
+				v, a := 1+engine.UserID(rng.IntN(viewers)), 10_000+engine.UserID(rng.IntN(authors))
+				switch rng.IntN(5) {
+				case 0, 1:
+					ok(t, e.Follow(bg, v, a))
+				case 2, 3:
+					ok(t, e.Unfollow(bg, v, a))
+				default:
+					_, err := e.CreatePost(bg, a, 0, "")
+					ok(t, err)
+					ok(t, e.MarkRead(bg, v, engine.Feed))
+				}
+			}
+		}
+		// Half the writes before the snapshot's writer starts, so that
+		// it reads what they changed, half while it writes.
+		mutate(1500)
+		written := make(chan error, 1)
+		go func() {
+			_, _, err := e.writeSnapshot(bg, c)
+			written <- err
+		}()
+		mutate(1500)
+		ok(t, <-written)
+		e.thaw(c)
+		list := snapshots(t, dir)
+		newest := list[len(list)-1]
+		if newest.Index != c.index {
+			t.Fatalf("round %d: newest snapshot at %d, the cut at %d", round, newest.Index, c.index)
+		}
+		got, err := loadSnapshot(newest, false, tables{})
+		ok(t, err)
+		if have := got.st.dump(); have != atCut {
+			t.Fatalf("round %d: the snapshot differs from the state at its cut\nwant:\n%s\ngot:\n%s", round, atCut, have)
+		}
+		e.mu.RLock()
+		err = e.st.follows.Check()
+		e.mu.RUnlock()
+		ok(t, err)
+	}
+	live := dumpOf(e)
+	ok(t, e.Close())
+	if again := dumpOf(openE(t, opts)); again != live {
+		t.Fatalf("the state recovered differs from the live one\nlive:\n%s\nrecovered:\n%s", live, again)
 	}
 }
