@@ -75,8 +75,8 @@ type storeFlags struct {
 	metrics *transport.EngineMetrics
 	// batchJob (import) opens a Redis store without its background
 	// sweepers: the servers sweep, and the intent sweeper's SCAN of the
-	// whole keyspace every few seconds took 39% of redis-server's CPU
-	// during a 10M-post import.
+	// whole keyspace every few seconds would compete with the import for
+	// redis-server's CPU.
 	batchJob bool
 	// checkJob (check) opens a Redis store that runs no background work
 	// and takes a node of its own instead of allocating one (a write):

@@ -170,7 +170,7 @@
 // newest notification. Separately, a periodic sweep record
 // (Options.SweepInterval) drops expired cursors from memory; it
 // changes no answer, only memory. The sweep walks every visit record under
-// the write lock: about 10 ns a user, so it runs rarely.
+// the write lock, O(users), so it runs rarely.
 //
 // # Per-user records
 //
@@ -206,8 +206,8 @@
 //
 // A hot post therefore serialises nothing that every other write does not
 // share: BenchmarkDurableWrites measures likes and views aimed at one post
-// at the same rate as spread over 1000 (hot/uniform 0.9–1.2, fsync=always
-// and none, 1 and 64 clients). Increments are not coalesced: under
+// beside the same spread over 1000 (fsync=always and none, 1 and 64
+// clients; docs/durability.md, "Measured", has the ratios). Increments are not coalesced: under
 // fsync=always the engine is fsync-bound at low CPU, every caller must
 // wait for its own record's fsync anyway and a batch already carries one
 // record per waiting caller, so merging records would not add throughput;

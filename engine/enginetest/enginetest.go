@@ -776,7 +776,7 @@ func testFeedSeedExample(t *testing.T, s engine.Store) {
 	posts(b, 4) // 10
 	posts(c, 1) // 8
 	posts(d, 2) // 14
-	// seeds/002: (10-6) + (8-7) + (14-12) = 7.
+	// docs/seeds.md#seed-002: (10-6) + (8-7) + (14-12) = 7.
 	wantUnread(t, s, a, engine.Unread{Feed: 7})
 	// A repeated follow does not reset the snapshot.
 	ok(t, s.Follow(bg, a, b))

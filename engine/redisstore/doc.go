@@ -44,7 +44,7 @@
 // PostFanout, so the newest (hottest) posts spread over PostFanout slots;
 // the field is the id's low 22+PostWindowBits bits. Users are bucketed by
 // uid>>UserBucketBits, field uid mod 2^UserBucketBits (Instagram's
-// technique, seeds/001).
+// technique, docs/seeds.md#seed-001).
 //
 //	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
 //	                             [varint views likes comments reposts favorites]
@@ -111,13 +111,12 @@
 // 64 posts per 1,000 posts/s of traffic; choose PostWindowBits/PostFanout
 // so that buckets stay under hash-max-listpack-entries at peak rate.
 //
-// Measured (TALLY_REDIS_MEMORY_POSTS=1000000 go test -run TestMemoryPerPost,
-// redis 7.0, INFO used_memory, skewed data set: 40% zero posts, Pareto
-// views): 16.4 bytes per post for author + five counts, against 139 for one
-// key per counter and 114 for one hash per post. A 200-member group's
-// message keeps 54 bytes of receipts (TestReceiptRecordSize). Likers and
-// favoriters are per-post intsets: ~90 bytes per liked post plus 4–8 per
-// like, the price of server-side de-duplication.
+// Packing posts into bucket hashes is what keeps Redis's memory per post
+// near the embedded engine's, where a key or a hash per post pays Redis's
+// per-key overhead for every post (TestMemoryPerPost measures the three
+// layouts; docs/performance.md has the figures). Likers and favoriters
+// are per-post intsets: their per-key overhead is the price of
+// server-side de-duplication.
 //
 // # Atomicity and crashes
 //

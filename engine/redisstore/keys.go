@@ -36,7 +36,7 @@ func newKeyspace(prefix string, windowBits, fanout, userBits int) keyspace {
 
 // idBucket places a snowflake id (post or message) in a bucket: the id's
 // time window, spread over 2^subBits sub-buckets by a multiplicative hash
-// so that the posts of the current second (the hottest ones, seeds/000)
+// so that the posts of the current second (the hottest ones, docs/seeds.md#seed-000)
 // land on many slots and nodes instead of one. The field inside the bucket
 // is the id's bits below the window, a small integer listpack stores in
 // 4–5 bytes.

@@ -530,7 +530,7 @@ end
 return {1, m, q, count, current(KEYS[1], KEYS[3], i, n, tonumber(ARGV[3])), i}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
-	// (seeds/004): the group as it is at send time, the facts ops.Counted
+	// (docs/seeds.md#seed-004): the group as it is at send time, the facts ops.Counted
 	// and the fan-out (ops.Fanout) are later decided on. The sender's bit
 	// is set in quitbits, so Go need not look up who sent it to see that
 	// they are not counted. The send is refused unless the facts
