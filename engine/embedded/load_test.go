@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,10 @@ type loadStats struct {
 	window   atomic.Bool
 	ops      [2]atomic.Int64 // writes, reads completed inside the window
 	maxNanos [2]atomic.Int64
+	// keep: also keep every latency, for quantiles (a benchmark's).
+	keep bool
+	mu   sync.Mutex
+	lat  [2][]time.Duration
 }
 
 func (s *loadStats) record(kind int, d time.Duration) {
@@ -43,12 +48,35 @@ func (s *loadStats) record(kind int, d time.Duration) {
 		return
 	}
 	s.ops[kind].Add(1)
+	if s.keep {
+		s.mu.Lock()
+		s.lat[kind] = append(s.lat[kind], d)
+		s.mu.Unlock()
+	}
 	for {
 		cur := s.maxNanos[kind].Load()
 		if int64(d) <= cur || s.maxNanos[kind].CompareAndSwap(cur, int64(d)) {
 			return
 		}
 	}
+}
+
+// takeLatencies returns the latencies kept of kind since the last call.
+func (s *loadStats) takeLatencies(kind int) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lat[kind]
+	s.lat[kind] = nil
+	return l
+}
+
+// quantile returns the q-quantile of ds (sorting them), 0 for none.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // runLoad keeps writers and readers busy on e until stop closes. Each
