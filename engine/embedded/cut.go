@@ -26,7 +26,10 @@ import (
 //   - the hash tables (engine/table: badges, visit records, clicks, wide
 //     counters, idempotency keys) hand over their arrays and carry on as
 //     an overlay over them, copying an entry up before it changes;
-//   - the follow graph (engine/follows) freezes itself likewise;
+//   - the follow graph (engine/follows) shares its packed blocks and
+//     directory pages with the cut: a changed block is written to a new
+//     slot and a directory page is copied on its first change, the old
+//     ones released at thaw;
 //   - the lists only appended to (notifications and their text, message
 //     text, the idempotency queue, groupList and msgList themselves) are
 //     cut to their length, and the queue is not compacted in place while
