@@ -201,7 +201,7 @@ func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool
 				sw.w.(*countWriter).n += b.size
 				break
 			}
-			if err := t.copyCold(sw.w, b); err != nil {
+			if err := t.copyCold(sw.w, b, &sw.cold); err != nil {
 				return err
 			}
 		default:
@@ -221,6 +221,10 @@ func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool
 type snapshotWriter struct {
 	w   io.Writer
 	buf []byte
+	// cold is copyCold's buffer, one for all the cold windows: most
+	// windows of a table long in service are cold, and a buffer each
+	// would be garbage the writers' collections pay for.
+	cold []byte
 }
 
 func (sw *snapshotWriter) uvarint(x uint64) { sw.buf = binary.AppendUvarint(sw.buf, x) }

@@ -95,16 +95,15 @@ func (t *table) Release(v *View) error {
 	return nil
 }
 
-// copyCold writes the bytes of the cold window f to w, reading them in
-// pieces of up to 256 KiB of whole blocks and checking each block's
+// copyCold writes the bytes of the cold window f to w, reading them into
+// *buf in pieces of up to 256 KiB of whole blocks and checking each block's
 // checksum: a block that fails stops the copy with an error wrapping
 // ErrCorrupt, so a damaged file never makes a snapshot that verifies.
 // The file's header, index and footer were checked when it was opened.
-func (t *table) copyCold(w io.Writer, f *coldWindow) error {
+func (t *table) copyCold(w io.Writer, f *coldWindow, buf *[]byte) error {
 	const piece = 256 << 10
-	var buf []byte
 	copyRange := func(off, end uint64) error {
-		b, err := f.readRaw(off, end, &buf)
+		b, err := f.readRaw(off, end, buf)
 		if err != nil {
 			return err
 		}
@@ -126,7 +125,7 @@ func (t *table) copyCold(w io.Writer, f *coldWindow) error {
 			end = e
 			j++
 		}
-		b, err := f.readRaw(off, end, &buf)
+		b, err := f.readRaw(off, end, buf)
 		if err != nil {
 			return err
 		}
