@@ -16,7 +16,10 @@
 // memory with every table and key read into shared_buffers. Every figure
 // is given per post of the set and per non-zero post, heap (Redis:
 // used_memory; PostgreSQL: shared_buffers in use) beside RSS, and disk
-// (tally's data directory, PostgreSQL's tables).
+// (tally's data directory, PostgreSQL's tables). With -writes it also
+// measures what snapshots cost a server taking likes (writes.go): peak
+// RSS against the settled RSS, and likes per second, with and without
+// snapshots.
 //
 // It starts only processes of its own (the import, the servers,
 // redis-servers and PostgreSQL clusters, on free loopback ports) and
