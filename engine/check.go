@@ -26,6 +26,7 @@ type Checker interface {
 const (
 	CheckLikes     = "post.likes"     // ← the post's like set
 	CheckFavorites = "post.favorites" // ← the post's favorite set
+	CheckComments  = "post.comments"  // ← the post's counted comment ids and those sent without one (where a backend does not count those, the count must be at least the ids)
 	CheckFollowers = "user.followers" // ← the follow edges to the user
 	CheckFollowing = "user.following" // ← the follow edges from the user
 	CheckPosts     = "user.posts"     // ← the posts registered with the user as author

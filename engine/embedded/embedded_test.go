@@ -254,20 +254,20 @@ func TestIdemFingerprintsPersist(t *testing.T) {
 	e := open(t, Options{Dir: dir, Sync: wal.SyncNone})
 	post, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
-	ok(t, e.Comment(bg, 2, post, nil, "new"))
+	ok(t, e.Comment(bg, 2, post, 0, nil, "new"))
 	ok(t, e.Close())
 	e = open(t, Options{Dir: dir, Sync: wal.SyncNone})
-	if err := e.Comment(bg, 2, post, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
+	if err := e.Comment(bg, 2, post, 0, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("reuse with other mentions after a restart: %v, want ErrInvalid", err)
 	}
 	// And through a snapshot (the IDEM section keeps fingerprints).
 	ok(t, e.Snapshot(bg))
 	ok(t, e.Close())
 	e = open(t, Options{Dir: dir, Sync: wal.SyncNone})
-	if err := e.Comment(bg, 2, post, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
+	if err := e.Comment(bg, 2, post, 0, []engine.UserID{3}, "new"); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("reuse with other mentions after a snapshot: %v, want ErrInvalid", err)
 	}
-	ok(t, e.Comment(bg, 2, post, nil, "new")) // a retry
+	ok(t, e.Comment(bg, 2, post, 0, nil, "new")) // a retry
 	cs, err := e.Counts(bg, []engine.PostID{post})
 	ok(t, err)
 	if cs[0].Comments != 1 {
@@ -448,11 +448,15 @@ func (st *state) dump() string {
 	section("posts", rows)
 	line("counted %d, %d posts have counts", st.counted, counted)
 	line("imported %d..%d", st.imported.Lo, st.imported.Hi)
-	for i, set := range []*tier.Set{st.likes, st.favs} {
+	for i, set := range st.sets() {
 		rows = nil
 		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
-		section([]string{"likes", "favs"}[i], rows)
+		section([]string{"likes", "favs", "deleted", "comments", "uncounted", "writers"}[i], rows)
 	}
+	rows = nil
+	st.origins.Range(func(k uint64, v int64) bool { rows = append(rows, kv{fmt.Sprint(k), fmt.Sprint(v)}); return true })
+	section("origins", rows)
+	line("erasing %+v", st.erasing)
 	rows = nil
 	userRow := func(k uint64) {
 		v, _ := st.userView(k)
@@ -462,9 +466,15 @@ func (st *state) dump() string {
 	section("users", rows)
 	rows = nil
 	// The public counters render joined per user, as PROF keeps them.
-	type profile struct{ posts, followers int64 }
+	type profile struct{ posts, followers, unposted int64 }
 	profiles := map[uint64]profile{}
 	st.posted.Range(func(k uint64, v int64) bool { profiles[k] = profile{posts: v}; return true })
+	st.unposted.Range(func(k uint64, v int64) bool {
+		p := profiles[k]
+		p.unposted = v
+		profiles[k] = p
+		return true
+	})
 	st.followers.Range(func(k uint64, v int64) bool {
 		p := profiles[k]
 		p.followers = v
@@ -507,20 +517,44 @@ func (st *state) dump() string {
 	rows = nil
 	st.idem.Range(func(k idemKey, v idemVal) bool { rows = append(rows, kv{fmt.Sprint(k), fmt.Sprint(v)}); return true })
 	section("idem", rows)
-	line("idemQ %v", st.idemQ[st.idemHead:])
+	var q []idemExpiry
+	for _, x := range st.idemQ[st.idemHead:] {
+		if x.key != (idemKey{}) { // emptied by an erasure: as if gone
+			q = append(q, x)
+		}
+	}
+	line("idemQ %v", q)
 	return b.String()
 }
 
 // workload drives a random but reproducible mix of every operation,
 // including invalid and repeated ones, with the fake clock jumping ahead
 // now and then so that idempotency keys and cursors expire on the way.
+// It erases users too, and waits at the end for the erasures to finish.
 func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
+	t.Helper()
+	runWorkload(t, e, clk, seed, n, true)
+}
+
+// workloadKept is workload without erasures, for tests of the snapshots
+// kept: the snapshot after an erasure is kept alone (afterSnapshot).
+func workloadKept(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
+	t.Helper()
+	runWorkload(t, e, clk, seed, n, false)
+}
+
+func runWorkload(t testing.TB, e *Engine, clk *clock, seed uint64, n int, erase bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	user := func() engine.UserID { return engine.UserID(1 + rng.IntN(12)) }
 	var posts []engine.PostID
 	var groups []engine.GroupID
 	var msgs []engine.MessageID
+	type commented struct {
+		p engine.PostID
+		c engine.CommentID
+	}
+	var comments []commented
 	pick := func(n int) int { return rng.IntN(max(n, 1)) }
 	post := func() engine.PostID {
 		if len(posts) == 0 || rng.IntN(20) == 0 {
@@ -548,7 +582,28 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 			clk.Advance(time.Duration(rng.IntN(1000)) * time.Millisecond)
 		}
 		var err error
-		switch rng.IntN(24) {
+		switch rng.IntN(28) {
+		case 24:
+			// A comment with the app's id, new or sent before.
+			c := engine.CommentID(snowflake.Make(clk.Now().UnixMilli(), 7, uint64(rng.IntN(4))))
+			if rng.IntN(2) == 0 && len(comments) > 0 {
+				c = comments[pick(len(comments))].c
+			}
+			p := post()
+			if err = e.Comment(bg, user(), p, c, users(), key()); err == nil {
+				comments = append(comments, commented{p, c})
+			}
+		case 25:
+			if len(comments) > 0 {
+				pc := comments[pick(len(comments))]
+				err = e.DeleteComment(bg, engine.Actor{User: user(), Privileged: rng.IntN(2) == 0}, pc.p, pc.c)
+			}
+		case 26:
+			err = e.DeletePost(bg, engine.Actor{User: user(), Privileged: rng.IntN(3) == 0}, post())
+		case 27:
+			if rng.IntN(16) == 0 && erase {
+				err = e.EraseUser(bg, user())
+			}
 		case 0, 1:
 			var p engine.PostID
 			p, err = e.CreatePost(bg, user(), 0, key())
@@ -564,7 +619,7 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 		case 7:
 			err = e.Unfavorite(bg, user(), post())
 		case 8:
-			err = e.Comment(bg, user(), post(), users(), key())
+			err = e.Comment(bg, user(), post(), 0, users(), key())
 		case 9:
 			var p engine.PostID
 			p, err = e.Repost(bg, user(), post(), users(), key())
@@ -629,6 +684,18 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 			t.Fatal(err)
 		}
 	}
+	waitErasures(t, e)
+}
+
+// waitErasures waits until the engine's eraser has finished every
+// erasure under way.
+func waitErasures(t testing.TB, e *Engine) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); e.Stats().Erasures > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("erasures still under way after a minute")
+		}
+	}
 }
 
 // TestReplayDeterminism applies a random op sequence, then replays its
@@ -639,7 +706,7 @@ func TestReplayDeterminism(t *testing.T) {
 		e := open(t, Options{Now: clk.Now, CursorTTL: 3 * 24 * time.Hour, SweepInterval: -1})
 		var recs [][]byte
 		e.tap = func(rec []byte) { recs = append(recs, bytes.Clone(rec)) }
-		workload(t, e, clk, seed, 4000)
+		workload(t, e, clk, seed, 6000)
 		replayed := newState(tables{})
 		kinds := map[opKind]int{}
 		var rd recordReader // reused, as replay does

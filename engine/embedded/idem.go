@@ -9,9 +9,12 @@ import (
 	"github.com/tally-dev/tally/engine/table"
 )
 
-// idemKey is a 128-bit hash of (viewer, idempotency key). The
-// record carries the hash rather than the key, which keeps records small
-// and makes the key's length irrelevant to the state.
+// idemKey is (viewer, a 64-bit hash of the idempotency key). The record
+// carries the hash rather than the key, which keeps records small and
+// makes the key's length irrelevant to the state; the viewer is kept
+// whole, so that erasing a user finds their keys (a collision would need
+// two keys of one viewer with the same hash within IdempotencyTTL, and
+// even then the fingerprint refuses a different call).
 type idemKey [2]uint64
 
 func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
@@ -66,30 +69,31 @@ func (st *state) expireIdem(now int64) {
 	st.idemQ, st.idemHead = q, h
 }
 
-// makeIdemKey hashes an idempotency key with the viewer: a key is scoped
-// to one viewer, and bound (by the fingerprint kept with it) to the kind
-// and arguments of its first use, so reusing it for anything else is
-// refused rather than answered with another call's result.
+// idemQMut returns the live part of the expiry queue for a change in
+// place (an erasure empties the user's slots): while a snapshot's cut
+// holds the queue, the live state first takes a copy of its own, once per
+// cut, since the cut writes the slots as they were at its index.
+func (st *state) idemQMut() []idemExpiry {
+	if c := st.held; c != nil && !c.idemCopied {
+		st.idemQ, st.idemHead = slices.Clone(st.idemQ[st.idemHead:]), 0
+		c.idemCopied = true
+	}
+	return st.idemQ[st.idemHead:]
+}
+
+// makeIdemKey keys an idempotency key by its viewer: a key is scoped to
+// one viewer, and bound (by the fingerprint kept with it) to the kind and
+// arguments of its first use, so reusing it for anything else is refused
+// rather than answered with another call's result.
 func makeIdemKey(viewer uint64, key string) idemKey {
 	if key == "" {
 		return idemKey{}
 	}
-	h := fnv.New128a()
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(viewer >> (8 * i))
-	}
-	h.Write(b[:])
+	h := fnv.New64a()
 	h.Write([]byte(key))
-	var sum [16]byte
-	h.Sum(sum[:0])
-	k := idemKey{}
-	for i := range 8 {
-		k[0] |= uint64(sum[i]) << (8 * i)
-		k[1] |= uint64(sum[8+i]) << (8 * i)
-	}
-	if k == (idemKey{}) {
-		k[0] = 1 // zero means "no key"
+	k := idemKey{viewer, h.Sum64()}
+	if k[1] == 0 {
+		k[1] = 1 // zero is an emptied queue slot's
 	}
 	return k
 }
@@ -109,6 +113,9 @@ func writeIdem(e *enc, st *state) {
 
 func writeIdemQ(e *enc, st *state) {
 	for _, q := range st.idemQ[st.idemHead:] {
+		if q.key == (idemKey{}) {
+			continue // emptied by an erasure
+		}
 		e.start()
 		e.v(q.time)
 		e.fixed(q.key[0])

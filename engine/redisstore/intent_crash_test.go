@@ -51,7 +51,7 @@ func TestIntentChild(t *testing.T) {
 	case "like":
 		err = s.Like(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")))
 	case "comment":
-		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
+		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), 0, []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
 	case "post":
 		_, err = s.CreatePost(bg, viewer, 0, "")
 	case "repost":
@@ -60,6 +60,24 @@ func TestIntentChild(t *testing.T) {
 		_, err = s.SendMessage(bg, viewer, engine.GroupID(arg("TALLY_INTENT_GROUP")), "hi @82", []engine.UserID{82, 99}, "")
 	case "import":
 		err = s.Import(bg, importCrashRows(int64(arg("TALLY_INTENT_T0")), viewer))
+	case "erase":
+		err = s.EraseUser(bg, viewer)
+	case "deletes":
+		// A burst of deletes ("<post>:<comment id>:<post to delete>"):
+		// a comment, then a post, every acknowledged one reported.
+		for _, d := range strings.Split(os.Getenv("TALLY_INTENT_DELETES"), ",") {
+			var post, cid, del uint64
+			fmt.Sscanf(d, "%d:%d:%d", &post, &cid, &del)
+			actor := engine.Actor{User: viewer, Privileged: true}
+			if err = s.DeleteComment(bg, actor, engine.PostID(post), engine.CommentID(cid)); err != nil {
+				break
+			}
+			fmt.Printf("deleted comment %d\n", cid)
+			if err = s.DeletePost(bg, actor, engine.PostID(del)); err != nil {
+				break
+			}
+			fmt.Printf("deleted post %d\n", del)
+		}
 	case "sweep":
 		var n int
 		n, err = s.SweepIntents(bg)
@@ -238,7 +256,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	// With an idempotency key, the client's retry and the sweeper agree
 	// on the operation: whichever comes first applies, the other nothing.
 	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid, "TALLY_INTENT_KEY=k1")
-	must(t, s.Comment(bg, commenter, post, []engine.UserID{81, 82}, "k1"))
+	must(t, s.Comment(bg, commenter, post, 0, []engine.UserID{81, 82}, "k1"))
 	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
 	// The retry's own finish deletes the intent when it recorded the same
 	// value (the crash and the retry fell in one millisecond); otherwise
@@ -320,7 +338,7 @@ func TestIntentSweepRacesLiveOperations(t *testing.T) {
 	}()
 	go func() {
 		for i := range n {
-			if err := live.Comment(bg, engine.UserID(1000+i), post, []engine.UserID{mentioned}, ""); err != nil {
+			if err := live.Comment(bg, engine.UserID(1000+i), post, 0, []engine.UserID{mentioned}, ""); err != nil {
 				errs <- err
 				return
 			}

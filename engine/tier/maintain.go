@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -17,9 +18,11 @@ import (
 type Job struct {
 	t      *table
 	w      *window
-	epoch  uint64  // the table's when planned: a Load since voids the job
-	base   body    // the window's body when planned: immutable while the job runs
-	fold   overlay // the delta Plan froze, which readers of w read until Finish; may be nil
+	epoch  uint64   // the table's when planned: a Load since voids the job
+	base   body     // the window's body when planned: immutable while the job runs
+	fold   overlay  // the delta Plan froze, which readers of w read until Finish; may be nil
+	drop   []uint64 // the window's forgotten posts when planned, which the rewrite leaves out
+	scrub  bool     // the window was marked for Scrub when planned (a failure marks it again)
 	toCold bool
 	// hold marks a View's hold on the window (view.go): it freezes the
 	// delta as a job does and rewrites nothing; Release ends it, never
@@ -58,7 +61,7 @@ func (t *table) Plan(now time.Time) []*Job {
 	var jobs []*Job
 	ms := now.UnixMilli()
 	for _, w := range t.wins {
-		if w.job != nil {
+		if w.job != nil || w.held() {
 			continue
 		}
 		end := t.win.End(w.num)
@@ -70,11 +73,11 @@ func (t *table) Plan(now time.Time) []*Job {
 		case Sealed:
 			if t.coldDue(end, ms) {
 				jobs = append(jobs, t.plan(w, true))
-			} else if t.deltaDue(w) {
+			} else if t.deltaDue(w) || w.scrubbed() || len(w.forgot()) > 0 {
 				jobs = append(jobs, t.plan(w, false))
 			}
 		case Cold:
-			if t.deltaDue(w) {
+			if t.deltaDue(w) || w.scrubbed() || len(w.forgot()) > 0 {
 				jobs = append(jobs, t.plan(w, true))
 			}
 		}
@@ -118,8 +121,11 @@ func (t *table) deltaDue(w *window) bool {
 }
 
 func (t *table) plan(w *window, toCold bool) *Job {
-	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, toCold: toCold}
+	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, drop: slices.Clone(w.forgot()), scrub: w.scrubbed(), toCold: toCold}
+	// The frozen delta holds whatever Scrub asked to be rewritten; what
+	// is removed after this goes to the new delta and asks again.
 	w.job, w.delta = j, nil
+	w.setScrub(false)
 	if toCold {
 		j.name = t.planFile(w.num)
 	}
@@ -140,7 +146,7 @@ func (j *Job) Run() error {
 	}
 	j.ran = true
 	t := j.t
-	write := func(w io.Writer) error { return t.shape.writeImage(w, j.base, j.w.lo, j.fold) }
+	write := func(w io.Writer) error { return t.shape.writeImage(w, j.base, j.w.lo, j.fold, j.drop) }
 	if !j.toCold {
 		var buf bytes.Buffer
 		if j.err = write(&buf); j.err == nil {
@@ -186,6 +192,9 @@ func (t *table) Finish(j *Job) error {
 	if j.err != nil {
 		j.discard()
 		t.unfreeze(w, j.fold)
+		if j.scrub {
+			w.setScrub(true)
+		}
 		return j.err
 	}
 	t.retire(w.body)
@@ -194,6 +203,16 @@ func (t *table) Finish(j *Job) error {
 	} else {
 		j.sealed.installed = true
 		w.body = j.sealed
+	}
+	if len(j.drop) > 0 {
+		if l := w.life; l != nil {
+			l.forgot = slices.DeleteFunc(l.forgot, func(p uint64) bool { _, ok := slices.BinarySearch(j.drop, p); return ok })
+			if len(l.forgot) == 0 {
+				l.forgot = nil
+			}
+			w.tidyLife()
+		}
+		t.shape.dropped(w, j.drop)
 	}
 	if w.body.records() == 0 && (w.delta == nil || w.delta.len() == 0) {
 		t.retire(w.body)
@@ -207,7 +226,9 @@ func (t *table) Finish(j *Job) error {
 // table, which takes writes in place again, with the delta written since;
 // under that delta otherwise.
 func (t *table) unfreeze(w *window, frozen overlay) {
-	if w.body.kind() == Open {
+	// A scan reading the open table with no lock (held) folds the delta
+	// itself when it finishes.
+	if w.body.kind() == Open && !w.held() {
 		for _, o := range [2]overlay{frozen, w.delta} {
 			if o != nil {
 				t.shape.foldInto(w.body, o)

@@ -102,7 +102,9 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 			i := int(keys[e] & 0xff)
 			key := ids[i] - w.lo + 1
 			if (delta != nil && delta.get(key, &p.layout, &r)) || (frozen != nil && frozen.get(key, &p.layout, &r)) {
-				out[i], found[i] = r.post(), true
+				if !r.dead() {
+					out[i], found[i] = r.post(), true
+				}
 				continue
 			}
 			sub[m], pos[m] = ids[i], uint8(i)

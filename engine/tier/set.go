@@ -125,6 +125,9 @@ func (s *Set) tableOf(t **pairTable) *pairTable {
 // It allocates only when a table grows or a window is created.
 func (s *Set) Add(user, post uint64) (bool, error) {
 	w := s.windowFor(post)
+	if forgotten(w, post) {
+		return false, nil
+	}
 	k := post - w.lo
 	if w.takesWrites() {
 		if !w.body.(*pairTable).add(user, k) {
@@ -158,6 +161,9 @@ func (s *Set) Remove(user, post uint64) (bool, error) {
 		return false, nil
 	}
 	w := s.wins[i]
+	if forgotten(w, post) {
+		return false, nil
+	}
 	k := post - w.lo
 	if w.takesWrites() {
 		if !w.body.(*pairTable).remove(user, k) {
@@ -183,6 +189,29 @@ func (s *Set) Remove(user, post uint64) (bool, error) {
 	return true, nil
 }
 
+// Forget forgets every pair of post (a deleted post's likers): reads
+// leave them out from now on, Add and Remove of them change nothing and
+// report false, and the next rewrite of the post's window, which Plan
+// makes due, drops them from memory, snapshots and files (an open
+// window's at its sealing).
+func (s *Set) Forget(post uint64) {
+	w := s.windowFor(post)
+	if j, found := slices.BinarySearch(w.forgot(), post); !found {
+		l := w.lifeOf()
+		l.forgot = slices.Insert(l.forgot, j, post)
+	}
+}
+
+// forgotten reports whether post's pairs are forgotten in w.
+func forgotten(w *window, post uint64) bool {
+	forgot := w.forgot()
+	if len(forgot) == 0 {
+		return false
+	}
+	_, found := slices.BinarySearch(forgot, post)
+	return found
+}
+
 // Has reports whether (user, post) is in the set. It does not allocate
 // and writes nothing but the block cache; an unreadable cold block is an
 // error wrapping ErrCorrupt, never a false.
@@ -192,6 +221,9 @@ func (s *Set) Has(user, post uint64) (bool, error) {
 		return false, nil
 	}
 	w := s.wins[i]
+	if forgotten(w, post) {
+		return false, nil
+	}
 	if w.delta != nil || w.job != nil {
 		if has, ok := overlaid(w, user, post-w.lo); ok {
 			return has, nil
@@ -279,6 +311,10 @@ func hasWindow(w *window, user uint64, posts []uint64, o []uint8, out []bool, ru
 	switch b := w.body.(type) {
 	case *pairTable:
 		for _, i := range o {
+			if forgotten(w, posts[i]) {
+				out[i] = false
+				continue
+			}
 			k := posts[i] - w.lo
 			if overlay {
 				if has, ok := overlaid(w, user, k); ok {
@@ -321,6 +357,10 @@ func hasWindow(w *window, user uint64, posts []uint64, o []uint8, out []bool, ru
 	}
 	for _, i := range o {
 		post := posts[i]
+		if forgotten(w, post) {
+			out[i] = false
+			continue
+		}
 		if overlay {
 			if has, ok := overlaid(w, user, post-w.lo); ok {
 				out[i] = has
@@ -408,6 +448,9 @@ func (s *Set) Range(fn func(user, post uint64) bool) error {
 	return walkWindows(len(s.wins), func(i int) error {
 		w := s.wins[i]
 		return s.merge(w.body, w.lo, w.frozen(), w.delta, func(post, user uint64) error {
+			if forgotten(w, post) {
+				return nil
+			}
 			if !fn(user, post) {
 				return errStop
 			}

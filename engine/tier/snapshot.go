@@ -18,24 +18,30 @@ import (
 // encoding/binary's.
 //
 //	image   = header body CRC32C(body) uint32
-//	header  = "TLYTIERS" | version uint32 (3) | 0 uint32 | body length uint64 |
+//	header  = "TLYTIERS" | version uint32 (4) | 0 uint32 | body length uint64 |
 //	          window millis uint64 | next file generation uint64 |
 //	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
 //	body    = tag [4] | windows uvarint | window*                            windows in time order
-//	window  = num varint | records uvarint | kind uint8 | base | overlay
+//	window  = num varint | records uvarint | kind uint8 | flags uint8 | forgot | base | overlay
+//	flags   = bit 0: the window waits for the rewrite Scrub asked for
+//	forgot  = count uvarint | (post id - window start, then the gap to the previous, uvarint)*
+//	          the set's forgotten posts (Set.Forget), increasing
 //	base    = open:   the shape's open entries
 //	          sealed: length uvarint | window image
 //	          cold:   name length uvarint | name | file size uvarint
 //	overlay = the shape's overlay entries (the delta, and a running job's frozen one under it)
 //
 // The post table's entries (postshape.go) are rows, a set's (setshape.go)
-// pairs, in the order their tables hold them (version 3; 2 had them
-// sorted, which cost a sorted copy of each open window to write).
+// pairs, in the order their tables hold them, not sorted (which would
+// cost a sorted copy of each open window to write).
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 3
+	snapVersion     = 4
 	snapHeaderBytes = 44
 )
+
+// flagScrub marks a window waiting for its Scrub rewrite.
+const flagScrub = 1
 
 // maxImage bounds the body length a header may declare (1 TiB): beyond
 // it the header is garbage, and Load does not try to read it.
@@ -49,18 +55,24 @@ const maxImage = 1 << 40
 func (t *table) WriteTo(w io.Writer) (int64, error) {
 	wins := make([]windowImage, len(t.wins))
 	for i, win := range t.wins {
-		wins[i] = windowImage{num: win.num, n: win.n, body: win.body, frozen: win.frozen(), delta: win.delta}
+		wins[i] = windowImage{num: win.num, lo: win.lo, n: win.n, body: win.body, frozen: win.frozen(), delta: win.delta,
+			scrub: win.scrubbed(), forgot: win.forgot()}
 	}
 	return t.writeImageOf(w, wins, t.nextGen, false)
 }
 
-// windowImage is what an image holds of one window: its number, its
-// records, its body and the overlays over it (either may be nil).
+// windowImage is what an image holds of one window: its number and
+// start, its records, its body and the overlays over it (either may be
+// nil), and its erasure state: whether it waits for a Scrub rewrite, and
+// a set's forgotten posts.
 type windowImage struct {
 	num           int64
+	lo            uint64
 	n             int
 	body          body
 	frozen, delta overlay
+	scrub         bool
+	forgot        []uint64
 }
 
 // writeImageOf writes the image of wins, windows of t in time order, with
@@ -174,9 +186,24 @@ func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool
 	for _, win := range wins {
 		sw.buf = binary.AppendVarint(sw.buf, win.num)
 		sw.uvarint(uint64(win.n))
+		kind := win.body.kind()
+		if kind == Cold && inline {
+			kind = Sealed // its file's bytes are copied in
+		}
+		sw.buf = append(sw.buf, byte(kind))
+		var flags byte
+		if win.scrub {
+			flags |= flagScrub
+		}
+		sw.buf = append(sw.buf, flags)
+		sw.uvarint(uint64(len(win.forgot)))
+		prev := win.lo
+		for _, p := range win.forgot {
+			sw.uvarint(p - prev)
+			prev = p
+		}
 		switch b := win.body.(type) {
 		case *sealedWindow:
-			sw.buf = append(sw.buf, byte(Sealed))
 			sw.uvarint(uint64(len(b.data)))
 			if err := sw.flush(); err != nil {
 				return err
@@ -186,13 +213,11 @@ func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool
 			}
 		case *coldWindow:
 			if !inline {
-				sw.buf = append(sw.buf, byte(Cold))
 				sw.uvarint(uint64(len(b.name)))
 				sw.buf = append(sw.buf, b.name...)
 				sw.uvarint(uint64(b.size))
 				break
 			}
-			sw.buf = append(sw.buf, byte(Sealed))
 			sw.uvarint(uint64(b.size))
 			if err := sw.flush(); err != nil {
 				return err
@@ -205,7 +230,6 @@ func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool
 				return err
 			}
 		default:
-			sw.buf = append(sw.buf, byte(Open))
 			if err := t.shape.writeOpen(sw, b); err != nil {
 				return err
 			}
@@ -438,6 +462,23 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		}
 		lastNum = num
 		w := &window{num: num, lo: t.win.Start(num), last: t.win.Last(num)}
+		flags := sr.byte()
+		nf := sr.count("forgotten posts")
+		if sr.err == nil && flags&^flagScrub != 0 {
+			return fail("window %d: flags %#x", num, flags)
+		}
+		w.setScrub(flags&flagScrub != 0)
+		for i, prev := uint64(0), w.lo; i < nf && sr.err == nil; i++ {
+			p := prev + sr.uvarint()
+			if p < prev || p > w.last || (i > 0 && p == prev) {
+				return fail("window %d: forgotten post out of order or range", num)
+			}
+			w.lifeOf().forgot = append(w.lifeOf().forgot, p)
+			prev = p
+		}
+		if sr.err != nil {
+			return wins, 0, sr.err
+		}
 		switch kind {
 		case Open:
 			w.body = t.shape.readOpen(sr, w)

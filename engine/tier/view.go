@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // A View is the table as it was when Capture took it, for a snapshot
@@ -18,7 +19,11 @@ import (
 // windows back: the writes made meanwhile go back into the open tables,
 // and a delta frozen by Capture goes back under the one written since.
 // What the view costs in memory is therefore what was written while it
-// was out, never a copy of the table.
+// was out, never a copy of the table. A window's erasure state is taken
+// with it: its scrub flag, and a copy of a set's forgotten posts (few,
+// and changed in place). A Scan (scan.go) that runs while the view is
+// out holds an open window as well, and the view's Release leaves the
+// writes made meanwhile in the delta until the scan's Finish folds them.
 type View struct {
 	t       *table
 	wins    []windowImage
@@ -49,7 +54,10 @@ func (t *table) Capture() (*View, error) {
 		}
 		w.job = &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, hold: true}
 		w.delta = nil
-		v.wins[i] = windowImage{num: w.num, n: w.n, body: b, frozen: w.job.fold}
+		// The erasure state is the window's as of now: a Forget or a
+		// Scrub while the view is out changes the window's own.
+		v.wins[i] = windowImage{num: w.num, lo: w.lo, n: w.n, body: b, frozen: w.job.fold,
+			scrub: w.scrubbed(), forgot: slices.Clone(w.forgot())}
 		v.held[i] = w
 	}
 	t.view = v
@@ -73,6 +81,19 @@ func (v *View) Len() int {
 	return n
 }
 
+// Scrubbing reports how many of the view's windows wait for a rewrite
+// that drops records (Scrub, Forget; the table's Scrubbing): their bytes
+// may still hold what was removed.
+func (v *View) Scrubbing() int {
+	n := 0
+	for _, w := range v.wins {
+		if w.scrub || (len(w.forgot) > 0 && w.body.kind() != Open) {
+			n++
+		}
+	}
+	return n
+}
+
 // Release gives the view's windows back to the table (see View): the
 // writes made to an open window while it was held go into its table, and
 // the delta Capture froze goes back under the delta written since, which
@@ -89,6 +110,11 @@ func (t *table) Release(v *View) error {
 		}
 		w.job = nil
 		t.unfreeze(w, j.fold)
+		if w.body.kind() == Open && w.delta == nil {
+			// What a Scrub marked while the view held the window is
+			// folded into the open table, which forgets it in place.
+			w.setScrub(false)
+		}
 	}
 	t.view = nil
 	t.trim()

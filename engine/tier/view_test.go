@@ -159,7 +159,7 @@ func TestSetViewModel(t *testing.T) {
 			}
 			atCapture := maps.Clone(model)
 			writes(300)
-			checkSet(t, s, model, rng, hot, nWin)
+			checkSet(t, s, model, rng, hot, nWin, false)
 			var buf bytes.Buffer
 			if _, err := v.WriteTo(&buf); err != nil {
 				t.Fatal(err)
@@ -167,12 +167,12 @@ func TestSetViewModel(t *testing.T) {
 			if err := s.Release(v); err != nil {
 				t.Fatal(err)
 			}
-			checkSet(t, s, model, rng, hot, nWin)
+			checkSet(t, s, model, rng, hot, nWin, false)
 			loaded := newTestSet(t, Options{WindowMillis: testWindow, OpenAge: opts.OpenAge}, 16)
 			if err := loaded.Load(&buf); err != nil {
 				t.Fatalf("round %d: Load of the view's image: %v", round, err)
 			}
-			checkSet(t, loaded, atCapture, rng, hot, nWin)
+			checkSet(t, loaded, atCapture, rng, hot, nWin, false)
 		}
 		if st := statsOf(s); st.coldWindows == 0 || st.sealedWindows == 0 || st.openWindows == 0 {
 			t.Fatalf("windows %+v: want every form", st)
@@ -180,7 +180,7 @@ func TestSetViewModel(t *testing.T) {
 		if err := s.Maintain(clock.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		checkSet(t, s, model, rng, hot, nWin)
+		checkSet(t, s, model, rng, hot, nWin, false)
 		s.Close()
 	}
 }
