@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -375,5 +376,150 @@ func TestCaptureRules(t *testing.T) {
 	}
 	if err := tr.Load(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestViewWithScans takes views while erasure-style scans read open
+// windows with no lock, in both orders (a scan planned before the
+// Capture, and one planned on a window the view holds), while writes,
+// Forget and Scrub go on and the view is Released before the scan ends:
+// the scan finds every pair of its user, the live set answers as the
+// model after the scan's Finish, and the view's image loads as the set
+// was at Capture. Run with -race: neither the view's writer nor the
+// scan reads what the writes touch.
+func TestViewWithScans(t *testing.T) {
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 25))
+		opts := setOpts(t.TempDir())
+		s := newTestSet(t, opts, 16)
+		const nWin = 40
+		const user = 4242
+		hot := []uint64{randID(rng, nWin)}
+		model := map[upair]bool{}
+		gone := map[uint64]bool{} // posts forgotten
+		var target *window        // the open window scanned, which half the writes go to
+		var mu sync.Mutex
+		writes := func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			for range n {
+				q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
+				if target != nil && rng.IntN(2) == 0 {
+					q.p = target.lo + rng.Uint64N(target.last-target.lo+1)
+				}
+				if gone[q.p] {
+					continue // Forget: Add and Remove change nothing
+				}
+				switch rng.IntN(8) {
+				case 0:
+					if _, err := s.Remove(q.u, q.p); err != nil {
+						t.Fatal(err)
+					}
+					delete(model, q)
+				case 1:
+					s.Scrub(q.p)
+				case 2:
+					q.u = user
+					fallthrough
+				default:
+					if _, err := s.Add(q.u, q.p); err != nil {
+						t.Fatal(err)
+					}
+					model[q] = true
+				}
+			}
+		}
+		writes(2000)
+		if err := s.Maintain(testEpoch.Add(4 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		forgot := false
+		for round := range 4 {
+			writes(300)
+			mu.Lock()
+			var open *window
+			for _, w := range s.wins {
+				if w.body.kind() == Open {
+					open = w
+					break
+				}
+			}
+			if open == nil {
+				t.Fatal("no open window to scan")
+			}
+			target = open
+			from := Cursor{Post: open.lo}
+			var sc *Scan
+			if round%2 == 0 {
+				sc = s.PlanScan(user, from, 1<<20)
+			}
+			v, err := s.Capture()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round%2 == 1 {
+				sc = s.PlanScan(user, from, 1<<20)
+			}
+			if sc.w != open {
+				t.Fatalf("round %d: the scan is not of the open window", round)
+			}
+			atCapture := maps.Clone(model)
+			mu.Unlock()
+			var image bytes.Buffer
+			// Two groups: the view's writer ends before Release, the
+			// scan's run may not, and nothing orders it before Release
+			// or the writes after it.
+			var wg, scanning sync.WaitGroup
+			scanning.Go(func() {
+				if err := sc.Run(); err != nil {
+					t.Error(err)
+				}
+			})
+			wg.Go(func() {
+				if _, err := v.WriteTo(&image); err != nil {
+					t.Error(err)
+				}
+			})
+			writes(300)
+			mu.Lock()
+			p := randLikedPost(rng, hot, nWin)
+			s.Forget(p)
+			gone[p], forgot = true, true
+			for q := range model {
+				if q.p == p {
+					delete(model, q)
+				}
+			}
+			mu.Unlock()
+			writes(100)
+			wg.Wait() // the view's writer must end before Release
+			mu.Lock()
+			if err := s.Release(v); err != nil {
+				t.Fatal(err)
+			}
+			mu.Unlock()
+			writes(200)
+			scanning.Wait()
+			mu.Lock()
+			found, _, _, err := sc.Finish()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every pair of user in the window at Capture is found, or
+			// was written since (and is then in the delta scanned too).
+			for q := range atCapture {
+				if q.u == user && q.p >= open.lo && q.p <= open.last && !slices.Contains(found, q.p) {
+					t.Fatalf("seed %d round %d: the scan missed post %d", seed, round, q.p)
+				}
+			}
+			checkSet(t, s, model, rng, hot, nWin, forgot)
+			mu.Unlock()
+			loaded := newTestSet(t, Options{WindowMillis: testWindow, OpenAge: opts.OpenAge}, 16)
+			if err := loaded.Load(&image); err != nil {
+				t.Fatalf("seed %d round %d: Load of the view's image: %v", seed, round, err)
+			}
+			checkSet(t, loaded, atCapture, rng, hot, nWin, true)
+		}
+		s.Close()
 	}
 }
