@@ -117,7 +117,10 @@
 // losing nothing. The older one is scrubbed first (every checksum read):
 // one that rotted since it was written is moved aside, and the one before
 // it and its log are kept instead. Disk use is therefore about two
-// snapshots plus up to twice SnapshotLogBytes of log.
+// snapshots plus up to twice SnapshotLogBytes of log. The first snapshot
+// after an erasure ended is the exception (afterSnapshot): kept alone,
+// with no log before it, once no window it shares still waits for the
+// erasure's rewrite.
 //
 // # Recovery
 //
