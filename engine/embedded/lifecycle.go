@@ -399,7 +399,7 @@ func (st *state) noteReadErr(err error) {
 func (st *state) applyEraseStep(r *eraseStepRec) {
 	x := st.erasingOf(r.user)
 	if x != nil && r.phase == phaseIdem {
-		q := st.idemQ[st.idemHead:]
+		q := st.idemQMut()
 		from := sort.Search(len(q), func(i int) bool { return uint64(q[i].time) >= x.cursor.Post })
 		for i := from; i < len(q) && (r.phaseEnd || uint64(q[i].time) < r.next.Post); i++ {
 			if q[i].key[0] != r.user || q[i].key == (idemKey{}) {
@@ -453,7 +453,7 @@ func (st *state) applyUnauthor(p engine.PostID) {
 // leaves, and the mapid no longer names anyone (it stays quit, so that no
 // later message counts it; receipts recorded keep counting it).
 func (st *state) applyGroupErasure(m ops.Membership) {
-	g, ok := st.group(uint64(m.Group))
+	g, ok := st.groupMut(uint64(m.Group))
 	if !ok {
 		return
 	}
@@ -466,13 +466,18 @@ func (st *state) applyGroupErasure(m ops.Membership) {
 		g.setQuit(mapid, true)
 		g.current--
 	}
+	if st.held != nil {
+		// groupMut's copy shares byMap's array with the cut, which
+		// writes the member as it was.
+		g.byMap = slices.Clone(g.byMap)
+	}
 	g.byMap[mapid-1] = 0
 	st.members.Delete(k)
 }
 
 // applySenderErasure clears a message's sender.
 func (st *state) applySenderErasure(id engine.MessageID) {
-	if m, ok := st.message(uint64(id)); ok {
+	if m, ok := st.messageMut(uint64(id)); ok {
 		m.sender = 0
 	}
 }

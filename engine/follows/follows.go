@@ -43,10 +43,13 @@
 //   - Both directions always hold the same edges (Check verifies it).
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
-// read (List, Followees, Contains, Following, Has, Followers,
-// FollowerCount, Range, Len, MemoryBytes, Check) and a write lock for the
-// rest. Slices passed to callbacks alias the store's scratch and are
-// valid only during the call.
+// read (List, Followees, FolloweesPage, Contains, Following, Has,
+// Followers, FollowerCount, Range, Len, MemoryBytes, Check) and a write
+// lock for the rest. The one exception is a frozen view (Freeze,
+// freeze.go): a snapshot ranges over it with no lock while the store takes
+// writes, and the store copies on write, a block and a directory page at
+// a time, until Thaw. Slices passed to callbacks alias the store's scratch
+// and are valid only during the call.
 package follows
 
 import (
@@ -239,7 +242,8 @@ func (s *Store) MemoryBytes() int {
 
 // Compact copies both directions into fresh arenas without free slots.
 // Changes call it when needed; it is exported for a maintenance pass that
-// prefers to choose the moment, since it costs O(edges) at once.
+// prefers to choose the moment, since it costs O(edges) at once. A frozen
+// store (Freeze) does not compact until Thaw.
 func (s *Store) Compact() {
 	s.loaded()
 	s.fwd.compact()

@@ -38,7 +38,12 @@
 // holds up to 1024 (post, user) pairs as two Elias–Fano lists (both
 // blocks' lists: eflist.go; their bit-level reads and writes:
 // engine/bitpack). A snapshot (snapshot.go) lists each window's open
-// entries, image or file, then its delta.
+// entries, image or file, then its delta. A View (view.go) is the table
+// as Capture found it, for a snapshot written while the table takes
+// writes: it shares the sealed and cold windows, which never change, and
+// holds every window as a rewriting job does (its delta frozen, writes
+// going to a fresh one) until Release; its image inlines the cold files,
+// so it stands alone.
 //
 // Records also go away, for the engine's deletes and erasures:
 // Posts.Delete removes a post (an overlay keeps a deleted row until the
@@ -88,7 +93,10 @@
 //     CacheBytes, DiskBytes, Stats, Files, VerifyFiles, WriteTo) may share
 //     the read lock;
 //   - writers (Put, AddCounts, SetAuthor, Import, Add, Remove, LoadPairs,
-//     Plan, Finish, Maintain, Load, Collect, Close) need the write lock;
+//     Plan, Finish, Maintain, Load, Collect, Capture, Release, Close) need
+//     the write lock;
+//   - View.WriteTo needs no lock: it reads only what Capture froze
+//     (TestViewConcurrent runs it beside writers under -race);
 //   - Job.Run needs no lock: it reads only what Plan froze (an open table
 //     that takes no more writes, an immutable sealed window or file, a
 //     frozen delta), so readers and writers carry on while a window is

@@ -24,8 +24,8 @@ const loadFlushMin = 1 << 16
 // next Plan. Duplicates are ignored. It needs the write lock and no
 // pending job.
 func (s *Set) LoadPairs(seq iter.Seq2[uint64, uint64], now time.Time) error {
-	if s.jobs != 0 {
-		return errors.New("tier: LoadPairs with jobs pending")
+	if s.jobs != 0 || s.view != nil {
+		return errors.New("tier: LoadPairs with jobs pending or a view out")
 	}
 	ms := now.UnixMilli()
 	type buf struct {

@@ -172,6 +172,11 @@ func (s *Set) dropped(w *window, drop []uint64) {
 
 func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }
 
+func (s *Set) checkBlock(x *blockIndex, i int, blk []byte) error {
+	post, user := x.firstPair(i)
+	return checkPairBlock(post, user, blk)
+}
+
 func (s *Set) foldInto(open body, o overlay) {
 	t, d := open.(*pairTable), o.(*pairDelta)
 	d.added.each(func(u, k uint64) bool { t.add(u, k); return true })
@@ -179,8 +184,9 @@ func (s *Set) foldInto(open body, o overlay) {
 }
 
 // compose returns the delta over a body equal to lower over it with upper
-// over that (either may be nil), reusing upper's tables: what a failed
-// job leaves of its frozen delta and the writes since, or both as one.
+// over that (either may be nil), reusing the larger one's tables and
+// walking the smaller: what a failed job or a view's hold leaves of its
+// frozen delta and the writes since, or both as one.
 func (s *Set) compose(lower, upper overlay) overlay {
 	lo, up := asPairs(lower), asPairs(upper)
 	switch {
@@ -190,6 +196,24 @@ func (s *Set) compose(lower, upper overlay) overlay {
 		return lo
 	case lo == nil:
 		return up
+	}
+	if up.len() < lo.len() {
+		up.added.each(func(u, k uint64) bool {
+			// Absent under upper: present in the body and removed by
+			// lower (the addition cancels that), or absent from both.
+			if !lo.removed.remove(u, k) {
+				s.tableOf(&lo.added).add(u, k)
+			}
+			return true
+		})
+		up.removed.each(func(u, k uint64) bool {
+			// Present under upper: added by lower, or in the body.
+			if !lo.added.remove(u, k) {
+				s.tableOf(&lo.removed).add(u, k)
+			}
+			return true
+		})
+		return lo
 	}
 	lo.added.each(func(u, k uint64) bool {
 		// Absent from the body: a later removal cancels it.
@@ -213,15 +237,19 @@ func (s *Set) compose(lower, upper overlay) overlay {
 //
 //	open    = pairs
 //	overlay = pairs (added, absent from the base) | pairs (removed, present in it)
-//	pairs   = count uvarint | (post id - window start uvarint | user uvarint)*  in (post, user) order
+//	pairs   = count uvarint | (post id - window start uvarint | user uvarint)*  in no order
+//
+// in the order the tables hold them, so that writing an open window or a
+// delta takes no memory beyond the writer's buffer, however large it is.
 
 func (s *Set) writeOpen(sw *snapshotWriter, open body) error {
-	return writePairs(sw, open.(*pairTable).pairs(nil))
+	return writePairs(sw, open.(*pairTable), nil)
 }
 
 func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
-	// The two deltas as one, without changing either: a reader may share
-	// them.
+	// The two deltas as one, without changing either (a reader may share
+	// them): additions the newer one does not remove, then its own that
+	// do not undo a removal of the older; removals likewise.
 	fr, dl := asPairs(frozen), asPairs(delta)
 	if fr == nil {
 		fr = &pairDelta{}
@@ -229,25 +257,44 @@ func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
 	if dl == nil {
 		dl = &pairDelta{}
 	}
-	added := keepPairs(keepPairs(nil, fr.added, dl.removed), dl.added, fr.removed)
-	removed := keepPairs(keepPairs(nil, fr.removed, dl.added), dl.removed, fr.added)
-	if err := writePairs(sw, added); err != nil {
+	if err := writePairs(sw, fr.added, dl.removed, dl.added, fr.removed); err != nil {
 		return err
 	}
-	return writePairs(sw, removed)
+	return writePairs(sw, fr.removed, dl.added, dl.removed, fr.added)
 }
 
-func writePairs(sw *snapshotWriter, ps []pair) error {
-	slices.SortFunc(ps, comparePairs)
-	sw.uvarint(uint64(len(ps)))
-	for _, q := range ps {
-		sw.uvarint(q.post)
-		sw.uvarint(q.user)
-		if err := sw.spill(); err != nil {
-			return err
+// writePairs writes the pairs of each table of from (a nil one is empty)
+// that the table after it in unless does not hold, from and unless taken
+// two by two: (from[0], unless[0]), (from[1], unless[1])... It counts them
+// first, so the list costs two passes over the tables and no copy.
+func writePairs(sw *snapshotWriter, tables ...*pairTable) error {
+	each := func(fn func(u, k uint64) error) error {
+		for i := 0; i < len(tables); i += 2 {
+			from, unless := tables[i], (*pairTable)(nil)
+			if i+1 < len(tables) {
+				unless = tables[i+1]
+			}
+			var err error
+			from.each(func(u, k uint64) bool {
+				if !unless.has(u, k) {
+					err = fn(u, k)
+				}
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return nil
+	n := 0
+	each(func(uint64, uint64) error { n++; return nil })
+	sw.uvarint(uint64(n))
+	return each(func(u, k uint64) error {
+		sw.uvarint(k)
+		sw.uvarint(u)
+		return sw.spill()
+	})
 }
 
 func (s *Set) readOpen(sr *snapshotReader, w *window) body {
@@ -292,25 +339,26 @@ func (s *Set) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
 }
 
 // readPairs reads a pair list of window w into a table (nil when empty),
-// checking order and range.
+// checking range and that no pair comes twice.
 func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
 	n := sr.count("pairs")
 	if sr.err != nil || n == 0 {
 		return nil
 	}
 	t := newPairTable(s.keyBits, int(n))
-	var prev pair
-	for i := range n {
-		q := pair{sr.uvarint(), sr.uvarint()}
+	for range n {
+		post, user := sr.uvarint(), sr.uvarint()
 		if sr.err != nil {
 			return nil
 		}
-		if (i > 0 && comparePairs(q, prev) <= 0) || q.post > w.last-w.lo {
-			sr.fail("window %d: pair out of order or range", w.num)
+		if post > w.last-w.lo {
+			sr.fail("window %d: pair out of range", w.num)
 			return nil
 		}
-		prev = q
-		t.add(q.user, q.post)
+		if !t.add(user, post) {
+			sr.fail("window %d: pair (%d, %d) listed twice", w.num, w.lo+post, user)
+			return nil
+		}
 	}
 	return t
 }

@@ -95,6 +95,7 @@ type table struct {
 	jobs int       // planned and not finished
 
 	epoch uint64 // bumped by Load: jobs planned before it are void
+	view  *View  // the view Capture gave out, until Release; nil: none
 	coldStore
 	arena arena // the bytes of sealed windows
 }
@@ -126,6 +127,9 @@ type recordShape interface {
 	// it as far as its contents, the key order across blocks and the
 	// footer's totals.
 	verifyBlocks(b body) error
+	// checkBlock checks block i of an image with index x (its bytes and
+	// CRC) as a read from a file does: its checksum and header.
+	checkBlock(x *blockIndex, i int, blk []byte) error
 	// foldInto writes an overlay into the open table it lies over.
 	foldInto(open body, o overlay)
 	// compose returns the overlay equal to lower with upper over it
@@ -350,11 +354,13 @@ func (t *table) Scrub(id uint64) {
 	}
 }
 
-// Scrubbing reports how many windows wait for a rewrite Scrub asked for.
+// Scrubbing reports how many windows wait for a rewrite that drops
+// records still in their bytes: one Scrub asked for, or a set's
+// forgotten posts (Forget), whose pairs may name an erased user too.
 func (t *table) Scrubbing() int {
 	n := 0
 	for _, w := range t.wins {
-		if w.scrubbed() {
+		if w.scrubbed() || (len(w.forgot()) > 0 && w.body.kind() != Open) {
 			n++
 		}
 	}
