@@ -393,11 +393,24 @@ func (st *state) noteReadErr(err error) {
 }
 
 // applyEraseStep applies what a step record changes besides its effects:
-// in the idem phase, the user's idempotency records between the cursor
+// in the like and favorite phases, the user's pairs on deleted posts
+// (Set.Purge); in the idem phase, the user's idempotency records between the cursor
 // and next (the queue is in time order: the cursor is a time), and the
 // erasure's progress.
 func (st *state) applyEraseStep(r *eraseStepRec) {
 	x := st.erasingOf(r.user)
+	if x != nil && (r.phase == phaseLikes || r.phase == phaseFavorites) {
+		// A deleted post's pairs are forgotten, not removed: the decision
+		// saw none of them, but the user's must not wait in an open
+		// window for its sealing to leave the snapshots.
+		set := st.likes
+		if r.phase == phaseFavorites {
+			set = st.favs
+		}
+		for _, p := range r.keys {
+			set.Purge(r.user, p)
+		}
+	}
 	if x != nil && r.phase == phaseIdem {
 		q := st.idemQMut()
 		from := sort.Search(len(q), func(i int) bool { return uint64(q[i].time) >= x.cursor.Post })
