@@ -102,7 +102,8 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 			i := int(keys[e] & 0xff)
 			key := ids[i] - w.lo + 1
 			if (delta != nil && delta.get(key, &p.layout, &r)) || (frozen != nil && frozen.get(key, &p.layout, &r)) {
-				out[i], found[i] = r.post(), true
+				r.toPost(&out[i])
+				found[i] = true
 				continue
 			}
 			sub[m], pos[m] = ids[i], uint8(i)
@@ -116,7 +117,8 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 		case *rowTable:
 			for j, id := range sub[:m] {
 				if b.get(id-w.lo+1, &p.layout, &r) {
-					out[pos[j]], found[pos[j]] = r.post(), true
+					r.toPost(&out[pos[j]])
+					found[pos[j]] = true
 				}
 			}
 		case *sealedWindow:
@@ -151,7 +153,8 @@ func getManySealed(s *sealedWindow, sub []uint64, pos []uint8, out []Post, found
 		}
 		if i, ok := k.find(sub[j]); ok {
 			k.row(i, &r)
-			out[pos[j]], found[pos[j]] = r.post(), true
+			r.toPost(&out[pos[j]])
+			found[pos[j]] = true
 		}
 	}
 }
@@ -181,7 +184,8 @@ func getManyCold(f *coldWindow, sub []uint64, pos []uint8, out []Post, found []b
 				j := key & 0xff
 				if i, ok := k.find(sub[j]); ok {
 					k.row(i, &r)
-					out[pos[j]], found[pos[j]] = r.post(), true
+					r.toPost(&out[pos[j]])
+					found[pos[j]] = true
 				}
 			}
 		})

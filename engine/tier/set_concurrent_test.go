@@ -8,11 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // TestSetConcurrentJobs runs a set's maintenance jobs (planned and
-// finished under the write lock, run outside it) while writers like and
-// unlike under the write lock and readers read pages and take snapshots
+// finished under the write lock, run outside it) while writers like,
+// react, switch kinds and unreact under the write lock and readers read pages and take snapshots
 // under the read lock. A reader checks that a pair only its own writer
 // touches reads as that writer left it; at the end the set is the
 // writers' model. Run with -race.
@@ -28,7 +30,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 	for i := range posts {
 		posts[i] = randID(rng, nWin)
 	}
-	model := map[upair]bool{} // under mu
+	model := map[upair]counters.Kind{} // under mu
 	var clock atomic.Int64
 	clock.Store(testEpoch.UnixMilli())
 	stop := make(chan struct{})
@@ -47,12 +49,19 @@ func TestSetConcurrentJobs(t *testing.T) {
 				q := upair{uint64(w + 2*rng.IntN(50)), posts[rng.IntN(len(posts))]}
 				mu.Lock()
 				var err error
-				if rng.IntN(3) == 0 {
-					_, err = s.Remove(q.u, q.p)
+				switch rng.IntN(3) {
+				case 0:
+					_, err = s.Unreact(q.u, q.p)
 					delete(model, q)
-				} else {
+				case 1:
 					_, err = s.Add(q.u, q.p)
-					model[q] = true
+					if model[q] == counters.NoKind {
+						model[q] = counters.Like
+					}
+				default: // a reaction, or a switch of kind
+					kind := randKind(rng, 6)
+					_, err = s.React(q.u, q.p, kind)
+					model[q] = kind
 				}
 				mu.Unlock()
 				if err != nil {
@@ -65,7 +74,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 	for r := range 2 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(r), 2))
-			var out [50]bool
+			var out [50]counters.Kind
 			page := make([]uint64, 50)
 			for {
 				select {
@@ -80,8 +89,8 @@ func TestSetConcurrentJobs(t *testing.T) {
 				slices.Reverse(page)
 				user := uint64(rng.IntN(100))
 				mu.RLock()
-				err := s.HasMany(user, page, out[:])
-				want := make([]bool, len(page))
+				err := s.KindsOf(user, page, out[:])
+				want := make([]counters.Kind, len(page))
 				for i, p := range page {
 					want[i] = model[upair{user, p}]
 				}
@@ -98,7 +107,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 					return
 				}
 				if !slices.Equal(out[:], want) {
-					t.Errorf("user %d: HasMany %v, model %v", user, out, want)
+					t.Errorf("user %d: KindsOf %v, model %v", user, out, want)
 					return
 				}
 				pages.Add(1)

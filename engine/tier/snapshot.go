@@ -18,10 +18,11 @@ import (
 // encoding/binary's.
 //
 //	image   = header body CRC32C(body) uint32
-//	header  = "TLYTIERS" | version uint32 (2) | 0 uint32 | body length uint64 |
+//	header  = "TLYTIERS" | version uint32 (3) | 0 uint32 | body length uint64 |
 //	          window millis uint64 | next file generation uint64 |
 //	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
-//	body    = tag [4] | windows uvarint | window*                            windows in time order
+//	body    = tag [4] | head | windows uvarint | window*                     windows in time order
+//	head    = the shape's own state: the post table's kinds, nothing for a set
 //	window  = num varint | records uvarint | kind uint8 | base | overlay
 //	base    = open:   the shape's open entries
 //	          sealed: length uvarint | window image
@@ -31,7 +32,7 @@ import (
 // The post table's entries (posts.go) are rows, a set's (set.go) pairs.
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 2
+	snapVersion     = 3
 	snapHeaderBytes = 44
 )
 
@@ -141,6 +142,7 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 func (t *table) writeBody(w io.Writer) error {
 	sw := &snapshotWriter{w: w, buf: make([]byte, 0, 64<<10)}
 	sw.buf = append(sw.buf, t.image.tag[:]...)
+	t.shape.writeHead(sw)
 	sw.uvarint(uint64(len(t.wins)))
 	for _, win := range t.wins {
 		sw.buf = binary.AppendVarint(sw.buf, win.num)
@@ -278,7 +280,7 @@ func (t *table) Load(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	wins, n, err := t.parse(data)
+	wins, n, install, err := t.parse(data)
 	if err != nil {
 		for _, w := range wins {
 			switch b := w.body.(type) {
@@ -300,6 +302,9 @@ func (t *table) Load(r io.Reader) error {
 		if s, ok := w.body.(*sealedWindow); ok {
 			s.installed = true
 		}
+	}
+	if install != nil {
+		install()
 	}
 	t.nextGen = max(t.nextGen, nextGen)
 	t.jobs = 0
@@ -360,24 +365,25 @@ func readBody(r io.Reader, n uint64) ([]byte, uint64, error) {
 	}
 }
 
-// parse decodes a snapshot body into windows and their record total. On
-// failure the windows it returns hold what it opened (files, arena
-// regions), for the caller to free.
-func (t *table) parse(data []byte) (wins []*window, total int, err error) {
+// parse decodes a snapshot body into windows, their record total and
+// what installs the shape's head. On failure the windows it returns hold
+// what it opened (files, arena regions), for the caller to free.
+func (t *table) parse(data []byte) (wins []*window, total int, install func(), err error) {
 	sr := &snapshotReader{b: data}
-	fail := func(format string, args ...any) ([]*window, int, error) {
-		return wins, 0, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	fail := func(format string, args ...any) ([]*window, int, func(), error) {
+		return wins, 0, nil, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	if tag := sr.bytes(4); sr.err == nil && [4]byte(tag) != t.image.tag {
 		return fail("a table of %q, this one's is %q", tag, t.image.tag[:])
 	}
+	install = t.shape.readHead(sr)
 	nw := sr.count("windows")
 	lastNum := int64(-1)
 	for range nw {
 		num, n, kind := sr.varint(), sr.uvarint(), Kind(sr.byte())
 		switch {
 		case sr.err != nil:
-			return wins, 0, sr.err
+			return wins, 0, nil, sr.err
 		case lastNum >= 0 && num <= lastNum:
 			return fail("window %d after %d", num, lastNum)
 		case num < 0 || t.win.End(num) <= 0 || t.win.Start(num) > t.win.Last(num):
@@ -389,16 +395,16 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		case Open:
 			w.body = t.shape.readOpen(sr, w)
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 		case Sealed:
 			raw := sr.bytes(sr.uvarint())
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 			s, err := t.newSealed(raw, true)
 			if err != nil {
-				return wins, 0, fmt.Errorf("snapshot: window %d: %w", num, err)
+				return wins, 0, nil, fmt.Errorf("snapshot: window %d: %w", num, err)
 			}
 			w.body = s
 			wins = append(wins, w) // freed on failure
@@ -410,7 +416,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 			name := string(sr.bytes(sr.uvarint()))
 			size := sr.uvarint()
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 			if fnum, _, ok := parseFileName(t.opts.Prefix, name); !ok || fnum != num {
 				return fail("window %d: file name %q", num, name)
@@ -420,7 +426,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 			}
 			f, err := t.openCold(name)
 			if err != nil {
-				return wins, 0, err
+				return wins, 0, nil, err
 			}
 			w.body = f
 			wins = append(wins, w) // closed on failure
@@ -437,7 +443,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		wins = append(wins, w)
 		o, records, err := t.shape.readOverlay(sr, w)
 		if err != nil {
-			return wins, 0, err
+			return wins, 0, nil, err
 		}
 		if uint64(records) != n {
 			return fail("window %d: %d records, the snapshot says %d", num, records, n)
@@ -452,13 +458,13 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		total += records
 	}
 	if sr.err != nil {
-		return wins, 0, sr.err
+		return wins, 0, nil, sr.err
 	}
 	if len(sr.b) != 0 {
 		return fail("%d bytes after the last window", len(sr.b))
 	}
 	slices.SortFunc(wins, func(a, b *window) int { return cmp.Compare(a.num, b.num) })
-	return wins, total, nil
+	return wins, total, install, nil
 }
 
 // loadAnyWindow is LoadAnyWindow for a table of either shape: an image
