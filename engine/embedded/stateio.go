@@ -18,7 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, state version 3: one section per table,
+// The state as snapshot sections, state version 4: one section per table,
 // the only set this build reads or writes (a snapshot of another version
 // is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
@@ -28,12 +28,13 @@ import (
 // their order; derived tables (groups, members, msgs) are rebuilt from the
 // lists they index rather than stored.
 //
-//	META  one item: u state version (3), v lastTime, u genHigh, v push, v nusers
+//	META  one item: u state version (4), v lastTime, u genHigh, v push, v nusers
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
-//	      table's image (engine/tier's snapshot format)
-//	LKST  the like set: its image (engine/tier's snapshot format) in
-//	      chunks
+//	      table's image (engine/tier's snapshot format 3: the kinds table,
+//	      rows and blocks with reaction kinds)
+//	LKST  the like set: its image (engine/tier's snapshot format 3, whose
+//	      pairs may carry a reaction kind) in chunks
 //	FVST  the favorite set, likewise
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
@@ -59,7 +60,7 @@ import (
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 3
+const stateVersion = 4
 
 var (
 	tagMeta      = snapshot.MakeTag("META")
