@@ -79,7 +79,7 @@ func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair
 		}
 		if i%3 == 0 {
 			store.Favorite(ctx, 2, id)
-			store.Comment(ctx, 3, id, []engine.UserID{1}, "")
+			store.Comment(ctx, 3, id, 0, []engine.UserID{1}, "")
 		}
 		store.RecordViews(ctx, []engine.PostID{id, id})
 	}

@@ -120,7 +120,7 @@ func TestFastPathSubscriptionsAgree(t *testing.T) {
 		do   func() error
 	}{
 		{"like", func() error { return store.Like(ctx, bob, post) }},
-		{"comment with mention", func() error { return store.Comment(ctx, bob, post, []engine.UserID{alice}, "") }},
+		{"comment with mention", func() error { return store.Comment(ctx, bob, post, 0, []engine.UserID{alice}, "") }},
 		{"red dot", func() error { return store.PushRedDot(ctx) }},
 		{"mark read", func() error { return store.MarkRead(ctx, alice, engine.Likes) }},
 	}

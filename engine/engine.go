@@ -30,7 +30,22 @@ type (
 	GroupID        uint64
 	MessageID      uint64
 	NotificationID uint64
+	// CommentID is the app's id of a comment (a snowflake, like post
+	// ids): Tally counts a comment with an id at most once and can take
+	// it back (DeleteComment).
+	CommentID uint64
 )
+
+// Actor is who performs a mutation whose rule depends on ownership
+// (DeleteComment, DeletePost): the signed-in user, and whether the token
+// vouches for more than that user — an admin, or the app's own backend
+// acting for the user (a service token) — which may delete what the user
+// does not own. The GraphQL layer sets Privileged from the token's role;
+// the engine judges ownership from what it stores.
+type Actor struct {
+	User       UserID
+	Privileged bool
+}
 
 // Limits shared by every backend and the GraphQL layer.
 const (
@@ -249,8 +264,40 @@ type Store interface {
 	Unfavorite(ctx context.Context, viewer UserID, post PostID) error
 	// Comment counts one comment on post, bumps the author's unread
 	// comments (if viewer is not the author) and each mentioned user's
-	// unread mentions (not viewer's; duplicates count once).
-	Comment(ctx context.Context, viewer UserID, post PostID, mentions []UserID, idemKey string) error
+	// unread mentions (not viewer's; duplicates count once). A comment
+	// with an id (comment != 0, a snowflake) is counted at most once,
+	// whoever sends it again: a comment id already counted on post, or
+	// counted and deleted, changes nothing (and bumps nobody).
+	Comment(ctx context.Context, viewer UserID, post PostID, comment CommentID, mentions []UserID, idemKey string) error
+	// DeleteComment takes back the comment with id comment on post: −1 on
+	// the post's comments, once (a repeat changes nothing). Unread badges
+	// it bumped stay. Only the comment's writer, the post's author or a
+	// privileged actor may delete it (ErrForbidden); an unknown post or a
+	// comment id never counted on it is ErrNotFound.
+	DeleteComment(ctx context.Context, actor Actor, post PostID, comment CommentID) error
+	// DeletePost deletes post (its author or a privileged actor, else
+	// ErrForbidden): it reads as unknown from then on and its id is never
+	// taken again; the author's post count drops by one; a repost's
+	// original loses one repost; its likes, favorites and counted comment
+	// ids are forgotten. Followers' feed badges count posts made, not
+	// posts kept: none goes below zero, a post made later counts as new
+	// for every follower, and a deleted post that was unread may stay
+	// counted until the follower reads their feed. A repeat changes
+	// nothing; an id never known is ErrNotFound.
+	DeletePost(ctx context.Context, actor Actor, post PostID) error
+	// EraseUser erases user (callers check that the actor may: an admin
+	// or a service): every like, favorite and comment-writer record of
+	// the user goes (each post's counts drop exactly once), every follow
+	// edge both ways (follower and following counts drop), the user
+	// leaves every group and no member or receipt list names them any
+	// more (receipts already recorded stay counted; messages they sent
+	// keep their text and lose their sender), their posts stay with no
+	// author, and their badges, cursors, red-dot click, profile counts and
+	// idempotency records are dropped. Every read answers as if all of it
+	// happened when EraseUser returned, even where a backend finishes the
+	// work in steps afterwards; calls by the user, or that follow or add
+	// them to a group, wait until it is done. A repeat changes nothing.
+	EraseUser(ctx context.Context, user UserID) error
 	// Repost counts one repost on post, creates a new post by viewer and
 	// returns its id; mentions as for Comment.
 	Repost(ctx context.Context, viewer UserID, post PostID, mentions []UserID, idemKey string) (PostID, error)
@@ -336,6 +383,7 @@ type Stats struct {
 	Messages      int64
 	Notifications int64
 	MemoryBytes   int64 // bytes held by the backend's tables, where known
+	Erasures      int64 // user erasures under way
 }
 
 // ImportRow is one post's counts from an existing system (tally import).

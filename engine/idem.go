@@ -23,7 +23,8 @@ const (
 // does. Fields a mutation does not take stay zero. Mentions are those the
 // backend will apply (after NormalizeMentions); their order does not matter.
 type IdemArgs struct {
-	Post        PostID // createPost: the id the client asked for (0: none); comment/repost: the target
+	Post        PostID    // createPost: the id the client asked for (0: none); comment/repost: the target
+	Comment     CommentID // comment: the app's id of the comment (0: none)
 	Group       GroupID
 	Mentions    []UserID
 	Text        string // sendMessage
@@ -49,6 +50,11 @@ func IdemFingerprint(op IdemOp, a IdemArgs) uint64 {
 	u(uint64(op))
 	u(uint64(a.Post))
 	u(uint64(a.Group))
+	if a.Comment != 0 {
+		// Only when given, so that every other fingerprint stays what
+		// it was.
+		u(uint64(a.Comment))
+	}
 	m := slices.Clone(a.Mentions)
 	slices.Sort(m)
 	m = slices.Compact(m)

@@ -147,3 +147,12 @@ func CheckViewer(viewer UserID) error {
 	}
 	return nil
 }
+
+// CheckCommentID validates an app-supplied comment id against now, as
+// CheckPostID does a post id: a snowflake of a plausible time.
+func CheckCommentID(id CommentID, now time.Time) error {
+	if !snowflake.Valid(uint64(id), now, MaxClockSkew) {
+		return fmt.Errorf("%w: comment id %d is not a snowflake id of a plausible time", ErrInvalid, uint64(id))
+	}
+	return nil
+}

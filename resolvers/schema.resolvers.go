@@ -425,7 +425,7 @@ func (r *mutationResolver) CommentOnPost(ctx context.Context, postID string, men
 		return nil, err
 	}
 	return r.postOp(ctx, postID, func(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-		return r.Store.Comment(ctx, viewer, post, users, deref(idempotencyKey))
+		return r.Store.Comment(ctx, viewer, post, 0, users, deref(idempotencyKey))
 	})
 }
 

@@ -16,7 +16,7 @@ func BenchmarkComment(b *testing.B) {
 	defer startCPU(b)()
 	for i := range b.N {
 		v := engine.UserID(10000 + i)
-		if err := e.Comment(bg, v, ps[i%len(ps)], []engine.UserID{v + 1, v + 2}, ""); err != nil {
+		if err := e.Comment(bg, v, ps[i%len(ps)], 0, []engine.UserID{v + 1, v + 2}, ""); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -145,7 +145,7 @@ func writeMixed(b *testing.B, e *Engine, ps []engine.PostID, n int) {
 		case 0, 1:
 			err = e.Like(bg, v, p)
 		case 2:
-			err = e.Comment(bg, v, p, []engine.UserID{v + 1}, "")
+			err = e.Comment(bg, v, p, 0, []engine.UserID{v + 1}, "")
 		case 3:
 			err = e.RecordViews(bg, []engine.PostID{p, ps[(i+1)%len(ps)]})
 		case 4:

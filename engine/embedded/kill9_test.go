@@ -67,7 +67,7 @@ func TestKill9Child(t *testing.T) {
 	for _, key := range strings.Fields(os.Getenv("TALLY_KILL9_RETRY")) {
 		var v, p int
 		fmt.Sscanf(key, "c-%d-%d", &v, &p)
-		if err := e.Comment(bg, engine.UserID(v), posts[p], nil, key); err != nil {
+		if err := e.Comment(bg, engine.UserID(v), posts[p], 0, nil, key); err != nil {
 			say("error %v", err)
 			os.Exit(3)
 		}
@@ -90,7 +90,7 @@ func TestKill9Child(t *testing.T) {
 		if i%3 == 0 {
 			key := fmt.Sprintf("c-%d-%d", v, p)
 			say("try comment %s", key)
-			if err := e.Comment(bg, engine.UserID(v), posts[p], nil, key); err != nil {
+			if err := e.Comment(bg, engine.UserID(v), posts[p], 0, nil, key); err != nil {
 				say("error %v", err)
 				os.Exit(3)
 			}

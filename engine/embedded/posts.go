@@ -179,13 +179,19 @@ type repostRec struct {
 	ops.Repost
 }
 
+// errLifecycle answers what this backend does not do yet.
+var errLifecycle = fmt.Errorf("%w: not supported by this backend yet", engine.ErrInvalid)
+
 // Comment implements engine.Store.
-func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if comment != 0 {
+		return errLifecycle
+	}
 	r := &commentRec{Comment: ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}}
-	if err := r.Check(); err != nil {
+	if err := r.Check(e.now()); err != nil {
 		return err
 	}
 	r.withIdem(viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
@@ -338,7 +344,22 @@ func (st *state) decideFavorite(r *favoriteRec) error {
 }
 
 func (st *state) decideComment(r *commentRec) error {
-	return r.Decide(st.postFacts(r.Post), &st.eff)
+	return r.Decide(ops.CommentFacts{PostFacts: st.postFacts(r.Post)}, &st.eff)
+}
+
+// DeleteComment implements engine.Store: not supported yet.
+func (e *Engine) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
+	return errLifecycle
+}
+
+// DeletePost implements engine.Store: not supported yet.
+func (e *Engine) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
+	return errLifecycle
+}
+
+// EraseUser implements engine.Store: not supported yet.
+func (e *Engine) EraseUser(ctx context.Context, user engine.UserID) error {
+	return errLifecycle
 }
 
 func (st *state) decideRepost(r *repostRec) error {

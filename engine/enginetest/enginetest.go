@@ -177,7 +177,7 @@ func testUnknownPosts(t *testing.T, s engine.Store) {
 	wantErr(t, s.Unlike(bg, 5, id), engine.ErrNotFound, "Unlike unknown")
 	wantErr(t, s.Favorite(bg, 5, id), engine.ErrNotFound, "Favorite unknown")
 	wantErr(t, s.Unfavorite(bg, 5, id), engine.ErrNotFound, "Unfavorite unknown")
-	wantErr(t, s.Comment(bg, 5, id, nil, ""), engine.ErrNotFound, "Comment unknown")
+	wantErr(t, s.Comment(bg, 5, id, 0, nil, ""), engine.ErrNotFound, "Comment unknown")
 	_, err = s.Repost(bg, 5, id, nil, "")
 	wantErr(t, err, engine.ErrNotFound, "Repost unknown")
 	// Views on unknown posts are ignored, and do not make the post known.
@@ -356,7 +356,7 @@ func testComments(t *testing.T, s engine.Store) {
 	const author, other, m1, m2 = 40, 41, 42, 43
 	p := newPost(t, s, author)
 	// Mentions: duplicates once, the actor never, id 0 ignored.
-	ok(t, s.Comment(bg, other, p, []engine.UserID{m1, m2, m1, other, 0}, ""))
+	ok(t, s.Comment(bg, other, p, 0, []engine.UserID{m1, m2, m1, other, 0}, ""))
 	wantCounts(t, s, p, engine.Counts{Comments: 1})
 	wantUnread(t, s, author, engine.Unread{Comments: 1})
 	wantUnread(t, s, m1, engine.Unread{Mentions: 1})
@@ -365,13 +365,13 @@ func testComments(t *testing.T, s engine.Store) {
 
 	// The author commenting on their own post: counted, no comment badge;
 	// the author mentioning themselves does nothing either.
-	ok(t, s.Comment(bg, author, p, []engine.UserID{author, m1}, ""))
+	ok(t, s.Comment(bg, author, p, 0, []engine.UserID{author, m1}, ""))
 	wantCounts(t, s, p, engine.Counts{Comments: 2})
 	wantUnread(t, s, author, engine.Unread{Comments: 1})
 	wantUnread(t, s, m1, engine.Unread{Mentions: 2})
 
 	// Someone else mentioning the author: both badges.
-	ok(t, s.Comment(bg, other, p, []engine.UserID{author}, ""))
+	ok(t, s.Comment(bg, other, p, 0, []engine.UserID{author}, ""))
 	wantCounts(t, s, p, engine.Counts{Comments: 3})
 	wantUnread(t, s, author, engine.Unread{Comments: 2, Mentions: 1})
 }
@@ -463,16 +463,16 @@ func testIdempotency(t *testing.T, s engine.Store) {
 	}
 
 	// Comment.
-	ok(t, s.Comment(bg, v, a, []engine.UserID{72}, "c1"))
-	ok(t, s.Comment(bg, v, a, []engine.UserID{72}, "c1"))
+	ok(t, s.Comment(bg, v, a, 0, []engine.UserID{72}, "c1"))
+	ok(t, s.Comment(bg, v, a, 0, []engine.UserID{72}, "c1"))
 	wantCounts(t, s, a, engine.Counts{Comments: 1})
 	wantUnread(t, s, u, engine.Unread{Comments: 1})
 	wantUnread(t, s, 72, engine.Unread{Mentions: 1})
-	ok(t, s.Comment(bg, 73, a, nil, "c1"))
+	ok(t, s.Comment(bg, 73, a, 0, nil, "c1"))
 	wantCounts(t, s, a, engine.Counts{Comments: 2})
 	// Without a key, every call is a new comment.
-	ok(t, s.Comment(bg, v, a, nil, ""))
-	ok(t, s.Comment(bg, v, a, nil, ""))
+	ok(t, s.Comment(bg, v, a, 0, nil, ""))
+	ok(t, s.Comment(bg, v, a, 0, nil, ""))
 	wantCounts(t, s, a, engine.Counts{Comments: 4})
 
 	// Repost.
@@ -536,11 +536,11 @@ func testIdemReuse(t *testing.T, s engine.Store) {
 		wantErr(t, err, engine.ErrInvalid, what)
 	}
 
-	ok(t, s.Comment(bg, v, a, []engine.UserID{w, 83}, "c"))
-	ok(t, s.Comment(bg, v, a, []engine.UserID{83, w, w, v}, "c")) // the same, said differently
-	refused(s.Comment(bg, v, b, []engine.UserID{w, 83}, "c"), "the key of a comment on a reused on b")
-	refused(s.Comment(bg, v, a, []engine.UserID{w}, "c"), "the key reused with other mentions")
-	refused(s.Comment(bg, v, a, nil, "c"), "the key reused without mentions")
+	ok(t, s.Comment(bg, v, a, 0, []engine.UserID{w, 83}, "c"))
+	ok(t, s.Comment(bg, v, a, 0, []engine.UserID{83, w, w, v}, "c")) // the same, said differently
+	refused(s.Comment(bg, v, b, 0, []engine.UserID{w, 83}, "c"), "the key of a comment on a reused on b")
+	refused(s.Comment(bg, v, a, 0, []engine.UserID{w}, "c"), "the key reused with other mentions")
+	refused(s.Comment(bg, v, a, 0, nil, "c"), "the key reused without mentions")
 	_, err := s.Repost(bg, v, a, []engine.UserID{w, 83}, "c")
 	refused(err, "a comment's key reused for a repost")
 	_, err = s.CreatePost(bg, v, 0, "c")
@@ -553,12 +553,12 @@ func testIdemReuse(t *testing.T, s engine.Store) {
 		t.Fatalf("refused reuses made %d posts", uc.Posts)
 	}
 	// The first use still answers its retries after the refusals.
-	ok(t, s.Comment(bg, v, a, []engine.UserID{w, 83}, "c"))
+	ok(t, s.Comment(bg, v, a, 0, []engine.UserID{w, 83}, "c"))
 	wantCounts(t, s, a, engine.Counts{Comments: 1})
 
 	// A first attempt refused on a product rule binds nothing.
-	wantErr(t, s.Comment(bg, v, 12345, nil, "z"), engine.ErrNotFound, "comment on an unknown post")
-	ok(t, s.Comment(bg, v, b, nil, "z"))
+	wantErr(t, s.Comment(bg, v, 12345, 0, nil, "z"), engine.ErrNotFound, "comment on an unknown post")
+	ok(t, s.Comment(bg, v, b, 0, nil, "z"))
 	wantCounts(t, s, b, engine.Counts{Comments: 1})
 
 	// CreatePost: the requested id is an argument.
@@ -600,7 +600,7 @@ func testIdemReuse(t *testing.T, s engine.Store) {
 	refused(err, "a message's key reused in another group")
 	_, err = s.SendMessage(bg, v, g1, "hi", []engine.UserID{w}, "m")
 	refused(err, "a message's key reused with mentions")
-	refused(s.Comment(bg, v, a, nil, "m"), "a message's key reused for a comment")
+	refused(s.Comment(bg, v, a, 0, nil, "m"), "a message's key reused for a comment")
 	m2, err := s.SendMessage(bg, v, g1, "hi", nil, "m")
 	ok(t, err)
 	if m1.ID != m2.ID {
@@ -630,7 +630,7 @@ func testMarkRead(t *testing.T, s engine.Store) {
 	wantUnread(t, s, u, engine.Unread{})
 	p := newPost(t, s, u)
 	ok(t, s.Like(bg, o, p))
-	ok(t, s.Comment(bg, o, p, []engine.UserID{u}, ""))
+	ok(t, s.Comment(bg, o, p, 0, []engine.UserID{u}, ""))
 	g, err := s.CreateGroup(bg, o, []engine.UserID{u})
 	ok(t, err)
 	_, err = s.SendMessage(bg, o, g, "hello", nil, "")
@@ -662,7 +662,7 @@ func testMarkRead(t *testing.T, s engine.Store) {
 		wantUnread(t, s, u, all)
 	}
 	// Counting resumes after a reset.
-	ok(t, s.Comment(bg, o, p, nil, ""))
+	ok(t, s.Comment(bg, o, p, 0, nil, ""))
 	newPost(t, s, o)
 	wantUnread(t, s, u, engine.Unread{Comments: 1, Feed: 1})
 	// MarkRead on a badge that is already 0, or for a user never seen.
@@ -1307,13 +1307,13 @@ func testInputErrors(t *testing.T, s engine.Store) {
 	for i := range tooManyUsers {
 		tooManyUsers[i] = engine.UserID(3000 + i)
 	}
-	wantErr(t, s.Comment(bg, o, p, tooManyUsers, ""), engine.ErrInvalid, "Comment with 101 mentions")
+	wantErr(t, s.Comment(bg, o, p, 0, tooManyUsers, ""), engine.ErrInvalid, "Comment with 101 mentions")
 	_, err = s.Repost(bg, o, p, tooManyUsers, "")
 	wantErr(t, err, engine.ErrInvalid, "Repost with 101 mentions")
 	badKey := string(make([]byte, engine.MaxIdemKeyBytes+1))
 	_, err = s.CreatePost(bg, u, 0, badKey)
 	wantErr(t, err, engine.ErrInvalid, "CreatePost with a long key")
-	wantErr(t, s.Comment(bg, o, p, nil, badKey), engine.ErrInvalid, "Comment with a long key")
+	wantErr(t, s.Comment(bg, o, p, 0, nil, badKey), engine.ErrInvalid, "Comment with a long key")
 	wantErr(t, s.Like(bg, 0, p), engine.ErrInvalid, "Like by user 0")
 	_, err = s.CreatePost(bg, 0, 0, "")
 	wantErr(t, err, engine.ErrInvalid, "CreatePost by user 0")
@@ -1428,7 +1428,7 @@ func testEvents(t *testing.T, s engine.Store) {
 	})
 	ok(t, s.Like(bg, fan, p))
 	r.wait(t, "UnreadChanged for the liked author", unreadFor(author))
-	ok(t, s.Comment(bg, fan, p, []engine.UserID{m}, ""))
+	ok(t, s.Comment(bg, fan, p, 0, []engine.UserID{m}, ""))
 	r.wait(t, "UnreadChanged for the mentioned user", unreadFor(m))
 
 	ok(t, s.Follow(bg, follower, author))

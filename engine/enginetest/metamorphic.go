@@ -245,7 +245,10 @@ type compared interface {
 	Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error
 	Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
 	Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
-	Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error
+	Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error
+	DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error
+	DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error
+	EraseUser(ctx context.Context, user engine.UserID) error
 	Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error)
 	RecordViews(ctx context.Context, ids []engine.PostID) error
 	UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.UserCounts, error)
@@ -356,7 +359,30 @@ type workload struct {
 	ops          []recorded
 	truncated    bool
 	unknownSeq   uint64
+	// comments are the comment ids the workload has sent (raw: an app
+	// makes them, so they are the same on both sides).
+	comments   []uint64
+	commentSeq uint64
 }
+
+// commentID returns a comment id: none, a new one, or one sent before.
+func (w *workload) commentID() uint64 {
+	switch r := w.rng.IntN(10); {
+	case r < 3:
+		return 0
+	case r < 6 || len(w.comments) == 0:
+		w.commentSeq++
+		id := snowflake.Make(w.clk.Now().UnixMilli(), 999, w.commentSeq%4096)
+		w.comments = append(w.comments, id)
+		return id
+	case r == 6:
+		return 12345 // not a snowflake of a plausible time
+	}
+	return w.comments[len(w.comments)-1-min(len(w.comments)-1, int(w.rng.ExpFloat64()*3))]
+}
+
+// lifecycle reports whether the backend takes the lifecycle operations.
+func (w *workload) lifecycle() bool { return !w.backend.differs("lifecycle") }
 
 var ctx = context.Background()
 
@@ -538,7 +564,11 @@ func renderArgs(as []arg) string {
 }
 
 func (w *workload) gen() op {
-	switch w.rng.IntN(43) {
+	r := w.rng.IntN(48)
+	if r >= 43 && !w.lifecycle() {
+		return w.gen()
+	}
+	switch r {
 	case 0, 1, 2:
 		v := w.user()
 		key := w.key()
@@ -618,8 +648,36 @@ func (w *workload) gen() op {
 		p := w.pick(kPost)
 		ms := w.users(3)
 		key := w.key()
-		return op{fmt.Sprintf("comment u%d %s mentions=%v key=%q", v, p, ms, key), func(sd *side) string {
-			return errClass(sd.s.Comment(ctx, v, engine.PostID(p.id(sd)), ms, key))
+		var c uint64
+		if w.lifecycle() {
+			c = w.commentID()
+		}
+		return op{fmt.Sprintf("comment u%d %s #%d mentions=%v key=%q", v, p, c, ms, key), func(sd *side) string {
+			return errClass(sd.s.Comment(ctx, v, engine.PostID(p.id(sd)), engine.CommentID(c), ms, key))
+		}}
+	case 43, 44:
+		a := engine.Actor{User: w.user(), Privileged: w.rng.IntN(4) == 0}
+		p := w.pick(kPost)
+		c := w.commentID()
+		return op{fmt.Sprintf("deleteComment %+v %s #%d", a, p, c), func(sd *side) string {
+			return errClass(sd.s.DeleteComment(ctx, a, engine.PostID(p.id(sd)), engine.CommentID(c)))
+		}}
+	case 45, 46:
+		a := engine.Actor{User: w.user(), Privileged: w.rng.IntN(4) == 0}
+		p := w.pick(kPost)
+		return op{fmt.Sprintf("deletePost %+v %s", a, p), func(sd *side) string {
+			return errClass(sd.s.DeletePost(ctx, a, engine.PostID(p.id(sd))))
+		}}
+	case 47:
+		if w.rng.IntN(3) != 0 {
+			return w.gen() // erasures are rarer
+		}
+		u := w.user()
+		if w.rng.IntN(3) == 0 {
+			u = w.member()
+		}
+		return op{fmt.Sprintf("eraseUser u%d", u), func(sd *side) string {
+			return errClass(sd.s.EraseUser(ctx, u))
 		}}
 	case 14:
 		v := w.user()

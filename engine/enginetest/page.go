@@ -15,7 +15,7 @@ func testPage(t *testing.T, s engine.Store) {
 	liked1, plain, favd := newPost(t, s, author), newPost(t, s, author), newPost(t, s, author)
 	ok(t, s.Like(bg, viewer, liked1))
 	ok(t, s.Favorite(bg, viewer, favd))
-	ok(t, s.Comment(bg, viewer, plain, nil, ""))
+	ok(t, s.Comment(bg, viewer, plain, 0, nil, ""))
 	ok(t, s.RecordViews(bg, []engine.PostID{liked1, plain, plain}))
 	unknown := clientPostID()
 	page := []engine.PostID{liked1, unknown, plain, favd, liked1}

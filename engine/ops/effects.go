@@ -14,10 +14,66 @@ type CountDelta struct {
 }
 
 // Registration enters Post in the registry of posts, by Author, and adds
-// one to Author's post count (which is what followers' feed unread sums).
+// one to the posts Author has made (which is what followers' feed unread
+// sums; the post count shown is those made less those deleted). A
+// repost remembers its Original (0: none), which loses a repost when the
+// repost is deleted.
 type Registration struct {
+	Post     engine.PostID
+	Author   engine.UserID
+	Original engine.PostID
+}
+
+// Unregistration takes Post out of the registry (DeletePost): it reads
+// as unknown from then on and its id is never taken again (a backend
+// remembers deleted ids); its like, favorite and comment sets are
+// forgotten (a backend may free them lazily, but never reads them
+// again); Author's deleted posts grow by one (0: no author, nothing to
+// count).
+type Unregistration struct {
 	Post   engine.PostID
 	Author engine.UserID
+}
+
+// CommentMark records Comment, an app's comment id, on Post: counted,
+// written by Writer (Deleted false), or moved from the counted ids to the
+// deleted ones (Deleted true; Writer unused). The writer's record is what
+// lets the writer delete it; it is kept after the delete.
+type CommentMark struct {
+	Post    engine.PostID
+	Comment engine.CommentID
+	Writer  engine.UserID
+	Deleted bool
+}
+
+// SetKind names a per-user membership set a Removal takes a member out of.
+type SetKind uint8
+
+const (
+	LikeSet     SetKind = iota + 1 // (user, post): likes
+	FavoriteSet                    // (user, post): favorites
+	WriterSet                      // (user, comment): who wrote a counted comment
+)
+
+// Removal takes User's membership (User, Key) out of set Set: a like or
+// favorite of post Key, or the writer record of comment Key. Its count,
+// if any, is a CountDelta of its own.
+type Removal struct {
+	Set  SetKind
+	User engine.UserID
+	Key  uint64
+}
+
+// Erasure starts (Done false) or ends an erasure of User. Starting drops
+// every record keyed by the user — unread counters, system cursor,
+// red-dot click, post, deleted-post and follower counts, idempotency
+// records where a backend keys them by user — and marks the user as being
+// erased, which every read honours: what is left of the user (likes,
+// favorites, follow edges, group places, authorship) reads as gone until
+// the steps remove it. Ending unmarks the user.
+type Erasure struct {
+	User engine.UserID
+	Done bool
 }
 
 // Bump adds one to User's unread counter Kind (Mentions, Comments, Likes
@@ -83,6 +139,20 @@ type Effects struct {
 	Leaves []Membership
 	// Receipts mark messages read by a member they count (MarkReceipt).
 	Receipts []ReceiptRead
+	// Unregisters take posts out of the registry (DeletePost).
+	Unregisters []Unregistration
+	// CommentMarks record counted and deleted comment ids.
+	CommentMarks []CommentMark
+	// Erasures start and end erasures; Removals, Unauthors (posts whose
+	// author is cleared), GroupErasures (a user leaves the group and no
+	// list of it names them again: their mapid keeps counting in the
+	// receipts recorded) and SenderErasures (messages whose sender is
+	// cleared) are an erasure's steps.
+	Erasures       []Erasure
+	Removals       []Removal
+	Unauthors      []engine.PostID
+	GroupErasures  []Membership
+	SenderErasures []engine.MessageID
 	// Events are for subscribers, published once the effects are
 	// durable. Users slices of the events are freshly allocated: events
 	// outlive the buffer.
@@ -110,6 +180,13 @@ func (e *Effects) Reset() {
 	e.Joins = e.Joins[:0]
 	e.Leaves = e.Leaves[:0]
 	e.Receipts = e.Receipts[:0]
+	e.Unregisters = e.Unregisters[:0]
+	e.CommentMarks = e.CommentMarks[:0]
+	e.Erasures = e.Erasures[:0]
+	e.Removals = e.Removals[:0]
+	e.Unauthors = e.Unauthors[:0]
+	e.GroupErasures = e.GroupErasures[:0]
+	e.SenderErasures = e.SenderErasures[:0]
 	e.Events = e.Events[:0]
 	e.quieted = 0
 }
@@ -118,6 +195,8 @@ func (e *Effects) Reset() {
 func (e *Effects) Empty() bool {
 	return len(e.Counts)+len(e.Registers)+len(e.Bumps)+len(e.Followers)+len(e.Follows)+
 		len(e.Reads)+len(e.Fanouts)+len(e.Clicks)+len(e.Joins)+len(e.Leaves)+len(e.Receipts)+
+		len(e.Unregisters)+len(e.CommentMarks)+len(e.Erasures)+len(e.Removals)+len(e.Unauthors)+
+		len(e.GroupErasures)+len(e.SenderErasures)+
 		len(e.Events)+e.quieted == 0 && e.Push == 0
 }
 
@@ -125,9 +204,10 @@ func (e *Effects) count(post engine.PostID, f counters.Field, d int64) {
 	e.Counts = append(e.Counts, CountDelta{Post: post, Field: f, Delta: d})
 }
 
-// register enters a new post by author; its followers learn of it.
-func (e *Effects) register(post engine.PostID, author engine.UserID) {
-	e.Registers = append(e.Registers, Registration{Post: post, Author: author})
+// register enters a new post by author (a repost of original, when not
+// 0); its followers learn of it.
+func (e *Effects) register(post engine.PostID, author engine.UserID, original engine.PostID) {
+	e.Registers = append(e.Registers, Registration{Post: post, Author: author, Original: original})
 	e.emit(engine.Event{Kind: engine.AuthorPosted, Author: author})
 }
 

@@ -27,16 +27,16 @@ func TestLike(t *testing.T) {
 		bumps  []Bump
 	}{
 		{"unknown post", Like{Viewer: alice, Post: post}, FlagFacts{}, engine.ErrNotFound, nil, nil},
-		{"someone else's post", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{true, bob}},
+		{"someone else's post", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}},
 			nil, []CountDelta{{post, counters.Likes, 1}}, []Bump{{bob, engine.Likes}}},
-		{"own post", Like{Viewer: bob, Post: post}, FlagFacts{PostFacts: PostFacts{true, bob}},
+		{"own post", Like{Viewer: bob, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}},
 			nil, []CountDelta{{post, counters.Likes, 1}}, nil},
-		{"imported without author", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{true, 0}},
+		{"imported without author", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: 0}},
 			nil, []CountDelta{{post, counters.Likes, 1}}, nil},
-		{"repeat", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{true, bob}, Set: true}, nil, nil, nil},
-		{"unlike", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{true, bob}, Set: true},
+		{"repeat", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}, Set: true}, nil, nil, nil},
+		{"unlike", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}, Set: true},
 			nil, []CountDelta{{post, counters.Likes, -1}}, nil},
-		{"unlike of none", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{true, bob}}, nil, nil, nil},
+		{"unlike of none", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, nil, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestLike(t *testing.T) {
 func TestFavoriteHasNoBadge(t *testing.T) {
 	var eff Effects
 	op := Favorite{Viewer: alice, Post: post}
-	if err := op.Decide(FlagFacts{PostFacts: PostFacts{true, bob}}, &eff); err != nil {
+	if err := op.Decide(FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, &eff); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(eff.Counts, []CountDelta{{post, counters.Favorites, 1}}) || len(eff.Bumps)+len(eff.Events) != 0 {
@@ -71,14 +71,14 @@ func TestFavoriteHasNoBadge(t *testing.T) {
 
 func TestCommentBumpsAuthorAndMentions(t *testing.T) {
 	op := Comment{Viewer: alice, Post: post, Mentions: []engine.UserID{carol, alice, carol, 0, bob}}
-	if err := op.Check(); err != nil {
+	if err := op.Check(time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(op.Mentions, []engine.UserID{carol, bob}) {
 		t.Fatalf("mentions %v", op.Mentions)
 	}
 	var eff Effects
-	if err := op.Decide(PostFacts{true, bob}, &eff); err != nil {
+	if err := op.Decide(CommentFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, &eff); err != nil {
 		t.Fatal(err)
 	}
 	want := []Bump{{bob, engine.Comments}, {carol, engine.Mentions}, {bob, engine.Mentions}}
@@ -90,10 +90,10 @@ func TestCommentBumpsAuthorAndMentions(t *testing.T) {
 	}
 	eff.Reset()
 	self := Comment{Viewer: bob, Post: post}
-	if err := self.Decide(PostFacts{true, bob}, &eff); err != nil || len(eff.Bumps) != 0 || len(eff.Events) != 0 {
+	if err := self.Decide(CommentFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, &eff); err != nil || len(eff.Bumps) != 0 || len(eff.Events) != 0 {
 		t.Fatalf("own comment: %v %+v", err, eff)
 	}
-	if err := self.Decide(PostFacts{}, &eff); !errors.Is(err, engine.ErrNotFound) {
+	if err := self.Decide(CommentFacts{}, &eff); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("unknown post: %v", err)
 	}
 }
@@ -101,11 +101,11 @@ func TestCommentBumpsAuthorAndMentions(t *testing.T) {
 func TestRepostIsANewPost(t *testing.T) {
 	op := Repost{Viewer: alice, Post: post, NewPost: 200, Mentions: []engine.UserID{carol}}
 	var eff Effects
-	if err := op.Decide(PostFacts{true, bob}, &eff); err != nil {
+	if err := op.Decide(PostFacts{Exists: true, Author: bob}, &eff); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(eff.Counts, []CountDelta{{post, counters.Reposts, 1}}) ||
-		!slices.Equal(eff.Registers, []Registration{{200, alice}}) ||
+		!slices.Equal(eff.Registers, []Registration{{200, alice, post}}) ||
 		!slices.Equal(eff.Bumps, []Bump{{carol, engine.Mentions}}) {
 		t.Fatalf("%+v", eff)
 	}
@@ -121,7 +121,7 @@ func TestCreatePost(t *testing.T) {
 	if err := op.Decide(true, &eff); !errors.Is(err, engine.ErrInvalid) || !eff.Empty() {
 		t.Fatalf("taken id: %v %+v", err, eff)
 	}
-	if err := op.Decide(false, &eff); err != nil || !slices.Equal(eff.Registers, []Registration{{post, alice}}) {
+	if err := op.Decide(false, &eff); err != nil || !slices.Equal(eff.Registers, []Registration{{post, alice, 0}}) {
 		t.Fatalf("%v %+v", err, eff)
 	}
 	future := CreatePost{Viewer: alice, Post: engine.PostID(uint64(1) << 62)}
@@ -149,9 +149,9 @@ func TestDecideImport(t *testing.T) {
 		{ImportRow{Post: 1}, PostFacts{}, true, false, false},
 		{ImportRow{Post: 1, Counts: counted}, PostFacts{}, false, true, false},
 		{ImportRow{Post: 1, Author: bob}, PostFacts{}, false, true, true},
-		{ImportRow{Post: 1, Author: bob}, PostFacts{true, 0}, false, true, true},
-		{ImportRow{Post: 1, Author: bob}, PostFacts{true, alice}, false, false, false},
-		{ImportRow{Post: 1}, PostFacts{true, alice}, false, false, false},
+		{ImportRow{Post: 1, Author: bob}, PostFacts{Exists: true, Author: 0}, false, true, true},
+		{ImportRow{Post: 1, Author: bob}, PostFacts{Exists: true, Author: alice}, false, false, false},
+		{ImportRow{Post: 1}, PostFacts{Exists: true, Author: alice}, false, false, false},
 	}
 	for i, c := range cases {
 		skip, reg, grows := DecideImport(c.row, c.known)
@@ -325,7 +325,7 @@ func TestMarkMessagesRead(t *testing.T) {
 func TestLikeDoesNotAllocateBeyondItsEvent(t *testing.T) {
 	var eff Effects
 	op := Like{Viewer: alice, Post: post}
-	facts := FlagFacts{PostFacts: PostFacts{true, bob}}
+	facts := FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}
 	allocs := testing.AllocsPerRun(100, func() {
 		eff.Reset()
 		_ = op.Decide(facts, &eff)
@@ -372,12 +372,17 @@ func TestReadRules(t *testing.T) {
 func TestQuietDecidesTheSame(t *testing.T) {
 	decisions := []func(*Effects){
 		func(e *Effects) {
-			(&Like{Viewer: alice, Post: post}).Decide(FlagFacts{PostFacts: PostFacts{true, bob}}, e)
+			(&Like{Viewer: alice, Post: post}).Decide(FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
 		},
 		func(e *Effects) {
-			(&Comment{Viewer: alice, Post: post, Mentions: []engine.UserID{carol}}).Decide(PostFacts{true, bob}, e)
+			(&Comment{Viewer: alice, Post: post, Mentions: []engine.UserID{carol}}).Decide(CommentFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
 		},
-		func(e *Effects) { (&Repost{Viewer: alice, Post: post, NewPost: 9}).Decide(PostFacts{true, bob}, e) },
+		func(e *Effects) {
+			(&ErasureStep{User: alice, Edges: []Edge{{bob, alice}, {alice, carol}}}).Decide(e)
+		},
+		func(e *Effects) {
+			(&Repost{Viewer: alice, Post: post, NewPost: 9}).Decide(PostFacts{Exists: true, Author: bob}, e)
+		},
 		func(e *Effects) { (&Follow{Viewer: alice, Target: bob}).Decide(FollowFacts{}, e) },
 		func(e *Effects) { (&MarkRead{Viewer: alice, Kind: engine.Likes}).Decide(0, e) },
 		func(e *Effects) { (&ClickRedDot{Viewer: alice}).Decide(3, e) },

@@ -11,7 +11,9 @@ import (
 // PostFacts are what a backend knows of the post an operation targets.
 type PostFacts struct {
 	Exists bool
-	Author engine.UserID // 0: imported without its author
+	Author engine.UserID // 0: imported without its author, or its author was erased
+	// Deleted: the post was deleted (DeletePost); Exists is false then.
+	Deleted bool
 }
 
 func errPostNotFound(id engine.PostID) error {
@@ -51,13 +53,14 @@ func (op *CreatePost) Check(now time.Time) error {
 	return nil
 }
 
-// Decide: an id already taken is invalid (a retry with the same
-// idempotency key never gets here); otherwise the post is registered.
-func (op *CreatePost) Decide(exists bool, eff *Effects) error {
-	if exists {
-		return fmt.Errorf("%w: post %d already exists", engine.ErrInvalid, uint64(op.Post))
+// Decide: an id already taken — a post's, or a deleted post's, whose id
+// is never reused — is invalid (a retry with the same idempotency key
+// never gets here); otherwise the post is registered.
+func (op *CreatePost) Decide(taken bool, eff *Effects) error {
+	if taken {
+		return fmt.Errorf("%w: post %d already exists or was deleted", engine.ErrInvalid, uint64(op.Post))
 	}
-	eff.register(op.Post, op.Viewer)
+	eff.register(op.Post, op.Viewer, 0)
 	return nil
 }
 
@@ -127,29 +130,53 @@ func (op *Favorite) Decide(f FlagFacts, eff *Effects) error {
 	return nil
 }
 
-// Comment is one comment on Post by Viewer, mentioning Mentions.
+// Comment is one comment on Post by Viewer, mentioning Mentions; Comment
+// is the app's id of it (0: none).
 type Comment struct {
 	Viewer   engine.UserID
 	Post     engine.PostID
+	Comment  engine.CommentID
 	Mentions []engine.UserID
 	IdemKey  string
 }
 
-// Check validates the call and normalises Mentions (each user once,
-// never the viewer).
-func (op *Comment) Check() error {
+// Check validates the call at now (a comment id must be a snowflake of a
+// plausible time) and normalises Mentions (each user once, never the
+// viewer).
+func (op *Comment) Check(now time.Time) error {
 	if err := checkPostTarget(op.Viewer, op.Post); err != nil {
 		return err
+	}
+	if op.Comment != 0 {
+		if err := engine.CheckCommentID(op.Comment, now); err != nil {
+			return err
+		}
 	}
 	return checkMentioning(op.Viewer, &op.Mentions, op.IdemKey)
 }
 
+// CommentFacts are what a comment reads: the post, and whether the
+// comment's id (if it has one) was counted on it already, live or
+// deleted since.
+type CommentFacts struct {
+	PostFacts
+	Known bool
+}
+
 // Decide: +1 comment on the post; the author's unread comments +1 when
 // the commenter is someone else; each mentioned user's unread mentions
-// +1.
-func (op *Comment) Decide(f PostFacts, eff *Effects) error {
+// +1. A comment with an id is counted once, whoever sends it again: an
+// id known on the post (counted, or counted and deleted) changes
+// nothing. A counted id is recorded with its writer, who may delete it.
+func (op *Comment) Decide(f CommentFacts, eff *Effects) error {
 	if !f.Exists {
 		return errPostNotFound(op.Post)
+	}
+	if op.Comment != 0 {
+		if f.Known {
+			return nil
+		}
+		eff.CommentMarks = append(eff.CommentMarks, CommentMark{Post: op.Post, Comment: op.Comment, Writer: op.Viewer})
 	}
 	eff.count(op.Post, counters.Comments, 1)
 	var woken []engine.UserID
@@ -223,7 +250,7 @@ func (op *Repost) Decide(f PostFacts, eff *Effects) error {
 		return errPostNotFound(op.Post)
 	}
 	eff.count(op.Post, counters.Reposts, 1)
-	eff.register(op.NewPost, op.Viewer)
+	eff.register(op.NewPost, op.Viewer, op.Post)
 	eff.unreadChanged(mention(eff, op.Mentions, nil))
 	return nil
 }
@@ -252,14 +279,17 @@ func (op *RecordViews) Decide(exists func(engine.PostID) bool, eff *Effects) {
 type ImportRow = engine.ImportRow
 
 // DecideImport is engine.Importer's rule for one row, given what the
-// registry holds for the post: a post unknown so far is registered when
-// the row has an author or a non-zero count (a row with neither is
-// skipped); a post known without an author takes the row's author; the
-// counts always replace the post's. register says the row (re)enters the
+// registry holds for the post: a deleted post stays deleted (the row is
+// skipped); a post unknown so far is registered when the row has an
+// author or a non-zero count (a row with neither is skipped); a post
+// known without an author takes the row's author; the counts always
+// replace the post's. register says the row (re)enters the
 // registry with row.Author; authorPosts says that author's post count
 // grows by one (a re-import of a known author does not).
 func DecideImport(row ImportRow, known PostFacts) (skip, register, authorPosts bool) {
 	switch {
+	case known.Deleted:
+		return true, false, false
 	case !known.Exists && row.Author == 0 && row.Counts.IsZero():
 		return true, false, false
 	case !known.Exists:

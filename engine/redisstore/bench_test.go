@@ -234,7 +234,7 @@ func BenchmarkUnread(b *testing.B) {
 			must(b, err)
 		}
 	}
-	must(b, s.Comment(bg, 2, mustPost(b, s, viewer), nil, ""))
+	must(b, s.Comment(bg, 2, mustPost(b, s, viewer), 0, nil, ""))
 	b.ResetTimer()
 	for b.Loop() {
 		u, err := s.Unread(bg, viewer)
@@ -256,7 +256,7 @@ func BenchmarkComment(b *testing.B) {
 	post := mustPost(b, s, 1)
 	b.ResetTimer()
 	for b.Loop() {
-		must(b, s.Comment(bg, 2, post, []engine.UserID{3}, ""))
+		must(b, s.Comment(bg, 2, post, 0, []engine.UserID{3}, ""))
 	}
 }
 

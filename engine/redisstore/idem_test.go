@@ -122,9 +122,9 @@ func TestKeyedRetryAfterLostReply(t *testing.T) {
 	}
 
 	h.arm(scPostCount)
-	unavailableOnce(h, s.Comment(ctx, actor, post, nil, "c"))
-	check(t, s.Comment(ctx, actor, post, nil, "c"))
-	check(t, s.Comment(ctx, actor, post, nil, "c"))
+	unavailableOnce(h, s.Comment(ctx, actor, post, 0, nil, "c"))
+	check(t, s.Comment(ctx, actor, post, 0, nil, "c"))
+	check(t, s.Comment(ctx, actor, post, 0, nil, "c"))
 
 	h.arm(scPostCount)
 	_, err = s.Repost(ctx, actor, post, nil, "r")
@@ -194,14 +194,14 @@ func TestKeyedRetryAfterLostClaim(t *testing.T) {
 	}
 	mentions := []engine.UserID{mentioned}
 
-	check(t, s.Comment(ctx, actor, post, mentions, "c"))
+	check(t, s.Comment(ctx, actor, post, 0, mentions, "c"))
 	loseClaim("c")
-	check(t, s.Comment(ctx, actor, post, mentions, "c"))
+	check(t, s.Comment(ctx, actor, post, 0, mentions, "c"))
 	loseClaim("c")
-	if err := s.Comment(ctx, actor, post, nil, "c"); !errors.Is(err, engine.ErrIdemReused) {
+	if err := s.Comment(ctx, actor, post, 0, nil, "c"); !errors.Is(err, engine.ErrIdemReused) {
 		t.Fatalf("reuse with other mentions after the claim was lost: %v, want ErrIdemReused", err)
 	}
-	check(t, s.Comment(ctx, actor, post, mentions, "c"))
+	check(t, s.Comment(ctx, actor, post, 0, mentions, "c"))
 
 	r1, err := s.Repost(ctx, actor, post, nil, "r")
 	check(t, err)
@@ -253,12 +253,12 @@ func TestRefusedFirstStepFreesKey(t *testing.T) {
 	s := openInternal(t)
 	const actor = 50
 	missing := engine.PostID(s.gen.Next())
-	if err := s.Comment(ctx, actor, missing, nil, "k"); !errors.Is(err, engine.ErrNotFound) {
+	if err := s.Comment(ctx, actor, missing, 0, nil, "k"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("comment on an unknown post: %v, want ErrNotFound", err)
 	}
 	post, err := s.CreatePost(ctx, 51, 0, "")
 	check(t, err)
-	check(t, s.Comment(ctx, actor, post, nil, "k"))
+	check(t, s.Comment(ctx, actor, post, 0, nil, "k"))
 	g, err := s.CreateGroup(ctx, 52, nil)
 	check(t, err)
 	if _, err := s.SendMessage(ctx, actor, g, "x", nil, "m"); !errors.Is(err, engine.ErrForbidden) {

@@ -50,7 +50,7 @@ func TestIntentChild(t *testing.T) {
 	case "like":
 		err = s.Like(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")))
 	case "comment":
-		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
+		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), 0, []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
 	case "post":
 		_, err = s.CreatePost(bg, viewer, 0, "")
 	case "repost":
@@ -229,7 +229,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	// With an idempotency key, the client's retry and the sweeper agree
 	// on the operation: whichever comes first applies, the other nothing.
 	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid, "TALLY_INTENT_KEY=k1")
-	must(t, s.Comment(bg, commenter, post, []engine.UserID{81, 82}, "k1"))
+	must(t, s.Comment(bg, commenter, post, 0, []engine.UserID{81, 82}, "k1"))
 	out, _ = child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
 	// The retry's own finish deletes the intent when it recorded the same
 	// value (the crash and the retry fell in one millisecond); otherwise
@@ -310,7 +310,7 @@ func TestIntentSweepRacesLiveOperations(t *testing.T) {
 	}()
 	go func() {
 		for i := range n {
-			if err := live.Comment(bg, engine.UserID(1000+i), post, []engine.UserID{mentioned}, ""); err != nil {
+			if err := live.Comment(bg, engine.UserID(1000+i), post, 0, []engine.UserID{mentioned}, ""); err != nil {
 				errs <- err
 				return
 			}

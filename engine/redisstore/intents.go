@@ -229,7 +229,7 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 		var f ops.PostFacts
 		if f, err = postFacts(); err == nil {
 			op := ops.Comment{Viewer: viewer, Post: engine.PostID(in.post), Mentions: mentions}
-			err = op.Decide(f, eff)
+			err = op.Decide(ops.CommentFacts{PostFacts: f}, eff)
 		}
 	case intentPost:
 		op := ops.CreatePost{Viewer: viewer, Post: engine.PostID(in.post)}

@@ -602,7 +602,7 @@ func TestRoundTrips(t *testing.T) {
 	trips("repeated like", 1, func() error { return s.Like(ctx, fan, post) })
 	trips("unlike", 1, func() error { return s.Unlike(ctx, fan, post) })
 	trips("self-like", 2, func() error { return s.Like(ctx, author, post) })
-	trips("comment", 5, func() error { return s.Comment(ctx, fan, post, []engine.UserID{other}, "") })
+	trips("comment", 5, func() error { return s.Comment(ctx, fan, post, 0, []engine.UserID{other}, "") })
 	ids := []engine.PostID{post}
 	views := make([]engine.PostView, 1)
 	trips("page", 1, func() error {

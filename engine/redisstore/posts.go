@@ -475,14 +475,21 @@ func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostI
 	return s.finishIntent(ctx, bucket, id, desc, it, true)
 }
 
-// Comment implements engine.Store.
-func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+// errLifecycle answers what this backend does not do yet: comment ids,
+// deleteComment, deletePost and eraseUser.
+var errLifecycle = fmt.Errorf("%w: not supported by this backend yet", engine.ErrInvalid)
+
+// Comment implements engine.Store. Comment ids are not supported yet.
+func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
+	if comment != 0 {
+		return errLifecycle
+	}
 	op := ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}
-	if err := op.Check(); err != nil {
+	if err := op.Check(s.now()); err != nil {
 		return err
 	}
 	counts, _, err := speculate(viewer, post, func(author engine.UserID, eff *ops.Effects) error {
-		return op.Decide(ops.PostFacts{Exists: true, Author: author}, eff)
+		return op.Decide(ops.CommentFacts{PostFacts: ops.PostFacts{Exists: true, Author: author}}, eff)
 	})
 	if err != nil {
 		return err
@@ -497,7 +504,7 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	}
 	refuse := func(f ops.PostFacts) error {
 		var eff ops.Effects
-		return op.Decide(f, &eff)
+		return op.Decide(ops.CommentFacts{PostFacts: f}, &eff)
 	}
 	if err := s.countThenFinish(ctx, &in, post, counts, mk, refuse); err != nil {
 		return err
@@ -781,4 +788,19 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 	}
 	maybeCrash(intentImportPending)
 	return ii.finish(ctx, registered)
+}
+
+// DeleteComment implements engine.Store: not supported yet.
+func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
+	return errLifecycle
+}
+
+// DeletePost implements engine.Store: not supported yet.
+func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
+	return errLifecycle
+}
+
+// EraseUser implements engine.Store: not supported yet.
+func (s *Store) EraseUser(ctx context.Context, user engine.UserID) error {
+	return errLifecycle
 }

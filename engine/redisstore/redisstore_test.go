@@ -63,7 +63,8 @@ func TestConformanceSingle(t *testing.T) {
 // a new Store (a replica restarting) on the same data.
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
-		Name: name,
+		Name:    name,
+		Differs: []string{"lifecycle"},
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
 			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
 			cur := open(t, opts)
@@ -301,7 +302,7 @@ func TestFailover(t *testing.T) {
 	for u := range likes {
 		must(t, s.Like(bg, engine.UserID(1000+u), post))
 	}
-	must(t, s.Comment(bg, 901, post, nil, "k1"))
+	must(t, s.Comment(bg, 901, post, 0, nil, "k1"))
 
 	victim := c.MasterForKey(s.PostKey(post))
 	c.Kill(victim)
@@ -347,7 +348,7 @@ func TestFailover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	must(t, s.Comment(bg, 901, post, nil, "k1")) // a retry: applies nothing
+	must(t, s.Comment(bg, 901, post, 0, nil, "k1")) // a retry: applies nothing
 	cs, err = s.Counts(bg, []engine.PostID{post})
 	must(t, err)
 	if want := (engine.Counts{Likes: likes + 1, Comments: 1}); cs[0] != want {

@@ -100,7 +100,7 @@ func TestReplayAfterCrash(t *testing.T) {
 	}
 	countFirst(in, pComments)
 	for range 2 {
-		check(t, s.Comment(ctx, actor, post, []engine.UserID{mentioned}, "c1"))
+		check(t, s.Comment(ctx, actor, post, 0, []engine.UserID{mentioned}, "c1"))
 	}
 	cs, err := s.Counts(ctx, []engine.PostID{post})
 	check(t, err)

@@ -75,6 +75,14 @@
 //     likes or favorites (a like, membership of any kind); RangeKinds and
 //     LoadReactions carry the kinds where Range and LoadPairs do not.
 //
+// Records also go away, for the engine's deletes and erasures:
+// Posts.Delete removes a post (an overlay keeps a deleted row until the
+// window's rewrite); Set.Forget forgets a deleted post's pairs, which
+// reads leave out at once and the window's next rewrite drops; Scrub
+// marks a window whose removed records must not outlive its next rewrite
+// in memory, snapshots or files; a Scan (scan.go) finds one user's pairs,
+// or posts, window by window with no lock held while it reads.
+//
 // It promises:
 //   - A read answers from the window's delta, a running job's frozen
 //     delta, then its body; every sealing, cooling, compaction, snapshot

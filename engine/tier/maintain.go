@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -17,9 +18,11 @@ import (
 type Job struct {
 	t      *table
 	w      *window
-	epoch  uint64  // the table's when planned: a Load since voids the job
-	base   body    // the window's body when planned: immutable while the job runs
-	fold   overlay // the delta Plan froze, which readers of w read until Finish; may be nil
+	epoch  uint64   // the table's when planned: a Load since voids the job
+	base   body     // the window's body when planned: immutable while the job runs
+	fold   overlay  // the delta Plan froze, which readers of w read until Finish; may be nil
+	drop   []uint64 // the window's forgotten posts when planned, which the rewrite leaves out
+	scrub  bool     // the window was marked for Scrub when planned (a failure marks it again)
 	toCold bool
 	name   string // the file written when toCold
 	sealed *sealedWindow
@@ -54,7 +57,7 @@ func (t *table) Plan(now time.Time) []*Job {
 	var jobs []*Job
 	ms := now.UnixMilli()
 	for _, w := range t.wins {
-		if w.job != nil {
+		if w.job != nil || w.held > 0 {
 			continue
 		}
 		end := t.win.End(w.num)
@@ -66,11 +69,11 @@ func (t *table) Plan(now time.Time) []*Job {
 		case Sealed:
 			if t.coldDue(end, ms) {
 				jobs = append(jobs, t.plan(w, true))
-			} else if t.deltaDue(w) {
+			} else if t.deltaDue(w) || w.scrub || len(w.forgot) > 0 {
 				jobs = append(jobs, t.plan(w, false))
 			}
 		case Cold:
-			if t.deltaDue(w) {
+			if t.deltaDue(w) || w.scrub || len(w.forgot) > 0 {
 				jobs = append(jobs, t.plan(w, true))
 			}
 		}
@@ -114,8 +117,10 @@ func (t *table) deltaDue(w *window) bool {
 }
 
 func (t *table) plan(w *window, toCold bool) *Job {
-	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, toCold: toCold}
-	w.job, w.delta = j, nil
+	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, drop: slices.Clone(w.forgot), scrub: w.scrub, toCold: toCold}
+	// The frozen delta holds whatever Scrub asked to be rewritten; what
+	// is removed after this goes to the new delta and asks again.
+	w.job, w.delta, w.scrub = j, nil, false
 	if toCold {
 		j.name = t.planFile(w.num)
 	}
@@ -133,7 +138,7 @@ func (j *Job) Run() error {
 	}
 	j.ran = true
 	t := j.t
-	write := func(w io.Writer) error { return t.shape.writeImage(w, j.base, j.w.lo, j.fold) }
+	write := func(w io.Writer) error { return t.shape.writeImage(w, j.base, j.w.lo, j.fold, j.drop) }
 	if !j.toCold {
 		var buf bytes.Buffer
 		if j.err = write(&buf); j.err == nil {
@@ -176,6 +181,7 @@ func (t *table) Finish(j *Job) error {
 	if j.err != nil {
 		j.discard()
 		t.unfreeze(w, j.fold)
+		w.scrub = w.scrub || j.scrub
 		return j.err
 	}
 	t.retire(w.body)
@@ -184,6 +190,13 @@ func (t *table) Finish(j *Job) error {
 	} else {
 		j.sealed.installed = true
 		w.body = j.sealed
+	}
+	if len(j.drop) > 0 {
+		w.forgot = slices.DeleteFunc(w.forgot, func(p uint64) bool { _, ok := slices.BinarySearch(j.drop, p); return ok })
+		if len(w.forgot) == 0 {
+			w.forgot = nil
+		}
+		t.shape.dropped(w, j.drop)
 	}
 	if w.body.records() == 0 && (w.delta == nil || w.delta.len() == 0) {
 		t.retire(w.body)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/counters"
@@ -53,7 +52,9 @@ const (
 //	post lows  uint8    Elias–Fano low bits of the posts
 //	post highs uvarint  Elias–Fano high bits of the posts
 //	min user   uvarint  the smallest user of the block
-//	user bits  uint8    user - min user takes this many bits
+//	user top   uint8    users vary from min user in mask U = (2^top-1) &^ holes
+//	user holes uvarint
+//	user bits  uint8    a user's squeezed value takes this many bits
 //	code lows  uint8    Elias–Fano low bits of the pairs' codes
 //	code highs uvarint  Elias–Fano high bits of the pairs' codes
 //	[kind w    uint8    when the flag is set: the kind column's plan, as a
@@ -72,8 +73,10 @@ const (
 // gathers the bits M selects: bits equal in every post of the block,
 // such as the never-used high bits of the sequence number, cost
 // nothing). Pair j > 0 is code_j - code_0, where a pair's code is i <<
-// user bits | (user - min user), i being the index of its post in the
-// block: one increasing list for all the block's pairs, so a lookup is
+// user bits | (pext(user, U) - pext(min user, U)), i being the index of
+// its post in the block (users are squeezed like posts, so that bits
+// every user of the block shares cost nothing: a comment id's node and
+// sequence bits, where the set holds comment ids as its users): one increasing list for all the block's pairs, so a lookup is
 // one Elias–Fano search once the post's index is known, and a block of
 // one hot post's likers costs about 2 + log2(gap between likers) bits a
 // pair. An Elias–Fano list of m values v_1 < ... < v_m with l low bits
@@ -90,12 +93,40 @@ type pairBlock struct {
 	pairs, posts int
 	postIDs      squeezedIDs
 
-	minUser, maxUser uint64 // maxUser = minUser + 2^userBits - 1, saturated
-	userBits         uint
-	firstCode        uint64 // the first pair's code
-	codes            efList // the pairs' codes less the first's
-	kinded           bool   // the block has a kind column
-	kinds            valueColumn
+	minUser   uint64
+	userMask  uint64 // the user bits that vary within the block, U
+	userBase  uint64 // pext(minUser, U)
+	userMax   uint64 // the largest squeezed user: 2^userBits - 1
+	userBits  uint
+	userHoles bool   // U is not contiguous: pext needs more than a mask
+	firstCode uint64 // the first pair's code
+	codes     efList // the pairs' codes less the first's
+	kinded    bool   // the block has a kind column
+	kinds     valueColumn
+}
+
+// squeeze returns user's squeezed value in the block, and false for a
+// user the block cannot hold (a bit every user shares differs, or it is
+// out of range).
+func (b *pairBlock) squeeze(user uint64) (uint64, bool) {
+	if (user^b.minUser)&^b.userMask != 0 {
+		return 0, false
+	}
+	var s uint64
+	if b.userHoles {
+		s = bitpack.Pext(user, b.userMask)
+	} else {
+		s = user & b.userMask // pext of a contiguous low mask
+	}
+	if s < b.userBase || s-b.userBase > b.userMax {
+		return 0, false
+	}
+	return s - b.userBase, true
+}
+
+// unsqueeze is squeeze's inverse.
+func (b *pairBlock) unsqueeze(s uint64) uint64 {
+	return bitpack.Pdep(s+b.userBase, b.userMask) | b.minUser&^b.userMask
 }
 
 // parse reads the header of block body h (its bytes without the CRC,
@@ -122,14 +153,23 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	postLowBits := int(h[p])
 	postHighLen, p := bitpack.Uvarint(h, p+1)
 	minUser, p := bitpack.Uvarint(h, p)
-	if p < 0 || p+2 > len(h) {
+	if p < 0 || p >= len(h) {
 		return errBlock
+	}
+	userTop := uint(h[p])
+	userHoles, p := bitpack.Uvarint(h, p+1)
+	if p < 0 || p+2 > len(h) || userTop > 64 {
+		return errBlock
+	}
+	mask := bitpack.LowMask(userTop) &^ userHoles
+	if userHoles&^bitpack.LowMask(userTop) != 0 || (userTop > 0 && mask>>(userTop-1) != 1) {
+		return errBlock // non-canonical: holes above top, or the top bit a hole
 	}
 	b.userBits = uint(h[p])
 	codeLowBits := int(h[p+1])
 	codeHighLen, p := bitpack.Uvarint(h, p+2)
-	if p < 0 || b.userBits > 64 || b.userBits+uint(bits.Len(uint(b.posts-1))) > 64 {
-		return errBlock // a code would not fit 64 bits
+	if p < 0 || b.userBits > uint(bits.OnesCount64(mask)) || b.userBits+uint(bits.Len(uint(b.posts-1))) > 64 {
+		return errBlock // a squeezed user or a code would not fit
 	}
 	var kindExc uint64
 	if b.kinded {
@@ -142,17 +182,14 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 			return errBlock
 		}
 	}
-	b.minUser = minUser
-	if firstUser < minUser || firstUser-minUser > bitpack.LowMask(b.userBits) {
+	b.minUser, b.userMask, b.userHoles = minUser, mask, userHoles != 0
+	b.userBase = bitpack.Pext(minUser, mask)
+	b.userMax = bitpack.LowMask(b.userBits)
+	first, ok := b.squeeze(firstUser)
+	if !ok {
 		return errBlock
 	}
-	// maxUser saturates: a block may span users 5 to 2^64-1 with 64 user
-	// bits.
-	b.maxUser = minUser + bitpack.LowMask(b.userBits)
-	if b.maxUser < minUser {
-		b.maxUser = math.MaxUint64
-	}
-	b.firstCode = firstUser - minUser
+	b.firstCode = first
 	areaBits := 8 * (len(h) - p)
 	off, ok := b.postIDs.set(firstPost, top, holes, b.posts-1, postLowBits, postHighLen, 0, areaBits)
 	if ok {
@@ -179,14 +216,15 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 // kindOf returns the kind of (post, user), counters.NoKind when the
 // block does not hold it.
 func (b *pairBlock) kindOf(post, user uint64) counters.Kind {
-	if user < b.minUser || user > b.maxUser {
+	s, ok := b.squeeze(user)
+	if !ok {
 		return counters.NoKind
 	}
 	i, ok := b.postIDs.find(b.area, post)
 	if !ok {
 		return counters.NoKind
 	}
-	code := uint64(i)<<b.userBits | (user - b.minUser)
+	code := uint64(i)<<b.userBits | s
 	at := 0
 	if code < b.firstCode {
 		return counters.NoKind
@@ -220,20 +258,26 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 	}
 	out[0] = pair{post: posts[0], user: b.firstUser, kind: counters.Like}
 	prev := 0
+	lowest, vary := b.firstUser, b.firstUser^b.minUser
 	for j, code := range codes {
 		i := code >> b.userBits // 0 when userBits is 64
 		if i >= uint64(b.posts) || int(i) > prev+1 {
 			return 0, errBlock // a pair of no post, or a post with no pair
 		}
 		prev = int(i)
-		u := b.minUser + code&bitpack.LowMask(b.userBits)
-		if u < b.minUser {
-			return 0, errBlock // the user would pass 2^64-1
+		s := code & b.userMax
+		if b.userBase+s < b.userBase || (b.userBase+s)&^bitpack.LowMask(uint(bits.OnesCount64(b.userMask))) != 0 {
+			return 0, errBlock // beyond the varying bits
 		}
+		u := b.unsqueeze(s)
+		lowest, vary = min(lowest, u), vary|(u^b.minUser)
 		out[j+1] = pair{post: posts[i], user: u, kind: counters.Like}
 	}
 	if prev != b.posts-1 {
 		return 0, errBlock
+	}
+	if lowest != b.minUser || vary != b.userMask {
+		return 0, errBlock // non-canonical: min user or its mask not the users'
 	}
 	if b.kinded {
 		kinds := scratch[:b.pairs] // the posts and codes are done with
@@ -306,7 +350,13 @@ func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 		}
 	}
 	idp := planIDs(posts)
-	userBits := uint(bits.Len64(e.maxUser - e.minUser))
+	var vary uint64
+	for _, q := range ps {
+		vary |= q.user ^ e.minUser
+	}
+	userBase := bitpack.Pext(e.minUser, vary)
+	squeeze := func(u uint64) uint64 { return bitpack.Pext(u, vary) - userBase }
+	userBits := uint(bits.Len64(squeeze(e.maxUser)))
 	top := byte(idp.top)
 	if e.kinded {
 		top |= blockKindsFlag
@@ -318,19 +368,22 @@ func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 	dst = append(dst, byte(idp.lowBits))
 	dst = binary.AppendUvarint(dst, uint64(idp.highLen))
 	codes := e.codes[:0]
-	firstCode := first.user - e.minUser
+	firstCode := squeeze(first.user)
 	i := uint64(0)
 	for j := 1; j < len(ps); j++ {
 		if ps[j].post != ps[j-1].post {
 			i++
 		}
-		codes = append(codes, (i<<userBits|(ps[j].user-e.minUser))-firstCode)
+		codes = append(codes, (i<<userBits|squeeze(ps[j].user))-firstCode)
 	}
 	var codeLowBits, codeHighLen int
 	if len(codes) > 0 {
 		codeLowBits, codeHighLen = efParams(len(codes), codes[len(codes)-1])
 	}
+	userTop := bits.Len64(vary)
 	dst = binary.AppendUvarint(dst, e.minUser)
+	dst = append(dst, byte(userTop))
+	dst = binary.AppendUvarint(dst, bitpack.LowMask(uint(userTop))&^vary)
 	dst = append(dst, byte(userBits), byte(codeLowBits))
 	dst = binary.AppendUvarint(dst, uint64(codeHighLen))
 	kinds := e.kinds[:0]

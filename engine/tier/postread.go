@@ -102,8 +102,10 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 			i := int(keys[e] & 0xff)
 			key := ids[i] - w.lo + 1
 			if (delta != nil && delta.get(key, &p.layout, &r)) || (frozen != nil && frozen.get(key, &p.layout, &r)) {
-				r.toPost(&out[i])
-				found[i] = true
+				if !r.dead() {
+					r.toPost(&out[i])
+					found[i] = true
+				}
 				continue
 			}
 			sub[m], pos[m] = ids[i], uint8(i)

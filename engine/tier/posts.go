@@ -112,14 +112,15 @@ func (p *Posts) Get(id uint64) (Post, bool, error) {
 	return r.post(), true, nil
 }
 
-// get looks id up in w: delta, frozen, then the body.
+// get looks id up in w: delta, frozen, then the body. A deleted post's
+// row (deadRow) in an overlay reads as absent.
 func (p *Posts) get(w *window, id uint64, r *postRow) (bool, error) {
 	key := id - w.lo + 1
 	if d := asRows(w.delta); d != nil && d.get(key, &p.layout, r) {
-		return true, nil
+		return !r.dead(), nil
 	}
 	if f := asRows(w.frozen()); f != nil && f.get(key, &p.layout, r) {
-		return true, nil
+		return !r.dead(), nil
 	}
 	return p.getBody(w, id, r)
 }
@@ -172,17 +173,10 @@ func (p *Posts) put(id uint64, post Post, known int) error {
 	}
 	d := asRows(w.delta)
 	isNew := known == absent
-	if known == unknown && (d == nil || !d.has(key, &p.layout)) {
-		exists := false
-		if f := asRows(w.frozen()); f != nil {
-			exists = f.has(key, &p.layout)
-		}
-		if !exists {
-			var scratch postRow
-			var err error
-			if exists, err = p.getBody(w, id, &scratch); err != nil {
-				return err
-			}
+	if known == unknown {
+		exists, err := p.get(w, id, new(postRow))
+		if err != nil {
+			return err
 		}
 		isNew = !exists
 	}
@@ -256,6 +250,48 @@ func (p *Posts) update(id uint64, change func(*Post)) (was, is Post, err error) 
 	}
 	return old, n, nil
 }
+
+// Delete deletes the record of id and reports whether there was one. An
+// open window that takes writes forgets it at once; any other keeps a
+// deleted row in its delta, which hides the body's record until the
+// window's next rewrite drops both. Like Put it may need a cold block.
+func (p *Posts) Delete(id uint64) (bool, error) {
+	i := p.find(id)
+	if i < 0 {
+		return false, nil
+	}
+	w := p.wins[i]
+	key := id - w.lo + 1
+	if w.takesWrites() {
+		if !w.body.(*rowTable).remove(key, &p.layout) {
+			return false, nil
+		}
+		p.adjust(w, -1)
+		return true, nil
+	}
+	exists, err := p.get(w, id, new(postRow))
+	if err != nil || !exists {
+		return false, err
+	}
+	d := asRows(w.delta)
+	if d == nil {
+		d = newRowTable()
+		w.delta = d
+	}
+	d.put(key, &p.layout, &deadRow)
+	p.adjust(w, -1)
+	return true, nil
+}
+
+// deadRow is a deleted post's row in an overlay: every fixed column all
+// ones, which no post's row is (counts fit an int64), and no kind
+// counts. It never fits a slot, so it lives in the overlay's overflow
+// map.
+var deadRow = postRow{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
+
+func (r *postRow) dead() bool { return fixedRow(r[:fixedCols]).dead() }
+
+func (r fixedRow) dead() bool { return r == fixedRow(deadRow[:fixedCols]) }
 
 // SetAuthor records the author of post id, creating the post.
 func (p *Posts) SetAuthor(id, author uint64) error {

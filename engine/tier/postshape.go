@@ -15,10 +15,18 @@ func (p *Posts) merge(base body, lo uint64, overlays []*rowTable, add func(id ui
 			}
 		}
 	}
+	// A deleted row (deadRow) hides the body's record and is not a
+	// record itself.
+	addOver := func(id uint64) error {
+		if over.dead() {
+			return nil
+		}
+		return add(id, &over)
+	}
 	emit := func(id uint64, r *postRow) error {
 		for next < len(keys) && lo+keys[next]-1 < id {
 			overlay(keys[next])
-			if err := add(lo+keys[next]-1, &over); err != nil {
+			if err := addOver(lo + keys[next] - 1); err != nil {
 				return err
 			}
 			next++
@@ -26,7 +34,7 @@ func (p *Posts) merge(base body, lo uint64, overlays []*rowTable, add func(id ui
 		if next < len(keys) && lo+keys[next]-1 == id {
 			overlay(keys[next])
 			next++
-			return add(id, &over)
+			return addOver(id)
 		}
 		return add(id, r)
 	}
@@ -35,7 +43,7 @@ func (p *Posts) merge(base body, lo uint64, overlays []*rowTable, add func(id ui
 	}
 	for ; next < len(keys); next++ {
 		overlay(keys[next])
-		if err := add(lo+keys[next]-1, &over); err != nil {
+		if err := addOver(lo + keys[next] - 1); err != nil {
 			return err
 		}
 	}
@@ -105,7 +113,7 @@ func (p *Posts) eachRow(b body, lo uint64, fn func(id uint64, r *postRow) error)
 
 func (p *Posts) newOpen() body { return newRowTable() }
 
-func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay) error {
+func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay, _ []uint64) error {
 	pw := newPostWriter(w)
 	if err := p.merge(base, lo, []*rowTable{asRows(fold)}, pw.add); err != nil {
 		return err
@@ -115,12 +123,19 @@ func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay) erro
 
 func (p *Posts) verifyBlocks(b body) error { return p.eachRow(b, 0, nil) }
 
+// dropped: the post table forgets no posts (a deleted post's row is
+// deleted, Delete).
+func (p *Posts) dropped(*window, []uint64) {}
+
 func (p *Posts) foldInto(open body, o overlay) {
 	t, d := open.(*rowTable), o.(*rowTable)
 	var r postRow
 	for _, key := range d.sorted(&p.layout) {
-		d.get(key, &p.layout, &r)
-		t.put(key, &p.layout, &r)
+		if d.get(key, &p.layout, &r); r.dead() {
+			t.remove(key, &p.layout)
+		} else {
+			t.put(key, &p.layout, &r)
+		}
 	}
 }
 
@@ -198,10 +213,17 @@ func (p *Posts) writeRows(sw *snapshotWriter, tables ...*rowTable) error {
 }
 
 func (p *Posts) readOpen(sr *snapshotReader, w *window) body {
-	if t := p.readRows(sr, w); t != nil {
-		return t
+	t := p.readRows(sr, w)
+	if t == nil {
+		return newRowTable()
 	}
-	return newRowTable()
+	for _, r := range t.over {
+		if r.dead() {
+			sr.fail("window %d: a deleted row in an open table", w.num)
+			return nil
+		}
+	}
+	return t
 }
 
 // readOverlay reads a window's delta and counts the records of its view:
@@ -215,15 +237,25 @@ func (p *Posts) readOverlay(sr *snapshotReader, w *window) (overlay, int, error)
 	if d == nil {
 		return nil, n, nil
 	}
-	var r postRow
+	var r, body postRow
 	for _, key := range d.sorted(&p.layout) {
-		ok, err := p.getBody(w, w.lo+key-1, &r)
-		if err != nil {
+		d.get(key, &p.layout, &r)
+		ok, err := p.getBody(w, w.lo+key-1, &body)
+		switch {
+		case err != nil:
 			return nil, 0, err
-		}
-		if !ok {
+		case r.dead() && !ok:
+			// A post made and deleted over a job's frozen delta: over
+			// the body alone it is nothing.
+			d.remove(key, &p.layout)
+		case r.dead():
+			n--
+		case !ok:
 			n++
 		}
+	}
+	if d.n == 0 {
+		return nil, n, nil
 	}
 	return d, n, nil
 }

@@ -213,6 +213,46 @@ func (t *rowTable) put(key uint64, l *slotLayout, r *postRow) bool {
 	return !found
 }
 
+// remove deletes key and reports whether it was there. The entries after
+// it in its run move back to fill the gap where their probe sequence
+// allows (backward-shift deletion), so that lookups still stop at the
+// first empty slot.
+func (t *rowTable) remove(key uint64, l *slotLayout) bool {
+	i, found := t.find(key, l)
+	if !found {
+		return false
+	}
+	if s := &t.slots[i]; s.low&l.overflowFlag() != 0 {
+		delete(t.over, key)
+	}
+	if s := &t.slots[i]; s.low&l.kindsFlag() != 0 {
+		t.kinds.remove(key)
+	}
+	mask := len(t.slots) - 1
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		k := t.slots[j].low & l.keyMask
+		if k == 0 {
+			break
+		}
+		// The entry at j may move to i unless its home lies cyclically
+		// in (i, j]: then i is before its probe sequence starts.
+		h := t.home(k)
+		var stays bool
+		if i <= j {
+			stays = i < h && h <= j
+		} else {
+			stays = i < h || h <= j
+		}
+		if !stays {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = rowSlot{}
+	t.n--
+	return true
+}
+
 func (t *rowTable) grow(l *slotLayout) {
 	old := t.slots
 	t.slots = make([]rowSlot, 2*len(old))

@@ -161,6 +161,9 @@ func (s *Set) Add(user, post uint64) (bool, error) {
 // changes its kind, and returns the kind it had.
 func (s *Set) set(user, post uint64, kind counters.Kind, replace bool) (counters.Kind, error) {
 	w := s.windowFor(post)
+	if forgotten(w, post) {
+		return counters.NoKind, nil
+	}
 	k := post - w.lo
 	if w.takesWrites() {
 		was := w.body.(*pairTable).insert(user, k, kind, replace)
@@ -205,6 +208,9 @@ func (s *Set) Unreact(user, post uint64) (counters.Kind, error) {
 		return counters.NoKind, nil
 	}
 	w := s.wins[i]
+	if forgotten(w, post) {
+		return counters.NoKind, nil
+	}
 	k := post - w.lo
 	if w.takesWrites() {
 		was := w.body.(*pairTable).remove(user, k)
@@ -231,6 +237,27 @@ func (s *Set) Unreact(user, post uint64) (counters.Kind, error) {
 	return was, nil
 }
 
+// Forget forgets every pair of post (a deleted post's reactions): reads
+// leave them out from now on, writes of them (React, Add, Unreact,
+// Remove) change nothing and report no pair, and the next rewrite of the
+// post's window, which Plan makes due, drops them from memory, snapshots
+// and files (an open window's at its sealing).
+func (s *Set) Forget(post uint64) {
+	w := s.windowFor(post)
+	if j, found := slices.BinarySearch(w.forgot, post); !found {
+		w.forgot = slices.Insert(w.forgot, j, post)
+	}
+}
+
+// forgotten reports whether post's pairs are forgotten in w.
+func forgotten(w *window, post uint64) bool {
+	if len(w.forgot) == 0 {
+		return false
+	}
+	_, found := slices.BinarySearch(w.forgot, post)
+	return found
+}
+
 // Remove removes (user, post) and reports whether it was present: Unreact
 // for a set of likes or favorites.
 func (s *Set) Remove(user, post uint64) (bool, error) {
@@ -248,6 +275,9 @@ func (s *Set) KindOf(user, post uint64) (counters.Kind, error) {
 		return counters.NoKind, nil
 	}
 	w := s.wins[i]
+	if forgotten(w, post) {
+		return counters.NoKind, nil
+	}
 	if w.delta != nil || w.job != nil {
 		if kind, ok := overlaid(w, user, post-w.lo); ok {
 			return kind, nil
@@ -360,6 +390,10 @@ func kindWindow(w *window, user uint64, posts []uint64, o []uint8, out []counter
 	switch b := w.body.(type) {
 	case *pairTable:
 		for _, i := range o {
+			if forgotten(w, posts[i]) {
+				out[i] = counters.NoKind
+				continue
+			}
 			k := posts[i] - w.lo
 			if overlay {
 				if kind, ok := overlaid(w, user, k); ok {
@@ -405,6 +439,10 @@ func kindWindow(w *window, user uint64, posts []uint64, o []uint8, out []counter
 	}
 	for _, i := range o {
 		post := posts[i]
+		if forgotten(w, post) {
+			out[i] = counters.NoKind
+			continue
+		}
 		if overlay {
 			if kind, ok := overlaid(w, user, post-w.lo); ok {
 				out[i] = kind
@@ -492,6 +530,9 @@ func (s *Set) RangeKinds(fn func(user, post uint64, kind counters.Kind) bool) er
 	return walkWindows(len(s.wins), func(i int) error {
 		w := s.wins[i]
 		return s.merge(w.body, w.lo, w.frozen(), w.delta, func(q pair) error {
+			if forgotten(w, q.post) {
+				return nil
+			}
 			if !fn(q.user, q.post, q.kind) {
 				return errStop
 			}

@@ -14,9 +14,10 @@ import (
 
 // TestSetConcurrentJobs runs a set's maintenance jobs (planned and
 // finished under the write lock, run outside it) while writers like,
-// react, switch kinds and unreact under the write lock and readers read pages and take snapshots
-// under the read lock. A reader checks that a pair only its own writer
-// touches reads as that writer left it; at the end the set is the
+// react, switch kinds and unreact under the write lock, readers read
+// pages and take snapshots under the read lock, and a scanner looks for
+// one user's pairs with no lock. A reader checks that a pair only its own
+// writer touches reads as that writer left it; at the end the set is the
 // writers' model. Run with -race.
 func TestSetConcurrentJobs(t *testing.T) {
 	dir := t.TempDir()
@@ -31,6 +32,18 @@ func TestSetConcurrentJobs(t *testing.T) {
 		posts[i] = randID(rng, nWin)
 	}
 	model := map[upair]counters.Kind{} // under mu
+	// A user no writer touches, whom a scanner looks for throughout.
+	const still = 1 << 40
+	var stillPosts []uint64
+	for _, p := range posts[:300] {
+		if added, err := s.Add(still, p); err != nil {
+			t.Fatal(err)
+		} else if added {
+			model[upair{still, p}] = counters.Like
+			stillPosts = append(stillPosts, p)
+		}
+	}
+	slices.Sort(stillPosts)
 	var clock atomic.Int64
 	clock.Store(testEpoch.UnixMilli())
 	stop := make(chan struct{})
@@ -114,15 +127,55 @@ func TestSetConcurrentJobs(t *testing.T) {
 			}
 		})
 	}
+	var scans atomic.Int64
+	wg.Go(func() {
+		// Scans read bodies with no lock, as an erasure does.
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var got []uint64
+			var cur Cursor
+			for done := false; !done; {
+				mu.Lock()
+				sc := s.PlanScan(still, cur, 100)
+				mu.Unlock()
+				runErr := sc.Run()
+				mu.Lock()
+				found, next, d, err := sc.Finish()
+				for _, p := range found {
+					if has, herr := s.Has(still, p); herr != nil {
+						err = herr
+					} else if has {
+						got = append(got, p)
+					}
+				}
+				mu.Unlock()
+				if err != nil || runErr != nil && next != cur {
+					t.Error(err, runErr)
+					return
+				}
+				cur, done = next, d
+			}
+			slices.Sort(got)
+			if got = slices.Compact(got); !slices.Equal(got, stillPosts) {
+				t.Errorf("a scan found %d posts, want %d", len(got), len(stillPosts))
+				return
+			}
+			scans.Add(1)
+		}
+	})
 	wg.Go(func() { maintainRounds(t, &mu, s, &clock, &jobs) })
 	waitRounds(&clock)
 	close(stop)
 	wg.Wait()
 	st := statsOf(s)
-	if jobs.Load() == 0 || snaps.Load() == 0 || pages.Load() == 0 || st.coldWindows == 0 {
-		t.Fatalf("%d jobs, %d snapshots, %d pages, %+v: the test did not exercise them", jobs.Load(), snaps.Load(), pages.Load(), st)
+	if jobs.Load() == 0 || snaps.Load() == 0 || pages.Load() == 0 || scans.Load() == 0 || st.coldWindows == 0 {
+		t.Fatalf("%d jobs, %d snapshots, %d pages, %d scans, %+v: the test did not exercise them", jobs.Load(), snaps.Load(), pages.Load(), scans.Load(), st)
 	}
-	checkSet(t, s, model, rng, posts[:3], nWin)
+	checkSet(t, s, model, rng, posts[:3], nWin, false)
 	t.Logf("%d jobs, %d snapshots, %d pages, %+v", jobs.Load(), snaps.Load(), pages.Load(), st)
 }
 

@@ -83,10 +83,13 @@ func randLikedPost(rng *rand.Rand, hot []uint64, nWin int) uint64 {
 }
 
 // checkSet compares the set with the model: Len, KindOf and Has of every
-// pair and of absent ones, KindsOf and HasMany pages, RangeKinds.
-func checkSet(t *testing.T, s *Set, model map[upair]counters.Kind, rng *rand.Rand, hot []uint64, nWin int) {
+// pair and of absent ones, KindsOf and HasMany pages, RangeKinds. forgot
+// says that the set has forgotten posts, whose pairs count in Len until
+// their window's rewrite.
+func checkSet(t *testing.T, s *Set, model map[upair]counters.Kind, rng *rand.Rand, hot []uint64, nWin int, forgot bool) {
 	t.Helper()
-	if s.Len() != len(model) {
+	// Forgotten pairs count until their window's rewrite drops them.
+	if s.Len() != len(model) && (!forgot || s.Len() < len(model)) {
 		t.Fatalf("Len %d, model %d", s.Len(), len(model))
 	}
 	var pairs []upair
@@ -194,10 +197,44 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 		}
 		return q
 	}
+	forgot := map[uint64]bool{}
 	for step := range steps {
-		switch r := rng.IntN(100); {
+		switch r := rng.IntN(110); {
+		case r >= 108:
+			// A deleted post's pairs are forgotten.
+			p := randLikedPost(rng, hot, nWin)
+			if len(model) > 0 && rng.IntN(2) == 0 {
+				for k := range model {
+					p = k.p
+					break
+				}
+			}
+			s.Forget(p)
+			forgot[p] = true
+			for q := range model {
+				if q.p == p {
+					delete(model, q)
+				}
+			}
+		case r >= 105:
+			s.Scrub(randLikedPost(rng, hot, nWin))
+		case r >= 100:
+			if rng.IntN(8) != 0 {
+				continue // a whole scan is costly: rarely
+			}
+			user := randUser(rng)
+			if len(model) > 0 && rng.IntN(2) == 0 {
+				for k := range model {
+					user = k.u
+					break
+				}
+			}
+			checkScan(t, s, model, user, 1+rng.IntN(300))
 		case r < 35:
 			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
+			if forgot[q.p] {
+				continue // a deleted post takes no more likes
+			}
 			added, err := s.Add(q.u, q.p)
 			if err != nil {
 				t.Fatal(err)
@@ -212,6 +249,9 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
 			if rng.IntN(2) == 0 {
 				q = pick() // a switch, mostly
+			}
+			if forgot[q.p] {
+				continue // a deleted post takes no more reactions
 			}
 			kind := randKind(rng, kinds)
 			was, err := s.React(q.u, q.p, kind)
@@ -279,6 +319,35 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			if err := s.Load(&buf); err != nil {
 				t.Fatalf("step %d: Load: %v", step, err)
 			}
+		case r < 96:
+			// A reload through LoadReactions, in RangeKinds' order or
+			// shuffled.
+			var all []Reaction
+			if err := s.RangeKinds(func(u, p uint64, kind counters.Kind) bool {
+				all = append(all, Reaction{User: u, Post: p, Kind: kind})
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if rng.IntN(2) == 0 {
+				rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+			}
+			for _, j := range pending {
+				j.Run()
+				s.Finish(j)
+			}
+			pending = nil
+			s.Close()
+			s = newTestSet(t, opts, limit)
+			if err := s.LoadReactions(func(yield func(Reaction) bool) {
+				for _, q := range all {
+					if !yield(q) || !yield(q) { // duplicates are ignored
+						return
+					}
+				}
+			}, clock); err != nil {
+				t.Fatal(err)
+			}
 		default:
 			if len(pending) == 0 {
 				if err := s.Collect(kept); err != nil {
@@ -287,7 +356,7 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			}
 		}
 		if step%400 == 0 {
-			checkSet(t, s, model, rng, hot, nWin)
+			checkSet(t, s, model, rng, hot, nWin, len(forgot) > 0)
 		}
 	}
 	for _, j := range pending {
@@ -296,11 +365,11 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			t.Fatal(err)
 		}
 	}
-	checkSet(t, s, model, rng, hot, nWin)
+	checkSet(t, s, model, rng, hot, nWin, len(forgot) > 0)
 	if err := s.Maintain(clock.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	checkSet(t, s, model, rng, hot, nWin)
+	checkSet(t, s, model, rng, hot, nWin, len(forgot) > 0)
 	st := statsOf(s)
 	if st.coldWindows == 0 || st.openWindows != 0 {
 		t.Fatalf("at the end %+v; want every window cold or sealed, some cold", st)
@@ -309,7 +378,7 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 		t.Fatal(err)
 	}
 	checkCollect(t, s, dir)
-	checkSet(t, s, model, rng, hot, nWin)
+	checkSet(t, s, model, rng, hot, nWin, len(forgot) > 0)
 	s.Close()
 }
 
@@ -415,7 +484,7 @@ func TestSetLoadPairsMerge(t *testing.T) {
 	if got := s.arena.size(); got < live || got > live+chunkBytes {
 		t.Fatalf("arena counts %d bytes for %d live", got, live)
 	}
-	checkSet(t, s, model, rng, []uint64{randID(rng, 40)}, 40)
+	checkSet(t, s, model, rng, []uint64{randID(rng, 40)}, 40, false)
 }
 
 // TestSetJobAcrossLoad: jobs planned before a Load are dropped by Finish
@@ -439,14 +508,14 @@ func TestSetJobAcrossLoad(t *testing.T) {
 	dropJobsAcrossLoad(t, s, snap.Bytes(), s.Stats, dir, func() {
 		s.Add(1, hot[0]) // after the image: gone with the Load
 	})
-	checkSet(t, s, model, rng, hot, 3)
+	checkSet(t, s, model, rng, hot, 3, false)
 	if err := s.Maintain(testEpoch.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if st := statsOf(s); st.coldWindows == 0 || st.jobs != 0 {
 		t.Fatalf("after Maintain: %+v", st)
 	}
-	checkSet(t, s, model, rng, hot, 3)
+	checkSet(t, s, model, rng, hot, 3, false)
 	other := setOpts("")
 	other.WindowMillis = 2000
 	o, _ := NewSet("LIKE", other)
@@ -538,5 +607,53 @@ func TestPairTableKinds(t *testing.T) {
 		if n != len(model) {
 			t.Fatalf("kinds %d: each yields %d, want %d", kinds, n, len(model))
 		}
+	}
+}
+
+// checkScan scans the whole set for user's pairs, limit pairs a step, as
+// an erasure does, and compares the candidates that hold (Has) with the
+// model.
+func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64, limit int) {
+	t.Helper()
+	var got []uint64
+	var cur Cursor
+	for steps := 0; ; steps++ {
+		if steps > 1<<20 {
+			t.Fatal("the scan makes no progress")
+		}
+		sc := s.PlanScan(user, cur, limit)
+		if err := sc.Run(); err != nil {
+			t.Fatal(err)
+		}
+		found, next, done, err := sc.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Post < cur.Post || (next.Post == cur.Post && next.User < cur.User) {
+			t.Fatalf("the scan went back from %+v to %+v", cur, next)
+		}
+		for _, p := range found {
+			if has, err := s.Has(user, p); err != nil {
+				t.Fatal(err)
+			} else if has {
+				got = append(got, p)
+			}
+		}
+		cur = next
+		if done {
+			break
+		}
+	}
+	slices.Sort(got)
+	got = slices.Compact(got)
+	var want []uint64
+	for q := range model {
+		if q.u == user {
+			want = append(want, q.p)
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("scan of user %d found %v, want %v", user, got, want)
 	}
 }

@@ -133,12 +133,46 @@ type pairScratch struct {
 
 func (s *Set) newOpen() body { return newPairTable(s.keyBits, 0) }
 
-func (s *Set) writeImage(w io.Writer, base body, lo uint64, fold overlay) error {
+func (s *Set) writeImage(w io.Writer, base body, lo uint64, fold overlay, drop []uint64) error {
 	pw := newPairWriter(w, s.image.tag, s.blockLimit)
-	if err := s.merge(base, lo, fold, nil, pw.add); err != nil {
+	add := pw.add
+	if len(drop) > 0 {
+		add = func(q pair) error {
+			if _, gone := slices.BinarySearch(drop, q.post); gone {
+				return nil
+			}
+			return pw.add(q)
+		}
+	}
+	if err := s.merge(base, lo, fold, nil, add); err != nil {
 		return err
 	}
 	return pw.close()
+}
+
+// dropped: the delta written since the rewrite was planned forgets the
+// dropped posts too (a removal of a pair the new body no longer holds
+// would contradict it), and the window counts its view again.
+func (s *Set) dropped(w *window, drop []uint64) {
+	if d := asPairs(w.delta); d != nil {
+		for _, t := range [2]*pairTable{d.added, d.removed} {
+			var gone []pair
+			t.each(func(u, k uint64, _ counters.Kind) bool {
+				if _, ok := slices.BinarySearch(drop, w.lo+k); ok {
+					gone = append(gone, pair{post: k, user: u})
+				}
+				return true
+			})
+			for _, q := range gone {
+				t.remove(q.user, q.post)
+			}
+		}
+	}
+	n := w.body.records()
+	if d := asPairs(w.delta); d != nil {
+		n += d.added.len() - d.removed.len()
+	}
+	s.adjust(w, n-w.n)
 }
 
 func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }

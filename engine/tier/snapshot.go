@@ -18,12 +18,15 @@ import (
 // encoding/binary's.
 //
 //	image   = header body CRC32C(body) uint32
-//	header  = "TLYTIERS" | version uint32 (3) | 0 uint32 | body length uint64 |
+//	header  = "TLYTIERS" | version uint32 (4) | 0 uint32 | body length uint64 |
 //	          window millis uint64 | next file generation uint64 |
 //	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
 //	body    = tag [4] | head | windows uvarint | window*                     windows in time order
 //	head    = the shape's own state: the post table's kinds, nothing for a set
-//	window  = num varint | records uvarint | kind uint8 | base | overlay
+//	window  = num varint | records uvarint | kind uint8 | flags uint8 | forgot | base | overlay
+//	flags   = bit 0: the window waits for the rewrite Scrub asked for
+//	forgot  = count uvarint | (post id - window start, then the gap to the previous, uvarint)*
+//	          the set's forgotten posts (Set.Forget), increasing
 //	base    = open:   the shape's open entries
 //	          sealed: length uvarint | window image
 //	          cold:   name length uvarint | name | file size uvarint
@@ -32,9 +35,12 @@ import (
 // The post table's entries (posts.go) are rows, a set's (set.go) pairs.
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 3
+	snapVersion     = 4
 	snapHeaderBytes = 44
 )
+
+// flagScrub marks a window waiting for its Scrub rewrite.
+const flagScrub = 1
 
 // maxImage bounds the body length a header may declare (1 TiB): beyond
 // it the header is garbage, and Load does not try to read it.
@@ -148,6 +154,17 @@ func (t *table) writeBody(w io.Writer) error {
 		sw.buf = binary.AppendVarint(sw.buf, win.num)
 		sw.uvarint(uint64(win.n))
 		sw.buf = append(sw.buf, byte(win.body.kind()))
+		var flags byte
+		if win.scrub {
+			flags |= flagScrub
+		}
+		sw.buf = append(sw.buf, flags)
+		sw.uvarint(uint64(len(win.forgot)))
+		prev := win.lo
+		for _, p := range win.forgot {
+			sw.uvarint(p - prev)
+			prev = p
+		}
 		switch b := win.body.(type) {
 		case *sealedWindow:
 			sw.uvarint(uint64(len(b.data)))
@@ -391,6 +408,23 @@ func (t *table) parse(data []byte) (wins []*window, total int, install func(), e
 		}
 		lastNum = num
 		w := &window{num: num, lo: t.win.Start(num), last: t.win.Last(num)}
+		flags := sr.byte()
+		nf := sr.count("forgotten posts")
+		if sr.err == nil && flags&^flagScrub != 0 {
+			return fail("window %d: flags %#x", num, flags)
+		}
+		w.scrub = flags&flagScrub != 0
+		for i, prev := uint64(0), w.lo; i < nf && sr.err == nil; i++ {
+			p := prev + sr.uvarint()
+			if p < prev || p > w.last || (i > 0 && p == prev) {
+				return fail("window %d: forgotten post out of order or range", num)
+			}
+			w.forgot = append(w.forgot, p)
+			prev = p
+		}
+		if sr.err != nil {
+			return wins, 0, nil, sr.err
+		}
 		switch kind {
 		case Open:
 			w.body = t.shape.readOpen(sr, w)

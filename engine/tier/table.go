@@ -108,8 +108,20 @@ type recordShape interface {
 	// newOpen returns an empty open table for a window.
 	newOpen() body
 	// writeImage writes the image of the window starting at lo whose
-	// records are base's overlaid by fold (nil: none), in key order.
-	writeImage(w io.Writer, base body, lo uint64, fold overlay) error
+	// records are base's overlaid by fold (nil: none), in key order,
+	// leaving out the forgotten posts drop (sorted; sets only).
+	writeImage(w io.Writer, base body, lo uint64, fold overlay, drop []uint64) error
+	// dropped settles window w after a rewrite left out the forgotten
+	// posts drop: its delta forgets them too and its count is redone.
+	dropped(w *window, drop []uint64)
+	// scanBody appends to found the ids at or after from of body b
+	// (window [lo, last]) whose record is user's (scan.go), reading a
+	// sealed or cold body from the block holding from until limit records
+	// are read; it returns where the next scan starts (last+1 when the
+	// body is read to its end). scanOverlay does the same for an
+	// overlay's records, all of them.
+	scanBody(b body, lo, last uint64, from Cursor, limit int, user uint64, found *[]uint64) (next Cursor, err error)
+	scanOverlay(o overlay, lo, user uint64, found *[]uint64)
 	// verifyBlocks reads every block of a sealed or cold body and checks
 	// it as far as its contents, the key order across blocks and the
 	// footer's totals.
@@ -149,6 +161,19 @@ type window struct {
 	delta    overlay // nil: none
 	job      *Job    // nil: none
 	n        int     // records in the view
+	// held counts the scans (scan.go) reading an open body without the
+	// lock: while held, the body takes no writes in place (they go to
+	// the delta, folded back when the last scan finishes) and no job is
+	// planned on the window.
+	held int
+	// scrub: the window's body or delta holds what a caller removed and
+	// wants gone from memory, snapshots and files (Scrub): the next Plan
+	// rewrites the window whatever its delta's size.
+	scrub bool
+	// forgot are the posts of a set's window whose pairs are forgotten
+	// (Set.Forget), sorted: reads leave them out, and the window's next
+	// rewrite drops them.
+	forgot []uint64
 }
 
 // frozen returns the delta the window's job is folding back, or nil.
@@ -277,9 +302,31 @@ func (t *table) adjust(w *window, n int) {
 	t.n += n
 }
 
+// Scrub marks the window of id for a rewrite at the next Plan, whatever
+// its delta holds: the caller removed records (Set.Remove, Posts.SetAuthor,
+// Posts.Delete) that must not outlive it in memory, in snapshots or in
+// cold files — an erased user's. A window that took the change in place
+// (an open table) needs none.
+func (t *table) Scrub(id uint64) {
+	if i := t.find(id); i >= 0 && !t.wins[i].takesWrites() {
+		t.wins[i].scrub = true
+	}
+}
+
+// Scrubbing reports how many windows wait for a rewrite Scrub asked for.
+func (t *table) Scrubbing() int {
+	n := 0
+	for _, w := range t.wins {
+		if w.scrub {
+			n++
+		}
+	}
+	return n
+}
+
 // takesWrites reports whether w's body takes writes in place: an open
-// table that no job is sealing.
-func (w *window) takesWrites() bool { return w.body.kind() == Open && w.job == nil }
+// table that no job is sealing and no scan is reading.
+func (w *window) takesWrites() bool { return w.body.kind() == Open && w.job == nil && w.held == 0 }
 
 // Len returns the number of records.
 func (t *table) Len() int { return t.n }
@@ -435,9 +482,14 @@ var errStop = errors.New("stop")
 // cold body's blocks are read from its file (not through the cache) and
 // not checked. file is the cold file's name, empty for a sealed window.
 func eachBlock(b body, fn func(idx *blockIndex, file string, i int, blk []byte) error) error {
+	return eachBlockFrom(b, 0, fn)
+}
+
+// eachBlockFrom is eachBlock from block first on.
+func eachBlockFrom(b body, first int, fn func(idx *blockIndex, file string, i int, blk []byte) error) error {
 	switch b := b.(type) {
 	case *sealedWindow:
-		for i := range b.idx.blocks {
+		for i := first; i < b.idx.blocks; i++ {
 			if err := fn(&b.idx, "", i, b.block(i)); err != nil {
 				return err
 			}
@@ -450,7 +502,7 @@ func eachBlock(b body, fn func(idx *blockIndex, file string, i int, blk []byte) 
 		}
 	case *coldWindow:
 		var buf []byte
-		for i := range b.idx.blocks {
+		for i := first; i < b.idx.blocks; i++ {
 			off, end := b.idx.span(i)
 			blk, err := b.readRaw(off, end, &buf)
 			if err != nil {

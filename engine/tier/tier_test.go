@@ -158,7 +158,31 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	var kept []string // files of the last snapshot
 	var pending []*Job
 	for step := range steps {
-		switch r := rng.IntN(100); {
+		switch r := rng.IntN(106); {
+		case r >= 103:
+			// A deleted post, existing or not.
+			id := randID(rng, nWin)
+			if len(model) > 0 && rng.IntN(3) > 0 {
+				for k := range model {
+					id = k
+					break
+				}
+			}
+			_, had := model[id]
+			deleted, err := tr.Delete(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if deleted != had {
+				t.Fatalf("step %d: Delete(%d) = %v, the model has it: %v", step, id, deleted, had)
+			}
+			delete(model, id)
+		case r >= 100:
+			if rng.IntN(2) == 0 {
+				tr.Scrub(randID(rng, nWin))
+				continue
+			}
+			checkAuthorScan(t, tr, model, rng.Uint64N(100), 1+rng.IntN(600))
 		case r < 60:
 			id := randID(rng, nWin)
 			p := randPost(rng)
@@ -833,5 +857,47 @@ func TestArenaPending(t *testing.T) {
 	}
 	if got := p.arena.size(); got != 0 {
 		t.Fatalf("arena counts %d bytes with every window freed", got)
+	}
+}
+
+// checkAuthorScan scans the table for user's posts, limit posts a step,
+// and compares the candidates that hold with the model.
+func checkAuthorScan(t *testing.T, tr *Posts, model map[uint64]Post, user uint64, limit int) {
+	t.Helper()
+	var got []uint64
+	var cur Cursor
+	for steps := 0; ; steps++ {
+		if steps > 1<<20 {
+			t.Fatal("the scan makes no progress")
+		}
+		sc := tr.PlanScan(user, cur, limit)
+		if err := sc.Run(); err != nil {
+			t.Fatal(err)
+		}
+		found, next, done, err := sc.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range found {
+			if p, ok, err := tr.Get(id); err != nil {
+				t.Fatal(err)
+			} else if ok && p.Author == user {
+				got = append(got, id)
+			}
+		}
+		cur = next
+		if done {
+			break
+		}
+	}
+	var want []uint64
+	for id, p := range model {
+		if p.Author == user {
+			want = append(want, id)
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("scan of author %d found %v, want %v", user, got, want)
 	}
 }

@@ -284,7 +284,7 @@ func (w *seeder) reactions() error {
 		}
 		for n := 0; n < p.comments; n++ {
 			u := audience(n % 40)
-			jobs = append(jobs, func() error { return w.s.Comment(w.ctx, u, id, nil, "") })
+			jobs = append(jobs, func() error { return w.s.Comment(w.ctx, u, id, 0, nil, "") })
 		}
 		for n := 0; n < p.reposts; n++ {
 			u := audience(n)
@@ -299,7 +299,7 @@ func (w *seeder) reactions() error {
 		for k, u := range c.users {
 			ms[k] = engine.UserID(u)
 		}
-		if err := w.s.Comment(w.ctx, engine.UserID(c.by), w.ids[c.post], ms, ""); err != nil {
+		if err := w.s.Comment(w.ctx, engine.UserID(c.by), w.ids[c.post], 0, ms, ""); err != nil {
 			return fmt.Errorf("demoseed: comment: %w", err)
 		}
 	}

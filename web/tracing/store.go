@@ -108,9 +108,9 @@ func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engin
 	return end(span, s.Store.Unfavorite(ctx, viewer, post))
 }
 
-func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) error {
+func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	ctx, span := s.start(ctx, "engine.Comment", -1, true)
-	return end(span, s.Store.Comment(ctx, viewer, post, mentions, idemKey))
+	return end(span, s.Store.Comment(ctx, viewer, post, comment, mentions, idemKey))
 }
 
 func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {

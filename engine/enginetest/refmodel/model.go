@@ -37,8 +37,14 @@ type Model struct {
 	seq       uint64
 
 	posts    map[engine.PostID]*post
+	deleted  map[engine.PostID]bool          // posts deleted: never known again
+	repostOf map[engine.PostID]engine.PostID // repost → original
 	likes    map[pair]bool
 	favs     map[pair]bool
+	// comments are the counted comment ids of each post: true while
+	// counted, false once deleted (known, and never counted again).
+	comments map[engine.PostID]map[engine.CommentID]bool
+	writers  map[wrote]bool // who wrote which counted comment id
 	users    map[engine.UserID]*user
 	follows  map[engine.UserID]map[engine.UserID]int64 // viewer → followee → snapshot
 	notifs   []engine.Notification                     // oldest first
@@ -53,31 +59,41 @@ type pair struct {
 	p engine.PostID
 }
 
+type wrote struct {
+	u engine.UserID
+	c engine.CommentID
+}
+
 type post struct {
 	author engine.UserID
 	counts engine.Counts
 }
 
+// user holds posts, the posts the user has made, and deleted, those
+// deleted since: postCount is posts − deleted, while followers' feed
+// badges count posts made (a post made after a delete is still new).
 type user struct {
-	posts, followers, following         int64
-	mentions, comments, likes, messages int64
-	hasCursor                           bool
-	cursor                              int // notifications seen: len(notifs) when set
-	lastSeen                            time.Time
-	clickedPushes                       int64 // pushes counted when last clicked
+	posts, deleted, followers, following int64
+	mentions, comments, likes, messages  int64
+	hasCursor                            bool
+	cursor                               int // notifications seen: len(notifs) when set
+	lastSeen                             time.Time
+	clickedPushes                        int64 // pushes counted when last clicked
 }
 
 type group struct {
-	byMap []engine.UserID // mapid−1 → user
+	byMap []engine.UserID // mapid−1 → user; 0 once the user was erased
 	mapid map[engine.UserID]int
 	quit  map[engine.UserID]bool
+	gone  map[int]bool // mapids of erased users: never current again
 }
 
 type message struct {
 	engine.Message
-	maxid int
-	quit  map[int]bool // mapids quit at send time
-	read  map[int]bool
+	maxid     int
+	senderMap int          // the sender's mapid, never counted
+	quit      map[int]bool // mapids quit (or erased) at send time
+	read      map[int]bool
 }
 
 type idemKey struct {
@@ -105,7 +121,9 @@ func New(now func() time.Time, cursorTTL time.Duration) *Model {
 	}
 	return &Model{
 		now: now, cursorTTL: cursorTTL,
-		posts: map[engine.PostID]*post{}, likes: map[pair]bool{}, favs: map[pair]bool{},
+		posts: map[engine.PostID]*post{}, deleted: map[engine.PostID]bool{}, repostOf: map[engine.PostID]engine.PostID{},
+		likes: map[pair]bool{}, favs: map[pair]bool{},
+		comments: map[engine.PostID]map[engine.CommentID]bool{}, writers: map[wrote]bool{},
 		users: map[engine.UserID]*user{}, follows: map[engine.UserID]map[engine.UserID]int64{},
 		groups: map[engine.GroupID]*group{}, messages: map[engine.MessageID]*message{},
 		idem: map[idemKey]idemRec{},
@@ -140,7 +158,9 @@ func (m *Model) user(u engine.UserID) *user {
 	return r
 }
 
-func (m *Model) postCount(u engine.UserID) int64 {
+// postsMade is what followers' feed badges count: posts made, deleted or
+// not.
+func (m *Model) postsMade(u engine.UserID) int64 {
 	if r := m.users[u]; r != nil {
 		return r.posts
 	}
@@ -195,8 +215,8 @@ func (m *Model) CreatePost(_ context.Context, viewer engine.UserID, id engine.Po
 	}
 	if id == 0 {
 		id = engine.PostID(m.nextID())
-	} else if _, exists := m.posts[id]; exists {
-		return 0, invalid("post %d exists", id)
+	} else if _, exists := m.posts[id]; exists || m.deleted[id] {
+		return 0, invalid("post %d exists or was deleted", id)
 	}
 	m.addPost(viewer, id)
 	m.recordIdem(viewer, idemKey, idemRec{fp: fp, post: id})
@@ -360,9 +380,19 @@ func (m *Model) Unfavorite(_ context.Context, viewer engine.UserID, id engine.Po
 }
 
 // Comment implements engine.Store.
-func (m *Model) Comment(_ context.Context, viewer engine.UserID, id engine.PostID, mentions []engine.UserID, idemKey string) error {
+func (m *Model) Comment(_ context.Context, viewer engine.UserID, id engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	if err := engine.CheckViewer(viewer); err != nil {
 		return err
+	}
+	if id == 0 {
+		return invalid("post id 0")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if comment != 0 {
+		if err := engine.CheckCommentID(comment, m.now()); err != nil {
+			return err
+		}
 	}
 	ms, err := engine.NormalizeMentions(viewer, mentions)
 	if err != nil {
@@ -371,15 +401,23 @@ func (m *Model) Comment(_ context.Context, viewer engine.UserID, id engine.PostI
 	if err := engine.CheckIdemKey(idemKey); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	fp := engine.IdemFingerprint(engine.IdemComment, engine.IdemArgs{Post: id, Mentions: ms})
+	fp := engine.IdemFingerprint(engine.IdemComment, engine.IdemArgs{Post: id, Comment: comment, Mentions: ms})
 	if _, ok, err := m.lookupIdem(viewer, idemKey, fp); err != nil || ok {
 		return err
 	}
 	p := m.posts[id]
 	if p == nil {
 		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	if comment != 0 {
+		if _, known := m.comments[id][comment]; known {
+			return nil // counted once, whoever sends it again
+		}
+		if m.comments[id] == nil {
+			m.comments[id] = map[engine.CommentID]bool{}
+		}
+		m.comments[id][comment] = true
+		m.writers[wrote{viewer, comment}] = true
 	}
 	p.counts.Comments++
 	if p.author != 0 && p.author != viewer {
@@ -417,6 +455,7 @@ func (m *Model) Repost(_ context.Context, viewer engine.UserID, id engine.PostID
 	p.counts.Reposts++
 	nid := engine.PostID(m.nextID())
 	m.addPost(viewer, nid)
+	m.repostOf[nid] = id
 	for _, u := range ms {
 		m.user(u).mentions++
 	}
@@ -449,7 +488,7 @@ func (m *Model) UserCounts(_ context.Context, ids []engine.UserID) ([]engine.Use
 	out := make([]engine.UserCounts, len(ids))
 	for i, u := range ids {
 		if r := m.users[u]; r != nil {
-			out[i] = engine.UserCounts{Posts: r.posts, Followers: r.followers, Following: r.following}
+			out[i] = engine.UserCounts{Posts: max(r.posts-r.deleted, 0), Followers: r.followers, Following: r.following}
 		}
 	}
 	return out, nil
@@ -470,7 +509,7 @@ func (m *Model) Follow(_ context.Context, viewer, target engine.UserID) error {
 	if _, ok := fs[target]; ok {
 		return nil
 	}
-	fs[target] = m.postCount(target)
+	fs[target] = m.postsMade(target)
 	m.user(viewer).following++
 	m.user(target).followers++
 	return nil
@@ -539,7 +578,7 @@ func (m *Model) Unread(_ context.Context, viewer engine.UserID) (engine.Unread, 
 	}
 	var cur, snap []int64
 	for f, s := range m.follows[viewer] {
-		cur = append(cur, m.postCount(f))
+		cur = append(cur, m.postsMade(f))
 		snap = append(snap, s)
 	}
 	u.Feed = engine.FeedUnread(cur, snap)
@@ -570,7 +609,7 @@ func (m *Model) MarkRead(_ context.Context, viewer engine.UserID, kind engine.Un
 		r.hasCursor, r.cursor = true, len(m.notifs)
 	case engine.Feed:
 		for f := range m.follows[viewer] {
-			m.follows[viewer][f] = m.postCount(f)
+			m.follows[viewer][f] = m.postsMade(f)
 		}
 	}
 	return nil
@@ -634,6 +673,10 @@ func (m *Model) Notifications(_ context.Context, first int, after engine.Notific
 	return out, nil
 }
 
+func newGroup() *group {
+	return &group{mapid: map[engine.UserID]int{}, quit: map[engine.UserID]bool{}, gone: map[int]bool{}}
+}
+
 func (g *group) join(u engine.UserID) {
 	if _, ok := g.mapid[u]; ok {
 		delete(g.quit, u)
@@ -651,7 +694,7 @@ func (g *group) isMember(u engine.UserID) bool {
 func (g *group) members() []engine.UserID {
 	out := []engine.UserID{}
 	for _, u := range g.byMap {
-		if !g.quit[u] {
+		if u != 0 && !g.quit[u] {
 			out = append(out, u)
 		}
 	}
@@ -681,7 +724,7 @@ func (m *Model) CreateGroup(_ context.Context, viewer engine.UserID, members []e
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	g := &group{mapid: map[engine.UserID]int{}, quit: map[engine.UserID]bool{}}
+	g := newGroup()
 	g.join(viewer)
 	for _, u := range us {
 		g.join(u)
@@ -764,7 +807,7 @@ func (m *Model) GroupMembers(_ context.Context, viewer engine.UserID, id engine.
 	}
 	out := []engine.UserID{}
 	for mapid := from + 1; mapid <= len(g.byMap) && len(out) < first; mapid++ {
-		if u := g.byMap[mapid-1]; !g.quit[u] {
+		if u := g.byMap[mapid-1]; u != 0 && !g.quit[u] {
 			out = append(out, u)
 		}
 	}
@@ -823,10 +866,13 @@ func (m *Model) SendMessage(_ context.Context, viewer engine.UserID, id engine.G
 	mid := m.nextID()
 	msg := &message{
 		Message: engine.Message{ID: engine.MessageID(mid), Group: id, Sender: viewer, Text: text, SentAt: snowflake.Time(mid)},
-		maxid:   len(g.byMap), quit: map[int]bool{}, read: map[int]bool{},
+		maxid:   len(g.byMap), senderMap: g.mapid[viewer], quit: map[int]bool{}, read: map[int]bool{},
 	}
 	for u := range g.quit {
 		msg.quit[g.mapid[u]] = true
+	}
+	for mapid := range g.gone {
+		msg.quit[mapid] = true
 	}
 	m.messages[msg.ID] = msg
 	for _, u := range g.members() {
@@ -919,8 +965,8 @@ func (m *Model) senderMessage(viewer engine.UserID, id engine.MessageID) (*messa
 }
 
 // counted reports whether mapid counts in msg's receipts.
-func (msg *message) counted(g *group, mapid int) bool {
-	return mapid <= msg.maxid && mapid != g.mapid[msg.Sender] && !msg.quit[mapid]
+func (msg *message) counted(mapid int) bool {
+	return mapid <= msg.maxid && mapid != msg.senderMap && !msg.quit[mapid]
 }
 
 // ReceiptMembers implements engine.Store.
@@ -940,8 +986,9 @@ func (m *Model) ReceiptMembers(_ context.Context, viewer engine.UserID, id engin
 	}
 	out := []engine.UserID{}
 	for mapid := from + 1; mapid <= msg.maxid && len(out) < first; mapid++ {
-		if msg.counted(g, mapid) && msg.read[mapid] == readers {
-			out = append(out, g.byMap[mapid-1])
+		// An erased member still counts, but no list names them.
+		if u := g.byMap[mapid-1]; u != 0 && msg.counted(mapid) && msg.read[mapid] == readers {
+			out = append(out, u)
 		}
 	}
 	return out, nil
@@ -961,18 +1008,18 @@ func (m *Model) Receipts(_ context.Context, viewer engine.UserID, id engine.Mess
 	}
 	var r engine.Receipts
 	for mapid := 1; mapid <= msg.maxid; mapid++ {
-		if !msg.counted(g, mapid) {
+		if !msg.counted(mapid) {
 			continue
 		}
 		u := g.byMap[mapid-1]
 		if msg.read[mapid] {
 			r.ReadCount++
-			if len(r.Readers) < limit {
+			if u != 0 && len(r.Readers) < limit {
 				r.Readers = append(r.Readers, u)
 			}
 		} else {
 			r.UnreadCount++
-			if len(r.Unreaders) < limit {
+			if u != 0 && len(r.Unreaders) < limit {
 				r.Unreaders = append(r.Unreaders, u)
 			}
 		}
@@ -996,6 +1043,9 @@ func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
 		}
 	}
 	for _, row := range rows {
+		if m.deleted[row.Post] {
+			continue // a deleted post stays deleted
+		}
 		p := m.posts[row.Post]
 		if p == nil {
 			if row.Author == 0 && row.Counts.IsZero() {
@@ -1026,3 +1076,148 @@ func (m *Model) Stats() engine.Stats { return engine.Stats{} }
 
 // Close implements engine.Store.
 func (m *Model) Close() error { return nil }
+
+func actorCheck(a engine.Actor) error { return engine.CheckViewer(a.User) }
+
+// DeleteComment implements engine.Store.
+func (m *Model) DeleteComment(_ context.Context, actor engine.Actor, id engine.PostID, comment engine.CommentID) error {
+	if err := actorCheck(actor); err != nil {
+		return err
+	}
+	if id == 0 || comment == 0 {
+		return invalid("post and comment ids must not be 0")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.posts[id]
+	if p == nil {
+		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	live, known := m.comments[id][comment]
+	if !known {
+		return fmt.Errorf("%w: comment %d", engine.ErrNotFound, comment)
+	}
+	owner := actor.Privileged || m.writers[wrote{actor.User, comment}] || (p.author != 0 && p.author == actor.User)
+	if !owner {
+		return fmt.Errorf("%w: not the comment's writer or the post's author", engine.ErrForbidden)
+	}
+	if !live {
+		return nil
+	}
+	m.comments[id][comment] = false
+	if p.counts.Comments > 0 { // an import may have set it below the ids counted
+		p.counts.Comments--
+	}
+	return nil
+}
+
+// DeletePost implements engine.Store.
+func (m *Model) DeletePost(_ context.Context, actor engine.Actor, id engine.PostID) error {
+	if err := actorCheck(actor); err != nil {
+		return err
+	}
+	if id == 0 {
+		return invalid("post id 0")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.deleted[id] {
+		return nil
+	}
+	p := m.posts[id]
+	if p == nil {
+		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	if !actor.Privileged && (p.author == 0 || p.author != actor.User) {
+		return fmt.Errorf("%w: not the post's author", engine.ErrForbidden)
+	}
+	delete(m.posts, id)
+	m.deleted[id] = true
+	if p.author != 0 {
+		m.user(p.author).deleted++
+	}
+	if orig, ok := m.repostOf[id]; ok {
+		if o := m.posts[orig]; o != nil && o.counts.Reposts > 0 {
+			o.counts.Reposts--
+		}
+	}
+	for k := range m.likes {
+		if k.p == id {
+			delete(m.likes, k)
+		}
+	}
+	for k := range m.favs {
+		if k.p == id {
+			delete(m.favs, k)
+		}
+	}
+	delete(m.comments, id)
+	return nil
+}
+
+// EraseUser implements engine.Store, all at once.
+func (m *Model) EraseUser(_ context.Context, u engine.UserID) error {
+	if err := engine.CheckViewer(u); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.likes {
+		if k.u == u {
+			delete(m.likes, k)
+			if p := m.posts[k.p]; p != nil && p.counts.Likes > 0 {
+				p.counts.Likes--
+			}
+		}
+	}
+	for k := range m.favs {
+		if k.u == u {
+			delete(m.favs, k)
+			if p := m.posts[k.p]; p != nil && p.counts.Favorites > 0 {
+				p.counts.Favorites--
+			}
+		}
+	}
+	for k := range m.writers {
+		if k.u == u {
+			delete(m.writers, k)
+		}
+	}
+	for t := range m.follows[u] {
+		m.user(t).followers--
+	}
+	delete(m.follows, u)
+	for v, fs := range m.follows {
+		if _, ok := fs[u]; ok {
+			delete(fs, u)
+			m.user(v).following--
+		}
+	}
+	for _, p := range m.posts {
+		if p.author == u {
+			p.author = 0
+		}
+	}
+	for _, msg := range m.messages {
+		if msg.Sender == u {
+			msg.Sender = 0
+		}
+	}
+	for _, g := range m.groups {
+		mapid, ok := g.mapid[u]
+		if !ok {
+			continue
+		}
+		g.byMap[mapid-1] = 0
+		g.gone[mapid] = true
+		delete(g.mapid, u)
+		delete(g.quit, u)
+	}
+	for k := range m.idem {
+		if k.viewer == u {
+			delete(m.idem, k)
+		}
+	}
+	delete(m.users, u)
+	return nil
+}
