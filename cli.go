@@ -24,6 +24,7 @@ var commands = []struct{ name, args, synopsis string }{
 	{"backup", "-data DIR -out FILE", "consistent backup of a data directory (the server may run)"},
 	{"restore", "-in FILE -data NEWDIR", "make a data directory from a backup"},
 	{"repair", "-data DIR", "after a failed start: set aside what is corrupt, say what is lost"},
+	{"check", "-data DIR | -redis ADDRS", "recount every derived count from what it counts, print the drifts (-repair: fix them)"},
 	{"version", "", "print the version, commit and Go version"},
 	{"help", "", "this text"},
 }
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = restoreCmd(args, stdout, stderr)
 	case "repair":
 		err = repairCmd(args, stdout, stderr)
+	case "check":
+		err = checkCmd(ctx, args, stdout, stderr)
 	case "version":
 		printVersion(stdout)
 		return 0
@@ -64,6 +67,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		fmt.Fprintf(stderr, "tally %s: %s\n", cmd, es.msg)
+		return es.code
 	}
 	if err != nil {
 		var ue usageError
@@ -83,6 +91,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // usageError is a command line the command refuses: exit code 2.
 type usageError struct{ error }
+
+// exitStatus is an outcome that is no failure yet not a success, whose
+// report the command printed (tally check's drifts): exit with code.
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e exitStatus) Error() string { return e.msg }
 
 // newFlagSet makes a command's flag set: errors and -h go to stderr, -h
 // shows the command's synopsis and flags, and -log-format and -log-level

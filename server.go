@@ -75,9 +75,14 @@ type storeFlags struct {
 	metrics *transport.EngineMetrics
 	// batchJob (import) opens a Redis store without its background
 	// sweepers: the servers sweep, and the intent sweeper's SCAN of the
-	// whole keyspace every few seconds took 39% of redis-server's CPU
-	// during a 10M-post import.
+	// whole keyspace every few seconds would compete with the import for
+	// redis-server's CPU.
 	batchJob bool
+	// checkJob (check) opens a Redis store that runs no background work
+	// and takes a node of its own instead of allocating one (a write):
+	// a check makes no ids.
+	checkJob    bool
+	redisPrefix string
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -98,6 +103,7 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "with -redis: one deadline for all the Redis calls of a request; what has not answered by then fails with UNAVAILABLE")
 	fs.DurationVar(&f.redisWaitTimeout, "redis-wait-timeout", 250*time.Millisecond, "with -redis-wait-replicas: how long a write waits for its replicas before it fails with UNAVAILABLE (and its shard takes no writes until they are back)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "", "with -redis: the key prefix of this data set's keys, so several share one Redis (no braces)")
 }
 
 func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
@@ -113,6 +119,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		}
 		opts := redisstore.Options{
 			Addrs:        splitList(f.redis),
+			KeyPrefix:    f.redisPrefix,
 			CursorTTL:    f.cursorTTL,
 			Node:         f.node,
 			WaitReplicas: f.redisWait,
@@ -122,8 +129,11 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		if f.metrics != nil {
 			opts.Observer = f.metrics
 		}
-		if f.batchJob {
+		if f.batchJob || f.checkJob {
 			opts.SweepInterval, opts.IntentSweepInterval = -1, -1
+		}
+		if f.checkJob {
+			opts.Node, opts.Existing = max(opts.Node, 1), true
 		}
 		s, err := openRedis(ctx, opts, f.redisStartWait)
 		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {
@@ -151,14 +161,19 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		Node:             f.node,
 		SnapshotInterval: f.snapEvery,
 		SnapshotLogBytes: f.snapLogBytes,
-		Tables: tier.Options{
-			WindowMillis:   f.window.Milliseconds(),
-			OpenAge:        f.openAge,
-			ColdAge:        f.coldAge,
-			MemoryBudget:   f.memoryBudget,
-			ColdCacheBytes: f.coldCache,
-		},
+		Tables:           f.tables(),
 	})
+}
+
+// tables are the embedded engine's table options.
+func (f *storeFlags) tables() tier.Options {
+	return tier.Options{
+		WindowMillis:   f.window.Milliseconds(),
+		OpenAge:        f.openAge,
+		ColdAge:        f.coldAge,
+		MemoryBudget:   f.memoryBudget,
+		ColdCacheBytes: f.coldCache,
+	}
 }
 
 // openRedis opens the Redis backend, retrying with backoff for up to wait

@@ -66,7 +66,7 @@ func TestHelpListsSubcommandsAndFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("tally -h exit %d", code)
 	}
-	for _, name := range []string{"token", "import", "demo-seed", "backup", "restore", "repair", "version", "help"} {
+	for _, name := range []string{"token", "import", "demo-seed", "backup", "restore", "repair", "check", "version", "help"} {
 		if !strings.Contains(errs, "tally "+name) {
 			t.Errorf("tally -h lacks %q:\n%s", name, errs)
 		}
@@ -87,6 +87,7 @@ func TestHelpListsSubcommandsAndFlags(t *testing.T) {
 		"backup":    {"-out"},
 		"restore":   {"-in"},
 		"repair":    {"-data"},
+		"check":     {"-data", "-redis", "-redis-prefix", "-repair"},
 	} {
 		code, _, errs := runCLI(t, cmd, "-h")
 		if code != 0 || !strings.Contains(errs, "Usage: tally "+cmd) {

@@ -100,7 +100,7 @@ func TestSystemNotificationsAndRedDot(t *testing.T) {
 	}
 }
 
-// The example of seeds/002: snapshot B=6, C=7, D=12; now B=10, C=8, D=14 → 7.
+// The example of docs/seeds.md#seed-002: snapshot B=6, C=7, D=12; now B=10, C=8, D=14 → 7.
 func TestFeedUnreadSeedExample(t *testing.T) {
 	s := newTestServer(t)
 	const a, b, c, d = 50, 51, 52, 53

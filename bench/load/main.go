@@ -20,7 +20,8 @@
 // by pid.
 // Otherwise it drives the server at -url, which must share the tool's
 // TALLY_JWT_SECRET (or -secret) so that the tool can sign its users'
-// tokens. See -h for the flags and README.md for figures.
+// tokens. See -h for the flags, docs/load-tool.md for how to run it and
+// docs/performance.md for figures.
 package main
 
 import (

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/tally-dev/tally/engine"
@@ -222,19 +224,27 @@ func (st *state) unread(viewer uint64, now, ttl int64) (engine.Unread, ops.Touch
 	if f.CursorLive = ops.CursorLive(cf, at, time.Duration(ttl)); f.CursorLive {
 		f.Newer = int64(st.notifsAfter(unwords(r.cursor)))
 	}
-	targets, snaps := st.follows.List(viewer)
-	var buf [128]int64 // most users follow fewer; more spill to the heap
-	posts := buf[:0]
-	if len(targets) > len(buf) {
-		posts = make([]int64, 0, len(targets))
-	}
-	posts = posts[:len(targets)]
-	st.posted.GetMany(targets, posts)
-	f.FolloweePosts, f.Snapshots = posts, snaps
+	fb := feedBufs.Get().(*feedBuf)
+	fb.targets, fb.snaps = st.follows.List(viewer, fb.targets[:0], fb.snaps[:0])
+	fb.posts = slices.Grow(fb.posts[:0], len(fb.targets))[:len(fb.targets)]
+	st.posted.GetMany(fb.targets, fb.posts)
+	f.FolloweePosts, f.Snapshots = fb.posts, fb.snaps
 	c, _ := st.clicks.Get(keyOf(viewer))
 	f.Push, f.Click = st.push, int64(unwords(c))
-	return ops.Unread(f), ops.DecideTouch(cf, at, time.Duration(ttl))
+	u := ops.Unread(f)
+	feedBufs.Put(fb)
+	return u, ops.DecideTouch(cf, at, time.Duration(ttl))
 }
+
+// feedBuf holds a badge read's followees, their snapshots and post
+// counts. Reads run side by side under the read lock, so each takes its
+// own from feedBufs.
+type feedBuf struct {
+	targets      []uint64
+	snaps, posts []int64
+}
+
+var feedBufs = sync.Pool{New: func() any { return new(feedBuf) }}
 
 // touchRec logs what a badge read owed its viewer's record: today's
 // activity and, when reset, a cursor restarting at cursor (the newest
@@ -364,7 +374,7 @@ func (st *state) applyRead(m ops.ReadMark) {
 	case engine.System:
 		st.seen(u).setCursor(m.Cursor)
 	case engine.Feed:
-		st.follows.SetSnaps(u, st.postCount)
+		st.follows.SetSnaps(u, st.posted.GetMany)
 		st.keepKnown(u)
 	}
 }

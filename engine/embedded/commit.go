@@ -144,6 +144,10 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 		r.Message = engine.MessageID(e.newID(st.messageTaken))
 	case *touchRec:
 		done = e.prepareTouch(r, now)
+	case *recountRec:
+		if err := st.prepareRecount(r); err != nil {
+			return 0, false, err
+		}
 	}
 	err = st.decide(r, false)
 	// A block that cannot be read (a damaged cold file) fails the

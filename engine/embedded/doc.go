@@ -163,7 +163,7 @@
 // newest notification. Separately, a periodic sweep record
 // (Options.SweepInterval) drops expired cursors from memory; it
 // changes no answer, only memory. The sweep walks every visit record under
-// the write lock: about 10 ns a user, so it runs rarely.
+// the write lock, O(users), so it runs rarely.
 //
 // # Per-user records
 //
@@ -199,8 +199,8 @@
 //
 // A hot post therefore serialises nothing that every other write does not
 // share: BenchmarkDurableWrites measures likes and views aimed at one post
-// at the same rate as spread over 1000 (hot/uniform 0.9–1.2, fsync=always
-// and none, 1 and 64 clients). Increments are not coalesced: under
+// beside the same spread over 1000 (fsync=always and none, 1 and 64
+// clients; docs/durability.md, "Measured", has the ratios). Increments are not coalesced: under
 // fsync=always the engine is fsync-bound at low CPU, every caller must
 // wait for its own record's fsync anyway and a batch already carries one
 // record per waiting caller, so merging records would not add throughput;
@@ -233,6 +233,8 @@
 //	page.go     the batched page read
 //	durable.go  snapshots, backup, restore and recovery
 //	repair.go   Repair, offline
+//	check.go    the derived counts' checks (engine.Checker, CheckDir) and
+//	            the recount record that repairs one
 //	lock_*.go   the data directory's lock
 //
 // Each domain file holds that domain's state types, its records and their

@@ -197,33 +197,12 @@ func cannotWrite(err error) bool {
 // openReadOnly recovers a data directory that cannot be written (a
 // read-only mount, or one the kernel remounted read-only after disk
 // errors) and serves reads from it: every mutation fails with
-// engine.ErrUnavailable and Ready says why. The log cannot be opened in
-// place (opening may have to cut a torn tail), so its segments are copied
-// to a temporary directory and recovered there; snapshots are read in
-// place. The copies are deleted once the state is built.
+// engine.ErrUnavailable and Ready says why.
 func (e *Engine) openReadOnly(opts Options, cause error) error {
-	tmp, err := os.MkdirTemp("", "tally-readonly-log-")
-	if err != nil {
-		return fmt.Errorf("embedded: %s cannot be written (%v) and no temporary directory for its log: %w", opts.Dir, cause, err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := copyManifest(opts.Dir, tmp); err != nil {
-		return err
-	}
-	segs, err := listSegments(opts.Dir)
+	im, rec, err := recoverReadOnly(opts.Dir, opts.Logger, e.shadow)
 	if err != nil {
 		return err
 	}
-	for _, sg := range segs {
-		if err := linkOrCopy(filepath.Join(opts.Dir, sg.name), filepath.Join(tmp, sg.name), false); err != nil {
-			return err
-		}
-	}
-	im, l, rec, err := recoverFrom(opts.Dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: opts.Logger}, e.shadow)
-	if err != nil {
-		return err
-	}
-	l.Close()
 	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
 	e.dir = opts.Dir
 	ferr := fmt.Errorf("embedded: data directory %s cannot be written: %w", opts.Dir, cause)
@@ -231,6 +210,36 @@ func (e *Engine) openReadOnly(opts Options, cause error) error {
 	opts.Logger.Error("embedded: the data directory cannot be written; serving reads only, every mutation fails until restart",
 		"dir", opts.Dir, "err", cause, "snapshot", rec.snapshot, "log_records", rec.records, "last_index", im.index)
 	return nil
+}
+
+// recoverReadOnly recovers the state of the data directory dir without
+// writing to it: snapshots are read in place, and the log (which opening
+// may have to cut at a torn tail) through a copy in a temporary directory,
+// deleted once the state is built.
+func recoverReadOnly(dir string, logger *slog.Logger, tc tables) (*image, recovered, error) {
+	tmp, err := os.MkdirTemp("", "tally-readonly-log-")
+	if err != nil {
+		return nil, recovered{}, fmt.Errorf("embedded: no temporary directory for a copy of %s's log: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := copyManifest(dir, tmp); err != nil {
+		return nil, recovered{}, err
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		return nil, recovered{}, err
+	}
+	for _, sg := range segs {
+		if err := linkOrCopy(filepath.Join(dir, sg.name), filepath.Join(tmp, sg.name), false); err != nil {
+			return nil, recovered{}, err
+		}
+	}
+	im, l, rec, err := recoverFrom(dir, tmp, wal.Options{Sync: wal.SyncNone, Logger: logger}, tc)
+	if err != nil {
+		return nil, rec, err
+	}
+	l.Close()
+	return im, rec, nil
 }
 
 func (e *Engine) canSnapshot() error {

@@ -447,6 +447,7 @@ func (st *state) dump() string {
 	})
 	section("posts", rows)
 	line("counted %d, %d posts have counts", st.counted, counted)
+	line("imported %d..%d", st.imported.Lo, st.imported.Hi)
 	for i, set := range []*tier.Set{st.likes, st.favs} {
 		rows = nil
 		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
@@ -615,9 +616,12 @@ func workload(t testing.TB, e *Engine, clk *clock, seed uint64, n int) {
 				_, err = e.MarkMessagesRead(bg, user(), []engine.MessageID{msgs[pick(len(msgs))], msgs[pick(len(msgs))]})
 			}
 		case 23:
-			if rng.IntN(4) == 0 {
+			switch rng.IntN(8) {
+			case 0, 1:
 				_, err = e.commit(&sweepRec{ttl: e.ttl})
-			} else {
+			case 2:
+				err = driftOnPurpose(e, rng, post(), user())
+			default:
 				err = e.Import(bg, []engine.ImportRow{{Post: post(), Author: user(), Counts: engine.Counts{Views: int64(rng.IntN(3))}}})
 			}
 		}

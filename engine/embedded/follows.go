@@ -42,12 +42,12 @@ func (e *Engine) Followees(ctx context.Context, viewer engine.UserID) ([]engine.
 		return nil, err
 	}
 	e.mu.RLock()
-	targets, _ := e.st.follows.List(uint64(viewer))
+	targets := e.st.follows.Followees(uint64(viewer), nil)
+	e.mu.RUnlock()
 	out := make([]engine.UserID, len(targets))
 	for i, f := range targets {
 		out[i] = engine.UserID(f)
 	}
-	e.mu.RUnlock()
 	return out, nil
 }
 
@@ -203,11 +203,15 @@ func writeFollows(e *enc, st *state) {
 	})
 }
 
+// readFollows reads FOLW, whose viewers come in increasing order (Range's)
+// and each list's followees too, so that the lists append to the packed
+// form as they come (follows.Store.Load).
 func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	var last, lastN uint64
+	first := true
 	var targets []uint64
 	var snaps []int64
-	return eachItem(sr, pc, func(d *dec) {
+	err := eachItem(sr, pc, func(d *dec) {
 		viewer := d.u("viewer")
 		n := d.u("list length")
 		if d.err != "" {
@@ -217,13 +221,18 @@ func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			d.fail("follow list too long")
 			return
 		}
-		if st.follows.Has(viewer) && (viewer != last || lastN != followsPerItem || n == 0) {
+		switch {
+		case first || viewer > last:
+		case viewer < last:
+			d.fail(fmt.Sprintf("viewer %d after viewer %d", viewer, last))
+			return
+		case lastN != followsPerItem || n == 0:
 			// A continuation follows a full item of its viewer and is
 			// never empty; anything else is a second list for one viewer.
 			d.fail(fmt.Sprintf("viewer %d listed twice", viewer))
 			return
 		}
-		last, lastN = viewer, n
+		first, last, lastN = false, viewer, n
 		targets, snaps = targets[:0], snaps[:0]
 		for range n {
 			targets = append(targets, d.u("followee"))
@@ -236,6 +245,8 @@ func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			d.fail(err.Error())
 		}
 	})
+	st.follows.Loaded()
+	return err
 }
 
 // followRec's encoding (record.go has the format); Undo is in the kind.

@@ -13,7 +13,7 @@ import (
 
 // group maps mapids to users. mapid i+1 belongs to byMap[i] forever;
 // leaving only sets the quit bit, so old messages' bitmaps stay readable
-// and a returning member gets their old mapid back (seeds/004).
+// and a returning member gets their old mapid back (docs/seeds.md#seed-004).
 type group struct {
 	id      uint64
 	byMap   []uint64

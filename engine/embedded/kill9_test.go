@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -211,6 +212,7 @@ func TestKill9DuringSnapshots(t *testing.T) {
 	if u.Likes != total {
 		t.Fatalf("author's unread likes %d, %d likes counted", u.Likes, total)
 	}
+	enginetest.CheckClean(t, e)
 	entries, _ := os.ReadDir(dir)
 	for _, en := range entries {
 		if strings.HasSuffix(en.Name(), ".corrupt") {

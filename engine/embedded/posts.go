@@ -260,8 +260,8 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 		// An import brings new authors far faster than the maintenance
 		// interval folds them, and an overlay entry costs ten times a
 		// packed one: fold once the overlay holds a quarter of what is
-		// packed. (Maintenance's sixteenth would cost an import of
-		// authors 17% more time; a quarter keeps its memory in bound.)
+		// packed. (Maintenance's sixteenth would fold an import's
+		// authors several times over; a quarter still bounds its memory.)
 		e.mu.RLock()
 		behind := foldBehind(e.st.posted)
 		e.mu.RUnlock()
@@ -430,6 +430,7 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 		if skip {
 			continue
 		}
+		st.imported = st.imported.Widen(uint64(row.Post))
 		if register {
 			cur.is.Author = uint64(row.Author)
 		}

@@ -37,6 +37,7 @@ const (
 	opMarkMessagesRead
 	opSweepCursors
 	opImport
+	opRecount
 	opKindEnd // one past the last kind
 )
 
@@ -47,7 +48,7 @@ var opNames = [...]string{
 	opClickRedDot: "clickRedDot", opPushRedDot: "pushRedDot", opPublish: "publish",
 	opCreateGroup: "createGroup", opAddMembers: "addMembers", opLeaveGroup: "leaveGroup",
 	opSendMessage: "sendMessage", opMarkMessagesRead: "markMessagesRead",
-	opSweepCursors: "sweepCursors", opImport: "import",
+	opSweepCursors: "sweepCursors", opImport: "import", opRecount: "recount",
 }
 
 func (k opKind) String() string {
@@ -149,14 +150,16 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 		return &r.recHeader, opSweepCursors, uint64(r.ttl), 0
 	case *importRec:
 		return &r.recHeader, opImport, 0, 0
+	case *recountRec:
+		return &r.recHeader, opRecount, 0, 0
 	}
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 3, the only one this build reads or writes (a
+// Record format, version 4, the only one this build reads or writes (a
 // log of another version is refused whole, engine.FormatError):
 //
-//	byte 0   version (3)
+//	byte 0   version (4)
 //	byte 1   kind
 //	uvarint  time (Unix ns, non-negative)
 //	...      the kind's own fields, in the order its appendTo writes them
@@ -172,7 +175,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 3
+const recordVersion = 4
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
@@ -218,6 +221,8 @@ func appendRecord(dst []byte, r record) []byte {
 		return binary.AppendUvarint(dst, uint64(r.ttl))
 	case *importRec:
 		return r.appendTo(dst)
+	case *recountRec:
+		return r.appendTo(dst)
 	}
 	panic("embedded: unknown record type")
 }
@@ -252,6 +257,7 @@ type recordReader struct {
 	markMessagesRead markMessagesReadRec
 	sweep            sweepRec
 	imports          importRec
+	recount          recountRec
 }
 
 func (rd *recordReader) decode(rec []byte) (record, error) {
@@ -369,6 +375,11 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 	case opImport:
 		x := &rd.imports
 		*x = importRec{recHeader: h, rows: x.rows[:0]}
+		x.readFrom(&d)
+		r = x
+	case opRecount:
+		x := &rd.recount
+		*x = recountRec{recHeader: h}
 		x.readFrom(&d)
 		r = x
 	default:

@@ -55,6 +55,8 @@ func sampleRecords() []record {
 		&sweepRec{recHeader: h(now), ttl: int64(engine.DefaultCursorTTL)},
 		&importRec{recHeader: h(now), rows: []engine.ImportRow{{Post: 1, Counts: engine.Counts{Views: 1}},
 			{Post: engine.PostID(big), Author: 3, Counts: engine.Counts{Likes: 1 << 62, Comments: 2, Reposts: 3, Favorites: 5}}}},
+		&recountRec{recHeader: h(now), check: 1, id: big, from: 3, to: 0},
+		&recountRec{recHeader: h(now), check: 4, id: 7, from: 0, to: 1 << 40},
 	}
 }
 
@@ -127,6 +129,9 @@ func TestRecordRejects(t *testing.T) {
 		"key cut short":     rec(byte(opCreatePost), 1, 5, 5, 1, 7, 0, 0, 0, 0, 0, 0, 0),
 		"empty title":       rec(byte(opPublish), 1, 5, 0, 0, 0),
 		"import of none":    rec(byte(opImport), 1, 0),
+		"unknown check":     rec(byte(opRecount), 1, 99, 5, 1, 2),
+		"recount of id 0":   rec(byte(opRecount), 1, 1, 0, 1, 2),
+		"recount to itself": rec(byte(opRecount), 1, 1, 5, 2, 2),
 	} {
 		if got, err := decodeRecord(r); err == nil || !errors.Is(err, errBadRecord) {
 			t.Errorf("%s: decoded %v, %v", name, got, err)

@@ -29,8 +29,11 @@ type state struct {
 	posts *tier.Posts
 	// counted is how many posts have a non-zero count.
 	counted int64
-	likes   *tier.Set // (user, post), in the post table's time windows
-	favs    *tier.Set
+	// imported spans the posts whose counts an import wrote: their likes
+	// and favorites are not derived from the sets (check.go).
+	imported engine.ImportSpan
+	likes    *tier.Set // (user, post), in the post table's time windows
+	favs     *tier.Set
 	// err is the first error a tiered store's cold file returned while
 	// applying a record (see Engine.commit).
 	err error
@@ -91,7 +94,7 @@ func newState(tc tables) *state {
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    usercounts.New(1024),
 		followers: usercounts.New(8),
-		follows:   follows.New(0),
+		follows:   follows.New(),
 		groups:    table.New[uint64, uint32](hashU64, 64),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, 256),
@@ -147,7 +150,7 @@ func (st *state) decide(r record, quiet bool) error {
 	case *markMessagesReadRec:
 		return st.decideMarkMessagesRead(r)
 	}
-	// touch, sweep and import carry their decision in the record.
+	// touch, sweep, import and recount carry their decision in the record.
 	return nil
 }
 
@@ -155,7 +158,7 @@ func (st *state) decide(r record, quiet bool) error {
 // Effects (decide), rather than by a decision its record carries.
 func hasEffects(r record) bool {
 	switch r.(type) {
-	case *touchRec, *sweepRec, *importRec:
+	case *touchRec, *sweepRec, *importRec, *recountRec:
 		return false
 	}
 	return true
@@ -201,6 +204,8 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 		st.sweepCursors(r.time, r.ttl)
 	case *importRec:
 		st.importRows(r.rows, r.time)
+	case *recountRec:
+		st.applyRecount(r)
 	}
 	if hasEffects(r) {
 		st.applyEffects(&st.eff, out)

@@ -18,7 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, state version 4: one section per table,
+// The state as snapshot sections, state version 5: one section per table,
 // the only set this build reads or writes (a snapshot of another version
 // is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
@@ -28,12 +28,13 @@ import (
 // their order; derived tables (groups, members, msgs) are rebuilt from the
 // lists they index rather than stored.
 //
-//	META  one item: u state version (4), v lastTime, u genHigh, v push, v nusers
+//	META  one item: u state version (5), v lastTime, u genHigh, v push, v nusers,
+//	      u imported lo, u imported hi (the import span; 0, 0: none)
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
-//	      table's image (engine/tier's snapshot format 3: the kinds table,
+//	      table's image (engine/tier's snapshot format 4: the kinds table,
 //	      rows and blocks with reaction kinds)
-//	LKST  the like set: its image (engine/tier's snapshot format 3, whose
+//	LKST  the like set: its image (engine/tier's snapshot format 4, whose
 //	      pairs may carry a reaction kind) in chunks
 //	FVST  the favorite set, likewise
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
@@ -60,7 +61,7 @@ import (
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 4
+const stateVersion = 5
 
 var (
 	tagMeta      = snapshot.MakeTag("META")
@@ -352,11 +353,12 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: &state{
-		push:   m.push,
-		nusers: m.nusers,
-		posts:  newPosts(tc),
-		likes:  newSet(tc, "LIKE"),
-		favs:   newSet(tc, "FAVS"),
+		push:     m.push,
+		nusers:   m.nusers,
+		imported: m.imported,
+		posts:    newPosts(tc),
+		likes:    newSet(tc, "LIKE"),
+		favs:     newSet(tc, "FAVS"),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
@@ -365,7 +367,7 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    usercounts.New(items(tagProfiles)),
 		followers: usercounts.New(8),
-		follows:   follows.New(items(tagFollows)),
+		follows:   follows.New(),
 		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),
@@ -465,6 +467,7 @@ type meta struct {
 	genHigh  uint64
 	push     int64
 	nusers   int64
+	imported engine.ImportSpan
 }
 
 // readMeta reads the META section; a state version other than this
@@ -488,6 +491,10 @@ func readMeta(sr *snapshot.SectionReader, pc *pacer) (meta, error) {
 		m.genHigh = d.u("genHigh")
 		m.push = d.nonNeg(d.v("push"), "push")
 		m.nusers = d.nonNeg(d.v("nusers"), "nusers")
+		m.imported = engine.ImportSpan{Lo: d.u("imported lo"), Hi: d.u("imported hi")}
+		if d.err == "" && (m.imported.Lo > m.imported.Hi || m.imported.Hi == 0 && m.imported.Lo != 0) {
+			d.fail("import span out of order")
+		}
 	})
 	switch {
 	case version != stateVersion:
@@ -599,5 +606,7 @@ func writeMeta(e *enc, im *image) {
 	e.u(im.genHigh)
 	e.v(im.st.push)
 	e.v(im.st.nusers)
+	e.u(im.st.imported.Lo)
+	e.u(im.st.imported.Hi)
 	e.end()
 }

@@ -54,7 +54,11 @@ func Run(t *testing.T, open func(t *testing.T) engine.Store) {
 		{"Events", testEvents},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			tc.fn(t, s)
+			CheckClean(t, s)
+		})
 	}
 }
 
@@ -772,7 +776,7 @@ func testFeedSeedExample(t *testing.T, s engine.Store) {
 	posts(b, 4) // 10
 	posts(c, 1) // 8
 	posts(d, 2) // 14
-	// seeds/002: (10-6) + (8-7) + (14-12) = 7.
+	// docs/seeds.md#seed-002: (10-6) + (8-7) + (14-12) = 7.
 	wantUnread(t, s, a, engine.Unread{Feed: 7})
 	// A repeated follow does not reset the snapshot.
 	ok(t, s.Follow(bg, a, b))

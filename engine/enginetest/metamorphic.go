@@ -103,6 +103,7 @@ func RunMetamorphic(t *testing.T, b Backend) {
 			t.FailNow()
 		}
 	}
+	CheckClean(t, w.store.s)
 	t.Logf("metamorphic %s: %d ops, %d restarts, %d posts, %d groups, %d messages, %d notifications",
 		b.Name, n, restarts, len(w.model.list[kPost]), len(w.model.list[kGroup]), len(w.model.list[kMsg]), len(w.model.list[kNotif]))
 }

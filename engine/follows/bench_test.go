@@ -4,12 +4,15 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/tally-dev/tally/bench/benchutil"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/table"
+	"github.com/tally-dev/tally/engine/usercounts"
 )
 
 // heapFigures forces a collection and returns the live heap and its
@@ -30,206 +33,272 @@ func gcTime() time.Duration {
 	return time.Since(start)
 }
 
-// followWorkload returns viewers' follow counts and the order of follows:
-// nviewers viewers with 10..30 follows each (20 on average), made in
-// rounds across viewers as lists grow in a live system (so blocks are
-// outgrown, freed and reused).
-func followWorkload(nviewers int) (counts []uint8) {
+// workload is a follow graph to build: follows(v, r) is viewer v's r-th
+// follow (ok false when v has fewer), made in rounds across viewers as
+// lists grow in a live system (so that blocks split and merge), with the
+// snapshot it starts at.
+type workload struct {
+	viewers, rounds int
+	follow          func(v uint64, r int) (target uint64, snap int64, ok bool)
+}
+
+// uniform: 1M viewers with 10..30 follows each (20 on average) of users
+// spread over 10M ids, snapshot the round: the shape the figures before
+// this package's packed form were measured on.
+func uniform(nviewers int) workload {
 	rng := rand.New(rand.NewPCG(7, 7))
-	counts = make([]uint8, nviewers)
+	counts := make([]uint8, nviewers)
 	for i := range counts {
 		counts[i] = uint8(10 + rng.IntN(21))
 	}
-	return counts
+	return workload{nviewers, 30, func(v uint64, r int) (uint64, int64, bool) {
+		return table.Mix64(v<<8|uint64(r)) % 10_000_000, int64(r), r < int(counts[v])
+	}}
 }
 
-func target(v uint64, r int) uint64 { return table.Mix64(v<<8|uint64(r)) % 10_000_000 }
-
-// BenchmarkMemory builds 1M viewers × ~20 follows in the Store and in the
-// engine's current map[uint64][]followee, in the same run, and reports
-// heap bytes per follow entry, scannable heap bytes, and the time of a
-// forced GC with the structure resident. Run with -benchtime=1x.
-func BenchmarkMemory(b *testing.B) {
-	nviewers := 1_000_000
-	if testing.Short() {
-		nviewers = 100_000
+// skewed: 2M users; each follows 5..15 users at random (so most users
+// have about ten followers) and each of 4 celebrities with probability
+// 0.6 (1.2M followers each); a snapshot is the followee's post count,
+// tens for most, 10^4-10^5 for the celebrities.
+func skewed(nviewers int) workload {
+	const celebs = 4
+	rng := rand.New(rand.NewPCG(8, 8))
+	counts := make([]uint8, nviewers)
+	for i := range counts {
+		counts[i] = uint8(5 + rng.IntN(11))
 	}
-	counts := followWorkload(nviewers)
-	b.Run("store", func(b *testing.B) {
-		base, baseScan := heapFigures()
-		s := New(0)
-		total := 0
-		for r := range 30 {
-			for v, n := range counts {
-				if r < int(n) && s.Follow(uint64(v), target(uint64(v), r), int64(r)) {
-					total++
-				}
-			}
+	posts := func(u uint64) int64 {
+		if u < celebs {
+			return 20_000 + int64(u)*30_000
 		}
-		live, scan := heapFigures()
-		gc := gcTime()
-		if s.Len() != total {
-			b.Fatalf("Len %d, want %d", s.Len(), total)
+		return int64(table.Mix64(u) % 90)
+	}
+	return workload{nviewers, 15 + celebs, func(v uint64, r int) (uint64, int64, bool) {
+		if r < celebs {
+			u := uint64(r)
+			return u, posts(u), table.Mix64(v<<8|uint64(r))%10 < 6
 		}
-		b.ReportMetric(float64(live-base)/float64(total), "heapB/entry")
-		b.ReportMetric(float64(s.MemoryBytes())/float64(total), "memB/entry")
-		b.ReportMetric(float64(int64(scan)-int64(baseScan))/(1<<20), "scanMiB")
-		b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
-		// Where the bytes beyond 16 per entry go: the header table, free
-		// blocks, capacity classes' unused room, and the arena's growth
-		// room.
-		blockWords := 0
-		s.heads.Range(func(_ uint64, h header) bool { blockWords += 2 * classCap(h.class()); return true })
-		b.ReportMetric(float64(s.heads.MemoryBytes())/float64(total), "tableB/entry")
-		b.ReportMetric(float64(s.garbage)/float64(cap(s.arena)), "free-frac")
-		b.ReportMetric(float64(blockWords-2*total)/float64(cap(s.arena)), "class-frac")
-		b.ReportMetric(float64(cap(s.arena)-len(s.arena))/float64(cap(s.arena)), "growth-frac")
-		runtime.KeepAlive(s)
-	})
-	b.Run("map-of-slices", func(b *testing.B) {
-		base, baseScan := heapFigures()
-		m := map[uint64][]followee{}
-		total := 0
-		for r := range 30 {
-			for v, n := range counts {
-				if r < int(n) {
-					fs := m[uint64(v)]
-					u := target(uint64(v), r)
-					if !slices.ContainsFunc(fs, func(f followee) bool { return f.user == u }) {
-						m[uint64(v)] = append(fs, followee{u, int64(r)})
-						total++
+		u := celebs + table.Mix64(v<<8|uint64(r))%uint64(nviewers)
+		return u, posts(u), r-celebs < int(counts[v])
+	}}
+}
+
+// BenchmarkMemory builds each workload through Follow and reports heap
+// bytes per follow edge, both directions counted (heapB/edge; memB/edge
+// is the store's own count, fwdB/edge and revB/edge its two halves), the
+// scannable heap and the time of a forced GC with the store resident;
+// then loads a second store from the first's Range, as a snapshot load
+// does, and reports its heap per edge and the load's time. Run with
+// -benchtime=1x.
+//
+//	go test -run '^$' -bench Memory -benchtime 1x ./engine/follows
+func BenchmarkMemory(b *testing.B) {
+	n := 1_000_000
+	if testing.Short() {
+		n = 100_000
+	}
+	for _, c := range []struct {
+		name string
+		w    workload
+	}{{"uniform", uniform(n)}, {"skewed", skewed(2 * n)}} {
+		b.Run(c.name, func(b *testing.B) {
+			base, baseScan := heapFigures()
+			s := New()
+			edges := 0
+			start := time.Now()
+			for r := range c.w.rounds {
+				for v := range uint64(c.w.viewers) {
+					if u, snap, ok := c.w.follow(v, r); ok && s.Follow(v, u, snap) {
+						edges++
 					}
 				}
 			}
-		}
-		live, scan := heapFigures()
-		gc := gcTime()
-		b.ReportMetric(float64(live-base)/float64(total), "heapB/entry")
-		b.ReportMetric(float64(int64(scan)-int64(baseScan))/(1<<20), "scanMiB")
-		b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
-		runtime.KeepAlive(m)
-	})
+			build := time.Since(start)
+			live, scan := heapFigures()
+			gc := gcTime()
+			if s.Len() != edges {
+				b.Fatalf("Len %d, want %d", s.Len(), edges)
+			}
+			per := func(x int) float64 { return float64(x) / float64(edges) }
+			b.ReportMetric(float64(edges), "edges")
+			b.ReportMetric(per(int(live-base)), "heapB/edge")
+			b.ReportMetric(per(s.MemoryBytes()), "memB/edge")
+			b.ReportMetric(per(s.fwd.memoryBytes()), "fwdB/edge")
+			b.ReportMetric(per(s.rev.memoryBytes()), "revB/edge")
+			// Where the bytes go, both directions: the blocks' own bytes,
+			// their slots' unused room, free slots, the arenas' growth
+			// room and the directories.
+			var f figures
+			f.add(&s.fwd)
+			f.add(&s.rev)
+			b.ReportMetric(per(f.data), "dataB/edge")
+			b.ReportMetric(per(f.slot), "slotB/edge")
+			b.ReportMetric(per(f.free), "freeB/edge")
+			b.ReportMetric(per(f.growth), "growB/edge")
+			b.ReportMetric(per(f.dir), "dirB/edge")
+			b.ReportMetric(float64(2*edges)/float64(f.blocks), "pairs/block")
+			b.ReportMetric(float64(int64(scan)-int64(baseScan))/(1<<20), "scanMiB")
+			b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
+			b.ReportMetric(float64(build.Nanoseconds())/float64(edges), "ns/follow")
+
+			l := New()
+			start = time.Now()
+			s.Range(func(v uint64, ts []uint64, ss []int64) bool {
+				if err := l.Load(v, ts, ss); err != nil {
+					b.Fatal(err)
+				}
+				return true
+			})
+			l.Loaded()
+			load := time.Since(start)
+			s = nil
+			loaded, _ := heapFigures()
+			b.ReportMetric(per(int(loaded-base)), "loadedHeapB/edge")
+			b.ReportMetric(float64(load.Milliseconds()), "load-ms")
+			runtime.KeepAlive(l)
+		})
+	}
 }
 
-// BenchmarkFeedSum is state.unread's feed loop for a viewer following 200
-// users: one post-count probe per followee in a 1M-user table.
-func BenchmarkFeedSum(b *testing.B) {
-	const nusers, nfollow = 1_000_000, 200
-	posts := table.New[uint64, int64](table.Mix64, nusers)
-	for u := range uint64(nusers) {
-		posts.Put(u, int64(u%1000))
-	}
-	rng := rand.New(rand.NewPCG(3, 3))
-	s := New(1000)
-	m := map[uint64][]followee{}
-	// Other viewers' lists around the one measured, as in a real arena.
-	for v := range uint64(1000) {
-		for range nfollow {
-			u := rng.Uint64N(nusers)
-			snap := int64(rng.IntN(1000))
-			if s.Follow(v, u, snap) {
-				m[v] = append(m[v], followee{u, snap})
-			}
+// figures is where a set's bytes go (BenchmarkMemory).
+type figures struct{ data, slot, free, growth, dir, blocks int }
+
+func (f *figures) add(p *pairs) {
+	for _, pg := range p.pages {
+		for _, d := range pg.es[:pg.n] {
+			var blk block
+			p.parse(&d, &blk)
+			n := len(trimBits(&blk))
+			f.data += n
+			f.slot += classCap(d.class())*8 - n
+			f.blocks++
 		}
 	}
-	postCount := func(u uint64) int64 { p, _ := posts.Get(u); return p }
-	var sink int64
-	v := uint64(0)
-	b.Run("store/List", func(b *testing.B) {
-		for b.Loop() {
-			var feed int64
-			ts, ss := s.List(v)
-			for i, u := range ts {
-				if d := postCount(u) - ss[i]; d > 0 {
-					feed += d
-				}
-			}
-			sink += feed
-			v = (v + 1) % 1000
-		}
-	})
-	b.Run("map-of-slices", func(b *testing.B) {
-		for b.Loop() {
-			var feed int64
-			for _, f := range m[v] {
-				if d := postCount(f.user) - f.snap; d > 0 {
-					feed += d
-				}
-			}
-			sink += feed
-			v = (v + 1) % 1000
-		}
-	})
-	runtime.KeepAlive(sink)
+	f.free += p.arena.garbage * 8
+	f.growth += p.arena.capBytes() - p.arena.used*8
+	f.dir += len(p.pages)*int(unsafe.Sizeof([pageMax]dirEntry{})) + cap(p.pages)*int(unsafe.Sizeof(page{}))
 }
+
+// feedFixture is 1M users' post counts in the engine's table and nview
+// viewers following k of them each.
+func feedFixture(nview, k int) (*Store, *usercounts.Table) {
+	const nusers = 1_000_000
+	posts := usercounts.New(nusers)
+	for u := range uint64(nusers) {
+		posts.Set(u, int64(u%1000))
+	}
+	posts.Compact()
+	rng := rand.New(rand.NewPCG(3, 3))
+	s := New()
+	for v := range uint64(nview) {
+		for s.Following(v) < k {
+			s.Follow(v, rng.Uint64N(nusers), int64(rng.IntN(1000)))
+		}
+	}
+	return s, posts
+}
+
+// BenchmarkFeedRead is state.unread's feed part for a viewer following k
+// users: the list, one batched post-count lookup (usercounts.GetMany) and
+// the sum, in buffers kept across reads as a server's would be pooled.
+// Viewers are read in turn so that their lists are not all in cache.
+//
+//	go test -run '^$' -bench FeedRead ./engine/follows
+func BenchmarkFeedRead(b *testing.B) {
+	for _, k := range []int{20, 200, 2000} {
+		nview := 400_000 / k
+		s, posts := feedFixture(nview, k)
+		b.Run("followees="+strconv.Itoa(k), func(b *testing.B) {
+			var ts []uint64
+			var ss, cur []int64
+			var sink int64
+			v := uint64(0)
+			loopCPU(b, func() {
+				ts, ss = s.List(v, ts[:0], ss[:0])
+				cur = append(cur[:0], make([]int64, len(ts))...)
+				posts.GetMany(ts, cur)
+				sink += engine.FeedUnread(cur, ss)
+				v = (v + 1) % uint64(nview)
+			})
+			runtime.KeepAlive(sink)
+		})
+	}
+}
+
+// loopCPU runs fn in a b.Loop on a locked thread and reports the thread's
+// CPU time per call (cpu-ns/op), which leaves out the waits for a core
+// that the shared machine adds to the wall time.
+func loopCPU(b *testing.B, fn func()) {
+	benchutil.LockThread()
+	defer benchutil.UnlockThread()
+	cpu := benchutil.ThreadCPU()
+	for b.Loop() {
+		fn()
+	}
+	b.ReportMetric(float64(benchutil.ThreadCPU()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// postsNow is a followee's post count at a feed read: counts spread
+// over a thousand, each growing by one every 8 reads.
+func postsNow(u uint64, round int64) int64 { return int64(u%1000) + round/8 }
 
 // BenchmarkList measures the per-follow costs on one list of n entries:
-// Contains (half hits, half misses, as prepare checks), and Unfollow then
-// Follow of a member (the memmove that closes the gap, the append, and an
-// amortised share of tail merges), each against the engine's map of
-// slices doing the same.
+// Contains (half hits, half misses, as prepare checks), Unfollow then
+// Follow of a member (two block changes each way), and SetSnaps with
+// changed snapshots (post counts that grow between reads) and unchanged
+// ones.
 func BenchmarkList(b *testing.B) {
 	for _, n := range []int{200, 2000, 20000} {
 		rng := rand.New(rand.NewPCG(5, uint64(n)))
-		s := New(1)
-		m := map[uint64][]followee{}
+		s := New()
+		var members []uint64
 		for range n {
 			u := rng.Uint64()
 			s.Follow(1, u, 0)
-			m[1] = append(m[1], followee{u, 0})
+			members = append(members, u)
 		}
 		probes := make([]uint64, 1024)
 		for i := range probes {
 			if i%2 == 0 {
-				probes[i] = m[1][rng.IntN(n)].user
+				probes[i] = members[rng.IntN(n)]
 			} else {
 				probes[i] = rng.Uint64()
 			}
 		}
 		name := func(s string) string { return s + "/n=" + strconv.Itoa(n) }
-		b.Run(name("Contains/store"), func(b *testing.B) {
+		b.Run(name("Contains"), func(b *testing.B) {
 			i, hits := 0, 0
-			for b.Loop() {
+			loopCPU(b, func() {
 				if s.Contains(1, probes[i&1023]) {
 					hits++
 				}
 				i++
-			}
+			})
 			runtime.KeepAlive(hits)
 		})
-		b.Run(name("Contains/map-of-slices"), func(b *testing.B) {
-			i, hits := 0, 0
-			for b.Loop() {
-				u := probes[i&1023]
-				if slices.ContainsFunc(m[1], func(f followee) bool { return f.user == u }) {
-					hits++
-				}
-				i++
-			}
-			runtime.KeepAlive(hits)
-		})
-		b.Run(name("UnfollowFollow/store"), func(b *testing.B) {
+		b.Run(name("UnfollowFollow"), func(b *testing.B) {
 			i := 0
-			for b.Loop() {
+			loopCPU(b, func() {
 				u := probes[i&1022] // a member
 				s.Unfollow(1, u)
 				s.Follow(1, u, 0)
 				i++
-			}
+			})
 		})
-		b.Run(name("UnfollowFollow/map-of-slices"), func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				u := probes[i&1022]
-				fs := m[1]
-				j := slices.IndexFunc(fs, func(f followee) bool { return f.user == u })
-				fs = slices.Delete(fs, j, j+1)
-				if !slices.ContainsFunc(fs, func(f followee) bool { return f.user == u }) {
-					fs = append(fs, followee{u, 0})
+		b.Run(name("SetSnaps"), func(b *testing.B) {
+			round := int64(0)
+			set := func(us []uint64, snaps []int64) {
+				for i, u := range us {
+					snaps[i] = postsNow(u, round)
 				}
-				m[1] = fs
-				i++
 			}
+			loopCPU(b, func() {
+				s.SetSnaps(1, set)
+				round++
+			})
+		})
+		b.Run(name("SetSnapsUnchanged"), func(b *testing.B) {
+			loopCPU(b, func() { s.SetSnaps(1, func([]uint64, []int64) {}) })
 		})
 	}
 }

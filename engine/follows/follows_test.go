@@ -1,229 +1,200 @@
 package follows
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 )
 
-// followee is the embedded engine's entry today; the model and the memory
-// peer use it.
-type followee struct {
-	user uint64
-	snap int64
-}
-
 func TestClasses(t *testing.T) {
-	prev := -1
-	for c := 0; c < nclass; c++ {
+	prev := 0
+	for c := 1; c < nclass; c++ {
 		cp := classCap(uint8(c))
 		if cp <= prev {
 			t.Fatalf("classCap(%d) = %d not above classCap(%d) = %d", c, cp, c-1, prev)
 		}
-		if c > 0 && float64(cp) > 1.26*float64(max(prev, 8)) && prev >= 8 {
-			t.Fatalf("class %d: %d is more than 25%% above %d", c, cp, prev)
+		if prev >= 16 && float64(cp) > 1.126*float64(prev) {
+			t.Fatalf("class %d: %d is more than an eighth above %d", c, cp, prev)
 		}
 		prev = cp
-		if cp > 1<<33 {
-			break
-		}
 	}
-	check := func(n int) {
+	for n := 1; n <= classCap(nclass-1); n++ {
 		c := classFor(n)
-		if classCap(c) < n || c > 0 && classCap(c-1) >= n {
+		if classCap(c) < n || classCap(c-1) >= n {
 			t.Fatalf("classFor(%d) = %d (cap %d, below %d)", n, c, classCap(c), classCap(c-1))
 		}
 	}
-	for n := 0; n < 1<<17; n++ {
-		check(n)
+	// The widest block: every pair a run of its own, every field 64 bits.
+	var e entries
+	for i := range maxBlock {
+		e.a[i], e.b[i], e.v[i] = uint64(i)<<56|uint64(i), uint64(i)<<57, int64(i)<<56^int64(i)
 	}
-	for n := 1 << 17; n < 1<<32; n = n*9/8 + 1 {
-		check(n)
-	}
-	check(1<<32 - 1)
-	if classFor(1<<32-1) >= nclass {
-		t.Fatal("nclass too small")
+	e.n = maxBlock
+	var enc encoder
+	if words := (len(enc.encode(&e, 0, maxBlock)) + 7) / 8; words > classCap(nclass-1) {
+		t.Fatalf("a block of %d words has no class", words)
 	}
 }
 
 func TestBasics(t *testing.T) {
-	s := New(0)
-	if s.Has(1) || s.Following(1) != 0 || s.Contains(1, 2) || s.Unfollow(1, 2) {
+	s := New()
+	if s.Has(1) || s.Following(1) != 0 || s.Contains(1, 2) || s.Unfollow(1, 2) || s.FollowerCount(2) != 0 {
 		t.Fatal("empty store has state")
 	}
-	if !s.Follow(1, 2, 10) || s.Follow(1, 2, 11) || !s.Follow(1, 3, 20) {
+	if !s.Follow(1, 2, 10) || s.Follow(1, 2, 11) || !s.Follow(1, 3, 20) || !s.Follow(4, 3, -5) {
 		t.Fatal("Follow results")
 	}
 	if !s.Has(1) || s.Following(1) != 2 || !s.Contains(1, 2) || s.Contains(1, 4) || s.Contains(2, 1) {
 		t.Fatal("queries after Follow")
 	}
-	ts, ss := s.List(1)
+	ts, ss := s.List(1, nil, nil)
 	if !slices.Equal(ts, []uint64{2, 3}) || !slices.Equal(ss, []int64{10, 20}) {
 		t.Fatalf("List = %v %v", ts, ss)
 	}
-	s.SetSnaps(1, func(u uint64) int64 { return int64(u) * 100 })
-	if ts, ss := s.List(1); !slices.Equal(ts, []uint64{2, 3}) || !slices.Equal(ss, []int64{200, 300}) {
+	if fs := s.Followers(3, 0, 10, nil); !slices.Equal(fs, []uint64{1, 4}) || s.FollowerCount(3) != 2 {
+		t.Fatalf("Followers(3) = %v", fs)
+	}
+	s.SetSnaps(1, func(us []uint64, snaps []int64) {
+		for i, u := range us {
+			snaps[i] = int64(u) * 100
+		}
+	})
+	if ts, ss := s.List(1, nil, nil); !slices.Equal(ts, []uint64{2, 3}) || !slices.Equal(ss, []int64{200, 300}) {
 		t.Fatalf("List after SetSnaps = %v %v", ts, ss)
 	}
 	if !s.Unfollow(1, 2) || s.Unfollow(1, 2) || !s.Unfollow(1, 3) {
 		t.Fatal("Unfollow results")
 	}
-	if !s.Has(1) || s.Following(1) != 0 || s.Len() != 0 || s.Viewers() != 1 {
+	if !s.Has(1) || s.Following(1) != 0 || s.Len() != 1 {
 		t.Fatal("emptied list forgotten")
 	}
-	if h, _ := s.heads.Get(1); h.blk != 0 {
-		t.Fatal("emptied list keeps its block")
+	if err := s.Load(7, nil, nil); err != nil {
+		t.Fatal(err)
 	}
-	if err := s.Load(7, nil, nil); err != nil || !s.Has(7) || s.Viewers() != 2 {
+	s.Loaded()
+	if !s.Has(7) {
 		t.Fatal("Load of an empty list")
 	}
-	n := 0
+	var got []string
 	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		if v != []uint64{1, 7}[n] || len(ts) != 0 || len(ss) != 0 {
-			t.Fatalf("Range item %d: %d %v %v", n, v, ts, ss)
-		}
-		n++
+		got = append(got, fmt.Sprint(v, ts, ss))
 		return true
 	})
-}
-
-// TestLongList drives one list through many merges of its tail and checks
-// the layout invariant and membership after every step.
-func TestLongList(t *testing.T) {
-	s := New(1)
-	rng := rand.New(rand.NewPCG(1, 2))
-	in := map[uint64]bool{}
-	for i := 0; i < 20000; i++ {
-		u := rng.Uint64N(30000)
-		if rng.IntN(4) == 0 {
-			if s.Unfollow(9, u) != in[u] {
-				t.Fatalf("step %d: Unfollow(%d) disagrees", i, u)
-			}
-			delete(in, u)
-		} else {
-			if s.Follow(9, u, int64(u)) == in[u] {
-				t.Fatalf("step %d: Follow(%d) disagrees", i, u)
-			}
-			in[u] = true
-		}
-		if i%97 == 0 {
-			checkInvariants(t, s)
-			for range 20 {
-				u := rng.Uint64N(30000)
-				if s.Contains(9, u) != in[u] {
-					t.Fatalf("step %d: Contains(%d) disagrees", i, u)
-				}
-			}
-		}
+	if want := []string{"1 [] []", "4 [3] [-5]", "7 [] []"}; !slices.Equal(got, want) {
+		t.Fatalf("Range = %q, want %q", got, want)
 	}
-	if s.Following(9) != len(in) {
-		t.Fatalf("Following = %d, want %d", s.Following(9), len(in))
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// checkInvariants checks every header, the blocks' disjointness and the
-// garbage accounting.
-func checkInvariants(t testing.TB, s *Store) {
-	t.Helper()
-	owner := make([]int8, len(s.arena)) // 1 live, 2 free
-	mark := func(off, w int, v int8) {
-		for i := off; i < off+w; i++ {
-			if owner[i] != 0 {
-				t.Fatalf("word %d in two blocks", i)
-			}
-			owner[i] = v
+// model is the follow graph as maps: viewer -> followee -> snapshot; a
+// viewer with an empty map has an emptied list.
+type model map[uint64]map[uint64]int64
+
+func (m model) follow(v, t uint64, snap int64) bool {
+	if _, ok := m[v][t]; ok {
+		return false
+	}
+	if m[v] == nil {
+		m[v] = map[uint64]int64{}
+	}
+	m[v][t] = snap
+	return true
+}
+
+// followers returns who follows whom, sorted.
+func (m model) followers() map[uint64][]uint64 {
+	out := map[uint64][]uint64{}
+	for v, l := range m {
+		for t := range l {
+			out[t] = append(out[t], v)
 		}
 	}
-	entries := 0
-	s.heads.Range(func(v uint64, h header) bool {
-		c := h.class()
-		if int(h.n) > classCap(c) || h.sorted > h.n {
-			t.Fatalf("viewer %d: header %+v", v, h)
-		}
-		if c != 0 {
-			mark(h.off(), 2*classCap(c), 1)
-		}
-		ts, _ := s.block(&h)
-		k := min(int(h.n), 1)
-		for k < int(h.n) && ts[k] > ts[k-1] {
-			k++
-		}
-		if k != int(h.sorted) || int(h.n)-k > tailMax {
-			t.Fatalf("viewer %d: sorted %d, longest increasing prefix %d, n %d", v, h.sorted, k, h.n)
-		}
-		seen := map[uint64]bool{}
-		for _, u := range ts[:h.n] {
-			if seen[u] {
-				t.Fatalf("viewer %d: %d twice", v, u)
-			}
-			seen[u] = true
-		}
-		entries += int(h.n)
+	for _, fs := range out {
+		slices.Sort(fs)
+	}
+	return out
+}
+
+func (m model) edges() int {
+	n := 0
+	for _, l := range m {
+		n += len(l)
+	}
+	return n
+}
+
+// rangeOf renders what Range yields.
+func rangeOf(s *Store) []string {
+	var seq []string
+	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
+		seq = append(seq, fmt.Sprint(v, ts, ss))
 		return true
 	})
-	garbage := 0
-	for c := range nclass {
-		for f := s.free[c]; f != 0; f = s.arena[f-1] {
-			mark(int(f-1), 2*classCap(uint8(c)), 2)
-			garbage += 2 * classCap(uint8(c))
-		}
-	}
-	if garbage != s.garbage || entries != s.entries {
-		t.Fatalf("garbage %d, counted %d; entries %d, counted %d", s.garbage, garbage, s.entries, entries)
-	}
-	for i, o := range owner {
-		if o == 0 {
-			t.Fatalf("word %d of %d belongs to no block", i, len(owner))
-		}
-	}
+	return seq
 }
 
-// model is the embedded engine's representation today.
-type model map[uint64][]followee
+func (m model) rangeSeq() []string {
+	var seq []string
+	for _, v := range slices.Sorted(maps.Keys(m)) {
+		ts := slices.Sorted(maps.Keys(m[v]))
+		ss := make([]int64, len(ts))
+		for i, t := range ts {
+			ss[i] = m[v][t]
+		}
+		seq = append(seq, fmt.Sprint(v, ts, ss))
+	}
+	return seq
+}
 
-// compare checks s against m: same viewers, same lists as sets, same
-// totals; Range in increasing viewer order; and that a store loaded from
-// Range yields exactly the same sequence.
+// compare checks s against m in every direction and through every read,
+// then that a store loaded from Range in pieces holds the same.
 func compare(t testing.TB, s *Store, m model) {
 	t.Helper()
-	checkInvariants(t, s)
-	total := 0
-	for v, fs := range m {
-		total += len(fs)
-		if !s.Has(v) || s.Following(v) != len(fs) {
-			t.Fatalf("viewer %d: Has %v Following %d, want %d", v, s.Has(v), s.Following(v), len(fs))
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != m.edges() {
+		t.Fatalf("Len %d, want %d", s.Len(), m.edges())
+	}
+	want := m.rangeSeq()
+	if got := rangeOf(s); !slices.Equal(got, want) {
+		t.Fatalf("Range:\n%q\nwant\n%q", got, want)
+	}
+	for v, l := range m {
+		if !s.Has(v) || s.Following(v) != len(l) {
+			t.Fatalf("viewer %d: Has %v Following %d, want %d", v, s.Has(v), s.Following(v), len(l))
 		}
-		ts, ss := s.List(v)
-		got := make([]followee, len(ts))
-		for i := range ts {
-			got[i] = followee{ts[i], ss[i]}
-		}
-		want := slices.Clone(fs)
-		byUser := func(a, b followee) int { return cmp.Compare(a.user, b.user) }
-		slices.SortFunc(got, byUser)
-		slices.SortFunc(want, byUser)
-		if !slices.Equal(got, want) {
-			t.Fatalf("viewer %d: list %v, want %v", v, got, want)
+		if fs := s.Followees(v, nil); !slices.Equal(fs, slices.Sorted(maps.Keys(l))) {
+			t.Fatalf("Followees(%d) = %v", v, fs)
 		}
 	}
-	if s.Len() != total || s.Viewers() != len(m) {
-		t.Fatalf("Len %d Viewers %d, want %d %d", s.Len(), s.Viewers(), total, len(m))
+	for u, fs := range m.followers() {
+		if s.FollowerCount(u) != len(fs) {
+			t.Fatalf("FollowerCount(%d) = %d, want %d", u, s.FollowerCount(u), len(fs))
+		}
+		// Page through in small steps from the middle on.
+		from := fs[len(fs)/2]
+		var got []uint64
+		for {
+			page := s.Followers(u, from, 7, nil)
+			got = append(got, page...)
+			if len(page) < 7 {
+				break
+			}
+			from = page[len(page)-1] + 1
+		}
+		if !slices.Equal(got, fs[len(fs)/2:]) {
+			t.Fatalf("Followers(%d) from %d = %v, want %v", u, fs[len(fs)/2], got, fs[len(fs)/2:])
+		}
 	}
-	want := slices.Sorted(maps.Keys(m))
-	var seq []string
-	i := 0
-	l := New(0)
+	l := New()
 	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		if i >= len(want) || v != want[i] {
-			t.Fatalf("Range item %d: viewer %d", i, v)
-		}
-		i++
-		seq = append(seq, fmt.Sprint(v, ts, ss))
-		// Load in pieces, as the snapshot reader does with long lists.
 		for first := true; first || len(ts) > 0; first = false {
 			n := min(len(ts), 50)
 			if err := l.Load(v, ts[:n], ss[:n]); err != nil {
@@ -233,91 +204,110 @@ func compare(t testing.TB, s *Store, m model) {
 		}
 		return true
 	})
-	if i != len(want) {
-		t.Fatalf("Range visited %d viewers, want %d", i, len(want))
-	}
-	var seq2 []string
-	l.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		seq2 = append(seq2, fmt.Sprint(v, ts, ss))
-		return true
-	})
-	if !slices.Equal(seq, seq2) {
+	l.Loaded()
+	if got := rangeOf(l); !slices.Equal(got, want) {
 		t.Fatal("a store loaded from Range ranges differently")
 	}
-	checkInvariants(t, l)
+	if err := l.Check(); err != nil {
+		t.Fatalf("loaded store: %v", err)
+	}
 }
 
-// TestModel runs random operations against the map-of-slices model,
-// comparing after every batch. Small viewer and target ranges make long
-// lists, repeats and misses; compaction is made frequent.
+// shape is a workload's id spaces.
+type shape struct {
+	name       string
+	viewers    uint64
+	targets    uint64
+	spread     uint // targets are shifted left by this: large gaps
+	celebs     int  // targets 0..celebs-1 are followed by most viewers
+	removeUser bool
+}
+
+var shapes = []shape{
+	{name: "few-long", viewers: 3, targets: 3000},
+	{name: "many-short", viewers: 300, targets: 50, spread: 40},
+	{name: "mid", viewers: 40, targets: 800, spread: 20, removeUser: true},
+	{name: "celebs", viewers: 2000, targets: 400, celebs: 3, removeUser: true},
+}
+
+// TestModel runs random operations against the maps, comparing after
+// every batch; compaction is made frequent.
 func TestModel(t *testing.T) {
 	defer func(g int) { minGarbage = g }(minGarbage)
 	minGarbage = 64
-	for seed := range uint64(4) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			runModel(t, seed, 40_000, 300)
+	for i, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			runModel(t, uint64(i), sh, 30_000, 3000)
 		})
 	}
 }
 
-func runModel(t testing.TB, seed uint64, nops, batch int) {
+func runModel(t testing.TB, seed uint64, sh shape, nops, batch int) {
 	rng := rand.New(rand.NewPCG(seed, 42))
-	s := New(0)
+	s := New()
 	m := model{}
-	nviewers := []uint64{3, 30, 300}[seed%3]
-	ntargets := []uint64{50, 400, 3000}[seed%3]
-	posts := func(u uint64) int64 { return int64(u*7) % 101 }
+	posts := func(u uint64) int64 {
+		if u>>sh.spread < uint64(sh.celebs) {
+			return 1<<40 + int64(u) // a wide value among narrow ones
+		}
+		return int64(u*7) % 101
+	}
+	target := func() uint64 {
+		if sh.celebs > 0 && rng.IntN(2) == 0 {
+			return uint64(rng.IntN(sh.celebs)) << sh.spread
+		}
+		return rng.Uint64N(sh.targets) << sh.spread
+	}
 	for op := 0; op < nops; op++ {
-		v := rng.Uint64N(nviewers)
-		u := rng.Uint64N(ntargets) << 20 // spread over the key space
+		v := rng.Uint64N(sh.viewers)
+		u := target()
 		switch r := rng.IntN(100); {
 		case r < 55:
 			snap := rng.Int64N(1000) - 10
-			fs, _ := m[v]
-			dup := slices.ContainsFunc(fs, func(f followee) bool { return f.user == u })
-			if s.Follow(v, u, snap) == dup {
-				t.Fatalf("op %d: Follow(%d, %d) = %v", op, v, u, !dup)
+			if rng.IntN(50) == 0 {
+				snap = math.MinInt64 + rng.Int64N(3)
 			}
-			if !dup {
-				m[v] = append(fs, followee{u, snap})
+			if s.Follow(v, u, snap) != m.follow(v, u, snap) {
+				t.Fatalf("op %d: Follow(%d, %d) disagrees", op, v, u)
 			}
-		case r < 90:
-			fs := m[v]
-			if len(fs) > 0 && rng.IntN(4) > 0 {
-				u = fs[rng.IntN(len(fs))].user
+		case r < 85:
+			if l := m[v]; len(l) > 0 && rng.IntN(4) > 0 {
+				u = slices.Collect(maps.Keys(l))[rng.IntN(len(l))]
 			}
-			i := slices.IndexFunc(fs, func(f followee) bool { return f.user == u })
-			if s.Unfollow(v, u) != (i >= 0) {
-				t.Fatalf("op %d: Unfollow(%d, %d) = %v", op, v, u, i < 0)
+			_, in := m[v][u]
+			if s.Unfollow(v, u) != in {
+				t.Fatalf("op %d: Unfollow(%d, %d) = %v", op, v, u, !in)
 			}
-			if i >= 0 {
-				m[v] = slices.Delete(fs, i, i+1)
-			}
-		case r < 95:
-			s.SetSnaps(v, posts)
-			for i := range m[v] {
-				m[v][i].snap = posts(m[v][i].user)
-			}
-		case r < 97:
-			// Unfollow everyone: shrinks to no block, makes garbage.
-			for _, f := range m[v] {
-				if !s.Unfollow(v, f.user) {
-					t.Fatalf("op %d: mass Unfollow(%d, %d) = false", op, v, f.user)
+			delete(m[v], u)
+		case r < 92:
+			s.SetSnaps(v, func(us []uint64, snaps []int64) {
+				for i, u := range us {
+					snaps[i] = posts(u)
 				}
+			})
+			for u := range m[v] {
+				m[v][u] = posts(u)
 			}
-			if _, ok := m[v]; ok {
-				m[v] = m[v][:0]
+		case r < 93 && sh.removeUser:
+			removeUser(t, s, m, v, 1+rng.IntN(40))
+		case r < 94:
+			// Unfollow everyone: blocks shrink, merge and vanish.
+			for u := range m[v] {
+				if !s.Unfollow(v, u) {
+					t.Fatalf("op %d: mass Unfollow(%d, %d) = false", op, v, u)
+				}
+				delete(m[v], u)
 			}
 		default:
-			if s.Contains(v, u) != slices.ContainsFunc(m[v], func(f followee) bool { return f.user == u }) {
+			_, in := m[v][u]
+			if s.Contains(v, u) != in {
 				t.Fatalf("op %d: Contains(%d, %d)", op, v, u)
 			}
-			// The feed sum, as state.unread computes it.
 			var want, got int64
-			for _, f := range m[v] {
-				want += max(posts(f.user)-f.snap, 0)
+			for u, snap := range m[v] {
+				want += max(posts(u)-snap, 0)
 			}
-			ts, ss := s.List(v)
+			ts, ss := s.List(v, nil, nil)
 			for i, u := range ts {
 				got += max(posts(u)-ss[i], 0)
 			}
@@ -332,63 +322,184 @@ func runModel(t testing.TB, seed uint64, nops, batch int) {
 	compare(t, s, m)
 }
 
-func TestLoad(t *testing.T) {
-	s := New(0)
-	// An insertion order other than Range's: longer than the tail bound, so
-	// Load must sort as it goes.
-	var ts []uint64
-	var ss []int64
-	for i := range 500 {
-		ts = append(ts, uint64((i*7919)%1000))
-		ss = append(ss, int64(i))
+// removeUser erases u from s in steps of at most step edges, checking
+// each step's removals against m, and from m.
+func removeUser(t testing.TB, s *Store, m model, u uint64, step int) {
+	t.Helper()
+	want := map[[2]uint64]bool{}
+	for t := range m[u] {
+		want[[2]uint64{u, t}] = true
 	}
-	if err := s.Load(1, ts[:300], ss[:300]); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Load(1, ts[300:], ss[300:]); err != nil {
-		t.Fatal(err)
-	}
-	checkInvariants(t, s)
-	for i, u := range ts {
-		if !s.Contains(1, u) {
-			t.Fatalf("lost %d", u)
-		}
-		var snap int64 = -1
-		lt, ls := s.List(1)
-		if k := slices.Index(lt, u); k >= 0 {
-			snap = ls[k]
-		}
-		if snap != ss[i] {
-			t.Fatalf("snap of %d = %d, want %d", u, snap, ss[i])
+	for v, l := range m {
+		if _, ok := l[u]; ok {
+			want[[2]uint64{v, u}] = true
 		}
 	}
-	err := s.Load(1, ts[10:11], ss[10:11])
-	if !errors.Is(err, ErrDuplicate) {
-		t.Fatalf("Load of a duplicate: %v", err)
+	for steps := 0; ; steps++ {
+		n := 0
+		done := s.RemoveUser(u, step, func(v, t uint64) {
+			if !want[[2]uint64{v, t}] {
+				panic(fmt.Sprintf("RemoveUser(%d) removed %d -> %d", u, v, t))
+			}
+			delete(want, [2]uint64{v, t})
+			n++
+		})
+		if n > step {
+			t.Fatalf("RemoveUser(%d, %d) removed %d edges in a step", u, step, n)
+		}
+		if done {
+			break
+		}
+		if n == 0 || steps > 1e6 {
+			t.Fatalf("RemoveUser(%d) makes no progress", u)
+		}
 	}
-	if err := s.Load(2, []uint64{5, 6, 5}, []int64{1, 2, 3}); !errors.Is(err, ErrDuplicate) {
-		t.Fatalf("Load of a duplicate within a piece: %v", err)
+	if len(want) > 0 {
+		t.Fatalf("RemoveUser(%d) left %v", u, want)
 	}
-	if err := s.Load(3, []uint64{1}, nil); err == nil {
-		t.Fatal("Load with mismatched lengths")
+	delete(m, u)
+	for _, l := range m {
+		delete(l, u)
+	}
+	if s.Has(u) || s.FollowerCount(u) != 0 {
+		t.Fatalf("RemoveUser(%d) left a list", u)
 	}
 }
 
+func TestLoad(t *testing.T) {
+	defer func(n int) { runPairs = n }(runPairs)
+	runPairs = 100 // many runs to merge
+	s := New()
+	m := model{}
+	// In Range's order, long lists in pieces, then out of order: an
+	// unsorted list, a viewer below the last, a list added to.
+	var ts []uint64
+	var ss []int64
+	for v := range uint64(30) {
+		ts, ss = ts[:0], ss[:0]
+		n := 3 * v
+		if v%7 == 0 {
+			n = 0
+			m[v] = map[uint64]int64{}
+		}
+		for i := range n {
+			u := v*1000 + i*i
+			ts, ss = append(ts, u), append(ss, int64(i))
+			m.follow(v, u, int64(i))
+		}
+		for first := true; first || len(ts) > 0; first = false {
+			n := min(len(ts), 17)
+			if err := s.Load(v, ts[:n], ss[:n]); err != nil {
+				t.Fatal(err)
+			}
+			ts, ss = ts[n:], ss[n:]
+		}
+	}
+	for _, piece := range []struct {
+		v  uint64
+		ts []uint64
+	}{{5, []uint64{9, 3, 7}}, {2, []uint64{1, 99999}}, {100, []uint64{8, 1}}, {29, []uint64{5}}} {
+		ss := make([]int64, len(piece.ts))
+		for i, u := range piece.ts {
+			ss[i] = int64(u)
+			m.follow(piece.v, u, int64(u))
+		}
+		if err := s.Load(piece.v, piece.ts, ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Load(200, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	m[200] = map[uint64]int64{}
+	if err := s.Load(5, nil, nil); err != nil { // has a list: stays as it is
+		t.Fatal(err)
+	}
+	s.Loaded()
+	compare(t, s, m)
+	// A load into a store with edges both ways merges with them.
+	for i := range uint64(300) {
+		if err := s.Load(500+i/10, []uint64{i}, []int64{1}); err != nil {
+			t.Fatal(err)
+		}
+		m.follow(500+i/10, i, 1)
+	}
+	if s.Follow(1, 7, 3) != m.follow(1, 7, 3) { // finishes the load itself
+		t.Fatal("Follow after Load")
+	}
+	compare(t, s, m)
+
+	if err := s.Load(1, []uint64{7}, []int64{1}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("Load of a duplicate: %v", err)
+	}
+	if err := New().Load(2, []uint64{5, 6, 5}, []int64{1, 2, 3}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("Load of a duplicate within a piece: %v", err)
+	}
+	if err := New().Load(3, []uint64{1}, nil); err == nil {
+		t.Fatal("Load with mismatched lengths")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("a read during a load did not panic")
+			}
+		}()
+		l := New()
+		l.Load(1, []uint64{2}, []int64{0})
+		l.Has(1)
+	}()
+}
+
+// TestLongLists drives a celebrity's followers and a heavy follower's list
+// through many splits and merges, with ids far apart and close together.
+func TestLongLists(t *testing.T) {
+	s := New()
+	m := model{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		v, u := rng.Uint64N(5000)+10, uint64(1)
+		if i%2 == 1 {
+			v, u = 2, rng.Uint64()>>rng.IntN(64)
+		}
+		if rng.IntN(4) == 0 {
+			_, in := m[v][u]
+			if s.Unfollow(v, u) != in {
+				t.Fatalf("step %d: Unfollow(%d, %d)", i, v, u)
+			}
+			delete(m[v], u)
+		} else if s.Follow(v, u, int64(i)) != m.follow(v, u, int64(i)) {
+			t.Fatalf("step %d: Follow(%d, %d)", i, v, u)
+		}
+	}
+	compare(t, s, m)
+	removeUser(t, s, m, 1, 1000)
+	removeUser(t, s, m, 2, 333)
+	compare(t, s, m)
+}
+
 func TestAllocs(t *testing.T) {
-	s := New(100)
+	s := New()
 	for v := range uint64(100) {
 		for u := range uint64(300) {
 			s.Follow(v, u*13%1000, 1)
 		}
 	}
-	var sink int64
-	posts := func(u uint64) int64 { return int64(u) }
+	ts, ss := make([]uint64, 0, 1000), make([]int64, 0, 1000)
+	set := func(us []uint64, snaps []int64) {
+		for i, u := range us {
+			snaps[i] = int64(u)
+		}
+	}
+	var sink int
 	for name, fn := range map[string]func(){
-		"Contains":  func() { _ = s.Contains(5, 999) },
-		"List":      func() { ts, _ := s.List(5); sink += int64(len(ts)) },
-		"SetSnaps":  func() { s.SetSnaps(5, posts) },
-		"Following": func() { sink += int64(s.Following(5)) },
-		// Steady state: the block of this size class exists already.
+		"Contains":      func() { _ = s.Contains(5, 999) },
+		"List":          func() { ts, ss = s.List(5, ts[:0], ss[:0]) },
+		"Followers":     func() { ts = s.Followers(13, 0, 1000, ts[:0]) },
+		"SetSnaps":      func() { s.SetSnaps(5, set) },
+		"Following":     func() { sink += s.Following(5) },
+		"FollowerCount": func() { sink += s.FollowerCount(13) },
+		"Has":           func() { _ = s.Has(5) },
+		// Steady state: the blocks' slots exist already.
 		"Follow/Unfollow": func() { s.Follow(5, 5000, 1); s.Unfollow(5, 5000) },
 	} {
 		if a := testing.AllocsPerRun(100, fn); a != 0 {
@@ -397,40 +508,42 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// FuzzOps decodes operations from bytes and checks them against the model.
+// FuzzOps decodes operations from bytes and checks them against the
+// model.
 func FuzzOps(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 0, 1, 3, 1, 1, 2, 2, 1, 0})
+	f.Add([]byte{0, 1, 2, 0, 1, 3, 1, 1, 2, 2, 1, 0, 4, 1, 0})
 	f.Add(bytesOf(1, 600))
+	f.Add(bytesOf(2, 3000))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		defer func(g int) { minGarbage = g }(minGarbage)
 		minGarbage = 8
-		s := New(0)
+		s := New()
 		m := model{}
 		for len(b) >= 3 {
-			op, v, u := b[0]%4, uint64(b[1]%4), uint64(b[2])
+			op, v, u := b[0]%5, uint64(b[1]%4), uint64(b[2])
 			b = b[3:]
-			fs := m[v]
-			i := slices.IndexFunc(fs, func(f followee) bool { return f.user == u })
 			switch op {
 			case 0, 1:
-				if s.Follow(v, u, int64(op)) != (i < 0) {
+				if s.Follow(v, u, int64(op)) != m.follow(v, u, int64(op)) {
 					t.Fatalf("Follow(%d, %d)", v, u)
 				}
-				if i < 0 {
-					m[v] = append(fs, followee{u, int64(op)})
-				}
 			case 2:
-				if s.Unfollow(v, u) != (i >= 0) {
+				_, in := m[v][u]
+				if s.Unfollow(v, u) != in {
 					t.Fatalf("Unfollow(%d, %d)", v, u)
 				}
-				if i >= 0 {
-					m[v] = slices.Delete(fs, i, i+1)
-				}
+				delete(m[v], u)
 			case 3:
-				s.SetSnaps(v, func(x uint64) int64 { return int64(x ^ u) })
-				for i := range fs {
-					fs[i].snap = int64(fs[i].user ^ u)
+				s.SetSnaps(v, func(us []uint64, snaps []int64) {
+					for i, x := range us {
+						snaps[i] = int64(x ^ u)
+					}
+				})
+				for x := range m[v] {
+					m[v][x] = int64(x ^ u)
 				}
+			case 4:
+				removeUser(t, s, m, u%8, 1+int(v))
 			}
 		}
 		compare(t, s, m)
@@ -444,4 +557,65 @@ func bytesOf(seed uint64, n int) []byte {
 		b[i] = byte(rng.Uint32())
 	}
 	return b
+}
+
+// TestSetSnapsInPlace checks both ways SetSnaps stores snapshots: new
+// values that fit the block's fields (an exception's included) are
+// written where the old ones were, so the values column keeps its width,
+// wider than the encoder would now choose; a wider one makes the block
+// encode again.
+func TestSetSnapsInPlace(t *testing.T) {
+	s := New()
+	m := model{}
+	for u := range uint64(100) {
+		s.Follow(1, u*3, int64(u))
+		m.follow(1, u*3, int64(u))
+	}
+	s.Follow(1, 1000, 1<<30) // an exception in the values column
+	m.follow(1, 1000, 1<<30)
+	width := func() uint8 {
+		var blk block
+		s.fwd.parse(s.fwd.entry(pos{}), &blk)
+		return blk.cols[colValues].w
+	}
+	set := func(f func(u uint64) int64) {
+		s.SetSnaps(1, func(us []uint64, snaps []int64) {
+			for i, u := range us {
+				snaps[i] = f(u)
+			}
+		})
+		for u := range m[1] {
+			m[1][u] = f(u)
+		}
+		compare(t, s, m)
+	}
+	if width() != 7 {
+		t.Fatalf("values in 7 bits expected, got %d", width())
+	}
+	set(func(u uint64) int64 {
+		if u == 1000 {
+			return 1 << 30
+		}
+		return int64(u % 2)
+	})
+	if width() != 7 {
+		t.Fatalf("snapshots that fit were not written in place: width %d", width())
+	}
+	set(func(u uint64) int64 { return int64(u % 3) }) // small at the exception's place too
+	if width() != 7 {
+		t.Fatalf("snapshots that fit were not written in place: width %d", width())
+	}
+	set(func(u uint64) int64 { // too wide for the exception's bits
+		if u == 1000 {
+			return 1 << 40
+		}
+		return int64(u % 2)
+	})
+	if width() != 1 {
+		t.Fatalf("a block encoded again has values %d bits wide", width())
+	}
+	set(func(u uint64) int64 { return int64(u) << 20 }) // wider
+	if width() <= 20 {
+		t.Fatalf("wider snapshots in %d bits", width())
+	}
 }

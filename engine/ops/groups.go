@@ -8,7 +8,7 @@ import (
 
 // Membership names a user of a group. Each user gets a small mapid on
 // first join (1, 2, 3, ...), kept forever: leaving marks them quit and a
-// returning member gets their old mapid back (seeds/004).
+// returning member gets their old mapid back (docs/seeds.md#seed-004).
 type Membership struct {
 	Group engine.GroupID
 	User  engine.UserID

@@ -205,7 +205,7 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// A 200-member group's message costs seeds/004's 54 bytes of receipts:
+// A 200-member group's message costs seed 004's 54 bytes (docs/seeds.md) of receipts:
 // {maxid: 4 bytes, quitbits: 25, readbits: 25}.
 func TestReceiptRecordSize(t *testing.T) {
 	addr, _ := redistest.StartSingle(t)

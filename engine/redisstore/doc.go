@@ -44,7 +44,7 @@
 // PostFanout, so the newest (hottest) posts spread over PostFanout slots;
 // the field is the id's low 22+PostWindowBits bits. Users are bucketed by
 // uid>>UserBucketBits, field uid mod 2^UserBucketBits (Instagram's
-// technique, seeds/001).
+// technique, docs/seeds.md#seed-001).
 //
 //	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
 //	                             [varint views likes comments reposts favorites]
@@ -79,6 +79,8 @@
 //	P{s}i:<key>            str   publish idempotency record (id + '@' +
 //	                             unix ns, as above; users.go)
 //	P{s}format             str   the keyspace's format version (format.go)
+//	P{s}imported           hash  lo, hi: the span of post ids imports wrote
+//	                             counts for, as 20-digit decimals (check.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
@@ -109,13 +111,12 @@
 // 64 posts per 1,000 posts/s of traffic; choose PostWindowBits/PostFanout
 // so that buckets stay under hash-max-listpack-entries at peak rate.
 //
-// Measured (TALLY_REDIS_MEMORY_POSTS=1000000 go test -run TestMemoryPerPost,
-// redis 7.0, INFO used_memory, skewed data set: 40% zero posts, Pareto
-// views): 16.4 bytes per post for author + five counts, against 139 for one
-// key per counter and 114 for one hash per post. A 200-member group's
-// message keeps 54 bytes of receipts (TestReceiptRecordSize). Likers and
-// favoriters are per-post intsets: ~90 bytes per liked post plus 4–8 per
-// like, the price of server-side de-duplication.
+// Packing posts into bucket hashes is what keeps Redis's memory per post
+// near the embedded engine's, where a key or a hash per post pays Redis's
+// per-key overhead for every post (TestMemoryPerPost measures the three
+// layouts; docs/performance.md has the figures). Likers and favoriters
+// are per-post intsets: their per-key overhead is the price of
+// server-side de-duplication.
 //
 // # Atomicity and crashes
 //
@@ -144,6 +145,17 @@
 // script whose reply was lost may have run); only MOVED/ASK replies,
 // which prove the command did not run, are re-sent, to the node they
 // name.
+//
+// # Checks
+//
+// Store.Check (`tally check -redis`, check.go) recounts the derived
+// counts of a live keyspace from what they count, in bounded steps:
+// counts kept in the slot of what they count (likes, favorites,
+// following) atomically, by a script per bucket or user; counts kept
+// apart (followers, post counts), which a failover can leave disagreeing
+// with their slots, by a scan between two reads of the user records.
+// Repairs are scripts that re-check and set atomically, or
+// compare-and-set.
 //
 // # Faults
 //

@@ -19,7 +19,7 @@ import (
 // been released, so no keyspace exists that a build must carry forward:
 // a keyspace of another version is refused at Open with an
 // *engine.FormatError, never converted. Any change to the layout bumps it.
-const keyspaceFormat = 1
+const keyspaceFormat = 2
 
 // checkFormat judges the keyspace's format marker at Open. A marker of
 // this build's version is the keyspace it reads; any other is refused. A
@@ -43,6 +43,9 @@ func (s *Store) checkFormat(ctx context.Context) error {
 		}
 		if !errors.Is(err, redis.Nil) {
 			return unavailable(err)
+		}
+		if s.opts.Existing {
+			return fmt.Errorf("redisstore: no Tally keyspace with key prefix %q at %s (no %s)", s.k.p, strings.Join(s.opts.Addrs, ","), key)
 		}
 		used, err := s.keyspaceUsed(ctx, key)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -190,6 +191,14 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	if n, err := s.SweepIntents(bg); err != nil || n != 0 {
 		t.Fatalf("an immediate sweep finished %d intents (%v), want 0", n, err)
 	}
+	// A check sees the poster's post (and the repost, if its step that
+	// registers the new post ran) registered and their count not yet
+	// bumped, and leaves it to the intents: unsettled, not a drift that a
+	// repair and the sweeper would both count.
+	if lines, _ := checkLines(t, s, false); len(lines) != 1 ||
+		!strings.HasPrefix(lines[0], fmt.Sprintf("user.posts %d 0->", poster)) || !strings.HasSuffix(lines[0], "repaired=false unsettled=true") {
+		t.Fatalf("check with intents pending: %v", lines)
+	}
 
 	out, killed := child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0")
 	if killed || !strings.Contains(out, "finished 6 intents") {
@@ -246,6 +255,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	if n := unread(81); n.Mentions != 3 {
 		t.Fatalf("mentions = %d, want 3", n.Mentions)
 	}
+	enginetest.CheckClean(t, s)
 }
 
 // TestIntentSweepRacesLiveOperations: a sweeper whose clock is past every
@@ -436,4 +446,5 @@ func importKill9(t *testing.T, addrs []string, p string, s *redisstore.Store, ki
 	if got := postCounts(); got[0] != 4 || got[1] != 4 || got[2] != 4 {
 		t.Fatalf("post counts after a second sweep %v, want 4 each", got)
 	}
+	enginetest.CheckClean(t, s)
 }

@@ -36,7 +36,7 @@ func newKeyspace(prefix string, windowBits, fanout, userBits int) keyspace {
 
 // idBucket places a snowflake id (post or message) in a bucket: the id's
 // time window, spread over 2^subBits sub-buckets by a multiplicative hash
-// so that the posts of the current second (the hottest ones, seeds/000)
+// so that the posts of the current second (the hottest ones, docs/seeds.md#seed-000)
 // land on many slots and nodes instead of one. The field inside the bucket
 // is the id's bits below the window, a small integer listpack stores in
 // 4–5 bytes.
@@ -119,6 +119,9 @@ func (k keyspace) redDot() string     { return k.sys() + "r" }
 func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
 func (k keyspace) stats() string      { return k.sys() + "st" }
 func (k keyspace) format() string     { return k.sys() + "format" }
+
+// imported holds the span of post ids imports wrote counts for (check.go).
+func (k keyspace) imported() string { return k.sys() + "imported" }
 
 // importIntents holds the intents of the import chunks in flight, one
 // field per chunk (importintents.go).

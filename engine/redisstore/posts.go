@@ -632,6 +632,15 @@ func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
 }
 
 func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error {
+	// The import span first: a check must never take an imported count
+	// for one derived from its set.
+	lo, hi := uint64(rows[0].Post), uint64(rows[0].Post)
+	for _, r := range rows {
+		lo, hi = min(lo, uint64(r.Post)), max(hi, uint64(r.Post))
+	}
+	if err := s.widenImportSpan(ctx, lo, hi); err != nil {
+		return err
+	}
 	byBucket := map[string][]int{}
 	var order []string
 	for i, r := range rows {

@@ -167,7 +167,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("PostsSpreadOverSlots", func(t *testing.T) {
 		// Posts of the same second must not all land on one node: the
-		// newest posts are the hottest (seeds/000).
+		// newest posts are the hottest (docs/seeds.md#seed-000).
 		s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix()})
 		nodes := map[string]bool{}
 		for range 64 {

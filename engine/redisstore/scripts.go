@@ -530,7 +530,7 @@ end
 return {1, m, q, count, current(KEYS[1], KEYS[3], i, n, tonumber(ARGV[3])), i}`)
 
 	// Stores a message and its receipts record {maxid, quitbits, readbits}
-	// (seeds/004): the group as it is at send time, the facts ops.Counted
+	// (docs/seeds.md#seed-004): the group as it is at send time, the facts ops.Counted
 	// and the fan-out (ops.Fanout) are later decided on. The sender's bit
 	// is set in quitbits, so Go need not look up who sent it to see that
 	// they are not counted. The send is refused unless the facts
@@ -731,8 +731,110 @@ end
 return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q}`)
 )
 
+// The checks' scripts (check.go).
+var (
+	// Recounts one post bucket's set-backed counts: each post's count
+	// field against SCARD of its set (the bucket, a part naming the set,
+	// the post's low bits: in the bucket's slot), and tallies the posts'
+	// authors. Posts whose low bits are in [lo, hi] hold imported counts:
+	// their authors count, their sets are not compared. KEYS bucket; ARGV
+	// lo, hi, then (count index, set part, at least) per check: with at
+	// least 1 only a count below its set is a drift. {{head, posts}...,
+	// {low, check number (1-based), stored, recounted}..., checked,
+	// skipped}.
+	scCheckPosts = newScript(`
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+local all = redis.call('HGETALL', KEYS[1])
+local authors, drifts = {}, {}
+local checked, skipped = 0, 0
+for i = 1, #all, 2 do
+  local low, rec = all[i], all[i + 1]
+  local L = string.byte(rec, 1)
+  if L > 0 then
+    local head = string.sub(rec, 1, L + 1)
+    authors[head] = (authors[head] or 0) + 1
+  end
+  local n = tonumber(low)
+  if n >= lo and n <= hi then
+    skipped = skipped + 1
+  else
+    checked = checked + 1
+    local t = dec(rec, L + 2)
+    for j = 3, #ARGV, 3 do
+      local stored = t[tonumber(ARGV[j])] or 0
+      local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
+        drifts[#drifts + 1] = low
+        drifts[#drifts + 1] = j / 3
+        drifts[#drifts + 1] = stored
+        drifts[#drifts + 1] = card
+      end
+    end
+  end
+end
+local heads = {}
+for head, n in pairs(authors) do
+  heads[#heads + 1] = head
+  heads[#heads + 1] = n
+end
+return {heads, drifts, checked, skipped}`)
+
+	// Sets one post's count to its set's cardinality, both read here
+	// (with ARGV at least '1', only a count below it). KEYS bucket, set;
+	// ARGV low, count index, at least. {-1} no such post; {0, stored,
+	// recounted} no drift now; {1, stored, recounted, zero-transition}.
+	scRecountPost = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then return {-1} end
+local L = string.byte(rec, 1)
+local t, n = dec(rec, L + 2)
+local idx = tonumber(ARGV[2])
+local stored = t[idx] or 0
+local card = redis.call('SCARD', KEYS[2])
+if stored == card or ARGV[3] == '1' and stored > card then return {0, stored, card} end
+local before = enc(t, n)
+for i = n + 1, idx do t[i] = 0 end
+if idx > n then n = idx end
+t[idx] = card
+local after = enc(t, n)
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(rec, 1, L + 1) .. after)
+return {1, stored, card, tr(before, after)}`)
+
+	// Compares a user-record field with the length of a hash in the
+	// user's slot and, with ARGV repair '1', sets it to that length. KEYS
+	// user bucket, hash; ARGV low, field, repair. {stored, length,
+	// repaired, users+-}.
+	scCheckUserHash = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local t, n = dec(rec)
+local f = tonumber(ARGV[2])
+local stored = t[f] or 0
+local len = redis.call('HLEN', KEYS[2])
+if stored == len or ARGV[3] ~= '1' then return {stored, len, 0, 0} end
+for i = n + 1, f do t[i] = 0 end
+if f > n then n = f end
+t[f] = len
+return {stored, len, 1, write(KEYS[1], ARGV[1], rec, enc(t, n))}`)
+
+	// Widens the import span to hold ARGV lo..hi. Ids are 20-digit
+	// strings compared by their halves (Lua numbers hold 53 bits, and
+	// Lua compares strings by the locale). KEYS span.
+	scWidenSpan = newScript(`
+local function less(a, b)
+  local ah, bh = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
+  return ah < bh or ah == bh and tonumber(string.sub(a, 11)) < tonumber(string.sub(b, 11))
+end
+local lo, hi = ARGV[1], ARGV[2]
+local cur = redis.call('HMGET', KEYS[1], 'lo', 'hi')
+if cur[1] and less(cur[1], lo) then lo = cur[1] end
+if cur[2] and less(hi, cur[2]) then hi = cur[2] end
+redis.call('HSET', KEYS[1], 'lo', lo, 'hi', hi)
+return 1`)
+)
+
 var allScripts = []*redis.Script{
 	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
 	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
+	scCheckPosts, scRecountPost, scCheckUserHash, scWidenSpan,
 }

@@ -76,6 +76,11 @@ type Options struct {
 	// EventShards: number of (sharded) pub/sub channels events spread
 	// over. Default 8. Every Store subscribes to all of them.
 	EventShards int
+	// Existing makes Open refuse a keyspace that holds no format marker
+	// instead of marking an empty one: for tools that only read and
+	// repair (tally check), to which an empty keyspace means a wrong
+	// address or prefix.
+	Existing bool
 }
 
 const (
@@ -115,6 +120,10 @@ type Store struct {
 	closeOnce sync.Once
 	stop      chan struct{}
 	wg        sync.WaitGroup
+
+	// checkPause, when set (tests), is called between a Check's steps
+	// with the step's name, so a test can write while a check runs.
+	checkPause func(step string)
 }
 
 var _ engine.Store = (*Store)(nil)

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/tier/internal/blockcache"
 )
 

@@ -40,7 +40,7 @@
 // for the kinds the block's posts have. A pair block (pairblock.go)
 // holds up to 1024 (post, user) pairs as two Elias–Fano lists (both
 // blocks' lists: eflist.go; their bit-level reads and writes:
-// internal/bitpack), and a kind column only when a pair's kind is not
+// engine/bitpack), and a kind column only when a pair's kind is not
 // like. A snapshot (snapshot.go) starts with the post table's kinds
 // table, then lists each window's open entries, image or file, then its
 // delta.

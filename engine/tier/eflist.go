@@ -3,7 +3,7 @@ package tier
 import (
 	"math/bits"
 
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // The ids of a block, post ids in a post block and a pair block alike,

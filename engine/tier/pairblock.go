@@ -8,8 +8,8 @@ import (
 	"io"
 	"math/bits"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/counters"
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
 )
 
 // pair is one (post, user) pair of a set with its reaction kind: the

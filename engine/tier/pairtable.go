@@ -3,9 +3,9 @@ package tier
 import (
 	"math/bits"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/counters"
 	hashtable "github.com/tally-dev/tally/engine/table"
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
 )
 
 // pairTable is a set's open window, and a delta's added or removed pairs:

@@ -8,8 +8,8 @@ import (
 	"io"
 	"math/bits"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/counters"
-	"github.com/tally-dev/tally/engine/tier/internal/bitpack"
 )
 
 // # Post block layout

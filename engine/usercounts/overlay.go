@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/tally-dev/tally/engine/bitpack"
 	"github.com/tally-dev/tally/engine/table"
 )
 
@@ -127,46 +128,8 @@ func (o *overlay) sorted() []entry {
 		out = append(out, entry{u, v})
 		return true
 	})
-	sortEntries(out)
+	bitpack.SortByKey(out, func(e entry) uint64 { return e.id }, nil)
 	return append(out, o.tail...)
-}
-
-// sortEntries sorts es by id: an LSD radix sort by bytes, skipping the
-// bytes all ids share (a fold's overlay of ids under 2^20 takes three
-// passes), some 3x faster than slices.SortFunc on 45k entries.
-func sortEntries(es []entry) {
-	if len(es) < 64 {
-		slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
-		return
-	}
-	and, or := ^uint64(0), uint64(0)
-	for _, e := range es {
-		and, or = and&e.id, or|e.id
-	}
-	differ := and ^ or
-	src, dst := es, make([]entry, len(es))
-	for shift := uint(0); shift < 64; shift += 8 {
-		if differ>>shift&0xff == 0 {
-			continue
-		}
-		var pos [256]int
-		for _, e := range src {
-			pos[e.id>>shift&0xff]++
-		}
-		sum := 0
-		for i, c := range pos {
-			pos[i], sum = sum, sum+c
-		}
-		for _, e := range src {
-			d := e.id >> shift & 0xff
-			dst[pos[d]] = e
-			pos[d]++
-		}
-		src, dst = dst, src
-	}
-	if &src[0] != &es[0] {
-		copy(es, src)
-	}
 }
 
 // maxID returns the largest id the overlay holds (tombstones included),

@@ -10,8 +10,8 @@ import (
 // lookup's search inside it then costs one memory access (a hash table's
 // hit costs about one too, its control byte and slot being loaded in
 // parallel), where blocks of 64 users at any bit offset spanned two to
-// eight lines and a lookup waited on each line in turn (sparse 64-bit
-// ids measured 3x slower than the hash table that way). A line holds
+// eight lines and a lookup waited on each line in turn (slower than the
+// hash table for sparse 64-bit ids; BenchmarkGet compares them). A line holds
 // its first id (word 0), a header, the first user's count, then a record
 // per other user: id minus the first id, at the line's id width, and
 // count, at its count width. The builder fills each line with as many

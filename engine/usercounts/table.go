@@ -8,8 +8,8 @@
 // the first id, and count, each at the line's own bit width), as many as
 // fit; a radix array over the id range finds a user's line, so a lookup
 // loads a radix entry and one line (packed.go says why): a few bytes a
-// user, a fraction of a hash table's slot and load slack (README, "Per-user
-// records", has the figures). Writes go to an overlay (a hash table with a
+// user, a fraction of a hash table's slot and load slack (docs/performance.md,
+// "Per-user records: a user costs what they use", has the figures). Writes go to an overlay (a hash table with a
 // Bloom filter in front, whose tombstones shadow deleted users, and a
 // sorted tail for users above all others, such as a snapshot load's) and
 // are folded into a new packed part by a job of the caller's maintenance

@@ -1,7 +1,6 @@
 package usercounts
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -538,33 +537,5 @@ func TestLoadGoesToTail(t *testing.T) {
 	}
 	if v, _ := tab.Get(7*5000 + 1); v != 1 {
 		t.Fatalf("Get(35001) = %d", v)
-	}
-}
-
-// TestSortEntries checks the overlay's radix sort against slices.SortFunc
-// on ids that differ in a few bytes, in all, and in none but one.
-func TestSortEntries(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for _, gen := range []func() uint64{
-		func() uint64 { return rng.Uint64N(1 << 20) },
-		rng.Uint64,
-		func() uint64 { return 0xabcd<<48 | rng.Uint64N(256)<<24 },
-	} {
-		for _, n := range []int{0, 1, 63, 64, 1000, 50000} {
-			seen := map[uint64]bool{}
-			var es []entry
-			for tries := 0; len(es) < n && tries < 4*n; tries++ {
-				if u := gen(); !seen[u] {
-					seen[u] = true
-					es = append(es, entry{u, int64(len(es))})
-				}
-			}
-			want := slices.Clone(es)
-			slices.SortFunc(want, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
-			sortEntries(es)
-			if !slices.Equal(es, want) {
-				t.Fatalf("n=%d: sortEntries differs from slices.SortFunc", n)
-			}
-		}
 	}
 }

@@ -23,9 +23,9 @@ import (
 // anything runs, when the price is over the limit or when it holds more
 // mutation fields than one request may carry. It replaces gqlgen's
 // complexity limit, whose walker prices what executes on the schema's own
-// types but skips introspection (__schema costs 0 there, so 1,400 aliased
-// __schema selections passed as cheap and answered 15 MB) and does not
-// count list arguments.
+// types but skips introspection (__schema costs 0 there, so a request of
+// aliased __schema selections passed as cheap and answered megabytes) and
+// does not count list arguments.
 //
 // The price of an operation, after @skip/@include with its variables:
 //   - every field costs 1 plus the price of its selection;

@@ -1,15 +1,19 @@
-// Package bitpack owns the bit-level primitives of engine/tier's blocks:
+// Package bitpack owns the bit-level primitives of Tally's packed formats:
 // LSB-first fixed-width fields read with one unaligned load, a writer that
 // appends them, the pext/pdep pair that squeezes the id bits a block
-// shares out of its keys, and the select of an Elias–Fano list's high
-// bits. It promises that Get, Bits and Bits56 never read outside a slice
-// that has Slack bytes of capacity past its end, and that Writer's output
-// read back with Get gives exactly what was put.
+// shares out of its keys, the select of an Elias–Fano list's high bits,
+// and the radix sort that orders keys before they are packed. Its users
+// are engine/tier's blocks and engine/follows' packed lists. It promises
+// that Get, Bits and Bits56 never read outside a slice that has Slack
+// bytes of capacity past its end, that Writer's output read back with Get
+// gives exactly what was put, and that SortByKey is stable.
 package bitpack
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math/bits"
+	"slices"
 )
 
 var le = binary.LittleEndian
@@ -31,8 +35,25 @@ func Get(b []byte, off, w int) uint64 {
 	return x & (1<<uint(w) - 1) // a shift by 64 yields 0, so w = 64 keeps all
 }
 
-// Bits is Get for the lookup paths of the blocks, whose views keep each
-// field's mask (LowMask(w)) rather than compute it per read: in Go a shift by a variable amount costs a fix-up for amounts
+// Set sets the w <= 64 bits of b at bit off (LSB-first) to the low w bits
+// of v, with Get's guarantee on b. It rewrites the bits around the field
+// as they were, up to 8 bytes past it: a field rewritten in place in a
+// buffer that others read needs the writer's lock, not just its own bytes.
+func Set(b []byte, off, w int, v uint64) {
+	i, s := off>>3, uint(off&7)
+	x := le.Uint64(b[i : i+8])
+	mask := LowMask(uint(w))
+	x = x&^(mask<<s) | (v&mask)<<s
+	le.PutUint64(b[i:i+8], x)
+	if s+uint(w) > 64 {
+		// Only for w > 56: the field's top bits are in the ninth byte.
+		hi := uint(s + uint(w) - 64)
+		b[i+8] = b[i+8]&^byte(LowMask(hi)) | byte(v&mask>>(64-s))
+	}
+}
+
+// Bits is Get for the lookup paths of the blocks, whose views keep each field's mask (LowMask(w)) rather than compute it
+// per read: in Go a shift by a variable amount costs a fix-up for amounts
 // of 64 and more, on every read. Same guarantee as Get; it inlines.
 func Bits(b []byte, off int, w uint, mask uint64) uint64 {
 	i, s := off>>3, uint(off&7)
@@ -81,6 +102,29 @@ func (w *Writer) Put(v uint64, n int) {
 		w.acc = v >> free
 	}
 	w.nacc = uint(n) - free
+}
+
+// PutFields appends, for each v of vs, the low n <= 64 bits of v - sub:
+// a column of fixed-width fields, with the pending bits kept in
+// registers rather than in w between fields.
+func (w *Writer) PutFields(vs []uint64, sub uint64, n int) {
+	if n == 0 {
+		return
+	}
+	acc, nacc, buf := w.acc, w.nacc, w.Buf
+	mask, width := LowMask(uint(n)), uint(n)
+	for _, v := range vs {
+		v = (v - sub) & mask
+		acc |= v << nacc
+		if free := 64 - nacc; width < free {
+			nacc += width
+		} else {
+			buf = le.AppendUint64(buf, acc)
+			acc = v >> free // 0 when free is 64
+			nacc = width - free
+		}
+	}
+	w.acc, w.nacc, w.Buf = acc, nacc, buf
 }
 
 // Zeros appends n zero bits.
@@ -175,6 +219,49 @@ var selectInByte = func() (t [2048]uint8) {
 	}
 	return t
 }()
+
+// SortByKey sorts xs by key, keeping the order of elements with equal
+// keys: an LSD radix sort by bytes that skips the bytes all keys share
+// (keys under 2^20 take three passes), where a comparison sort costs a
+// log factor. spare is scratch; one is made if it is shorter than xs.
+func SortByKey[T any](xs []T, key func(T) uint64, spare []T) {
+	if len(xs) < 64 {
+		slices.SortStableFunc(xs, func(x, y T) int { return cmp.Compare(key(x), key(y)) })
+		return
+	}
+	and, or := ^uint64(0), uint64(0)
+	for _, x := range xs {
+		k := key(x)
+		and, or = and&k, or|k
+	}
+	differ := and ^ or
+	if len(spare) < len(xs) {
+		spare = make([]T, len(xs))
+	}
+	src, dst := xs, spare[:len(xs)]
+	for shift := uint(0); shift < 64; shift += 8 {
+		if differ>>shift&0xff == 0 {
+			continue
+		}
+		var pos [256]int
+		for _, x := range src {
+			pos[key(x)>>shift&0xff]++
+		}
+		sum := 0
+		for i, c := range pos {
+			pos[i], sum = sum, sum+c
+		}
+		for _, x := range src {
+			d := key(x) >> shift & 0xff
+			dst[pos[d]] = x
+			pos[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &xs[0] {
+		copy(xs, src)
+	}
+}
 
 // Uvarint reads a uvarint of b at p and returns it with the position after
 // it, or p = -1 if it does not fit (or p was already -1, so a run of reads
