@@ -784,6 +784,6 @@ func TestClocked(t *testing.T) {
 			return next, nil
 		}
 	}
-	enginetest.RunClocked(t, enginetest.Backend{Name: "memory", Open: memory, Differs: []string{"lifecycle"}})
-	enginetest.RunClocked(t, enginetest.Backend{Name: "durable", Open: durable, Differs: []string{"lifecycle"}})
+	enginetest.RunClocked(t, enginetest.Backend{Name: "memory", Open: memory, Differs: []string{"lifecycle", "reactions"}})
+	enginetest.RunClocked(t, enginetest.Backend{Name: "durable", Open: durable, Differs: []string{"lifecycle", "reactions"}})
 }

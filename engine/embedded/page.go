@@ -19,6 +19,8 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 		return fmt.Errorf("%w: page of %d ids read into %d views", engine.ErrInvalid, len(posts), len(out))
 	}
 	clear(out)
+	asked, want := want, engine.LikesWant(want)
+	defer engine.LikesAsReactions(asked, out)
 	var buf pageBuf
 	raw := buf.ids(posts)
 	recs, found := buf.posts(len(posts))

@@ -64,7 +64,7 @@ func TestConformanceSingle(t *testing.T) {
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
 		Name:    name,
-		Differs: []string{"lifecycle"},
+		Differs: []string{"lifecycle", "reactions"},
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
 			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
 			cur := open(t, opts)
