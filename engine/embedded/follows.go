@@ -88,9 +88,15 @@ func (st *state) addPosts(u uint64, d int64) {
 	}
 }
 
-// addFollowers adds d to u's follower count. A count back at 0 is dropped
-// when u has posted (u stays known by their posts) and kept otherwise.
+// addFollowers adds d to u's follower count, never below 0. A count back
+// at 0 is dropped when u has posted (u stays known by their posts) and
+// kept otherwise.
 func (st *state) addFollowers(u uint64, d int64) {
+	if cur, _ := st.followers.Get(u); cur+d < 0 {
+		// Never below zero: a count that drifted low (tally check
+		// repairs it) loses what it has, not more.
+		d = -cur
+	}
 	if st.followers.Add(u, d) && !st.hasUserRec(u) && !st.posted.Has(u) && !st.follows.Has(u) {
 		st.nusers++ // known by nothing before (see known)
 	}
