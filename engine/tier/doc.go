@@ -124,9 +124,10 @@
 //     RangeKinds, Kinds, KindTotals, Len, MemoryBytes, CacheBytes,
 //     DiskBytes, Stats, Files, VerifyFiles, WriteTo) may share the read
 //     lock;
-//   - writers (Put, AddCounts, MoveReaction, SetAuthor, SetKinds, Import,
-//     Add, Remove, React, Unreact, LoadPairs, LoadReactions, Plan,
-//     Finish, Maintain, Load, Collect, Close) need the write lock;
+//   - writers (Put, AddCounts, MoveReaction, AddReaction, SetAuthor,
+//     SetKinds, PutKinds, Import, Add, Remove, React, Unreact, LoadPairs,
+//     LoadReactions, Plan, Finish, Maintain, Load, Collect, Close) need
+//     the write lock;
 //   - Job.Run needs no lock: it reads only what Plan froze (an open table
 //     that takes no more writes, an immutable sealed window or file, a
 //     frozen delta), so readers and writers carry on while a window is

@@ -28,6 +28,10 @@ func (p *Posts) SetKinds(kinds []string) error {
 	return nil
 }
 
+// PutKinds makes k the table's kinds as it stands: a log's record of a
+// reconciliation (SetKinds' result) replayed. Under the write lock.
+func (p *Posts) PutKinds(k counters.Kinds) { p.kinds = k }
+
 // KindTotals returns the count of each reaction kind summed over every
 // post (saturating), by kind id: Totals[Like] is every post's likes. It
 // walks every record, cold files included (Range), and only reads.

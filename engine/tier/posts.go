@@ -233,6 +233,16 @@ func (p *Posts) MoveReaction(id uint64, from, to counters.Kind) (was, is Post, e
 	})
 }
 
+// AddReaction adds d to post id's count of kind k (like: its likes)
+// within [counters.Floor, counters.Ceiling], as AddCounts does a count.
+// A kind not in the table's kinds is an error.
+func (p *Posts) AddReaction(id uint64, k counters.Kind, d int64) (was, is Post, err error) {
+	if k == counters.NoKind || !p.kinds.Has(k) {
+		return Post{}, Post{}, fmt.Errorf("tier: reaction kind id %d is not in the post table's kinds", k)
+	}
+	return p.update(id, func(c *Post) { c.addReaction(k, d) })
+}
+
 // update applies change to the record of post id: the read-modify-write
 // of AddCounts and MoveReaction.
 func (p *Posts) update(id uint64, change func(*Post)) (was, is Post, err error) {
