@@ -48,17 +48,19 @@ var _ engine.Checker = (*Engine)(nil)
 // postCheck is a count in the post record derived from a pair set.
 // atLeast says the count also counts what no pair records (comments sent
 // without an id): only a count below its pairs is a drift, repaired up
-// to their number.
+// to their number. kind, when set, counts only the pairs of that
+// reaction kind (the like set holds every kind; the likes are its likes).
 type postCheck struct {
 	code    byte
 	name    string
 	field   counters.Field
 	pairs   func(*state) *tier.Set
+	kind    counters.Kind
 	atLeast bool
 }
 
 var postChecks = []postCheck{
-	{code: 1, name: engine.CheckLikes, field: counters.Likes, pairs: func(st *state) *tier.Set { return st.likes }},
+	{code: 1, name: engine.CheckLikes, field: counters.Likes, pairs: func(st *state) *tier.Set { return st.likes }, kind: counters.Like},
 	{code: 2, name: engine.CheckFavorites, field: counters.Favorites, pairs: func(st *state) *tier.Set { return st.favs }},
 }
 
@@ -319,7 +321,13 @@ func (st *state) recountPosts(ctx context.Context, res *engine.CheckResult) ([]r
 		set := c.pairs(st)
 		var rangeErr error
 		next, stop := iter.Pull2(iter.Seq2[uint64, uint64](func(yield func(uint64, uint64) bool) {
-			rangeErr = set.Range(yield)
+			if c.kind == counters.NoKind {
+				rangeErr = set.Range(yield)
+				return
+			}
+			rangeErr = set.RangeKinds(func(user, post uint64, kind counters.Kind) bool {
+				return kind != c.kind || yield(user, post)
+			})
 		}))
 		streams[i] = &pairStream{check: c, tally: res.Tally(c.name), next: next, stop: stop, err: &rangeErr}
 		defer stop()

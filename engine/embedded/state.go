@@ -119,8 +119,10 @@ func (st *state) decide(r record, quiet bool) error {
 	switch r := r.(type) {
 	case *createPostRec:
 		return st.decideCreatePost(r)
-	case *likeRec:
-		return st.decideLike(r)
+	case *reactRec:
+		return st.decideReact(r)
+	case *unreactRec:
+		return st.decideUnreact(r)
 	case *favoriteRec:
 		return st.decideFavorite(r)
 	case *commentRec:
@@ -158,7 +160,7 @@ func (st *state) decide(r record, quiet bool) error {
 // Effects (decide), rather than by a decision its record carries.
 func hasEffects(r record) bool {
 	switch r.(type) {
-	case *touchRec, *sweepRec, *importRec, *recountRec:
+	case *touchRec, *sweepRec, *importRec, *recountRec, *kindsRec:
 		return false
 	}
 	return true
@@ -188,8 +190,6 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 	}
 	// The record's own change, beside its effects.
 	switch r := r.(type) {
-	case *likeRec:
-		st.applyFlag(st.likes, r.Viewer, r.Post, r.Undo)
 	case *favoriteRec:
 		st.applyFlag(st.favs, r.Viewer, r.Post, r.Undo)
 	case *touchRec:
@@ -206,6 +206,8 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 		st.importRows(r.rows, r.time)
 	case *recountRec:
 		st.applyRecount(r)
+	case *kindsRec:
+		st.posts.PutKinds(r.kinds)
 	}
 	if hasEffects(r) {
 		st.applyEffects(&st.eff, out)
@@ -220,8 +222,16 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 // an operation's effects reach the state. With out set it appends eff's
 // events, and the fan-outs' own.
 func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
+	for _, r := range eff.Reacts {
+		st.applyReact(r)
+	}
 	for _, c := range eff.Counts {
 		st.addCount(c)
+	}
+	for _, c := range eff.ReactionCounts {
+		was, is, err := st.posts.AddReaction(uint64(c.Post), c.Kind, c.Delta)
+		st.noteErr(err)
+		st.counted += countedDelta(was, is)
 	}
 	for _, r := range eff.Registers {
 		st.noteErr(st.posts.SetAuthor(uint64(r.Post), uint64(r.Author)))
