@@ -26,6 +26,9 @@ type Checker interface {
 const (
 	CheckLikes     = "post.likes"     // ← the post's like set
 	CheckFavorites = "post.favorites" // ← the post's favorite set
+	// CheckReactions prefixes each reaction kind's check but like's
+	// (CheckLikes): "post.reactions.love" ← the post's reactions of love.
+	CheckReactions = "post.reactions."
 	CheckFollowers = "user.followers" // ← the follow edges to the user
 	CheckFollowing = "user.following" // ← the follow edges from the user
 	CheckPosts     = "user.posts"     // ← the posts registered with the user as author

@@ -79,6 +79,10 @@ type Options struct {
 	// still counted fails Open with a *counters.KindInUseError naming it
 	// and its count.
 	Reactions []string
+	// StoredReactions keeps the data's kinds as they stand, Reactions
+	// unused (in id order): for a tool that writes records but serves
+	// nobody (check -repair), which must not refuse or change them.
+	StoredReactions bool
 	// Logger receives operational messages; nil means slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, receives the log's batch sizes and fsync
@@ -218,6 +222,15 @@ func Open(opts Options) (*Engine, error) {
 		if err := e.openDir(opts); err != nil {
 			e.cancel()
 			return nil, err
+		}
+	}
+	if opts.StoredReactions {
+		e.mu.RLock()
+		kinds := e.st.posts.Kinds()
+		e.mu.RUnlock()
+		reactions = reactions[:0]
+		for _, id := range kinds.IDs() {
+			reactions = append(reactions, kinds.Name(id))
 		}
 	}
 	if err := e.setKinds(reactions); err != nil {
