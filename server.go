@@ -35,6 +35,7 @@ import (
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
+	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/web"
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/hub"
@@ -299,6 +300,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxMutations := fs.Int("max-mutations-per-request", transport.DefaultMaxMutationsPerRequest, "mutation fields (aliases count each) one request may carry, at most -rate-burst; more is BAD_USER_INPUT (negative: only -rate-burst caps)")
 	costRate := fs.Float64("cost-rate", 10000, "operation cost (as -complexity-limit prices it) each client may spend per second: per signed-in user, per remote address for anonymous requests (behind a proxy, all anonymous clients share its address); beyond it RATE_LIMITED with retryAfter (0 = no budget)")
 	costBurst := fs.Int("cost-burst", 50000, "burst of -cost-rate (at least -complexity-limit)")
+	contentWrites := fs.String("content-writes", "any", "who may create and delete posts, reposts and comments: any (every signed-in user) or service (only tokens with role service or admin, the app's backend: end users get FORBIDDEN and keep likes, favorites, views, follows, reads and messages); see docs/integration.md")
 	introspection := fs.Bool("introspection", true, "answer __schema and __type (GraphiQL's Docs need it); -introspection=false refuses them with BAD_USER_INPUT, reason INTROSPECTION_DISABLED")
 	var timeouts transport.Timeouts
 	registerTimeoutFlags(fs, &timeouts)
@@ -314,6 +316,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *showVersion {
 		printVersion(stdout)
 		return nil
+	}
+	writes, err := resolvers.ParseContentWrites(*contentWrites)
+	if err != nil {
+		return usageError{err}
 	}
 	if err := mem.Check(sf.memoryBudget); err != nil {
 		return usageError{err}
@@ -401,6 +407,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		APQCache:        apq,
 		Metrics:         reg,
 		Keys:            k,
+		ContentWrites:   writes,
 		ComplexityLimit: *complexity,
 		MaxBodyBytes:    *maxBody,
 		OriginPatterns:  splitList(*origins),
@@ -431,8 +438,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := transport.NewHTTPServer(handler, timeouts)
-	// WebSockets outlive Shutdown (it does not track hijacked connections);
-	// ending the base context after it closes them with 1001.
+	// What Shutdown leaves running ends with the base context.
 	baseCtx, endSockets := context.WithCancel(context.Background())
 	defer endSockets()
 	srv.BaseContext = func(net.Listener) context.Context { return baseCtx }
@@ -464,6 +470,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		slog.Warn("shutdown", "err", err)
 	}
+	// WebSockets outlive Shutdown (it does not track hijacked
+	// connections): they are closed with 1001, and their close frames
+	// out, before the process exits.
+	if err := transport.CloseWebSockets(sctx); err != nil {
+		slog.Warn("shutdown: WebSockets still open", "err", err)
+	}
 	endSockets()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("closing the store: %w", err)
@@ -482,7 +494,8 @@ func registerTimeoutFlags(fs *flag.FlagSet, t *transport.Timeouts) {
 }
 
 func registerWSFlags(fs *flag.FlagSet, c *transport.WSConfig) {
-	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas), and per remote IP for sockets without a token or not yet initialised (negative: no cap); the next is closed with 4429 (per IP: refused with HTTP 429)")
+	fs.IntVar(&c.MaxPerUser, "ws-max-per-user", 16, "open WebSockets per user (with -redis: across all replicas; negative: no cap); the next is closed with 4429")
+	fs.IntVar(&c.MaxPerAddress, "ws-max-per-address", 256, "WebSockets per remote IP not yet initialised or without a token, in this process (negative: no cap); the next is accepted and closed with 1013, which clients retry with backoff. Sized for many clients behind one address (NAT, proxy)")
 	fs.IntVar(&c.MaxSubscriptions, "ws-max-subscriptions", 100, "operations active at once on one WebSocket (negative: no cap); the next subscribe gets an error with RATE_LIMITED")
 	fs.DurationVar(&c.InitTimeout, "ws-init-timeout", 10*time.Second, "a WebSocket must send connection_init within this (else 4408)")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "ping each WebSocket this often; one that has not answered by the next ping is dropped (negative: never)")

@@ -19,6 +19,9 @@ func TestUnknownCommandAndHelp(t *testing.T) {
 	if code, _, _ := runCLI(t, "-fsync", "sometimes", "-addr", "127.0.0.1:0", "-data", t.TempDir()); code != 2 {
 		t.Fatalf("bad -fsync exit %d, want 2", code)
 	}
+	if code, _, errs := runCLI(t, "-content-writes", "users", "-addr", "127.0.0.1:0", "-data", t.TempDir()); code != 2 || !strings.Contains(errs, "-content-writes must be any or service") {
+		t.Fatalf("bad -content-writes: exit %d %q, want 2", code, errs)
+	}
 }
 
 // TestCommandsRefuseBadMemoryFlags: serve and import say what is wrong

@@ -24,6 +24,14 @@ func TestTokenCommand(t *testing.T) {
 	if code, _, _ := runCLI(t, "token", "-user", "abc"); code != 2 {
 		t.Fatalf("bad -user exit %d, want 2", code)
 	}
+	// -service: the app's backend acting for -user.
+	code, out, errs = runCLI(t, "token", "-user", "42", "-service")
+	if p, err := k.Verify(strings.TrimSpace(out)); code != 0 || err != nil || p.User != 42 || !p.Service || p.Admin {
+		t.Fatalf("token -service: exit %d %q → %+v %v", code, errs, p, err)
+	}
+	if code, _, errs := runCLI(t, "token", "-user", "42", "-service", "-admin"); code != 2 || !strings.Contains(errs, "one") {
+		t.Fatalf("token -service -admin: exit %d %s, want 2 (a token carries one role)", code, errs)
+	}
 	// Env fills flags: TALLY_USER is -user.
 	t.Setenv("TALLY_USER", "7")
 	code, out, _ = runCLI(t, "token")

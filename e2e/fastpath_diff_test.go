@@ -42,6 +42,7 @@ type diffPair struct {
 	keys         *auth.Keys
 	known        []string // post ids in the store
 	authorless   string   // a post imported without its author
+	deleted      string   // a repost, liked, then deleted
 }
 
 func newDiffPair(t testing.TB) *diffPair {
@@ -92,6 +93,17 @@ func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair
 	}
 	d.authorless = fmt.Sprint(orphan)
 	d.known = append(d.known, d.authorless)
+	// A deleted post reads as unknown (null); the original it reposted
+	// and its author's postCount changed with it.
+	gone, err := store.Repost(ctx, 2, engine.PostID(snowflake.Make(now, 3, 0)), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Like(ctx, 1, gone)
+	if err := store.DeletePost(ctx, engine.Actor{User: 2}, gone); err != nil {
+		t.Fatal(err)
+	}
+	d.deleted = fmt.Sprint(gone)
 	return d
 }
 
@@ -270,6 +282,8 @@ func (g *gen) postID() any {
 		return json.Number(fmt.Sprint(g.r.Uint64N(1 << 31))) // an Int in the variables
 	case 3:
 		return g.d.authorless
+	case 4:
+		return g.d.deleted
 	}
 	return g.d.known[g.pick(len(g.d.known))]
 }
@@ -466,6 +480,7 @@ func TestFastPathCases(t *testing.T) {
 		{Query: `{ a: post(id: "abc") { id } b: user(id: "x") { id } posts(ids: ["1"]) { id } }`},
 		{Query: `query($ids: [ID!]!) { posts(ids: $ids) { id } }`, Variables: map[string]any{"ids": many}},
 		{Query: `{ post(id: "` + d.authorless + `") { author { id } counts { views likes } } }`},
+		{Query: `{ post(id: "` + d.deleted + `") { id counts { likes } } posts(ids: ["` + d.deleted + `", "` + d.known[0] + `"]) { id counts { reposts } author { postCount } } }`, auth: "Bearer " + tok},
 		{Query: `{ posts(ids: "` + d.known[0] + `") { id ... on Post { id counts { likes } } ...P } } fragment P on Post { counts { comments likes } }`},
 		{Query: `query($s: Boolean!) { posts(ids: ["` + d.known[1] + `"]) { id @skip(if: $s) counts @include(if: $s) { likes } } }`, Variables: map[string]any{"s": true}},
 		{Query: `query($s: Boolean!) { posts(ids: ["` + d.known[1] + `"]) { id @skip(if: $s) counts @include(if: $s) { likes } } }`, Variables: map[string]any{"s": false}},

@@ -55,7 +55,17 @@ func newTestServerWith(t testing.TB, store engine.Store, cfg transport.Config) *
 
 func (s *testServer) token(t testing.TB, user uint64, admin bool) string {
 	t.Helper()
-	tok, err := s.keys.Sign(engine.UserID(user), admin, 0)
+	role := ""
+	if admin {
+		role = auth.RoleAdmin
+	}
+	return s.roleToken(t, user, role)
+}
+
+// roleToken signs a token for user with role ("" for an end user).
+func (s *testServer) roleToken(t testing.TB, user uint64, role string) string {
+	t.Helper()
+	tok, err := s.keys.SignRole(engine.UserID(user), role, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,9 +105,7 @@ func TestHostileWSCapRedisDownFailsOpen(t *testing.T) {
 
 // Two tally processes with -redis share -ws-max-per-user; a replica
 // killed with its sockets open (kill -9: nothing released) stops counting
-// against the user once -ws-lease has passed. (A cap of 2, not 1: the cap
-// also bounds uninitialised sockets per address, and a refused socket's
-// place on B is given back just after the client sees its close.)
+// against the user once -ws-lease has passed.
 func TestHostileWSCapReplicaKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")

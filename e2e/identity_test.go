@@ -17,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/resolvers"
 	"github.com/tally-dev/tally/web/auth"
 	"github.com/tally-dev/tally/web/auth/authtest"
 	"github.com/tally-dev/tally/web/transport"
@@ -25,6 +26,13 @@ import (
 // newProviderServer serves with an identity provider (-jwks idpURL),
 // its issuer and audience, and roles at app_metadata.roles.
 func newProviderServer(t *testing.T, idpURL string) *testServer {
+	t.Helper()
+	return newProviderServerWith(t, idpURL, transport.Config{})
+}
+
+// newProviderServerWith is newProviderServer with cfg (its Keys are the
+// provider's).
+func newProviderServerWith(t *testing.T, idpURL string, cfg transport.Config) *testServer {
 	t.Helper()
 	p, err := auth.OpenProvider(auth.ProviderOptions{Source: idpURL, Timeout: 2 * time.Second, UnknownKeyInterval: 200 * time.Millisecond})
 	if err != nil {
@@ -40,7 +48,26 @@ func newProviderServer(t *testing.T, idpURL string) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestServerWith(t, store, transport.Config{Keys: keys})
+	cfg.Keys = keys
+	return newTestServerWith(t, store, cfg)
+}
+
+// TestIdentityProviderServiceRole: the provider's token whose role claim
+// (-jwt-role-claim) holds "service" is the app's backend acting for its
+// sub: under -content-writes service it writes content for that user,
+// while the same user's own token is FORBIDDEN there and keeps likes.
+func TestIdentityProviderServiceRole(t *testing.T) {
+	idp := authtest.NewIDP(t)
+	key := idp.AddKey(t, "k1", jwt.SigningMethodES256)
+	s := newProviderServerWith(t, idp.URL, transport.Config{ContentWrites: resolvers.ContentWritesService})
+	app := key.Sign(t, "k1", idpClaims("41", time.Hour, "offline_access", "service"))
+	user := key.Sign(t, "k1", idpClaims("41", time.Hour))
+	m := s.as(t, app, `mutation { createPost { id author { id } } }`, nil)
+	if str(m, "createPost", "author", "id") != "41" {
+		t.Fatalf("a service token's post: %v, want user 41's", m)
+	}
+	s.asCode(t, user, resolvers.CodeForbidden, `mutation { createPost { id } }`, nil)
+	s.as(t, user, `mutation($p: ID!) { likePost(postId: $p) { id } }`, map[string]any{"p": str(m, "createPost", "id")})
 }
 
 func idpClaims(user string, ttl time.Duration, roles ...any) jwt.MapClaims {

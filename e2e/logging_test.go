@@ -61,7 +61,9 @@ func TestJSONLogs(t *testing.T) {
 	var mu sync.Mutex
 	var logBuf bytes.Buffer
 	addr := make(chan string, 1)
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			mu.Lock()
@@ -85,6 +87,9 @@ func TestJSONLogs(t *testing.T) {
 	}
 	resp.Body.Close()
 	cmd.Process.Signal(syscall.SIGTERM)
+	// Wait closes the pipe once the process exits: read it to its end
+	// first, or the last lines ('stopped') may never be read.
+	<-drained
 	cmd.Wait()
 	mu.Lock()
 	lines := jsonLines(t, logBuf.String())

@@ -85,6 +85,9 @@ type proc struct {
 	url    string
 	stderr *bytes.Buffer
 	mu     *sync.Mutex
+	// drained is closed once stderr has been read to its end: Wait closes
+	// the pipe, so a Wait before that can lose the last lines.
+	drained chan struct{}
 }
 
 var servingRE = regexp.MustCompile(`addr=http://(\S+)`)
@@ -108,9 +111,10 @@ func startBinary(t *testing.T, bin, dataDir string, extra ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}, drained: make(chan struct{})}
 	addr := make(chan string, 1)
 	go func() {
+		defer close(p.drained)
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			line := sc.Text()
@@ -142,9 +146,15 @@ func (p *proc) log() string {
 	return p.stderr.String()
 }
 
+// wait waits for the process to exit, having read its stderr to the end.
+func (p *proc) wait() error {
+	<-p.drained
+	return p.cmd.Wait()
+}
+
 func (p *proc) kill9() {
 	p.cmd.Process.Signal(syscall.SIGKILL)
-	p.cmd.Wait()
+	p.wait()
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 10 * time.Second} }

@@ -126,6 +126,19 @@ func TestReadmeFirstQuery(t *testing.T) {
 // that starts with the heading line, up to the next "## " heading.
 func readmeBlocks(t *testing.T, text, heading, lang string) []string {
 	t.Helper()
+	section := markdownSection(t, text, heading)
+	var blocks []string
+	fence := regexp.MustCompile("(?s)```" + regexp.QuoteMeta(lang) + "\n(.*?)```")
+	for _, m := range fence.FindAllStringSubmatch(section, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
+}
+
+// markdownSection is the text under heading (a whole line, "## …"), up
+// to the next "## " heading.
+func markdownSection(t *testing.T, text, heading string) string {
+	t.Helper()
 	start := strings.Index(text, "\n"+heading+"\n")
 	if start < 0 {
 		t.Fatalf("no %q section", heading)
@@ -134,12 +147,7 @@ func readmeBlocks(t *testing.T, text, heading, lang string) []string {
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
 	}
-	var blocks []string
-	fence := regexp.MustCompile("(?s)```" + regexp.QuoteMeta(lang) + "\n(.*?)```")
-	for _, m := range fence.FindAllStringSubmatch(section, -1) {
-		blocks = append(blocks, m[1])
-	}
-	return blocks
+	return section
 }
 
 type devBinary struct {

@@ -154,6 +154,13 @@ func TestSchemaDescriptionsCarryTheRules(t *testing.T) {
 		"Subscription.readReceiptsChanged":    {"sender only"},
 		"PostCounts.id":                       {"normalising cache"},
 		"Mutation.createPost(idempotencyKey)": {"retry"},
+		"Mutation.createPost":                 {"-content-writes service", "FORBIDDEN"},
+		"Mutation.repostPost":                 {"-content-writes service", "FORBIDDEN"},
+		"Mutation.commentOnPost":              {"-content-writes service", "NOT_FOUND"},
+		"Mutation.commentOnPost(commentId)":   {"snowflake", "at most once", "BAD_USER_INPUT"},
+		"Mutation.deleteComment":              {"once", "repeat changes nothing", "FORBIDDEN", "NOT_FOUND", "never counted", "-content-writes service"},
+		"Mutation.deletePost":                 {"null", "postCount", "loses 1 repost", "below zero", "repeat changes nothing", "FORBIDDEN", "NOT_FOUND", "-content-writes service"},
+		"Mutation.eraseUser":                  {"Admin or service", "FORBIDDEN", "both directions", "receipts already recorded", "repeat changes nothing", "snapshot"},
 	} {
 		d, ok := desc[field]
 		if !ok {

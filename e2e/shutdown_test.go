@@ -24,7 +24,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	go func() { done <- p.wait() }()
 	select {
 	case err := <-done:
 		if err != nil {

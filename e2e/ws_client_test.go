@@ -91,3 +91,40 @@ func TestGraphQLWSClientOnBadToken(t *testing.T) {
 		t.Fatalf("the server saw %d upgrades, the client reports %d", n, d.Attempts+e.Attempts+1)
 	}
 }
+
+// TestGraphQLWSCrowdBehindOneAddress: 200 reference graphql-ws clients
+// behind one address (an office, a carrier's NAT, a reconnect storm after
+// a restart) subscribe at once against a per-address cap of 16 sockets
+// not yet initialised. Refused with HTTP 429 to the upgrade, graphql-ws
+// took the failed upgrade as final (its retry logic retries close events
+// only): most of the crowd stayed out. Accepted and closed with 1013, the
+// refused retry with the client's own backoff and every one subscribes.
+func TestGraphQLWSCrowdBehindOneAddress(t *testing.T) {
+	clients.Require(t)
+	const crowd = 200
+	s := newTestServerWith(t, openStore(t), transport.Config{WebSocket: transport.WSConfig{MaxPerAddress: 16}})
+	tokens := make([]string, crowd)
+	for i := range tokens {
+		tokens[i] = s.token(t, uint64(1000+i), false)
+	}
+	out := clients.Run(t, "ws-crowd.mjs", 90*time.Second,
+		"TALLY_WS_URL="+wsURL(s), "TALLY_TOKENS="+strings.Join(tokens, ","), "TALLY_WITHIN_MS=45000")
+	var res struct {
+		Subscribed, Failed, Attempts int
+		Closes                       map[string]int
+		LastMs                       int64
+		Errors                       []closeEvent
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("%d of %d subscribed, the last after %d ms; %d connection attempts, closes seen by the clients %v",
+		res.Subscribed, crowd, res.LastMs, res.Attempts, res.Closes)
+	if res.Subscribed != crowd || res.Failed != 0 {
+		t.Fatalf("%d of %d clients subscribed, %d failed (%+v)", res.Subscribed, crowd, res.Failed, res.Errors)
+	}
+	// The cap did refuse some: the crowd got in by retrying.
+	if res.Closes["1013"] == 0 || res.Attempts <= crowd {
+		t.Fatalf("the cap refused no one (closes %v, %d attempts): the test tests nothing", res.Closes, res.Attempts)
+	}
+}

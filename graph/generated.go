@@ -42,8 +42,10 @@ type ResolverRoot interface {
 }
 
 type DirectiveRoot struct {
-	Admin func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
-	Auth  func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
+	Admin        func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
+	Auth         func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
+	ContentWrite func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
+	Trusted      func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
 }
 
 type ComplexityRoot struct {
@@ -65,9 +67,12 @@ type ComplexityRoot struct {
 	Mutation struct {
 		AddGroupMembers           func(childComplexity int, groupID string, userIds []string) int
 		ClickRedDot               func(childComplexity int) int
-		CommentOnPost             func(childComplexity int, postID string, mentions []string, idempotencyKey *string) int
+		CommentOnPost             func(childComplexity int, postID string, commentID *string, mentions []string, idempotencyKey *string) int
 		CreateGroup               func(childComplexity int, memberIds []string) int
 		CreatePost                func(childComplexity int, id *string, idempotencyKey *string) int
+		DeleteComment             func(childComplexity int, postID string, commentID string) int
+		DeletePost                func(childComplexity int, postID string) int
+		EraseUser                 func(childComplexity int, userID string) int
 		FavoritePost              func(childComplexity int, postID string) int
 		Follow                    func(childComplexity int, userID string) int
 		LeaveGroup                func(childComplexity int, groupID string) int
@@ -175,7 +180,9 @@ type MutationResolver interface {
 	UnlikePost(ctx context.Context, postID string) (*model1.Post, error)
 	FavoritePost(ctx context.Context, postID string) (*model1.Post, error)
 	UnfavoritePost(ctx context.Context, postID string) (*model1.Post, error)
-	CommentOnPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model1.Post, error)
+	CommentOnPost(ctx context.Context, postID string, commentID *string, mentions []string, idempotencyKey *string) (*model1.Post, error)
+	DeleteComment(ctx context.Context, postID string, commentID string) (*model1.Post, error)
+	DeletePost(ctx context.Context, postID string) (string, error)
 	RepostPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model1.Post, error)
 	RecordViews(ctx context.Context, postIds []string) (bool, error)
 	Follow(ctx context.Context, userID string) (*model1.Viewer, error)
@@ -184,6 +191,7 @@ type MutationResolver interface {
 	ClickRedDot(ctx context.Context) (*model1.Viewer, error)
 	PublishSystemNotification(ctx context.Context, title string, body string, idempotencyKey *string) (*model1.SystemNotification, error)
 	PushRedDot(ctx context.Context) (bool, error)
+	EraseUser(ctx context.Context, userID string) (bool, error)
 	CreateGroup(ctx context.Context, memberIds []string) (*model1.Group, error)
 	AddGroupMembers(ctx context.Context, groupID string, userIds []string) (*model1.Group, error)
 	LeaveGroup(ctx context.Context, groupID string) (*model1.Group, error)
@@ -324,7 +332,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.CommentOnPost(childComplexity, args["postId"].(string), args["mentions"].([]string), args["idempotencyKey"].(*string)), true
+		return e.ComplexityRoot.Mutation.CommentOnPost(childComplexity, args["postId"].(string), args["commentId"].(*string), args["mentions"].([]string), args["idempotencyKey"].(*string)), true
 	case "Mutation.createGroup":
 		if e.ComplexityRoot.Mutation.CreateGroup == nil {
 			break
@@ -347,6 +355,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePost(childComplexity, args["id"].(*string), args["idempotencyKey"].(*string)), true
+	case "Mutation.deleteComment":
+		if e.ComplexityRoot.Mutation.DeleteComment == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteComment_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteComment(childComplexity, args["postId"].(string), args["commentId"].(string)), true
+	case "Mutation.deletePost":
+		if e.ComplexityRoot.Mutation.DeletePost == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deletePost_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeletePost(childComplexity, args["postId"].(string)), true
+	case "Mutation.eraseUser":
+		if e.ComplexityRoot.Mutation.EraseUser == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_eraseUser_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.EraseUser(childComplexity, args["userId"].(string)), true
 	case "Mutation.favoritePost":
 		if e.ComplexityRoot.Mutation.FavoritePost == nil {
 			break
@@ -930,6 +971,12 @@ scalar Time
 directive @auth on FIELD_DEFINITION
 "The field needs a token with role admin."
 directive @admin on FIELD_DEFINITION
+"The field needs a trusted token: role admin or service (UNAUTHENTICATED without a token, FORBIDDEN for an end user's)."
+directive @trusted on FIELD_DEFINITION
+"""
+A content write: creating or deleting a post, a repost or a comment. When the server runs with ` + "`" + `-content-writes service` + "`" + `, only a trusted token (role service or admin) may call it, and an end user's token gets FORBIDDEN; with ` + "`" + `-content-writes any` + "`" + ` (the default) any signed-in user may.
+"""
+directive @contentWrite on FIELD_DEFINITION
 
 """
 Reads. Ids are decimal strings of unsigned 64-bit integers; an id that is not one is BAD_USER_INPUT. Fields marked "signed in" need ` + "`" + `Authorization: Bearer <token>` + "`" + ` and are UNAUTHENTICATED without a valid token; the others also work anonymously (the viewer's flags then read false).
@@ -1140,10 +1187,12 @@ type ReadReceipts {
 
 """
 Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise), spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent), and is durable when it returns. Mutations on a post Tally does not know are NOT_FOUND. An ` + "`" + `idempotencyKey` + "`" + ` (at most 128 bytes) makes a retry by the same viewer apply once and return the first result; reusing a key for another operation or other arguments is BAD_USER_INPUT.
+
+Roles: a token's ` + "`" + `role` + "`" + ` claim is ` + "`" + `admin` + "`" + `, ` + "`" + `service` + "`" + ` or absent (an end user). A service token is the app's own backend acting for the user in its ` + "`" + `sub` + "`" + `: it may do everything that user may, and delete any post or comment. With the server flag ` + "`" + `-content-writes service` + "`" + `, the content writes (createPost, repostPost, commentOnPost, deleteComment, deletePost) are the app backend's alone: an end user's token gets FORBIDDEN on them, and keeps likes, favorites, views, follows, reads and messages.
 """
 type Mutation {
   """
-  Registers a post by the viewer: +1 to the viewer's postCount and to the feed badge of their followers. Returns the post.
+  Registers a post by the viewer: +1 to the viewer's postCount and to the feed badge of their followers. Returns the post. A content write: under ` + "`" + `-content-writes service` + "`" + ` only the app's backend (a service token acting for the post's author) or an admin may call it, and an end user's token gets FORBIDDEN.
   """
   createPost(
     """
@@ -1152,7 +1201,7 @@ type Mutation {
     id: ID
     "Makes a retry apply once (see Mutation)."
     idempotencyKey: String
-  ): Post! @auth
+  ): Post! @auth @contentWrite
   """
   Likes a post as the viewer. A second like by the same viewer changes nothing, however many requests race. A like on someone else's post adds 1 to the author's unread likes. Returns the post: select ` + "`" + `counts { id likes } viewerHasLiked` + "`" + ` to update a cache.
   """
@@ -1176,18 +1225,38 @@ type Mutation {
     postId: ID!
   ): Post! @auth
   """
-  Counts a comment on a post: +1 comments; +1 to the author's unread comments (unless the viewer is the author); +1 to each mentioned user's unread mentions. Tally counts comments; their text lives in the app. Returns the post.
+  Counts a comment on a post: +1 comments; +1 to the author's unread comments (unless the viewer is the author); +1 to each mentioned user's unread mentions. Tally counts comments; their text lives in the app. Returns the post. A content write: FORBIDDEN for an end user's token under ` + "`" + `-content-writes service` + "`" + `. NOT_FOUND for a post Tally does not know or that was deleted; BAD_USER_INPUT for a bad id.
   """
   commentOnPost(
     "The post commented on."
     postId: ID!
+    """
+    The app's id of the comment: a snowflake (like post ids) of a plausible time (BAD_USER_INPUT otherwise). Given, the comment is counted at most once however often it is sent, by whomever — a comment id already counted on the post, or counted and since deleted, changes nothing and bumps no badge — and deleteComment can take it back. Omitted, the comment is counted each time (unless idempotencyKey says it is a retry) and cannot be deleted.
+    """
+    commentId: ID
     "Users @-mentioned: at most 100; duplicates and the viewer count no mention."
     mentions: [ID!]
     "Makes a retry count once (see Mutation)."
     idempotencyKey: String
-  ): Post! @auth
+  ): Post! @auth @contentWrite
   """
-  Reposts a post: +1 reposts on it, and a new post by the viewer (counted in the viewer's postCount and their followers' feed badge). Mentions as for commentOnPost. Returns the new post (the repost).
+  Takes back a comment counted with its commentId: −1 on the post's comments, once; a repeat changes nothing (and is no error). Unread badges the comment bumped are not taken back. Only the comment's writer, the post's author, a service or an admin may delete it (FORBIDDEN otherwise). NOT_FOUND for a post Tally does not know or that was deleted, and for a comment id never counted on the post. A content write: FORBIDDEN for an end user's token under ` + "`" + `-content-writes service` + "`" + `. Returns the post, with its new counts.
+  """
+  deleteComment(
+    "The post the comment was counted on."
+    postId: ID!
+    "The app's id of the comment, as given to commentOnPost."
+    commentId: ID!
+  ): Post! @auth @contentWrite
+  """
+  Deletes a post: from then on ` + "`" + `post(id)` + "`" + ` is null and mutations on it are NOT_FOUND; the author's postCount drops by 1; a repost's original loses 1 repost; its likes, favorites and counted comment ids are forgotten. No follower's feed badge goes below zero, and a post made afterwards counts as new for every follower (a deleted post that was unread may stay counted until the follower reads their feed). A repeat changes nothing (and is no error). Only its author, a service or an admin may delete it (FORBIDDEN otherwise); NOT_FOUND for an id Tally never knew; BAD_USER_INPUT for a bad id. A content write: FORBIDDEN for an end user's token under ` + "`" + `-content-writes service` + "`" + `. Returns the deleted post's id, so that a client can evict it from its cache.
+  """
+  deletePost(
+    "The post to delete."
+    postId: ID!
+  ): ID! @auth @contentWrite
+  """
+  Reposts a post: +1 reposts on it, and a new post by the viewer (counted in the viewer's postCount and their followers' feed badge). Mentions as for commentOnPost. Returns the new post (the repost). A content write: FORBIDDEN for an end user's token under ` + "`" + `-content-writes service` + "`" + `.
   """
   repostPost(
     "The post reposted."
@@ -1196,7 +1265,7 @@ type Mutation {
     mentions: [ID!]
     "Makes a retry repost once and return the same new post (see Mutation)."
     idempotencyKey: String
-  ): Post! @auth
+  ): Post! @auth @contentWrite
   """
   Adds one view to each known post of postIds (unknown ids are ignored: views are best-effort). At most 100 ids (BAD_USER_INPUT beyond); an id listed twice counts twice. Returns true.
   """
@@ -1236,6 +1305,13 @@ type Mutation {
   ): SystemNotification! @admin
   "Pushes the red dot to everyone, at O(1) cost: redDot reads true for each user until they click it. Admin only (FORBIDDEN otherwise). Returns true."
   pushRedDot: Boolean! @admin
+  """
+  Erases a user (the right to erasure): every like and favorite of the user is removed (each post's counts drop exactly once), every follow edge in both directions is removed (follower and following counts drop), the user leaves every group (receipts already recorded stay counted, but no member or reader list names the user any more), and their badges, cursors, red-dot click and idempotency records are dropped. Their posts stay, with no author, unless deleted. Every read answers as if all of it happened when the call returned; a large erasure finishes in the background, and calls by the user, or that follow them or add them to a group, wait until it has. After the next snapshot no file of the embedded engine's data directory holds the user's id; on Redis no key or value does. A repeat changes nothing. Admin or service only (FORBIDDEN otherwise); BAD_USER_INPUT for a bad id. Priced like a full page of 100 posts (see the cost limits). Returns true.
+  """
+  eraseUser(
+    "The user to erase."
+    userId: ID!
+  ): Boolean! @trusted
   "Creates a group of the viewer (its first member) and memberIds. Returns the group."
   createGroup(
     "The other members: at most 100 (BAD_USER_INPUT beyond); duplicates and the viewer are listed once."
@@ -1614,22 +1690,30 @@ func (ec *executionContext) field_Mutation_commentOnPost_args(ctx context.Contex
 		return nil, err
 	}
 	args["postId"] = arg0
-	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "mentions",
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "commentId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["commentId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "mentions",
 		func(ctx context.Context, v any) ([]string, error) {
 			return ec.unmarshalOID2ᚕstringᚄ(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["mentions"] = arg1
-	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "idempotencyKey",
+	args["mentions"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "idempotencyKey",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["idempotencyKey"] = arg2
+	args["idempotencyKey"] = arg3
 	return args, nil
 }
 
@@ -1666,6 +1750,56 @@ func (ec *executionContext) field_Mutation_createPost_args(ctx context.Context, 
 		return nil, err
 	}
 	args["idempotencyKey"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteComment_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "postId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["postId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "commentId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["commentId"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deletePost_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "postId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["postId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_eraseUser_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "userId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["userId"] = arg0
 	return args, nil
 }
 
@@ -2408,8 +2542,15 @@ func (ec *executionContext) _Mutation_createPost(ctx context.Context, field grap
 				}
 				return ec.Directives.Auth(ctx, nil, directive0)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				if ec.Directives.ContentWrite == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive contentWrite is not implemented")
+				}
+				return ec.Directives.ContentWrite(ctx, nil, directive1)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
@@ -2681,7 +2822,7 @@ func (ec *executionContext) _Mutation_commentOnPost(ctx context.Context, field g
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().CommentOnPost(ctx, fc.Args["postId"].(string), fc.Args["mentions"].([]string), fc.Args["idempotencyKey"].(*string))
+			return ec.Resolvers.Mutation().CommentOnPost(ctx, fc.Args["postId"].(string), fc.Args["commentId"].(*string), fc.Args["mentions"].([]string), fc.Args["idempotencyKey"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -2693,8 +2834,15 @@ func (ec *executionContext) _Mutation_commentOnPost(ctx context.Context, field g
 				}
 				return ec.Directives.Auth(ctx, nil, directive0)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				if ec.Directives.ContentWrite == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive contentWrite is not implemented")
+				}
+				return ec.Directives.ContentWrite(ctx, nil, directive1)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
@@ -2728,6 +2876,134 @@ func (ec *executionContext) fieldContext_Mutation_commentOnPost(ctx context.Cont
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_deleteComment(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteComment(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteComment(ctx, fc.Args["postId"].(string), fc.Args["commentId"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.Auth == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive auth is not implemented")
+				}
+				return ec.Directives.Auth(ctx, nil, directive0)
+			}
+			directive2 := func(ctx context.Context) (any, error) {
+				if ec.Directives.ContentWrite == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive contentWrite is not implemented")
+				}
+				return ec.Directives.ContentWrite(ctx, nil, directive1)
+			}
+
+			next = directive2
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
+			return ec.marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPost(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteComment(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Post(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteComment_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deletePost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deletePost(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeletePost(ctx, fc.Args["postId"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.Auth == nil {
+					var zeroVal string
+					return zeroVal, errors.New("directive auth is not implemented")
+				}
+				return ec.Directives.Auth(ctx, nil, directive0)
+			}
+			directive2 := func(ctx context.Context) (any, error) {
+				if ec.Directives.ContentWrite == nil {
+					var zeroVal string
+					return zeroVal, errors.New("directive contentWrite is not implemented")
+				}
+				return ec.Directives.ContentWrite(ctx, nil, directive1)
+			}
+
+			next = directive2
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deletePost(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type ID does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deletePost_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_repostPost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2750,8 +3026,15 @@ func (ec *executionContext) _Mutation_repostPost(ctx context.Context, field grap
 				}
 				return ec.Directives.Auth(ctx, nil, directive0)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				if ec.Directives.ContentWrite == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive contentWrite is not implemented")
+				}
+				return ec.Directives.ContentWrite(ctx, nil, directive1)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
@@ -3149,6 +3432,63 @@ func (ec *executionContext) _Mutation_pushRedDot(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_Mutation_pushRedDot(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Mutation", field, true, true, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Mutation_eraseUser(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_eraseUser(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().EraseUser(ctx, fc.Args["userId"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.Trusted == nil {
+					var zeroVal bool
+					return zeroVal, errors.New("directive trusted is not implemented")
+				}
+				return ec.Directives.Trusted(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_eraseUser(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_eraseUser_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Mutation_createGroup(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -6204,6 +6544,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "deleteComment":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteComment(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deletePost":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deletePost(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "repostPost":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_repostPost(ctx, field)
@@ -6256,6 +6610,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "pushRedDot":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_pushRedDot(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "eraseUser":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_eraseUser(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

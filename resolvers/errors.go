@@ -82,9 +82,18 @@ func PresentError(ctx context.Context, err error) *gqlerror.Error {
 		setCode(gerr, CodeUnavailable)
 		gerr.Message = err.Error()
 		gerr.Extensions["retryAfter"] = UnavailableRetryAfter
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded):
+		// The request's store deadline ran out before the store answered:
+		// to the client that is the store not answering right now, and a
+		// write may or may not have been applied — UNAVAILABLE's promise,
+		// so the standard retry (with the idempotency key) is the right one.
+		slog.Debug("store deadline", "path", gerr.Path, "err", err)
+		setCode(gerr, CodeUnavailable)
+		gerr.Message = "the store did not answer in time; retry"
+		gerr.Extensions["retryAfter"] = UnavailableRetryAfter
+	case errors.Is(err, context.Canceled):
 		setCode(gerr, CodeInternal)
-		gerr.Message = "request cancelled or timed out"
+		gerr.Message = "request cancelled"
 	default:
 		var g *gqlerror.Error
 		if errors.As(err, &g) && g.Err == nil {

@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"slices"
+	"strconv"
 
 	"github.com/graph-gophers/dataloader/v7"
 
@@ -41,6 +42,13 @@ type (
 func viewerOf(ctx context.Context) engine.UserID {
 	p, _ := auth.From(ctx)
 	return p.User
+}
+
+// actorOf is the viewer as the engine judges ownership: an admin or a
+// service token may delete what the user does not own.
+func actorOf(ctx context.Context) engine.Actor {
+	p, _ := auth.From(ctx)
+	return engine.Actor{User: p.User, Privileged: trusted(p)}
 }
 
 // ---- Query ----
@@ -419,14 +427,42 @@ func (r *mutationResolver) UnfavoritePost(ctx context.Context, postID string) (*
 	return r.postOp(ctx, postID, r.Store.Unfavorite)
 }
 
-func (r *mutationResolver) CommentOnPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model.Post, error) {
+func (r *mutationResolver) CommentOnPost(ctx context.Context, postID string, commentID *string, mentions []string, idempotencyKey *string) (*model.Post, error) {
+	var comment engine.CommentID
+	if commentID != nil {
+		var err error
+		if comment, err = parseID[engine.CommentID]("commentId", *commentID); err != nil {
+			return nil, err
+		}
+	}
 	users, err := parseIDs[engine.UserID]("mention", mentions)
 	if err != nil {
 		return nil, err
 	}
 	return r.postOp(ctx, postID, func(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-		return r.Store.Comment(ctx, viewer, post, 0, users, deref(idempotencyKey))
+		return r.Store.Comment(ctx, viewer, post, comment, users, deref(idempotencyKey))
 	})
+}
+
+func (r *mutationResolver) DeleteComment(ctx context.Context, postID string, commentID string) (*model.Post, error) {
+	comment, err := parseID[engine.CommentID]("commentId", commentID)
+	if err != nil {
+		return nil, err
+	}
+	return r.postOp(ctx, postID, func(ctx context.Context, _ engine.UserID, post engine.PostID) error {
+		return r.Store.DeleteComment(ctx, actorOf(ctx), post, comment)
+	})
+}
+
+func (r *mutationResolver) DeletePost(ctx context.Context, postID string) (string, error) {
+	pid, err := parseID[engine.PostID]("postId", postID)
+	if err != nil {
+		return "", err
+	}
+	if err := r.Store.DeletePost(ctx, actorOf(ctx), pid); err != nil {
+		return "", err
+	}
+	return strconv.FormatUint(uint64(pid), 10), nil
 }
 
 func (r *mutationResolver) RepostPost(ctx context.Context, postID string, mentions []string, idempotencyKey *string) (*model.Post, error) {
@@ -508,6 +544,14 @@ func (r *mutationResolver) PublishSystemNotification(ctx context.Context, title 
 
 func (r *mutationResolver) PushRedDot(ctx context.Context) (bool, error) {
 	return true, r.Store.PushRedDot(ctx)
+}
+
+func (r *mutationResolver) EraseUser(ctx context.Context, userID string) (bool, error) {
+	user, err := parseID[engine.UserID]("userId", userID)
+	if err != nil {
+		return false, err
+	}
+	return true, r.Store.EraseUser(ctx, user)
 }
 
 func (r *mutationResolver) CreateGroup(ctx context.Context, memberIds []string) (*model.Group, error) {

@@ -159,9 +159,9 @@ func runSubsChild(args []string) error {
 	conns := make([]*websocket.Conn, a.count)
 	var closing atomic.Bool
 	var readers sync.WaitGroup
-	// The server refuses more than a few sockets per address that have
-	// not sent connection_init yet (tally: 16), so each source address
-	// has 8 opening at a time.
+	// The server caps the sockets per address that have not sent
+	// connection_init yet (tally: -ws-max-per-address; 16 in builds
+	// before that flag), so each source address has 8 opening at a time.
 	parallel(ctx, a.count, 8*len(clients), func(k int) {
 		i := a.first + k
 		conn, first, code, err := openSubscription(ctx, clients[k%len(clients)], a.urls[i%len(a.urls)], tok.user(a.userBase+uint64(i)))
@@ -224,6 +224,93 @@ type wsMessage struct {
 	} `json:"payload"`
 }
 
+// scanPush reads the badges of a push without encoding/json, whose
+// reflection was the larger part of a subscriber process's CPU per push:
+// the subscriber processes share the machine's cores with the server
+// they measure, so what they spend delays the pushes. It accepts only the
+// bytes the server sends for subscription "1" (a "next" whose unread
+// object holds integers only, then redDot) and reports false for
+// anything else, which json.Unmarshal then reads.
+func scanPush(msg []byte) (badges, bool) {
+	const head = `{"type":"next","id":"1","payload":{"data":{"unreadChanged":{"unread":{`
+	rest, ok := bytes.CutPrefix(msg, []byte(head))
+	if !ok {
+		return badges{}, false
+	}
+	var b badges
+	var sawSystem, sawLikes bool
+	for {
+		if len(rest) == 0 || rest[0] != '"' {
+			return badges{}, false
+		}
+		end := bytes.IndexByte(rest[1:], '"')
+		if end < 0 || len(rest) < end+3 || rest[end+2] != ':' {
+			return badges{}, false
+		}
+		name := rest[1 : end+1]
+		if !graphQLName(name) {
+			return badges{}, false // escapes and the like: encoding/json's to read
+		}
+		rest = rest[end+3:]
+		n, size, ok := scanInt(rest)
+		if !ok {
+			return badges{}, false
+		}
+		switch string(name) {
+		case "system":
+			b.system, sawSystem = n, true
+		case "likes":
+			b.likes, sawLikes = n, true
+		}
+		rest = rest[size:]
+		if len(rest) > 0 && rest[0] == '}' {
+			rest = rest[1:]
+			break
+		}
+		if len(rest) == 0 || rest[0] != ',' {
+			return badges{}, false
+		}
+		rest = rest[1:]
+	}
+	switch {
+	case !sawSystem || !sawLikes:
+		return badges{}, false
+	case string(rest) == `,"redDot":true}}}}`:
+		b.red = true
+	case string(rest) != `,"redDot":false}}}}`:
+		return badges{}, false
+	}
+	return b, true
+}
+
+// graphQLName reports whether name is a GraphQL name, /[_A-Za-z][_0-9A-Za-z]*/
+// (a JSON string that needs no unescaping).
+func graphQLName(name []byte) bool {
+	for i, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return len(name) > 0
+}
+
+// scanInt reads a JSON integer at the start of b: its value and length.
+func scanInt(b []byte) (int64, int, bool) {
+	size := 0
+	if size < len(b) && b[size] == '-' {
+		size++
+	}
+	digits := size
+	for size < len(b) && b[size] >= '0' && b[size] <= '9' {
+		size++
+	}
+	if size == digits || b[digits] == '0' && size > digits+1 {
+		return 0, 0, false // no digits, or a leading zero JSON refuses
+	}
+	n, err := strconv.ParseInt(string(b[:size]), 10, 64)
+	return n, size, err == nil
+}
+
 func (m *wsMessage) badges() badges {
 	uc := m.Payload.Data.UnreadChanged
 	return badges{system: uc.Unread.System, likes: uc.Unread.Likes, red: uc.RedDot}
@@ -245,24 +332,28 @@ func closeCode(what string, err error) string {
 func openSubscription(ctx context.Context, hc *http.Client, url, token string) (*websocket.Conn, badges, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var conn *websocket.Conn
-	var err error
 	for attempt := 0; ; attempt++ {
-		var resp *http.Response
-		conn, resp, err = websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"graphql-transport-ws"}})
-		if err == nil {
-			break
+		conn, first, code, again, err := tryOpen(ctx, hc, url, token)
+		if !again || attempt >= 50 {
+			return conn, first, code, err
 		}
-		if resp != nil && resp.StatusCode == http.StatusTooManyRequests && attempt < 50 {
-			time.Sleep(100 * time.Millisecond) // the per-address cap on uninitialised sockets
-			continue
-		}
-		return nil, badges{}, "DIAL", err
+		// The per-address cap on uninitialised sockets: tally closes the
+		// socket with 1013 (builds before that answered the upgrade 429).
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tryOpen is one attempt of openSubscription; again reports a refusal by
+// the per-address cap.
+func tryOpen(ctx context.Context, hc *http.Client, url, token string) (_ *websocket.Conn, _ badges, code string, again bool, _ error) {
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		return nil, badges{}, "DIAL", resp != nil && resp.StatusCode == http.StatusTooManyRequests, err
 	}
 	conn.SetReadLimit(1 << 20)
-	fail := func(what string, err error) (*websocket.Conn, badges, string, error) {
+	fail := func(what string, err error) (*websocket.Conn, badges, string, bool, error) {
 		conn.CloseNow()
-		return nil, badges{}, closeCode(what, err), fmt.Errorf("%s: %w", what, err)
+		return nil, badges{}, closeCode(what, err), websocket.CloseStatus(err) == websocket.StatusTryAgainLater, fmt.Errorf("%s: %w", what, err)
 	}
 	init, _ := json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]string{"Authorization": "Bearer " + token}})
 	if err := conn.Write(ctx, websocket.MessageText, init); err != nil {
@@ -290,7 +381,7 @@ func openSubscription(ctx context.Context, hc *http.Client, url, token string) (
 		}
 		return fail(code, fmt.Errorf("first message: %.200s", msg))
 	}
-	return conn, m.badges(), "", nil
+	return conn, m.badges(), "", false, nil
 }
 
 // readSubscription reports every push of subscription i until it ends.
@@ -304,6 +395,10 @@ func readSubscription(conn *websocket.Conn, i int, out *lineWriter, closing *ato
 			return
 		}
 		at := benchutil.Monotonic()
+		if b, ok := scanPush(msg); ok {
+			out.line("p", i, b.system, b.likes, flag01(b.red), int64(at))
+			continue
+		}
 		var m wsMessage
 		if err := json.Unmarshal(msg, &m); err != nil {
 			out.line("e", i, "BAD_MESSAGE")

@@ -3,7 +3,8 @@
 // appends them, the pext/pdep pair that squeezes the id bits a block
 // shares out of its keys, the select of an Elias–Fano list's high bits,
 // and the radix sort that orders keys before they are packed. Its users
-// are engine/tier's blocks and engine/follows' packed lists. It promises
+// are engine/tier's blocks, engine/follows' packed lists and
+// engine/usercounts (its sort). It promises
 // that Get, Bits and Bits56 never read outside a slice that has Slack
 // bytes of capacity past its end, that Writer's output read back with Get
 // gives exactly what was put, and that SortByKey is stable.

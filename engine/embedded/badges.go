@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/table"
 )
 
@@ -266,13 +267,15 @@ func (e *Engine) Unread(ctx context.Context, viewer engine.UserID) (engine.Unrea
 	if err := engine.CheckViewer(viewer); err != nil {
 		return engine.Unread{}, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return engine.Unread{}, err
+	}
 	u, touch := e.st.unread(uint64(viewer), e.now().UnixNano(), e.ttl)
 	e.mu.RUnlock()
 	if !touch.Needed() {
 		return u, nil
 	}
-	if _, err := e.commit(&touchRec{viewer: viewer}); err != nil {
+	if _, err := e.commitCtx(ctx, &touchRec{viewer: viewer}); err != nil {
 		// A read-only engine still answers: what was read is right,
 		// only the bookkeeping of the visit is lost.
 		if errors.Is(err, engine.ErrUnavailable) {
@@ -280,7 +283,9 @@ func (e *Engine) Unread(ctx context.Context, viewer engine.UserID) (engine.Unrea
 		}
 		return engine.Unread{}, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return engine.Unread{}, err
+	}
 	u, _ = e.st.unread(uint64(viewer), e.now().UnixNano(), e.ttl)
 	e.mu.RUnlock()
 	return u, nil
@@ -537,7 +542,7 @@ func (st *state) notification(n *notif) engine.Notification {
 		ID:        engine.NotificationID(n.id),
 		Title:     string(t[:n.titleLen]),
 		Body:      string(t[n.titleLen:]),
-		CreatedAt: nsTime(n.time),
+		CreatedAt: snowflake.Time(n.id),
 	}
 }
 

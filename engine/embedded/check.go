@@ -63,6 +63,9 @@ type postCheck struct {
 var postChecks = []postCheck{
 	{code: 1, name: engine.CheckLikes, field: counters.Likes, pairs: likeSet, kind: counters.Like},
 	{code: 2, name: engine.CheckFavorites, field: counters.Favorites, pairs: func(st *state) *tier.Set { return st.favs }},
+	// A comment sent without an id is counted with none to show for it:
+	// the ids bound the count from below only.
+	{code: 5, name: engine.CheckComments, field: counters.Comments, pairs: func(st *state) *tier.Set { return st.comments }, atLeast: true},
 }
 
 func likeSet(st *state) *tier.Set { return st.likes }
@@ -117,8 +120,17 @@ var userChecks = []userCheck{
 			return nil
 		},
 		set: (*state).setFollowers},
+	// posted counts the posts an author made, deleted ones too (what
+	// followers' feed badges count): the live posts registered with them
+	// plus their deleted ones (unposted, which deletePost adds to).
 	{code: 4, name: engine.CheckPosts, stored: func(st *state) *usercounts.Table { return st.posted },
 		recount: func(st *state, add func(uint64)) error {
+			st.unposted.Range(func(u uint64, n int64) bool {
+				for range n {
+					add(u)
+				}
+				return true
+			})
 			return st.posts.Range(func(_ uint64, p tier.Post) bool {
 				if p.Author != 0 {
 					add(p.Author)
@@ -424,13 +436,23 @@ func (st *state) recountPosts(ctx context.Context, checks []postCheck, res *engi
 func (st *state) recountUsers(ctx context.Context, c *userCheck, res *engine.CheckResult, drifts []recountRec) ([]recountRec, error) {
 	tally := res.Tally(c.name)
 	counted := make(map[uint64]int64, c.stored(st).Len())
-	if err := c.recount(st, func(u uint64) { counted[u]++ }); err != nil {
+	// A user being erased has lost their counts at the start, and what
+	// they count goes step by step (lifecycle.go): their counts are
+	// judged by a check after the erasure.
+	if err := c.recount(st, func(u uint64) {
+		if !st.isErasing(u) {
+			counted[u]++
+		}
+	}); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	c.stored(st).Range(func(u uint64, v int64) bool {
+		if st.isErasing(u) {
+			return true
+		}
 		tally.Checked++
 		got := counted[u]
 		delete(counted, u)

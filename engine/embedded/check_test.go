@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
@@ -204,7 +206,7 @@ func TestCheckFindsAndRepairsEachDrift(t *testing.T) {
 	if !slices.Equal(lines, with(" repaired=false unsettled=false")) {
 		t.Fatalf("check found:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if tot := res.Totals(); tot.Drifts != int64(len(want)) || tot.Repaired != 0 || tot.Skipped != 4 { // the imported post, by each of four post checks
+	if tot := res.Totals(); tot.Drifts != int64(len(want)) || tot.Repaired != 0 || tot.Skipped != 5 { // the imported post, by each of five post checks
 		t.Fatalf("totals %+v", tot)
 	}
 	if after := dirDigest(t, dir); after != before {
@@ -300,34 +302,35 @@ func TestCheckDirRefusesNoStore(t *testing.T) {
 	}
 }
 
-// TestCheckAtLeast: a count that also counts what its pairs do not hold
-// (comments sent without an id, against the comment ids) is a drift only
-// below its pairs, and is repaired up to them. Favorites stand in for
-// such a count here.
+// TestCheckAtLeast: a post's comments also count those sent without an
+// id, which no pair records: the count is a drift only below its live
+// comment ids (a deleted one no longer counts), and is repaired up to
+// them.
 func TestCheckAtLeast(t *testing.T) {
-	saved := postChecks
-	postChecks = slices.Clone(postChecks)
-	postChecks[1].atLeast = true
-	t.Cleanup(func() { postChecks = saved })
 	e := open(t, Options{})
 	p, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
-	ok(t, e.Favorite(bg, 2, p))
-	ok(t, e.Favorite(bg, 3, p))
-	setCount(t, e, engine.CheckFavorites, uint64(p), 5)
-	if lines, _ := runCheckLive(t, e); len(lines) != 0 {
-		t.Fatalf("a count above its pairs drifted: %v", lines)
+	id := func(seq uint64) engine.CommentID {
+		return engine.CommentID(snowflake.Make(time.Now().UnixMilli(), 5, seq))
 	}
-	setCount(t, e, engine.CheckFavorites, uint64(p), 1)
+	ok(t, e.Comment(bg, 2, p, id(1), nil, ""))
+	ok(t, e.Comment(bg, 3, p, id(2), nil, ""))
+	ok(t, e.Comment(bg, 3, p, 0, nil, "")) // no id: counted, nothing to show for it
+	ok(t, e.Comment(bg, 4, p, id(3), nil, ""))
+	ok(t, e.DeleteComment(bg, engine.Actor{User: 4}, p, id(3)))
+	if lines, _ := runCheckLive(t, e); len(lines) != 0 {
+		t.Fatalf("a count above its ids drifted: %v", lines)
+	}
+	setCount(t, e, engine.CheckComments, uint64(p), 1)
 	var got []string
 	_, err = e.Check(bg, engine.CheckOptions{Repair: true, Drift: func(d engine.Drift) {
 		got = append(got, fmt.Sprintf("%s %d->%d %v", d.Count, d.Stored, d.Recounted, d.Repaired))
 	}})
 	ok(t, err)
-	if !slices.Equal(got, []string{"post.favorites 1->2 true"}) {
-		t.Fatalf("a count below its pairs: %v", got)
+	if !slices.Equal(got, []string{"post.comments 1->2 true"}) {
+		t.Fatalf("a count below its ids: %v", got)
 	}
-	if c, _ := e.Counts(bg, []engine.PostID{p}); c[0].Favorites != 2 {
-		t.Fatalf("favorites after repair: %+v", c)
+	if c, _ := e.Counts(bg, []engine.PostID{p}); c[0].Comments != 2 {
+		t.Fatalf("comments after repair: %+v", c)
 	}
 }

@@ -45,6 +45,20 @@ func (e *Engine) commit(r record) (uint64, error) {
 // ctx's engine.Cause (the traced request that made the write).
 func (e *Engine) commitCtx(ctx context.Context, r record) (uint64, error) {
 	e.mu.Lock()
+	for len(e.st.erasing) > 0 && e.erasingAny(involved(r, e.involvedBuf[:0])...) {
+		// A call by a user being erased, or that follows them or adds
+		// them to a group, comes after the erasure: it waits for it.
+		done := e.erasedCh
+		e.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return 0, errErasing
+		case <-e.stop:
+			return 0, errClosed
+		}
+		e.mu.Lock()
+	}
 	if e.closed {
 		e.mu.Unlock()
 		return 0, errClosed
@@ -81,7 +95,15 @@ func (e *Engine) commitCtx(ctx context.Context, r record) (uint64, error) {
 	}
 	e.lastTime = h.time
 	var evs []engine.Event
+	erasing := len(e.st.erasing)
 	e.st.apply(r, &evs, true)
+	if len(e.st.erasing) < erasing {
+		// An erasure ended: the calls waiting for it go on, and the next
+		// snapshot drops the files before it (afterSnapshot).
+		close(e.erasedCh)
+		e.erasedCh = make(chan struct{})
+		e.erasedAt.Store(index)
+	}
 	if cerr := e.st.fault(); cerr != nil {
 		// A write to a post in an unreadable cold block was not applied in
 		// memory. Its record is in the log, and a restart rebuilds the cold
@@ -159,7 +181,7 @@ func (e *Engine) prepare(r record, now int64) (res uint64, done bool, err error)
 	if err != nil || done {
 		return 0, done, err
 	}
-	if hasEffects(r) && st.eff.Empty() {
+	if hasEffects(r) && st.eff.Empty() && !alwaysLogged(r) {
 		return 0, true, nil
 	}
 	trim(r, &st.eff)

@@ -235,6 +235,9 @@
 //	repair.go   Repair, offline
 //	check.go    the derived counts' checks (engine.Checker, CheckDir) and
 //	            the recount record that repairs one
+//	lifecycle.go  comment ids, deleted posts, erasures: their records,
+//	            decisions, masks for reads mid-erasure, snapshot sections
+//	eraser.go   the goroutine that takes an erasure's bounded steps
 //	lock_*.go   the data directory's lock
 //
 // Each domain file holds that domain's state types, its records and their

@@ -276,6 +276,12 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	ctx, cancel := e.snapCtx(ctx)
 	defer cancel()
 	start := time.Now()
+	if e.scrubbing() {
+		// An erasure's removals wait for their windows' rewrite (cold
+		// files too): do it now, so that the snapshot that prunes every
+		// older file leaves none naming the user.
+		e.maintain()
+	}
 	im, fresh, err := e.buildImage(ctx)
 	if err != nil || !fresh {
 		return err
@@ -296,7 +302,7 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	info, _ := os.Stat(path)
 	e.snapIndex.Store(im.index)
 	e.snapAt.Store(time.Now().UnixNano())
-	e.afterSnapshot()
+	e.afterSnapshot(im.index)
 	// After afterSnapshot: the log segments it removes shrink Size, and a
 	// base taken before would leave the -snapshot-log-bytes trigger (and
 	// SnapshotLag) that many bytes behind.
@@ -316,13 +322,35 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 // afterSnapshot prunes old snapshots and the log segments no kept
 // snapshot needs. Failures here lose nothing (the files stay), so they are
 // logged, not returned.
-func (e *Engine) afterSnapshot() {
-	removed, err := snapshot.Prune(e.dir, keepSnapshots, e.syncFiles)
+//
+// A snapshot at index that covers the end of an erasure is kept alone,
+// with no log before it: the older snapshot and the log name the erased
+// user, and erasure means no file does after the next snapshot. Until the
+// next snapshot after it, a damaged newest snapshot then has no older one
+// to fall back on (Repair says so); that is the price of forgetting.
+func (e *Engine) afterSnapshot(index uint64) {
+	keep := keepSnapshots
+	erased := e.erasedAt.Load()
+	if erased != 0 && index >= erased {
+		keep = 1
+	}
+	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles)
 	if err != nil {
 		e.logger.Warn("embedded: pruning old snapshots failed", "err", err)
 	}
 	for _, p := range removed {
 		e.logger.Debug("embedded: old snapshot removed", "file", p)
+	}
+	if keep == 1 {
+		if err == nil {
+			err = e.log.TruncateBefore(index + 1)
+		}
+		if err != nil {
+			e.logger.Warn("embedded: dropping the files before an erasure's snapshot failed; the next snapshot tries again", "err", err)
+			return
+		}
+		e.erasedAt.CompareAndSwap(erased, 0)
+		return
 	}
 	list, err := snapshot.List(e.dir)
 	if err != nil || len(list) < keepSnapshots {

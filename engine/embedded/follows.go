@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snapshot"
 )
@@ -42,11 +43,16 @@ func (e *Engine) Followees(ctx context.Context, viewer engine.UserID) ([]engine.
 		return nil, err
 	}
 	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.st.isErasing(uint64(viewer)) {
+		return []engine.UserID{}, nil
+	}
 	targets := e.st.follows.Followees(uint64(viewer), nil)
-	e.mu.RUnlock()
-	out := make([]engine.UserID, len(targets))
-	for i, f := range targets {
-		out[i] = engine.UserID(f)
+	out := make([]engine.UserID, 0, len(targets))
+	for _, f := range targets {
+		if !e.st.isErasing(f) {
+			out = append(out, engine.UserID(f))
+		}
 	}
 	return out, nil
 }
@@ -59,10 +65,9 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 	out := make([]engine.UserCounts, len(us))
 	e.mu.RLock()
 	for i, u := range us {
-		posts, _ := e.st.posted.Get(uint64(u))
 		followers, _ := e.st.followers.Get(uint64(u))
-		out[i] = engine.UserCounts{Posts: posts, Followers: followers,
-			Following: int64(e.st.follows.Following(uint64(u)))}
+		followers, following := e.st.maskFollows(uint64(u), followers, int64(e.st.follows.Following(uint64(u))))
+		out[i] = engine.UserCounts{Posts: e.st.postsShown(uint64(u)), Followers: followers, Following: following}
 	}
 	e.mu.RUnlock()
 	return out, nil
@@ -71,7 +76,7 @@ func (e *Engine) UserCounts(ctx context.Context, us []engine.UserID) ([]engine.U
 // A user's public counters are two usercounts.Tables: posted (post
 // counts, only for users who have posted) and followers; Following is not
 // stored: it is the length of the user's followee list. An author with
-// only posts costs one packed entry of posted (a few bytes), nothing else.
+// only posts costs one packed entry of posted, nothing else.
 
 // addPosts adds d > 0 to u's post count.
 func (st *state) addPosts(u uint64, d int64) {
@@ -88,14 +93,13 @@ func (st *state) addPosts(u uint64, d int64) {
 	}
 }
 
-// addFollowers adds d to u's follower count, never below 0. A count back
-// at 0 is dropped when u has posted (u stays known by their posts) and
-// kept otherwise.
+// addFollowers adds d to u's follower count, never below zero
+// (counters.Add). A count back at 0 is dropped when u has posted (u stays
+// known by their posts) and kept otherwise.
 func (st *state) addFollowers(u uint64, d int64) {
-	if cur, _ := st.followers.Get(u); cur+d < 0 {
-		// Never below zero: a count that drifted low (tally check
-		// repairs it) loses what it has, not more.
-		d = -cur
+	cur, _ := st.followers.Get(u)
+	if d = counters.Add(cur, d) - cur; d == 0 {
+		return
 	}
 	if st.followers.Add(u, d) && !st.hasUserRec(u) && !st.posted.Has(u) && !st.follows.Has(u) {
 		st.nusers++ // known by nothing before (see known)
@@ -105,9 +109,20 @@ func (st *state) addFollowers(u uint64, d int64) {
 	}
 }
 
+// postCount is the posts u has made, deleted or not: what followers' feed
+// badges count, so that none goes below zero when posts are deleted and a
+// post made after a delete still counts as new.
 func (st *state) postCount(u uint64) int64 {
 	n, _ := st.posted.Get(u)
 	return n
+}
+
+// postsShown is u's post count as a profile shows it: posts made less
+// posts deleted.
+func (st *state) postsShown(u uint64) int64 {
+	made, _ := st.posted.Get(u)
+	gone, _ := st.unposted.Get(u)
+	return counters.Add(made, -gone)
 }
 
 func (st *state) decideFollow(r *followRec) {
@@ -135,13 +150,15 @@ func (st *state) applyFollowEdge(f ops.FollowEdge) {
 const followsPerItem = 4096
 
 // writeProfiles writes PROF, one item per user with a public counter,
-// from posted and followers joined.
+// from posted, followers and unposted joined.
 func writeProfiles(e *enc, st *state) {
 	item := func(u uint64, posts, followers int64) {
+		unposted, _ := st.unposted.Get(u)
 		e.start()
 		e.u(u)
 		e.v(posts)
 		e.v(followers)
+		e.v(unposted)
 		e.end()
 	}
 	st.posted.Range(func(u uint64, posts int64) bool {
@@ -152,6 +169,12 @@ func writeProfiles(e *enc, st *state) {
 	st.followers.Range(func(u uint64, followers int64) bool {
 		if !st.posted.Has(u) {
 			item(u, 0, followers)
+		}
+		return true
+	})
+	st.unposted.Range(func(u uint64, _ int64) bool {
+		if !st.posted.Has(u) && !st.followers.Has(u) {
+			item(u, 0, 0)
 		}
 		return true
 	})
@@ -166,10 +189,11 @@ func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		u := d.u("user")
 		posts := d.nonNeg(d.v("posts"), "posts")
 		followers := d.nonNeg(d.v("followers"), "followers")
+		unposted := d.nonNeg(d.v("deleted posts"), "deleted posts")
 		if d.err != "" {
 			return
 		}
-		if st.posted.Has(u) || st.followers.Has(u) {
+		if st.posted.Has(u) || st.followers.Has(u) || st.unposted.Has(u) {
 			d.fail(fmt.Sprintf("user %d listed twice", u))
 			return
 		}
@@ -177,7 +201,10 @@ func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		if posts > 0 {
 			st.posted.Set(u, posts)
 		}
-		if followers > 0 || posts == 0 {
+		if unposted > 0 {
+			st.unposted.Set(u, unposted)
+		}
+		if followers > 0 || (posts == 0 && unposted == 0) {
 			st.followers.Set(u, followers)
 		}
 	})
@@ -188,6 +215,7 @@ func readProfiles(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 	// user instead of a hash slot each, without waiting for maintenance.
 	st.posted.Compact()
 	st.followers.Compact()
+	st.unposted.Compact()
 	return checkLen(sr, n)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/receipts"
 	"github.com/tally-dev/tally/engine/snapshot"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // group maps mapids to users. mapid i+1 belongs to byMap[i] forever;
@@ -116,9 +117,9 @@ func (st *state) messageOut(m *message) engine.Message {
 	return engine.Message{
 		ID:     engine.MessageID(m.id),
 		Group:  engine.GroupID(m.group),
-		Sender: engine.UserID(m.sender),
+		Sender: engine.UserID(st.maskAuthor(m.sender)),
 		Text:   string(st.msgText[m.off : m.off+uint64(m.textLen)]),
-		SentAt: nsTime(m.time),
+		SentAt: snowflake.Time(m.id),
 	}
 }
 
@@ -199,32 +200,51 @@ func (e *Engine) Group(ctx context.Context, viewer engine.UserID, id engine.Grou
 	if err := ctx.Err(); err != nil {
 		return engine.Group{}, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return engine.Group{}, err
+	}
 	defer e.mu.RUnlock()
 	g, err := e.memberGroup(uint64(id), uint64(viewer))
 	if err != nil {
 		return engine.Group{}, err
 	}
-	return g.view(id, 0), nil
+	return e.st.view(g, id, 0), nil
 }
 
 // view is g as Group reads it: how many current members it has and the
 // first page of them. without, when not 0, is a current member left out
 // of both: the one whose leave is being committed.
-func (g *group) view(id engine.GroupID, without uint64) engine.Group {
+func (st *state) view(g *group, id engine.GroupID, without uint64) engine.Group {
 	out := engine.Group{ID: id, MemberCount: g.current}
-	limit := engine.MaxPageSize
 	if without != 0 {
 		out.MemberCount--
-		limit++
+	}
+	for _, x := range st.erasing {
+		if mapid, ok := st.members.Get(pair{g.id, x.user}); ok && !g.hasQuit(mapid) {
+			out.MemberCount-- // a user being erased is no member (lifecycle.go)
+		}
 	}
 	out.Members = make([]engine.UserID, 0, min(out.MemberCount, engine.MaxPageSize))
-	g.currentAfter(0, limit, func(u uint64) {
-		if u != without && len(out.Members) < engine.MaxPageSize {
-			out.Members = append(out.Members, engine.UserID(u))
-		}
+	st.currentAfter(g, 0, engine.MaxPageSize, without, func(u uint64) {
+		out.Members = append(out.Members, engine.UserID(u))
 	})
 	return out
+}
+
+// currentAfter is g.currentAfter for a reader: at most limit current
+// members, leaving out without (when not 0) and users being erased.
+func (st *state) currentAfter(g *group, after uint32, limit int, without uint64, fn func(u uint64)) {
+	if without == 0 && len(st.erasing) == 0 {
+		g.currentAfter(after, limit, fn)
+		return
+	}
+	n := 0
+	g.currentAfter(after, len(g.byMap), func(u uint64) {
+		if n < limit && u != without && !st.isErasing(u) {
+			fn(u)
+			n++
+		}
+	})
 }
 
 // GroupMembers implements engine.Store.
@@ -235,7 +255,9 @@ func (e *Engine) GroupMembers(ctx context.Context, viewer engine.UserID, id engi
 	if err := engine.CheckPage(first); err != nil {
 		return nil, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return nil, err
+	}
 	defer e.mu.RUnlock()
 	g, err := e.memberGroup(uint64(id), uint64(viewer))
 	if err != nil {
@@ -246,8 +268,29 @@ func (e *Engine) GroupMembers(ctx context.Context, viewer engine.UserID, id engi
 		return nil, err
 	}
 	out := make([]engine.UserID, 0, min(first, g.current))
-	g.currentAfter(from, first, func(u uint64) { out = append(out, engine.UserID(u)) })
+	e.st.currentAfter(g, from, first, 0, func(u uint64) { out = append(out, engine.UserID(u)) })
 	return out, nil
+}
+
+// namedPage pages a receipt's list (ReadersAfter or UnreadersAfter of
+// it) after mapid after, calling add for at most limit members: an erased
+// member, or one being erased, still counts but no list names them, so
+// the page reads on past them.
+func (st *state) namedPage(g *group, list func(after uint32, limit int, fn func(mapid uint32)), after uint32, limit int, add func(u uint64)) {
+	for got := 0; got < limit; {
+		want, seen := limit-got, 0
+		list(after, want, func(mapid uint32) {
+			seen++
+			after = mapid
+			if u := g.byMap[mapid-1]; u != 0 && !st.isErasing(u) {
+				add(u)
+				got++
+			}
+		})
+		if seen < want {
+			return // the list ended
+		}
+	}
 }
 
 // cursorMapID is the mapid of the user a page starts after (0: none).
@@ -256,7 +299,7 @@ func (e *Engine) cursorMapID(g *group, after engine.UserID) (uint32, error) {
 		return 0, nil
 	}
 	mapid, _ := e.st.memberOf(g, uint64(after))
-	if mapid == 0 {
+	if mapid == 0 || e.st.isErasing(uint64(after)) {
 		return 0, errBadCursor(after)
 	}
 	return mapid, nil
@@ -313,7 +356,9 @@ func (e *Engine) Message(ctx context.Context, viewer engine.UserID, id engine.Me
 	if err := ctx.Err(); err != nil {
 		return engine.Message{}, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return engine.Message{}, err
+	}
 	defer e.mu.RUnlock()
 	m, err := e.memberMessage(uint64(id), uint64(viewer))
 	if err != nil {
@@ -362,7 +407,9 @@ func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.M
 	if err != nil {
 		return engine.Receipts{}, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return engine.Receipts{}, err
+	}
 	defer e.mu.RUnlock()
 	m, g, err := e.senderMessage(id, viewer)
 	if err != nil {
@@ -372,9 +419,9 @@ func (e *Engine) Receipts(ctx context.Context, viewer engine.UserID, id engine.M
 	r.ReadCount, r.UnreadCount = m.rc.Counts()
 	if limit > 0 {
 		r.Readers = make([]engine.UserID, 0, min(limit, r.ReadCount))
-		m.rc.Readers(limit, func(mapid uint32) { r.Readers = append(r.Readers, engine.UserID(g.byMap[mapid-1])) })
+		e.st.namedPage(g, m.rc.ReadersAfter, 0, limit, func(u uint64) { r.Readers = append(r.Readers, engine.UserID(u)) })
 		r.Unreaders = make([]engine.UserID, 0, min(limit, r.UnreadCount))
-		m.rc.Unreaders(limit, func(mapid uint32) { r.Unreaders = append(r.Unreaders, engine.UserID(g.byMap[mapid-1])) })
+		e.st.namedPage(g, m.rc.UnreadersAfter, 0, limit, func(u uint64) { r.Unreaders = append(r.Unreaders, engine.UserID(u)) })
 	}
 	return r, nil
 }
@@ -387,7 +434,9 @@ func (e *Engine) ReceiptMembers(ctx context.Context, viewer engine.UserID, id en
 	if err := engine.CheckPage(first); err != nil {
 		return nil, err
 	}
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return nil, err
+	}
 	defer e.mu.RUnlock()
 	m, g, err := e.senderMessage(id, viewer)
 	if err != nil {
@@ -398,12 +447,11 @@ func (e *Engine) ReceiptMembers(ctx context.Context, viewer engine.UserID, id en
 		return nil, err
 	}
 	out := make([]engine.UserID, 0, first)
-	add := func(mapid uint32) { out = append(out, engine.UserID(g.byMap[mapid-1])) }
+	list := m.rc.UnreadersAfter
 	if readers {
-		m.rc.ReadersAfter(from, first, add)
-	} else {
-		m.rc.UnreadersAfter(from, first, add)
+		list = m.rc.ReadersAfter
 	}
+	e.st.namedPage(g, list, from, first, func(u uint64) { out = append(out, engine.UserID(u)) })
 	return out, nil
 }
 
@@ -423,8 +471,12 @@ func (e *Engine) senderMessage(id engine.MessageID, viewer engine.UserID) (*mess
 	return m, g, nil
 }
 
-// memberState is u's standing in g.
+// memberState is u's standing in g; a user being erased has none
+// (lifecycle.go).
 func (st *state) memberState(g *group, u engine.UserID) ops.MemberState {
+	if st.isErasing(uint64(u)) {
+		return ops.MemberState{}
+	}
 	mapid, cur := st.memberOf(g, uint64(u))
 	return ops.MemberState{Joined: mapid != 0, Current: cur}
 }
@@ -457,7 +509,7 @@ func (st *state) decideLeaveGroup(r *leaveGroupRec) error {
 		// The commit applies this leave, and nothing else, under the
 		// lock it decides under: the group after it is the group now
 		// without the viewer.
-		*r.after = g.view(r.Group, uint64(r.Viewer))
+		*r.after = st.view(g, r.Group, uint64(r.Viewer))
 	}
 	return nil
 }
@@ -541,7 +593,23 @@ func (st *state) storeMessage(r *sendMessageRec) {
 	off := uint64(len(st.msgText))
 	st.msgText = append(st.msgText, r.Text...)
 	st.msgs.Put(uint64(r.Message), uint32(len(st.msgList)))
-	rc := receipts.New(uint32(len(g.byMap)), senderMap, g.quitters)
+	quit := g.quitters
+	if len(st.erasing) > 0 {
+		// A user being erased is no member: not counted, as one who left.
+		quit = func(yield func(uint32) bool) {
+			for m := range g.quitters {
+				if !yield(m) {
+					return
+				}
+			}
+			for _, x := range st.erasing {
+				if m, ok := st.members.Get(pair{g.id, x.user}); ok && !g.hasQuit(m) && !yield(m) {
+					return
+				}
+			}
+		}
+	}
+	rc := receipts.New(uint32(len(g.byMap)), senderMap, quit)
 	st.rcBytes += rc.SizeBytes()
 	st.msgList = append(st.msgList, message{id: uint64(r.Message), group: uint64(r.Group), sender: uint64(r.Viewer),
 		time: r.time, off: off, textLen: uint32(len(r.Text)), rc: rc})
@@ -561,7 +629,7 @@ func (st *state) fanout(f ops.Fanout, out *[]engine.Event) {
 	}
 	k := counterOf(f.Kind)
 	for i, u := range g.byMap {
-		if u == uint64(f.Except) || g.hasQuit(uint32(i+1)) {
+		if u == uint64(f.Except) || g.hasQuit(uint32(i+1)) || st.isErasing(u) {
 			continue
 		}
 		st.bump(u, k)
@@ -638,6 +706,15 @@ func readGroups(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 		}
 		g.current = int(n) - quit
 		for i, u := range g.byMap {
+			if u == 0 {
+				// An erased member's mapid: it names nobody and stays
+				// quit.
+				if !g.hasQuit(uint32(i + 1)) {
+					d.fail(fmt.Sprintf("group %d: an erased member's mapid %d is not quit", id, i+1))
+					return
+				}
+				continue
+			}
 			k := pair{id, u}
 			if _, dup := st.members.Get(k); dup {
 				d.fail(fmt.Sprintf("user %d twice in group %d", u, id))

@@ -8,9 +8,12 @@ import (
 	"github.com/tally-dev/tally/engine/table"
 )
 
-// idemKey is a 128-bit hash of (viewer, idempotency key). The
-// record carries the hash rather than the key, which keeps records small
-// and makes the key's length irrelevant to the state.
+// idemKey is (viewer, a 64-bit hash of the idempotency key). The record
+// carries the hash rather than the key, which keeps records small and
+// makes the key's length irrelevant to the state; the viewer is kept
+// whole, so that erasing a user finds their keys (a collision would need
+// two keys of one viewer with the same hash within IdempotencyTTL, and
+// even then the fingerprint refuses a different call).
 type idemKey [2]uint64
 
 func hashIdem(k idemKey) uint64 { return table.HashPair(k[0], k[1]) }
@@ -60,30 +63,19 @@ func (st *state) expireIdem(now int64) {
 	st.idemQ, st.idemHead = q, h
 }
 
-// makeIdemKey hashes an idempotency key with the viewer: a key is scoped
-// to one viewer, and bound (by the fingerprint kept with it) to the kind
-// and arguments of its first use, so reusing it for anything else is
-// refused rather than answered with another call's result.
+// makeIdemKey keys an idempotency key by its viewer: a key is scoped to
+// one viewer, and bound (by the fingerprint kept with it) to the kind and
+// arguments of its first use, so reusing it for anything else is refused
+// rather than answered with another call's result.
 func makeIdemKey(viewer uint64, key string) idemKey {
 	if key == "" {
 		return idemKey{}
 	}
-	h := fnv.New128a()
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(viewer >> (8 * i))
-	}
-	h.Write(b[:])
+	h := fnv.New64a()
 	h.Write([]byte(key))
-	var sum [16]byte
-	h.Sum(sum[:0])
-	k := idemKey{}
-	for i := range 8 {
-		k[0] |= uint64(sum[i]) << (8 * i)
-		k[1] |= uint64(sum[8+i]) << (8 * i)
-	}
-	if k == (idemKey{}) {
-		k[0] = 1 // zero means "no key"
+	k := idemKey{viewer, h.Sum64()}
+	if k[1] == 0 {
+		k[1] = 1 // zero is an emptied queue slot's
 	}
 	return k
 }
@@ -103,6 +95,9 @@ func writeIdem(e *enc, st *state) {
 
 func writeIdemQ(e *enc, st *state) {
 	for _, q := range st.idemQ[st.idemHead:] {
+		if q.key == (idemKey{}) {
+			continue // emptied by an erasure
+		}
 		e.start()
 		e.v(q.time)
 		e.fixed(q.key[0])

@@ -153,6 +153,21 @@ type Engine struct {
 	// Import may fold the authors' post counts itself.
 	maintains bool
 
+	// eraseWake wakes the eraser (eraser.go); erasedCh is closed, and
+	// replaced, under mu whenever an erasure ends, for the calls waiting
+	// for one; involvedBuf is commit's scratch for the users a record
+	// involves.
+	eraseWake   chan struct{}
+	erasedCh    chan struct{}
+	involvedBuf []uint64
+	// erasedAt is the log index of the last record that ended an
+	// erasure and that no snapshot has pruned the files before (0: none).
+	erasedAt atomic.Uint64
+	// maintMu serialises maintenance passes (the loop's, Snapshot's).
+	maintMu sync.Mutex
+	// stepGate, when set (tests), is called before each erasure step.
+	stepGate atomic.Pointer[func()]
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -215,6 +230,8 @@ func Open(opts Options) (*Engine, error) {
 		shadow:         tc.inMemory(),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
+		eraseWake:      make(chan struct{}, 1),
+		erasedCh:       make(chan struct{}),
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.gen.Node, e.gen.Now = opts.Node, opts.Now
@@ -245,6 +262,11 @@ func Open(opts Options) (*Engine, error) {
 		e.maintains = true
 		e.wg.Add(1)
 		go e.maintainer(opts.MaintainInterval)
+	}
+	e.wg.Add(1)
+	go e.eraser()
+	if len(e.st.erasing) > 0 {
+		e.wakeEraser() // erasures the log left under way
 	}
 	if e.log != nil && (opts.SnapshotInterval > 0 || opts.SnapshotLogBytes > 0) {
 		e.wg.Add(1)
@@ -295,6 +317,7 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	e.snapIndex.Store(rec.snapIndex)
 	e.snapBase.Store(l.Size() - rec.bytes)
+	e.erasedAt.Store(im.erasedAt)
 	if rec.snapshot != "" {
 		if fi, err := os.Stat(rec.snapshot); err == nil {
 			e.snapAt.Store(fi.ModTime().UnixNano())
@@ -339,7 +362,11 @@ func (e *Engine) Stats() engine.Stats {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	st := e.st
-	mem := int(st.posts.MemoryBytes()+st.likes.MemoryBytes()+st.favs.MemoryBytes()) +
+	var setBytes int64
+	for _, s := range st.sets() {
+		setBytes += s.MemoryBytes()
+	}
+	mem := int(st.posts.MemoryBytes()+setBytes+st.origins.MemoryBytes()+st.unposted.MemoryBytes()) +
 		st.badges.MemoryBytes() + st.seens.MemoryBytes() + st.clicks.MemoryBytes() + st.wide.MemoryBytes() + int(st.posted.MemoryBytes()+st.followers.MemoryBytes()) + st.groups.MemoryBytes() + st.members.MemoryBytes() +
 		st.msgs.MemoryBytes() + st.idem.MemoryBytes() + cap(st.notifText) + cap(st.msgText) +
 		cap(st.notifs)*int(sizeofNotif) + cap(st.idemQ)*int(sizeofIdemExpiry) + cap(st.msgList)*int(sizeofMessage)
@@ -356,6 +383,7 @@ func (e *Engine) Stats() engine.Stats {
 		Messages:      int64(len(st.msgList)),
 		Notifications: int64(len(st.notifs)),
 		MemoryBytes:   int64(mem),
+		Erasures:      int64(len(st.erasing)),
 	}
 }
 
@@ -385,7 +413,11 @@ func (e *Engine) Close() error {
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
 	e.mu.Lock()
-	cerr := errors.Join(e.st.posts.Close(), e.st.likes.Close(), e.st.favs.Close())
+	errs := []error{e.st.posts.Close()}
+	for _, s := range e.st.sets() {
+		errs = append(errs, s.Close())
+	}
+	cerr := errors.Join(errs...)
 	e.mu.Unlock()
 	if e.log == nil {
 		return cerr
@@ -421,10 +453,18 @@ func (e *Engine) maintainer(every time.Duration) {
 }
 
 func (e *Engine) maintain() {
+	e.maintMu.Lock()
+	defer e.maintMu.Unlock()
 	e.runTier("post table", func() tier.Maintainer { return e.st.posts })
 	e.runTier("like set", func() tier.Maintainer { return e.st.likes })
 	e.runTier("favorite set", func() tier.Maintainer { return e.st.favs })
+	e.runTier("deleted posts", func() tier.Maintainer { return e.st.deleted })
+	e.runTier("comment ids", func() tier.Maintainer { return e.st.comments })
+	e.runTier("deleted comment ids", func() tier.Maintainer { return e.st.uncounted })
+	e.runTier("comment writers", func() tier.Maintainer { return e.st.writers })
 	e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted })
+	e.runTier("authors' deleted posts", func() tier.Maintainer { return e.st.unposted })
+	e.runTier("reposts' originals", func() tier.Maintainer { return e.st.origins })
 	e.runTier("follower counts", func() tier.Maintainer { return e.st.followers })
 }
 
@@ -466,4 +506,16 @@ func (e *Engine) runTier(what string, of func() tier.Maintainer) {
 			return
 		}
 	}
+}
+
+// scrubbing reports whether windows wait for the rewrite an erasure asked
+// for (tier's Scrub).
+func (e *Engine) scrubbing() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := e.st.posts.Scrubbing()
+	for _, s := range e.st.sets() {
+		n += s.Scrubbing()
+	}
+	return n > 0
 }

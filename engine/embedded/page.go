@@ -23,10 +23,17 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 	var buf pageBuf
 	raw := buf.ids(posts)
 	recs, found := buf.posts(len(posts))
-	e.mu.RLock()
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return err
+	}
 	defer e.mu.RUnlock()
 	if err := e.st.posts.GetMany(raw, recs, found); err != nil {
 		return e.unreadable("post table", err)
+	}
+	if len(e.st.erasing) > 0 {
+		if err := e.st.maskCounts(raw, recs, found); err != nil {
+			return e.unreadable("like set", err)
+		}
 	}
 	for i := range out {
 		out[i].PostInfo = engine.PostInfo{Exists: found[i], Author: engine.UserID(recs[i].Author)}

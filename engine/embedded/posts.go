@@ -77,8 +77,12 @@ func (e *Engine) readPosts(ctx context.Context, posts []engine.PostID) ([]tier.P
 	}
 	recs := make([]tier.Post, len(posts))
 	found := make([]bool, len(posts))
+	raw := ids(posts)
 	e.mu.RLock()
-	err := e.st.posts.GetMany(ids(posts), recs, found)
+	err := e.st.posts.GetMany(raw, recs, found)
+	if err == nil {
+		err = e.st.maskCounts(raw, recs, found)
+	}
 	e.mu.RUnlock()
 	if err != nil {
 		return nil, nil, e.unreadable("post table", err)
@@ -101,8 +105,10 @@ func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, pos
 		return nil, err
 	}
 	out := make([]bool, len(posts))
+	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
+		return nil, err
+	}
 	if favs {
-		e.mu.RLock()
 		err := e.st.favs.HasMany(uint64(viewer), ids(posts), out)
 		e.mu.RUnlock()
 		if err != nil {
@@ -112,7 +118,6 @@ func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, pos
 	}
 	// Liked: a reaction of like, not of another kind.
 	kinds := make([]counters.Kind, len(posts))
-	e.mu.RLock()
 	err := e.st.likes.KindsOf(uint64(viewer), ids(posts), kinds)
 	e.mu.RUnlock()
 	if err != nil {
@@ -174,22 +179,16 @@ type repostRec struct {
 	ops.Repost
 }
 
-// errLifecycle answers what this backend does not do yet.
-var errLifecycle = fmt.Errorf("%w: not supported by this backend yet", engine.ErrInvalid)
-
 // Comment implements engine.Store.
 func (e *Engine) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if comment != 0 {
-		return errLifecycle
-	}
-	r := &commentRec{Comment: ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}}
+	r := &commentRec{Comment: ops.Comment{Viewer: viewer, Post: post, Comment: comment, Mentions: mentions, IdemKey: idemKey}}
 	if err := r.Check(e.now()); err != nil {
 		return err
 	}
-	r.withIdem(viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Mentions: r.Mentions})
+	r.withIdem(viewer, idemKey, engine.IdemComment, engine.IdemArgs{Post: post, Comment: comment, Mentions: r.Mentions})
 	_, err := e.commitCtx(ctx, r)
 	return err
 }
@@ -285,13 +284,21 @@ func (st *state) postFacts(post engine.PostID) ops.PostFacts {
 	if err != nil && st.readErr == nil {
 		st.readErr = err
 	}
-	return ops.PostFacts{Exists: ok, Author: engine.UserID(p.Author)}
+	f := ops.PostFacts{Exists: ok, Author: engine.UserID(st.maskAuthor(p.Author))}
+	if !ok && st.deleted.Len() > 0 {
+		f.Deleted = st.pairFact(st.deleted, 0, uint64(post))
+	}
+	return f
 }
 
 func (st *state) postExists(post engine.PostID) bool { return st.postFacts(post).Exists }
 
-// postTaken reports whether id is a known post, for the id generator.
-func (st *state) postTaken(id uint64) bool { return st.postExists(engine.PostID(id)) }
+// postTaken reports whether id is a known post or a deleted one's, for
+// the id generator and CreatePost.
+func (st *state) postTaken(id uint64) bool {
+	f := st.postFacts(engine.PostID(id))
+	return f.Exists || f.Deleted
+}
 
 // addCount applies one count effect to the post table, keeping counted.
 func (st *state) addCount(c ops.CountDelta) {
@@ -313,6 +320,13 @@ func (st *state) addCount(c ops.CountDelta) {
 	st.counted += countedDelta(was, is)
 }
 
+// addReaction adds a ReactionDelta to its post's count of its kind.
+func (st *state) addReaction(c ops.ReactionDelta) {
+	was, is, err := st.posts.AddReaction(uint64(c.Post), c.Kind, c.Delta)
+	st.noteErr(err)
+	st.counted += countedDelta(was, is)
+}
+
 // countedDelta is how a change from was to is changes state.counted.
 func countedDelta(was, is tier.Post) int64 {
 	switch wz, iz := !was.HasCounts(), !is.HasCounts(); {
@@ -325,7 +339,7 @@ func countedDelta(was, is tier.Post) int64 {
 }
 
 func (st *state) decideCreatePost(r *createPostRec) error {
-	return r.Decide(st.postExists(r.Post), &st.eff)
+	return r.Decide(st.postTaken(uint64(r.Post)), &st.eff)
 }
 
 func (st *state) decideFavorite(r *favoriteRec) error {
@@ -334,22 +348,12 @@ func (st *state) decideFavorite(r *favoriteRec) error {
 }
 
 func (st *state) decideComment(r *commentRec) error {
-	return r.Decide(ops.CommentFacts{PostFacts: st.postFacts(r.Post)}, &st.eff)
-}
-
-// DeleteComment implements engine.Store: not supported yet.
-func (e *Engine) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
-	return errLifecycle
-}
-
-// DeletePost implements engine.Store: not supported yet.
-func (e *Engine) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
-	return errLifecycle
-}
-
-// EraseUser implements engine.Store: not supported yet.
-func (e *Engine) EraseUser(ctx context.Context, user engine.UserID) error {
-	return errLifecycle
+	f := ops.CommentFacts{PostFacts: st.postFacts(r.Post)}
+	if r.Comment.Comment != 0 {
+		c, p := uint64(r.Comment.Comment), uint64(r.Post)
+		f.Known = st.pairFact(st.comments, c, p) || st.pairFact(st.uncounted, c, p)
+	}
+	return r.Decide(f, &st.eff)
 }
 
 func (st *state) decideRepost(r *repostRec) error {
@@ -398,6 +402,7 @@ type importedPost struct {
 // straight into sealed form. at (the record's time) is the clock that
 // tells old windows from open ones: it changes the layout, never a value.
 func (st *state) importRows(rows []engine.ImportRow, at int64) {
+	st.importUnerase(rows)
 	recs := make([]importedPost, 0, len(rows))
 	pending := make(map[engine.PostID]int, len(rows)) // index in recs
 	for _, row := range rows {
@@ -414,7 +419,12 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 				continue
 			}
 			cur = importedPost{id: uint64(row.Post), was: p, is: p}
-			known = ops.PostFacts{Exists: ok, Author: engine.UserID(p.Author)}
+			// An author being erased is gone already (lifecycle.go).
+			cur.is.Author = st.maskAuthor(p.Author)
+			known = ops.PostFacts{Exists: ok, Author: engine.UserID(cur.is.Author)}
+			if !ok && st.deleted.Len() > 0 {
+				known.Deleted = st.pairFact(st.deleted, 0, uint64(row.Post))
+			}
 		}
 		skip, register, authorPosts := ops.DecideImport(row, known)
 		if skip {
@@ -522,14 +532,16 @@ func (r *favoriteRec) readFrom(d *decoder) {
 	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
 }
 
+// A comment's id is 0 when it has none.
 func (r *commentRec) appendTo(b []byte) []byte {
-	b = appendID(appendID(b, r.Viewer), r.Post)
+	b = appendID(appendID(appendID(b, r.Viewer), r.Post), r.Comment.Comment)
 	b = appendIdem(b, &r.recHeader)
 	return appendIDs(b, r.Mentions)
 }
 
 func (r *commentRec) readFrom(d *decoder) {
 	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
+	r.Comment.Comment = engine.CommentID(d.uvarint("comment"))
 	d.idem(&r.recHeader)
 	r.Mentions = readIDs(d, r.Mentions, false, "mention")
 }

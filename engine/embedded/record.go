@@ -38,6 +38,10 @@ const (
 	opMarkMessagesRead
 	opSweepCursors
 	opImport
+	opDeleteComment
+	opDeletePost
+	opEraseUser
+	opEraseStep
 	opRecount
 	opKinds
 	opKindEnd // one past the last kind
@@ -51,6 +55,7 @@ var opNames = [...]string{
 	opCreateGroup: "createGroup", opAddMembers: "addMembers", opLeaveGroup: "leaveGroup",
 	opSendMessage: "sendMessage", opMarkMessagesRead: "markMessagesRead",
 	opSweepCursors: "sweepCursors", opImport: "import", opRecount: "recount", opKinds: "kinds",
+	opDeleteComment: "deleteComment", opDeletePost: "deletePost", opEraseUser: "eraseUser", opEraseStep: "eraseStep",
 }
 
 func (k opKind) String() string {
@@ -150,6 +155,14 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 		return &r.recHeader, opSweepCursors, uint64(r.ttl), 0
 	case *importRec:
 		return &r.recHeader, opImport, 0, 0
+	case *deleteCommentRec:
+		return &r.recHeader, opDeleteComment, uint64(r.Post), 0
+	case *deletePostRec:
+		return &r.recHeader, opDeletePost, uint64(r.Post), 0
+	case *eraseRec:
+		return &r.recHeader, opEraseUser, uint64(r.User), 0
+	case *eraseStepRec:
+		return &r.recHeader, opEraseStep, r.user, 0
 	case *recountRec:
 		return &r.recHeader, opRecount, 0, 0
 	case *kindsRec:
@@ -158,7 +171,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 4, the only one this build reads or writes (a
+// Record format, version 6, the only one this build reads or writes (a
 // log of another version is refused whole, engine.FormatError):
 //
 //	byte 0   version (5)
@@ -177,7 +190,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 5
+const recordVersion = 6
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
@@ -225,6 +238,14 @@ func appendRecord(dst []byte, r record) []byte {
 		return binary.AppendUvarint(dst, uint64(r.ttl))
 	case *importRec:
 		return r.appendTo(dst)
+	case *deleteCommentRec:
+		return r.appendTo(dst)
+	case *deletePostRec:
+		return r.appendTo(dst)
+	case *eraseRec:
+		return r.appendTo(dst)
+	case *eraseStepRec:
+		return r.appendTo(dst)
 	case *recountRec:
 		return r.appendTo(dst)
 	case *kindsRec:
@@ -265,6 +286,10 @@ type recordReader struct {
 	markMessagesRead markMessagesReadRec
 	sweep            sweepRec
 	imports          importRec
+	deleteComment    deleteCommentRec
+	deletePost       deletePostRec
+	erase            eraseRec
+	eraseStep        eraseStepRec
 	recount          recountRec
 }
 
@@ -392,6 +417,26 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 	case opImport:
 		x := &rd.imports
 		*x = importRec{recHeader: h, rows: x.rows[:0]}
+		x.readFrom(&d)
+		r = x
+	case opDeleteComment:
+		x := &rd.deleteComment
+		*x = deleteCommentRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opDeletePost:
+		x := &rd.deletePost
+		*x = deletePostRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opEraseUser:
+		x := &rd.erase
+		*x = eraseRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opEraseStep:
+		x := &rd.eraseStep
+		*x = eraseStepRec{recHeader: h, keys: x.keys[:0], step: x.step}
 		x.readFrom(&d)
 		r = x
 	case opRecount:

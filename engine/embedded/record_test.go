@@ -11,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
+	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
 )
 
@@ -59,6 +60,14 @@ func sampleRecords() []record {
 		&sweepRec{recHeader: h(now), ttl: int64(engine.DefaultCursorTTL)},
 		&importRec{recHeader: h(now), rows: []engine.ImportRow{{Post: 1, Counts: engine.Counts{Views: 1}},
 			{Post: engine.PostID(big), Author: 3, Counts: engine.Counts{Likes: 1 << 62, Comments: 2, Reposts: 3, Favorites: 5}}}},
+		&commentRec{idem, ops.Comment{Viewer: 2, Post: 9, Comment: engine.CommentID(big), Mentions: []engine.UserID{3}}},
+		&deleteCommentRec{h(now), ops.DeleteComment{Actor: engine.Actor{User: 2}, Post: 9, Comment: 11}},
+		&deleteCommentRec{h(now), ops.DeleteComment{Actor: engine.Actor{User: engine.UserID(big), Privileged: true}, Post: 9, Comment: engine.CommentID(big)}},
+		&deletePostRec{h(now), ops.DeletePost{Actor: engine.Actor{User: 2}, Post: engine.PostID(big)}},
+		&deletePostRec{h(now), ops.DeletePost{Actor: engine.Actor{User: 2, Privileged: true}, Post: 9}},
+		&eraseRec{h(now), ops.EraseUser{User: engine.UserID(big)}},
+		&eraseStepRec{recHeader: h(now), user: 4, phase: phaseLikes, keys: []uint64{1, big}, next: tier.Cursor{Post: big, User: 3}},
+		&eraseStepRec{recHeader: h(now), user: 4, phase: phaseIdem, phaseEnd: true},
 		&recountRec{recHeader: h(now), check: 1, id: big, from: 3, to: 0},
 		&recountRec{recHeader: h(now), check: 4, id: 7, from: 0, to: 1 << 40},
 	}

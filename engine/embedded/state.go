@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/table"
@@ -34,6 +35,18 @@ type state struct {
 	imported engine.ImportSpan
 	likes    *tier.Set // (user, post), in the post table's time windows
 	favs     *tier.Set
+	// deleted, comments, uncounted, writers, origins and unposted are the
+	// lifecycle's (lifecycle.go): deleted post ids, counted and deleted
+	// comment ids by post, comment writers, reposts' originals, authors'
+	// deleted posts.
+	deleted   *tier.Set
+	comments  *tier.Set
+	uncounted *tier.Set
+	writers   *tier.Set
+	origins   *usercounts.Table
+	unposted  *usercounts.Table
+	// erasing are the users being erased, with their progress.
+	erasing []erasure
 	// err is the first error a tiered store's cold file returned while
 	// applying a record (see Engine.commit).
 	err error
@@ -88,6 +101,12 @@ func newState(tc tables) *state {
 		posts:     newPosts(tc),
 		likes:     newSet(tc, "LIKE"),
 		favs:      newSet(tc, "FAVS"),
+		deleted:   newSet(tc, "PDEL"),
+		comments:  newSet(tc, "CMNT"),
+		uncounted: newSet(tc, "CMDL"),
+		writers:   newSet(tc, "CMWR"),
+		origins:   usercounts.New(8),
+		unposted:  usercounts.New(8),
 		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
 		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
@@ -151,9 +170,24 @@ func (st *state) decide(r record, quiet bool) error {
 		return st.decideSendMessage(r)
 	case *markMessagesReadRec:
 		return st.decideMarkMessagesRead(r)
+	case *deleteCommentRec:
+		return st.decideDeleteComment(r)
+	case *deletePostRec:
+		return st.decideDeletePost(r)
+	case *eraseRec:
+		r.Decide(st.isErasing(uint64(r.User)), &st.eff)
+	case *eraseStepRec:
+		return st.decideEraseStep(r)
 	}
 	// touch, sweep, import and recount carry their decision in the record.
 	return nil
+}
+
+// alwaysLogged reports whether r is logged even when its effects are
+// empty: an erasure step records its progress.
+func alwaysLogged(r record) bool {
+	_, ok := r.(*eraseStepRec)
+	return ok
 }
 
 // hasEffects reports whether r's kind changes the state through ops
@@ -184,7 +218,7 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 				return
 			}
 		}
-		if st.eff.Empty() {
+		if st.eff.Empty() && !alwaysLogged(r) {
 			return
 		}
 	}
@@ -204,6 +238,8 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 		st.sweepCursors(r.time, r.ttl)
 	case *importRec:
 		st.importRows(r.rows, r.time)
+	case *eraseStepRec:
+		st.applyEraseStep(r)
 	case *recountRec:
 		st.applyRecount(r)
 	case *kindsRec:
@@ -226,16 +262,46 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 		st.applyReact(r)
 	}
 	for _, c := range eff.Counts {
+		if len(st.erasing) > 0 && (c.Field == counters.Likes || c.Field == counters.Favorites) {
+			st.settleErasures(c.Post, c.Field == counters.Favorites, eff.Removals)
+		}
 		st.addCount(c)
 	}
 	for _, c := range eff.ReactionCounts {
-		was, is, err := st.posts.AddReaction(uint64(c.Post), c.Kind, c.Delta)
-		st.noteErr(err)
-		st.counted += countedDelta(was, is)
+		if len(st.erasing) > 0 {
+			st.settleErasures(c.Post, false, eff.Removals)
+		}
+		st.addReaction(c)
 	}
 	for _, r := range eff.Registers {
 		st.noteErr(st.posts.SetAuthor(uint64(r.Post), uint64(r.Author)))
 		st.addPosts(uint64(r.Author), 1)
+		if r.Original != 0 {
+			st.origins.Set(uint64(r.Post), int64(r.Original))
+		}
+	}
+	for _, u := range eff.Unregisters {
+		st.applyUnregister(u)
+	}
+	for _, m := range eff.CommentMarks {
+		st.applyCommentMark(m)
+	}
+	for _, x := range eff.Erasures {
+		if !x.Done {
+			st.applyErasure(x)
+		}
+	}
+	for _, x := range eff.Removals {
+		st.applyRemoval(x)
+	}
+	for _, p := range eff.Unauthors {
+		st.applyUnauthor(p)
+	}
+	for _, m := range eff.GroupErasures {
+		st.applyGroupErasure(m)
+	}
+	for _, m := range eff.SenderErasures {
+		st.applySenderErasure(m)
 	}
 	for _, b := range eff.Bumps {
 		st.bump(uint64(b.User), counterOf(b.Kind))
@@ -267,6 +333,12 @@ func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
 	for _, r := range eff.Receipts {
 		st.markReceipt(r)
 	}
+	// An erasure ends after its last step's changes.
+	for _, x := range eff.Erasures {
+		if x.Done {
+			st.applyErasure(x)
+		}
+	}
 	if out != nil {
 		*out = append(*out, eff.Events...)
 	}
@@ -292,7 +364,16 @@ func (st *state) fault() error { return st.err }
 // maintain seals and compacts the state's time-windowed tables in one go,
 // for a state no reader shares (one rebuilt to be written out).
 func (st *state) maintain(now time.Time) error {
-	return errors.Join(st.posts.Maintain(now), st.likes.Maintain(now), st.favs.Maintain(now))
+	errs := []error{st.posts.Maintain(now)}
+	for _, s := range st.sets() {
+		errs = append(errs, s.Maintain(now))
+	}
+	return errors.Join(errs...)
+}
+
+// sets are the state's time-windowed pair sets.
+func (st *state) sets() [6]*tier.Set {
+	return [...]*tier.Set{st.likes, st.favs, st.deleted, st.comments, st.uncounted, st.writers}
 }
 
 // Record sizes for MemoryBytes.

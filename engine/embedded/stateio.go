@@ -18,7 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, state version 5: one section per table,
+// The state as snapshot sections, state version 6: one section per table,
 // the only set this build reads or writes (a snapshot of another version
 // is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
@@ -37,12 +37,19 @@ import (
 //	LKST  the like set: its image (engine/tier's snapshot format 4, whose
 //	      pairs may carry a reaction kind) in chunks
 //	FVST  the favorite set, likewise
+//	PDEL  the deleted posts' set ((0, post) pairs), likewise
+//	CMNT  the counted comment ids' set ((comment, post) pairs), likewise
+//	CMDL  the deleted comment ids' set, likewise
+//	CMWR  the comment writers' set ((writer, comment) pairs), likewise
+//	REPO  u repost, u original (one item per repost whose original is kept)
+//	ERAS  u user, u phase, u cursor post, u cursor user (the erasures
+//	      under way, oldest first)
 //	USER  u user, 1 byte mask of the non-zero fields, then u each of
 //	      mentions, comments, likes, messages, click, cursor, day, flags
 //	      (one item per user with a badge or a visit record or a click,
 //	      all in one)
-//	PROF  u user, v posts, v followers (one item per user with a post or
-//	      a follower count, both in one)
+//	PROF  u user, v posts, v followers, v deleted posts (one item per
+//	      user with a post, follower or deleted-post count, all in one)
 //	FOLW  u viewer, u n, n × (u followee, v snapshot); a list longer than
 //	      followsPerItem continues in the next items of the same viewer;
 //	      n = 0 keeps an emptied list (the user stays known)
@@ -61,13 +68,19 @@ import (
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 5
+const stateVersion = 6
 
 var (
 	tagMeta      = snapshot.MakeTag("META")
 	tagPostTable = snapshot.MakeTag("PTBL") // the post table's image
 	tagLikeSet   = snapshot.MakeTag("LKST") // the like set's image
 	tagFavSet    = snapshot.MakeTag("FVST")
+	tagDeleted   = snapshot.MakeTag("PDEL")
+	tagComments  = snapshot.MakeTag("CMNT")
+	tagUncounted = snapshot.MakeTag("CMDL")
+	tagWriters   = snapshot.MakeTag("CMWR")
+	tagOrigins   = snapshot.MakeTag("REPO")
+	tagErasures  = snapshot.MakeTag("ERAS")
 	tagUsers     = snapshot.MakeTag("USER")
 	tagProfiles  = snapshot.MakeTag("PROF")
 	tagFollows   = snapshot.MakeTag("FOLW")
@@ -79,7 +92,8 @@ var (
 
 	// allTags are the sections a snapshot has, in the order writeImage
 	// writes them.
-	allTags = []snapshot.Tag{tagMeta, tagPostTable, tagLikeSet, tagFavSet, tagUsers, tagProfiles,
+	allTags = []snapshot.Tag{tagMeta, tagPostTable, tagLikeSet, tagFavSet, tagDeleted, tagComments,
+		tagUncounted, tagWriters, tagOrigins, tagErasures, tagUsers, tagProfiles,
 		tagFollows, tagNotifs, tagGroups, tagMsgs, tagIdem, tagIdemQ}
 )
 
@@ -92,6 +106,10 @@ type image struct {
 	index    uint64 // the last record applied
 	lastTime int64
 	genHigh  uint64 // snowflake.Generator high-water mark, 0 if none
+	// erasedAt is the index of the last record replayed that ended an
+	// erasure (0: none), so that the next snapshot prunes what names the
+	// user.
+	erasedAt uint64
 	rd       recordReader
 }
 
@@ -103,7 +121,11 @@ func (im *image) applyRecord(index uint64, payload []byte) error {
 	if err != nil {
 		return fmt.Errorf("embedded: log record %d: %w", index, err)
 	}
+	erasing := len(im.st.erasing)
 	im.st.apply(r, nil, false)
+	if len(im.st.erasing) < erasing {
+		im.erasedAt = index
+	}
 	if _, ok := r.(*importRec); ok && foldBehind(im.st.posted) {
 		// Replay and a snapshot's rebuild own their state, and apply an
 		// import's authors as fast as Import does.
@@ -201,6 +223,12 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		{tagPostTable, func() { writePostTable(w, e, st) }},
 		{tagLikeSet, func() { writeSetImage(w, e, st.likes) }},
 		{tagFavSet, func() { writeSetImage(w, e, st.favs) }},
+		{tagDeleted, func() { writeSetImage(w, e, st.deleted) }},
+		{tagComments, func() { writeSetImage(w, e, st.comments) }},
+		{tagUncounted, func() { writeSetImage(w, e, st.uncounted) }},
+		{tagWriters, func() { writeSetImage(w, e, st.writers) }},
+		{tagOrigins, func() { writeOrigins(e, st) }},
+		{tagErasures, func() { writeErasures(e, st) }},
 		{tagUsers, func() { writeUsers(e, st) }},
 		{tagProfiles, func() { writeProfiles(e, st) }},
 		{tagFollows, func() { writeFollows(e, st) }},
@@ -353,12 +381,18 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
 	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: &state{
-		push:     m.push,
-		nusers:   m.nusers,
-		imported: m.imported,
-		posts:    newPosts(tc),
-		likes:    newSet(tc, "LIKE"),
-		favs:     newSet(tc, "FAVS"),
+		push:      m.push,
+		nusers:    m.nusers,
+		imported:  m.imported,
+		posts:     newPosts(tc),
+		likes:     newSet(tc, "LIKE"),
+		favs:      newSet(tc, "FAVS"),
+		deleted:   newSet(tc, "PDEL"),
+		comments:  newSet(tc, "CMNT"),
+		uncounted: newSet(tc, "CMDL"),
+		writers:   newSet(tc, "CMWR"),
+		origins:   usercounts.New(items(tagOrigins)),
+		unposted:  usercounts.New(8),
 		// USER's items split between badges, seens and clicks by what
 		// they hold, so all three grow as replay grows them.
 		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
@@ -378,6 +412,12 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		{func() error { return readPostTable(secs[tagPostTable], pc, st, tc) }},
 		{func() error { return readSet(secs[tagLikeSet], pc, st.likes, tc) }},
 		{func() error { return readSet(secs[tagFavSet], pc, st.favs, tc) }},
+		{func() error { return readSet(secs[tagDeleted], pc, st.deleted, tc) }},
+		{func() error { return readSet(secs[tagComments], pc, st.comments, tc) }},
+		{func() error { return readSet(secs[tagUncounted], pc, st.uncounted, tc) }},
+		{func() error { return readSet(secs[tagWriters], pc, st.writers, tc) }},
+		{func() error { return readOrigins(secs[tagOrigins], pc, st) }},
+		{func() error { return readErasures(secs[tagErasures], pc, st) }},
 		{func() error { return readUsers(secs[tagUsers], pc, st) }},
 		{func() error { return readProfiles(secs[tagProfiles], pc, st) }},
 		{func() error { return readFollows(secs[tagFollows], pc, st) }},

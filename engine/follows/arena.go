@@ -27,7 +27,7 @@ const (
 )
 
 // Capacity classes of the slots, in words: 1..16, then eight a doubling,
-// so that a slot wastes at most an eighth (about 6% on average).
+// so that a slot wastes at most an eighth of its words.
 const nclass = 72
 
 // classCap returns the capacity, in words, of class c.

@@ -10,11 +10,14 @@
 // pairs that are delta-coded and bit-packed column by column with
 // patches for the rare wide value (block.go has the format and why), and
 // found through a two-level directory (pairs.go). A list is a run of
-// pairs with the same first id, so a user following or followed by few
-// costs a few bytes for their run, not a table slot, and one followed by
-// millions costs a bit or two per follower. The bulk data holds no Go
-// pointers, so the garbage collector has nothing to scan however many
-// edges are resident.
+// pairs with the same first id inside blocks shared with other lists, so
+// a user following or followed by few pays for their run, not for a table
+// slot of their own, and one followed by millions pays for the gaps
+// between their followers' ids, which are narrow when the followers are
+// many. The bulk data holds no Go pointers, so the garbage collector has
+// nothing to scan however many edges are resident. Both directions are
+// wholly in memory: nothing here is tiered to disk (engine/tier's cold
+// windows hold posts and their like and favorite sets, not follows).
 //
 // It promises:
 //   - Lists are sets in increasing id order: List, Followers and Range
@@ -38,9 +41,10 @@
 //   - Both directions always hold the same edges (Check verifies it).
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
-// read (List, Contains, Following, Has, Followers, FollowerCount, Range,
-// Len, MemoryBytes, Check) and a write lock for the rest. Slices passed to
-// callbacks alias the store's scratch and are valid only during the call.
+// read (List, Followees, Contains, Following, Has, Followers,
+// FollowerCount, Range, Len, MemoryBytes, Check) and a write lock for the
+// rest. Slices passed to callbacks alias the store's scratch and are
+// valid only during the call.
 package follows
 
 import (
@@ -138,6 +142,18 @@ func (s *Store) List(viewer uint64, targets []uint64, snaps []int64) ([]uint64, 
 func (s *Store) Followees(viewer uint64, dst []uint64) []uint64 {
 	s.mustBeLoaded()
 	dst, _ = s.fwd.appendRun(viewer, 0, -1, dst, nil, false)
+	return dst
+}
+
+// FolloweesPage appends to dst, in increasing order, up to max of
+// viewer's followees whose id is at least from: Followers' page, the
+// other way (an erasure removes a user's edges a bounded step at a time).
+func (s *Store) FolloweesPage(viewer, from uint64, max int, dst []uint64) []uint64 {
+	s.mustBeLoaded()
+	if max <= 0 {
+		return dst
+	}
+	dst, _ = s.fwd.appendRun(viewer, from, len(dst)+max, dst, nil, false)
 	return dst
 }
 

@@ -193,6 +193,25 @@ func compare(t testing.TB, s *Store, m model) {
 			t.Fatalf("Followers(%d) from %d = %v, want %v", u, fs[len(fs)/2], got, fs[len(fs)/2:])
 		}
 	}
+	s.Range(func(v uint64, ts []uint64, _ []int64) bool {
+		if len(ts) == 0 {
+			return true // an emptied list
+		}
+		from := ts[len(ts)/2]
+		var got []uint64
+		for {
+			page := s.FolloweesPage(v, from, 7, nil)
+			got = append(got, page...)
+			if len(page) < 7 {
+				break
+			}
+			from = page[len(page)-1] + 1
+		}
+		if !slices.Equal(got, ts[len(ts)/2:]) {
+			t.Fatalf("FolloweesPage(%d) from %d = %v, want %v", v, ts[len(ts)/2], got, ts[len(ts)/2:])
+		}
+		return true
+	})
 	l := New()
 	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
 		for first := true; first || len(ts) > 0; first = false {

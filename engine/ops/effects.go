@@ -82,8 +82,9 @@ type ReactionDelta struct {
 	Delta int64
 }
 
-// Erasure starts (Done false) or ends an erasure of User. Starting drops
-// every record keyed by the user — unread counters, system cursor,
+// Erasure starts (Done false) or ends an erasure of User. Starting (or
+// asking again while one is under way) drops every record keyed by the
+// user — unread counters, system cursor,
 // red-dot click, post, deleted-post and follower counts, idempotency
 // records where a backend keys them by user — and marks the user as being
 // erased, which every read honours: what is left of the user (likes,

@@ -121,16 +121,17 @@ type EraseUser struct {
 // Check validates the call.
 func (op *EraseUser) Check() error { return engine.CheckViewer(op.User) }
 
-// Decide: an erasure under way changes nothing (a repeat after it ended
-// erases a user who has nothing left, which changes nothing either);
-// otherwise it starts: the user's own records go at once and the rest is
-// hidden from every read until the steps remove it (Erasure).
+// Decide: the erasure starts: the user's own records go at once and the
+// rest is hidden from every read until the steps remove it (Erasure). A
+// repeat while one is under way drops again what the user gained since
+// (a mention's badge: erasure takes what the user has when it is asked
+// for) and leaves the steps as they are; a repeat after it ended erases a
+// user who has nothing left, which changes nothing.
 func (op *EraseUser) Decide(erasing bool, eff *Effects) {
-	if erasing {
-		return
-	}
 	eff.Erasures = append(eff.Erasures, Erasure{User: op.User})
-	eff.wakeOne(op.User)
+	if !erasing {
+		eff.wakeOne(op.User)
+	}
 }
 
 // FoundFlag is a reaction (a like, or another kind) or a favorite an

@@ -21,10 +21,12 @@ import (
 // counts, each entry one derived count:
 //
 //   - postSetChecks: a count in the post record ← the members of a set in
-//     the post's slot (likes ← the likers). A script per post bucket
-//     recounts the bucket's posts atomically (SCARD beside the record),
-//     so what it reports is a drift, never a race; a repair is a script
-//     per post that recounts and sets atomically.
+//     the post's slot (likes ← the likers; comments ← the counted comment
+//     ids, plus those the record says came without one, so comments are
+//     recounted exactly too; deleted posts hold neither). A script per
+//     post bucket recounts the bucket's posts atomically (SCARD beside
+//     the record), so what it reports is a drift, never a race; a repair
+//     is a script per post that recounts and sets atomically.
 //   - userHashChecks: a field of the user record ← the length of a hash
 //     in the user's slot (following ← the followee hash). The scans find
 //     candidates; a script per user compares (and with Repair sets)
@@ -38,8 +40,10 @@ import (
 //     compare-and-set against the value read, so a write that lands in
 //     between is never overwritten (the repair then is unsettled). A
 //     count that a pending operation (an intent) will change is
-//     unsettled too: the operation brings it to its tally. A follow and
-//     unfollow of the same pair both inside the scan can still make a
+//     unsettled too: the operation brings it to its tally; so is every
+//     count of a user whose erasure is under way (its record went at the
+//     start; the walk takes their edges and posts a step at a time). A
+//     follow and unfollow of the same pair both inside the scan can still make a
 //     settled count look one off; a second check judges it again.
 //
 // Every step is bounded: SCAN with COUNT, a script per bucket (at most a
@@ -51,20 +55,21 @@ import (
 
 var _ engine.Checker = (*Store)(nil)
 
-// postSetCheck is a post-record count derived from a per-post set.
-// atLeast says the count also counts what the set does not hold (comments
-// sent without an id): only a count below the set's size is a drift,
-// repaired up to it.
+// postSetCheck is a post-record count derived from a per-post set: its
+// size, plus the record's field plus when set (the comments sent without
+// an id, which no set member stands for), so every count is recounted
+// exactly.
 type postSetCheck struct {
-	name    string
-	field   int                             // Lua index in the post record
-	set     func(bucket, low string) string // the post's set key
-	atLeast bool
+	name  string
+	field int                             // Lua index in the post record
+	set   func(bucket, low string) string // the post's set key
+	plus  int                             // Lua index added to the set's size; 0 for none
 }
 
 var postSetChecks = []postSetCheck{
 	{name: engine.CheckLikes, field: pLikes, set: likersKey},
 	{name: engine.CheckFavorites, field: pFavorites, set: favsKey},
+	{name: engine.CheckComments, field: pComments, set: commentsKey, plus: pUnidentified},
 }
 
 // userHashCheck is a user-record field derived from a hash's length, in
@@ -79,24 +84,35 @@ var userHashChecks = []userHashCheck{
 	{engine.CheckFollowing, uFollowing, keyspace.followees},
 }
 
-// userTallyCheck is a user-record field derived from a tally of other
-// slots, which the scans of a checkRun fill. pending, if set, names the
-// users whose field a pending cross-slot operation (an intent: its first
-// step applied, the field's step not yet) will change: their count is
-// behind its tally for now, and is left to the operation.
+// userTallyCheck is a user-record count derived from a tally of other
+// slots, which the scans of a checkRun fill: field, less field minus when
+// set (the post count shown is the posts made less those deleted; feed
+// badges read the posts made). pending, if set, names the users whose
+// count a pending cross-slot operation (an intent: its first step
+// applied, the count's step not yet) will change: their count is behind
+// its tally for now, and is left to the operation.
 type userTallyCheck struct {
 	name    string
 	field   int
+	minus   int // 0 for none
 	tally   func(*checkRun) map[uint64]int64
 	pending func(in intent) []uint64
 }
 
+// stored is the count u holds, and the value of its minus field.
+func (ch *userTallyCheck) stored(u userRec) (count, minus int64) {
+	if ch.minus != 0 {
+		minus = u.get(ch.minus)
+	}
+	return u.get(ch.field) - minus, minus
+}
+
 var userTallyChecks = []userTallyCheck{
 	{name: engine.CheckFollowers, field: uFollowers, tally: func(r *checkRun) map[uint64]int64 { return r.followed }},
-	{name: engine.CheckPosts, field: uPosts, tally: func(r *checkRun) map[uint64]int64 { return r.authored },
+	{name: engine.CheckPosts, field: uPosts, minus: uDeleted, tally: func(r *checkRun) map[uint64]int64 { return r.authored },
 		pending: func(in intent) []uint64 {
 			switch in.kind {
-			case intentPost, intentRepost:
+			case intentPost, intentRepost, intentDelete:
 				return []uint64{in.viewer}
 			case intentImport, intentImportPending:
 				out := make([]uint64, len(in.imported))
@@ -135,6 +151,29 @@ type checkRun struct {
 	// cands are the user-record fields the second read found off their
 	// recount, for settle.
 	cands []userCandidate
+	// erasing are the users whose erasure was under way before the scans
+	// or after them: their record went at its start, their edges and
+	// posts go as it walks, so their counts are left to it (unsettled).
+	erasing map[uint64]bool
+}
+
+// readErasing adds the users being erased now to r.erasing.
+func (r *checkRun) readErasing(ctx context.Context) error {
+	users, err := r.s.rdb.HKeys(ctx, r.s.k.erasures()).Result()
+	if err != nil {
+		return r.s.fail(err)
+	}
+	if r.erasing == nil {
+		r.erasing = map[uint64]bool{}
+	}
+	for _, f := range users {
+		uid, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: user %q", errBadErasure, f)
+		}
+		r.erasing[uid] = true
+	}
+	return nil
 }
 
 // Check implements engine.Checker (see above).
@@ -164,6 +203,9 @@ func (s *Store) Check(ctx context.Context, opts engine.CheckOptions) (engine.Che
 		return r.res, err
 	}
 	r.span = span
+	if err := r.readErasing(ctx); err != nil {
+		return r.res, err
+	}
 	steps := []struct {
 		name string
 		run  func(context.Context, *redis.Client) error
@@ -280,8 +322,8 @@ func (r *checkRun) userBuckets(ctx context.Context, c *redis.Client, fn func(uid
 func (r *checkRun) readUsersBefore(ctx context.Context, c *redis.Client) error {
 	return r.userBuckets(ctx, c, func(uid uint64, _, _ string, u userRec) {
 		r.mu.Lock()
-		for i, ch := range userTallyChecks {
-			if v := u.get(ch.field); v != 0 {
+		for i := range userTallyChecks {
+			if v, _ := userTallyChecks[i].stored(u); v != 0 {
 				r.before[i][uid] = v
 			}
 		}
@@ -318,7 +360,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 	var suffixes []any
 	for _, ch := range postSetChecks {
 		// The set key is the bucket, a part naming the set, the low bits.
-		suffixes = append(suffixes, ch.field, ch.set("", ""), flag(ch.atLeast))
+		suffixes = append(suffixes, ch.field, ch.set("", ""), ch.plus)
 	}
 	var calls, imported []*call
 	var windows []uint64
@@ -345,6 +387,9 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 	r.mu.Lock()
 	for _, cl := range imported {
 		for _, rec := range vals(cl.res.Val()) {
+			if str(rec) == tombstone {
+				continue
+			}
 			author, err := decodeHead(str(rec))
 			if err != nil {
 				r.mu.Unlock()
@@ -391,7 +436,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 	for _, f := range drifts {
 		d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
 		if r.opts.Repair {
-			res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, flag(f.check.atLeast))
+			res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, f.check.plus)
 			if err != nil {
 				return err
 			}
@@ -490,7 +535,8 @@ type userCandidate struct {
 	uid         uint64
 	bucket, low string
 	stored, got int64
-	before      int64 // userTallyChecks: the field before the scans
+	before      int64 // userTallyChecks: the count before the scans
+	minus       int64 // userTallyChecks: the value of its minus field
 	hash        *userHashCheck
 	tally       *userTallyCheck
 }
@@ -513,7 +559,8 @@ func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
 		for i := range userTallyChecks {
 			ch := &userTallyChecks[i]
 			tally := ch.tally(r)
-			got, stored := tally[uid], u.get(ch.field)
+			got := tally[uid]
+			stored, minus := ch.stored(u)
 			delete(tally, uid)
 			if got == 0 && stored == 0 {
 				continue
@@ -521,7 +568,7 @@ func (r *checkRun) compareUsers(ctx context.Context, c *redis.Client) error {
 			r.res.Tally(ch.name).Checked++
 			if stored != got {
 				r.cands = append(r.cands, userCandidate{uid: uid, bucket: bucket, low: low, stored: stored, got: got,
-					before: r.before[i][uid], tally: ch})
+					before: r.before[i][uid], tally: ch, minus: minus})
 			}
 		}
 	})
@@ -575,9 +622,19 @@ func (r *checkRun) settle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.readErasing(ctx); err != nil {
+		return err
+	}
 	for _, cd := range r.cands {
 		d := engine.Drift{ID: cd.uid, Stored: cd.stored, Recounted: cd.got}
 		switch {
+		case r.erasing[cd.uid]:
+			d.Unsettled = true
+			if cd.hash != nil {
+				d.Count = cd.hash.name
+			} else {
+				d.Count = cd.tally.name
+			}
 		case cd.hash != nil:
 			d.Count = cd.hash.name
 			run := r.s.query
@@ -606,7 +663,13 @@ func (r *checkRun) settle(ctx context.Context) error {
 			if !r.opts.Repair {
 				break
 			}
-			res, err := r.s.one(ctx, scUserCAS, []string{cd.bucket}, cd.low, 1, cd.tally.field, cd.stored, cd.got)
+			// The minus field is compared too, and kept, so that a delete
+			// landing meanwhile leaves the repair unsettled.
+			args := []any{cd.low, 1, cd.tally.field, cd.stored + cd.minus, cd.got + cd.minus}
+			if cd.tally.minus != 0 {
+				args = []any{cd.low, 2, cd.tally.field, cd.stored + cd.minus, cd.got + cd.minus, cd.tally.minus, cd.minus, cd.minus}
+			}
+			res, err := r.s.one(ctx, scUserCAS, []string{cd.bucket}, args...)
 			if err != nil {
 				return err
 			}

@@ -134,27 +134,33 @@ func testCheckFindsAndRepairs(t *testing.T, addrs []string) {
 		must(t, s.Follow(bg, u, 1))
 		must(t, s.Follow(bg, u, 2))
 	}
+	// A deleted post (a tombstone) counts for nothing.
+	gone, err := s.CreatePost(bg, 2, 0, "")
+	must(t, err)
+	must(t, s.Like(bg, 10, gone))
+	must(t, s.DeletePost(bg, engine.Actor{User: 2}, gone))
 	// An imported count has no set behind it: not recounted.
 	must(t, s.Import(bg, []engine.ImportRow{{Post: posts[0] + 1000, Author: 4, Counts: engine.Counts{Likes: 77, Favorites: 5}}}))
-	if lines, res := checkLines(t, s, false); len(lines) != 0 || res.Totals().Skipped != 2 {
+	if lines, res := checkLines(t, s, false); len(lines) != 0 || res.Totals().Skipped != 3 {
 		t.Fatalf("a fresh keyspace: %v %+v", lines, res.Totals())
 	}
 
-	setPostCounts(t, rdb, s, posts[0], engine.Counts{Likes: 9, Favorites: 2}) // above its set; below it
-	must(t, rdb.SRem(bg, s.LikersKey(posts[1]), "10").Err())                  // a liker lost: the count is above
-	setPostCounts(t, rdb, s, posts[2], engine.Counts{Likes: 4})               // a count with no set
-	setUserCounts(t, rdb, s, 1, engine.UserCounts{Posts: 0, Followers: 6})    // no post count; above the edges
-	setUserCounts(t, rdb, s, 3, engine.UserCounts{Posts: 1, Followers: 2})    // followed by none
-	setUserCounts(t, rdb, s, 10, engine.UserCounts{Posts: 1, Following: 2})   // never posted
-	setUserCounts(t, rdb, s, 12, engine.UserCounts{Following: 7})             // above its followee hash
-	must(t, rdb.HDel(bg, s.FolloweesKey(11), "1").Err())                      // 11 no longer follows 1
-	for _, u := range []engine.UserID{2, 13} {                                // records lost
+	setPostCounts(t, rdb, s, posts[0], engine.Counts{Likes: 9, Favorites: 2, Comments: 3}) // above its set; below it; no ids
+	must(t, rdb.SRem(bg, s.LikersKey(posts[1]), "10").Err())                               // a liker lost: the count is above
+	setPostCounts(t, rdb, s, posts[2], engine.Counts{Likes: 4})                            // a count with no set
+	setUserCounts(t, rdb, s, 1, engine.UserCounts{Posts: 0, Followers: 6})                 // no post count; above the edges
+	setUserCounts(t, rdb, s, 3, engine.UserCounts{Posts: 1, Followers: 2})                 // followed by none
+	setUserCounts(t, rdb, s, 10, engine.UserCounts{Posts: 1, Following: 2})                // never posted
+	setUserCounts(t, rdb, s, 12, engine.UserCounts{Following: 7})                          // above its followee hash
+	must(t, rdb.HDel(bg, s.FolloweesKey(11), "1").Err())                                   // 11 no longer follows 1
+	for _, u := range []engine.UserID{2, 13} {                                             // records lost
 		key, field := s.UserField(u)
 		must(t, rdb.HDel(bg, key, field).Err())
 	}
 	must(t, s.Close())
 
 	want := []string{
+		fmt.Sprintf("post.comments %d 3->0", posts[0]),
 		fmt.Sprintf("post.favorites %d 2->5", posts[0]),
 		fmt.Sprintf("post.likes %d 9->5", posts[0]),
 		fmt.Sprintf("post.likes %d 5->4", posts[1]),
@@ -185,7 +191,7 @@ func testCheckFindsAndRepairs(t *testing.T, addrs []string) {
 	if !slices.Equal(lines, with(" repaired=false unsettled=false")) {
 		t.Fatalf("check found:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if tot := res.Totals(); tot.Drifts != int64(len(want)) || tot.Repaired != 0 || tot.Skipped != 2 {
+	if tot := res.Totals(); tot.Drifts != int64(len(want)) || tot.Repaired != 0 || tot.Skipped != 3 {
 		t.Fatalf("totals %+v", tot)
 	}
 	if after := keyspaceDump(t, rdb, p); !mapsEqual(before, after) {
@@ -277,29 +283,34 @@ func testCheckUnsettled(t *testing.T, addrs []string) {
 	}
 }
 
-// TestCheckAtLeast: a count that also counts what its set does not hold
-// (comments sent without an id, against the comment ids) is a drift only
-// below its set, and is repaired up to it. Favorites stand in for such a
-// count here.
-func TestCheckAtLeast(t *testing.T) {
+// TestCheckComments: a post's comment count is recounted exactly from
+// its counted comment ids plus the comments sent without one; deleted
+// ids do not count; a drift either way is found and repaired.
+func TestCheckComments(t *testing.T) {
 	addr, _ := redistest.StartSingle(t)
-	t.Cleanup(redisstore.FavoritesAtLeast())
 	s := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix()})
 	rdb := rawClient(t, []string{addr})
 	p, err := s.CreatePost(bg, 1, 0, "")
 	must(t, err)
-	must(t, s.Favorite(bg, 2, p))
-	must(t, s.Favorite(bg, 3, p))
-	setPostCounts(t, rdb, s, p, engine.Counts{Favorites: 5})
-	if lines, _ := checkLines(t, s, true); len(lines) != 0 {
-		t.Fatalf("a count above its set drifted: %v", lines)
+	now := time.Now().UnixMilli()
+	for i := range 3 {
+		must(t, s.Comment(bg, 2, p, engine.CommentID(snowflake.Make(now, 1, uint64(i))), nil, ""))
 	}
-	setPostCounts(t, rdb, s, p, engine.Counts{Favorites: 1})
-	if lines, _ := checkLines(t, s, true); !slices.Equal(lines, []string{fmt.Sprintf("post.favorites %d 1->2 repaired=true unsettled=false", p)}) {
-		t.Fatalf("a count below its set: %v", lines)
+	must(t, s.Comment(bg, 3, p, 0, nil, ""))
+	must(t, s.Comment(bg, 3, p, 0, nil, ""))
+	must(t, s.DeleteComment(bg, engine.Actor{User: 2}, p, engine.CommentID(snowflake.Make(now, 1, 0))))
+	if lines, _ := checkLines(t, s, false); len(lines) != 0 {
+		t.Fatalf("2 counted ids and 2 comments without one: %v", lines)
 	}
-	if c, _ := s.Counts(bg, []engine.PostID{p}); c[0].Favorites != 2 {
-		t.Fatalf("favorites after repair: %+v", c)
+	for _, stored := range []int64{7, 1} {
+		setPostCounts(t, rdb, s, p, engine.Counts{Comments: stored})
+		want := fmt.Sprintf("post.comments %d %d->4 repaired=true unsettled=false", p, stored)
+		if lines, _ := checkLines(t, s, true); !slices.Equal(lines, []string{want}) {
+			t.Fatalf("comments set to %d: %v", stored, lines)
+		}
+		if c, _ := s.Counts(bg, []engine.PostID{p}); c[0].Comments != 4 {
+			t.Fatalf("comments after repair: %+v", c)
+		}
 	}
 }
 
@@ -319,7 +330,7 @@ func TestCheckImportedBuckets(t *testing.T) {
 	must(t, s.Import(bg, rows))
 	lines, res := checkLines(t, s, false)
 	// Checked: the two authors' post counts and following counts.
-	if tot := res.Totals(); len(lines) != 0 || tot.Skipped != 6 || tot.Checked != 4 {
+	if tot := res.Totals(); len(lines) != 0 || tot.Skipped != 9 || tot.Checked != 4 {
 		t.Fatalf("an imported keyspace: %v %+v", lines, tot)
 	}
 	if stats, err := rdb.Info(bg, "commandstats").Result(); err != nil || !strings.Contains(stats, "cmdstat_hvals:calls=1,") {

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -18,14 +19,19 @@ import (
 var errCorrupt = errors.New("redisstore: corrupt record")
 
 // Post record: [len][author big-endian, len bytes][varints views, likes,
-// comments, reposts, favorites]. The author is kept as opaque bytes because
-// a user id may need all 64 bits, which Lua numbers cannot hold.
+// comments, reposts, favorites, unidentified]. The author is kept as
+// opaque bytes because a user id may need all 64 bits, which Lua numbers
+// cannot hold. Unidentified is not a count anyone reads: it is the part
+// of comments that was sent without a comment id, so that comments is
+// exactly the post's counted ids plus it (what tally check recounts);
+// it costs nothing on a post whose comments all have ids.
 const (
 	pViews = iota + 1 // Lua (1-based) indexes of the counts
 	pLikes
 	pComments
 	pReposts
 	pFavorites
+	pUnidentified
 )
 
 func postHead(author uint64) string {
@@ -51,6 +57,30 @@ func decodeHead(h string) (uint64, error) {
 		a = a<<8 | uint64(h[i])
 	}
 	return a, nil
+}
+
+// tombstone is the record of a deleted post (DeletePost): its id stays
+// taken, and every read and script treats it as no post. A record's first
+// byte is otherwise its author's length, at most 8.
+const tombstone = "\xff"
+
+// recordState reads what a post record (as HGET returns it; "" for none)
+// says of the post: known, deleted (a tombstone), or neither.
+func recordState(rec string) (exists, deleted bool) {
+	return rec != "" && rec != tombstone, rec == tombstone
+}
+
+// postFactsOf reads ops.PostFacts from a post record.
+func postFactsOf(rec string) (ops.PostFacts, error) {
+	exists, deleted := recordState(rec)
+	if !exists {
+		return ops.PostFacts{Deleted: deleted}, nil
+	}
+	author, err := decodeHead(rec)
+	if err != nil {
+		return ops.PostFacts{}, err
+	}
+	return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, nil
 }
 
 func decodePost(rec string) (author uint64, c engine.Counts, err error) {
@@ -90,7 +120,8 @@ const (
 	uCursor    // seq of the last system notification seen + 1; 0 = no cursor yet
 	uClick     // red-dot stamp the user last clicked
 	uActive    // unix seconds of last badge activity, for cursor expiry
-	userFields = uActive
+	uDeleted   // posts deleted (DeletePost): the post count shown is uPosts − uDeleted
+	userFields = uDeleted
 )
 
 type userRec [userFields]int64
@@ -160,20 +191,20 @@ func decodeNotif(s string) (engine.Notification, error) {
 	}, nil
 }
 
-// Message body (group hash T): [8 sender][text].
-func encodeBody(sender uint64, text string) string {
-	return string(binary.BigEndian.AppendUint64(nil, sender)) + text
-}
-
-func decodeBody(gid, mid uint64, s string) (engine.Message, error) {
-	if len(s) < 8 || !utf8.ValidString(s[8:]) {
+// Message body (group hash T): [4 sender's mapid][text]. The sender is
+// named by their place in the group, whose uid the packed member list U
+// holds: erasing a member zeroes that place, and every message they sent
+// loses its sender at once. Scripts that read a body return the sender's
+// 8 packed bytes from U beside it (sender8).
+func decodeBody(gid, mid uint64, body, sender8 string) (engine.Message, error) {
+	if len(body) < 4 || len(sender8) != 8 || !utf8.ValidString(body[4:]) {
 		return engine.Message{}, errCorrupt
 	}
 	return engine.Message{
 		ID:     engine.MessageID(mid),
 		Group:  engine.GroupID(gid),
-		Sender: engine.UserID(binary.BigEndian.Uint64([]byte(s[:8]))),
-		Text:   s[8:],
+		Sender: engine.UserID(binary.BigEndian.Uint64([]byte(sender8))),
+		Text:   body[4:],
 		SentAt: snowflake.Time(mid),
 	}, nil
 }

@@ -47,17 +47,28 @@
 // technique, docs/seeds.md#seed-001).
 //
 //	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
-//	                             [varint views likes comments reposts favorites]
+//	                             [varint views likes comments reposts favorites
+//	                             unidentified (comments sent without an id)]
 //	                             trailing zero counts omitted: an uncounted post
-//	                             costs its author only (registry = counts)
+//	                             costs its author only (registry = counts);
+//	                             0xff alone: a deleted post (its id stays taken)
 //	P{p<w>.<s>}l<low>       set   likers of one post (intset)
 //	P{p<w>.<s>}f<low>       set   favoriters of one post
+//	P{p<w>.<s>}c<low>       set   the post's counted comment ids (intset):
+//	                             comments = its size + unidentified
+//	P{p<w>.<s>}d<low>       set   the post's deleted comment ids (never
+//	                             counted again)
+//	P{p<w>.<s>}R            hash  low -> a repost's original post id
 //	P{u<b>}                hash  low -> user record: varints posts followers
 //	                             following mentions comments likes messages
 //	                             cursor(seq+1) clicked-stamp active-seconds
+//	                             posts-deleted
 //	P{u<b>}F<uid>          hash  followee -> post count at snapshot
+//	P{u<b>}W<uid>          set   comment ids uid wrote (who may delete them)
+//	P{u<b>}e<uid>          str   uid is being erased (erase.go), with a TTL
 //	P{u<b>}i<uid>:<key>    str   idempotency claim of a key: 'p'|'d' + its
-//	                             record (idem.go)
+//	                             record + the hash tag of the record's slot
+//	                             (idem.go)
 //	P{…}i<hash>            str   idempotency record, in the slot of the
 //	                             operation's first step and written with it:
 //	                             result + '#' + fingerprint + '@' + store
@@ -70,7 +81,8 @@
 //	P{g<gid>}U             str   packed member uids, 8 bytes per mapid
 //	P{g<gid>}M             hash  uid -> mapid
 //	P{g<gid>}Q             str   quit bitmap (bit mapid-1)
-//	P{g<gid>}T             hash  mid -> [sender 8 bytes][text]
+//	P{g<gid>}T             hash  mid -> [sender's mapid u32][text]
+//	P{g<gid>}X             str   erased members' bitmap (bit mapid-1)
 //	P{g<gid>}R             hash  mid -> receipts {maxid u32, quitbits, readbits}
 //	P{g<gid>}r<mid>        str   read bitmap of a large group's message
 //	P{m<w>.<s>}            hash  message low bits -> group id
@@ -83,6 +95,9 @@
 //	                             counts for, as 20-digit decimals (check.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
 //	P{s}sweep              str   lock: one replica sweeps expired cursors
+//	P{s}erase, P{s}erc<uid> hash: user erasures under way, uid -> intent;
+//	                             master address -> scan cursor (erase.go)
+//	P{rl<uid>}, P{ws<uid>}  str, zset: a user's rate limit and open sockets
 //	P{e<i>}                channel: event shard i (SPUBLISH/SSUBSCRIBE)
 //
 // The keyspace carries its layout's version in P{s}format (format.go),
@@ -137,7 +152,10 @@
 // (sweepIntents, every IntentSweepInterval, one replica at a time)
 // finishes it, its steps guarded by the same markers: applied exactly
 // once either way. intents.go has the protocol; an Import chunk has one
-// intent of its own for its authors' post counts (importintents.go).
+// intent of its own for its authors' post counts (importintents.go). A
+// post's delete records one too (deletes.go); a user's erasure, a walk of
+// the keyspace in bounded steps, records its own, with its progress, and
+// is finished by a sweeper like the others (erase.go).
 // A keyed operation's record lives in the slot of its first step and is
 // written by that step's script, so a failover keeps or loses the two
 // together, and a retry applies the step again only if it was lost

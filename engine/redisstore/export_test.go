@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"slices"
+	"encoding/binary"
 	"strconv"
 
 	"github.com/tally-dev/tally/engine"
@@ -26,6 +26,9 @@ func (s *Store) ReceiptBytes(g engine.GroupID, m engine.MessageID) int64 {
 	return s.rdb.HStrLen(context.Background(), s.k.group(uint64(g)).R, strconv.FormatUint(uint64(m), 10)).Val()
 }
 
+// SetErasureSaved makes every erasure call fn after each saved step.
+func (s *Store) SetErasureSaved(fn func()) { s.erasureSaved = fn }
+
 // SetCheckPause makes Check call fn before each of its steps.
 func (s *Store) SetCheckPause(fn func(step string)) { s.checkPause = fn }
 
@@ -41,8 +44,23 @@ func (s *Store) UserField(u engine.UserID) (key, field string) { return s.k.user
 // FolloweesKey is the key of a user's followee hash.
 func (s *Store) FolloweesKey(u engine.UserID) string { return s.k.followees(uint64(u)) }
 
-// WithPostCounts is the post record rec with its counts replaced by c.
-func WithPostCounts(rec string, c engine.Counts) string { return rec[:1+int(rec[0])] + encodeCounts(c) }
+// WithPostCounts is the post record rec with its counts replaced by c
+// (the comments sent without an id kept).
+func WithPostCounts(rec string, c engine.Counts) string {
+	var v [pUnidentified]int64
+	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
+		panic(err)
+	}
+	out := []int64{c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites, v[pUnidentified-1]}
+	for len(out) > 0 && out[len(out)-1] == 0 {
+		out = out[:len(out)-1]
+	}
+	b := []byte(rec[:1+int(rec[0])])
+	for _, x := range out {
+		b = binary.AppendUvarint(b, uint64(x))
+	}
+	return string(b)
+}
 
 // WithUserCounts is the user record rec with its post, follower and
 // following counts replaced by c's.
@@ -55,13 +73,4 @@ func WithUserCounts(rec string, c engine.UserCounts) string {
 	u.set(uFollowers, c.Followers)
 	u.set(uFollowing, c.Following)
 	return u.encode()
-}
-
-// FavoritesAtLeast makes the favorites check one whose count may exceed
-// its set (as comments against their ids), until restore.
-func FavoritesAtLeast() (restore func()) {
-	saved := postSetChecks
-	postSetChecks = slices.Clone(postSetChecks)
-	postSetChecks[1].atLeast = true
-	return func() { postSetChecks = saved }
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
+	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 var errIDClash = errors.New("fresh ids keep colliding: two replicas share a snowflake node")
@@ -249,7 +250,8 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 		// No group has id 0: decided without asking Redis.
 		return engine.Message{}, op.Decide(ops.GroupFacts{}, notCurrent, &eff)
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), engine.IdemSendMessage,
+	g := s.k.group(uint64(group))
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), g.tag, engine.IdemSendMessage,
 		engine.IdemArgs{Group: group, Mentions: mentions, Text: text})
 	if err != nil {
 		return engine.Message{}, err
@@ -268,11 +270,10 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	it := intent{kind: intentMessage, viewer: uint64(viewer), post: mid, aux: uint64(group),
 		at: s.now().UnixMilli(), mentions: ids64(mentions)}
 	desc := it.encode()
-	g := s.k.group(uint64(group))
 	var a []any
 	err = s.firstStep(ctx, &in, g.tag, func(gd guard) (string, error) {
 		r, err := s.one(ctx, scSend, []string{g.U, g.M, g.Q, g.T, g.R, intentsKey(g.tag), gd.key},
-			append([]any{uint64(viewer), mid, encodeBody(uint64(viewer), text), denseMaxID, id, desc}, gd.args()...)...)
+			append([]any{uint64(viewer), mid, text, denseMaxID, id, desc}, gd.args()...)...)
 		if err != nil {
 			return "", err
 		}
@@ -316,7 +317,8 @@ func (s *Store) SendMessage(ctx context.Context, viewer engine.UserID, group eng
 	if err := s.idemDone(ctx, in); err != nil {
 		return engine.Message{}, err
 	}
-	return decodeBody(uint64(group), mid, encodeBody(uint64(viewer), text))
+	return engine.Message{ID: engine.MessageID(mid), Group: group, Sender: viewer, Text: text,
+		SentAt: snowflake.Time(mid)}, nil
 }
 
 // notCurrent stands for the members when a send is refused: Decide
@@ -352,18 +354,27 @@ func (s *Store) loadMessage(ctx context.Context, mid uint64) (engine.Message, er
 	if gids[0] == 0 {
 		return engine.Message{}, notFound("message")
 	}
-	body, err := s.rdb.HGet(ctx, s.k.group(gids[0]).T, strconv.FormatUint(mid, 10)).Result()
-	if err == redis.Nil {
+	a, err := s.messageGet(ctx, gids[0], 0, mid)
+	if err != nil {
+		return engine.Message{}, err
+	}
+	body, ok := at(a, 0).(string)
+	if !ok {
 		return engine.Message{}, notFound("message")
 	}
-	if err != nil {
-		return engine.Message{}, s.fail(err)
-	}
-	return s.body(gids[0], mid, body)
+	return s.body(gids[0], mid, body, str(at(a, 3)))
 }
 
-func (s *Store) body(gid, mid uint64, b string) (engine.Message, error) {
-	m, err := decodeBody(gid, mid, b)
+// messageGet runs scMsgGet: message mid of group gid and viewer's
+// standing there.
+func (s *Store) messageGet(ctx context.Context, gid uint64, viewer engine.UserID, mid uint64) ([]any, error) {
+	g := s.k.group(gid)
+	r, err := s.query(ctx, scMsgGet, []string{g.M, g.Q, g.T, g.U}, uint64(viewer), mid)
+	return vals(r), err
+}
+
+func (s *Store) body(gid, mid uint64, b, sender8 string) (engine.Message, error) {
+	m, err := decodeBody(gid, mid, b, sender8)
 	if err != nil {
 		return engine.Message{}, s.fail(err)
 	}
@@ -381,18 +392,16 @@ func (s *Store) Message(ctx context.Context, viewer engine.UserID, id engine.Mes
 	if gid == 0 {
 		return engine.Message{}, ops.ViewMessage(id, false, ops.MemberState{})
 	}
-	g := s.k.group(gid)
-	r, err := s.query(ctx, scMsgGet, []string{g.M, g.Q, g.T}, uint64(viewer), uint64(id))
+	a, err := s.messageGet(ctx, gid, viewer, uint64(id))
 	if err != nil {
 		return engine.Message{}, err
 	}
-	a := vals(r)
 	body, exists := at(a, 0).(string)
 	viewerIn := memberFact{mapid: num(at(a, 1)), quit: num(at(a, 2))}.state()
 	if err := ops.ViewMessage(id, exists, viewerIn); err != nil {
 		return engine.Message{}, err
 	}
-	return s.body(gid, uint64(id), body)
+	return s.body(gid, uint64(id), body, str(at(a, 3)))
 }
 
 // groupOf is the group message id was sent to (0: unknown message).
@@ -452,6 +461,7 @@ func (s *Store) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids 
 			keys = append(keys, g.readKey(raw64[pos]))
 			args = append(args, raw64[pos])
 		}
+		keys = append(keys, g.U)
 		calls[i] = script(scReceiptFacts, keys, args...)
 	}
 	if len(calls) > 0 {
@@ -467,16 +477,16 @@ func (s *Store) MarkMessagesRead(ctx context.Context, viewer engine.UserID, ids 
 		viewerIn := memberFact{mapid: num(at(a, 0)), quit: num(at(a, 1))}
 		mapids[gid] = viewerIn.mapid
 		for j, pos := range byGroup[gid] {
-			body, ok := at(a, 2+4*j).(string)
+			body, ok := at(a, 2+5*j).(string)
 			if !ok {
 				continue // unknown
 			}
-			m, err := s.body(gid, raw64[pos], body)
+			m, err := s.body(gid, raw64[pos], body, str(at(a, 6+5*j)))
 			if err != nil {
 				return nil, err
 			}
 			msgs[pos] = m
-			maxid, quit, read := num(at(a, 3+4*j)), num(at(a, 4+4*j)), num(at(a, 5+4*j))
+			maxid, quit, read := num(at(a, 3+5*j)), num(at(a, 4+5*j)), num(at(a, 5+5*j))
 			facts[pos] = ops.MessageFacts{
 				Exists:  true,
 				Sender:  m.Sender,
@@ -539,14 +549,15 @@ func (s *Store) Receipts(ctx context.Context, viewer engine.UserID, id engine.Me
 		if !rc.counted(mapid) {
 			continue
 		}
+		// An erased member still counts; no list names them.
 		if rc.read(mapid) {
 			out.ReadCount++
-			if len(readers) < limit {
+			if len(readers) < limit && !rc.erased(mapid) {
 				readers = append(readers, mapid)
 			}
 		} else {
 			out.UnreadCount++
-			if len(unreaders) < limit {
+			if len(unreaders) < limit && !rc.erased(mapid) {
 				unreaders = append(unreaders, mapid)
 			}
 		}
@@ -571,7 +582,7 @@ func (s *Store) ReceiptMembers(ctx context.Context, viewer engine.UserID, id eng
 	}
 	var want []int
 	for mapid := from + 1; mapid <= rc.maxid && len(want) < first; mapid++ {
-		if rc.counted(mapid) && rc.read(mapid) == readers {
+		if rc.counted(mapid) && rc.read(mapid) == readers && !rc.erased(mapid) {
 			want = append(want, mapid)
 		}
 	}
@@ -591,7 +602,7 @@ func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id eng
 		return receipts{}, groupKeys{}, 0, ops.ViewReceipts(id, false, false, ops.MemberState{})
 	}
 	g := s.k.group(gid)
-	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id))}, uint64(viewer), uint64(id), uint64(after))
+	r, err := s.query(ctx, scRcptGet, []string{g.M, g.Q, g.T, g.R, g.readKey(uint64(id)), g.U, g.X}, uint64(viewer), uint64(id), uint64(after))
 	if err != nil {
 		return receipts{}, g, 0, err
 	}
@@ -601,7 +612,7 @@ func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id eng
 	exists := hasBody && hasRecord
 	isSender := false
 	if exists {
-		m, err := s.body(gid, uint64(id), body)
+		m, err := s.body(gid, uint64(id), body, str(at(a, 6)))
 		if err != nil {
 			return receipts{}, g, 0, err
 		}
@@ -619,6 +630,8 @@ func (s *Store) senderReceipts(ctx context.Context, viewer engine.UserID, id eng
 	if err != nil {
 		return receipts{}, g, 0, s.fail(err)
 	}
+	erased := str(at(a, 7))
+	rc.erased = func(m int) bool { return bitSet(erased, m-1) }
 	return rc, g, from, nil
 }
 
@@ -647,11 +660,13 @@ func (s *Store) mapUIDs(ctx context.Context, g groupKeys, mapids []int) ([]engin
 	return uids, nil
 }
 
-// receipts is a decoded receipt record.
+// receipts is a decoded receipt record, and the group's erased members
+// (set where read with them).
 type receipts struct {
-	maxid int
-	quit  func(mapid int) bool
-	read  func(mapid int) bool
+	maxid  int
+	quit   func(mapid int) bool
+	read   func(mapid int) bool
+	erased func(mapid int) bool
 }
 
 // counted is ops.Counted for the member with mapid: the record marks

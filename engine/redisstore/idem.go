@@ -16,8 +16,11 @@ import (
 // and Redis failovers it meets. Two records make it so.
 //
 // The claim of (viewer, key), in the viewer's slot, says what the key was
-// first used for: "<state><result>#<fingerprint hex>@<unix ns>", state 'p'
-// while the operation runs and 'd' once every step is applied. It binds
+// first used for: "<state><result>#<fingerprint hex>@<unix ns><tag>",
+// state 'p' while the operation runs and 'd' once every step is applied,
+// tag the hash tag ("{…}", without the key prefix) of the slot the record
+// below lives in, so that an erasure finds the record from the claim
+// (erase.go). It binds
 // the key to the kind and arguments of its first use whatever post or
 // group they name (a retry with another fingerprint is
 // engine.ErrIdemReused), keeps the result the first attempt chose (a new
@@ -62,6 +65,7 @@ const idemRecordTTL = engine.IdempotencyTTL + time.Hour
 // idem is a keyed operation as its claim says.
 type idem struct {
 	key    string // the claim; "" when the call carries no idempotency key
+	tag    string // the first step's hash tag, without the key prefix
 	viewer uint64
 	client string // the client's idempotency key
 	op     string // operation id: intent and markers of later steps
@@ -77,7 +81,21 @@ func (in idem) record() string {
 	return in.result + "#" + strconv.FormatUint(in.fp, 16) + "@" + strconv.FormatInt(in.at, 10)
 }
 
-func (in idem) claim(state byte) string { return string(state) + in.record() }
+func (in idem) claim(state byte) string { return string(state) + in.record() + in.tag }
+
+// parseClaim reads a claim: its state, its record and the hash tag of the
+// slot the record lives in (without the key prefix).
+func parseClaim(v string) (state byte, record, tag string, err error) {
+	i := strings.IndexByte(v, '{')
+	if len(v) < 2 || i < 1 {
+		return 0, "", "", fmt.Errorf("%w: idempotency claim %q", errCorrupt, v)
+	}
+	return v[0], v[1:i], v[i:], nil
+}
+
+// tagOf is a key's hash tag without the key prefix: "{…}" and what
+// follows.
+func tagOf(key string) string { return key[strings.IndexByte(key, '{'):] }
 
 // parseRecord reads a record's "<result>#<fingerprint hex>@<unix ns>".
 func parseRecord(v string) (result string, fp uint64, at int64, err error) {
@@ -91,15 +109,15 @@ func parseRecord(v string) (result string, fp uint64, at int64, err error) {
 	return result, fp, at, nil
 }
 
-// idemBegin claims (viewer, key) for result, or returns the operation an
-// earlier attempt claimed it for; an earlier use with another fingerprint
-// is engine.ErrIdemReused.
-func (s *Store) idemBegin(ctx context.Context, viewer uint64, key, result string, op engine.IdemOp, args engine.IdemArgs) (idem, error) {
+// idemBegin claims (viewer, key) for result, with a first step in tag's
+// slot, or returns the operation an earlier attempt claimed it for; an
+// earlier use with another fingerprint is engine.ErrIdemReused.
+func (s *Store) idemBegin(ctx context.Context, viewer uint64, key, result, tag string, op engine.IdemOp, args engine.IdemArgs) (idem, error) {
 	if key == "" {
 		return idem{result: result}, nil
 	}
 	now := s.now()
-	in := idem{key: s.k.idemClaim(viewer, key), viewer: viewer, client: key, result: result,
+	in := idem{key: s.k.idemClaim(viewer, key), tag: tagOf(tag), viewer: viewer, client: key, result: result,
 		fp: engine.IdemFingerprint(op, args), at: now.UnixNano(), fresh: true}
 	in.op = opID(viewer, key, in.at)
 	expired := ""
@@ -115,7 +133,11 @@ func (s *Store) idemBegin(ctx context.Context, viewer uint64, key, result string
 		if prev == "" {
 			return in, nil
 		}
-		result, fp, at, err := parseRecord(prev[1:])
+		state, record, prevTag, err := parseClaim(prev)
+		if err != nil {
+			return idem{}, err
+		}
+		result, fp, at, err := parseRecord(record)
 		if err != nil {
 			return idem{}, err
 		}
@@ -126,8 +148,8 @@ func (s *Store) idemBegin(ctx context.Context, viewer uint64, key, result string
 		if err := engine.CheckIdemReuse(fp, in.fp); err != nil {
 			return idem{}, err
 		}
-		return idem{key: in.key, viewer: viewer, client: key, op: opID(viewer, key, at), result: result,
-			fp: fp, at: at, done: prev[0] == 'd'}, nil
+		return idem{key: in.key, tag: prevTag, viewer: viewer, client: key, op: opID(viewer, key, at), result: result,
+			fp: fp, at: at, done: state == 'd'}, nil
 	}
 	return in, s.fail(fmt.Errorf("idempotency claim %q: replaced by others on every attempt", in.key))
 }
@@ -185,9 +207,9 @@ func (s *Store) firstStep(ctx context.Context, in *idem, tag string, step func(g
 			}
 			return err
 		}
-		if result != in.result || at != in.at {
+		if result != in.result || at != in.at || in.tag != tagOf(tag) {
 			// The claim was made again after a failover lost the first.
-			in.result, in.at, in.op = result, at, opID(in.viewer, in.client, at)
+			in.result, in.at, in.op, in.tag = result, at, opID(in.viewer, in.client, at), tagOf(tag)
 			if err := s.exec(ctx, raw("SET", in.key, in.claim('p'), "XX", "KEEPTTL")); err != nil {
 				return err
 			}

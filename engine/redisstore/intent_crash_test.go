@@ -60,6 +60,24 @@ func TestIntentChild(t *testing.T) {
 		_, err = s.SendMessage(bg, viewer, engine.GroupID(arg("TALLY_INTENT_GROUP")), "hi @82", []engine.UserID{82, 99}, "")
 	case "import":
 		err = s.Import(bg, importCrashRows(int64(arg("TALLY_INTENT_T0")), viewer))
+	case "erase":
+		err = s.EraseUser(bg, viewer)
+	case "deletes":
+		// A burst of deletes ("<post>:<comment id>:<post to delete>"):
+		// a comment, then a post, every acknowledged one reported.
+		for _, d := range strings.Split(os.Getenv("TALLY_INTENT_DELETES"), ",") {
+			var post, cid, del uint64
+			fmt.Sscanf(d, "%d:%d:%d", &post, &cid, &del)
+			actor := engine.Actor{User: viewer, Privileged: true}
+			if err = s.DeleteComment(bg, actor, engine.PostID(post), engine.CommentID(cid)); err != nil {
+				break
+			}
+			fmt.Printf("deleted comment %d\n", cid)
+			if err = s.DeletePost(bg, actor, engine.PostID(del)); err != nil {
+				break
+			}
+			fmt.Printf("deleted post %d\n", del)
+		}
 	case "sweep":
 		var n int
 		n, err = s.SweepIntents(bg)

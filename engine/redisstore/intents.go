@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,10 +68,11 @@ const (
 // intentKinds.
 const (
 	intentLike    = 'l'
-	intentComment = 'c'
+	intentComment = 'c' // aux: the app's comment id, if any
 	intentPost    = 'p'
 	intentRepost  = 'r' // post: the original; aux: the new post
 	intentMessage = 'm' // post: the message; aux: its group
+	intentDelete  = 'd' // a deleted post; viewer: its author; aux: a repost's original
 	// An Import chunk's authors' post counts (see importintents.go):
 	// the rows it registered, or those it may register.
 	intentImport        = 'i'
@@ -150,7 +152,7 @@ func decodeIntent(v string) (intent, error) {
 		}
 	}
 	switch in.kind {
-	case intentLike, intentComment, intentPost, intentImport, intentImportPending:
+	case intentLike, intentComment, intentPost, intentDelete, intentImport, intentImportPending:
 	case intentRepost, intentMessage:
 		if in.aux == 0 {
 			return intent{}, errBadIntent
@@ -172,20 +174,26 @@ func newIntentID() string {
 func intentsKey(bucket string) string { return bucket + "I" }
 
 // crashAfterStep1 is a test failpoint: TALLY_REDIS_CRASH_AFTER_STEP1 set
-// to an intent kind ("like", "comment", "post", "repost", "message"; an
-// import's "import" while its intent is pending, "import-exact" after)
-// makes the process kill
-// itself with SIGKILL right after that operation's first step, as a crash
-// between the two slots would.
-var crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
+// to an intent kind ("like", "comment", "post", "repost", "message",
+// "delete"; an import's "import" while its intent is pending,
+// "import-exact" after) makes the process kill itself with SIGKILL right
+// after that operation's first step, as a crash between the two slots
+// would; "erase" after the scan's second batch of an erasure is applied
+// and before its progress is saved (erase.go). TALLY_REDIS_CRASH_SKIP=n
+// lets the first n such points pass (a crash in the middle of a burst).
+var (
+	crashAfterStep1 = os.Getenv("TALLY_REDIS_CRASH_AFTER_STEP1")
+	crashSkip, _    = strconv.ParseInt(os.Getenv("TALLY_REDIS_CRASH_SKIP"), 10, 64)
+	crashPassed     atomic.Int64
+)
 
 func maybeCrash(kind byte) {
 	if crashAfterStep1 == "" {
 		return
 	}
 	names := map[byte]string{intentLike: "like", intentComment: "comment", intentPost: "post", intentRepost: "repost", intentMessage: "message",
-		intentImportPending: "import", intentImport: "import-exact"}
-	if names[kind] == crashAfterStep1 {
+		intentImportPending: "import", intentImport: "import-exact", intentDelete: "delete", intentErase: "erase"}
+	if names[kind] == crashAfterStep1 && crashPassed.Add(1) > crashSkip {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}
@@ -211,11 +219,11 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 		if err != nil {
 			return ops.PostFacts{}, s.fail(err)
 		}
-		author, err := decodeHead(rec)
+		f, err := postFactsOf(rec)
 		if err != nil {
 			return ops.PostFacts{}, s.fail(err)
 		}
-		return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, nil
+		return f, nil
 	}
 	var err error
 	switch in.kind {
@@ -228,7 +236,7 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 	case intentComment:
 		var f ops.PostFacts
 		if f, err = postFacts(); err == nil {
-			op := ops.Comment{Viewer: viewer, Post: engine.PostID(in.post), Mentions: mentions}
+			op := ops.Comment{Viewer: viewer, Post: engine.PostID(in.post), Comment: engine.CommentID(in.aux), Mentions: mentions}
 			err = op.Decide(ops.CommentFacts{PostFacts: f}, eff)
 		}
 	case intentPost:
@@ -238,6 +246,13 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 		// The original's author plays no part in a repost's effects.
 		op := ops.Repost{Viewer: viewer, Post: engine.PostID(in.post), NewPost: engine.PostID(in.aux), Mentions: mentions}
 		err = op.Decide(ops.PostFacts{Exists: true}, eff)
+	case intentDelete:
+		// The post was deleted by its first step: its author and original
+		// are what the step saw. The original's existence is checked
+		// where its count is applied.
+		op := ops.DeletePost{Actor: engine.Actor{User: viewer, Privileged: true}, Post: engine.PostID(in.post)}
+		err = op.Decide(ops.DeletePostFacts{PostFacts: ops.PostFacts{Exists: true, Author: viewer},
+			Original: engine.PostID(in.aux), OriginalExists: in.aux != 0}, eff)
 	case intentMessage:
 		if in.view == nil {
 			if in.view, err = s.messageView(ctx, in.aux, in.post); err != nil {
@@ -263,7 +278,8 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 //
 // Left to do are the effects outside the first step's slot: the first
 // step applied the count deltas on the post (a like, a comment, a
-// repost), a new post's registry entry, a message and its receipts.
+// repost), a comment id among the post's, a new post's registry entry, a
+// deleted post's tombstone, a message and its receipts.
 func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in intent, own bool) error {
 	var eff ops.Effects
 	if err := s.intentEffects(ctx, bucket, &in, &eff); err != nil {
@@ -272,19 +288,53 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 	// Step names (marker suffixes) are those the operations used before
 	// intents, so that a keyed retry across an upgrade agrees on them.
 	bumpStep := "b"
-	var registered []uint64
+	var registered, counted []uint64
 	var bumps []bump
 	for _, r := range eff.Registers {
 		if in.kind != intentPost {
 			// A repost's new post: its registry entry, in its own slot.
 			byNewPost := func(bucket string) guard { return markerGuard(bucket, id, "b") }
-			if _, _, _, err := s.registerPost(ctx, r.Author, uint64(r.Post), byNewPost, "", nil); err != nil {
+			if _, _, _, err := s.registerPost(ctx, r.Author, uint64(r.Post), uint64(r.Original), byNewPost, "", nil); err != nil {
 				return err
 			}
 			registered = append(registered, uint64(r.Post))
 			bumpStep = "c"
 		}
 		bumps = append(bumps, bump{uint64(r.Author), uPosts, 1})
+	}
+	for _, u := range eff.Unregisters {
+		// The registry half (the tombstone) was the first step.
+		if u.Author != 0 {
+			bumps = append(bumps, bump{uint64(u.Author), uDeleted, 1})
+		}
+	}
+	if in.kind == intentDelete {
+		// A repost's original loses a repost, in its own slot, once (its
+		// marker), if it still exists (the script's check).
+		for _, c := range eff.Counts {
+			args, err := countArgs(c.Post, []ops.CountDelta{c})
+			if err != nil {
+				return err
+			}
+			byOriginal := func(bucket string) guard { return markerGuard(bucket, id, "o") }
+			ob, _ := s.k.post(uint64(c.Post))
+			if _, _, err := s.countOn(ctx, c.Post, 0, args, byOriginal(ob), "", ""); err != nil {
+				return err
+			}
+			counted = append(counted, uint64(c.Post))
+		}
+	}
+	var writes []*call
+	for _, m := range eff.CommentMarks {
+		// The writer's record of a counted comment id (the id itself
+		// joined the post's with the first step): a set member, so
+		// adding it again changes nothing.
+		if !m.Deleted && m.Writer != 0 {
+			writes = append(writes, raw("SADD", s.k.written(uint64(m.Writer)), uint64(m.Comment)))
+		}
+	}
+	if err := s.exec(ctx, writes...); err != nil {
+		return err
 	}
 	for _, b := range eff.Bumps {
 		field, ok := unreadField[b.Kind]
@@ -326,6 +376,10 @@ func (s *Store) finishIntent(ctx context.Context, bucket, id, value string, in i
 		for _, p := range registered {
 			nb, _ := s.k.post(p)
 			dels = append(dels, raw("DEL", marker(nb, id+"b")))
+		}
+		for _, p := range counted {
+			ob, _ := s.k.post(p)
+			dels = append(dels, raw("DEL", marker(ob, id+"o")))
 		}
 		if err := s.exec(ctx, dels...); err != nil {
 			return err
@@ -390,7 +444,8 @@ func (v *sendView) current(u, sender uint64) bool {
 func (v *sendView) currentMembers(except uint64) []uint64 {
 	var out []uint64
 	for mapid := 1; mapid <= v.maxid && mapid <= len(v.uids); mapid++ {
-		if u := v.uids[mapid-1]; u != except && !v.quit(mapid) {
+		// 0: a member erased since (erase.go), whose badges are gone.
+		if u := v.uids[mapid-1]; u != except && u != 0 && !v.quit(mapid) {
 			out = append(out, u)
 		}
 	}

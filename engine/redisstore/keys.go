@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strconv"
+	"strings"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -56,12 +58,36 @@ func (k keyspace) idBucket(kind byte, id uint64) (tag string, low string) {
 	return string(b), strconv.FormatUint(id&k.lowMask, 10)
 }
 
+// postOf is the id of the post with field low in the bucket whose hash
+// tag holds inner ("p<window>.<sub>"): its window's bits, then low.
+func (k keyspace) postOf(inner, low string) (engine.PostID, bool) {
+	w, _, ok := strings.Cut(strings.TrimPrefix(inner, "p"), ".")
+	win, err1 := strconv.ParseUint(w, 36, 64)
+	l, err2 := strconv.ParseUint(low, 10, 64)
+	if !ok || !strings.HasPrefix(inner, "p") || err1 != nil || err2 != nil || l > k.lowMask {
+		return 0, false
+	}
+	return engine.PostID(win<<k.winShift | l), true
+}
+
 // Post keys. The bucket hash maps low bits -> packed post record; likers
 // and favoriters are one set per post, in the post's slot, so that de-dup
 // and count change in one script.
 func (k keyspace) post(id uint64) (bucket, low string) { return k.idBucket('p', id) }
 func likersKey(bucket, low string) string              { return bucket + "l" + low }
 func favsKey(bucket, low string) string                { return bucket + "f" + low }
+
+// commentsKey is the set of a post's counted comment ids, and
+// uncountedKey the set of its deleted ones (known, and never counted
+// again): the post's comment count is the first set's size plus the
+// comments counted without an id (pUnidentified), which is what tally
+// check recounts. Snowflakes are integers, so both sets are intsets.
+func commentsKey(bucket, low string) string  { return bucket + "c" + low }
+func uncountedKey(bucket, low string) string { return bucket + "d" + low }
+
+// repostsKey is a bucket's hash of reposts: low -> the original's id,
+// which loses a repost when the repost is deleted.
+func repostsKey(bucket string) string { return bucket + "R" }
 
 // Message index: bucket hash of message id low bits -> group id.
 func (k keyspace) msgIndex(id uint64) (bucket, low string) { return k.idBucket('m', id) }
@@ -83,6 +109,30 @@ func (k keyspace) followees(uid uint64) string {
 	return bucket + "F" + strconv.FormatUint(uid, 10)
 }
 
+// written is the set of comment ids uid wrote and Tally counted: what
+// lets the writer delete them (DeleteComment), in uid's slot.
+func (k keyspace) written(uid uint64) string {
+	bucket, _ := k.user(uid)
+	return bucket + "W" + strconv.FormatUint(uid, 10)
+}
+
+// erasing marks uid as being erased (erase.go), in uid's slot: a follow
+// of or by uid waits until it is gone.
+func (k keyspace) erasing(uid uint64) string {
+	bucket, _ := k.user(uid)
+	return bucket + "e" + strconv.FormatUint(uid, 10)
+}
+
+// limiter and socketCap are uid's rate-limit and open-socket keys (limiter.go,
+// wscap.go), each a slot of its own.
+func (k keyspace) limiter(uid uint64) string {
+	return k.p + "{rl" + strconv.FormatUint(uid, 36) + "}"
+}
+
+func (k keyspace) socketCap(uid uint64) string {
+	return k.p + "{ws" + strconv.FormatUint(uid, 36) + "}"
+}
+
 // idemClaim is the claim of uid's idempotency key, in uid's slot (idem.go).
 func (k keyspace) idemClaim(uid uint64, key string) string {
 	bucket, _ := k.user(uid)
@@ -98,11 +148,13 @@ func (k keyspace) idemRecord(tag string, uid uint64, key string) string {
 }
 
 // Group keys, all under the group's tag.
-type groupKeys struct{ tag, U, M, Q, T, R string }
+// X is the bitmap of erased members' mapids (bit mapid-1): they stay
+// counted in the receipts recorded, and no list names them.
+type groupKeys struct{ tag, U, M, Q, T, R, X string }
 
 func (k keyspace) group(gid uint64) groupKeys {
 	tag := k.p + "{g" + strconv.FormatUint(gid, 36) + "}"
-	return groupKeys{tag: tag, U: tag + "U", M: tag + "M", Q: tag + "Q", T: tag + "T", R: tag + "R"}
+	return groupKeys{tag: tag, U: tag + "U", M: tag + "M", Q: tag + "Q", T: tag + "T", R: tag + "R", X: tag + "X"}
 }
 
 // readKey holds the read bitmap of one message of a large group.
@@ -126,6 +178,13 @@ func (k keyspace) imported() string { return k.sys() + "imported" }
 // importIntents holds the intents of the import chunks in flight, one
 // field per chunk (importintents.go).
 func (k keyspace) importIntents() string { return k.sys() + "imp" }
+
+// erasures holds the user erasures under way, uid -> their intent, and
+// erasureCursors(uid) each master's scan cursor of one (erase.go).
+func (k keyspace) erasures() string { return k.sys() + "erase" }
+func (k keyspace) erasureCursors(uid uint64) string {
+	return k.sys() + "erc" + strconv.FormatUint(uid, 10)
+}
 func (k keyspace) sysIdem(key string) string {
 	return k.sys() + "i:" + key
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +28,6 @@ import (
 type Limiter struct {
 	s        *Store
 	rdb      redis.UniversalClient
-	prefix   string
 	interval int64 // microseconds per token
 	burst    int64
 }
@@ -46,7 +44,6 @@ func (s *Store) NewLimiter(perSecond float64, burst int) (*Limiter, error) {
 	return &Limiter{
 		s:        s,
 		rdb:      s.rdb,
-		prefix:   s.k.p,
 		interval: max(1, int64(math.Round(1e6/perSecond))),
 		burst:    int64(burst),
 	}, nil
@@ -82,7 +79,7 @@ func (l *Limiter) Take(ctx context.Context, user uint64, n int) (ok bool, retryA
 	if int64(n) > l.burst {
 		return false, 0, fmt.Errorf("redisstore: %d tokens asked of a burst of %d", n, l.burst)
 	}
-	key := l.prefix + "{rl" + strconv.FormatUint(user, 36) + "}"
+	key := l.s.k.limiter(user)
 	if err := l.s.health.check(l.s.shardOf(ctx, key)); err != nil {
 		return false, 0, err
 	}

@@ -574,7 +574,15 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // badge read is two (three once a day, the cursor touch); a group read
 // is one, refused or not (the rule is judged on the facts its script
 // returns); a message read two (the id -> group index, then the
-// script); a receipts read three (index, script, member ids). A script call
+// script); a receipts read three (index, script, member ids). A comment
+// with an id costs one more (the writer's record of it), a known id one
+// (the step that finds it); a comment's delete two (its facts, its
+// script); a post's delete its facts, the tombstone and the intent of
+// the author's count (and a repost's original's) finished like a like's;
+// a repeat one. An erasure on this small keyspace: its intent, start,
+// the user's own edges, one walk step per master (SCAN, the facts, the
+// authored posts, the changes, the progress) and its end; a repeat walks
+// again (nothing remembers that an erased user was erased). A script call
 // costing two (NOSCRIPT, then EVAL) shows here too.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
@@ -623,4 +631,17 @@ func TestRoundTrips(t *testing.T) {
 	})
 	trips("message read", 2, func() error { _, err := s.Message(ctx, fan, m.ID); return err })
 	trips("receipts read", 3, func() error { _, err := s.Receipts(ctx, author, m.ID, 10); return err })
+
+	cid := engine.CommentID(snowflake.Make(time.Now().UnixMilli(), 1, 1))
+	trips("comment with an id", 6, func() error { return s.Comment(ctx, fan, post, cid, nil, "") })
+	trips("comment id again", 1, func() error { return s.Comment(ctx, fan, post, cid, nil, "") })
+	trips("delete comment", 2, func() error { return s.DeleteComment(ctx, engine.Actor{User: fan}, post, cid) })
+	trips("delete comment again", 1, func() error { return s.DeleteComment(ctx, engine.Actor{User: fan}, post, cid) })
+	repost, err := s.Repost(ctx, fan, post, nil, "")
+	check(t, err)
+	trips("delete repost", 6, func() error { return s.DeletePost(ctx, engine.Actor{User: fan}, repost) })
+	trips("delete post", 5, func() error { return s.DeletePost(ctx, engine.Actor{User: author}, post) })
+	trips("delete post again", 1, func() error { return s.DeletePost(ctx, engine.Actor{User: author}, post) })
+	trips("erase user", 21, func() error { return s.EraseUser(ctx, fan) })
+	trips("erase user again", 14, func() error { return s.EraseUser(ctx, fan) })
 }

@@ -54,7 +54,7 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 	for i, b := range order {
 		for j, v := range records[i].Val() {
 			rec, ok := v.(string)
-			if !ok {
+			if exists, _ := recordState(rec); !ok || !exists {
 				continue
 			}
 			view := &out[groups[b].pos[j]]

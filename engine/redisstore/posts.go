@@ -38,7 +38,8 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if want == 0 && idemKey != "" {
 		want = s.gen.Next()
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{Post: id})
+	bucket, _ := s.k.post(want)
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(want, 10), bucket, engine.IdemCreatePost, engine.IdemArgs{Post: id})
 	if in.key != "" {
 		want, _ = strconv.ParseUint(in.result, 10, 64)
 	}
@@ -58,7 +59,7 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 	if iid == "" {
 		iid = newIntentID()
 	}
-	bucket, _ := s.k.post(want)
+	bucket, _ = s.k.post(want)
 	err = s.firstStep(ctx, &in, bucket, func(g guard) (string, error) {
 		var found string
 		var err error
@@ -66,7 +67,7 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 		if in.key == "" {
 			guardIn = noGuard // the bucket is the id's, which may be drawn there
 		}
-		pid, desc, found, err = s.registerPost(ctx, viewer, want, guardIn, iid, mk)
+		pid, desc, found, err = s.registerPost(ctx, viewer, want, 0, guardIn, iid, mk)
 		if errors.Is(err, engine.ErrInvalid) {
 			s.dropClaim(ctx, in) // the id is taken: refused, nothing applied
 		}
@@ -96,13 +97,14 @@ func (s *Store) CreatePost(ctx context.Context, viewer engine.UserID, id engine.
 // registerPost enters a post by author in the registry, under the guard
 // guardIn gives for the post's bucket: the registry half of
 // ops.CreatePost's Registration (the author's post count is a later
-// step). id 0 asks for a fresh id; a fresh id that collides (a client's id
-// from our node) is replaced by another, while a given id that is taken is
-// what CreatePost.Decide refuses. intent, when not nil, makes the intent
-// recorded with the entry for the id it gets. found is the guard's value
-// when the entry was made before by the same operation (then desc is "":
-// no intent was written now).
-func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint64, guardIn func(bucket string) guard, intentID string, intent func(pid uint64) string) (pid uint64, desc, found string, err error) {
+// step), and a repost's original (0: none). id 0 asks for a fresh id; a
+// fresh id that collides (a client's id from our node) is replaced by
+// another, while a given id that is taken (a post's, or a deleted post's)
+// is what CreatePost.Decide refuses. intent, when not nil, makes the
+// intent recorded with the entry for the id it gets. found is the guard's
+// value when the entry was made before by the same operation (then desc
+// is "": no intent was written now).
+func (s *Store) registerPost(ctx context.Context, author engine.UserID, id, original uint64, guardIn func(bucket string) guard, intentID string, intent func(pid uint64) string) (pid uint64, desc, found string, err error) {
 	for attempt := 0; ; attempt++ {
 		pid := id
 		if pid == 0 {
@@ -120,8 +122,12 @@ func (s *Store) registerPost(ctx context.Context, author engine.UserID, id uint6
 		reg := eff.Registers[0]
 		bucket, low := s.k.post(uint64(reg.Post))
 		g := guardIn(bucket)
-		args := append(g.args(), low, postHead(uint64(reg.Author)), intentID, desc)
-		r, err := s.one(ctx, scPostCreate, []string{bucket, g.key, intentsKey(bucket)}, args...)
+		orig := ""
+		if original != 0 {
+			orig = strconv.FormatUint(original, 10)
+		}
+		args := append(g.args(), low, postHead(uint64(reg.Author)), intentID, desc, orig)
+		r, err := s.one(ctx, scPostCreate, []string{bucket, g.key, intentsKey(bucket), repostsKey(bucket)}, args...)
 		if err != nil {
 			return 0, "", "", err
 		}
@@ -198,7 +204,7 @@ func (s *Store) Posts(ctx context.Context, ids []engine.PostID) ([]engine.PostIn
 	}
 	out := make([]engine.PostInfo, len(ids))
 	for i := range ids {
-		if !found[i] {
+		if exists, _ := recordState(recs[i]); !found[i] || !exists {
 			continue
 		}
 		a, err := decodeHead(recs[i])
@@ -218,7 +224,7 @@ func (s *Store) Counts(ctx context.Context, ids []engine.PostID) ([]engine.Count
 	}
 	out := make([]engine.Counts, len(ids))
 	for i := range ids {
-		if !found[i] {
+		if exists, _ := recordState(recs[i]); !found[i] || !exists {
 			continue
 		}
 		_, c, err := decodePost(recs[i])
@@ -308,7 +314,8 @@ func speculate(viewer engine.UserID, post engine.PostID, decide func(author engi
 	}
 	args, err := countArgs(post, eff.Counts)
 	beyond := len(eff.Registers)+len(eff.Bumps)+len(eff.Followers)+len(eff.Follows)+len(eff.Reads)+
-		len(eff.Fanouts)+len(eff.Clicks)+len(eff.Joins)+len(eff.Leaves)+len(eff.Receipts) > 0 || eff.Push != 0
+		len(eff.Fanouts)+len(eff.Clicks)+len(eff.Joins)+len(eff.Leaves)+len(eff.Receipts)+
+		len(eff.CommentMarks) > 0 || eff.Push != 0
 	return args, beyond, err
 }
 
@@ -413,26 +420,34 @@ func sameCounts(post engine.PostID, counts []ops.CountDelta, applied []any) erro
 }
 
 // countOn applies count deltas to a known post under guard g, with the
-// intent of what follows; it returns the post's facts, and the guard's
+// intent of what follows, for a comment with an id (comment != 0) only if
+// the id is not known on the post; it returns the post's facts, whether
+// the comment id was known (then nothing was applied), and the guard's
 // value when the same operation applied them before (then nothing was
 // applied now).
-func (s *Store) countOn(ctx context.Context, post engine.PostID, counts []any, g guard, intentID, intent string) (ops.PostFacts, string, error) {
+func (s *Store) countOn(ctx context.Context, post engine.PostID, comment engine.CommentID, counts []any, g guard, intentID, intent string) (ops.CommentFacts, string, error) {
 	bucket, low := s.k.post(uint64(post))
-	args := append(counting(g.args()...), low, intentID, intent)
-	r, err := s.one(ctx, scPostCount, []string{bucket, g.key, intentsKey(bucket)}, append(args, counts...)...)
+	cid := ""
+	if comment != 0 {
+		cid = strconv.FormatUint(uint64(comment), 10)
+	}
+	args := append(counting(g.args()...), low, intentID, intent, cid)
+	r, err := s.one(ctx, scPostCount, []string{bucket, g.key, intentsKey(bucket), commentsKey(bucket, low), uncountedKey(bucket, low)}, append(args, counts...)...)
 	if err != nil {
-		return ops.PostFacts{}, "", err
+		return ops.CommentFacts{}, "", err
 	}
 	a := vals(r)
-	if num(at(a, 0)) == -1 {
-		return ops.PostFacts{}, "", nil
+	code := num(at(a, 0))
+	if code == -1 {
+		return ops.CommentFacts{}, "", nil
 	}
 	s.stats.counted.Add(num(at(a, 2)))
 	author, err := decodeHead(str(at(a, 1)))
 	if err != nil {
-		return ops.PostFacts{}, "", s.fail(err)
+		return ops.CommentFacts{}, "", s.fail(err)
 	}
-	return ops.PostFacts{Exists: true, Author: engine.UserID(author)}, str(at(a, 3)), nil
+	f := ops.CommentFacts{PostFacts: ops.PostFacts{Exists: true, Author: engine.UserID(author)}, Known: code == 3}
+	return f, str(at(a, 3)), nil
 }
 
 // countThenFinish runs the steps of a comment or a repost: the count on
@@ -440,22 +455,23 @@ func (s *Store) countOn(ctx context.Context, post engine.PostID, counts []any, g
 // guard, then the rest (intents.go). mk makes the intent from the
 // operation's result (a repost's new post); refuse is what the operation
 // decides on an unknown post, which the first step reports having applied
-// nothing. The intent and the markers of the later steps are named by the
-// operation's id (the key's, so that a client's retry and a sweeper
-// agree; a fresh one without a key).
-func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostID, counts []any, mk func(result string) intent, refuse func(ops.PostFacts) error) error {
+// nothing, and on a comment id known already (comment != 0), for which it
+// applied nothing either. The intent and the markers of the later steps
+// are named by the operation's id (the key's, so that a client's retry
+// and a sweeper agree; a fresh one without a key).
+func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostID, comment engine.CommentID, counts []any, mk func(result string) intent, refuse func(ops.CommentFacts) error) error {
 	id := in.op
 	if id == "" {
 		id = newIntentID()
 	}
 	it := mk(in.result)
 	desc := it.encode()
-	var facts ops.PostFacts
+	var facts ops.CommentFacts
 	bucket, _ := s.k.post(uint64(post))
 	err := s.firstStep(ctx, in, bucket, func(g guard) (string, error) {
 		var found string
 		var err error
-		facts, found, err = s.countOn(ctx, post, counts, g, id, desc)
+		facts, found, err = s.countOn(ctx, post, comment, counts, g, id, desc)
 		if err == nil && !facts.Exists {
 			s.dropClaim(ctx, *in)
 			err = refuse(facts)
@@ -464,6 +480,13 @@ func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostI
 	})
 	if err != nil {
 		return err
+	}
+	if facts.Known {
+		// Counted once already, by whoever sent it: nothing was applied,
+		// nothing is left to do, and, as for a refusal, the key binds
+		// nothing (the step proved it did not run).
+		s.dropClaim(ctx, *in)
+		return refuse(facts)
 	}
 	if in.key != "" && in.op != id {
 		// An earlier attempt counted: finish its operation.
@@ -475,16 +498,12 @@ func (s *Store) countThenFinish(ctx context.Context, in *idem, post engine.PostI
 	return s.finishIntent(ctx, bucket, id, desc, it, true)
 }
 
-// errLifecycle answers what this backend does not do yet: comment ids,
-// deleteComment, deletePost and eraseUser.
-var errLifecycle = fmt.Errorf("%w: not supported by this backend yet", engine.ErrInvalid)
-
-// Comment implements engine.Store. Comment ids are not supported yet.
+// Comment implements engine.Store. A comment with an id is counted in the
+// post's slot only if the id is not known there, in the same script that
+// adds it to the post's counted ids; the writer's record of it (what lets
+// them delete it) follows with the badges (intents.go).
 func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error {
-	if comment != 0 {
-		return errLifecycle
-	}
-	op := ops.Comment{Viewer: viewer, Post: post, Mentions: mentions, IdemKey: idemKey}
+	op := ops.Comment{Viewer: viewer, Post: post, Comment: comment, Mentions: mentions, IdemKey: idemKey}
 	if err := op.Check(s.now()); err != nil {
 		return err
 	}
@@ -494,22 +513,43 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	if err != nil {
 		return err
 	}
-	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, "", engine.IdemComment,
-		engine.IdemArgs{Post: post, Mentions: op.Mentions})
+	if comment == 0 {
+		counts = unidentified(counts)
+	}
+	bucket, _ := s.k.post(uint64(post))
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, "", bucket, engine.IdemComment,
+		engine.IdemArgs{Post: post, Comment: comment, Mentions: op.Mentions})
 	if err != nil || in.done {
 		return err
 	}
 	mk := func(string) intent {
-		return intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
+		return intent{kind: intentComment, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli(),
+			mentions: ids64(op.Mentions), aux: uint64(comment)}
 	}
-	refuse := func(f ops.PostFacts) error {
+	refuse := func(f ops.CommentFacts) error {
 		var eff ops.Effects
-		return op.Decide(ops.CommentFacts{PostFacts: f}, &eff)
+		if err := op.Decide(f, &eff); err != nil || eff.Empty() {
+			return err
+		}
+		return fmt.Errorf("%w: comment decided %+v on %+v, where the step applied nothing", errBug, eff, f)
 	}
-	if err := s.countThenFinish(ctx, &in, post, counts, mk, refuse); err != nil {
+	if err := s.countThenFinish(ctx, &in, post, comment, counts, mk, refuse); err != nil {
 		return err
 	}
 	return s.idemDone(ctx, in)
+}
+
+// unidentified adds to the count arguments of a comment sent without an
+// id each comment delta again on pUnidentified, the part of the count no
+// counted id stands for.
+func unidentified(counts []any) []any {
+	n := len(counts)
+	for i := 0; i < n; i += 2 {
+		if counts[i] == pComments {
+			counts = append(counts, pUnidentified, counts[i+1])
+		}
+	}
+	return counts
 }
 
 func ids64(us []engine.UserID) []uint64 {
@@ -528,7 +568,8 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 	}
 	// The new post's id is fixed before the first step: the intent names
 	// it, so whoever finishes the repost registers that post.
-	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), engine.IdemRepost,
+	bucket, _ := s.k.post(uint64(post))
+	in, err := s.idemBegin(ctx, uint64(viewer), idemKey, strconv.FormatUint(s.gen.Next(), 10), bucket, engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: op.Mentions})
 	want, _ := strconv.ParseUint(in.result, 10, 64)
 	if err != nil || in.done {
@@ -547,11 +588,11 @@ func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.Po
 		return intent{kind: intentRepost, viewer: uint64(viewer), post: uint64(post), aux: newPost,
 			at: s.now().UnixMilli(), mentions: ids64(op.Mentions)}
 	}
-	refuse := func(f ops.PostFacts) error {
+	refuse := func(f ops.CommentFacts) error {
 		var eff ops.Effects
-		return op.Decide(f, &eff)
+		return op.Decide(f.PostFacts, &eff)
 	}
-	if err := s.countThenFinish(ctx, &in, post, counts, mk, refuse); err != nil {
+	if err := s.countThenFinish(ctx, &in, post, 0, counts, mk, refuse); err != nil {
 		return 0, err
 	}
 	if err := s.idemDone(ctx, in); err != nil {
@@ -684,20 +725,17 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 				head, seen := heads[r.Post]
 				if !seen {
 					rec, _ := reads[i].Val()[j].(string)
-					if rec != "" {
+					head = rec
+					if exists, _ := recordState(rec); exists {
 						if len(rec) < 1+int(rec[0]) {
 							return s.fail(errCorrupt)
 						}
 						head = rec[:1+int(rec[0])]
 					}
 				}
-				known := ops.PostFacts{Exists: head != ""}
-				if known.Exists {
-					a, err := decodeHead(head)
-					if err != nil {
-						return s.fail(err)
-					}
-					known.Author = engine.UserID(a)
+				known, err := postFactsOf(head) // a deleted post's head is its tombstone
+				if err != nil {
+					return s.fail(err)
 				}
 				skip, register, authorPosts := ops.DecideImport(r, known)
 				if skip {
@@ -797,19 +835,4 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 	}
 	maybeCrash(intentImportPending)
 	return ii.finish(ctx, registered)
-}
-
-// DeleteComment implements engine.Store: not supported yet.
-func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
-	return errLifecycle
-}
-
-// DeletePost implements engine.Store: not supported yet.
-func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
-	return errLifecycle
-}
-
-// EraseUser implements engine.Store: not supported yet.
-func (s *Store) EraseUser(ctx context.Context, user engine.UserID) error {
-	return errLifecycle
 }

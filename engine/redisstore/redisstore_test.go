@@ -64,7 +64,7 @@ func TestConformanceSingle(t *testing.T) {
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
 		Name:    name,
-		Differs: []string{"lifecycle", "reactions"},
+		Differs: []string{"reactions"},
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
 			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
 			cur := open(t, opts)
@@ -89,6 +89,8 @@ func TestClockedSingle(t *testing.T) {
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	addrs := c.Addrs()
+
+	t.Run("UnreadMany", func(t *testing.T) { checkUnreadMany(t, addrs) })
 
 	t.Run("Conformance", func(t *testing.T) {
 		enginetest.Run(t, func(t *testing.T) engine.Store {
@@ -164,6 +166,13 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("post %d after the slot moved: %+v, owner %s", got, infos[0], c.MasterForKey(key))
 		}
 	})
+
+	// The lifecycle on a cluster: the erasure walks every master, and its
+	// changes and the deletes' intents span slots and nodes.
+	t.Run("EraseLeavesNoTrace", func(t *testing.T) { eraseLeavesNoTrace(t, addrs) })
+	t.Run("LifecycleRaces", func(t *testing.T) { lifecycleRaces(t, addrs) })
+	t.Run("EraseKill9", func(t *testing.T) { runEraseKill9(t, addrs, false) })
+	t.Run("DeleteBurstKill9", func(t *testing.T) { runDeleteBurstKill9(t, addrs) })
 
 	t.Run("PostsSpreadOverSlots", func(t *testing.T) {
 		// Posts of the same second must not all land on one node: the
@@ -447,5 +456,53 @@ func TestReceiptsLargeGroup(t *testing.T) {
 	must(t, err)
 	if r2.ReadCount != r.ReadCount {
 		t.Fatalf("repeated read counted: %d -> %d", r.ReadCount, r2.ReadCount)
+	}
+}
+
+// UnreadMany reads, in one batch, what Unread reads viewer by viewer:
+// viewers with and without followees, with badges of every kind, one
+// never seen before (whose cursor is set up by the read). On a cluster
+// (TestCluster) the batch's keys span slots.
+func TestUnreadManyIsUnreadPerViewer(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	checkUnreadMany(t, []string{addr})
+}
+
+func checkUnreadMany(t *testing.T, addrs []string) {
+	s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix()})
+	const author, fan, lurker, fresh = 1, 2, 3, 4
+	must(t, s.Follow(bg, fan, author))
+	must(t, s.Follow(bg, lurker, fan))
+	post, err := s.CreatePost(bg, author, 0, "")
+	must(t, err)
+	_, err = s.CreatePost(bg, fan, 0, "")
+	must(t, err)
+	must(t, s.Like(bg, fan, post))
+	must(t, s.Comment(bg, lurker, post, 0, []engine.UserID{fan}, ""))
+	_, err = s.PublishNotification(bg, "t", "b", "")
+	must(t, err)
+	must(t, s.PushRedDot(bg))
+	viewers := []engine.UserID{author, fan, lurker}
+	want := make([]engine.Unread, len(viewers))
+	for i, v := range viewers {
+		want[i], err = s.Unread(bg, v)
+		must(t, err)
+	}
+	viewers = append(viewers, fresh)
+	got := make([]engine.Unread, len(viewers))
+	must(t, s.UnreadMany(bg, viewers, got))
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("viewer %d: UnreadMany %+v, Unread %+v", viewers[i], got[i], want[i])
+		}
+	}
+	if one, err := s.Unread(bg, fresh); err != nil || one != got[3] {
+		t.Errorf("a viewer first seen by UnreadMany: %+v, then Unread %+v %v", got[3], one, err)
+	}
+	if err := s.UnreadMany(bg, []engine.UserID{author, 0}, make([]engine.Unread, 2)); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("user 0 in a batch: %v", err)
+	}
+	if err := s.UnreadMany(bg, viewers, got[:1]); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("out shorter than viewers: %v", err)
 	}
 }

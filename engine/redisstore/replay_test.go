@@ -67,10 +67,10 @@ func TestReplayAfterCrash(t *testing.T) {
 
 	// CreatePost: registered, then crash before the author's postCount.
 	want := s.gen.Next()
-	in, err := s.idemBegin(ctx, author, "cp", strconv.FormatUint(want, 10), engine.IdemCreatePost, engine.IdemArgs{})
+	in, err := s.idemBegin(ctx, author, "cp", strconv.FormatUint(want, 10), s.PostKey(engine.PostID(want)), engine.IdemCreatePost, engine.IdemArgs{})
 	check(t, err)
 	check(t, s.firstStep(ctx, &in, s.PostKey(engine.PostID(want)), func(g guard) (string, error) {
-		_, _, found, err := s.registerPost(ctx, author, want, func(string) guard { return g }, "", nil)
+		_, _, found, err := s.registerPost(ctx, author, want, 0, func(string) guard { return g }, "", nil)
 		return found, err
 	}))
 	for range 2 {
@@ -88,13 +88,13 @@ func TestReplayAfterCrash(t *testing.T) {
 	post := engine.PostID(want)
 
 	// Comment: counted on the post, then crash before any badge.
-	in, err = s.idemBegin(ctx, actor, "c1", "", engine.IdemComment,
+	in, err = s.idemBegin(ctx, actor, "c1", "", s.PostKey(post), engine.IdemComment,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
 	countFirst := func(in idem, field int) {
 		t.Helper()
 		check(t, s.firstStep(ctx, &in, s.PostKey(post), func(g guard) (string, error) {
-			_, found, err := s.countOn(ctx, post, []any{field, 1}, g, "", "")
+			_, found, err := s.countOn(ctx, post, 0, []any{field, 1}, g, "", "")
 			return found, err
 		}))
 	}
@@ -117,11 +117,11 @@ func TestReplayAfterCrash(t *testing.T) {
 	// Repost: counted and the new post registered, then crash before the
 	// reposter's postCount and the mention.
 	rid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, "r1", strconv.FormatUint(rid, 10), engine.IdemRepost,
+	in, err = s.idemBegin(ctx, actor, "r1", strconv.FormatUint(rid, 10), s.PostKey(post), engine.IdemRepost,
 		engine.IdemArgs{Post: post, Mentions: []engine.UserID{mentioned}})
 	check(t, err)
 	countFirst(in, pReposts)
-	_, _, _, err = s.registerPost(ctx, actor, rid, func(b string) guard { return markerGuard(b, in.op, "b") }, "", nil)
+	_, _, _, err = s.registerPost(ctx, actor, rid, uint64(post), func(b string) guard { return markerGuard(b, in.op, "b") }, "", nil)
 	check(t, err)
 	for range 2 {
 		got, err := s.Repost(ctx, actor, post, []engine.UserID{mentioned}, "r1")
@@ -146,13 +146,13 @@ func TestReplayAfterCrash(t *testing.T) {
 	g, err := s.CreateGroup(ctx, actor, []engine.UserID{author, mentioned})
 	check(t, err)
 	mid := s.gen.Next()
-	in, err = s.idemBegin(ctx, actor, "m1", strconv.FormatUint(mid, 10), engine.IdemSendMessage,
+	in, err = s.idemBegin(ctx, actor, "m1", strconv.FormatUint(mid, 10), s.k.group(uint64(g)).tag, engine.IdemSendMessage,
 		engine.IdemArgs{Group: g, Mentions: []engine.UserID{mentioned}, Text: "hi"})
 	check(t, err)
 	gk := s.k.group(uint64(g))
 	check(t, s.firstStep(ctx, &in, gk.tag, func(gd guard) (string, error) {
 		_, err := s.one(ctx, scSend, []string{gk.U, gk.M, gk.Q, gk.T, gk.R, intentsKey(gk.tag), gd.key},
-			append([]any{uint64(actor), mid, encodeBody(uint64(actor), "hi"), denseMaxID, "", ""}, gd.args()...)...)
+			append([]any{uint64(actor), mid, "hi", denseMaxID, "", ""}, gd.args()...)...)
 		return "", err
 	}))
 	for range 2 {

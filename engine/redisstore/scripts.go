@@ -29,12 +29,20 @@ import "github.com/redis/go-redis/v9"
 
 // prelude is shared by all scripts: the varint record codec (the same
 // format as codec.go; Lua numbers are doubles, exact to 2^53) and helpers.
+// TOMB is a deleted post's record (codec.go's tombstone), which every
+// script reads as no post; recount(bucket, low, rec, from, lo, hi)
+// applies the (count index, delta) pairs of ARGV from index from on to
+// post record rec, field low of bucket, within lo..hi, writes it, and
+// returns whether the post went from all-zero counts to some or back
+// (tr); sender8(U, body) is the packed uid of a message body's sender
+// (codec.go).
 // current(U, Q, i, n, want) packs the uids of at most want current members
 // of a group of n mapids from mapid i+1 on: it reads the packed member
 // list U and the quit bitmap Q in chunks, skipping whole bytes of members
 // who left, so a page costs its own length (plus leavers in between), not
 // the group's size.
 const prelude = `
+local TOMB = '\255'
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
   for i = from or 1, #s do
@@ -109,6 +117,15 @@ local function tr(before, after)
   if before ~= '' and after == '' then return -1 end
   return 0
 end
+local function recount(bucket, low, rec, from, lo, hi)
+  local L = string.byte(rec, 1)
+  local t, n = dec(rec, L + 2)
+  local before = enc(t, n)
+  for i = from, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
+  local after = enc(t, n)
+  redis.call('HSET', bucket, low, string.sub(rec, 1, L + 1) .. after)
+  return tr(before, after)
+end
 local function u32(x)
   return string.char(math.floor(x / 16777216) % 256, math.floor(x / 65536) % 256,
     math.floor(x / 256) % 256, x % 256)
@@ -116,6 +133,10 @@ end
 local function rd32(s, i)
   local a, b, c, d = string.byte(s, i, i + 3)
   return ((a * 256 + b) * 256 + c) * 256 + d
+end
+local function sender8(U, body)
+  local m = rd32(body, 1)
+  return redis.call('GETRANGE', U, (m - 1) * 8, m * 8 - 1)
 end
 local function member(M, Q, uid)
   local m = redis.call('HGET', M, uid)
@@ -163,16 +184,19 @@ func newScript(body string) *redis.Script {
 }
 
 var (
-	// A post's registry entry, under its guard. KEYS bucket, guard,
-	// intents; ARGV guard (ttl, value, expired), low, head, intent id,
-	// intent ('' = none; see intents.go). {1} created, {0} the id exists,
-	// {2, guard found} already applied by this operation.
+	// A post's registry entry, under its guard, and a repost's original.
+	// KEYS bucket, guard, intents, reposts; ARGV guard (ttl, value,
+	// expired), low, head, intent id, intent ('' = none; see intents.go),
+	// original ('' = not a repost). {1} created, {0} the id is taken (a
+	// post's, or a deleted post's), {2, guard found} already applied by
+	// this operation.
 	scPostCreate = newScript(`
 local found = guarded(KEYS[2], 1)
 if found then return {2, found} end
 if redis.call('HSETNX', KEYS[1], ARGV[4], ARGV[5]) == 0 then return {0} end
 guard(KEYS[2], 1)
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[8]) end
 return {1}`)
 
 	// Deletes intent ARGV[1] if it still holds ARGV[2]. KEYS intents.
@@ -200,7 +224,7 @@ return 1`)
 	scPostFlag = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
-if not rec then return {-1} end
+if not rec or rec == TOMB then return {-1} end
 local changed
 if ARGV[5] == 'add' then changed = redis.call('SADD', KEYS[2], ARGV[4])
 else changed = redis.call('SREM', KEYS[2], ARGV[4]) end
@@ -208,35 +232,37 @@ local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
-local t, n = dec(rec, L + 2)
-local before = enc(t, n)
-for i = 8, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
-local after = enc(t, n)
-redis.call('HSET', KEYS[1], ARGV[3], head .. after)
-return {1, head, tr(before, after)}`)
+return {1, head, recount(KEYS[1], ARGV[3], rec, 8, lo, hi)}`)
 
 	// Count deltas Go decided on a post that exists (the fact its Decide
 	// was given), once per operation (its guard), and the intent of what
-	// follows. KEYS bucket, guard, intents; ARGV floor, ceiling, guard
-	// (ttl, value, expired), low, intent id, intent ('' = none), then
-	// (count index, delta) pairs. Results as scPostFlag, and {0, head, 0,
-	// guard found} when this operation applied them already.
+	// follows. A comment with an id (ARGV[9], '' = none) is counted only
+	// if the id is not known on the post (counted, or counted and
+	// deleted: the fact ops.Comment decided on), and is then added to
+	// the post's counted ids. KEYS bucket, guard, intents, comment ids,
+	// deleted comment ids;
+	// ARGV floor, ceiling, guard (ttl, value, expired), low, intent id,
+	// intent ('' = none), comment id, then (count index, delta) pairs.
+	// Results as scPostFlag, {0, head, 0, guard found} when this
+	// operation applied them already, and {3, head} when the comment id
+	// is known (nothing applied).
 	scPostCount = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[6])
-if not rec then return {-1} end
+if not rec or rec == TOMB then return {-1} end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 local found = guarded(KEYS[2], 3)
 if found then return {0, head, 0, found} end
+if ARGV[9] ~= '' then
+  if redis.call('SISMEMBER', KEYS[4], ARGV[9]) == 1 or redis.call('SISMEMBER', KEYS[5], ARGV[9]) == 1 then
+    return {3, head}
+  end
+  redis.call('SADD', KEYS[4], ARGV[9])
+end
 guard(KEYS[2], 3)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], ARGV[7], ARGV[8]) end
-local t, n = dec(rec, L + 2)
-local before = enc(t, n)
-for i = 9, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
-local after = enc(t, n)
-redis.call('HSET', KEYS[1], ARGV[6], head .. after)
-return {1, head, tr(before, after)}`)
+return {1, head, recount(KEYS[1], ARGV[6], rec, 10, lo, hi)}`)
 
 	// Count deltas on posts of one bucket, each applied only where the
 	// post exists (the fact ops.RecordViews.Decide was given: an unknown
@@ -248,7 +274,7 @@ local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local trs = 0
 for i = 3, #ARGV, 3 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
-  if rec then
+  if rec and rec ~= TOMB then
     local L = string.byte(rec, 1)
     local t, n = dec(rec, L + 2)
     local before = enc(t, n)
@@ -544,7 +570,8 @@ return {1, m, q, count, current(KEYS[1], KEYS[3], i, n, tonumber(ARGV[3])), i}`)
 	// the two apart.
 	// A keyed send's guard (its idempotency record) is looked at first:
 	// a send that happened stays sent whoever has left the group since.
-	// KEYS U, M, Q, T, R, intents, guard; ARGV sender, mid, body, dense
+	// The body names the sender by mapid (codec.go).
+	// KEYS U, M, Q, T, R, intents, guard; ARGV sender, mid, text, dense
 	// max, intent id, intent ('' = none), guard (ttl, value, expired).
 	// {created, U, Q} | {2, guard found} | {-1} unknown group | {-2} not a
 	// member.
@@ -556,7 +583,7 @@ local m, cur = member(KEYS[2], KEYS[3], ARGV[1])
 if not cur then return {-2} end
 local U = redis.call('GET', KEYS[1])
 local Q = redis.call('GET', KEYS[3]) or ''
-if redis.call('HSETNX', KEYS[4], ARGV[2], ARGV[3]) == 0 then return {0, U, Q} end
+if redis.call('HSETNX', KEYS[4], ARGV[2], u32(m) .. ARGV[3]) == 0 then return {0, U, Q} end
 local maxid = #U / 8
 local nb = math.ceil(maxid / 8)
 local q = string.sub(Q, 1, nb)
@@ -594,10 +621,11 @@ return {1, U, Q}`)
 	// group, computed from each message's receipt record in O(1) (O(log n)
 	// for a large group's quit list) so that Go need not fetch it: the
 	// viewer's mapid (0: never joined) and quit bit now, then per message
-	// its body (false: unknown), its maxid, and the viewer's bits in its
-	// record: quit at send (the sender's is set too) and read. KEYS M, Q,
-	// T, R, then one read key per message; ARGV viewer, mids.
-	// {mapid, quit, body1, maxid1, quit1, read1, body2, ...}.
+	// its body (false: unknown), its maxid, the viewer's bits in its
+	// record: quit at send (the sender's is set too) and read, and its
+	// sender's packed uid. KEYS M, Q, T, R, then one read key per
+	// message, then U; ARGV viewer, mids.
+	// {mapid, quit, body1, maxid1, quit1, read1, sender1, body2, ...}.
 	scReceiptFacts = newScript(`
 local function quitLarge(blob, m)
   if string.byte(blob, 5) == 0 then
@@ -641,6 +669,7 @@ for i = 2, #ARGV do
   out[#out + 1] = maxid
   out[#out + 1] = quit
   out[#out + 1] = read
+  if body then out[#out + 1] = sender8(KEYS[#KEYS], body) else out[#out + 1] = '' end
 end
 return out`)
 
@@ -699,14 +728,16 @@ return {#ARGV / 3, counted}`)
 	// body (false: unknown message) and the viewer's mapid in its group
 	// (0: never joined) and quit bit. The body is returned whatever the
 	// viewer's standing, so that the read stays one round trip; Go
-	// discards it when ViewMessage refuses. KEYS M, Q, T; ARGV viewer,
-	// mid. {body or false, mapid, quit}.
+	// discards it when ViewMessage refuses. KEYS M, Q, T, U; ARGV
+	// viewer, mid. {body or false, mapid, quit, sender's packed uid}.
 	scMsgGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
 local m = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local q = 0
 if m > 0 then q = redis.call('GETBIT', KEYS[2], m - 1) end
-return {body or false, m, q}`)
+local s = ''
+if body then s = sender8(KEYS[4], body) end
+return {body or false, m, q, s}`)
 
 	// A message's receipts with the facts ops.ViewReceipts judges the
 	// read on: the body (false: unknown; Go reads the sender from it) and
@@ -714,9 +745,12 @@ return {body or false, m, q}`)
 	// The receipt record is returned whatever the facts say, so that the
 	// read stays one round trip; Go discards it when ViewReceipts
 	// refuses. Also the mapid of the user ARGV[3] a page starts after
-	// ('0': none, 0). KEYS M, Q, T, R, read bitmap; ARGV viewer, mid,
-	// after. {body or false, receipt record or false, read bitmap or
-	// false, after's mapid (-1: after never joined), mapid, quit}.
+	// ('0': none, 0); the sender's packed uid; the group's erased
+	// mapids, which stay counted and are never listed. KEYS M, Q, T, R,
+	// read bitmap, U, X; ARGV viewer, mid, after. {body or false, receipt
+	// record or false, read bitmap or false, after's mapid (-1: after
+	// never joined), mapid, quit, sender's packed uid, erased bitmap or
+	// false}.
 	scRcptGet = newScript(`
 local body = redis.call('HGET', KEYS[3], ARGV[2])
 local blob = redis.call('HGET', KEYS[4], ARGV[2])
@@ -728,20 +762,22 @@ if ARGV[3] ~= '0' then
   local a = redis.call('HGET', KEYS[1], ARGV[3])
   if a then from = tonumber(a) else from = -1 end
 end
-return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q}`)
+local s = ''
+if body then s = sender8(KEYS[6], body) end
+return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q, s, redis.call('GET', KEYS[7])}`)
 )
 
 // The checks' scripts (check.go).
 var (
 	// Recounts one post bucket's set-backed counts: each post's count
 	// field against SCARD of its set (the bucket, a part naming the set,
-	// the post's low bits: in the bucket's slot), and tallies the posts'
-	// authors. Posts whose low bits are in [lo, hi] hold imported counts:
-	// their authors count, their sets are not compared. KEYS bucket; ARGV
-	// lo, hi, then (count index, set part, at least) per check: with at
-	// least 1 only a count below its set is a drift. {{head, posts}...,
-	// {low, check number (1-based), stored, recounted}..., checked,
-	// skipped}.
+	// the post's low bits: in the bucket's slot) plus a field of the
+	// record (0: none), and tallies the posts' authors. Posts whose low
+	// bits are in [lo, hi] hold imported counts: their authors count,
+	// their sets are not compared. Deleted posts (tombstones) have neither
+	// author nor counts. KEYS bucket; ARGV lo, hi, then (count index, set
+	// part, plus index) per check. {{head, posts}..., {low, check number
+	// (1-based), stored, recounted}..., checked, skipped}.
 	scCheckPosts = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
@@ -750,12 +786,13 @@ local checked, skipped = 0, 0
 for i = 1, #all, 2 do
   local low, rec = all[i], all[i + 1]
   local L = string.byte(rec, 1)
-  if L > 0 then
+  if L > 0 and rec ~= TOMB then
     local head = string.sub(rec, 1, L + 1)
     authors[head] = (authors[head] or 0) + 1
   end
   local n = tonumber(low)
-  if n >= lo and n <= hi then
+  if rec == TOMB then
+  elseif n >= lo and n <= hi then
     skipped = skipped + 1
   else
     checked = checked + 1
@@ -763,7 +800,8 @@ for i = 1, #all, 2 do
     for j = 3, #ARGV, 3 do
       local stored = t[tonumber(ARGV[j])] or 0
       local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
-      if stored ~= card and not (ARGV[j + 2] == '1' and stored > card) then
+      if ARGV[j + 2] ~= '0' then card = card + (t[tonumber(ARGV[j + 2])] or 0) end
+      if stored ~= card then
         drifts[#drifts + 1] = low
         drifts[#drifts + 1] = j / 3
         drifts[#drifts + 1] = stored
@@ -779,19 +817,20 @@ for head, n in pairs(authors) do
 end
 return {heads, drifts, checked, skipped}`)
 
-	// Sets one post's count to its set's cardinality, both read here
-	// (with ARGV at least '1', only a count below it). KEYS bucket, set;
-	// ARGV low, count index, at least. {-1} no such post; {0, stored,
-	// recounted} no drift now; {1, stored, recounted, zero-transition}.
+	// Sets one post's count to its set's cardinality plus a field of the
+	// record (0: none), both read here. KEYS bucket, set; ARGV low, count
+	// index, plus index. {-1} no such post; {0, stored, recounted} no
+	// drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec then return {-1} end
+if not rec or rec == TOMB then return {-1} end
 local L = string.byte(rec, 1)
 local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
 local card = redis.call('SCARD', KEYS[2])
-if stored == card or ARGV[3] == '1' and stored > card then return {0, stored, card} end
+if ARGV[3] ~= '0' then card = card + (t[tonumber(ARGV[3])] or 0) end
+if stored == card then return {0, stored, card} end
 local before = enc(t, n)
 for i = n + 1, idx do t[i] = 0 end
 if idx > n then n = idx end
@@ -832,9 +871,9 @@ redis.call('HSET', KEYS[1], 'lo', lo, 'hi', hi)
 return 1`)
 )
 
-var allScripts = []*redis.Script{
+var allScripts = append([]*redis.Script{
 	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
 	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
 	scCheckPosts, scRecountPost, scCheckUserHash, scWidenSpan,
-}
+}, lifecycleScripts...)

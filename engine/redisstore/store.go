@@ -124,6 +124,9 @@ type Store struct {
 	// checkPause, when set (tests), is called between a Check's steps
 	// with the step's name, so a test can write while a check runs.
 	checkPause func(step string)
+	// erasureSaved, when set (tests), is called after an erasure saves
+	// its progress: once per bounded step, so a test can time the steps.
+	erasureSaved func()
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -774,10 +777,11 @@ func (s *Store) Stats() engine.Stats {
 	}
 	var st engine.Stats
 	var h *redis.MapStringStringCmd
-	var n *redis.IntCmd
+	var n, erasures *redis.IntCmd
 	if err := s.read(ctx, func(p redis.Pipeliner) {
 		h = p.HGetAll(ctx, s.k.stats())
 		n = p.LLen(ctx, s.k.notifList())
+		erasures = p.HLen(ctx, s.k.erasures())
 	}); err != nil {
 		return s.stats.last
 	}
@@ -785,6 +789,7 @@ func (s *Store) Stats() engine.Stats {
 	get := func(f string) int64 { v, _ := strconv.ParseInt(m[f], 10, 64); return v }
 	st.Posts, st.CountedPosts, st.Users = get("posts"), get("counted"), get("users")
 	st.Groups, st.Messages, st.Notifications = get("groups"), get("messages"), n.Val()
+	st.Erasures = erasures.Val()
 	st.MemoryBytes = s.usedMemory(ctx)
 	s.stats.last = st
 	return st

@@ -96,6 +96,11 @@ func (s *Store) sweepIntents(ctx context.Context, budget time.Duration) (int, er
 		return done, s.fail(err)
 	}
 	n, err := s.sweepImports(ctx, now)
+	if err == nil {
+		var m int
+		m, err = s.sweepErasures(ctx, now, budget == 0)
+		n += m
+	}
 	s.intentsRecovered.Add(uint64(done + n))
 	return done + n, err
 }

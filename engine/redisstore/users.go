@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -116,7 +117,10 @@ func (s *Store) UserCounts(ctx context.Context, ids []engine.UserID) ([]engine.U
 	}
 	out := make([]engine.UserCounts, len(ids))
 	for i, r := range recs {
-		out[i] = engine.UserCounts{Posts: r.get(uPosts), Followers: r.get(uFollowers), Following: r.get(uFollowing)}
+		// Posts made less posts deleted (followers' feed badges count the
+		// posts made), never below zero by the one rule.
+		posts := counters.Add(r.get(uPosts), -r.get(uDeleted))
+		out[i] = engine.UserCounts{Posts: posts, Followers: r.get(uFollowers), Following: r.get(uFollowing)}
 	}
 	return out, nil
 }
@@ -138,18 +142,19 @@ func (s *Store) Unfollow(ctx context.Context, viewer, target engine.UserID) erro
 // edge is absent for a follow, present for an unfollow; the target's
 // post count as read now, a follow's snapshot); the viewer's slot adds or
 // removes the edge only if that fact holds, and otherwise Decide on the
-// real fact would change nothing either.
+// real fact would change nothing either. A follow of or by a user being
+// erased waits until the erasure is over (erase.go), within ctx.
 func (s *Store) follow(ctx context.Context, op ops.Follow) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
 	facts := ops.FollowFacts{Following: op.Undo}
 	if !op.Undo {
-		recs, err := s.userRecords(ctx, []uint64{uint64(op.Target)})
+		posts, err := s.followTarget(ctx, uint64(op.Viewer), uint64(op.Target))
 		if err != nil {
 			return err
 		}
-		facts.TargetPosts = recs[0].get(uPosts)
+		facts.TargetPosts = posts
 	}
 	var eff ops.Effects
 	op.Decide(facts, &eff)
@@ -180,6 +185,36 @@ func (s *Store) follow(ctx context.Context, op ops.Follow) error {
 	return nil
 }
 
+// followTarget reads target's posts made (a follow's snapshot), once
+// neither viewer nor target is being erased: the erasure markers are read
+// in the same round trip, and while one is there the read is tried again.
+func (s *Store) followTarget(ctx context.Context, viewer, target uint64) (int64, error) {
+	bucket, low := s.k.user(target)
+	for {
+		var rec *redis.StringCmd
+		var byViewer, ofTarget *redis.IntCmd
+		if err := s.read(ctx, func(p redis.Pipeliner) {
+			rec = p.HGet(ctx, bucket, low)
+			byViewer = p.Exists(ctx, s.k.erasing(viewer))
+			ofTarget = p.Exists(ctx, s.k.erasing(target))
+		}); err != nil {
+			return 0, err
+		}
+		if byViewer.Val()+ofTarget.Val() == 0 {
+			u, err := decodeUser(rec.Val())
+			if err != nil {
+				return 0, s.fail(err)
+			}
+			return u.get(uPosts), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, unavailable(fmt.Errorf("a user being erased: %w", ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // Followees implements engine.Store.
 func (s *Store) Followees(ctx context.Context, viewer engine.UserID) ([]engine.UserID, error) {
 	keys, err := s.rdb.HKeys(ctx, s.k.followees(uint64(viewer))).Result()
@@ -196,63 +231,100 @@ func (s *Store) Followees(ctx context.Context, viewer engine.UserID) ([]engine.U
 	return out, nil
 }
 
-// Unread implements engine.Store. Round trip 1 reads the viewer's record,
-// their followee snapshot and the two broadcast values; round trip 2 reads
-// the followees' post counts (and, at most once a day, sets up or
-// refreshes the viewer's cursor as ops.DecideTouch says, compare-and-set
-// on the record). ops.Unread computes the badges from what was read.
+// Unread implements engine.Store (UnreadMany for one viewer).
 func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread, error) {
-	if err := checkUser(viewer); err != nil {
+	var out [1]engine.Unread
+	if err := s.UnreadMany(ctx, []engine.UserID{viewer}, out[:]); err != nil {
 		return engine.Unread{}, err
 	}
-	bucket, low := s.k.user(uint64(viewer))
+	return out[0], nil
+}
+
+// UnreadMany is Unread for each of viewers, into out (as long), in the
+// same round trips as one: round trip 1 reads the viewers' records, their
+// followee snapshots and the two broadcast values; round trip 2 reads the
+// followees' post counts (and, at most once a day per viewer, sets up or
+// refreshes the viewer's cursor as ops.DecideTouch says, compare-and-set
+// on the record). ops.Unread computes the badges from what was read. A
+// broadcast changes every connected viewer's badges at once: the
+// subscriptions' re-reads come in batches, so that a replica's round
+// trips grow with the batches, not with the viewers.
+func (s *Store) UnreadMany(ctx context.Context, viewers []engine.UserID, out []engine.Unread) error {
+	if len(out) != len(viewers) {
+		return fmt.Errorf("%w: %d viewers, %d results", engine.ErrInvalid, len(viewers), len(out))
+	}
+	for _, v := range viewers {
+		if err := checkUser(v); err != nil {
+			return err
+		}
+	}
 	var latest *redis.IntCmd
-	var push, rec *redis.StringCmd
-	var follows *redis.MapStringStringCmd
+	var push *redis.StringCmd
+	recs := make([]*redis.StringCmd, len(viewers))
+	follows := make([]*redis.MapStringStringCmd, len(viewers))
 	if err := s.read(ctx, func(p redis.Pipeliner) {
 		latest = p.LLen(ctx, s.k.notifList())
 		push = p.Get(ctx, s.k.redDot())
-		rec = p.HGet(ctx, bucket, low)
-		follows = p.HGetAll(ctx, s.k.followees(uint64(viewer)))
+		for i, v := range viewers {
+			bucket, low := s.k.user(uint64(v))
+			recs[i] = p.HGet(ctx, bucket, low)
+			follows[i] = p.HGetAll(ctx, s.k.followees(uint64(v)))
+		}
 	}); err != nil {
-		return engine.Unread{}, err
+		return err
 	}
 	now := s.now()
-	u, err := s.touch(ctx, bucket, low, rec.Val(), latest.Val(), now)
-	if err != nil {
-		return engine.Unread{}, err
-	}
-	f := ops.UnreadFacts{
-		Mentions:   u.get(uMentions),
-		Comments:   u.get(uComments),
-		Likes:      u.get(uLikes),
-		Messages:   u.get(uMessages),
-		CursorLive: ops.CursorLive(cursorFacts(u), now, s.opts.CursorTTL),
-		Newer:      max(0, latest.Val()-(u.get(uCursor)-1)),
-		Click:      u.get(uClick),
-	}
-	f.Push, _ = strconv.ParseInt(push.Val(), 10, 64)
-	if fs := follows.Val(); len(fs) > 0 {
-		targets := make([]uint64, 0, len(fs))
-		f.Snapshots = make([]int64, 0, len(fs))
-		for k, v := range fs {
-			t, err1 := strconv.ParseUint(k, 10, 64)
-			n, err2 := strconv.ParseInt(v, 10, 64)
-			if err1 == nil && err2 == nil {
-				targets = append(targets, t)
-				f.Snapshots = append(f.Snapshots, n)
+	pushed, _ := strconv.ParseInt(push.Val(), 10, 64)
+	facts := make([]ops.UnreadFacts, len(viewers))
+	var targets []uint64 // every viewer's followees, in order
+	for i, v := range viewers {
+		bucket, low := s.k.user(uint64(v))
+		u, err := s.touch(ctx, bucket, low, recs[i].Val(), latest.Val(), now)
+		if err != nil {
+			return err
+		}
+		f := ops.UnreadFacts{
+			Mentions:   u.get(uMentions),
+			Comments:   u.get(uComments),
+			Likes:      u.get(uLikes),
+			Messages:   u.get(uMessages),
+			CursorLive: ops.CursorLive(cursorFacts(u), now, s.opts.CursorTTL),
+			Newer:      max(0, latest.Val()-(u.get(uCursor)-1)),
+			Click:      u.get(uClick),
+			Push:       pushed,
+		}
+		if fs := follows[i].Val(); len(fs) > 0 {
+			f.Snapshots = make([]int64, 0, len(fs))
+			for k, v := range fs {
+				t, err1 := strconv.ParseUint(k, 10, 64)
+				n, err2 := strconv.ParseInt(v, 10, 64)
+				if err1 == nil && err2 == nil {
+					targets = append(targets, t)
+					f.Snapshots = append(f.Snapshots, n)
+				}
 			}
 		}
-		recs, err := s.userRecords(ctx, targets)
-		if err != nil {
-			return engine.Unread{}, err
-		}
-		f.FolloweePosts = make([]int64, len(recs))
-		for i, r := range recs {
-			f.FolloweePosts[i] = r.get(uPosts)
+		facts[i] = f
+	}
+	var posts []userRec
+	if len(targets) > 0 {
+		var err error
+		if posts, err = s.userRecords(ctx, targets); err != nil {
+			return err
 		}
 	}
-	return ops.Unread(f), nil
+	for i := range facts {
+		f := &facts[i]
+		if n := len(f.Snapshots); n > 0 {
+			f.FolloweePosts = make([]int64, n)
+			for j, r := range posts[:n] {
+				f.FolloweePosts[j] = r.get(uPosts)
+			}
+			posts = posts[n:]
+		}
+		out[i] = ops.Unread(*f)
+	}
+	return nil
 }
 
 // cursorFacts are what a user record says of its system cursor.

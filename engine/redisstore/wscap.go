@@ -33,7 +33,7 @@ import (
 // would keep a dead replica's sockets counted for longer than a lease.
 type SocketCap struct {
 	rdb     redis.UniversalClient
-	prefix  string
+	k       keyspace
 	max     int
 	lease   time.Duration
 	replica string
@@ -72,7 +72,7 @@ func (s *Store) NewSocketCap(max int, lease time.Duration) (*SocketCap, error) {
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
 	c := &SocketCap{
 		rdb:     s.rdb,
-		prefix:  s.k.p,
+		k:       s.k,
 		max:     max,
 		lease:   lease,
 		replica: hex.EncodeToString(id[:]),
@@ -127,7 +127,7 @@ return #ARGV - 1
 `)
 
 func (c *SocketCap) key(user uint64) string {
-	return c.prefix + "{ws" + strconv.FormatUint(user, 36) + "}"
+	return c.k.socketCap(user)
 }
 
 // Acquire counts a new socket of user. ok false: the user has the cap's

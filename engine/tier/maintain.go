@@ -57,7 +57,7 @@ func (t *table) Plan(now time.Time) []*Job {
 	var jobs []*Job
 	ms := now.UnixMilli()
 	for _, w := range t.wins {
-		if w.job != nil || w.held > 0 {
+		if w.job != nil || w.held() {
 			continue
 		}
 		end := t.win.End(w.num)
@@ -69,11 +69,11 @@ func (t *table) Plan(now time.Time) []*Job {
 		case Sealed:
 			if t.coldDue(end, ms) {
 				jobs = append(jobs, t.plan(w, true))
-			} else if t.deltaDue(w) || w.scrub || len(w.forgot) > 0 {
+			} else if t.deltaDue(w) || w.scrubbed() || len(w.forgot()) > 0 {
 				jobs = append(jobs, t.plan(w, false))
 			}
 		case Cold:
-			if t.deltaDue(w) || w.scrub || len(w.forgot) > 0 {
+			if t.deltaDue(w) || w.scrubbed() || len(w.forgot()) > 0 {
 				jobs = append(jobs, t.plan(w, true))
 			}
 		}
@@ -117,10 +117,11 @@ func (t *table) deltaDue(w *window) bool {
 }
 
 func (t *table) plan(w *window, toCold bool) *Job {
-	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, drop: slices.Clone(w.forgot), scrub: w.scrub, toCold: toCold}
+	j := &Job{t: t, w: w, epoch: t.epoch, base: w.body, fold: w.delta, drop: slices.Clone(w.forgot()), scrub: w.scrubbed(), toCold: toCold}
 	// The frozen delta holds whatever Scrub asked to be rewritten; what
 	// is removed after this goes to the new delta and asks again.
-	w.job, w.delta, w.scrub = j, nil, false
+	w.job, w.delta = j, nil
+	w.setScrub(false)
 	if toCold {
 		j.name = t.planFile(w.num)
 	}
@@ -181,7 +182,9 @@ func (t *table) Finish(j *Job) error {
 	if j.err != nil {
 		j.discard()
 		t.unfreeze(w, j.fold)
-		w.scrub = w.scrub || j.scrub
+		if j.scrub {
+			w.setScrub(true)
+		}
 		return j.err
 	}
 	t.retire(w.body)
@@ -192,9 +195,12 @@ func (t *table) Finish(j *Job) error {
 		w.body = j.sealed
 	}
 	if len(j.drop) > 0 {
-		w.forgot = slices.DeleteFunc(w.forgot, func(p uint64) bool { _, ok := slices.BinarySearch(j.drop, p); return ok })
-		if len(w.forgot) == 0 {
-			w.forgot = nil
+		if l := w.life; l != nil {
+			l.forgot = slices.DeleteFunc(l.forgot, func(p uint64) bool { _, ok := slices.BinarySearch(j.drop, p); return ok })
+			if len(l.forgot) == 0 {
+				l.forgot = nil
+			}
+			w.tidyLife()
 		}
 		t.shape.dropped(w, j.drop)
 	}

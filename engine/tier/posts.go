@@ -30,9 +30,9 @@ func (p *Post) Count(k counters.Kind) int64 {
 // zero.
 func (p *Post) HasCounts() bool { return !p.Counts.IsZero() || !p.Reactions.IsZero() }
 
-// addReaction adds d to the count of kind k within [counters.Floor,
+// AddReaction adds d to the count of kind k within [counters.Floor,
 // counters.Ceiling].
-func (p *Post) addReaction(k counters.Kind, d int64) {
+func (p *Post) AddReaction(k counters.Kind, d int64) {
 	if k == counters.Like {
 		p.Counts.Likes = counters.Add(p.Counts.Likes, d)
 	} else {
@@ -225,10 +225,10 @@ func (p *Posts) MoveReaction(id uint64, from, to counters.Kind) (was, is Post, e
 	}
 	return p.update(id, func(c *Post) {
 		if from != counters.NoKind {
-			c.addReaction(from, -1)
+			c.AddReaction(from, -1)
 		}
 		if to != counters.NoKind {
-			c.addReaction(to, 1)
+			c.AddReaction(to, 1)
 		}
 	})
 }
@@ -240,7 +240,7 @@ func (p *Posts) AddReaction(id uint64, k counters.Kind, d int64) (was, is Post, 
 	if k == counters.NoKind || !p.kinds.Has(k) {
 		return Post{}, Post{}, fmt.Errorf("tier: reaction kind id %d is not in the post table's kinds", k)
 	}
-	return p.update(id, func(c *Post) { c.addReaction(k, d) })
+	return p.update(id, func(c *Post) { c.AddReaction(k, d) })
 }
 
 // update applies change to the record of post id: the read-modify-write

@@ -86,7 +86,7 @@ func (t *table) planScan(user uint64, from Cursor, limit int) *Scan {
 		sc.body = b
 		if w.job == nil {
 			// A job's base is immutable already; otherwise hold it.
-			w.held++
+			w.lifeOf().held++
 			sc.held = true
 		}
 	}
@@ -131,11 +131,13 @@ func (sc *Scan) Finish() (found []uint64, next Cursor, done bool, err error) {
 		}
 	}
 	if sc.held {
-		w.held--
-		if w.held == 0 && w.job == nil && w.delta != nil && w.body.kind() == Open {
+		w.life.held--
+		if w.life.held == 0 && w.job == nil && w.delta != nil && w.body.kind() == Open {
 			t.shape.foldInto(w.body, w.delta)
-			w.delta, w.scrub = nil, false
+			w.delta = nil
+			w.life.scrub = false
 		}
+		w.tidyLife()
 	}
 	found = sc.found
 	sort.Slice(found, func(i, j int) bool { return found[i] < found[j] })

@@ -244,17 +244,19 @@ func (s *Set) Unreact(user, post uint64) (counters.Kind, error) {
 // and files (an open window's at its sealing).
 func (s *Set) Forget(post uint64) {
 	w := s.windowFor(post)
-	if j, found := slices.BinarySearch(w.forgot, post); !found {
-		w.forgot = slices.Insert(w.forgot, j, post)
+	if j, found := slices.BinarySearch(w.forgot(), post); !found {
+		l := w.lifeOf()
+		l.forgot = slices.Insert(l.forgot, j, post)
 	}
 }
 
 // forgotten reports whether post's pairs are forgotten in w.
 func forgotten(w *window, post uint64) bool {
-	if len(w.forgot) == 0 {
+	forgot := w.forgot()
+	if len(forgot) == 0 {
 		return false
 	}
-	_, found := slices.BinarySearch(w.forgot, post)
+	_, found := slices.BinarySearch(forgot, post)
 	return found
 }
 

@@ -155,13 +155,13 @@ func (t *table) writeBody(w io.Writer) error {
 		sw.uvarint(uint64(win.n))
 		sw.buf = append(sw.buf, byte(win.body.kind()))
 		var flags byte
-		if win.scrub {
+		if win.scrubbed() {
 			flags |= flagScrub
 		}
 		sw.buf = append(sw.buf, flags)
-		sw.uvarint(uint64(len(win.forgot)))
+		sw.uvarint(uint64(len(win.forgot())))
 		prev := win.lo
-		for _, p := range win.forgot {
+		for _, p := range win.forgot() {
 			sw.uvarint(p - prev)
 			prev = p
 		}
@@ -413,13 +413,13 @@ func (t *table) parse(data []byte) (wins []*window, total int, install func(), e
 		if sr.err == nil && flags&^flagScrub != 0 {
 			return fail("window %d: flags %#x", num, flags)
 		}
-		w.scrub = flags&flagScrub != 0
+		w.setScrub(flags&flagScrub != 0)
 		for i, prev := uint64(0), w.lo; i < nf && sr.err == nil; i++ {
 			p := prev + sr.uvarint()
 			if p < prev || p > w.last || (i > 0 && p == prev) {
 				return fail("window %d: forgotten post out of order or range", num)
 			}
-			w.forgot = append(w.forgot, p)
+			w.lifeOf().forgot = append(w.lifeOf().forgot, p)
 			prev = p
 		}
 		if sr.err != nil {

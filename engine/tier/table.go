@@ -161,6 +161,15 @@ type window struct {
 	delta    overlay // nil: none
 	job      *Job    // nil: none
 	n        int     // records in the view
+	// life is nil but while the window's records are being erased or
+	// forgotten: most windows never are, and a pointer costs each window
+	// less than the fields would.
+	life *windowLife
+}
+
+// windowLife is what a window holds while its records are being erased
+// or forgotten.
+type windowLife struct {
 	// held counts the scans (scan.go) reading an open body without the
 	// lock: while held, the body takes no writes in place (they go to
 	// the delta, folded back when the last scan finishes) and no job is
@@ -174,6 +183,40 @@ type window struct {
 	// (Set.Forget), sorted: reads leave them out, and the window's next
 	// rewrite drops them.
 	forgot []uint64
+}
+
+func (w *window) lifeOf() *windowLife {
+	if w.life == nil {
+		w.life = new(windowLife)
+	}
+	return w.life
+}
+
+// tidyLife drops a life that holds nothing any more.
+func (w *window) tidyLife() {
+	if l := w.life; l != nil && l.held == 0 && !l.scrub && len(l.forgot) == 0 {
+		w.life = nil
+	}
+}
+
+func (w *window) held() bool { return w.life != nil && w.life.held > 0 }
+
+func (w *window) scrubbed() bool { return w.life != nil && w.life.scrub }
+
+func (w *window) forgot() []uint64 {
+	if w.life == nil {
+		return nil
+	}
+	return w.life.forgot
+}
+
+func (w *window) setScrub(scrub bool) {
+	if scrub {
+		w.lifeOf().scrub = true
+	} else if w.life != nil {
+		w.life.scrub = false
+		w.tidyLife()
+	}
 }
 
 // frozen returns the delta the window's job is folding back, or nil.
@@ -309,7 +352,7 @@ func (t *table) adjust(w *window, n int) {
 // (an open table) needs none.
 func (t *table) Scrub(id uint64) {
 	if i := t.find(id); i >= 0 && !t.wins[i].takesWrites() {
-		t.wins[i].scrub = true
+		t.wins[i].setScrub(true)
 	}
 }
 
@@ -317,7 +360,7 @@ func (t *table) Scrub(id uint64) {
 func (t *table) Scrubbing() int {
 	n := 0
 	for _, w := range t.wins {
-		if w.scrub {
+		if w.scrubbed() {
 			n++
 		}
 	}
@@ -326,7 +369,7 @@ func (t *table) Scrubbing() int {
 
 // takesWrites reports whether w's body takes writes in place: an open
 // table that no job is sealing and no scan is reading.
-func (w *window) takesWrites() bool { return w.body.kind() == Open && w.job == nil && w.held == 0 }
+func (w *window) takesWrites() bool { return w.body.kind() == Open && w.job == nil && !w.held() }
 
 // Len returns the number of records.
 func (t *table) Len() int { return t.n }

@@ -241,10 +241,10 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			want, ok := model[id]
 			if from != to {
 				if from != counters.NoKind {
-					want.addReaction(from, -1)
+					want.AddReaction(from, -1)
 				}
 				if to != counters.NoKind {
-					want.addReaction(to, 1)
+					want.AddReaction(to, 1)
 				}
 			}
 			if ok || want.HasCounts() {

@@ -10,6 +10,8 @@ import (
 )
 
 // Writes. Every mutation needs a signed-in viewer (UNAUTHENTICATED otherwise), spends the viewer's rate limit (RATE_LIMITED, with a retry hint, when spent), and is durable when it returns. Mutations on a post Tally does not know are NOT_FOUND. An `idempotencyKey` (at most 128 bytes) makes a retry by the same viewer apply once and return the first result; reusing a key for another operation or other arguments is BAD_USER_INPUT.
+//
+// Roles: a token's `role` claim is `admin`, `service` or absent (an end user). A service token is the app's own backend acting for the user in its `sub`: it may do everything that user may, and delete any post or comment. With the server flag `-content-writes service`, the content writes (createPost, repostPost, commentOnPost, deleteComment, deletePost) are the app backend's alone: an end user's token gets FORBIDDEN on them, and keeps likes, favorites, views, follows, reads and messages.
 type Mutation struct {
 }
 

@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,19 @@ type requirements struct {
 type plan struct {
 	root     []field
 	sizeHint atomic.Int64 // the last response's size, to allocate once
+	// For a subscription whose selection shows nothing of the viewer but
+	// badges (no id, no user): the last push encoded, which every viewer
+	// with the same badges shares. A broadcast changes most viewers'
+	// badges to the same few values, so most pushes of a broadcast are
+	// encoded once.
+	anonymous bool
+	shared    atomic.Pointer[sharedPush]
+}
+
+// sharedPush is a push's encoding and the badges it shows.
+type sharedPush struct {
+	unread engine.Unread
+	data   []byte
 }
 
 // compile builds the plan of opCtx's operation under its variables, or
@@ -253,8 +267,19 @@ func compile(opCtx *graphql.OperationContext) *plan {
 		if len(root) != 1 || root[0].kind != rUnreadChanged || root[0].need.userCounts {
 			return nil
 		}
+		return &plan{root: root, anonymous: !selects(root[0].obj, vID, vUser)}
 	}
 	return &plan{root: root}
+}
+
+// selects reports whether fields select any of kinds.
+func selects(fields []field, kinds ...kind) bool {
+	for _, f := range fields {
+		if slices.Contains(kinds, f.kind) {
+			return true
+		}
+	}
+	return false
 }
 
 func compileObject(opCtx *graphql.OperationContext, sel ast.SelectionSet, typ string, need *requirements) ([]field, bool) {

@@ -47,17 +47,21 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/resolvers/model"
 	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
 )
 
 // Config is what the fast path reads from.
 type Config struct {
 	Store engine.Store
-	// UnreadChanged is the resolver of Subscription.unreadChanged: plans
-	// encode the values it sends (it reads the badges once per change).
-	// Nil leaves every subscription to gqlgen.
-	UnreadChanged func(context.Context) (<-chan *model.Viewer, error)
+	// Hub tells when a viewer's badges may have changed: plans push
+	// unreadChanged from it (see subscribe.go). Nil leaves every
+	// subscription to gqlgen.
+	Hub *hub.Hub
+	// TracePushes makes each re-read of pushed badges a push span
+	// (tracing.StartPush); off, the re-reads make none (a span from the
+	// global provider costs even when tracing is off).
+	TracePushes bool
 	// CacheSize bounds the compiled operations kept; 0 means 1000 (as
 	// gqlgen's query cache in transport.NewHandler).
 	CacheSize int
@@ -131,7 +135,7 @@ func (s *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 			return s.query(ctx, opCtx, p)
 		}
 	case ast.Subscription:
-		if s.cfg.UnreadChanged != nil {
+		if s.cfg.Hub != nil {
 			if p := s.planFor(opCtx); p != nil {
 				if h := s.subscribe(ctx, opCtx, p); h != nil {
 					return h

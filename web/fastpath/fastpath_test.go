@@ -2,7 +2,6 @@ package fastpath
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,8 +16,8 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/graph"
-	"github.com/tally-dev/tally/resolvers/model"
 	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
 )
 
 // The byte-for-byte agreement with gqlgen is proven end to end in the
@@ -234,72 +233,277 @@ func TestArgumentsGqlgenWouldRefuse(t *testing.T) {
 	}
 }
 
-// fakeBadges is an unreadChanged resolver under the test's control.
-type fakeBadges struct {
-	mu     sync.Mutex
-	calls  int
-	fail   bool
-	out    chan *model.Viewer
-	cancel []context.Context
+// countingStore counts badge reads and fails them while told to.
+type countingStore struct {
+	engine.Store
+	mu    sync.Mutex
+	reads int
+	fail  bool
 }
 
-func (f *fakeBadges) resolve(ctx context.Context) (<-chan *model.Viewer, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	if f.fail {
-		return nil, errors.New("down")
+func (c *countingStore) Unread(ctx context.Context, v engine.UserID) (engine.Unread, error) {
+	c.mu.Lock()
+	c.reads++
+	fail := c.fail
+	c.mu.Unlock()
+	if fail {
+		return engine.Unread{}, errDown
 	}
-	f.cancel = append(f.cancel, ctx)
-	return f.out, nil
+	return c.Store.Unread(ctx, v)
+}
+
+func (c *countingStore) set(fail bool) (reads int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fail = fail
+	return c.reads
+}
+
+// pushCounter is a transport's Pusher: it counts what the fast path tells
+// it and pushes nothing by itself.
+type pushCounter struct {
+	push  *Push
+	wakes chan struct{}
+}
+
+func (p *pushCounter) Accept(push *Push) { p.push = push }
+
+// stopWith stops p's push when ctx ends, as a transport does.
+func (p *pushCounter) stopWith(ctx context.Context) {
+	if p.push != nil {
+		context.AfterFunc(ctx, p.push.Stop)
+	}
+}
+func (p *pushCounter) Wake() { p.wakes <- struct{}{} }
+
+func (p *pushCounter) woken(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.wakes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up")
+	}
 }
 
 func TestPushesShareOneFeedPerViewer(t *testing.T) {
-	badges := &fakeBadges{out: make(chan *model.Viewer, 4)}
-	s := Wrap(schema, Config{UnreadChanged: badges.resolve})
+	base, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &countingStore{Store: base}
+	h := hub.New(base)
+	t.Cleanup(func() { h.Close(); base.Close() })
+	s := Wrap(schema, Config{Store: store, Hub: h})
 	doc := parse(t, `subscription { unreadChanged { redDot unread { total } } }`)
-	sub := func(ctx context.Context, user engine.UserID) graphql.ResponseHandler {
+	// sub subscribes as user; next is the transport's next push (nil when
+	// the subscription was left to gqlgen).
+	sub := func(ctx context.Context, user engine.UserID) (next func() string, p *pushCounter) {
 		opCtx := withVars(t, doc, nil)
 		opCtx.ResolverMiddleware = func(ctx context.Context, next graphql.Resolver) (any, error) { return next(ctx) }
-		ctx = graphql.WithResponseContext(auth.With(ctx, auth.Principal{User: user}, nil), graphql.DefaultErrorPresenter, nil)
-		return s.subscribe(ctx, opCtx, s.planFor(opCtx))
+		p = &pushCounter{wakes: make(chan struct{}, 4)}
+		ctx = graphql.WithResponseContext(auth.With(WithPusher(ctx, p), auth.Principal{User: user}, nil), graphql.DefaultErrorPresenter, nil)
+		h := s.subscribe(ctx, opCtx, s.planFor(opCtx))
+		p.stopWith(ctx)
+		if (h == nil) != (p.push == nil) {
+			t.Fatalf("handler %v, push %v", h != nil, p.push != nil)
+		}
+		if h == nil {
+			return nil, p
+		}
+		return func() string { return string(p.push.Next()) }, p
 	}
+	// Without a Pusher, gqlgen serves it.
+	opCtx := withVars(t, doc, nil)
+	if h := s.subscribe(auth.With(t.Context(), auth.Principal{User: 7}, nil), opCtx, s.planFor(opCtx)); h != nil {
+		t.Fatal("served by pushes without a Pusher")
+	}
+
 	ctx1, end1 := context.WithCancel(t.Context())
 	ctx2, end2 := context.WithCancel(t.Context())
-	h1, h2 := sub(ctx1, 7), sub(ctx2, 7)
-	if h1 == nil || h2 == nil || badges.calls != 1 {
-		t.Fatalf("two subscriptions of one viewer: handlers %v %v, resolver runs %d, want 1", h1 != nil, h2 != nil, badges.calls)
+	next1, p1 := sub(ctx1, 7)
+	next2, p2 := sub(ctx2, 7)
+	if next1 == nil || next2 == nil || store.set(false) != 1 {
+		t.Fatalf("two subscriptions of one viewer: pushed %v %v, badge reads %d, want 1", next1 != nil, next2 != nil, store.set(false))
 	}
-	badges.out <- &model.Viewer{UserID: 7, Unread: &engine.Unread{Likes: 2, RedDot: true}}
-	r1, r2 := h1(ctx1), h2(ctx2)
-	want := `{"unreadChanged":{"redDot":true,"unread":{"total":2}}}`
-	if string(r1.Data) != want || &r1.Data[0] != &r2.Data[0] {
-		t.Fatalf("pushes %s and %s, want %s encoded once", r1.Data, r2.Data, want)
+	// The first value is there at once, encoded once for both.
+	want := `{"unreadChanged":{"redDot":false,"unread":{"total":0}}}`
+	if a, b := p1.push.Next(), p2.push.Next(); string(a) != want || &a[0] != &b[0] {
+		t.Fatalf("first pushes %s and %s, want %s encoded once", a, b, want)
 	}
-	// The last subscription out ends the resolver's run.
-	end1()
-	end2()
-	deadline := time.Now().Add(2 * time.Second)
-	for badges.cancel[0].Err() == nil && time.Now().Before(deadline) {
+	if watchers, _ := h.Watchers(); watchers != 1 {
+		t.Fatalf("%d hub watchers for one viewer's feed", watchers)
+	}
+	// A change wakes each subscription once, after one read.
+	if err := base.PushRedDot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p1.woken(t)
+	p2.woken(t)
+	if reads := store.set(false); reads != 2 {
+		t.Fatalf("%d badge reads after one change, want 2", reads)
+	}
+	// A second change before the first is pushed does not wake again;
+	// the next push is the latest value.
+	if _, err := base.PublishNotification(t.Context(), "t", "b", ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for store.set(false) < 3 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if badges.cancel[0].Err() == nil {
-		t.Fatal("the feed outlived its subscriptions")
+	time.Sleep(50 * time.Millisecond)
+	if len(p1.wakes) != 0 || len(p2.wakes) != 0 {
+		t.Fatal("woken again before the previous value was pushed")
+	}
+	want = `{"unreadChanged":{"redDot":true,"unread":{"total":1}}}`
+	if got := next1(); got != want {
+		t.Fatalf("push %s, want %s", got, want)
+	}
+	// Pushed, it is woken by the next change; the other, with a value
+	// still to push, is not, and pushes the latest.
+	if err := base.ClickRedDot(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	p1.woken(t)
+	time.Sleep(50 * time.Millisecond)
+	if len(p2.wakes) != 0 {
+		t.Fatal("a subscription with a value still to push was woken")
+	}
+	want = `{"unreadChanged":{"redDot":false,"unread":{"total":1}}}`
+	if got := next2(); got != want {
+		t.Fatalf("push %s, want the latest %s", got, want)
+	}
+
+	// The last subscription out ends the feed and its watch.
+	end1()
+	end2()
+	deadline = time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		s.feeds.mu.Lock()
+		open := len(s.feeds.byViewer)
+		s.feeds.mu.Unlock()
+		if watchers, _ := h.Watchers(); open == 0 && watchers == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	s.feeds.mu.Lock()
 	open := len(s.feeds.byViewer)
 	s.feeds.mu.Unlock()
-	if open != 0 {
-		t.Fatalf("%d feeds open after every subscription ended", open)
+	if watchers, _ := h.Watchers(); open != 0 || watchers != 0 {
+		t.Fatalf("%d feeds and %d hub watchers after every subscription ended", open, watchers)
 	}
-	// A resolver error leaves the subscription to gqlgen, and the next
+	// A store error leaves the subscription to gqlgen, and the next
 	// subscriber tries afresh.
-	badges.fail = true
-	if h := sub(t.Context(), 8); h != nil {
-		t.Fatal("served a subscription whose resolver failed")
+	store.set(true)
+	if next, _ := sub(t.Context(), 8); next != nil {
+		t.Fatal("served a subscription whose first read failed")
 	}
-	badges.fail = false
-	if h := sub(t.Context(), 8); h == nil || badges.calls != 3 {
-		t.Fatalf("after a failure: handler %v, resolver runs %d, want 3", h != nil, badges.calls)
+	store.set(false)
+	if next, _ := sub(t.Context(), 8); next == nil {
+		t.Fatal("after a failure, the next subscriber was not served")
+	}
+}
+
+// batchingStore reads badges in batches, as redisstore does, and counts
+// the batches.
+type batchingStore struct {
+	engine.Store
+	mu      sync.Mutex
+	batches int
+	largest int
+}
+
+func (b *batchingStore) UnreadMany(ctx context.Context, viewers []engine.UserID, out []engine.Unread) error {
+	b.mu.Lock()
+	b.batches++
+	b.largest = max(b.largest, len(viewers))
+	b.mu.Unlock()
+	for i, v := range viewers {
+		u, err := b.Store.Unread(ctx, v)
+		if err != nil {
+			return err
+		}
+		out[i] = u
+	}
+	return nil
+}
+
+// A broadcast's re-reads come in batches from a store that batches, and
+// every feed still gets its own value.
+func TestBroadcastReReadsInBatches(t *testing.T) {
+	base, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &batchingStore{Store: base}
+	h := hub.New(base)
+	t.Cleanup(func() { h.Close(); base.Close() })
+	s := Wrap(schema, Config{Store: store, Hub: h})
+	doc := parse(t, `subscription { unreadChanged { id redDot } }`)
+	const viewers = 500
+	pushers := make([]*pushCounter, viewers)
+	for i := range pushers {
+		opCtx := withVars(t, doc, nil)
+		p := &pushCounter{wakes: make(chan struct{}, 4)}
+		ctx := auth.With(WithPusher(t.Context(), p), auth.Principal{User: engine.UserID(100 + i)}, nil)
+		if s.subscribe(ctx, opCtx, s.planFor(opCtx)) == nil {
+			t.Fatal("not served by pushes")
+		}
+		p.stopWith(t.Context())
+		p.push.Next()
+		pushers[i] = p
+	}
+	if err := base.PushRedDot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pushers {
+		p.woken(t)
+		if got, want := string(p.push.Next()), fmt.Sprintf(`{"unreadChanged":{"id":"%d","redDot":true}}`, 100+i); got != want {
+			t.Fatalf("push %s, want %s", got, want)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.batches == 0 || store.batches > viewers/4 || store.largest < 8 {
+		t.Fatalf("%d viewers re-read in %d batches (the largest %d)", viewers, store.batches, store.largest)
+	}
+	t.Logf("%d viewers re-read in %d batches (the largest %d)", viewers, store.batches, store.largest)
+}
+
+// Viewers with the same badges share one encoding when the selection
+// shows nothing of the viewer; with the viewer's id, each has its own.
+func TestBroadcastSharesEncodings(t *testing.T) {
+	base, err := embedded.Open(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(base)
+	t.Cleanup(func() { h.Close(); base.Close() })
+	s := Wrap(schema, Config{Store: base, Hub: h})
+	for query, shared := range map[string]bool{
+		`subscription { unreadChanged { redDot unread { system total } } }`: true,
+		`subscription { unreadChanged { id redDot } }`:                      false,
+		`subscription { unreadChanged { user { id } redDot } }`:             false,
+	} {
+		doc := parse(t, query)
+		var first []byte
+		for i := range 3 {
+			opCtx := withVars(t, doc, nil)
+			p := &pushCounter{wakes: make(chan struct{}, 4)}
+			ctx, end := context.WithCancel(t.Context())
+			defer end()
+			ctx = auth.With(WithPusher(ctx, p), auth.Principal{User: engine.UserID(200 + i)}, nil)
+			if s.subscribe(ctx, opCtx, s.planFor(opCtx)) == nil {
+				t.Fatalf("%s: not served by pushes", query)
+			}
+			p.stopWith(ctx)
+			data := p.push.Next()
+			if first == nil {
+				first = data
+			} else if same := &first[0] == &data[0]; same != shared {
+				t.Fatalf("%s: viewer %d's push %s shares the first's encoding: %v", query, i, data, same)
+			}
+		}
 	}
 }

@@ -11,8 +11,10 @@
 // FollowsChanged events) rather than by enumerating followers.
 //
 // Wake-ups are level-triggered and coalesced: a subscriber holds a
-// one-slot signal channel, so a burst of changes costs one re-read. Events
-// carry no state; the subscriber re-reads what it shows.
+// one-slot signal channel, so a burst of changes costs one re-read; or
+// it is called back (WatchUnreadFunc), with no goroutine waiting on a
+// channel, and coalesces itself. Events carry no state; the subscriber
+// re-reads what it shows.
 package hub
 
 import (
@@ -29,8 +31,10 @@ type Hub struct {
 	store  engine.Store
 	cancel func()
 
-	mu        sync.Mutex
-	byUser    map[engine.UserID]map[*watcher]struct{}
+	mu sync.Mutex
+	// byUser is a slice per user: most users watch once (a feed is shared
+	// by the user's subscriptions), and a map per user would cost more.
+	byUser    map[engine.UserID][]*watcher
 	byAuthor  map[engine.UserID]map[*watcher]struct{}
 	byMessage map[engine.MessageID]map[*watcher]struct{}
 	// unread holds every badge watcher, for broadcasts.
@@ -44,8 +48,10 @@ type watcher struct {
 	user      engine.UserID
 	followees []engine.UserID // sorted; unread watchers only
 	signal    chan struct{}
+	// call, instead of signal, is called back with each event's cause.
+	call func(engine.Cause)
 	// causes are the traced writes (engine.Event.Cause) of the events
-	// that woke the watcher since its owner last took them: at most
+	// that woke a signal watcher since its owner last took them: at most
 	// maxCauses, the latest. Guarded by Hub.mu.
 	causes []engine.Cause
 	// refreshing is set while a goroutine re-reads followees; stale asks it
@@ -60,6 +66,10 @@ const maxCauses = 8
 
 // wakeFor wakes w for an event caused by c.
 func (w *watcher) wakeFor(c engine.Cause) {
+	if w.call != nil {
+		w.call(c)
+		return
+	}
 	if c != (engine.Cause{}) {
 		if len(w.causes) == maxCauses {
 			w.causes = append(w.causes[:0], w.causes[1:]...)
@@ -80,7 +90,7 @@ func (w *watcher) wake() {
 func New(s engine.Store) *Hub {
 	h := &Hub{
 		store:     s,
-		byUser:    map[engine.UserID]map[*watcher]struct{}{},
+		byUser:    map[engine.UserID][]*watcher{},
 		byAuthor:  map[engine.UserID]map[*watcher]struct{}{},
 		byMessage: map[engine.MessageID]map[*watcher]struct{}{},
 		unread:    map[*watcher]struct{}{},
@@ -96,30 +106,63 @@ func (h *Hub) Close() { h.cancel() }
 // WatchUnread returns a channel that receives a value whenever viewer's
 // badges may have changed, until ctx ends.
 func (h *Hub) WatchUnread(ctx context.Context, viewer engine.UserID) (<-chan struct{}, error) {
-	followees, err := h.store.Followees(ctx, viewer)
-	if err != nil {
+	w := &watcher{user: viewer, signal: make(chan struct{}, 1)}
+	if err := h.watchUnread(ctx, w); err != nil {
 		return nil, err
 	}
-	w := &watcher{user: viewer, followees: sortedCopy(followees), signal: make(chan struct{}, 1)}
+	context.AfterFunc(ctx, func() { h.unwatchUnread(w) })
+	return w.signal, nil
+}
+
+// WatchUnreadFunc calls call whenever viewer's badges may have changed,
+// with the traced write that changed them (engine.Event.Cause; zero for
+// none), until stop is called. call runs on the store's event delivery
+// goroutine with the hub locked: it must return at once (hand the
+// re-read to another goroutine) and must not call the hub. ctx bounds
+// the read of viewer's followees only.
+func (h *Hub) WatchUnreadFunc(ctx context.Context, viewer engine.UserID, call func(engine.Cause)) (stop func(), err error) {
+	w := &watcher{user: viewer, call: call}
+	if err := h.watchUnread(ctx, w); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { h.unwatchUnread(w) }) }, nil
+}
+
+func (h *Hub) watchUnread(ctx context.Context, w *watcher) error {
+	followees, err := h.store.Followees(ctx, w.user)
+	if err != nil {
+		return err
+	}
+	w.followees = sortedCopy(followees)
 	h.mu.Lock()
-	add(h.byUser, viewer, w)
+	h.byUser[w.user] = append(h.byUser[w.user], w)
 	for _, f := range w.followees {
 		add(h.byAuthor, f, w)
 	}
 	h.unread[w] = struct{}{}
-	h.bySignal[w.signal] = w
+	if w.signal != nil {
+		h.bySignal[w.signal] = w
+	}
 	h.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		remove(h.byUser, viewer, w)
-		for _, f := range w.followees {
-			remove(h.byAuthor, f, w)
-		}
-		delete(h.unread, w)
+	return nil
+}
+
+func (h *Hub) unwatchUnread(w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ws := slices.DeleteFunc(h.byUser[w.user], func(x *watcher) bool { return x == w }); len(ws) > 0 {
+		h.byUser[w.user] = ws
+	} else {
+		delete(h.byUser, w.user)
+	}
+	for _, f := range w.followees {
+		remove(h.byAuthor, f, w)
+	}
+	delete(h.unread, w)
+	if w.signal != nil {
 		delete(h.bySignal, w.signal)
-	})
-	return w.signal, nil
+	}
 }
 
 // WatchReceipts returns a channel that receives a value whenever message's
@@ -156,7 +199,9 @@ func (h *Hub) dispatch(e engine.Event) {
 	switch e.Kind {
 	case engine.UnreadChanged:
 		for _, u := range e.Users {
-			wakeAll(h.byUser[u], e.Cause)
+			for _, w := range h.byUser[u] {
+				w.wakeFor(e.Cause)
+			}
 		}
 	case engine.AuthorPosted:
 		wakeAll(h.byAuthor[e.Author], e.Cause)
@@ -166,7 +211,7 @@ func (h *Hub) dispatch(e engine.Event) {
 		wakeAll(h.byMessage[e.Message], e.Cause)
 	case engine.FollowsChanged:
 		for _, u := range e.Users {
-			for w := range h.byUser[u] {
+			for _, w := range h.byUser[u] {
 				h.refollow(w)
 				w.wakeFor(e.Cause)
 			}

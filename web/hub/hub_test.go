@@ -148,7 +148,7 @@ func TestRapidFollowChangesSettle(t *testing.T) {
 		h.mu.Lock()
 		n := len(h.byAuthor[author])
 		var settled bool
-		for w := range h.byUser[fan] {
+		for _, w := range h.byUser[fan] {
 			settled = !w.refreshing
 		}
 		h.mu.Unlock()
@@ -165,5 +165,48 @@ func TestRapidFollowChangesSettle(t *testing.T) {
 	s.CreatePost(ctx, author, 0, "")
 	if woke(ch, 200*time.Millisecond) {
 		t.Fatal("an unfollower was woken by the author's post")
+	}
+}
+
+// A callback watcher is called where a channel watcher is signalled, and
+// never after stop.
+func TestWatchUnreadFuncCallsBackUntilStopped(t *testing.T) {
+	s, h := open(t)
+	ctx := t.Context()
+	const author, fan = 1, 2
+	if err := s.Follow(ctx, fan, author); err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan struct{}, 16)
+	stop, err := h.WatchUnreadFunc(ctx, fan, func(engine.Cause) { calls <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func() error{
+		"the author's post": func() error { _, err := s.CreatePost(ctx, author, 0, ""); return err },
+		"a broadcast":       func() error { return s.PushRedDot(ctx) },
+		"its own badge":     func() error { return s.MarkRead(ctx, fan, engine.Likes) },
+	} {
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		if !woke(calls, time.Second) {
+			t.Fatalf("not called back for %s", name)
+		}
+	}
+	if unread, _ := h.Watchers(); unread != 1 {
+		t.Fatalf("%d watchers", unread)
+	}
+	stop()
+	stop() // a second stop does nothing
+	if unread, _ := h.Watchers(); unread != 0 {
+		t.Fatalf("%d watchers after stop", unread)
+	}
+	for woke(calls, 20*time.Millisecond) {
+	}
+	s.PushRedDot(ctx)
+	s.CreatePost(ctx, author, 0, "")
+	if woke(calls, 200*time.Millisecond) {
+		t.Fatal("called back after stop")
 	}
 }

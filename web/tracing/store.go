@@ -123,6 +123,21 @@ func (s *Store) Comment(ctx context.Context, viewer engine.UserID, post engine.P
 	return end(span, s.Store.Comment(ctx, viewer, post, comment, mentions, idemKey))
 }
 
+func (s *Store) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
+	ctx, span := s.start(ctx, "engine.DeleteComment", -1, true)
+	return end(span, s.Store.DeleteComment(ctx, actor, post, comment))
+}
+
+func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
+	ctx, span := s.start(ctx, "engine.DeletePost", -1, true)
+	return end(span, s.Store.DeletePost(ctx, actor, post))
+}
+
+func (s *Store) EraseUser(ctx context.Context, user engine.UserID) error {
+	ctx, span := s.start(ctx, "engine.EraseUser", -1, true)
+	return end(span, s.Store.EraseUser(ctx, user))
+}
+
 func (s *Store) Repost(ctx context.Context, viewer engine.UserID, post engine.PostID, mentions []engine.UserID, idemKey string) (engine.PostID, error) {
 	ctx, span := s.start(ctx, "engine.Repost", -1, true)
 	res, err := s.Store.Repost(ctx, viewer, post, mentions, idemKey)
@@ -154,6 +169,26 @@ func (s *Store) Unread(ctx context.Context, viewer engine.UserID) (engine.Unread
 	ctx, span := s.start(ctx, "engine.Unread", -1, false)
 	res, err := s.Store.Unread(ctx, viewer)
 	return res, end(span, err)
+}
+
+// UnreadMany is the inner store's UnreadMany (redisstore's: many
+// viewers' badges in the round trips of one), in one span; a store
+// without one reads viewer by viewer under that span.
+func (s *Store) UnreadMany(ctx context.Context, viewers []engine.UserID, out []engine.Unread) error {
+	ctx, span := s.start(ctx, "engine.UnreadMany", len(viewers), false)
+	if b, ok := s.Store.(interface {
+		UnreadMany(context.Context, []engine.UserID, []engine.Unread) error
+	}); ok {
+		return end(span, b.UnreadMany(ctx, viewers, out))
+	}
+	for i, v := range viewers {
+		u, err := s.Store.Unread(ctx, v)
+		if err != nil {
+			return end(span, err)
+		}
+		out[i] = u
+	}
+	return end(span, nil)
 }
 
 func (s *Store) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {

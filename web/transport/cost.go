@@ -34,6 +34,7 @@ import (
 //   - every element of every list argument costs 1 more (posts(ids),
 //     recordViews(postIds), markMessagesRead(messageIds), createGroup's
 //     memberIds, addGroupMembers' userIds, mentions), across aliases;
+//   - eraseUser costs EraseUserPrice: its work is what the user did;
 //   - introspection is priced by what it returns: the walk follows the
 //     schema itself (each type, field, argument, enum value listed costs
 //     its selection), so a whole-schema dump costs what it sends.
@@ -513,7 +514,16 @@ func setComplexity(gc *graph.Config) {
 	c.ReadReceipts.Unreaders = page
 	c.Group.Members = page
 	c.Mutation.MarkMessagesRead = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
+	// An erasure's work grows with what the user did (every like,
+	// favorite, follow edge and group), not with its arguments: it is
+	// priced as the largest page, so that a client's cost budget bounds
+	// how many it starts per second.
+	c.Mutation.EraseUser = func(child int, _ string) int { return EraseUserPrice + child }
 }
+
+// EraseUserPrice is what an eraseUser field costs before its selection:
+// a page of engine.MaxIDsPerCall posts, each read once.
+const EraseUserPrice = engine.MaxIDsPerCall
 
 func limitOr(first *int, def int) int {
 	if first == nil {

@@ -19,7 +19,7 @@ import (
 // returns the price it computed (or the error code it refused with).
 func price(t *testing.T, c *costLimit, query string, vars map[string]any) (int, string, *graphql.OperationContext) {
 	t.Helper()
-	gc := resolvers.GraphConfig(nil, nil)
+	gc := resolvers.GraphConfig(nil, nil, resolvers.Policy{})
 	setComplexity(&gc)
 	if err := c.Validate(graph.NewExecutableSchema(gc)); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package transport serves Tally's GraphQL API over the web: GraphQL over
 // HTTP (http.go, by the GraphQL-over-HTTP spec) and over WebSocket
-// (ws.go, graphql-transport-ws), the limits every request meets before
+// (ws.go, graphql-transport-ws; its sockets on an event loop,
+// ws_upgrade.go and ws_socket.go, their deadlines in a timing wheel,
+// ws_wheel.go), the limits every request meets before
 // and while it runs (cost.go prices an operation, ratelimit.go spends
 // mutation and cost budgets per client, ws_cap.go counts sockets),
 // persisted queries (apq.go), what the server observes (http_observe.go,

@@ -107,7 +107,7 @@ func (m *metrics) InterceptOperation(ctx context.Context, next graphql.Operation
 	gauge := m.subsOpen.WithLabelValues(m.names.label(opCtx.Operation.Name))
 	gauge.Inc()
 	var once sync.Once
-	stop := context.AfterFunc(ctx, func() { once.Do(gauge.Dec) })
+	stop := whenOperationEnds(ctx, func() { once.Do(gauge.Dec) })
 	handler := next(ctx)
 	return func(ctx context.Context) *graphql.Response {
 		resp := handler(ctx)

@@ -30,6 +30,10 @@ type Config struct {
 	Store engine.Store
 	Hub   *hub.Hub
 	Keys  *auth.Keys
+	// ContentWrites says who may create and delete posts, reposts and
+	// comments (-content-writes): every signed-in user, or only trusted
+	// tokens (service, admin).
+	ContentWrites resolvers.ContentWrites
 	// Metrics registers request metrics; nil skips them.
 	Metrics prometheus.Registerer
 	// ComplexityLimit bounds a query's cost (each field 1, lists multiplied
@@ -101,7 +105,7 @@ func NewHandler(cfg Config) http.Handler {
 		tracer = cfg.Tracer.Tracer(tracing.Name)
 		cfg.Store = tracing.WrapStore(cfg.Store, cfg.Tracer)
 	}
-	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub)
+	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub, resolvers.Policy{ContentWrites: cfg.ContentWrites})
 	setComplexity(&gc)
 
 	// Plain-data queries and unreadChanged pushes run as compiled plans
@@ -109,12 +113,16 @@ func NewHandler(cfg Config) http.Handler {
 	var es graphql.ExecutableSchema = graph.NewExecutableSchema(gc)
 	var fast *planContexts // nil: every operation context is gqlgen's
 	if !cfg.DisableFastPath {
-		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, UnreadChanged: gc.Resolvers.Subscription().UnreadChanged,
+		fs := fastpath.Wrap(es, fastpath.Config{Store: cfg.Store, Hub: cfg.Hub, TracePushes: cfg.Tracer != nil,
 			Metrics: cfg.Metrics})
 		es, fast = fs, newPlanContexts(fs)
 	}
 	srv := handler.New(es)
-	srv.AddTransport(newWSTransport(cfg))
+	var m *metrics // (the WebSocket transport counts the pushes it sends without gqlgen)
+	if cfg.Metrics != nil {
+		m = newMetrics(cfg.Metrics)
+	}
+	srv.AddTransport(newWSTransport(cfg, m))
 	// GraphQL over HTTP by the spec (see http.go); refuseTransport takes
 	// whatever no transport above it supports, so it stays last.
 	srv.AddTransport(httpTransport{maxBody: cfg.MaxBodyBytes, fast: fast})
@@ -146,8 +154,8 @@ func NewHandler(cfg Config) http.Handler {
 	budget, maxMutations := newMutationBudget(cfg)
 	costs := newCostBudget(cfg.CostRate, cfg.CostBurst, cfg.ComplexityLimit)
 	fast.use(srv, &costLimit{limit: cfg.ComplexityLimit, maxMutations: maxMutations, introspection: !cfg.DisableIntrospection, budget: costs})
-	if cfg.Metrics != nil {
-		fast.use(srv, newMetrics(cfg.Metrics))
+	if m != nil {
+		fast.use(srv, m)
 		countRefusals(cfg.Metrics, &budget, costs)
 	}
 

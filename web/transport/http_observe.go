@@ -56,7 +56,9 @@ func noteUser(ctx context.Context, u engine.UserID) {
 // responses by route and status (tally_http_responses_total, which also
 // counts requests refused before GraphQL: 400, 405, 413, 415), and the
 // gauge of open WebSockets (tally_websockets_open), counted from the
-// hijack of the connection to the end of its handler. reg may be nil.
+// hijack of the connection to the end of its handler, or to the end of
+// the socket when the handler hands it to an event loop (detachSocket).
+// reg may be nil.
 func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 	sockets := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tally_websockets_open",
@@ -74,7 +76,7 @@ func ObserveHTTP(reg prometheus.Registerer, next http.Handler) http.Handler {
 		o := &observed{rec: statusRecorder{ResponseWriter: w, sockets: sockets}}
 		ri, rec := &o.info, &o.rec
 		defer func() {
-			if rec.hijacked {
+			if rec.hijacked && !rec.detached {
 				sockets.Dec()
 			}
 		}()
@@ -159,7 +161,33 @@ type statusRecorder struct {
 	status   int
 	bytes    int64
 	hijacked bool
+	detached bool // the socket outlives the handler: see detachSocket
 	sockets  prometheus.Gauge
+}
+
+// detachSocket is for a handler whose hijacked connection outlives it (a
+// WebSocket served by an event loop): the socket stays counted in
+// tally_websockets_open until the returned func is called (once; it is a
+// no-op when w is not ObserveHTTP's).
+func detachSocket(w http.ResponseWriter) (done func()) {
+	for {
+		if s, ok := w.(*statusRecorder); ok {
+			if !s.hijacked || s.detached {
+				return func() {}
+			}
+			s.detached = true
+			// Only the gauge: the recorder holds net/http's response, and
+			// through it the connection's buffers and the request.
+			gauge := s.sockets
+			var once sync.Once
+			return func() { once.Do(gauge.Dec) }
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return func() {}
+		}
+		w = u.Unwrap()
+	}
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
