@@ -275,9 +275,7 @@ func writePost(buf []byte, fields []field, sc *scratch, id engine.PostID, v *eng
 			if v.ViewerReaction == "" {
 				buf = append(buf, "null"...)
 			} else {
-				// Kind names are a-z, 0-9 and _ (counters.ParseKinds):
-				// Go's quoting is JSON's.
-				buf = strconv.AppendQuote(buf, v.ViewerReaction)
+				buf = appendKind(buf, v.ViewerReaction)
 			}
 		}
 	}
@@ -293,7 +291,7 @@ func writeReaction(buf []byte, fields []field, kind string, count int64) []byte 
 		case kTypename:
 			buf = append(buf, f.lit...)
 		case aKind:
-			buf = strconv.AppendQuote(buf, kind)
+			buf = appendKind(buf, kind)
 		case aCount:
 			buf = strconv.AppendInt(buf, count, 10)
 		}
@@ -401,6 +399,14 @@ func writeUnread(buf []byte, fields []field, u *engine.Unread) []byte {
 		}
 	}
 	return append(buf, '}')
+}
+
+// appendKind writes a reaction kind's name as a JSON string. Names are
+// a-z, 0-9 and _ (counters.ParseKinds): nothing to escape.
+func appendKind(buf []byte, name string) []byte {
+	buf = append(buf, '"')
+	buf = append(buf, name...)
+	return append(buf, '"')
 }
 
 // appendID writes an id as the quoted decimal string GraphQL clients see
