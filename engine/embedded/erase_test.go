@@ -29,11 +29,28 @@ const erased engine.UserID = 0x0123456789ABCDEF
 // kept in snapshots and the log: likes, favorites, comments with ids
 // (writer records), posts, follows both ways, groups and messages,
 // idempotency records, badges, a cursor and a red-dot click.
+// lifeKinds are lifeWorld's reaction kinds; the erased user reacts to
+// post i with kind i%3.
+var lifeKinds = []string{"like", "love", "haha"}
+
+// pageReactions reads every kind's count of posts.
+func pageReactions(t *testing.T, e *Engine, posts []engine.PostID) []engine.Reactions {
+	t.Helper()
+	out := make([]engine.PostView, len(posts))
+	ok(t, e.Page(bg, 0, posts, engine.PageWant{Reactions: true}, out))
+	rs := make([]engine.Reactions, len(posts))
+	for i, v := range out {
+		rs[i] = v.Reactions
+	}
+	return rs
+}
+
 func lifeWorld(t *testing.T, dir string, clk *clock) (*Engine, Options, []engine.PostID) {
 	t.Helper()
 	opts := durableOpts(dir, clk)
 	opts.Tables = tier.Options{OpenAge: -1, ColdAge: 48 * time.Hour}
 	opts.MaintainInterval = -1 // the test maintains
+	opts.Reactions = lifeKinds
 	e := openE(t, opts)
 	var posts []engine.PostID
 	for day := 10; day >= 0; day-- {
@@ -50,8 +67,13 @@ func lifeWorld(t *testing.T, dir string, clk *clock) (*Engine, Options, []engine
 		}
 	}
 	for i, p := range posts {
-		ok(t, e.Like(bg, erased, p))
+		// Reactions of other kinds in every window: each comes off its
+		// own kind's count.
+		ok(t, e.ReactToPost(bg, erased, p, lifeKinds[i%len(lifeKinds)]))
 		ok(t, e.Like(bg, engine.UserID(200+i%3), p))
+		if i%2 == 1 {
+			ok(t, e.ReactToPost(bg, engine.UserID(210+i%3), p, "haha"))
+		}
 		if i%2 == 0 {
 			ok(t, e.Favorite(bg, erased, p))
 		}
@@ -111,18 +133,27 @@ func TestEraseLeavesNoTrace(t *testing.T) {
 	}
 	before, err := e.Counts(bg, posts)
 	ok(t, err)
+	reactionsBefore := pageReactions(t, e, posts)
 	ok(t, e.EraseUser(bg, erased))
 	waitErasures(t, e)
 	after, err := e.Counts(bg, posts)
 	ok(t, err)
+	reactionsAfter := pageReactions(t, e, posts)
 	for i := range posts {
 		want := before[i]
-		want.Likes--
+		if i%len(lifeKinds) == 0 {
+			want.Likes--
+		}
 		if i%2 == 0 {
 			want.Favorites--
 		}
 		if after[i] != want {
 			t.Fatalf("post %d: counts %+v after the erasure, want %+v", i, after[i], want)
+		}
+		wantR := reactionsBefore[i]
+		wantR.Count[i%len(lifeKinds)]--
+		if reactionsAfter[i] != wantR {
+			t.Fatalf("post %d: reactions %v after the erasure, want %v", i, reactionsAfter[i].Count[:3], wantR.Count[:3])
 		}
 	}
 	ok(t, e.Snapshot(bg))
@@ -258,7 +289,7 @@ func TestEraseReadsExactWhileRunning(t *testing.T) {
 		}
 		un, err := e.Unread(bg, 200)
 		ok(t, err)
-		return fmt.Sprint(cs, infos, ucs, fs, un)
+		return fmt.Sprint(cs, infos, ucs, fs, un, pageReactions(t, e, posts))
 	}
 	ok(t, e.EraseUser(bg, erased))
 	first := want()
