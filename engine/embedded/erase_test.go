@@ -353,6 +353,9 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 	ok(t, err)
 	p2, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
+	p3, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	ok(t, e.ReactToPost(bg, erased, p3, "haha"))
 	ok(t, e.ReactToPost(bg, erased, p1, "love"))
 	ok(t, e.ReactToPost(bg, erased, p2, "like"))
 	ok(t, e.ReactToPost(bg, other, p1, "love"))
@@ -374,6 +377,9 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 	ok(t, e.ReactToPost(bg, third, p2, "like"))
 	check("after other reactions", p1, map[string]int64{"like": 0, "love": 0, "haha": 0})
 	check("after other reactions", p2, map[string]int64{"like": 1, "love": 0, "haha": 0})
+	// An import replaces the five counts and leaves the other kinds'.
+	ok(t, e.Import(bg, []engine.ImportRow{{Post: p3, Author: 1, Counts: engine.Counts{Likes: 5}}}))
+	check("after an import", p3, map[string]int64{"like": 5, "love": 0, "haha": 0})
 	close(gate)
 	for deadline := time.Now().Add(10 * time.Second); e.Stats().Erasures > 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -382,6 +388,7 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 	}
 	check("erasure done", p1, map[string]int64{"like": 0, "love": 0, "haha": 0})
 	check("erasure done", p2, map[string]int64{"like": 1, "love": 0, "haha": 0})
+	check("erasure done", p3, map[string]int64{"like": 5, "love": 0, "haha": 0})
 	if _, viewer := reactionsOf(t, e, erased, p1); viewer != "" {
 		t.Fatalf("the erased user still reacts %q", viewer)
 	}

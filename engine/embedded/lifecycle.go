@@ -683,17 +683,26 @@ func (st *state) settleErasures(post engine.PostID, favorites bool, removals []o
 }
 
 // importUnerase takes out, before an import replaces the counts of
-// posts, the pending likes and favorites of users being erased on them:
-// the values imported are then what the posts read, as after the erasure.
+// posts, the pending reactions and favorites of users being erased on
+// them: the values imported are then what the posts read, as after the
+// erasure. A reaction of a kind other than like comes off its kind's
+// count, which an import leaves as it is.
 func (st *state) importUnerase(rows []engine.ImportRow) {
 	for _, x := range st.erasing {
 		for _, row := range rows {
-			for _, set := range [...]*tier.Set{st.likes, st.favs} {
-				if removed, err := set.Remove(x.user, uint64(row.Post)); err != nil {
-					st.noteErr(err)
-				} else if removed {
-					set.Scrub(uint64(row.Post))
+			post := uint64(row.Post)
+			was, err := st.likes.Unreact(x.user, post)
+			st.noteErr(err)
+			if was != counters.NoKind {
+				st.likes.Scrub(post)
+				if was != counters.Like {
+					st.addReaction(ops.ReactionDelta{Post: row.Post, Kind: was, Delta: -1})
 				}
+			}
+			if removed, err := st.favs.Remove(x.user, post); err != nil {
+				st.noteErr(err)
+			} else if removed {
+				st.favs.Scrub(post)
 			}
 		}
 	}
