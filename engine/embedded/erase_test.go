@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,6 +361,8 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 	ok(t, e.ReactToPost(bg, erased, p2, "like"))
 	ok(t, e.ReactToPost(bg, other, p1, "love"))
 	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before Close, which waits for the eraser, on a failure too
 	setStepGate(e, func() { <-gate })
 	ok(t, e.EraseUser(bg, erased))
 	check := func(when string, post engine.PostID, want map[string]int64) {
@@ -380,7 +383,7 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 	// An import replaces the five counts and leaves the other kinds'.
 	ok(t, e.Import(bg, []engine.ImportRow{{Post: p3, Author: 1, Counts: engine.Counts{Likes: 5}}}))
 	check("after an import", p3, map[string]int64{"like": 5, "love": 0, "haha": 0})
-	close(gate)
+	release()
 	for deadline := time.Now().Add(10 * time.Second); e.Stats().Erasures > 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the erasure did not end")
