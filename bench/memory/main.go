@@ -16,7 +16,10 @@
 // memory with every table and key read into shared_buffers. Every figure
 // is given per post of the set and per non-zero post, heap (Redis:
 // used_memory; PostgreSQL: shared_buffers in use) beside RSS, and disk
-// (tally's data directory, PostgreSQL's tables).
+// (tally's data directory, PostgreSQL's tables). With -writes it also
+// measures what snapshots cost a server taking likes (writes.go): peak
+// RSS against the settled RSS, and likes per second, with and without
+// snapshots.
 //
 // It starts only processes of its own (the import, the servers,
 // redis-servers and PostgreSQL clusters, on free loopback ports) and
@@ -67,6 +70,13 @@ type config struct {
 	// importAttempts bounds the runs of tally import -redis, each on an
 	// emptied Redis.
 	importAttempts int
+	// The writes phase (writes.go); writes 0 skips it.
+	writes         time.Duration
+	writeUsers     int
+	writeClients   int
+	writeRounds    int
+	writeSnapEvery time.Duration
+	rssEvery       time.Duration
 }
 
 // The stores measured beside the embedded engine.
@@ -122,6 +132,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.redisWorkers, "redis-workers", 4, "concurrent pipelines loading the bucket layout")
 	fs.BoolVar(&c.postgres, "postgres", false, "also measure PostgreSQL with the same data in the same run: seed 003's tables (bench/pgpeer) on a throwaway cluster of its own (Debian's postgresql), copied in from the same CSV and checked against the data set; disk (pg_total_relation_size) and memory with every table and key read into shared_buffers")
 	fs.IntVar(&c.importAttempts, "redis-import-attempts", 3, "runs of tally import -redis before the tool gives up, each on an emptied Redis (the failures are reported)")
+	fs.DurationVar(&c.writes, "writes", 0, "writes phase: for each server, two more servers on copies of the imported data, one taking a snapshot every -write-snapshot-interval and one taking none, each read idle, then this long of likes with RSS sampled every -rss-every: peak RSS against the settled RSS, likes per second with and without snapshots (0: skip; the issue's figures: 60s)")
+	fs.IntVar(&c.writeUsers, "write-users", 20_000, "users the writes phase likes as (ids above every author's)")
+	fs.IntVar(&c.writeClients, "write-clients", 16, "concurrent clients of the writes phase, one like per request")
+	fs.IntVar(&c.writeRounds, "write-rounds", 1, "rounds of the writes phase, each a server without snapshots then one with")
+	fs.DurationVar(&c.writeSnapEvery, "write-snapshot-interval", 10*time.Second, "-snapshot-interval of the writes phase's server that takes snapshots")
+	fs.DurationVar(&c.rssEvery, "rss-every", 50*time.Millisecond, "how often the writes phase samples RSS")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -162,6 +178,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.importAttempts < 1 {
 		return c, fmt.Errorf("-redis-import-attempts %d: must be positive", c.importAttempts)
+	}
+	if c.writes < 0 || c.writeUsers < 1 || c.writeClients < 1 || c.writeRounds < 1 || c.writeSnapEvery <= 0 || c.rssEvery <= 0 {
+		return c, fmt.Errorf("-writes must not be negative; -write-users, -write-clients, -write-rounds, -write-snapshot-interval and -rss-every must be positive")
 	}
 	if c.redisWorkers < 1 {
 		return c, fmt.Errorf("-redis-workers %d: must be positive", c.redisWorkers)
@@ -218,9 +237,10 @@ type result struct {
 	ServeArgs      string   `json:"serveArgs"`
 	Env            string   `json:"env"`
 	mem
-	Load     *loadResult `json:"load,omitempty"`
-	Redis    *redisMem   `json:"redis,omitempty"`
-	Postgres *pgMem      `json:"postgres,omitempty"`
+	Load     *loadResult   `json:"load,omitempty"`
+	Writes   []writeResult `json:"writes,omitempty"`
+	Redis    *redisMem     `json:"redis,omitempty"`
+	Postgres *pgMem        `json:"postgres,omitempty"`
 }
 
 // mem is the server's memory after a forced GC.
@@ -538,11 +558,20 @@ func measure(ctx context.Context, cfg config, bin string, withAuthors bool, out 
 			}
 		}
 	}
-	if len(cfg.redisPeers) > 0 || cfg.postgres {
+	if len(cfg.redisPeers) > 0 || cfg.postgres || cfg.writes > 0 {
 		for _, p := range procs {
 			stopProcess(p.cmd, p.done)
 		}
 		procs = nil
+	}
+	if cfg.writes > 0 && len(pool) > 0 {
+		for i, v := range cfg.variants {
+			ws, err := writesPhase(ctx, cfg, bin, data+variantSuffix(i), v, ds, out)
+			results[i].Writes = ws
+			if err != nil {
+				return results, fmt.Errorf("writes phase: %v", err)
+			}
+		}
 	}
 	// PostgreSQL first: a tally import -redis that gives up (it does on a
 	// busy machine, and the tool stops after -redis-import-attempts) then

@@ -130,6 +130,7 @@ func report(out io.Writer, r result) {
 	}
 	fmt.Fprintf(out, "where RSS goes: heap spans in use %s, free heap kept %s (released %s), stacks %s, GC metadata %s, other runtime %s; RSS anonymous %s, file-backed %s\n",
 		mib(r.HeapInuse), mib(r.HeapIdleKept), mib(r.HeapReleased), mib(r.Stacks), mib(r.GCMeta), mib(r.OtherRuntime), mib(r.RSSAnon), mib(r.RSSFile))
+	reportWrites(out, r.Label, r.Writes)
 }
 
 func reportPostgres(out io.Writer, r result, pm *pgMem, t memTable) {

@@ -94,6 +94,9 @@ func (e *Engine) commitCtx(ctx context.Context, r record) (uint64, error) {
 		}
 	}
 	e.lastTime = h.time
+	if _, _, _, id := recordInfo(r); id != 0 {
+		e.genHigh = laterID(e.genHigh, id)
+	}
 	var evs []engine.Event
 	erasing := len(e.st.erasing)
 	e.st.apply(r, &evs, true)

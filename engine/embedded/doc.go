@@ -91,26 +91,36 @@
 // their expiry queue, the like and favorite sets, the time of the last
 // record and the id generator's high-water mark. It is taken in the
 // background, by SnapshotInterval or SnapshotLogBytes or on demand
-// (Snapshot), without stopping readers or writers even for a copy of the
-// state: the snapshotter ends the log's active segment (wal.Rotate; the
-// state lock is not taken, the log's flusher waits for the new segment's
-// few fsyncs), so the snapshot covers exactly the records of the sealed
-// segments, then rebuilds the state at that index beside the live one,
-// from the newest snapshot plus the log records after it — the same replay
-// recovery does, which the determinism of apply makes exact — and writes
-// it out. A capture of the live tables would pause writers for a memcpy of
-// every table (0.1–0.3 s per GiB measured on the CI machine; seconds at
-// 100M posts) and the tables are not copy-on-write; the rebuild costs
-// instead one core (it yields it every few thousand items, see pacer) and
-// a second copy of the state in memory while it runs, and a snapshot never
-// contains an effect whose record was not durable.
+// (Snapshot), and readers and writers do not wait for it. It takes a cut
+// of the live state (cut.go) under the write lock: the log's segment ends
+// at the last record appended (wal.EndSegment, which neither writes nor
+// waits), and each part of the state is frozen, which copies no table —
+// sealed and cold windows never change and are shared, bytes and files;
+// everything that does change is frozen the way its package knows, its
+// writes going to an overlay until the thaw (the windowed tables hold
+// their windows as a rewriting job does, the per-user tables freeze their
+// arrays or overlays, a group or message changed meanwhile is changed in
+// a copy). The cut is written with no lock, paced (pacer), cold windows
+// copied from their files into the snapshot, which stands alone; it is
+// installed once every record it covers is durable, so a snapshot never
+// contains an effect whose record was not; then the cut is thawed a part
+// at a time, each part under the write lock for what was written to it
+// meanwhile. What a snapshot costs is one core while it writes and, in
+// memory, the writes made while it runs: never a second copy of the state.
+// No maintenance job may be pending when a cut is taken (maintMu); jobs
+// planned after it leave what it holds alone.
 //
 // After a snapshot, all but the newest two snapshots are deleted and the
 // log is truncated before the older one's index, not the newer one's: if
 // the newest snapshot is ever found damaged, the older one plus the log
-// still hold every record, and the snapshotter (or Repair, offline)
-// rebuilds from them, losing nothing. Disk use is therefore about two
-// snapshots plus up to twice SnapshotLogBytes of log.
+// still hold every record, and Repair (offline) recovers from them,
+// losing nothing. The older one is scrubbed first (every checksum read):
+// one that rotted since it was written is moved aside, and the one before
+// it and its log are kept instead. Disk use is therefore about two
+// snapshots plus up to twice SnapshotLogBytes of log. The first snapshot
+// after an erasure ended is the exception (afterSnapshot): kept alone,
+// with no log before it, once no window it shares still waits for the
+// erasure's rewrite.
 //
 // # Recovery
 //
@@ -218,7 +228,8 @@
 //	state.go    the state struct, newState, decide and apply's dispatch,
 //	            applyEffects
 //	stateio.go  the snapshot container: the section list, the image,
-//	            writeImage and readImage, item and chunk coding
+//	            writeCut and readImage, item and chunk coding
+//	cut.go      the snapshot's cut: freezing the state, thawing it
 //	tables.go   how the state keeps its time-windowed tables (engine/tier:
 //	            the post table, the like and favorite sets)
 //	posts.go    posts, counts, likes and favorites, views, comments,

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,11 +30,7 @@ const (
 	keepSnapshots = 2
 )
 
-var (
-	errNoDir = errors.New("embedded: the engine has no data directory (in-memory)")
-	// errReplayDone stops a replay at the snapshot's index.
-	errReplayDone = errors.New("replay done")
-)
+var errNoDir = errors.New("embedded: the engine has no data directory (in-memory)")
 
 // recovered is what recoverDir found, for the start-up log line and the
 // snapshot trigger.
@@ -199,11 +194,11 @@ func cannotWrite(err error) bool {
 // errors) and serves reads from it: every mutation fails with
 // engine.ErrUnavailable and Ready says why.
 func (e *Engine) openReadOnly(opts Options, cause error) error {
-	im, rec, err := recoverReadOnly(opts.Dir, opts.Logger, e.shadow)
+	im, rec, err := recoverReadOnly(opts.Dir, opts.Logger, tables{opts: opts.Tables, now: opts.Now}.inMemory())
 	if err != nil {
 		return err
 	}
-	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
+	e.st, e.lastTime, e.lastIndex, e.genHigh = im.st, im.lastTime, im.index, im.genHigh
 	e.dir = opts.Dir
 	ferr := fmt.Errorf("embedded: data directory %s cannot be written: %w", opts.Dir, cause)
 	e.failed.Store(&ferr)
@@ -261,10 +256,10 @@ func (e *Engine) snapCtx(ctx context.Context) (context.Context, context.CancelFu
 
 // Snapshot writes a snapshot of every record logged so far, then prunes
 // old snapshots and the log they made redundant. Readers and writers do
-// not wait for it: the snapshot is rebuilt beside the live state from the
-// previous snapshot and the log (see the package doc), so it costs CPU and
-// a second copy of the state in memory for its duration, never a lock held
-// longer than a read. It returns nil without writing if the newest
+// not wait for it: it holds the write lock only to take a cut of the state
+// (see cut), which copies no table, then writes the cut with no lock and
+// thaws it, a part at a time, each under the lock for what was written to
+// that part meanwhile. It returns nil without writing if the newest
 // snapshot already covers every record. A failed snapshot changes
 // nothing: the log is kept and the engine keeps serving.
 func (e *Engine) Snapshot(ctx context.Context) error {
@@ -282,41 +277,117 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 		// older file leaves none naming the user.
 		e.maintain()
 	}
-	im, fresh, err := e.buildImage(ctx)
-	if err != nil || !fresh {
+	c, held, err := e.takeCut()
+	if err != nil || c == nil {
 		return err
 	}
-	built := time.Since(start)
-	f, err := e.createSnapshot(e.dir, im.index, e.syncFiles)
-	if err != nil {
-		return fmt.Errorf("embedded: snapshot: %w", err)
+	path, size, werr := e.writeSnapshot(ctx, c)
+	thawHeld := e.thaw(c)
+	if werr != nil {
+		return werr
 	}
-	if err := writeImage(f.Writer, im, ctx.Err, &pacer{}); err != nil {
-		f.Abort()
-		return fmt.Errorf("embedded: snapshot: %w", err)
-	}
-	path, err := f.Commit()
-	if err != nil {
-		return fmt.Errorf("embedded: snapshot: %w", err)
-	}
-	info, _ := os.Stat(path)
-	e.snapIndex.Store(im.index)
+	e.snapIndex.Store(c.index)
 	e.snapAt.Store(time.Now().UnixNano())
-	e.afterSnapshot(im.index)
+	e.afterSnapshot(c.index, c.scrubbing == 0)
 	// After afterSnapshot: the log segments it removes shrink Size, and a
 	// base taken before would leave the -snapshot-log-bytes trigger (and
 	// SnapshotLag) that many bytes behind.
 	e.snapBase.Store(e.log.Size())
-	var size int64
-	if info != nil {
-		size = info.Size()
-	}
 	if e.metrics != nil {
 		e.metrics.SnapshotWritten(time.Since(start), size)
 	}
-	e.logger.Info("embedded: snapshot written", "file", path, "index", im.index, "bytes", size,
-		"build", built, "took", time.Since(start))
+	e.logger.Info("embedded: snapshot written", "file", path, "index", c.index, "bytes", size,
+		"cut", held, "thaw", thawHeld, "took", time.Since(start))
 	return nil
+}
+
+// takeCut takes a cut of the state at the last record appended (nil when
+// the newest snapshot covers it) and ends the log's segment there, under
+// the write lock, which it returns how long it held. The snapshot ends
+// where a segment ends, so that segments hold records either all covered
+// by a snapshot or none, and log damage in covered records can be dropped
+// whole, losing nothing (see Repair). No maintenance job may be pending
+// (the cut shares the windows jobs rewrite): maintMu waits for the
+// maintenance rounds under way, and rounds wait for the cut, not for the
+// snapshot, since the cut's tables plan no job on what it holds.
+func (e *Engine) takeCut() (*cut, time.Duration, error) {
+	e.maintMu.Lock()
+	defer e.maintMu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	start := time.Now()
+	switch {
+	case e.closed:
+		return nil, 0, errClosed
+	case e.failed.Load() != nil:
+		return nil, 0, fmt.Errorf("embedded: snapshot: %w", errWrite)
+	case e.lastIndex <= e.snapIndex.Load():
+		return nil, 0, nil
+	}
+	if end := e.log.EndSegment(); end != e.lastIndex {
+		return nil, 0, fmt.Errorf("embedded: snapshot: the log's last record is %d, the state's %d", end, e.lastIndex)
+	}
+	c, err := e.st.freeze()
+	if err != nil {
+		return nil, 0, err
+	}
+	c.index, c.lastTime, c.genHigh = e.lastIndex, e.lastTime, e.genHigh
+	return c, time.Since(start), nil
+}
+
+// writeSnapshot writes the cut to a new snapshot file and installs it once
+// every record it covers is durable: a snapshot never vouches for a
+// record the log could still lose. It returns the file and its size.
+func (e *Engine) writeSnapshot(ctx context.Context, c *cut) (string, int64, error) {
+	list, err := snapshot.List(e.dir)
+	if err != nil {
+		return "", 0, err
+	}
+	if n := len(list); n > 0 && list[n-1].Index > c.index {
+		// Not this engine's: it would be the newest, and the next Open
+		// would start from it.
+		return "", 0, fmt.Errorf("embedded: snapshot %s is ahead of the log (last record %d)", list[n-1].Path, c.index)
+	}
+	f, err := e.createSnapshot(e.dir, c.index, e.syncFiles)
+	if err != nil {
+		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	if err := writeCut(f.Writer, c, ctx.Err, &pacer{}); err != nil {
+		f.Abort()
+		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	if err := e.log.Wait(c.index); err != nil {
+		f.Abort()
+		return "", 0, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
+	}
+	path, err := f.Commit()
+	if err != nil {
+		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
+	}
+	var size int64
+	if info, err := os.Stat(path); err == nil {
+		size = info.Size()
+	}
+	return path, size, nil
+}
+
+// thaw runs the cut's thaw steps, each under the write lock on its own,
+// and returns the longest hold. A step that fails is a bug (the cut's
+// views were given out by these very tables); it is logged and the
+// others still run.
+func (e *Engine) thaw(c *cut) time.Duration {
+	var longest time.Duration
+	for _, step := range c.thawSteps() {
+		e.mu.Lock()
+		start := time.Now()
+		err := step()
+		longest = max(longest, time.Since(start))
+		e.mu.Unlock()
+		if err != nil {
+			e.logger.Error("embedded: snapshot: thawing the state", "err", err)
+		}
+	}
+	return longest
 }
 
 // afterSnapshot prunes old snapshots and the log segments no kept
@@ -327,12 +398,18 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 // with no log before it: the older snapshot and the log name the erased
 // user, and erasure means no file does after the next snapshot. Until the
 // next snapshot after it, a damaged newest snapshot then has no older one
-// to fall back on (Repair says so); that is the price of forgetting.
-func (e *Engine) afterSnapshot(index uint64) {
+// to fall back on (Repair says so); that is the price of forgetting. A
+// snapshot whose cut held a window still waiting for an erasure's rewrite
+// (clean false: an erasure ended between Snapshot's maintenance pass and
+// the cut) names the user in that window's bytes, so it is not that
+// snapshot: the next one is.
+func (e *Engine) afterSnapshot(index uint64, clean bool) {
 	keep := keepSnapshots
 	erased := e.erasedAt.Load()
-	if erased != 0 && index >= erased {
+	if erased != 0 && index >= erased && clean {
 		keep = 1
+	} else {
+		e.scrubPrevious()
 	}
 	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles)
 	if err != nil {
@@ -342,6 +419,13 @@ func (e *Engine) afterSnapshot(index uint64) {
 		e.logger.Debug("embedded: old snapshot removed", "file", p)
 	}
 	if keep == 1 {
+		if err == nil {
+			// The cut ended its segment only for the next record
+			// (EndSegment): with none appended since, the records it
+			// covers are still in the active segment, which
+			// TruncateBefore keeps.
+			_, err = e.log.Rotate()
+		}
 		if err == nil {
 			err = e.log.TruncateBefore(index + 1)
 		}
@@ -364,94 +448,32 @@ func (e *Engine) afterSnapshot(index uint64) {
 	}
 }
 
-// buildImage rebuilds, beside the live state, the state at the last
-// record appended so far (once it is durable): the newest snapshot that
-// verifies, plus the log after it. fresh is false when that snapshot
-// already covers every record. Caller holds snapMu.
-//
-// A newest snapshot that no longer verifies (bit rot since it was
-// written) is moved aside with an error logged: the rebuilt snapshot
-// replaces it from an older snapshot and the log, which the engine keeps
-// for exactly this, so nothing is lost.
-func (e *Engine) buildImage(ctx context.Context) (im *image, fresh bool, err error) {
-	e.mu.RLock()
-	closed := e.closed
-	e.mu.RUnlock()
-	if closed {
-		return nil, false, errClosed
-	}
-	// The snapshot ends where a log segment ends: Rotate writes out every
-	// record queued so far and starts a new segment. Segments then hold
-	// records either all covered by a snapshot or none, so log damage in
-	// covered records can always be dropped whole, losing nothing (see
-	// Repair). It holds up the log's flusher for the new segment's
-	// creation (a few fsyncs), never the state lock.
-	next, err := e.log.Rotate()
-	if err != nil {
-		return nil, false, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
-	}
-	target := next - 1
-	if err := e.log.Wait(target); err != nil {
-		return nil, false, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
-	}
+// scrubPrevious verifies every checksum of the snapshot before the newest
+// (a chunk at a time), which is about to become the one the log is kept
+// for: one that no longer verifies (bit rot since it was written) is
+// moved aside with an error logged while the one before it and the log
+// after it can still stand in for it, so that Prune keeps that one and
+// its log instead, and nothing is lost.
+func (e *Engine) scrubPrevious() {
 	list, err := snapshot.List(e.dir)
-	if err != nil {
-		return nil, false, err
+	if err != nil || len(list) < 2 {
+		return
 	}
-	im = newImage(e.shadow)
-	haveBase := false
-	for i := len(list) - 1; i >= 0 && !haveBase; i-- {
-		if list[i].Index > target {
-			return nil, false, fmt.Errorf("embedded: snapshot %s is ahead of the log (last record %d)", list[i].Path, target)
-		}
-		loaded, err := loadSnapshot(list[i], false, e.shadow)
-		var ce *snapshot.CorruptError
-		switch {
-		case err == nil:
-			im, haveBase = loaded, true
-		case errors.As(err, &ce):
-			e.logger.Error("embedded: a snapshot no longer verifies; moving it aside and rebuilding from an older snapshot and the log",
-				"file", list[i].Path, "err", err)
-			if _, merr := snapshot.MoveAside(list[i].Path); merr != nil {
-				return nil, false, fmt.Errorf("embedded: %w (and moving it aside failed: %v)", err, merr)
-			}
-		default:
-			return nil, false, err
-		}
+	prev := list[len(list)-2]
+	fr, err := snapshot.Open(prev.Path)
+	if err == nil {
+		err = fr.Verify()
+		fr.Close()
 	}
-	if haveBase && im.index == target {
-		return im, false, nil
+	var ce *snapshot.CorruptError
+	if !errors.As(err, &ce) {
+		return
 	}
-	n := 0
-	err = e.log.Replay(im.index+1, func(index uint64, payload []byte) error {
-		if n++; n%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			runtime.Gosched() // see pacer
-		}
-		if err := im.applyRecord(index, payload); err != nil {
-			return err
-		}
-		if index == target {
-			return errReplayDone
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, errReplayDone):
-	case err != nil:
-		return nil, false, fmt.Errorf("embedded: snapshot: rebuild from the log: %w", err)
-	case im.index != target:
-		return nil, false, fmt.Errorf("embedded: snapshot: the log ended at record %d, before %d", im.index, target)
+	e.logger.Error("embedded: a snapshot no longer verifies; moving it aside and keeping the one before it and the log",
+		"file", prev.Path, "err", err)
+	if _, err := snapshot.MoveAside(prev.Path); err != nil {
+		e.logger.Error("embedded: moving a damaged snapshot aside failed", "file", prev.Path, "err", err)
 	}
-	// The rebuilt state never ran the maintenance loop: seal and compact
-	// it as the live one is, or windows that were open when an older
-	// snapshot was taken would stay open tables in every later one.
-	if err := im.st.maintain(e.now()); err != nil {
-		return nil, false, fmt.Errorf("embedded: snapshot: %w", err)
-	}
-	return im, true, nil
 }
 
 // snapshotter takes a snapshot whenever SnapshotInterval has passed or the

@@ -116,20 +116,28 @@ func TestImageRoundTrip(t *testing.T) {
 		var buf bytes.Buffer
 		w, err := snapshot.NewWriter(&buf, im.index)
 		ok(t, err)
-		// The maintenance loop's jobs finish under the write lock: an
-		// image of the live state is written (and compared) under the
-		// read lock, or a job could change a table between the image's
-		// two passes (its length, then its bytes).
-		e.mu.RLock()
-		defer e.mu.RUnlock()
-		ok(t, writeImage(w, im, func() error { return nil }, nil))
+		// The cut is taken as Snapshot takes it, with no maintenance job
+		// pending, and written while the maintenance loop goes on.
+		e.maintMu.Lock()
+		e.mu.Lock()
+		c, err := im.cut()
+		e.mu.Unlock()
+		e.maintMu.Unlock()
+		ok(t, err)
+		ok(t, writeCut(w, c, func() error { return nil }, nil))
+		e.mu.Lock()
+		ok(t, c.thaw())
+		e.mu.Unlock()
 		_, err = w.Finish()
 		ok(t, err)
 		r, err := snapshot.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "mem")
 		ok(t, err)
 		got, err := readImage(r, true, tables{})
 		ok(t, err)
-		if want, have := e.st.dump(), got.st.dump(); want != have {
+		e.mu.RLock()
+		want := e.st.dump()
+		e.mu.RUnlock()
+		if have := got.st.dump(); want != have {
 			t.Fatalf("seed %d: state differs after a round trip\nwant:\n%s\ngot:\n%s", seed, want, have)
 		}
 		if got.index != 77 || got.lastTime != e.lastTime || got.genHigh != 12345 {
@@ -357,8 +365,8 @@ func TestSnapshotterReportsFailure(t *testing.T) {
 	opts := durableOpts(dir, nil)
 	opts.SnapshotInterval, opts.Metrics = 20*time.Millisecond, &m
 	e := openE(t, opts)
-	// A snapshot file ahead of every record the log holds: building the
-	// next snapshot refuses to go on from it.
+	// A snapshot file ahead of every record the log holds: the next
+	// snapshot refuses to be written behind it.
 	ok(t, os.WriteFile(filepath.Join(dir, snapshot.FileName(1<<40)), nil, 0o644))
 	_, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
@@ -760,13 +768,14 @@ func TestBackupRestore(t *testing.T) {
 		ok(t, err)
 		defer l.Close()
 		im := newImage(tables{})
+		errDone := errors.New("replayed up to the backup's index")
 		err = l.Replay(1, func(i uint64, p []byte) error {
 			if i > index {
-				return errReplayDone
+				return errDone
 			}
 			return im.applyRecord(i, p)
 		})
-		if err != nil && !errors.Is(err, errReplayDone) {
+		if err != nil && !errors.Is(err, errDone) {
 			t.Fatal(err)
 		}
 		return im.st.dump()

@@ -396,3 +396,59 @@ func TestEraseReactionsWhileRunning(t *testing.T) {
 		t.Fatalf("the erased user still reacts %q", viewer)
 	}
 }
+
+// TestEraseAfterDeleteInOpenWindow: a deleted post's pairs stay in its
+// open window, hidden, until the window is sealed; an erased user's
+// among them must not. The user likes and favorites posts of today's
+// (open) window, the posts are deleted, the user is erased: after the
+// next snapshot no file holds the id, and the window still holds the
+// other likers' hidden pairs until it seals. One of the user's pairs is a
+// love, so that the purge takes a pair of any kind.
+func TestEraseAfterDeleteInOpenWindow(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := durableOpts(dir, clk)
+	opts.MaintainInterval = -1
+	opts.Reactions = []string{"like", "love"}
+	e := openE(t, opts)
+	var posts []engine.PostID
+	for i := range 4 {
+		p, err := e.CreatePost(bg, engine.UserID(100+i), 0, "")
+		ok(t, err)
+		posts = append(posts, p)
+		if i == 1 {
+			ok(t, e.ReactToPost(bg, erased, p, "love"))
+		} else {
+			ok(t, e.Like(bg, erased, p))
+		}
+		ok(t, e.Favorite(bg, erased, p))
+		ok(t, e.Like(bg, 200, p))
+		clk.Advance(time.Millisecond)
+	}
+	for _, p := range posts[:3] {
+		ok(t, e.DeletePost(bg, engine.Actor{User: 1, Privileged: true}, p))
+	}
+	ok(t, e.EraseUser(bg, erased))
+	waitErasures(t, e)
+	e.mu.RLock()
+	open := 0
+	for _, w := range e.st.likes.Stats() {
+		if w.Kind == tier.Open {
+			open++
+		}
+	}
+	e.mu.RUnlock()
+	if open == 0 {
+		t.Fatal("the posts' window is not open: the test needs it open")
+	}
+	ok(t, e.Snapshot(bg))
+	ok(t, e.Close())
+	if traceOf(t, dir) {
+		t.Fatal("a file still holds the erased user's id")
+	}
+	e = openE(t, opts)
+	checkNoUser(t, e, uint64(erased))
+	if c, _ := e.Counts(bg, posts[3:]); c[0].Likes != 1 || c[0].Favorites != 0 {
+		t.Fatalf("the post left: %+v", c[0])
+	}
+}

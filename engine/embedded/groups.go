@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/ops"
@@ -93,7 +94,31 @@ func (st *state) group(id uint64) (*group, bool) {
 	if !ok {
 		return nil, false
 	}
+	if st.held != nil {
+		if g := st.held.groups[i]; g != nil {
+			return g, true
+		}
+	}
 	return &st.groupList[i], true
+}
+
+// groupMut returns group id to be changed. While a snapshot's cut shares
+// groupList (st.held), a group it holds is changed in a copy of its own,
+// which the cut's thaw writes back: the cut reads it as it was.
+func (st *state) groupMut(id uint64) (*group, bool) {
+	g, ok := st.group(id)
+	if !ok || st.held == nil {
+		return g, ok
+	}
+	i, _ := st.groups.Get(id)
+	if int(i) >= len(st.held.st.groupList) || st.held.groups[i] != nil {
+		return g, true
+	}
+	c := *g
+	c.byMap = slices.Clip(c.byMap) // a join appends to a new array
+	c.quit = slices.Clone(c.quit)
+	st.held.groups[i] = &c
+	return &c, true
 }
 
 // memberOf returns u's mapid in g and whether u is a current member.
@@ -110,7 +135,28 @@ func (st *state) message(id uint64) (*message, bool) {
 	if !ok {
 		return nil, false
 	}
+	if st.held != nil {
+		if m := st.held.msgs[i]; m != nil {
+			return m, true
+		}
+	}
 	return &st.msgList[i], true
+}
+
+// messageMut is message for a change, as groupMut is for groups.
+func (st *state) messageMut(id uint64) (*message, bool) {
+	m, ok := st.message(id)
+	if !ok || st.held == nil {
+		return m, ok
+	}
+	i, _ := st.msgs.Get(id)
+	if int(i) >= len(st.held.st.msgList) || st.held.msgs[i] != nil {
+		return m, true
+	}
+	c := *m
+	c.rc = m.rc.Clone()
+	st.held.msgs[i] = &c
+	return &c, true
 }
 
 func (st *state) messageOut(m *message) engine.Message {
@@ -557,7 +603,7 @@ func (st *state) newGroup(r *createGroupRec) {
 // addMember makes u a current member of group id: a returning member gets
 // their old mapid back, a new one the next mapid.
 func (st *state) addMember(id engine.GroupID, u engine.UserID) {
-	g, ok := st.group(uint64(id))
+	g, ok := st.groupMut(uint64(id))
 	if !ok {
 		return
 	}
@@ -574,7 +620,7 @@ func (st *state) addMember(id engine.GroupID, u engine.UserID) {
 
 // removeMember marks u quit in group id, keeping their mapid.
 func (st *state) removeMember(id engine.GroupID, u engine.UserID) {
-	if g, ok := st.group(uint64(id)); ok {
+	if g, ok := st.groupMut(uint64(id)); ok {
 		if mapid, cur := st.memberOf(g, uint64(u)); cur {
 			g.setQuit(mapid, true)
 			g.current--
@@ -644,7 +690,7 @@ func (st *state) fanout(f ops.Fanout, out *[]engine.Event) {
 
 // markReceipt marks message r.Message read by r.User.
 func (st *state) markReceipt(r ops.ReceiptRead) {
-	m, ok := st.message(uint64(r.Message))
+	m, ok := st.messageMut(uint64(r.Message))
 	if !ok {
 		return
 	}

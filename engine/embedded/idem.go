@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"hash/fnv"
+	"slices"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
@@ -55,12 +56,29 @@ func (st *state) expireIdem(now int64) {
 		h++
 	}
 	// Compact once the dead prefix is the larger half, keeping the queue
-	// amortised O(1) per key.
+	// amortised O(1) per key; into a new array while a snapshot's cut
+	// reads this one.
 	if h > 1024 && h > len(q)/2 {
-		n := copy(q, q[h:])
-		q, h = q[:n], 0
+		if st.held != nil {
+			q = slices.Clone(q[h:])
+		} else {
+			q = q[:copy(q, q[h:])]
+		}
+		h = 0
 	}
 	st.idemQ, st.idemHead = q, h
+}
+
+// idemQMut returns the live part of the expiry queue for a change in
+// place (an erasure empties the user's slots): while a snapshot's cut
+// holds the queue, the live state first takes a copy of its own, once per
+// cut, since the cut writes the slots as they were at its index.
+func (st *state) idemQMut() []idemExpiry {
+	if c := st.held; c != nil && !c.idemCopied {
+		st.idemQ, st.idemHead = slices.Clone(st.idemQ[st.idemHead:]), 0
+		c.idemCopied = true
+	}
+	return st.idemQ[st.idemHead:]
 }
 
 // makeIdemKey keys an idempotency key by its viewer: a key is scoped to

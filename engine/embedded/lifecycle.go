@@ -403,13 +403,26 @@ func (st *state) noteReadErr(err error) {
 }
 
 // applyEraseStep applies what a step record changes besides its effects:
-// in the idem phase, the user's idempotency records between the cursor
+// in the like and favorite phases, the user's pairs on deleted posts
+// (Set.Purge); in the idem phase, the user's idempotency records between the cursor
 // and next (the queue is in time order: the cursor is a time), and the
 // erasure's progress.
 func (st *state) applyEraseStep(r *eraseStepRec) {
 	x := st.erasingOf(r.user)
+	if x != nil && (r.phase == phaseLikes || r.phase == phaseFavorites) {
+		// A deleted post's pairs are forgotten, not removed: the decision
+		// saw none of them, but the user's must not wait in an open
+		// window for its sealing to leave the snapshots.
+		set := st.likes
+		if r.phase == phaseFavorites {
+			set = st.favs
+		}
+		for _, p := range r.keys {
+			set.Purge(r.user, p)
+		}
+	}
 	if x != nil && r.phase == phaseIdem {
-		q := st.idemQ[st.idemHead:]
+		q := st.idemQMut()
 		from := sort.Search(len(q), func(i int) bool { return uint64(q[i].time) >= x.cursor.Post })
 		for i := from; i < len(q) && (r.phaseEnd || uint64(q[i].time) < r.next.Post); i++ {
 			if q[i].key[0] != r.user || q[i].key == (idemKey{}) {
@@ -463,7 +476,7 @@ func (st *state) applyUnauthor(p engine.PostID) {
 // leaves, and the mapid no longer names anyone (it stays quit, so that no
 // later message counts it; receipts recorded keep counting it).
 func (st *state) applyGroupErasure(m ops.Membership) {
-	g, ok := st.group(uint64(m.Group))
+	g, ok := st.groupMut(uint64(m.Group))
 	if !ok {
 		return
 	}
@@ -476,13 +489,18 @@ func (st *state) applyGroupErasure(m ops.Membership) {
 		g.setQuit(mapid, true)
 		g.current--
 	}
+	if st.held != nil {
+		// groupMut's copy shares byMap's array with the cut, which
+		// writes the member as it was.
+		g.byMap = slices.Clone(g.byMap)
+	}
 	g.byMap[mapid-1] = 0
 	st.members.Delete(k)
 }
 
 // applySenderErasure clears a message's sender.
 func (st *state) applySenderErasure(id engine.MessageID) {
-	if m, ok := st.message(uint64(id)); ok {
+	if m, ok := st.messageMut(uint64(id)); ok {
 		m.sender = 0
 	}
 }

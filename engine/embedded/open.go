@@ -118,7 +118,8 @@ type Engine struct {
 	mu        sync.RWMutex
 	st        *state
 	gen       snowflake.Generator
-	lastTime  int64 // time of the last record
+	lastTime  int64  // time of the last record
+	genHigh   uint64 // the highest id the records carry (image.genHigh)
 	log       *wal.Log
 	lastIndex uint64 // index of the last record appended to log
 	buf       []byte // record encoding buffer, reused under mu (the log copies)
@@ -132,8 +133,11 @@ type Engine struct {
 	dir       string
 	syncFiles bool         // fsync snapshots (not under wal.SyncNone)
 	unlock    func() error // releases the data directory's lock
-	snapMu    sync.Mutex   // one snapshot or backup rebuild at a time
-	metrics   Metrics      // nil: none
+	snapMu    sync.Mutex   // one snapshot at a time
+	// maintMu is read-held by each maintenance round (runTier) and held
+	// by a snapshot while it takes its cut: no job is pending at a cut.
+	maintMu   sync.RWMutex
+	metrics   Metrics // nil: none
 	snapIndex atomic.Uint64
 	snapBase  atomic.Int64 // log size just after the newest snapshot
 	snapAt    atomic.Int64 // unix ns the newest snapshot was written; 0: none
@@ -144,10 +148,6 @@ type Engine struct {
 
 	subsMu sync.Mutex
 	subs   atomic.Pointer[[]*subscriber]
-
-	// shadow is how the states a snapshot is rebuilt in keep their
-	// tables: in memory only, never touching the live cold files.
-	shadow tables
 
 	// maintains says windows are maintained (MaintainInterval > 0), so
 	// Import may fold the authors' post counts itself.
@@ -163,8 +163,9 @@ type Engine struct {
 	// erasedAt is the log index of the last record that ended an
 	// erasure and that no snapshot has pruned the files before (0: none).
 	erasedAt atomic.Uint64
-	// maintMu serialises maintenance passes (the loop's, Snapshot's).
-	maintMu sync.Mutex
+	// passMu serialises maintenance passes (the loop's, Snapshot's, the
+	// eraser's); each round of a pass still read-holds maintMu.
+	passMu sync.Mutex
 	// stepGate, when set (tests), is called before each erasure step.
 	stepGate atomic.Pointer[func()]
 
@@ -227,7 +228,6 @@ func Open(opts Options) (*Engine, error) {
 		logger:         opts.Logger,
 		metrics:        opts.Metrics,
 		st:             newState(tc),
-		shadow:         tc.inMemory(),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
 		eraseWake:      make(chan struct{}, 1),
@@ -311,7 +311,7 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	e.dir, e.unlock, e.log = opts.Dir, unlock, l
 	e.syncFiles = opts.Sync != wal.SyncNone
-	e.st, e.lastTime, e.lastIndex = im.st, im.lastTime, im.index
+	e.st, e.lastTime, e.lastIndex, e.genHigh = im.st, im.lastTime, im.index, im.genHigh
 	if im.genHigh != 0 {
 		e.gen.Observe(im.genHigh)
 	}
@@ -453,63 +453,79 @@ func (e *Engine) maintainer(every time.Duration) {
 }
 
 func (e *Engine) maintain() {
-	e.maintMu.Lock()
-	defer e.maintMu.Unlock()
-	e.runTier("post table", func() tier.Maintainer { return e.st.posts })
-	e.runTier("like set", func() tier.Maintainer { return e.st.likes })
-	e.runTier("favorite set", func() tier.Maintainer { return e.st.favs })
-	e.runTier("deleted posts", func() tier.Maintainer { return e.st.deleted })
-	e.runTier("comment ids", func() tier.Maintainer { return e.st.comments })
-	e.runTier("deleted comment ids", func() tier.Maintainer { return e.st.uncounted })
-	e.runTier("comment writers", func() tier.Maintainer { return e.st.writers })
-	e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted })
-	e.runTier("authors' deleted posts", func() tier.Maintainer { return e.st.unposted })
-	e.runTier("reposts' originals", func() tier.Maintainer { return e.st.origins })
-	e.runTier("follower counts", func() tier.Maintainer { return e.st.followers })
+	e.passMu.Lock()
+	defer e.passMu.Unlock()
+	e.runTier("post table", func() tier.Maintainer { return e.st.posts }, true)
+	e.runTier("like set", func() tier.Maintainer { return e.st.likes }, true)
+	e.runTier("favorite set", func() tier.Maintainer { return e.st.favs }, true)
+	e.runTier("deleted posts", func() tier.Maintainer { return e.st.deleted }, true)
+	e.runTier("comment ids", func() tier.Maintainer { return e.st.comments }, true)
+	e.runTier("deleted comment ids", func() tier.Maintainer { return e.st.uncounted }, true)
+	e.runTier("comment writers", func() tier.Maintainer { return e.st.writers }, true)
+	e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted }, true)
+	e.runTier("authors' deleted posts", func() tier.Maintainer { return e.st.unposted }, true)
+	e.runTier("reposts' originals", func() tier.Maintainer { return e.st.origins }, true)
+	e.runTier("follower counts", func() tier.Maintainer { return e.st.followers }, true)
 }
 
 // runTier runs a tier's jobs until none is due (or one fails, to be
 // retried at the next tick), each run without the lock and finished under
 // it, then deletes the cold files the jobs replaced: snapshots hold whole
-// images, never cold files' names, so no kept snapshot needs them.
-func (e *Engine) runTier(what string, of func() tier.Maintainer) {
+// images, never cold files' names, so no kept snapshot needs them. A
+// round of jobs read-holds maintMu, so that no job is pending when a
+// snapshot takes its cut; with wait false, a round that would wait for a
+// cut is skipped instead, for a caller that must not wait.
+func (e *Engine) runTier(what string, of func() tier.Maintainer, wait bool) {
 	for {
 		select {
 		case <-e.stop:
 			return
 		default:
 		}
-		e.mu.Lock()
-		jobs := of().PlanWork(e.now())
-		e.mu.Unlock()
-		if len(jobs) == 0 {
-			return
-		}
-		var failed error
-		for _, j := range jobs {
-			runErr := j.Run()
-			e.mu.Lock()
-			err := j.Finish()
-			e.mu.Unlock()
-			if err = cmp.Or(err, runErr); err != nil {
-				e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", j.What(), "err", err)
-				failed = err
-			}
-		}
-		e.mu.Lock()
-		err := of().Collect(nil)
-		e.mu.Unlock()
-		if err != nil {
-			e.logger.Warn("embedded: "+what+": deleting replaced cold files", "err", err)
-		}
-		if failed != nil {
+		if !e.tierRound(what, of, wait) {
 			return
 		}
 	}
 }
 
-// scrubbing reports whether windows wait for the rewrite an erasure asked
-// for (tier's Scrub).
+// tierRound runs one round of runTier and reports whether jobs ran and
+// none failed.
+func (e *Engine) tierRound(what string, of func() tier.Maintainer, wait bool) bool {
+	if wait {
+		e.maintMu.RLock()
+	} else if !e.maintMu.TryRLock() {
+		return false
+	}
+	defer e.maintMu.RUnlock()
+	e.mu.Lock()
+	jobs := of().PlanWork(e.now())
+	e.mu.Unlock()
+	if len(jobs) == 0 {
+		return false
+	}
+	var failed error
+	for _, j := range jobs {
+		runErr := j.Run()
+		e.mu.Lock()
+		err := j.Finish()
+		e.mu.Unlock()
+		if err = cmp.Or(err, runErr); err != nil {
+			e.logger.Error("embedded: "+what+" maintenance failed; will retry", "job", j.What(), "err", err)
+			failed = err
+		}
+	}
+	e.mu.Lock()
+	err := of().Collect(nil)
+	e.mu.Unlock()
+	if err != nil {
+		e.logger.Warn("embedded: "+what+": deleting replaced cold files", "err", err)
+	}
+	return failed == nil
+}
+
+// scrubbing reports whether windows wait for a rewrite that drops
+// records still in their bytes: an erasure's (tier's Scrub) or a deleted
+// post's likers (Forget).
 func (e *Engine) scrubbing() bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()

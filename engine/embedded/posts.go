@@ -260,7 +260,7 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 		behind := foldBehind(e.st.posted)
 		e.mu.RUnlock()
 		if behind {
-			e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted })
+			e.runTier("authors' post counts", func() tier.Maintainer { return e.st.posted }, false)
 		}
 	}
 	return nil
@@ -463,13 +463,13 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 }
 
 // writePostTable writes the PTBL section: the number of posts with a
-// count (8 bytes, little-endian), then the post table's image
-// (engine/tier: sealed windows as they are in memory, open ones as
-// rows), streamed into chunks.
-func writePostTable(w *snapshot.Writer, e *enc, st *state) {
+// count (8 bytes, little-endian), then the post table's image (a tier
+// View's: sealed windows as they are in memory, cold ones as their files
+// hold them, open ones as rows), streamed into chunks.
+func writePostTable(w *snapshot.Writer, e *enc, posts io.WriterTo, counted int64) {
 	cw := &chunkWriter{w: w, p: e.p}
-	cw.Write(binary.LittleEndian.AppendUint64(nil, uint64(st.counted)))
-	if _, err := st.posts.WriteTo(cw); err != nil && w.Err() == nil {
+	cw.Write(binary.LittleEndian.AppendUint64(nil, uint64(counted)))
+	if _, err := posts.WriteTo(cw); err != nil && w.Err() == nil {
 		cw.fail(err)
 	}
 	cw.close()
@@ -499,7 +499,7 @@ func readPostTable(sr *snapshot.SectionReader, pc *pacer, st *state, tc tables) 
 // (engine/tier), streamed into chunks; a load installs its sealed windows
 // as they are, where rebuilding them from one item a pair took about six
 // times as long.
-func writeSetImage(w *snapshot.Writer, e *enc, t *tier.Set) {
+func writeSetImage(w *snapshot.Writer, e *enc, t io.WriterTo) {
 	cw := &chunkWriter{w: w, p: e.p}
 	if _, err := t.WriteTo(cw); err != nil && w.Err() == nil {
 		cw.fail(err)

@@ -1,8 +1,6 @@
 package embedded
 
 import (
-	"errors"
-	"time"
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
@@ -92,6 +90,11 @@ type state struct {
 	// readErr is the first error a cold block (of the post table or a
 	// like set) gave while facts were read, until taken (takeReadErr).
 	readErr error
+
+	// held is the snapshot's cut the state is frozen under (cut.go), nil
+	// when none is out: until its thaw nothing it shares is written in
+	// place.
+	held *cut
 }
 
 // newState makes an empty state whose time-windowed tables are kept as tc
@@ -360,16 +363,6 @@ func (st *state) noteErr(err error) {
 
 // fault returns the first cold-tier error met while applying records.
 func (st *state) fault() error { return st.err }
-
-// maintain seals and compacts the state's time-windowed tables in one go,
-// for a state no reader shares (one rebuilt to be written out).
-func (st *state) maintain(now time.Time) error {
-	errs := []error{st.posts.Maintain(now)}
-	for _, s := range st.sets() {
-		errs = append(errs, s.Maintain(now))
-	}
-	return errors.Join(errs...)
-}
 
 // sets are the state's time-windowed pair sets.
 func (st *state) sets() [6]*tier.Set {

@@ -18,7 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, state version 6: one section per table,
+// The state as snapshot sections, state version 7: one section per table,
 // the only set this build reads or writes (a snapshot of another version
 // is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
@@ -28,14 +28,17 @@ import (
 // their order; derived tables (groups, members, msgs) are rebuilt from the
 // lists they index rather than stored.
 //
-//	META  one item: u state version (5), v lastTime, u genHigh, v push, v nusers,
+//	META  one item: u state version (6), v lastTime, u genHigh, v push, v nusers,
 //	      u imported lo, u imported hi (the import span; 0, 0: none)
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
-//	      table's image (engine/tier's snapshot format 4: the kinds table,
-//	      rows and blocks with reaction kinds)
-//	LKST  the like set: its image (engine/tier's snapshot format 4, whose
-//	      pairs may carry a reaction kind) in chunks
+//	      table's image (engine/tier's snapshot format 5, a View's: the
+//	      kinds table, then cold windows written as sealed ones, so the
+//	      snapshot stands alone; rows and blocks with reaction kinds; open
+//	      windows' and deltas' entries in their tables' order)
+//	LKST  the like set: its image (engine/tier's snapshot format 5, a
+//	      View's, as PTBL's, whose pairs may carry a reaction kind) in
+//	      chunks
 //	FVST  the favorite set, likewise
 //	PDEL  the deleted posts' set ((0, post) pairs), likewise
 //	CMNT  the counted comment ids' set ((comment, post) pairs), likewise
@@ -68,7 +71,7 @@ import (
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 6
+const stateVersion = 7
 
 var (
 	tagMeta      = snapshot.MakeTag("META")
@@ -203,11 +206,33 @@ func (e *enc) masked(f []uint64) {
 	}
 }
 
-// writeImage writes im's sections to w (not Finish: the caller does).
-// An error from stop ends it early, for a snapshot that is being
-// cancelled; p paces it (nil: never yield).
+// writeImage writes the sections of im, an image nothing else uses while
+// it runs (a backup's, a test's), to w (not Finish: the caller does): it
+// takes a cut of it, writes that and thaws it.
 func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) error {
-	st := im.st
+	c, err := im.cut()
+	if err != nil {
+		return err
+	}
+	return errors.Join(writeCut(w, c, stop, p), c.thaw())
+}
+
+// cut takes a cut of the image's state at its index (see cut).
+func (im *image) cut() (*cut, error) {
+	c, err := im.st.freeze()
+	if err != nil {
+		return nil, err
+	}
+	c.index, c.lastTime, c.genHigh = im.index, im.lastTime, im.genHigh
+	return c, nil
+}
+
+// writeCut writes the cut's sections to w (not Finish: the caller does).
+// It reads only what the cut froze, so it needs no lock. An error from
+// stop ends it early, for a snapshot that is being cancelled; p paces it
+// (nil: never yield).
+func writeCut(w *snapshot.Writer, c *cut, stop func() error, p *pacer) error {
+	st := c.st
 	e := &enc{w: w, p: p}
 	section := func(tag snapshot.Tag, body func()) error {
 		if err := stop(); err != nil {
@@ -219,14 +244,14 @@ func writeImage(w *snapshot.Writer, im *image, stop func() error, p *pacer) erro
 		return w.Err()
 	}
 	steps := []imageStep{
-		{tagMeta, func() { writeMeta(e, im) }},
-		{tagPostTable, func() { writePostTable(w, e, st) }},
-		{tagLikeSet, func() { writeSetImage(w, e, st.likes) }},
-		{tagFavSet, func() { writeSetImage(w, e, st.favs) }},
-		{tagDeleted, func() { writeSetImage(w, e, st.deleted) }},
-		{tagComments, func() { writeSetImage(w, e, st.comments) }},
-		{tagUncounted, func() { writeSetImage(w, e, st.uncounted) }},
-		{tagWriters, func() { writeSetImage(w, e, st.writers) }},
+		{tagMeta, func() { writeMeta(e, c) }},
+		{tagPostTable, func() { writePostTable(w, e, c.posts, st.counted) }},
+		{tagLikeSet, func() { writeSetImage(w, e, c.likes) }},
+		{tagFavSet, func() { writeSetImage(w, e, c.favs) }},
+		{tagDeleted, func() { writeSetImage(w, e, c.deleted) }},
+		{tagComments, func() { writeSetImage(w, e, c.comments) }},
+		{tagUncounted, func() { writeSetImage(w, e, c.uncounted) }},
+		{tagWriters, func() { writeSetImage(w, e, c.writers) }},
 		{tagOrigins, func() { writeOrigins(e, st) }},
 		{tagErasures, func() { writeErasures(e, st) }},
 		{tagUsers, func() { writeUsers(e, st) }},
@@ -341,9 +366,9 @@ func (d *dec) nonNeg(x int64, what string) int64 {
 
 // readImage decodes a snapshot into a fresh image. With parallel set,
 // independent sections are decoded on goroutines of their own: right for
-// recovery, which has every core to itself, wrong for a background
-// snapshot, where a dozen CPU-bound goroutines would queue the request
-// handlers behind them for several scheduler time slices. Damage of any
+// recovery, which has every core to itself, wrong beside a server, where
+// a dozen CPU-bound goroutines would queue the request handlers behind
+// them for several scheduler time slices. Damage of any
 // kind is a *snapshot.CorruptError; the first one by file offset is
 // returned, and no partial image ever is.
 func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
@@ -639,14 +664,14 @@ func (c *chunkReader) end() error {
 	return nil
 }
 
-func writeMeta(e *enc, im *image) {
+func writeMeta(e *enc, c *cut) {
 	e.start()
 	e.u(stateVersion)
-	e.v(im.lastTime)
-	e.u(im.genHigh)
-	e.v(im.st.push)
-	e.v(im.st.nusers)
-	e.u(im.st.imported.Lo)
-	e.u(im.st.imported.Hi)
+	e.v(c.lastTime)
+	e.u(c.genHigh)
+	e.v(c.st.push)
+	e.v(c.st.nusers)
+	e.u(c.st.imported.Lo)
+	e.u(c.st.imported.Hi)
 	e.end()
 }

@@ -23,8 +23,8 @@ func (tc tables) loadTime() time.Time {
 	return time.Now()
 }
 
-// inMemory is tc without the cold tier: for states that are rebuilt to be
-// written out (snapshots, backups) or that cannot write (read-only).
+// inMemory is tc without the cold tier: for a state recovered from a data
+// directory it cannot write (read-only).
 func (tc tables) inMemory() tables {
 	tc.opts.Dir, tc.opts.ColdAge, tc.opts.MemoryBudget, tc.opts.Cache = "", 0, 0, nil
 	return tc

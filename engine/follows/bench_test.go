@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -248,7 +249,7 @@ func postsNow(u uint64, round int64) int64 { return int64(u%1000) + round/8 }
 // changed snapshots (post counts that grow between reads) and unchanged
 // ones.
 func BenchmarkList(b *testing.B) {
-	for _, n := range []int{200, 2000, 20000} {
+	for _, n := range []int{20, 200, 2000, 20000} {
 		rng := rand.New(rand.NewPCG(5, uint64(n)))
 		s := New()
 		var members []uint64
@@ -300,5 +301,91 @@ func BenchmarkList(b *testing.B) {
 		b.Run(name("SetSnapsUnchanged"), func(b *testing.B) {
 			loopCPU(b, func() { s.SetSnaps(1, func([]uint64, []int64) {}) })
 		})
+	}
+}
+
+// BenchmarkFreeze loads the uniform workload's 20M edges, then reports
+// what a snapshot's view of them costs: the freeze (under the caller's
+// lock), a Range of the view (which copies each slot before decoding it)
+// against one of the store, the heap held for 100,000 changes made while
+// the view is out (follows, unfollows and feed reads, each touching a
+// block), per change, against the heap they leave once thawed, and the
+// thaw.
+//
+//	go test -run '^$' -bench Freeze -benchtime 1x ./engine/follows
+func BenchmarkFreeze(b *testing.B) {
+	n := 1_000_000
+	if testing.Short() {
+		n = 100_000
+	}
+	w := uniform(n)
+	s := New()
+	var ts []uint64
+	var ss []int64
+	for v := range uint64(w.viewers) {
+		ts, ss = ts[:0], ss[:0]
+		for r := range w.rounds {
+			if u, snap, ok := w.follow(v, r); ok && !slices.Contains(ts, u) {
+				ts, ss = append(ts, u), append(ss, snap)
+			}
+		}
+		if err := s.Load(v, ts, ss); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Loaded()
+	ranged := func(st *Store) time.Duration {
+		start := time.Now()
+		edges := 0
+		st.Range(func(_ uint64, ts []uint64, _ []int64) bool {
+			edges += len(ts)
+			return true
+		})
+		if edges != s.Len() {
+			b.Fatalf("Range yielded %d edges of %d", edges, s.Len())
+		}
+		return time.Since(start)
+	}
+	const changes = 100_000
+	rng := rand.New(rand.NewPCG(9, 9))
+	for b.Loop() {
+		before, _ := heapFigures()
+		start := time.Now()
+		view := s.Freeze()
+		freeze := time.Since(start)
+		viewRange, liveRange := ranged(view), ranged(s)
+		for i := range changes {
+			v := rng.Uint64N(uint64(n))
+			switch i % 3 {
+			case 0:
+				s.Follow(v, rng.Uint64N(10_000_000), int64(i))
+			case 1:
+				if fs := s.Followees(v, ts[:0]); len(fs) > 0 {
+					s.Unfollow(v, fs[rng.IntN(len(fs))])
+				}
+			default:
+				s.SetSnaps(v, func(_ []uint64, snaps []int64) {
+					for k := range snaps {
+						snaps[k] += 3
+					}
+				})
+			}
+		}
+		held, _ := heapFigures()
+		runtime.KeepAlive(view)
+		start = time.Now()
+		s.Thaw()
+		thaw := time.Since(start)
+		view = nil
+		after, _ := heapFigures()
+		b.ReportMetric(float64(s.Len()), "edges")
+		b.ReportMetric(float64(freeze.Microseconds()), "freeze-us")
+		b.ReportMetric(float64(len(s.fwd.pages)), "pages")
+		b.ReportMetric(float64(viewRange.Milliseconds()), "viewRange-ms")
+		b.ReportMetric(float64(liveRange.Milliseconds()), "storeRange-ms")
+		b.ReportMetric(float64(int64(held)-int64(before))/changes, "frozenHeapB/change")
+		b.ReportMetric(float64(int64(after)-int64(before))/changes, "thawedHeapB/change")
+		b.ReportMetric(float64(thaw.Microseconds()), "thaw-us")
+		b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "memB/edge")
 	}
 }

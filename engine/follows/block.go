@@ -48,7 +48,8 @@ import (
 // run it wants (List of one viewer in a block of a dozen), and the only
 // sequential part is the sum of the deltas within a run. The first pair
 // lives in the directory because a search reads it there anyway. A block
-// holds up to 256 pairs: a change decodes and encodes a whole block, and
+// holds up to 256 pairs: a follow or unfollow rewrites the one block it
+// touches (patch.go splices its columns; splits and merges encode it), and
 // the per-block costs (a directory entry, the column headers) are spread
 // over the pairs.
 const (
@@ -67,11 +68,11 @@ var errBlock = errors.New("follows: bad block")
 
 // column is a parsed column header: where its fields are and how wide.
 type column struct {
-	base      uint64
-	mask      uint64 // bitpack.LowMask(w)
-	off, xoff int    // bit offsets of the low fields and of the exceptions
-	count, ne int
-	w, pw, hw uint8
+	base           uint64
+	mask           uint64 // bitpack.LowMask(w)
+	hdr, off, xoff int    // bit offsets of the header, the low fields and the exceptions
+	count, ne      int
+	w, pw, hw      uint8
 }
 
 // block is a parsed block: its bytes (with bitpack.Slack bytes of
@@ -100,7 +101,7 @@ func (blk *block) parse(buf []byte) error {
 	counts := [ncols]int{blk.r - 1, blk.r - 1, blk.r - 1, blk.n - blk.r, blk.n}
 	for i, count := range counts {
 		c := &blk.cols[i]
-		*c = column{count: count}
+		*c = column{count: count, hdr: p}
 		if count == 0 {
 			continue
 		}
@@ -250,10 +251,9 @@ func (r *reader) next() uint64 {
 }
 
 // find returns the run of blk holding a (first pair (a0, b0)): its index,
-// first pair's index and length; j < 0 if a has no run here. It decodes
-// the gaps and lens as running sums, the runs' a and first pair's index,
-// and searches the a's: a block of many short runs (users who follow a
-// few) costs two passes over its headers, not a step per run.
+// first pair's index and length; j < 0 if a has no run here. It walks
+// the gaps as far as a and sums the lengths of the runs before it
+// (locateRun), without decoding the block.
 func (blk *block) find(a0, a uint64) (j, start, length int) {
 	if a == a0 {
 		return 0, 0, blk.firstLen()
@@ -261,22 +261,13 @@ func (blk *block) find(a0, a uint64) (j, start, length int) {
 	if a < a0 || blk.r == 1 {
 		return -1, 0, 0
 	}
-	var as [maxBlock]uint64
-	runs := as[:blk.r-1]
-	blk.cols[colGaps].decode(blk.buf, 0, len(runs), runs, 1, true, a0)
-	k, found := slices.BinarySearch(runs, a)
-	if !found {
+	ra := blk.locateRun(a0, a)
+	if !ra.found {
 		return -1, 0, 0
 	}
-	var starts [maxBlock]uint64
-	first := starts[:blk.r-1]
-	blk.cols[colLens].decode(blk.buf, 0, len(first), first, 1, true, 0)
-	end := blk.n
-	if k+1 < len(first) {
-		end = int(min(first[k+1], uint64(blk.n)))
-	}
-	start = int(min(first[k], uint64(blk.n)))
-	return k + 1, start, max(end-start, 0)
+	// A corrupt block's lengths may sum past n, or wrap around.
+	start = min(max(ra.start, 0), blk.n)
+	return ra.j, start, min(max(ra.length, 0), blk.n-start)
 }
 
 // firstLen returns the length of run 0.
@@ -291,20 +282,6 @@ func (blk *block) firstLen() int {
 func (blk *block) has(a0, a uint64) bool {
 	j, _, _ := blk.find(a0, a)
 	return j >= 0
-}
-
-// runHas reports whether run j, the pairs [start, start+length), holds
-// b. b0 is the block's first b.
-func (blk *block) runHas(b0 uint64, j, start, length int, b uint64) bool {
-	cur := b0
-	if j > 0 {
-		cur = blk.cols[colStarts].at(blk.buf, j-1)
-	}
-	deltas := blk.cols[colDeltas].reader(blk.buf, start-j)
-	for k := 1; k < length && cur < b; k++ {
-		cur += deltas.next() + 1
-	}
-	return cur == b
 }
 
 // run appends the b (and, if values, the v) of the pairs [start,
@@ -420,6 +397,7 @@ type columns [ncols][maxBlock]uint64
 // encoder writes blocks; a writer owns one.
 type encoder struct {
 	w    bitpack.Writer
+	col  bitpack.Writer // a new column a patch adds
 	cols columns
 }
 
@@ -458,10 +436,10 @@ func (enc *encoder) encode(e *entries, lo, hi int) []byte {
 }
 
 // putColumn writes xs as a column (see the format above), with the width
-// that makes it shortest.
-func putColumn(w *bitpack.Writer, xs []uint64) {
+// that makes it shortest, and returns its length in bits.
+func putColumn(w *bitpack.Writer, xs []uint64) (nbits int) {
 	if len(xs) == 0 {
-		return
+		return 0
 	}
 	base := xs[0]
 	for _, x := range xs {
@@ -492,12 +470,14 @@ func putColumn(w *bitpack.Writer, xs []uint64) {
 	w.Put(uint64(width), 7)
 	w.Put(uint64(ne), 9)
 	hw := maxLen - width
+	nbits = 7 + wbase + 16 + len(xs)*width + ne*(pw+hw)
 	if ne > 0 {
 		w.Put(uint64(hw), 7)
+		nbits += 7
 	}
 	w.PutFields(xs, base, width)
 	if ne == 0 {
-		return
+		return nbits
 	}
 	for i, x := range xs {
 		if d := x - base; bits.Len64(d) > width {
@@ -505,6 +485,7 @@ func putColumn(w *bitpack.Writer, xs []uint64) {
 			w.Put(d>>uint(width), hw)
 		}
 	}
+	return nbits
 }
 
 // checkBlock decodes blk in full and checks what block.parse does not:

@@ -54,54 +54,65 @@ func checkRoundTrip(t testing.TB, e *entries) {
 func TestBlockRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for iter := range 3000 {
-		var e entries
-		e.n = 1 + rng.IntN(maxBlock)
-		if iter%5 == 0 {
-			e.n = maxBlock
+		if e := randomBlock(rng, iter); ascending(e) {
+			checkRoundTrip(t, e)
 		}
-		aBits, bBits, vBits := rng.IntN(65), rng.IntN(65), rng.IntN(65)
-		runs := 1 + rng.IntN(e.n)
-		if iter%7 == 0 {
-			runs = e.n // every pair its own run
-		}
-		a := rng.Uint64() >> rng.IntN(65) >> 1
-		var b uint64
-		for i := range e.n {
-			switch {
-			case i == 0:
-				b = rng.Uint64() >> 1
-			case rng.IntN(e.n) < runs-1 && a < math.MaxUint64-1<<(aBits/2):
-				a += 1 + rng.Uint64()>>(64-aBits/2+1)>>1
-				b = rng.Uint64() >> (64 - bBits) >> 1
-				if bBits == 0 {
-					b = 0
-				}
-			default:
-				step := 1 + rng.Uint64()>>(64-bBits/2)>>1
-				if bBits < 2 {
-					step = 1
-				}
-				if b > math.MaxUint64-step {
-					a++ // no room left in this run
-					b = 0
-				} else {
-					b += step
-				}
-			}
-			e.a[i], e.b[i] = a, b
-			e.v[i] = int64(rng.Uint64() >> (64 - vBits))
-			if rng.IntN(10) == 0 {
-				e.v[i] = -e.v[i]
-			}
-			if rng.IntN(50) == 0 {
-				e.v[i] = math.MaxInt64 - int64(rng.IntN(2)) // a rare wide one
-			}
-		}
-		if !ascending(&e) {
-			continue
-		}
-		checkRoundTrip(t, &e)
 	}
+}
+
+// randomBlock returns the pairs of a block of random shape: runs of
+// every length, ids and values of every width, a rare wide value. They
+// may not ascend (a step overflowed).
+func randomBlock(rng *rand.Rand, iter int) *entries {
+	var e entries
+	e.n = 1 + rng.IntN(maxBlock)
+	if iter%5 == 0 {
+		e.n = maxBlock
+	}
+	aBits, bBits, vBits := rng.IntN(65), rng.IntN(65), rng.IntN(65)
+	runs := 1 + rng.IntN(e.n)
+	if iter%7 == 0 {
+		runs = e.n // every pair its own run
+	}
+	a := rng.Uint64() >> rng.IntN(65) >> 1
+	var b uint64
+	for i := range e.n {
+		switch {
+		case i == 0:
+			b = rng.Uint64() >> 1
+		case rng.IntN(e.n) < runs-1 && a < math.MaxUint64-1<<(aBits/2):
+			a += 1 + rng.Uint64()>>(64-aBits/2+1)>>1
+			b = rng.Uint64() >> (64 - bBits) >> 1
+			if bBits == 0 {
+				b = 0
+			}
+		default:
+			step := 1 + rng.Uint64()>>(64-bBits/2)>>1
+			if bBits < 2 {
+				step = 1
+			}
+			if b > math.MaxUint64-step {
+				a++ // no room left in this run
+				b = 0
+			} else {
+				b += step
+			}
+		}
+		e.a[i], e.b[i] = a, b
+		e.v[i] = randomValue(rng, vBits)
+	}
+	return &e
+}
+
+func randomValue(rng *rand.Rand, vBits int) int64 {
+	v := int64(rng.Uint64() >> (64 - vBits))
+	if rng.IntN(10) == 0 {
+		v = -v
+	}
+	if rng.IntN(50) == 0 {
+		v = math.MaxInt64 - int64(rng.IntN(2)) // a rare wide one
+	}
+	return v
 }
 
 func ascending(e *entries) bool {

@@ -25,9 +25,11 @@
 //     increasing id order, so the same state always yields the same
 //     sequence, and Load of what Range yielded rebuilds the same state.
 //   - A change (Follow, Unfollow, SetSnaps, a step of RemoveUser)
-//     decodes and encodes only the blocks it touches, each at most 256
-//     pairs, whatever the length of the list; SetSnaps encodes only the
-//     blocks whose snapshots change. Contains reads one run of one block;
+//     rewrites only the blocks it touches, each at most 256 pairs,
+//     whatever the length of the list: a follow or an unfollow usually
+//     splices the block's encoded columns without decoding it, and SetSnaps
+//     encodes only the blocks whose snapshots change. Contains reads one
+//     run of one block, as far as the target;
 //     List (the feed badge read) is O(list length) and reads nothing but
 //     the viewer's runs and the run headers of their blocks.
 //   - Following and FollowerCount read the run headers of a list's first
@@ -41,10 +43,13 @@
 //   - Both directions always hold the same edges (Check verifies it).
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
-// read (List, Followees, Contains, Following, Has, Followers,
-// FollowerCount, Range, Len, MemoryBytes, Check) and a write lock for the
-// rest. Slices passed to callbacks alias the store's scratch and are
-// valid only during the call.
+// read (List, Followees, FolloweesPage, Contains, Following, Has,
+// Followers, FollowerCount, Range, Len, MemoryBytes, Check) and a write
+// lock for the rest. The one exception is a frozen view (Freeze,
+// freeze.go): a snapshot ranges over it with no lock while the store takes
+// writes, and the store copies on write, a block and a directory page at
+// a time, until Thaw. Slices passed to callbacks alias the store's scratch
+// and are valid only during the call.
 package follows
 
 import (
@@ -237,7 +242,8 @@ func (s *Store) MemoryBytes() int {
 
 // Compact copies both directions into fresh arenas without free slots.
 // Changes call it when needed; it is exported for a maintenance pass that
-// prefers to choose the moment, since it costs O(edges) at once.
+// prefers to choose the moment, since it costs O(edges) at once. A frozen
+// store (Freeze) does not compact until Thaw.
 func (s *Store) Compact() {
 	s.loaded()
 	s.fwd.compact()

@@ -256,15 +256,74 @@ func TestModel(t *testing.T) {
 	minGarbage = 64
 	for i, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
-			runModel(t, uint64(i), sh, 30_000, 3000)
+			runModel(t, uint64(i), sh, 30_000, 3000, false)
 		})
 	}
 }
 
-func runModel(t testing.TB, seed uint64, sh shape, nops, batch int) {
+// TestFreeze is TestModel with a view frozen for half of every batch,
+// ranged over and over on a goroutine of its own while the store takes the
+// batch's changes: the view must keep yielding the lists as they were at
+// the freeze, and the store must answer as the model does throughout.
+func TestFreeze(t *testing.T) {
+	defer func(g int) { minGarbage = g }(minGarbage)
+	minGarbage = 64
+	for i, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			runModel(t, uint64(i), sh, 12_000, 1500, true)
+		})
+	}
+}
+
+// frozen is a view out during runModel, ranged by a goroutine until stop.
+type frozen struct {
+	view   *Store
+	want   []string
+	edges  int
+	stop   chan struct{}
+	result chan error
+}
+
+func freezeModel(s *Store, m model) *frozen {
+	f := &frozen{view: s.Freeze(), want: m.rangeSeq(), edges: m.edges(), stop: make(chan struct{}), result: make(chan error, 1)}
+	go func() {
+		for ranges := 1; ; ranges++ {
+			if got := rangeOf(f.view); !slices.Equal(got, f.want) {
+				f.result <- fmt.Errorf("range %d of the view:\n%q\nwant\n%q", ranges, got, f.want)
+				return
+			}
+			select {
+			case <-f.stop:
+				f.result <- nil
+				return
+			default:
+			}
+		}
+	}()
+	return f
+}
+
+// thaw stops the view's goroutine, checks what it saw, and thaws s.
+func (f *frozen) thaw(t testing.TB, s *Store) {
+	t.Helper()
+	close(f.stop)
+	if err := <-f.result; err != nil {
+		t.Fatal(err)
+	}
+	if f.view.Len() != f.edges {
+		t.Fatalf("view Len %d, want %d", f.view.Len(), f.edges)
+	}
+	if err := s.Check(); err != nil { // the held slots accounted for
+		t.Fatalf("frozen store: %v", err)
+	}
+	s.Thaw()
+}
+
+func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze bool) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	s := New()
 	m := model{}
+	var view *frozen
 	posts := func(u uint64) int64 {
 		if u>>sh.spread < uint64(sh.celebs) {
 			return 1<<40 + int64(u) // a wide value among narrow ones
@@ -334,9 +393,19 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int) {
 				t.Fatalf("op %d: feed %d, want %d", op, got, want)
 			}
 		}
+		if freeze && op%batch == batch/2 {
+			view = freezeModel(s, m)
+		}
 		if op%batch == batch-1 {
+			if view != nil {
+				view.thaw(t, s)
+				view = nil
+			}
 			compare(t, s, m)
 		}
+	}
+	if view != nil {
+		view.thaw(t, s)
 	}
 	compare(t, s, m)
 }

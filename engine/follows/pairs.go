@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"unsafe"
+
+	"github.com/tally-dev/tally/engine/bitpack"
 )
 
 // pairs is a sorted set of pairs (a, b), each with an int64 value: the
@@ -15,9 +17,12 @@ import (
 // pointers are one a page (of up to 128 blocks) and one an arena chunk
 // (512 KiB).
 //
-// A change decodes the one block it touches, changes it and encodes it
-// again: the block is the mutable part, and the cost of a change is
-// bounded by maxBlock pairs whatever the length of the list. A block over
+// A change rewrites the one block it touches: an insert or a remove that
+// leaves the block between minBlock and maxBlock pairs splices the
+// encoded columns (patch.go), anything else decodes the block, changes it
+// and encodes it again. The block is the mutable part, and the cost of a
+// change is bounded by maxBlock pairs whatever the length of the list. A
+// block over
 // maxBlock splits in two; one under minBlock merges with a neighbour (or
 // shares its pairs with it, when together they are over maxBlock). A page
 // over pageMax splits; pages under a quarter full merge when together
@@ -31,6 +36,12 @@ type pairs struct {
 	// A writer's scratch.
 	e   entries
 	enc encoder
+
+	// held is set while a view of p is out (freeze.go); view is set on
+	// the view itself, whose parse copies each slot into buf first.
+	held *hold
+	view bool
+	buf  []byte
 }
 
 const pageMax = 128
@@ -40,6 +51,8 @@ type page struct {
 	a, b uint64 // the first pair of its first block
 	n    int
 	es   *[pageMax]dirEntry
+	// shared: a view holds es too, so a change copies it first (own).
+	shared bool
 }
 
 func newPage() page { return page{es: new([pageMax]dirEntry)} }
@@ -105,9 +118,15 @@ func (p *pairs) seek(a, b uint64) pos {
 }
 
 // parse parses the block d locates into blk. The arena is written only by
-// this package's encoder, so a block that does not parse is a bug.
+// this package's encoder, so a block that does not parse is a bug. A view
+// parses a copy of the slot (freeze.go), which its next parse overwrites.
 func (p *pairs) parse(d *dirEntry, blk *block) {
-	if err := blk.parse(p.arena.bytes(d.off(), d.class())); err != nil {
+	buf := p.arena.bytes(d.off(), d.class())
+	if p.view {
+		p.buf = append(p.buf[:0], buf...)
+		buf = slices.Grow(p.buf, bitpack.Slack)
+	}
+	if err := blk.parse(buf); err != nil {
 		panic(fmt.Sprintf("follows: block at word %d: %v", d.off(), err))
 	}
 }
@@ -214,18 +233,17 @@ func (p *pairs) has(a uint64) bool {
 
 // contains reports whether (a, b) is in p.
 func (p *pairs) contains(a, b uint64) bool {
-	found := false
 	if len(p.pages) == 0 {
 		return false
 	}
-	at := p.seek(a, b)
-	d := p.entry(at)
+	d := p.entry(p.seek(a, b))
+	if !less(d.a, d.b, a, b) {
+		return d.a == a && d.b == b
+	}
 	var blk block
 	p.parse(d, &blk)
-	if j, start, length := blk.find(d.a, a); j >= 0 {
-		found = blk.runHas(d.b, j, start, length, b)
-	}
-	return found
+	ra := blk.locateRun(d.a, a)
+	return ra.found && blk.locatePair(d.b, ra, b).found
 }
 
 // locate decodes the block at into p.e and returns the index of the
@@ -257,6 +275,13 @@ func (p *pairs) insert(a, b uint64, v int64) bool {
 		return true
 	}
 	at := p.seek(a, b)
+	switch p.patchInsert(at, a, b, v) {
+	case patched:
+		p.n++
+		return true
+	case unchanged:
+		return false
+	}
 	i := p.locate(at, a, b)
 	if i < e.n && e.a[i] == a && e.b[i] == b {
 		return false
@@ -277,6 +302,13 @@ func (p *pairs) remove(a, b uint64) (removed, more bool) {
 	}
 	e := &p.e
 	at := p.seek(a, b)
+	switch res, more := p.patchRemove(at, a, b); res {
+	case patched:
+		p.n--
+		return true, more
+	case unchanged:
+		return false, false
+	}
 	i := p.locate(at, a, b)
 	if i == e.n || e.a[i] != a || e.b[i] != b {
 		return false, false
@@ -306,7 +338,9 @@ func (p *pairs) setRun(a uint64, fn func(bs []uint64, vs []int64)) {
 		bs, vs := blk.run(d.b, j, start, length, e.b[:0], e.v[:0], true)
 		copy(set[:], vs)
 		fn(bs, vs)
-		if slices.Equal(set[:length], vs) || blk.setValues(start, vs) {
+		// Not in place while a view is out: the fields' neighbours,
+		// up to 8 bytes past the slot, are rewritten too (bitpack.Set).
+		if slices.Equal(set[:length], vs) || p.held == nil && blk.setValues(start, vs) {
 			continue
 		}
 		copy(set[:], vs)
@@ -417,17 +451,23 @@ func (p *pairs) merge(at pos) {
 // stay put for a few changes; a block that shrank, by a split or a run of
 // unfollows, leaves a slot that would waste more.
 func (p *pairs) write(at pos, e *entries, lo, hi int) {
-	buf := p.enc.encode(e, lo, hi)
+	p.store(at, p.enc.encode(e, lo, hi), e.a[lo], e.b[lo], hi-lo)
+}
+
+// store puts buf, a block of n pairs from (a, b), at at, in a slot as
+// write says.
+func (p *pairs) store(at pos, buf []byte, a, b uint64, n int) {
 	words := (len(buf) + 7) / 8
+	p.own(at.pi)
 	d := p.entry(at)
-	if c := d.class(); c == 0 || classCap(c) < words || c > classFor(words)+1 {
+	if c := d.class(); c == 0 || classCap(c) < words || c > classFor(words)+1 || p.shared(d) {
 		p.release(d)
 		c = classFor(words)
-		d.loc = uint64(p.arena.alloc(c))<<16 | uint64(c)<<8
+		d.loc = uint64(p.alloc(c))<<16 | uint64(c)<<8
 	}
 	copy(p.arena.bytes(d.off(), d.class()), buf)
-	d.a, d.b = e.a[lo], e.b[lo]
-	d.loc = d.loc&^0xff | uint64(hi-lo-1)
+	d.a, d.b = a, b
+	d.loc = d.loc&^0xff | uint64(n-1)
 	if at.bi == 0 {
 		pg := &p.pages[at.pi]
 		pg.a, pg.b = d.a, d.b
@@ -446,6 +486,7 @@ func (p *pairs) insertBlock(at pos, e *entries, lo, hi int) {
 			at = pos{at.pi + 1, at.bi - half}
 		}
 	}
+	p.own(at.pi)
 	pg := &p.pages[at.pi]
 	es := pg.es[:pg.n+1]
 	copy(es[at.bi+1:], es[at.bi:])
@@ -461,6 +502,7 @@ func (p *pairs) appendBlock(e *entries, lo, hi int) {
 		p.pages = append(p.pages, newPage())
 	}
 	pi := len(p.pages) - 1
+	p.own(pi)
 	at := pos{pi, p.pages[pi].n}
 	p.pages[pi].n++
 	*p.entry(at) = dirEntry{}
@@ -469,6 +511,7 @@ func (p *pairs) appendBlock(e *entries, lo, hi int) {
 
 // dropBlock removes the block at at.
 func (p *pairs) dropBlock(at pos) {
+	p.own(at.pi)
 	p.release(p.entry(at))
 	pg := &p.pages[at.pi]
 	es := pg.es[:pg.n]
@@ -495,6 +538,7 @@ func (p *pairs) dropBlock(at pos) {
 
 // joinPages moves page pi+1's entries to the end of page pi's.
 func (p *pairs) joinPages(pi int) {
+	p.own(pi)
 	to, from := &p.pages[pi], p.pages[pi+1]
 	copy(to.es[to.n:], from.es[:from.n])
 	to.n += from.n
@@ -518,13 +562,6 @@ func (p *pairs) splitPage(pi int) {
 // frequent.
 var minGarbage = 64 << 10
 
-func (p *pairs) release(d *dirEntry) {
-	if c := d.class(); c != 0 {
-		p.arena.release(d.off(), c)
-		d.loc = 0
-	}
-}
-
 // maybeCompact compacts once free slots hold more than a sixteenth of
 // the arena. A compaction moves the live words only, and the garbage that
 // triggered it took at least a sixteenth as many words of writes to make,
@@ -532,14 +569,17 @@ func (p *pairs) release(d *dirEntry) {
 // under the caller's lock (Store.Compact lets a maintenance pass choose
 // the moment).
 func (p *pairs) maybeCompact() {
-	if p.arena.garbage >= minGarbage && p.arena.garbage*16 > p.arena.used {
+	if p.held == nil && p.arena.garbage >= minGarbage && p.arena.garbage*16 > p.arena.used {
 		p.compact()
 	}
 }
 
 // compact copies every block, in key order, into a fresh arena without
-// free slots.
+// free slots. It does nothing while a view is out (freeze.go).
 func (p *pairs) compact() {
+	if p.held != nil {
+		return
+	}
 	var ar arena
 	for pi := range p.pages {
 		pg := &p.pages[pi]
@@ -671,6 +711,13 @@ func (p *pairs) check() error {
 	}
 	if n != p.n {
 		return fmt.Errorf("%d pairs, counted %d", p.n, n)
+	}
+	if p.held != nil {
+		for _, sl := range p.held.released {
+			if err := mark(sl.off, classCap(sl.class), 3); err != nil {
+				return err
+			}
+		}
 	}
 	garbage, used := 0, 0
 	for c := range nclass {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"iter"
 	"math/bits"
+	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 )
@@ -138,6 +139,18 @@ func (r *Receipt) toPlain() {
 	set(r.bits[:n], &r.sp.read)
 	set(r.bits[n:], &r.sp.excluded)
 	r.sp = nil
+}
+
+// Clone returns a receipt equal to r that shares no memory with it, so
+// that one can change while the other is read (a snapshot reading a
+// message's receipt while a member marks it read).
+func (r *Receipt) Clone() Receipt {
+	c := *r
+	c.bits = slices.Clone(r.bits)
+	if r.sp != nil {
+		c.sp = &sparse{read: *r.sp.read.Clone(), excluded: *r.sp.excluded.Clone()}
+	}
+	return c
 }
 
 // MaxID returns the largest mapid the message counts.

@@ -477,3 +477,23 @@ func samePages(t *testing.T, r *Receipt, m *model) {
 		}
 	}
 }
+
+// TestClone: a clone answers as its original and changes independently
+// of it, in both forms.
+func TestClone(t *testing.T) {
+	for _, members := range []uint32{200, 100_000} {
+		r := New(members, 1, nil)
+		r.MarkRead(2)
+		m := newModel(members, 1, nil)
+		m.read[2] = true
+		c := r.Clone()
+		same(t, &c, m)
+		c.MarkRead(3)
+		r.MarkRead(4)
+		if r.IsRead(3) || c.IsRead(4) {
+			t.Fatalf("%d members: a clone shares bits with its original", members)
+		}
+		m.read[4] = true
+		same(t, &r, m)
+	}
+}

@@ -8,7 +8,9 @@
 // the next insert on that probe path reuses; tombstones count towards the
 // load factor and are dropped by the next rehash, which happens in place
 // (no allocation) when tombstones rather than live entries fill the table.
-// A Table is not safe for concurrent use: callers lock.
+// Freeze makes the entries so far read-only for a snapshot that reads them
+// with no lock, writes going to an overlay until Thaw (freeze.go). A Table
+// is not safe for concurrent use: callers lock.
 package table
 
 import "unsafe"
@@ -52,6 +54,9 @@ type Table[K comparable, V any] struct {
 	live  int // full slots
 	used  int // full slots + tombstones: what the load limit counts
 	limit int // used may not exceed this: 3/4 of the capacity
+	// frozen, set between Freeze and Thaw, is the table Freeze made
+	// read-only; the slots above are then an overlay over it (freeze.go).
+	frozen *frozenBase[K, V]
 }
 
 // New returns a table sized so that capacityHint entries fit without
@@ -115,18 +120,32 @@ func (t *Table[K, V]) find(k K, h uint64) int {
 
 // Get returns the value stored for k.
 func (t *Table[K, V]) Get(k K) (V, bool) {
-	if i := t.find(k, t.hash(k)); i >= 0 {
+	h := t.hash(k)
+	if i := t.find(k, h); i >= 0 {
 		return t.slots[i].val, true
+	}
+	if t.frozen != nil {
+		return t.frozen.get(k, h)
 	}
 	var zero V
 	return zero, false
 }
 
 // Ref returns a pointer to k's value for in-place update. It stays valid
-// until the next Put, Upsert, Delete or Reset.
+// until the next Put, Upsert, Delete or Reset, and while the table is
+// frozen until the next Ref too (which copies the entry it returns into
+// the overlay).
 func (t *Table[K, V]) Ref(k K) (*V, bool) {
-	if i := t.find(k, t.hash(k)); i >= 0 {
+	h := t.hash(k)
+	if i := t.find(k, h); i >= 0 {
 		return &t.slots[i].val, true
+	}
+	if t.frozen != nil {
+		if v, ok := t.frozen.get(k, h); ok {
+			p := t.insert(k, h)
+			*p = v
+			return p, true
+		}
 	}
 	return nil, false
 }
@@ -141,6 +160,15 @@ func (t *Table[K, V]) Put(k K, v V) {
 // stays valid until the next Put, Upsert, Delete or Reset.
 func (t *Table[K, V]) Upsert(k K) *V {
 	h := t.hash(k)
+	if t.frozen != nil {
+		return t.upsertFrozen(k, h)
+	}
+	return t.insert(k, h)
+}
+
+// insert is Upsert of the slots themselves: the whole table, or the
+// overlay of a frozen one.
+func (t *Table[K, V]) insert(k K, h uint64) *V {
 	fp := fingerprint(h)
 	for {
 		i, step := t.probeStart(h)
@@ -180,7 +208,16 @@ func (t *Table[K, V]) Upsert(k K) *V {
 // Delete removes k, leaving a tombstone so that probe paths through its
 // slot stay intact. It reports whether k was present.
 func (t *Table[K, V]) Delete(k K) bool {
-	i := t.find(k, t.hash(k))
+	h := t.hash(k)
+	if t.frozen != nil {
+		return t.deleteFrozen(k, h)
+	}
+	return t.remove(k, h)
+}
+
+// remove is Delete of the slots themselves.
+func (t *Table[K, V]) remove(k K, h uint64) bool {
+	i := t.find(k, h)
 	if i < 0 {
 		return false
 	}
@@ -192,31 +229,61 @@ func (t *Table[K, V]) Delete(k K) bool {
 }
 
 // Len returns the number of entries.
-func (t *Table[K, V]) Len() int { return t.live }
+func (t *Table[K, V]) Len() int {
+	if t.frozen != nil {
+		return t.frozen.n
+	}
+	return t.live
+}
 
 // Range calls fn for every entry in unspecified order until fn returns
 // false. fn must not modify the table.
 func (t *Table[K, V]) Range(fn func(k K, v V) bool) {
+	if !t.rangeSlots(fn) || t.frozen == nil {
+		return
+	}
+	f := t.frozen
+	f.base.rangeSlots(func(k K, v V) bool {
+		h := t.hash(k)
+		if t.find(k, h) >= 0 || f.gone.find(k, h) >= 0 {
+			return true // overlaid
+		}
+		return fn(k, v)
+	})
+}
+
+// rangeSlots is Range over the slots themselves; it reports whether fn
+// asked for more.
+func (t *Table[K, V]) rangeSlots(fn func(k K, v V) bool) bool {
 	for i, c := range t.ctrl {
 		if c >= ctrlFull {
 			s := &t.slots[i]
 			if !fn(s.key, s.val) {
-				return
+				return false
 			}
 		}
 	}
+	return true
 }
 
-// MemoryBytes returns the size of the table's backing arrays.
+// MemoryBytes returns the size of the table's backing arrays (a frozen
+// table's and its overlay's).
 func (t *Table[K, V]) MemoryBytes() int {
-	return len(t.ctrl) + len(t.slots)*int(unsafe.Sizeof(slot[K, V]{}))
+	n := len(t.ctrl) + len(t.slots)*int(unsafe.Sizeof(slot[K, V]{}))
+	if f := t.frozen; f != nil {
+		n += f.base.MemoryBytes() + f.gone.MemoryBytes()
+	}
+	return n
 }
 
-// Reset removes every entry and keeps the backing arrays for reuse.
+// Reset removes every entry and keeps the backing arrays for reuse. A
+// frozen table lets go of its frozen entries (which stay as they are for
+// whoever reads them) and is no longer frozen.
 func (t *Table[K, V]) Reset() {
 	clear(t.ctrl)
 	clear(t.slots)
 	t.live, t.used = 0, 0
+	t.frozen = nil
 }
 
 // rehash makes room for one more insert into an empty slot. When at least

@@ -43,7 +43,11 @@
 // engine/bitpack), and a kind column only when a pair's kind is not
 // like. A snapshot (snapshot.go) starts with the post table's kinds
 // table, then lists each window's open entries, image or file, then its
-// delta.
+// delta. A View (view.go) is the table as Capture found it, for a
+// snapshot written while the table takes writes: it shares the sealed and
+// cold windows, which never change, and holds every window as a rewriting
+// job does (its delta frozen, writes going to a fresh one) until Release;
+// its image inlines the cold files, so it stands alone.
 //
 // # Reactions
 //
@@ -126,8 +130,10 @@
 //     lock;
 //   - writers (Put, AddCounts, MoveReaction, AddReaction, SetAuthor,
 //     SetKinds, PutKinds, Import, Add, Remove, React, Unreact, LoadPairs,
-//     LoadReactions, Plan, Finish, Maintain, Load, Collect, Close) need
-//     the write lock;
+//     LoadReactions, Plan, Finish, Maintain, Load, Collect, Capture,
+//     Release, Close) need the write lock;
+//   - View.WriteTo needs no lock: it reads only what Capture froze
+//     (TestViewConcurrent runs it beside writers under -race);
 //   - Job.Run needs no lock: it reads only what Plan froze (an open table
 //     that takes no more writes, an immutable sealed window or file, a
 //     frozen delta), so readers and writers carry on while a window is

@@ -29,7 +29,7 @@ import (
 // key, so a block read at the wrong index entry fails it as damage does.
 const (
 	imageMagic   = "TLYTIERW"
-	imageVersion = 4
+	imageVersion = 5
 	headerSize   = 16
 	footerSize   = 56
 )

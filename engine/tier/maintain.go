@@ -24,6 +24,10 @@ type Job struct {
 	drop   []uint64 // the window's forgotten posts when planned, which the rewrite leaves out
 	scrub  bool     // the window was marked for Scrub when planned (a failure marks it again)
 	toCold bool
+	// hold marks a View's hold on the window (view.go): it freezes the
+	// delta as a job does and rewrites nothing; Release ends it, never
+	// Run or Finish.
+	hold   bool
 	name   string // the file written when toCold
 	sealed *sealedWindow
 	file   *coldWindow
@@ -134,6 +138,9 @@ func (t *table) plan(w *window, toCold bool) *Job {
 // fsync of the directory). It reads only what Plan froze, so it needs no
 // lock and may run while readers and writers use the table.
 func (j *Job) Run() error {
+	if j.hold {
+		return errors.New("tier: Run of a view's hold")
+	}
 	if j.ran {
 		return j.err
 	}
@@ -164,6 +171,9 @@ func (j *Job) Run() error {
 func (t *table) Finish(j *Job) error {
 	if j.t != t {
 		return errors.New("tier: Finish with another table's job")
+	}
+	if j.hold {
+		return errors.New("tier: Finish of a view's hold")
 	}
 	if !j.ran {
 		return errors.New("tier: Finish of a job that did not Run")
@@ -216,7 +226,9 @@ func (t *table) Finish(j *Job) error {
 // table, which takes writes in place again, with the delta written since;
 // under that delta otherwise.
 func (t *table) unfreeze(w *window, frozen overlay) {
-	if w.body.kind() == Open {
+	// A scan reading the open table with no lock (held) folds the delta
+	// itself when it finishes.
+	if w.body.kind() == Open && !w.held() {
 		for _, o := range [2]overlay{frozen, w.delta} {
 			if o != nil {
 				t.shape.foldInto(w.body, o)

@@ -51,11 +51,18 @@ func (p *Posts) KindTotals() (counters.Totals, error) {
 //
 //	kinds = count uvarint | (id uint8 | name length uvarint | name)*   in id order
 
-func (p *Posts) writeHead(sw *snapshotWriter) {
-	ids := p.kinds.IDs()
+func (p *Posts) head() func(*snapshotWriter) {
+	// A copy (the table is an array): a View writes it with no lock
+	// while the live table's kinds may change.
+	kinds := p.kinds
+	return func(sw *snapshotWriter) { writeKinds(sw, kinds) }
+}
+
+func writeKinds(sw *snapshotWriter, kinds counters.Kinds) {
+	ids := kinds.IDs()
 	sw.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		name := p.kinds.Name(id)
+		name := kinds.Name(id)
 		sw.buf = append(sw.buf, byte(id))
 		sw.uvarint(uint64(len(name)))
 		sw.buf = append(sw.buf, name...)

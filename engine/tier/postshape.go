@@ -123,6 +123,10 @@ func (p *Posts) writeImage(w io.Writer, base body, lo uint64, fold overlay, _ []
 
 func (p *Posts) verifyBlocks(b body) error { return p.eachRow(b, 0, nil) }
 
+func (p *Posts) checkBlock(x *blockIndex, i int, blk []byte) error {
+	return checkPostBlock(x.firstID(i), blk)
+}
+
 // dropped: the post table forgets no posts (a deleted post's row is
 // deleted, Delete).
 func (p *Posts) dropped(*window, []uint64) {}
@@ -150,6 +154,14 @@ func (p *Posts) compose(lower, upper overlay) overlay {
 		return up
 	}
 	var r postRow
+	if up.n < lo.n {
+		// The upper rows win: write them over the lower table.
+		for _, key := range up.sorted(&p.layout) {
+			up.get(key, &p.layout, &r)
+			lo.put(key, &p.layout, &r)
+		}
+		return lo
+	}
 	for _, key := range lo.sorted(&p.layout) {
 		if !up.has(key, &p.layout) {
 			lo.get(key, &p.layout, &r)
@@ -162,33 +174,50 @@ func (p *Posts) compose(lower, upper overlay) overlay {
 // A post table's snapshot entries, the open table's and the overlay's
 // alike, are rows:
 //
-//	rows = count uvarint | row*                                          in id order
+//	rows = count uvarint | row*                                          in no order
 //	row  = id - window start + 1 uvarint | 6 × column uvarint | kinds uvarint | popcount(kinds) × count uvarint
 //
+// in the order the tables hold them, so that writing an open window or a
+// delta takes no memory beyond the writer's buffer, however large it is;
 // a row's columns being the author and the five counts, kinds having bit
 // k-2 set for each reaction kind k beyond like whose count follows, in
 // kind order.
 
 func (p *Posts) writeOpen(sw *snapshotWriter, open body) error {
-	return p.writeRows(sw, open.(*rowTable))
+	return p.writeRows(sw, open.(*rowTable), nil)
 }
 
 func (p *Posts) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
-	return p.writeRows(sw, asRows(frozen), asRows(delta))
+	return p.writeRows(sw, asRows(delta), asRows(frozen))
 }
 
-// writeRows writes the union of tables (nil ones skipped), a later
-// table's row winning.
-func (p *Posts) writeRows(sw *snapshotWriter, tables ...*rowTable) error {
-	keys := unionKeys(&p.layout, tables...)
-	sw.uvarint(uint64(len(keys)))
+// writeRows writes the rows of upper, then those of lower (either may be
+// nil) that upper does not override. It counts them first, so the list
+// costs two passes over the tables and no copy.
+func (p *Posts) writeRows(sw *snapshotWriter, upper, lower *rowTable) error {
 	var r postRow
-	for _, key := range keys {
-		for i := len(tables) - 1; i >= 0; i-- {
-			if tables[i] != nil && tables[i].get(key, &p.layout, &r) {
-				break
+	each := func(fn func(key uint64) error) error {
+		for _, t := range [2]*rowTable{upper, lower} {
+			if t == nil {
+				continue
+			}
+			for i := range t.slots {
+				key := t.slots[i].low & p.layout.keyMask
+				if key == 0 || (t == lower && upper != nil && upper.has(key, &p.layout)) {
+					continue
+				}
+				t.get(key, &p.layout, &r)
+				if err := fn(key); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
+	}
+	n := 0
+	each(func(uint64) error { n++; return nil })
+	sw.uvarint(uint64(n))
+	return each(func(key uint64) error {
 		sw.uvarint(key)
 		for _, v := range r[:fixedCols] {
 			sw.uvarint(v)
@@ -205,11 +234,8 @@ func (p *Posts) writeRows(sw *snapshotWriter, tables ...*rowTable) error {
 				sw.uvarint(v)
 			}
 		}
-		if err := sw.spill(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return sw.spill()
+	})
 }
 
 func (p *Posts) readOpen(sr *snapshotReader, w *window) body {
@@ -270,8 +296,7 @@ func (p *Posts) readRows(sr *snapshotReader, w *window) *rowTable {
 	size, shift := sizeFor(int(n))
 	t.slots, t.shift = make([]rowSlot, size), shift
 	var r postRow
-	var prev uint64
-	for i := range n {
+	for range n {
 		key := sr.uvarint()
 		for f := range fixedCols {
 			r[f] = sr.uvarint()
@@ -291,12 +316,14 @@ func (p *Posts) readRows(sr *snapshotReader, w *window) *rowTable {
 		if sr.err != nil {
 			return nil
 		}
-		if key == 0 || (i > 0 && key <= prev) || key-1 > w.last-w.lo {
-			sr.fail("window %d: row key %d out of order or range", w.num, key)
+		if key == 0 || key-1 > w.last-w.lo {
+			sr.fail("window %d: row key %d out of range", w.num, key)
 			return nil
 		}
-		prev = key
-		t.put(key, &p.layout, &r)
+		if !t.put(key, &p.layout, &r) {
+			sr.fail("window %d: row key %d listed twice", w.num, key)
+			return nil
+		}
 	}
 	return t
 }

@@ -84,8 +84,9 @@ func (t *table) planScan(user uint64, from Cursor, limit int) *Scan {
 		sc.body = &cp
 	default:
 		sc.body = b
-		if w.job == nil {
-			// A job's base is immutable already; otherwise hold it.
+		if w.job == nil || w.job.hold {
+			// A job's base is immutable already; otherwise hold it. A
+			// View's hold (view.go) may end before the scan does.
 			w.lifeOf().held++
 			sc.held = true
 		}

@@ -250,6 +250,47 @@ func (s *Set) Forget(post uint64) {
 	}
 }
 
+// Purge takes (user, post) out of an open window when post's pairs are
+// forgotten (Forget) and reports whether it was there. Reads already
+// leave such a pair out, and the rewrite Forget makes due drops it from a
+// sealed or cold window; but an open window is rewritten only when it is
+// sealed, and an erased user's pair must not reach a snapshot before
+// then. A window that takes no writes in place (a view, a scan or a job
+// holds it) gets the removal in its delta, as Remove does.
+func (s *Set) Purge(user, post uint64) bool {
+	i := s.find(post)
+	if i < 0 {
+		return false
+	}
+	w := s.wins[i]
+	if w.body.kind() != Open || !forgotten(w, post) {
+		return false
+	}
+	k := post - w.lo
+	if w.takesWrites() {
+		if w.body.(*pairTable).remove(user, k) == counters.NoKind {
+			return false
+		}
+		s.adjust(w, -1)
+		return true
+	}
+	if d := asPairs(w.delta); d != nil {
+		if d.added.remove(user, k) != counters.NoKind {
+			s.adjust(w, -1)
+			return true
+		}
+		if d.removed.has(user, k) {
+			return false
+		}
+	}
+	if !w.body.(*pairTable).has(user, k) {
+		return false
+	}
+	s.tableOf(&deltaOf(w).removed).add(user, k)
+	s.adjust(w, -1)
+	return true
+}
+
 // forgotten reports whether post's pairs are forgotten in w.
 func forgotten(w *window, post uint64) bool {
 	forgot := w.forgot()

@@ -42,11 +42,11 @@ func (s *Set) LoadPairs(seq iter.Seq2[uint64, uint64], now time.Time) error {
 // once, holding one window's pairs at a time; input in any other order
 // is still right, and costs at most a logarithmic number of merges per
 // window. Windows past ColdAge or MemoryBudget move to files at the next
-// Plan. It needs the write lock and no pending job; a kind outside [1,
-// MaxKinds] is an error.
+// Plan. It needs the write lock, no pending job and no view out; a kind
+// outside [1, MaxKinds] is an error.
 func (s *Set) LoadReactions(seq iter.Seq[Reaction], now time.Time) error {
-	if s.jobs != 0 {
-		return errors.New("tier: LoadReactions with jobs pending")
+	if s.jobs != 0 || s.view != nil {
+		return errors.New("tier: LoadReactions with jobs pending or a view out")
 	}
 	ms := now.UnixMilli()
 	type buf struct {

@@ -177,8 +177,13 @@ func (s *Set) dropped(w *window, drop []uint64) {
 
 func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }
 
-func (s *Set) writeHead(*snapshotWriter)       {}
+func (s *Set) head() func(*snapshotWriter)     { return func(*snapshotWriter) {} }
 func (s *Set) readHead(*snapshotReader) func() { return nil }
+
+func (s *Set) checkBlock(x *blockIndex, i int, blk []byte) error {
+	post, user := x.firstPair(i)
+	return checkPairBlock(post, user, blk)
+}
 
 func (s *Set) foldInto(open body, o overlay) {
 	t, d := open.(*pairTable), o.(*pairDelta)
@@ -188,11 +193,13 @@ func (s *Set) foldInto(open body, o overlay) {
 }
 
 // compose returns the delta over a body equal to lower over it with upper
-// over that (either may be nil), reusing upper's tables: what a failed
-// job leaves of its frozen delta and the writes since, or both as one.
-// Over the body, the pairs removed are lower's and upper's that lower did
-// not add; the pairs added are lower's that upper did not remove and
-// upper's.
+// over that (either may be nil), reusing the larger one's tables and
+// walking the smaller: what a failed job or a view's hold leaves of its
+// frozen delta and the writes since, or both as one. Over the body, the
+// pairs removed are lower's and upper's that lower did not add; the pairs
+// added are lower's that upper did not remove and upper's. A pair both
+// removed and added is one whose kind changed (perhaps back to the
+// body's: the body's kind is not at hand, so the two are kept).
 func (s *Set) compose(lower, upper overlay) overlay {
 	lo, up := asPairs(lower), asPairs(upper)
 	switch {
@@ -202,6 +209,25 @@ func (s *Set) compose(lower, upper overlay) overlay {
 		return lo
 	case lo == nil:
 		return up
+	}
+	if up.len() < lo.len() {
+		// Removals first, so that a pair whose kind upper changed takes
+		// its new kind below.
+		up.removed.each(func(u, k uint64, _ counters.Kind) bool {
+			// Present under upper: added by lower, or in the body.
+			if lo.added.remove(u, k) == counters.NoKind {
+				s.tableOf(&lo.removed).add(u, k)
+			}
+			return true
+		})
+		up.added.each(func(u, k uint64, kind counters.Kind) bool {
+			// Absent under upper (unless upper removed it first, which
+			// the loop above applied): lower's removal of it stays, as
+			// the body's pair is gone.
+			s.tableOf(&lo.added).put(u, k, kind)
+			return true
+		})
+		return lo
 	}
 	lo.added.each(func(u, k uint64, kind counters.Kind) bool {
 		// Absent from the body unless lower removed it: upper's removal
@@ -225,16 +251,17 @@ func (s *Set) compose(lower, upper overlay) overlay {
 //
 //	open    = pairs
 //	overlay = pairs (added) | pairs (removed)
-//	pairs   = count uvarint | kinded uint8 | (post id - window start uvarint | user uvarint | [kind uint8])*
-//	          in (post, user) order
+//	pairs   = count uvarint | kinded uint8 | (post id - window start uvarint | user uvarint | [kind uint8])*   in no order
 //
+// in the order the tables hold them, so that writing an open window or a
+// delta takes no memory beyond the writer's buffer, however large it is.
 // kinded is 1 when the list carries each pair's kind (some pair of it has
-// a kind other than like), 0 when every pair is a like (a removal
-// list's pairs are likes). A pair both added and removed is one whose
-// kind changed.
+// a kind other than like), 0 when every pair is a like (a removal list's
+// pairs are likes). A pair both added and removed is one whose kind
+// changed.
 
 func (s *Set) writeOpen(sw *snapshotWriter, open body) error {
-	return writePairs(sw, open.(*pairTable).pairs(nil))
+	return writePairs(sw, pairList{from: open.(*pairTable)})
 }
 
 func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
@@ -247,35 +274,61 @@ func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
 	if dl == nil {
 		dl = &pairDelta{}
 	}
-	added := dl.added.pairs(keepPairs(nil, fr.added, dl.removed, dl.added))
-	removed := keepPairs(keepPairs(nil, fr.removed), dl.removed, fr.added, fr.removed)
-	if err := writePairs(sw, added); err != nil {
+	err := writePairs(sw,
+		pairList{from: fr.added, unless: [2]*pairTable{dl.removed, dl.added}},
+		pairList{from: dl.added})
+	if err != nil {
 		return err
 	}
-	return writePairs(sw, removed)
+	return writePairs(sw,
+		pairList{from: fr.removed},
+		pairList{from: dl.removed, unless: [2]*pairTable{fr.added, fr.removed}})
 }
 
-func writePairs(sw *snapshotWriter, ps []pair) error {
-	slices.SortFunc(ps, comparePairs)
-	sw.uvarint(uint64(len(ps)))
-	kinded := byte(0)
-	for _, q := range ps {
-		if q.kind != counters.Like {
+// pairList is the pairs of from (nil: none) that neither table of unless
+// holds.
+type pairList struct {
+	from   *pairTable
+	unless [2]*pairTable
+}
+
+// writePairs writes the pairs of lists as one pair list. It counts them
+// first (and sees whether any is not a like), so the list costs two passes
+// over the tables and no copy.
+func writePairs(sw *snapshotWriter, lists ...pairList) error {
+	each := func(fn func(u, k uint64, kind counters.Kind) error) error {
+		for _, l := range lists {
+			var err error
+			l.from.each(func(u, k uint64, kind counters.Kind) bool {
+				if !l.unless[0].has(u, k) && !l.unless[1].has(u, k) {
+					err = fn(u, k, kind)
+				}
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	n, kinded := 0, byte(0)
+	each(func(_, _ uint64, kind counters.Kind) error {
+		n++
+		if kind != counters.Like {
 			kinded = 1
 		}
-	}
+		return nil
+	})
+	sw.uvarint(uint64(n))
 	sw.buf = append(sw.buf, kinded)
-	for _, q := range ps {
-		sw.uvarint(q.post)
-		sw.uvarint(q.user)
+	return each(func(u, k uint64, kind counters.Kind) error {
+		sw.uvarint(k)
+		sw.uvarint(u)
 		if kinded != 0 {
-			sw.buf = append(sw.buf, byte(q.kind))
+			sw.buf = append(sw.buf, byte(kind))
 		}
-		if err := sw.spill(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return sw.spill()
+	})
 }
 
 func (s *Set) readOpen(sr *snapshotReader, w *window) body {
@@ -324,7 +377,7 @@ func (s *Set) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
 }
 
 // readPairs reads a pair list of window w into a table (nil when empty),
-// checking order, range and kinds.
+// checking range and kinds and that no pair comes twice.
 func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
 	n := sr.count("pairs")
 	kinded := sr.byte()
@@ -335,21 +388,22 @@ func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
 		return nil
 	}
 	t := newPairTable(s.keyBits, int(n))
-	var prev pair
-	for i := range n {
-		q := pair{post: sr.uvarint(), user: sr.uvarint(), kind: counters.Like}
+	for range n {
+		post, user, kind := sr.uvarint(), sr.uvarint(), counters.Like
 		if kinded != 0 {
-			q.kind = counters.Kind(sr.byte())
+			kind = counters.Kind(sr.byte())
 		}
 		if sr.err != nil {
 			return nil
 		}
-		if (i > 0 && comparePairs(q, prev) <= 0) || q.post > w.last-w.lo || checkKind(q.kind) != nil {
-			sr.fail("window %d: pair out of order or range", w.num)
+		if post > w.last-w.lo || checkKind(kind) != nil {
+			sr.fail("window %d: pair out of range or of no kind", w.num)
 			return nil
 		}
-		prev = q
-		t.put(q.user, q.post, q.kind)
+		if t.insert(user, post, kind, false) != counters.NoKind {
+			sr.fail("window %d: pair (%d, %d) listed twice", w.num, w.lo+post, user)
+			return nil
+		}
 	}
 	return t
 }

@@ -32,10 +32,12 @@ import (
 //	          cold:   name length uvarint | name | file size uvarint
 //	overlay = the shape's overlay entries (the delta, and a running job's frozen one under it)
 //
-// The post table's entries (posts.go) are rows, a set's (set.go) pairs.
+// The post table's entries (postshape.go) are rows, a set's (setshape.go)
+// pairs, in the order their tables hold them, not sorted (which would
+// cost a sorted copy of each open window to write).
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 4
+	snapVersion     = 5
 	snapHeaderBytes = 44
 )
 
@@ -48,17 +50,47 @@ const maxImage = 1 << 40
 
 // WriteTo writes the table's image to w: every window's records or bytes,
 // and the names of the cold files, which must outlive the image (Collect's
-// keep). Call it under the read lock; it does not change the table. The
-// body is written twice, once to count its bytes for the header.
+// keep). Call it under the read lock; it does not change the table. A
+// snapshot that must stand alone, taken while the table takes writes, is
+// a View's WriteTo (view.go).
 func (t *table) WriteTo(w io.Writer) (int64, error) {
+	wins := make([]windowImage, len(t.wins))
+	for i, win := range t.wins {
+		wins[i] = windowImage{num: win.num, lo: win.lo, n: win.n, body: win.body, frozen: win.frozen(), delta: win.delta,
+			scrub: win.scrubbed(), forgot: win.forgot()}
+	}
+	return t.writeImageOf(w, t.shape.head(), wins, t.nextGen, false)
+}
+
+// windowImage is what an image holds of one window: its number and
+// start, its records, its body and the overlays over it (either may be
+// nil), and its erasure state: whether it waits for a Scrub rewrite, and
+// a set's forgotten posts.
+type windowImage struct {
+	num           int64
+	lo            uint64
+	n             int
+	body          body
+	frozen, delta overlay
+	scrub         bool
+	forgot        []uint64
+}
+
+// writeImageOf writes the image of head and wins, windows of t in time
+// order, with nextGen as the next file generation. With inline, a cold window is
+// written as a sealed one, its file's bytes copied in (and its blocks'
+// checksums checked on the way), so the image needs no file; otherwise by
+// its name. The body is written twice, once to count its bytes for the
+// header (a cold window's bytes are not read for that).
+func (t *table) writeImageOf(w io.Writer, head func(*snapshotWriter), wins []windowImage, nextGen uint64, inline bool) (int64, error) {
 	var cnt countWriter
-	if err := t.writeBody(&cnt); err != nil {
+	if err := t.writeBody(&cnt, head, wins, inline, true); err != nil {
 		return 0, err
 	}
 	out := &imageOut{w: bufio.NewWriterSize(w, 256<<10)}
-	out.write(appendSnapHeader(nil, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), t.nextGen}))
+	out.write(appendSnapHeader(nil, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), nextGen}))
 	crc := crc32.New(castagnoli)
-	if err := t.writeBody(&teeWriter{out: out, h: crc}); err != nil && out.err == nil {
+	if err := t.writeBody(&teeWriter{out: out, h: crc}, head, wins, inline, false); err != nil && out.err == nil {
 		out.err = err
 	}
 	out.write(le.AppendUint32(nil, crc.Sum32()))
@@ -145,23 +177,30 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 	return len(b), t.out.err
 }
 
-func (t *table) writeBody(w io.Writer) error {
+// writeBody writes the body of the image of wins (see writeImageOf);
+// counting says w only counts bytes, so a cold window inlined need not be
+// read.
+func (t *table) writeBody(w io.Writer, head func(*snapshotWriter), wins []windowImage, inline, counting bool) error {
 	sw := &snapshotWriter{w: w, buf: make([]byte, 0, 64<<10)}
 	sw.buf = append(sw.buf, t.image.tag[:]...)
-	t.shape.writeHead(sw)
-	sw.uvarint(uint64(len(t.wins)))
-	for _, win := range t.wins {
+	head(sw)
+	sw.uvarint(uint64(len(wins)))
+	for _, win := range wins {
 		sw.buf = binary.AppendVarint(sw.buf, win.num)
 		sw.uvarint(uint64(win.n))
-		sw.buf = append(sw.buf, byte(win.body.kind()))
+		kind := win.body.kind()
+		if kind == Cold && inline {
+			kind = Sealed // its file's bytes are copied in
+		}
+		sw.buf = append(sw.buf, byte(kind))
 		var flags byte
-		if win.scrubbed() {
+		if win.scrub {
 			flags |= flagScrub
 		}
 		sw.buf = append(sw.buf, flags)
-		sw.uvarint(uint64(len(win.forgot())))
+		sw.uvarint(uint64(len(win.forgot)))
 		prev := win.lo
-		for _, p := range win.forgot() {
+		for _, p := range win.forgot {
 			sw.uvarint(p - prev)
 			prev = p
 		}
@@ -175,15 +214,29 @@ func (t *table) writeBody(w io.Writer) error {
 				return err
 			}
 		case *coldWindow:
-			sw.uvarint(uint64(len(b.name)))
-			sw.buf = append(sw.buf, b.name...)
+			if !inline {
+				sw.uvarint(uint64(len(b.name)))
+				sw.buf = append(sw.buf, b.name...)
+				sw.uvarint(uint64(b.size))
+				break
+			}
 			sw.uvarint(uint64(b.size))
+			if err := sw.flush(); err != nil {
+				return err
+			}
+			if counting {
+				sw.w.(*countWriter).n += b.size
+				break
+			}
+			if err := t.copyCold(sw.w, b, &sw.cold); err != nil {
+				return err
+			}
 		default:
 			if err := t.shape.writeOpen(sw, b); err != nil {
 				return err
 			}
 		}
-		if err := t.shape.writeOverlay(sw, win.frozen(), win.delta); err != nil {
+		if err := t.shape.writeOverlay(sw, win.frozen, win.delta); err != nil {
 			return err
 		}
 	}
@@ -194,6 +247,10 @@ func (t *table) writeBody(w io.Writer) error {
 type snapshotWriter struct {
 	w   io.Writer
 	buf []byte
+	// cold is copyCold's buffer, one for all the cold windows: most
+	// windows of a table long in service are cold, and a buffer each
+	// would be garbage the writers' collections pay for.
+	cold []byte
 }
 
 func (sw *snapshotWriter) uvarint(x uint64) { sw.buf = binary.AppendUvarint(sw.buf, x) }
@@ -293,6 +350,9 @@ func (sr *snapshotReader) count(what string) uint64 {
 // panics, whatever r holds. Jobs planned before Load are dropped by
 // Finish. Call it under the write lock.
 func (t *table) Load(r io.Reader) error {
+	if t.view != nil {
+		return errors.New("tier: Load while a view is out")
+	}
 	data, nextGen, err := t.readImage(r)
 	if err != nil {
 		return err

@@ -95,6 +95,7 @@ type table struct {
 	jobs int       // planned and not finished
 
 	epoch uint64 // bumped by Load: jobs planned before it are void
+	view  *View  // the view Capture gave out, until Release; nil: none
 	coldStore
 	arena arena // the bytes of sealed windows
 }
@@ -126,17 +127,21 @@ type recordShape interface {
 	// it as far as its contents, the key order across blocks and the
 	// footer's totals.
 	verifyBlocks(b body) error
+	// checkBlock checks block i of an image with index x (its bytes and
+	// CRC) as a read from a file does: its checksum and header.
+	checkBlock(x *blockIndex, i int, blk []byte) error
 	// foldInto writes an overlay into the open table it lies over.
 	foldInto(open body, o overlay)
 	// compose returns the overlay equal to lower with upper over it
 	// (either may be nil), reusing their tables: what a failed job
 	// leaves of its frozen delta and the writes since.
 	compose(lower, upper overlay) overlay
-	// writeHead writes what the shape keeps besides its windows (the
-	// post table's kinds) at the start of a snapshot image; readHead
+	// head returns what writes what the shape keeps besides its windows
+	// (the post table's kinds), as it is now, at the start of a snapshot
+	// image (a View takes it at Capture); readHead
 	// reads it back and returns what installs it, which Load calls once
 	// the whole image is sound (nil: nothing to install).
-	writeHead(sw *snapshotWriter)
+	head() func(sw *snapshotWriter)
 	readHead(sr *snapshotReader) func()
 	// writeOpen and writeOverlay write a window's open table and its
 	// overlays (frozen, then delta over it; either may be nil) as
@@ -356,11 +361,13 @@ func (t *table) Scrub(id uint64) {
 	}
 }
 
-// Scrubbing reports how many windows wait for a rewrite Scrub asked for.
+// Scrubbing reports how many windows wait for a rewrite that drops
+// records still in their bytes: one Scrub asked for, or a set's
+// forgotten posts (Forget), whose pairs may name an erased user too.
 func (t *table) Scrubbing() int {
 	n := 0
 	for _, w := range t.wins {
-		if w.scrubbed() {
+		if w.scrubbed() || (len(w.forgot()) > 0 && w.body.kind() != Open) {
 			n++
 		}
 	}

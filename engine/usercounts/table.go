@@ -46,7 +46,10 @@ type Table struct {
 	maxID  uint64
 	hasMax bool
 	job    *foldJob // the fold job out, or nil
-	gen    uint64   // bumped by Compact: a job planned before is stale
+	// held says frozen is Freeze's, not a fold job's: no fold is planned
+	// until Thaw.
+	held bool
+	gen  uint64 // bumped by Compact: a job planned before is stale
 	// minFold is the smallest overlay that makes a fold due (tests lower it).
 	minFold int
 }
@@ -454,7 +457,7 @@ func (t *Table) Unfolded() (overlay, packed int) { return t.live.size(), t.packe
 // to a fresh one) and returns the job that folds it. Call it under the
 // write lock.
 func (t *Table) PlanWork(now time.Time) []tier.Work {
-	if t.job != nil || t.live.size() < t.foldThreshold() {
+	if t.job != nil || t.held || t.live.size() < t.foldThreshold() {
 		return nil
 	}
 	j := &foldJob{t: t, gen: t.gen, base: t.packed, frozen: t.live,

@@ -2,6 +2,7 @@ package usercounts
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -31,6 +32,10 @@ type modelHarness struct {
 	readers sync.WaitGroup
 	stopRd  chan struct{}
 	folds   int
+
+	view     *Table           // Freeze's, until Thaw
+	atFreeze map[uint64]int64 // the model when it was frozen
+	freezes  int
 }
 
 func newModelHarness(t *testing.T, seed uint64, minFold int) *modelHarness {
@@ -297,10 +302,58 @@ func (h *modelHarness) step() {
 		h.mu.RLock()
 		h.stopEarly()
 		h.mu.RUnlock()
+	case r < 986:
+		h.freezeOrThaw()
 	default:
 		h.mu.RLock()
 		h.full("full check")
 		h.mu.RUnlock()
+	}
+}
+
+// freezeOrThaw freezes the table when no job is out, or checks the
+// frozen view against the model at the freeze and thaws it.
+func (h *modelHarness) freezeOrThaw() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.view == nil {
+		v, err := h.tab.Freeze()
+		if (err == nil) != (h.job == nil) {
+			h.t.Fatalf("Freeze with job %v: %v", h.job != nil, err)
+		}
+		if err == nil {
+			h.view, h.atFreeze = v, maps.Clone(h.model)
+			h.freezes++
+		}
+		return
+	}
+	h.checkView()
+	h.tab.Thaw()
+	h.view = nil
+	h.full("after Thaw")
+}
+
+// checkView compares the frozen view with the model at the freeze.
+func (h *modelHarness) checkView() {
+	v, model := h.view, h.atFreeze
+	if v.Len() != len(model) {
+		h.t.Fatalf("view: Len = %d, model at the freeze %d", v.Len(), len(model))
+	}
+	n := 0
+	v.Range(func(u uint64, c int64) bool {
+		if want, ok := model[u]; !ok || want != c {
+			h.t.Fatalf("view: Range gave %d=%d, model at the freeze %d, %v", u, c, want, ok)
+		}
+		n++
+		return true
+	})
+	if n != len(model) {
+		h.t.Fatalf("view: Range gave %d entries, model at the freeze %d", n, len(model))
+	}
+	for u, want := range model {
+		if got, ok := v.Get(u); !ok || got != want {
+			h.t.Fatalf("view: Get(%d) = %d, %v; want %d", u, got, ok, want)
+		}
 	}
 }
 
@@ -329,6 +382,12 @@ func TestModel(t *testing.T) {
 				h.step()
 			}
 			h.finish()
+			if h.view != nil {
+				h.freezeOrThaw()
+			}
+			if h.freezes == 0 {
+				t.Fatal("never frozen")
+			}
 			h.mu.Lock()
 			h.full("end")
 			h.tab.Compact()

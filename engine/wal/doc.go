@@ -87,14 +87,18 @@
 // valid header; leftover .tmp files are deleted by Open. A segment is
 // fsynced before the next one is created, so only the last segment can end
 // in a torn record. Segments are rotated when a batch would push the
-// active one past Options.SegmentBytes (a batch is never split, so one
-// batch larger than that makes a larger segment) and on Rotate.
+// active one past Options.SegmentBytes (a batch is never split by size,
+// so one batch larger than that makes a larger segment), on Rotate, and
+// where EndSegment says: before the first record appended after it, which
+// may split a batch in two.
 //
 // # Snapshots and truncation
 //
-// The engine takes a snapshot covering records up to some index s, calls
-// Wait(s) before installing it (a snapshot must never claim records that
-// are not durable), then may call Rotate and TruncateBefore(s+1), which
+// The engine takes a snapshot covering records up to some index s (ending
+// the segment there with EndSegment, under the lock that orders its
+// appends, so that a segment's records are all covered by a snapshot or
+// none are), calls Wait(s) before installing it (a snapshot must never
+// claim records that are not durable), then may call TruncateBefore(s+1), which
 // deletes whole segments whose records are all below s+1. On start it loads
 // the snapshot and calls Replay(s+1, ...). A log opened on an empty
 // directory next to a snapshot must be told where to start with

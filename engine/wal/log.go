@@ -133,6 +133,9 @@ type Log struct {
 	closed    bool
 	failErr   error
 	kick      chan struct{}
+	// segEnd, when set, ends the active segment before the record of its
+	// index, which starts at its offset in pending (EndSegment).
+	segEnd segmentEnd
 
 	// wmu guards the file side. The flusher holds it while writing and
 	// syncing, which is exactly when new records pile up in pending for the
@@ -417,11 +420,13 @@ func (l *Log) flushLocked() {
 	}
 	batch := l.pending
 	last := l.nextIndex - 1
+	end := l.segEnd
+	l.segEnd = segmentEnd{}
 	l.pending = l.spare[:0]
 	l.mu.Unlock()
 	l.space.Broadcast()
 
-	err := l.writeLocked(batch, l.written+1)
+	err := l.writeSplit(batch, l.written+1, end)
 	// Reuse the buffer for the batch after next, unless a burst grew it
 	// far beyond what steady traffic needs.
 	if cap(batch) <= 4<<20 {
@@ -444,6 +449,46 @@ func (l *Log) flushLocked() {
 		}
 	}
 	l.publish(last)
+}
+
+// segmentEnd is where EndSegment ends the active segment: before the
+// record of index, at offset off of the pending batch.
+type segmentEnd struct {
+	set   bool
+	index uint64
+	off   int
+}
+
+// writeSplit is writeLocked of a batch that end may cut in two: the
+// records before it, then a new segment for the rest.
+func (l *Log) writeSplit(batch []byte, first uint64, end segmentEnd) error {
+	if !end.set {
+		return l.writeLocked(batch, first)
+	}
+	if end.off > 0 {
+		if err := l.writeLocked(batch[:end.off], first); err != nil {
+			return err
+		}
+	}
+	if l.activeSize > headerSize {
+		if err := l.rotateLocked(end.index); err != nil {
+			return err
+		}
+	}
+	return l.writeLocked(batch[end.off:], end.index)
+}
+
+// EndSegment ends the active segment after the last record appended so
+// far, which it returns: the next record appended starts a new segment.
+// Unlike Rotate it neither writes nor waits (the flusher rotates when it
+// writes that record), so a caller may hold the lock that orders its
+// appends across it, and the segment then ends exactly where the caller's
+// state stands: the engine cuts a snapshot there.
+func (l *Log) EndSegment() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.segEnd = segmentEnd{set: true, index: l.nextIndex, off: len(l.pending)}
+	return l.nextIndex - 1
 }
 
 // writeLocked appends batch, whose first record has index first, to the

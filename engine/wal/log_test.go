@@ -416,3 +416,55 @@ func TestParseSyncMode(t *testing.T) {
 		t.Fatal("bad mode accepted")
 	}
 }
+
+// TestEndSegment: the segment ends exactly after the records appended
+// before EndSegment, whether they were still queued (one batch cut in
+// two) or already written, and an EndSegment with nothing after it, or
+// on an empty segment, makes no empty segment.
+func TestEndSegment(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{Sync: SyncNone})
+	defer func() { mustClose(t, l) }()
+	appendAsync := func(from, n int) uint64 {
+		var last uint64
+		for i := from; i < from+n; i++ {
+			idx, err := l.AppendAsync(payloadFor(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = idx
+		}
+		return last
+	}
+	l.wmu.Lock() // the flusher waits: all twenty records are one batch
+	appendAsync(1, 10)
+	if got := l.EndSegment(); got != 10 {
+		t.Fatalf("EndSegment = %d, want 10", got)
+	}
+	last := appendAsync(11, 10)
+	l.wmu.Unlock()
+	if err := l.Wait(last); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.EndSegment(); got != 20 {
+		t.Fatalf("EndSegment = %d, want 20", got)
+	}
+	l.EndSegment() // nothing appended since: the same end
+	appendN(t, l, 21, 5)
+	want := []string{segmentPath(dir, 1), segmentPath(dir, 11), segmentPath(dir, 21)}
+	if got := segmentFiles(t, dir); !slices.Equal(got, want) {
+		t.Fatalf("segments %v, want %v", got, want)
+	}
+	checkRecords(t, replayAll(t, l, 1), 1, 25)
+	// The active segment is empty right after a rotation: ending it
+	// makes no empty segment.
+	if _, err := l.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	l.EndSegment()
+	appendN(t, l, 26, 3)
+	if n := len(segmentFiles(t, dir)); n != 4 {
+		t.Fatalf("%d segments, want 4", n)
+	}
+	checkRecords(t, replayAll(t, l, 1), 1, 28)
+}
