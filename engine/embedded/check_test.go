@@ -310,8 +310,11 @@ func TestCheckAtLeast(t *testing.T) {
 	e := open(t, Options{})
 	p, err := e.CreatePost(bg, 1, 0, "")
 	ok(t, err)
+	// One time for every id: a millisecond ticking between the comment
+	// and its delete would name another comment.
+	now := time.Now().UnixMilli()
 	id := func(seq uint64) engine.CommentID {
-		return engine.CommentID(snowflake.Make(time.Now().UnixMilli(), 5, seq))
+		return engine.CommentID(snowflake.Make(now, 5, seq))
 	}
 	ok(t, e.Comment(bg, 2, p, id(1), nil, ""))
 	ok(t, e.Comment(bg, 3, p, id(2), nil, ""))
