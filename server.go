@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/tier"
@@ -84,6 +85,7 @@ type storeFlags struct {
 	// a check makes no ids.
 	checkJob    bool
 	redisPrefix string
+	reactions   string
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -105,11 +107,19 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.redisWaitTimeout, "redis-wait-timeout", 250*time.Millisecond, "with -redis-wait-replicas: how long a write waits for its replicas before it fails with UNAVAILABLE (and its shard takes no writes until they are back)")
 	fs.DurationVar(&f.redisStartWait, "redis-start-wait", 30*time.Second, "with -redis: keep trying to reach Redis this long at start")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "", "with -redis: the key prefix of this data set's keys, so several share one Redis (no braces)")
+	fs.StringVar(&f.reactions, "reactions", "like", "comma-separated reaction kinds in display order, like always among them (e.g. like,love,haha,wow,sad,angry); a kind may be added at any start, and one that still has counts cannot be left out")
 }
 
 func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 	if f.node > 1023 {
 		return nil, usageError{fmt.Errorf("-node must be 0..1023")}
+	}
+	reactions, err := counters.ParseKinds(f.reactions)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("-reactions: %w", err)}
+	}
+	if f.redis != "" && len(reactions) > 1 {
+		return nil, usageError{errors.New("-reactions: the Redis backend keeps likes only for now: -reactions like")}
 	}
 	if f.redis != "" {
 		if f.redisTimeout < 0 || f.redisWaitTimeout < 0 {
@@ -163,6 +173,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 		SnapshotInterval: f.snapEvery,
 		SnapshotLogBytes: f.snapLogBytes,
 		Tables:           f.tables(),
+		Reactions:        reactions,
 	})
 }
 

@@ -52,7 +52,9 @@ func newDiffPair(t testing.TB) *diffPair {
 // newDiffPairOn seeds a store and serves it to both handlers through wrap.
 func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair {
 	t.Helper()
-	store, err := embedded.Open(embedded.Options{})
+	// Reaction kinds beyond like, so that Post.reactions lists several
+	// and viewerReaction reads other kinds than like.
+	store, err := embedded.Open(embedded.Options{Reactions: []string{"like", "love", "wow_2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +79,9 @@ func newDiffPairOn(t testing.TB, wrap func(engine.Store) engine.Store) *diffPair
 		d.known = append(d.known, fmt.Sprint(id))
 		for u := range i % 4 {
 			store.Like(ctx, engine.UserID(1+u), id)
+		}
+		if i%2 == 0 {
+			store.ReactToPost(ctx, engine.UserID(4+i%3), id, []string{"love", "wow_2", "love"}[i%3])
 		}
 		if i%3 == 0 {
 			store.Favorite(ctx, 2, id)
@@ -290,13 +295,14 @@ func (g *gen) postID() any {
 
 func (g *gen) selection(typ string, depth int) string {
 	fields := map[string][]string{
-		"Post":       {"id", "createdAt", "author", "counts", "viewerHasLiked", "viewerHasFavorited", "__typename"},
-		"User":       {"id", "postCount", "followerCount", "followingCount", "__typename"},
-		"PostCounts": {"id", "likes", "comments", "reposts", "views", "favorites", "__typename"},
-		"Viewer":     {"id", "user", "unread", "redDot", "__typename"},
-		"Unread":     {"mentions", "comments", "likes", "messages", "system", "feed", "total", "__typename"},
+		"Post":          {"id", "createdAt", "author", "counts", "viewerHasLiked", "viewerHasFavorited", "reactions", "viewerReaction", "__typename"},
+		"ReactionCount": {"kind", "count", "__typename"},
+		"User":          {"id", "postCount", "followerCount", "followingCount", "__typename"},
+		"PostCounts":    {"id", "likes", "comments", "reposts", "views", "favorites", "__typename"},
+		"Viewer":        {"id", "user", "unread", "redDot", "__typename"},
+		"Unread":        {"mentions", "comments", "likes", "messages", "system", "feed", "total", "__typename"},
 	}[typ]
-	child := map[string]string{"author": "User", "counts": "PostCounts", "user": "User", "unread": "Unread"}
+	child := map[string]string{"author": "User", "counts": "PostCounts", "user": "User", "unread": "Unread", "reactions": "ReactionCount"}
 	var parts []string
 	for n := 1 + g.pick(4); len(parts) < n; {
 		switch g.pick(10) {
@@ -466,6 +472,7 @@ func TestFastPathAgreesWithGqlgen(t *testing.T) {
 func TestFastPathCases(t *testing.T) {
 	d := newDiffPair(t)
 	tok, _ := d.keys.Sign(1, false, 0)
+	tok4, _ := d.keys.Sign(4, false, 0) // reacted love to some posts
 	expired, _ := d.keys.Sign(1, false, -time.Minute)
 	ids := append([]string{"123456789"}, d.known...)
 	many := make([]string, engine.MaxIDsPerCall+1)
@@ -474,6 +481,9 @@ func TestFastPathCases(t *testing.T) {
 	}
 	cases := []request{
 		{Query: `query($ids: [ID!]!) { posts(ids: $ids) { id createdAt author { id postCount followerCount followingCount } counts { id likes comments reposts views favorites } viewerHasLiked viewerHasFavorited } }`, Variables: map[string]any{"ids": ids}},
+		{Query: `query($ids: [ID!]!) { posts(ids: $ids) { id reactions { kind count __typename } viewerReaction counts { likes } viewerHasLiked } }`, Variables: map[string]any{"ids": ids}},
+		{Query: `query($ids: [ID!]!) { posts(ids: $ids) { id reactions { kind count } viewerReaction } }`, Variables: map[string]any{"ids": ids}, auth: "Bearer " + tok},
+		{Query: `query($ids: [ID!]!) { posts(ids: $ids) { r: reactions { k: kind ...on ReactionCount { count } } v: viewerReaction } }`, Variables: map[string]any{"ids": ids}, auth: "Bearer " + tok4},
 		{Query: `{ viewer { id } }`},
 		{Query: `{ viewer { id user { id postCount } unread { total mentions } redDot } }`},
 		{Query: `{ post(id: "abc") { id } }`},
@@ -508,6 +518,12 @@ func TestFastPathCases(t *testing.T) {
 	}
 	if plans, _ := fastpath.Served(); plans-plans0 < 15 {
 		t.Fatalf("plans answered %d of the cases", plans-plans0)
+	}
+	// A page of reactions is plain data: a plan answers it.
+	plans0, _ = fastpath.Served()
+	d.compare(t, cases[1])
+	if plans, _ := fastpath.Served(); plans-plans0 != 3 { // differ asks the fast handler three times
+		t.Fatalf("a page of reactions: plans answered %d of 3", plans-plans0)
 	}
 }
 

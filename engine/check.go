@@ -27,6 +27,9 @@ const (
 	CheckLikes     = "post.likes"     // ← the post's like set
 	CheckFavorites = "post.favorites" // ← the post's favorite set
 	CheckComments  = "post.comments"  // ← the post's counted comment ids and those sent without one (where a backend does not count those, the count must be at least the ids)
+	// CheckReactions prefixes each reaction kind's check but like's
+	// (CheckLikes): "post.reactions.love" ← the post's reactions of love.
+	CheckReactions = "post.reactions."
 	CheckFollowers = "user.followers" // ← the follow edges to the user
 	CheckFollowing = "user.following" // ← the follow edges from the user
 	CheckPosts     = "user.posts"     // ← the posts registered with the user as author

@@ -18,7 +18,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // UserID, PostID, GroupID, MessageID and NotificationID are unsigned 64-bit
@@ -92,6 +95,9 @@ type PostInfo struct {
 // page reads (it says which posts exist and who wrote them).
 type PageWant struct {
 	Counts, Liked, Favorited bool
+	// Reactions asks for each post's count of every reaction kind,
+	// ViewerReaction for the viewer's kind on it.
+	Reactions, ViewerReaction bool
 }
 
 // PostView is one post of a feed page as Page reads it.
@@ -99,6 +105,63 @@ type PostView struct {
 	PostInfo
 	Counts           Counts
 	Liked, Favorited bool
+	Reactions        Reactions
+	// ViewerReaction is the viewer's reaction kind on the post, one of
+	// Store.ReactionKinds ("" none).
+	ViewerReaction string
+}
+
+// Reactions are a post's counts of the deployment's reaction kinds, in
+// the order of Store.ReactionKinds: Count[i] is kind i's (like's is the
+// post's likes). A fixed array, so that a page read holds them without
+// allocating.
+type Reactions struct {
+	Count [counters.MaxKinds]int64
+}
+
+// LikesAsReactions fills the reactions of a page read for want from its
+// likes, for a backend whose only reaction kind is like (ReactionKinds
+// ["like"]): the count of like is the likes, the viewer's reaction is like
+// when liked. The read was made with LikesWant(want); what want did not
+// ask for is cleared again.
+func LikesAsReactions(want PageWant, out []PostView) {
+	for i := range out {
+		v := &out[i]
+		if want.Reactions {
+			v.Reactions.Count[0] = v.Counts.Likes
+		}
+		if want.ViewerReaction && v.Liked {
+			v.ViewerReaction = "like"
+		}
+		if !want.Counts {
+			v.Counts = Counts{}
+		}
+		if !want.Liked {
+			v.Liked = false
+		}
+	}
+}
+
+// ReactAsLike is ReactToPost for a backend whose only reaction kind is
+// like: like is its Like, any other kind ErrInvalid (UnreactToPost is its
+// Unlike).
+func ReactAsLike(ctx context.Context, like func(context.Context, UserID, PostID) error, viewer UserID, post PostID, kind string) error {
+	if kind != "like" {
+		if err := CheckViewer(viewer); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: unknown reaction kind %q", ErrInvalid, kind)
+	}
+	return like(ctx, viewer, post)
+}
+
+// LikesWant returns the read want needs from a backend whose only
+// reaction kind is like: counts for the reactions, like flags for the
+// viewer's reaction.
+func LikesWant(want PageWant) PageWant {
+	want.Counts = want.Counts || want.Reactions
+	want.Liked = want.Liked || want.ViewerReaction
+	return want
 }
 
 // UserCounts are the per-user counters shown on a profile.
@@ -255,13 +318,30 @@ type Store interface {
 	Liked(ctx context.Context, viewer UserID, ids []PostID) ([]bool, error)
 	Favorited(ctx context.Context, viewer UserID, ids []PostID) ([]bool, error)
 	// Like adds viewer's like once (repeats change nothing) and bumps the
-	// author's unread likes when viewer is not the author. Unlike removes it
-	// and leaves the author's unread alone. Favorite/Unfavorite likewise,
+	// author's unread likes when viewer is not the author: it is
+	// ReactToPost of "like", so it switches a reaction of another kind to
+	// like. Unlike removes a like (not a reaction of another kind) and
+	// leaves the author's unread alone. Liked reports a reaction of like. Favorite/Unfavorite likewise,
 	// without unread effects. Unknown posts are ErrNotFound.
 	Like(ctx context.Context, viewer UserID, post PostID) error
 	Unlike(ctx context.Context, viewer UserID, post PostID) error
 	Favorite(ctx context.Context, viewer UserID, post PostID) error
 	Unfavorite(ctx context.Context, viewer UserID, post PostID) error
+	// ReactionKinds lists the deployment's reaction kinds in display
+	// order, like among them (-reactions).
+	ReactionKinds() []string
+	// ReactToPost makes kind (one of ReactionKinds, else ErrInvalid)
+	// viewer's one reaction on post: a first reaction counts one under
+	// its kind and, on someone else's post, adds one to the author's
+	// unread likes; a switch from another kind moves one count from the
+	// old kind to the new in one step (no reader sees both counted or
+	// neither) and bumps nobody; the same kind again changes nothing.
+	// Like is ReactToPost of "like", and Unlike removes a reaction only
+	// when it is a like. Unknown posts are ErrNotFound.
+	ReactToPost(ctx context.Context, viewer UserID, post PostID, kind string) error
+	// UnreactToPost removes viewer's reaction on post, of whatever kind:
+	// its kind loses one; the author's badge stays. None changes nothing.
+	UnreactToPost(ctx context.Context, viewer UserID, post PostID) error
 	// Comment counts one comment on post, bumps the author's unread
 	// comments (if viewer is not the author) and each mentioned user's
 	// unread mentions (not viewer's; duplicates count once). A comment
@@ -278,16 +358,16 @@ type Store interface {
 	// DeletePost deletes post (its author or a privileged actor, else
 	// ErrForbidden): it reads as unknown from then on and its id is never
 	// taken again; the author's post count drops by one; a repost's
-	// original loses one repost; its likes, favorites and counted comment
-	// ids are forgotten. Followers' feed badges count posts made, not
+	// original loses one repost; its reactions (likes among them),
+	// favorites and counted comment ids are forgotten. Followers' feed badges count posts made, not
 	// posts kept: none goes below zero, a post made later counts as new
 	// for every follower, and a deleted post that was unread may stay
 	// counted until the follower reads their feed. A repeat changes
 	// nothing; an id never known is ErrNotFound.
 	DeletePost(ctx context.Context, actor Actor, post PostID) error
 	// EraseUser erases user (callers check that the actor may: an admin
-	// or a service): every like, favorite and comment-writer record of
-	// the user goes (each post's counts drop exactly once), every follow
+	// or a service): every reaction (likes among them), favorite and
+	// comment-writer record of the user goes (each post's counts drop exactly once), every follow
 	// edge both ways (follower and following counts drop), the user
 	// leaves every group and no member or receipt list names them any
 	// more (receipts already recorded stay counted; messages they sent

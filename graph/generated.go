@@ -81,12 +81,14 @@ type ComplexityRoot struct {
 		MarkRead                  func(childComplexity int, kind model.UnreadKind) int
 		PublishSystemNotification func(childComplexity int, title string, body string, idempotencyKey *string) int
 		PushRedDot                func(childComplexity int) int
+		ReactToPost               func(childComplexity int, postID string, kind string) int
 		RecordViews               func(childComplexity int, postIds []string) int
 		RepostPost                func(childComplexity int, postID string, mentions []string, idempotencyKey *string) int
 		SendMessage               func(childComplexity int, groupID string, text string, mentions []string, idempotencyKey *string) int
 		UnfavoritePost            func(childComplexity int, postID string) int
 		Unfollow                  func(childComplexity int, userID string) int
 		UnlikePost                func(childComplexity int, postID string) int
+		UnreactToPost             func(childComplexity int, postID string) int
 	}
 
 	Post struct {
@@ -94,8 +96,10 @@ type ComplexityRoot struct {
 		Counts             func(childComplexity int) int
 		CreatedAt          func(childComplexity int) int
 		ID                 func(childComplexity int) int
+		Reactions          func(childComplexity int) int
 		ViewerHasFavorited func(childComplexity int) int
 		ViewerHasLiked     func(childComplexity int) int
+		ViewerReaction     func(childComplexity int) int
 	}
 
 	PostCounts struct {
@@ -115,6 +119,11 @@ type ComplexityRoot struct {
 		SystemNotifications func(childComplexity int, first *int, after *string) int
 		User                func(childComplexity int, id string) int
 		Viewer              func(childComplexity int) int
+	}
+
+	ReactionCount struct {
+		Count func(childComplexity int) int
+		Kind  func(childComplexity int) int
 	}
 
 	ReadReceipts struct {
@@ -178,6 +187,8 @@ type MutationResolver interface {
 	CreatePost(ctx context.Context, id *string, idempotencyKey *string) (*model1.Post, error)
 	LikePost(ctx context.Context, postID string) (*model1.Post, error)
 	UnlikePost(ctx context.Context, postID string) (*model1.Post, error)
+	ReactToPost(ctx context.Context, postID string, kind string) (*model1.Post, error)
+	UnreactToPost(ctx context.Context, postID string) (*model1.Post, error)
 	FavoritePost(ctx context.Context, postID string) (*model1.Post, error)
 	UnfavoritePost(ctx context.Context, postID string) (*model1.Post, error)
 	CommentOnPost(ctx context.Context, postID string, commentID *string, mentions []string, idempotencyKey *string) (*model1.Post, error)
@@ -471,6 +482,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PushRedDot(childComplexity), true
+	case "Mutation.reactToPost":
+		if e.ComplexityRoot.Mutation.ReactToPost == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_reactToPost_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReactToPost(childComplexity, args["postId"].(string), args["kind"].(string)), true
 	case "Mutation.recordViews":
 		if e.ComplexityRoot.Mutation.RecordViews == nil {
 			break
@@ -537,6 +559,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UnlikePost(childComplexity, args["postId"].(string)), true
+	case "Mutation.unreactToPost":
+		if e.ComplexityRoot.Mutation.UnreactToPost == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_unreactToPost_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UnreactToPost(childComplexity, args["postId"].(string)), true
 
 	case "Post.author":
 		if e.ComplexityRoot.Post.Author == nil {
@@ -562,6 +595,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Post.ID(childComplexity), true
+	case "Post.reactions":
+		if e.ComplexityRoot.Post.Reactions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Post.Reactions(childComplexity), true
 	case "Post.viewerHasFavorited":
 		if e.ComplexityRoot.Post.ViewerHasFavorited == nil {
 			break
@@ -574,6 +613,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Post.ViewerHasLiked(childComplexity), true
+	case "Post.viewerReaction":
+		if e.ComplexityRoot.Post.ViewerReaction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Post.ViewerReaction(childComplexity), true
 
 	case "PostCounts.comments":
 		if e.ComplexityRoot.PostCounts.Comments == nil {
@@ -685,6 +730,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
+
+	case "ReactionCount.count":
+		if e.ComplexityRoot.ReactionCount.Count == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReactionCount.Count(childComplexity), true
+	case "ReactionCount.kind":
+		if e.ComplexityRoot.ReactionCount.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReactionCount.Kind(childComplexity), true
 
 	case "ReadReceipts.readCount":
 		if e.ComplexityRoot.ReadReceipts.ReadCount == nil {
@@ -1038,6 +1096,20 @@ type Post {
   viewerHasLiked: Boolean!
   "Whether the viewer has favorited it. False when no viewer is signed in."
   viewerHasFavorited: Boolean!
+  """
+  The post's count of every reaction kind of the deployment (` + "`" + `-reactions` + "`" + `), in its display order, zeros included. Like is a kind: its count is ` + "`" + `counts.likes` + "`" + `. Batched with the page's counts: one engine read.
+  """
+  reactions: [ReactionCount!]!
+  "The viewer's reaction kind on the post (one of ` + "`" + `reactions` + "`" + `' kinds), or null: none, or no viewer signed in."
+  viewerReaction: String
+}
+
+"One reaction kind's count on a post."
+type ReactionCount {
+  "The kind, as ` + "`" + `-reactions` + "`" + ` names it (` + "`" + `like` + "`" + `, ` + "`" + `love` + "`" + `, ...)."
+  kind: String!
+  "Users whose one reaction on the post is this kind."
+  count: Long!
 }
 
 "Exact counts of one post."
@@ -1212,6 +1284,20 @@ type Mutation {
   "Removes the viewer's like. Unliking a post not liked changes nothing; the author's unread is left alone."
   unlikePost(
     "The post to unlike."
+    postId: ID!
+  ): Post! @auth
+  """
+  Sets the viewer's one reaction on a post to kind, one of the deployment's ` + "`" + `-reactions` + "`" + ` (BAD_USER_INPUT otherwise). Switching from another kind moves one count from the old kind to the new in one step; the same kind again changes nothing. A first reaction of any kind on someone else's post adds 1 to the author's unread likes; a switch adds nothing. ` + "`" + `likePost` + "`" + ` is the reaction ` + "`" + `like` + "`" + `. Returns the post: select ` + "`" + `reactions { kind count } viewerReaction` + "`" + ` to update a cache.
+  """
+  reactToPost(
+    "The post to react to."
+    postId: ID!
+    "The reaction kind, for example ` + "`" + `love` + "`" + `."
+    kind: String!
+  ): Post! @auth
+  "Removes the viewer's reaction on a post, of whatever kind. Removing none changes nothing; the author's unread is left alone."
+  unreactToPost(
+    "The post whose reaction to remove."
     postId: ID!
   ): Post! @auth
   "Favorites a post as the viewer. A second favorite changes nothing; no unread badge moves."
@@ -1421,6 +1507,10 @@ func (ec *executionContext) childFields_Post(ctx context.Context, field graphql.
 		return ec.fieldContext_Post_viewerHasLiked(ctx, field)
 	case "viewerHasFavorited":
 		return ec.fieldContext_Post_viewerHasFavorited(ctx, field)
+	case "reactions":
+		return ec.fieldContext_Post_reactions(ctx, field)
+	case "viewerReaction":
+		return ec.fieldContext_Post_viewerReaction(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Post", field.Name)
 }
@@ -1441,6 +1531,16 @@ func (ec *executionContext) childFields_PostCounts(ctx context.Context, field gr
 		return ec.fieldContext_PostCounts_favorites(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PostCounts", field.Name)
+}
+
+func (ec *executionContext) childFields_ReactionCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_ReactionCount_kind(ctx, field)
+	case "count":
+		return ec.fieldContext_ReactionCount_count(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReactionCount", field.Name)
 }
 
 func (ec *executionContext) childFields_ReadReceipts(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1917,6 +2017,28 @@ func (ec *executionContext) field_Mutation_publishSystemNotification_args(ctx co
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_reactToPost_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "postId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["postId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["kind"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_recordViews_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2028,6 +2150,20 @@ func (ec *executionContext) field_Mutation_unfollow_args(ctx context.Context, ra
 }
 
 func (ec *executionContext) field_Mutation_unlikePost_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "postId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["postId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_unreactToPost_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "postId",
@@ -2692,6 +2828,120 @@ func (ec *executionContext) fieldContext_Mutation_unlikePost(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_unlikePost_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_reactToPost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_reactToPost(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReactToPost(ctx, fc.Args["postId"].(string), fc.Args["kind"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.Auth == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive auth is not implemented")
+				}
+				return ec.Directives.Auth(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
+			return ec.marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPost(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_reactToPost(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Post(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_reactToPost_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_unreactToPost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_unreactToPost(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UnreactToPost(ctx, fc.Args["postId"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.Auth == nil {
+					var zeroVal *model1.Post
+					return zeroVal, errors.New("directive auth is not implemented")
+				}
+				return ec.Directives.Auth(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model1.Post) graphql.Marshaler {
+			return ec.marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPost(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_unreactToPost(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Post(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_unreactToPost_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3932,6 +4182,61 @@ func (ec *executionContext) fieldContext_Post_viewerHasFavorited(_ context.Conte
 	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
+func (ec *executionContext) _Post_reactions(ctx context.Context, field graphql.CollectedField, obj *model1.Post) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Post_reactions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reactions(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model1.ReactionCount) graphql.Marshaler {
+			return ec.marshalNReactionCount2ᚕgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReactionCountᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Post_reactions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Post",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReactionCount(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Post_viewerReaction(ctx context.Context, field graphql.CollectedField, obj *model1.Post) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Post_viewerReaction(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ViewerReaction(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Post_viewerReaction(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Post", field, true, false, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _PostCounts_id(ctx context.Context, field graphql.CollectedField, obj *model1.PostCounts) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4479,6 +4784,52 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _ReactionCount_kind(ctx context.Context, field graphql.CollectedField, obj *model1.ReactionCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReactionCount_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReactionCount_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReactionCount", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ReactionCount_count(ctx context.Context, field graphql.CollectedField, obj *model1.ReactionCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReactionCount_count(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Count, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNLong2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReactionCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReactionCount", field, false, false, errors.New("field of type Long does not have child fields"))
 }
 
 func (ec *executionContext) _ReadReceipts_readCount(ctx context.Context, field graphql.CollectedField, obj *model1.ReadReceipts) (ret graphql.Marshaler) {
@@ -6523,6 +6874,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "reactToPost":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_reactToPost(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "unreactToPost":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_unreactToPost(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "favoritePost":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_favoritePost(ctx, field)
@@ -6717,6 +7082,16 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 		case "viewerHasFavorited":
 			out.Values[i] = ec._Post_viewerHasFavorited(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reactions":
+			out.Values[i] = ec._Post_reactions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "viewerReaction":
+			out.Values[i] = ec._Post_viewerReaction(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -6990,6 +7365,49 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var reactionCountImplementors = []string{"ReactionCount"}
+
+func (ec *executionContext) _ReactionCount(ctx context.Context, sel ast.SelectionSet, obj *model1.ReactionCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reactionCountImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReactionCount")
+		case "kind":
+			out.Values[i] = ec._ReactionCount_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "count":
+			out.Values[i] = ec._ReactionCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -8141,6 +8559,26 @@ func (ec *executionContext) marshalNPost2ᚖgithubᚗcomᚋtallyᚑdevᚋtally�
 
 func (ec *executionContext) marshalNPostCounts2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐPostCounts(ctx context.Context, sel ast.SelectionSet, v model1.PostCounts) graphql.Marshaler {
 	return ec._PostCounts(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNReactionCount2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReactionCount(ctx context.Context, sel ast.SelectionSet, v model1.ReactionCount) graphql.Marshaler {
+	return ec._ReactionCount(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNReactionCount2ᚕgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReactionCountᚄ(ctx context.Context, sel ast.SelectionSet, v []model1.ReactionCount) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNReactionCount2githubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReactionCount(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNReadReceipts2ᚖgithubᚗcomᚋtallyᚑdevᚋtallyᚋresolversᚋmodelᚐReadReceipts(ctx context.Context, sel ast.SelectionSet, v *model1.ReadReceipts) graphql.Marshaler {

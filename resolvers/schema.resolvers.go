@@ -96,6 +96,10 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 			want.Liked = true
 		case "viewerHasFavorited":
 			want.Favorited = true
+		case "reactions":
+			want.Reactions = true
+		case "viewerReaction":
+			want.ViewerReaction = true
 		case "author":
 			for _, af := range graphql.CollectFields(graphql.GetOperationContext(ctx), f.Selections, []string{"User"}) {
 				wantAuthorCounts = wantAuthorCounts || af.Name != "id" && af.Name != "__typename"
@@ -115,7 +119,10 @@ func loadPage(ctx context.Context, ids []engine.PostID) ([]*model.Post, error) {
 		}
 		p := &posts[i]
 		*p = model.Post{PostID: ids[i], AuthorID: v.Author, CountValues: v.Counts,
-			ViewerHasLiked: v.Liked, ViewerHasFavorited: v.Favorited}
+			ViewerHasLiked: v.Liked, ViewerHasFavorited: v.Favorited, ViewerKind: v.ViewerReaction}
+		if want.Reactions {
+			p.Kinds, p.ReactionValues = l.Store.ReactionKinds(), &views[i].Reactions
+		}
 		out[i] = p
 		if wantAuthorCounts && v.Author != 0 && !slices.Contains(authors, v.Author) {
 			authors = append(authors, v.Author)
@@ -417,6 +424,16 @@ func (r *mutationResolver) LikePost(ctx context.Context, postID string) (*model.
 
 func (r *mutationResolver) UnlikePost(ctx context.Context, postID string) (*model.Post, error) {
 	return r.postOp(ctx, postID, r.Store.Unlike)
+}
+
+func (r *mutationResolver) ReactToPost(ctx context.Context, postID string, kind string) (*model.Post, error) {
+	return r.postOp(ctx, postID, func(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+		return r.Store.ReactToPost(ctx, viewer, post, kind)
+	})
+}
+
+func (r *mutationResolver) UnreactToPost(ctx context.Context, postID string) (*model.Post, error) {
+	return r.postOp(ctx, postID, r.Store.UnreactToPost)
 }
 
 func (r *mutationResolver) FavoritePost(ctx context.Context, postID string) (*model.Post, error) {

@@ -1,7 +1,10 @@
 // Package counters names the five counters of a post (seed 003) and their
-// order, the order of engine.Counts. The embedded engine's snapshots mark
-// a post's non-zero counters by these numbers, so the order is part of the
-// on-disk format: a new counter goes at the end.
+// order, the order of engine.Counts, and the reaction kinds a deployment
+// adds to them (kinds.go: kind ids, a post's counts of the kinds beyond
+// like, the kinds table and how a configuration is reconciled with it).
+// The embedded engine's snapshots mark a post's non-zero counters by
+// these numbers, so the order is part of the on-disk format: a new
+// counter goes at the end.
 package counters
 
 import "math"

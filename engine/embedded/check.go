@@ -48,21 +48,54 @@ var _ engine.Checker = (*Engine)(nil)
 // postCheck is a count in the post record derived from a pair set.
 // atLeast says the count also counts what no pair records (comments sent
 // without an id): only a count below its pairs is a drift, repaired up
-// to their number.
+// to their number. kind, when set, counts only the pairs of that
+// reaction kind (the like set holds every kind) against the post's count
+// of the kind (like's is its likes) instead of field.
 type postCheck struct {
 	code    byte
 	name    string
 	field   counters.Field
 	pairs   func(*state) *tier.Set
+	kind    counters.Kind
 	atLeast bool
 }
 
 var postChecks = []postCheck{
-	{code: 1, name: engine.CheckLikes, field: counters.Likes, pairs: func(st *state) *tier.Set { return st.likes }},
+	{code: 1, name: engine.CheckLikes, field: counters.Likes, pairs: likeSet, kind: counters.Like},
 	{code: 2, name: engine.CheckFavorites, field: counters.Favorites, pairs: func(st *state) *tier.Set { return st.favs }},
 	// A comment sent without an id is counted with none to show for it:
 	// the ids bound the count from below only.
 	{code: 5, name: engine.CheckComments, field: counters.Comments, pairs: func(st *state) *tier.Set { return st.comments }, atLeast: true},
+}
+
+func likeSet(st *state) *tier.Set { return st.likes }
+
+// kindChecks are the checks of the reaction kinds other than like, by
+// kind id: code kindCheckBase+id. A state checks those its kinds table
+// has (postChecksOf), named by the kind's name.
+var kindChecks [counters.MaxKinds + 1]postCheck
+
+const kindCheckBase = 0x40
+
+func init() {
+	for k := counters.Like + 1; k <= counters.MaxKinds; k++ {
+		kindChecks[k] = postCheck{code: kindCheckBase + byte(k), kind: k, pairs: likeSet}
+	}
+}
+
+// postChecksOf returns the post checks of st: postChecks, then one per
+// reaction kind of its kinds table other than like.
+func (st *state) postChecksOf() []postCheck {
+	checks := slices.Clone(postChecks)
+	kinds := st.posts.Kinds()
+	for _, k := range kinds.IDs() {
+		if k != counters.Like {
+			c := kindChecks[k]
+			c.name = engine.CheckReactions + kinds.Name(k)
+			checks = append(checks, c)
+		}
+	}
+	return checks
 }
 
 // userCheck is a per-user count derived by grouping another structure:
@@ -114,6 +147,9 @@ type recountRec struct {
 	check    byte
 	id       uint64
 	from, to int64
+	// name is the check's, for the report: a reaction kind's check is
+	// named by the kinds table of the state recounted. Not logged.
+	name string
 }
 
 // errCountMoved refuses a repair whose count changed since it was
@@ -160,7 +196,7 @@ func CheckDir(ctx context.Context, dir string, opts engine.CheckOptions, tierOpt
 		// make a million of them take hours. Close fsyncs them all, and
 		// CheckDir returns only after it did.
 		e, err := Open(Options{Dir: dir, Sync: wal.SyncNone, SnapshotInterval: -1, SnapshotLogBytes: -1,
-			SweepInterval: -1, MaintainInterval: -1, Tables: tierOpts, Logger: logger})
+			SweepInterval: -1, MaintainInterval: -1, Tables: tierOpts, Logger: logger, StoredReactions: true})
 		if err != nil {
 			return engine.CheckResult{}, err
 		}
@@ -209,7 +245,10 @@ func holdsStore(dir string) error {
 func reportDrifts(res *engine.CheckResult, drifts []recountRec, opts engine.CheckOptions, commit func(*recountRec) error) error {
 	for i := range drifts {
 		r := &drifts[i]
-		name := checkName(r.check)
+		name := r.name
+		if name == "" {
+			name = checkName(r.check)
+		}
 		d := engine.Drift{Count: name, ID: r.id, Stored: r.from, Recounted: r.to}
 		t := res.Tally(name)
 		if opts.Repair && commit != nil {
@@ -245,6 +284,9 @@ func checkName(code byte) string {
 }
 
 func postCheckOf(code byte) *postCheck {
+	if k := int(code) - kindCheckBase; k > int(counters.Like) && k <= counters.MaxKinds {
+		return &kindChecks[k]
+	}
 	for i := range postChecks {
 		if postChecks[i].code == code {
 			return &postChecks[i]
@@ -267,13 +309,14 @@ func userCheckOf(code byte) *userCheck {
 // the read lock.
 func (st *state) recount(ctx context.Context) (engine.CheckResult, []recountRec, error) {
 	var res engine.CheckResult
-	for _, c := range postChecks {
+	checks := st.postChecksOf()
+	for _, c := range checks {
 		res.Tally(c.name)
 	}
 	for _, c := range userChecks {
 		res.Tally(c.name)
 	}
-	drifts, err := st.recountPosts(ctx, &res)
+	drifts, err := st.recountPosts(ctx, checks, &res)
 	if err != nil {
 		return res, nil, err
 	}
@@ -324,14 +367,20 @@ func (s *pairStream) take(post uint64) int64 {
 // context.
 const checkEvery = 1 << 14
 
-func (st *state) recountPosts(ctx context.Context, res *engine.CheckResult) ([]recountRec, error) {
-	streams := make([]*pairStream, len(postChecks))
-	for i := range postChecks {
-		c := &postChecks[i]
+func (st *state) recountPosts(ctx context.Context, checks []postCheck, res *engine.CheckResult) ([]recountRec, error) {
+	streams := make([]*pairStream, len(checks))
+	for i := range checks {
+		c := &checks[i]
 		set := c.pairs(st)
 		var rangeErr error
 		next, stop := iter.Pull2(iter.Seq2[uint64, uint64](func(yield func(uint64, uint64) bool) {
-			rangeErr = set.Range(yield)
+			if c.kind == counters.NoKind {
+				rangeErr = set.Range(yield)
+				return
+			}
+			rangeErr = set.RangeKinds(func(user, post uint64, kind counters.Kind) bool {
+				return kind != c.kind || yield(user, post)
+			})
 		}))
 		streams[i] = &pairStream{check: c, tally: res.Tally(c.name), next: next, stop: stop, err: &rangeErr}
 		defer stop()
@@ -354,8 +403,8 @@ func (st *state) recountPosts(ctx context.Context, res *engine.CheckResult) ([]r
 				continue
 			}
 			s.tally.Checked++
-			if stored := countOf(p.Counts, s.check.field); stored != got && !(s.check.atLeast && stored > got) {
-				drifts = append(drifts, recountRec{check: s.check.code, id: id, from: stored, to: got})
+			if stored := s.check.count(&p); stored != got && !(s.check.atLeast && stored > got) {
+				drifts = append(drifts, recountRec{check: s.check.code, name: s.check.name, id: id, from: stored, to: got})
 			}
 		}
 		return true
@@ -441,12 +490,20 @@ func countOf(c engine.Counts, f counters.Field) int64 {
 	return 0
 }
 
+// count returns the post's count c checks.
+func (c *postCheck) count(p *tier.Post) int64 {
+	if c.kind != counters.NoKind {
+		return p.Count(c.kind)
+	}
+	return countOf(p.Counts, c.field)
+}
+
 // storedCount reads r's count as the state holds it now, and whether its
 // post exists (a user count always does).
 func (st *state) storedCount(r *recountRec) (int64, bool, error) {
 	if c := postCheckOf(r.check); c != nil {
 		p, ok, err := st.posts.Get(r.id)
-		return countOf(p.Counts, c.field), ok, err
+		return c.count(&p), ok, err
 	}
 	v, _ := userCheckOf(r.check).stored(st).Get(r.id)
 	return v, true, nil
@@ -473,7 +530,13 @@ func (st *state) applyRecount(r *recountRec) {
 		return
 	}
 	if c := postCheckOf(r.check); c != nil {
-		if r.to != cur {
+		switch {
+		case r.to == cur:
+		case c.kind != counters.NoKind:
+			was, is, err := st.posts.AddReaction(r.id, c.kind, r.to-cur)
+			st.noteErr(err)
+			st.counted += countedDelta(was, is)
+		default:
 			st.addCount(ops.CountDelta{Post: engine.PostID(r.id), Field: c.field, Delta: r.to - cur})
 		}
 		return

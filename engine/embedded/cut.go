@@ -26,7 +26,10 @@ import (
 //     (its Scrub flag, a copy of its forgotten posts), so a delete or an
 //     erasure step meanwhile changes only the live window's; an
 //     erasure's Scan of a held open window holds it too, and the thaw
-//     leaves the writes made meanwhile in the delta until the scan ends;
+//     leaves the writes made meanwhile in the delta until the scan ends.
+//     The post table's view copies its reaction kinds table (an array
+//     of names, which a kinds record replaces whole), and the sets'
+//     entries carry each pair's kind, so reactions need nothing more;
 //   - the per-user count tables (engine/usercounts: posted, followers,
 //     reposts' originals, authors' deleted posts) freeze their live
 //     overlay as a fold job does, over the packed part that never

@@ -118,13 +118,13 @@ func TestScrubKeepsAnOlderSnapshot(t *testing.T) {
 	opts := durableOpts(dir, clk)
 	e := openE(t, opts)
 	for round := range 3 {
-		workload(t, e, clk, 40+uint64(round), 400)
+		workloadKept(t, e, clk, 40+uint64(round), 400)
 		ok(t, e.Snapshot(bg))
 	}
 	list := snapshots(t, dir)
 	rotten := list[len(list)-1]
 	flipByte(t, rotten.Path, 100)
-	workload(t, e, clk, 43, 400)
+	workloadKept(t, e, clk, 43, 400)
 	ok(t, e.Snapshot(bg))
 	if _, err := os.Stat(rotten.Path + ".corrupt"); err != nil {
 		t.Fatalf("the rotten snapshot was not moved aside: %v", err)

@@ -53,7 +53,7 @@
 // # Log records
 //
 // Each kind of mutation has its own record type (record.go and the
-// domains' files: createPostRec, likeRec, commentRec, sendMessageRec,
+// domains' files: createPostRec, reactRec, commentRec, sendMessageRec,
 // ...), embedding its engine/ops operation plus the record's header (time,
 // idempotency key hash and fingerprint) and the ids the engine decided
 // before logging (new post, message, group and notification ids; a

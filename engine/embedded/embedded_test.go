@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
@@ -440,7 +441,7 @@ func (st *state) dump() string {
 	counted := 0
 	st.posts.Range(func(k uint64, p tier.Post) bool {
 		rows = append(rows, kv{fmt.Sprint(k), fmt.Sprintf("%+v", p)})
-		if !p.Counts.IsZero() {
+		if p.HasCounts() {
 			counted++
 		}
 		return true
@@ -450,7 +451,10 @@ func (st *state) dump() string {
 	line("imported %d..%d", st.imported.Lo, st.imported.Hi)
 	for i, set := range st.sets() {
 		rows = nil
-		set.Range(func(u, p uint64) bool { rows = append(rows, kv{fmt.Sprint(u, " ", p), ""}); return true })
+		set.RangeKinds(func(u, p uint64, k counters.Kind) bool {
+			rows = append(rows, kv{fmt.Sprint(u, " ", p), fmt.Sprint(k)})
+			return true
+		})
 		section([]string{"likes", "favs", "deleted", "comments", "uncounted", "writers"}[i], rows)
 	}
 	rows = nil
@@ -582,7 +586,7 @@ func runWorkload(t testing.TB, e *Engine, clk *clock, seed uint64, n int, erase 
 			clk.Advance(time.Duration(rng.IntN(1000)) * time.Millisecond)
 		}
 		var err error
-		switch rng.IntN(28) {
+		switch rng.IntN(30) {
 		case 24:
 			// A comment with the app's id, new or sent before.
 			c := engine.CommentID(snowflake.Make(clk.Now().UnixMilli(), 7, uint64(rng.IntN(4))))
@@ -670,6 +674,11 @@ func runWorkload(t testing.TB, e *Engine, clk *clock, seed uint64, n int, erase 
 			if len(msgs) > 0 {
 				_, err = e.MarkMessagesRead(bg, user(), []engine.MessageID{msgs[pick(len(msgs))], msgs[pick(len(msgs))]})
 			}
+		case 28:
+			kinds := e.ReactionKinds()
+			err = e.ReactToPost(bg, user(), post(), kinds[rng.IntN(len(kinds))])
+		case 29:
+			err = e.UnreactToPost(bg, user(), post())
 		case 23:
 			switch rng.IntN(8) {
 			case 0, 1:
@@ -706,6 +715,7 @@ func TestReplayDeterminism(t *testing.T) {
 		e := open(t, Options{Now: clk.Now, CursorTTL: 3 * 24 * time.Hour, SweepInterval: -1})
 		var recs [][]byte
 		e.tap = func(rec []byte) { recs = append(recs, bytes.Clone(rec)) }
+		ok(t, e.setKinds(enginetest.ScriptKinds)) // a kinds record, as at a start that adds kinds
 		workload(t, e, clk, seed, 6000)
 		replayed := newState(tables{})
 		kinds := map[opKind]int{}
@@ -832,10 +842,10 @@ func TestWideUnreadCounters(t *testing.T) {
 // memory and durable; the durable engine is restarted at random points.
 func TestClocked(t *testing.T) {
 	memory := func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
-		return open(t, Options{Now: cfg.Now, CursorTTL: cfg.CursorTTL}), nil
+		return open(t, Options{Now: cfg.Now, CursorTTL: cfg.CursorTTL, Reactions: cfg.Reactions}), nil
 	}
 	durable := func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
-		opts := Options{Dir: t.TempDir(), Sync: wal.SyncNone, Now: cfg.Now, CursorTTL: cfg.CursorTTL, Logger: quiet}
+		opts := Options{Dir: t.TempDir(), Sync: wal.SyncNone, Now: cfg.Now, CursorTTL: cfg.CursorTTL, Logger: quiet, Reactions: cfg.Reactions}
 		cur, err := Open(opts)
 		ok(t, err)
 		t.Cleanup(func() { cur.Close() })

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,11 +30,28 @@ const erased engine.UserID = 0x0123456789ABCDEF
 // kept in snapshots and the log: likes, favorites, comments with ids
 // (writer records), posts, follows both ways, groups and messages,
 // idempotency records, badges, a cursor and a red-dot click.
+// lifeKinds are lifeWorld's reaction kinds; the erased user reacts to
+// post i with kind i%3.
+var lifeKinds = []string{"like", "love", "haha"}
+
+// pageReactions reads every kind's count of posts.
+func pageReactions(t *testing.T, e *Engine, posts []engine.PostID) []engine.Reactions {
+	t.Helper()
+	out := make([]engine.PostView, len(posts))
+	ok(t, e.Page(bg, 0, posts, engine.PageWant{Reactions: true}, out))
+	rs := make([]engine.Reactions, len(posts))
+	for i, v := range out {
+		rs[i] = v.Reactions
+	}
+	return rs
+}
+
 func lifeWorld(t *testing.T, dir string, clk *clock) (*Engine, Options, []engine.PostID) {
 	t.Helper()
 	opts := durableOpts(dir, clk)
 	opts.Tables = tier.Options{OpenAge: -1, ColdAge: 48 * time.Hour}
 	opts.MaintainInterval = -1 // the test maintains
+	opts.Reactions = lifeKinds
 	e := openE(t, opts)
 	var posts []engine.PostID
 	for day := 10; day >= 0; day-- {
@@ -49,8 +68,13 @@ func lifeWorld(t *testing.T, dir string, clk *clock) (*Engine, Options, []engine
 		}
 	}
 	for i, p := range posts {
-		ok(t, e.Like(bg, erased, p))
+		// Reactions of other kinds in every window: each comes off its
+		// own kind's count.
+		ok(t, e.ReactToPost(bg, erased, p, lifeKinds[i%len(lifeKinds)]))
 		ok(t, e.Like(bg, engine.UserID(200+i%3), p))
+		if i%2 == 1 {
+			ok(t, e.ReactToPost(bg, engine.UserID(210+i%3), p, "haha"))
+		}
 		if i%2 == 0 {
 			ok(t, e.Favorite(bg, erased, p))
 		}
@@ -110,18 +134,27 @@ func TestEraseLeavesNoTrace(t *testing.T) {
 	}
 	before, err := e.Counts(bg, posts)
 	ok(t, err)
+	reactionsBefore := pageReactions(t, e, posts)
 	ok(t, e.EraseUser(bg, erased))
 	waitErasures(t, e)
 	after, err := e.Counts(bg, posts)
 	ok(t, err)
+	reactionsAfter := pageReactions(t, e, posts)
 	for i := range posts {
 		want := before[i]
-		want.Likes--
+		if i%len(lifeKinds) == 0 {
+			want.Likes--
+		}
 		if i%2 == 0 {
 			want.Favorites--
 		}
 		if after[i] != want {
 			t.Fatalf("post %d: counts %+v after the erasure, want %+v", i, after[i], want)
+		}
+		wantR := reactionsBefore[i]
+		wantR.Count[i%len(lifeKinds)]--
+		if reactionsAfter[i] != wantR {
+			t.Fatalf("post %d: reactions %v after the erasure, want %v", i, reactionsAfter[i].Count[:3], wantR.Count[:3])
 		}
 	}
 	ok(t, e.Snapshot(bg))
@@ -257,7 +290,7 @@ func TestEraseReadsExactWhileRunning(t *testing.T) {
 		}
 		un, err := e.Unread(bg, 200)
 		ok(t, err)
-		return fmt.Sprint(cs, infos, ucs, fs, un)
+		return fmt.Sprint(cs, infos, ucs, fs, un, pageReactions(t, e, posts))
 	}
 	ok(t, e.EraseUser(bg, erased))
 	first := want()
@@ -309,24 +342,85 @@ func TestEraseWaitsForTheUser(t *testing.T) {
 	}
 }
 
+// TestEraseReactionsWhileRunning holds the eraser before its first step:
+// every read takes the erased user's reactions off their own kinds' counts
+// at once, a reaction by another user on the same posts settles the
+// pending ones first (no count goes below what the whole erasure leaves),
+// and the finished erasure leaves the same counts.
+func TestEraseReactionsWhileRunning(t *testing.T) {
+	const erased, other, third = engine.UserID(7), engine.UserID(8), engine.UserID(9)
+	e := open(t, Options{Reactions: []string{"like", "love", "haha"}, SweepInterval: -1})
+	p1, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	p2, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	p3, err := e.CreatePost(bg, 1, 0, "")
+	ok(t, err)
+	ok(t, e.ReactToPost(bg, erased, p3, "haha"))
+	ok(t, e.ReactToPost(bg, erased, p1, "love"))
+	ok(t, e.ReactToPost(bg, erased, p2, "like"))
+	ok(t, e.ReactToPost(bg, other, p1, "love"))
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before Close, which waits for the eraser, on a failure too
+	setStepGate(e, func() { <-gate })
+	ok(t, e.EraseUser(bg, erased))
+	check := func(when string, post engine.PostID, want map[string]int64) {
+		t.Helper()
+		got, _ := reactionsOf(t, e, third, post)
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: post %d reads %v, want %v", when, post, got, want)
+		}
+	}
+	check("erasure pending", p1, map[string]int64{"like": 0, "love": 1, "haha": 0})
+	check("erasure pending", p2, map[string]int64{"like": 0, "love": 0, "haha": 0})
+	// Changes to the counts the erased user's reactions are in.
+	ok(t, e.UnreactToPost(bg, other, p1))
+	ok(t, e.ReactToPost(bg, third, p2, "haha"))
+	ok(t, e.ReactToPost(bg, third, p2, "like"))
+	check("after other reactions", p1, map[string]int64{"like": 0, "love": 0, "haha": 0})
+	check("after other reactions", p2, map[string]int64{"like": 1, "love": 0, "haha": 0})
+	// An import replaces the five counts and leaves the other kinds'.
+	ok(t, e.Import(bg, []engine.ImportRow{{Post: p3, Author: 1, Counts: engine.Counts{Likes: 5}}}))
+	check("after an import", p3, map[string]int64{"like": 5, "love": 0, "haha": 0})
+	release()
+	for deadline := time.Now().Add(10 * time.Second); e.Stats().Erasures > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the erasure did not end")
+		}
+	}
+	check("erasure done", p1, map[string]int64{"like": 0, "love": 0, "haha": 0})
+	check("erasure done", p2, map[string]int64{"like": 1, "love": 0, "haha": 0})
+	check("erasure done", p3, map[string]int64{"like": 5, "love": 0, "haha": 0})
+	if _, viewer := reactionsOf(t, e, erased, p1); viewer != "" {
+		t.Fatalf("the erased user still reacts %q", viewer)
+	}
+}
+
 // TestEraseAfterDeleteInOpenWindow: a deleted post's pairs stay in its
 // open window, hidden, until the window is sealed; an erased user's
 // among them must not. The user likes and favorites posts of today's
 // (open) window, the posts are deleted, the user is erased: after the
 // next snapshot no file holds the id, and the window still holds the
-// other likers' hidden pairs until it seals.
+// other likers' hidden pairs until it seals. One of the user's pairs is a
+// love, so that the purge takes a pair of any kind.
 func TestEraseAfterDeleteInOpenWindow(t *testing.T) {
 	dir := t.TempDir()
 	clk := newClock()
 	opts := durableOpts(dir, clk)
 	opts.MaintainInterval = -1
+	opts.Reactions = []string{"like", "love"}
 	e := openE(t, opts)
 	var posts []engine.PostID
 	for i := range 4 {
 		p, err := e.CreatePost(bg, engine.UserID(100+i), 0, "")
 		ok(t, err)
 		posts = append(posts, p)
-		ok(t, e.Like(bg, erased, p))
+		if i == 1 {
+			ok(t, e.ReactToPost(bg, erased, p, "love"))
+		} else {
+			ok(t, e.Like(bg, erased, p))
+		}
 		ok(t, e.Favorite(bg, erased, p))
 		ok(t, e.Like(bg, 200, p))
 		clk.Advance(time.Millisecond)

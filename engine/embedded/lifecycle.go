@@ -341,7 +341,17 @@ func (st *state) decideEraseStep(r *eraseStepRec) error {
 	}
 	switch r.phase {
 	case phaseLikes:
-		s.Likes = flags(st.likes, s.Likes)
+		// Each reaction with its kind: one of another kind than like
+		// comes off that kind's count.
+		for _, p := range r.keys {
+			k, err := st.likes.KindOf(r.user, p)
+			if err != nil && st.readErr == nil {
+				st.readErr = err
+			}
+			if k != counters.NoKind {
+				s.Likes = append(s.Likes, ops.FoundFlag{Post: engine.PostID(p), PostExists: st.postExists(engine.PostID(p)), Set: true, Kind: k})
+			}
+		}
 	case phaseFavorites:
 		s.Favorites = flags(st.favs, s.Favorites)
 	case phaseWrites:
@@ -507,30 +517,29 @@ func (st *state) maskAuthor(author uint64) uint64 {
 }
 
 // maskCounts takes out of the counts of posts (recs, found) the pending
-// likes and favorites of users being erased.
+// reactions (each off its kind's count) and favorites of users being
+// erased.
 func (st *state) maskCounts(ids []uint64, recs []tier.Post, found []bool) error {
 	if len(st.erasing) == 0 {
 		return nil
 	}
 	flags := make([]bool, len(ids))
+	kinds := make([]counters.Kind, len(ids))
 	for _, x := range st.erasing {
-		for _, s := range [...]struct {
-			set   *tier.Set
-			field counters.Field
-		}{{st.likes, counters.Likes}, {st.favs, counters.Favorites}} {
-			if err := s.set.HasMany(x.user, ids, flags); err != nil {
-				return err
+		if err := st.likes.KindsOf(x.user, ids, kinds); err != nil {
+			return err
+		}
+		for i, k := range kinds {
+			if k != counters.NoKind && found[i] {
+				recs[i].AddReaction(k, -1)
 			}
-			for i, f := range flags {
-				if !f || !found[i] {
-					continue
-				}
-				c := &recs[i].Counts
-				if s.field == counters.Likes {
-					c.Likes = counters.Add(c.Likes, -1)
-				} else {
-					c.Favorites = counters.Add(c.Favorites, -1)
-				}
+		}
+		if err := st.favs.HasMany(x.user, ids, flags); err != nil {
+			return err
+		}
+		for i, f := range flags {
+			if f && found[i] {
+				recs[i].Counts.Favorites = counters.Add(recs[i].Counts.Favorites, -1)
 			}
 		}
 	}
@@ -600,7 +609,9 @@ func involved(r record, buf []uint64) []uint64 {
 	switch r := r.(type) {
 	case *createPostRec:
 		return append(buf, uint64(r.Viewer))
-	case *likeRec:
+	case *reactRec:
+		return append(buf, uint64(r.Viewer))
+	case *unreactRec:
 		return append(buf, uint64(r.Viewer))
 	case *favoriteRec:
 		return append(buf, uint64(r.Viewer))
@@ -649,51 +660,67 @@ func involved(r record, buf []uint64) []uint64 {
 	return buf
 }
 
-// settleErasures removes, before a like or favorite count of a post
-// changes, the pending likes (or favorites) of users being erased on that
-// post, with their counts. A count never goes below zero, so a decrement
-// deferred past another change would not be the one the erasure owed (an
-// import may have left the count below its set's size): settling first
-// keeps every count what it would be had the erasure finished when it was
-// asked for. removals are the change's own (an erasure step settles its
-// user itself).
-func (st *state) settleErasures(c ops.CountDelta, removals []ops.Removal) {
-	set, kind := st.likes, ops.LikeSet
-	switch c.Field {
-	case counters.Likes:
-	case counters.Favorites:
-		set, kind = st.favs, ops.FavoriteSet
-	default:
-		return
+// settleErasures removes, before a reaction or favorite count of a post
+// changes, the pending reactions (or favorites) of users being erased on
+// that post, each with its kind's count. A count never goes below zero,
+// so a decrement deferred past another change would not be the one the
+// erasure owed (an import may have left the count below its set's size):
+// settling first keeps every count what it would be had the erasure
+// finished when it was asked for. removals are the change's own (an
+// erasure step settles its user itself).
+func (st *state) settleErasures(post engine.PostID, favorites bool, removals []ops.Removal) {
+	kind := ops.LikeSet
+	if favorites {
+		kind = ops.FavoriteSet
 	}
 	for _, x := range st.erasing {
-		if slices.Contains(removals, ops.Removal{Set: kind, User: engine.UserID(x.user), Key: uint64(c.Post)}) {
+		if slices.Contains(removals, ops.Removal{Set: kind, User: engine.UserID(x.user), Key: uint64(post)}) {
 			continue
 		}
-		removed, err := set.Remove(x.user, uint64(c.Post))
-		if err != nil {
+		if favorites {
+			removed, err := st.favs.Remove(x.user, uint64(post))
 			st.noteErr(err)
+			if removed {
+				st.favs.Scrub(uint64(post))
+				st.addCount(ops.CountDelta{Post: post, Field: counters.Favorites, Delta: -1})
+			}
 			continue
 		}
-		if removed {
-			set.Scrub(uint64(c.Post))
-			st.addCount(ops.CountDelta{Post: c.Post, Field: c.Field, Delta: -1})
+		was, err := st.likes.Unreact(x.user, uint64(post))
+		st.noteErr(err)
+		switch {
+		case was == counters.NoKind:
+		case was == counters.Like:
+			st.likes.Scrub(uint64(post))
+			st.addCount(ops.CountDelta{Post: post, Field: counters.Likes, Delta: -1})
+		default:
+			st.likes.Scrub(uint64(post))
+			st.addReaction(ops.ReactionDelta{Post: post, Kind: was, Delta: -1})
 		}
 	}
 }
 
 // importUnerase takes out, before an import replaces the counts of
-// posts, the pending likes and favorites of users being erased on them:
-// the values imported are then what the posts read, as after the erasure.
+// posts, the pending reactions and favorites of users being erased on
+// them: the values imported are then what the posts read, as after the
+// erasure. A reaction of a kind other than like comes off its kind's
+// count, which an import leaves as it is.
 func (st *state) importUnerase(rows []engine.ImportRow) {
 	for _, x := range st.erasing {
 		for _, row := range rows {
-			for _, set := range [...]*tier.Set{st.likes, st.favs} {
-				if removed, err := set.Remove(x.user, uint64(row.Post)); err != nil {
-					st.noteErr(err)
-				} else if removed {
-					set.Scrub(uint64(row.Post))
+			post := uint64(row.Post)
+			was, err := st.likes.Unreact(x.user, post)
+			st.noteErr(err)
+			if was != counters.NoKind {
+				st.likes.Scrub(post)
+				if was != counters.Like {
+					st.addReaction(ops.ReactionDelta{Post: row.Post, Kind: was, Delta: -1})
 				}
+			}
+			if removed, err := st.favs.Remove(x.user, post); err != nil {
+				st.noteErr(err)
+			} else if removed {
+				st.favs.Scrub(post)
 			}
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
@@ -71,6 +73,16 @@ type Options struct {
 	MaintainInterval time.Duration
 	// Node is the snowflake node of the ids this engine makes.
 	Node uint64
+	// Reactions are the deployment's reaction kinds in display order
+	// (-reactions; nil: like alone): counters.ParseKinds' rules. A kind
+	// may be added at any start; leaving out one whose reactions are
+	// still counted fails Open with a *counters.KindInUseError naming it
+	// and its count.
+	Reactions []string
+	// StoredReactions keeps the data's kinds as they stand, Reactions
+	// unused (in id order): for a tool that writes records but serves
+	// nobody (check -repair), which must not refuse or change them.
+	StoredReactions bool
 	// Logger receives operational messages; nil means slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, receives the log's batch sizes and fsync
@@ -95,6 +107,13 @@ type Engine struct {
 	now    func() time.Time
 	ttl    int64 // cursor TTL, ns
 	logger *slog.Logger
+
+	// display are the reaction kinds in display order (Options.Reactions),
+	// kinds their ids, order the id of each in display order: set by
+	// Open, read-only after.
+	display []string
+	kinds   counters.Kinds
+	order   [counters.MaxKinds]counters.Kind
 
 	mu        sync.RWMutex
 	st        *state
@@ -191,6 +210,13 @@ func Open(opts Options) (*Engine, error) {
 	if opts.MaintainInterval == 0 {
 		opts.MaintainInterval = DefaultMaintainInterval
 	}
+	reactions := []string{"like"}
+	if len(opts.Reactions) > 0 {
+		var err error
+		if reactions, err = counters.ParseKinds(strings.Join(opts.Reactions, ",")); err != nil {
+			return nil, fmt.Errorf("embedded: -reactions: %w", err)
+		}
+	}
 	opts.Tables.Dir, opts.Tables.Prefix, opts.Tables.Cache = "", "", nil
 	if _, err := tier.NewPosts(opts.Tables); err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
@@ -214,6 +240,19 @@ func Open(opts Options) (*Engine, error) {
 			e.cancel()
 			return nil, err
 		}
+	}
+	if opts.StoredReactions {
+		e.mu.RLock()
+		kinds := e.st.posts.Kinds()
+		e.mu.RUnlock()
+		reactions = reactions[:0]
+		for _, id := range kinds.IDs() {
+			reactions = append(reactions, kinds.Name(id))
+		}
+	}
+	if err := e.setKinds(reactions); err != nil {
+		e.Close()
+		return nil, err
 	}
 	if opts.SweepInterval > 0 {
 		e.wg.Add(1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/tier"
 )
 
@@ -39,14 +40,22 @@ func (e *Engine) Page(ctx context.Context, viewer engine.UserID, posts []engine.
 		if want.Counts {
 			out[i].Counts = recs[i].Counts
 		}
+		if want.Reactions {
+			for j, id := range e.order[:len(e.display)] {
+				out[i].Reactions.Count[j] = recs[i].Count(id)
+			}
+		}
 	}
-	if viewer != 0 && want.Liked {
-		flags := buf.flags(len(posts))
-		if err := e.st.likes.HasMany(uint64(viewer), raw, flags); err != nil {
+	if viewer != 0 && (want.Liked || want.ViewerReaction) {
+		kinds := buf.kinds(len(posts))
+		if err := e.st.likes.KindsOf(uint64(viewer), raw, kinds); err != nil {
 			return e.unreadable("like set", err)
 		}
-		for i := range out {
-			out[i].Liked = flags[i]
+		for i, k := range kinds {
+			out[i].Liked = want.Liked && k == counters.Like
+			if want.ViewerReaction && k != counters.NoKind {
+				out[i].ViewerReaction = e.kinds.Name(k)
+			}
 		}
 	}
 	if viewer != 0 && want.Favorited {
@@ -68,6 +77,14 @@ type pageBuf struct {
 	recs    [engine.MaxIDsPerCall]tier.Post
 	found   [engine.MaxIDsPerCall]bool
 	flagBuf [engine.MaxIDsPerCall]bool
+	kindBuf [engine.MaxIDsPerCall]counters.Kind
+}
+
+func (b *pageBuf) kinds(n int) []counters.Kind {
+	if n > len(b.kindBuf) {
+		return make([]counters.Kind, n)
+	}
+	return b.kindBuf[:n]
 }
 
 func (b *pageBuf) ids(posts []engine.PostID) []uint64 {

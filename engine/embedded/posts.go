@@ -108,48 +108,42 @@ func (e *Engine) inSet(ctx context.Context, favs bool, viewer engine.UserID, pos
 	if err := e.rlockAs(ctx, uint64(viewer)); err != nil {
 		return nil, err
 	}
-	set, what := e.st.likes, "like set"
 	if favs {
-		set, what = e.st.favs, "favorite set"
+		err := e.st.favs.HasMany(uint64(viewer), ids(posts), out)
+		e.mu.RUnlock()
+		if err != nil {
+			return nil, e.unreadable("favorite set", err)
+		}
+		return out, nil
 	}
-	err := set.HasMany(uint64(viewer), ids(posts), out)
+	// Liked: a reaction of like, not of another kind.
+	kinds := make([]counters.Kind, len(posts))
+	err := e.st.likes.KindsOf(uint64(viewer), ids(posts), kinds)
 	e.mu.RUnlock()
 	if err != nil {
-		return nil, e.unreadable(what, err)
+		return nil, e.unreadable("like set", err)
+	}
+	for i, k := range kinds {
+		out[i] = k == counters.Like
 	}
 	return out, nil
 }
 
-// likeRec logs a like (Undo: an unlike); favoriteRec a favorite.
-type likeRec struct {
-	recHeader
-	ops.Like
-}
-
+// favoriteRec logs a favorite (Undo: an unfavorite); reactions.go has
+// the reaction records, likes among them.
 type favoriteRec struct {
 	recHeader
 	ops.Favorite
 }
 
-// Like implements engine.Store.
+// Like implements engine.Store: the reaction like.
 func (e *Engine) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.like(ctx, ops.Like{Viewer: viewer, Post: post})
+	return e.react(ctx, &reactRec{ReactToPost: ops.ReactToPost{Viewer: viewer, Post: post, Kind: counters.Like}})
 }
 
-// Unlike implements engine.Store.
+// Unlike implements engine.Store: it removes a like, not another kind.
 func (e *Engine) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.like(ctx, ops.Like{Viewer: viewer, Post: post, Undo: true})
-}
-
-func (e *Engine) like(ctx context.Context, op ops.Like) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := op.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, &likeRec{Like: op})
-	return err
+	return e.unreact(ctx, &unreactRec{UnreactToPost: ops.UnreactToPost{Viewer: viewer, Post: post, Only: counters.Like}})
 }
 
 // Favorite implements engine.Store.
@@ -326,9 +320,16 @@ func (st *state) addCount(c ops.CountDelta) {
 	st.counted += countedDelta(was, is)
 }
 
+// addReaction adds a ReactionDelta to its post's count of its kind.
+func (st *state) addReaction(c ops.ReactionDelta) {
+	was, is, err := st.posts.AddReaction(uint64(c.Post), c.Kind, c.Delta)
+	st.noteErr(err)
+	st.counted += countedDelta(was, is)
+}
+
 // countedDelta is how a change from was to is changes state.counted.
 func countedDelta(was, is tier.Post) int64 {
-	switch wz, iz := was.Counts.IsZero(), is.Counts.IsZero(); {
+	switch wz, iz := !was.HasCounts(), !is.HasCounts(); {
 	case wz && !iz:
 		return 1
 	case !wz && iz:
@@ -339,11 +340,6 @@ func countedDelta(was, is tier.Post) int64 {
 
 func (st *state) decideCreatePost(r *createPostRec) error {
 	return r.Decide(st.postTaken(uint64(r.Post)), &st.eff)
-}
-
-func (st *state) decideLike(r *likeRec) error {
-	set := st.flagFact(st.likes, r.Viewer, r.Post)
-	return r.Decide(ops.FlagFacts{PostFacts: st.postFacts(r.Post), Set: set}, &st.eff)
 }
 
 func (st *state) decideFavorite(r *favoriteRec) error {
@@ -528,13 +524,6 @@ func (r *createPostRec) appendTo(b []byte) []byte {
 func (r *createPostRec) readFrom(d *decoder) {
 	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
 	d.idem(&r.recHeader)
-}
-
-// Undo is in the kind (like or unlike).
-func (r *likeRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Post) }
-
-func (r *likeRec) readFrom(d *decoder) {
-	r.Viewer, r.Post = engine.UserID(d.id("viewer")), engine.PostID(d.id("post"))
 }
 
 func (r *favoriteRec) appendTo(b []byte) []byte { return appendID(appendID(b, r.Viewer), r.Post) }

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 )
 
@@ -16,8 +17,8 @@ type opKind uint8
 
 const (
 	opCreatePost opKind = iota + 1
-	opLike
-	opUnlike
+	opReact
+	opUnreact
 	opFavorite
 	opUnfavorite
 	opComment
@@ -42,17 +43,18 @@ const (
 	opEraseUser
 	opEraseStep
 	opRecount
+	opKinds
 	opKindEnd // one past the last kind
 )
 
 var opNames = [...]string{
-	opCreatePost: "createPost", opLike: "like", opUnlike: "unlike", opFavorite: "favorite",
+	opCreatePost: "createPost", opReact: "react", opUnreact: "unreact", opFavorite: "favorite",
 	opUnfavorite: "unfavorite", opComment: "comment", opRepost: "repost", opViews: "views",
 	opFollow: "follow", opUnfollow: "unfollow", opTouch: "touch", opMarkRead: "markRead",
 	opClickRedDot: "clickRedDot", opPushRedDot: "pushRedDot", opPublish: "publish",
 	opCreateGroup: "createGroup", opAddMembers: "addMembers", opLeaveGroup: "leaveGroup",
 	opSendMessage: "sendMessage", opMarkMessagesRead: "markMessagesRead",
-	opSweepCursors: "sweepCursors", opImport: "import", opRecount: "recount",
+	opSweepCursors: "sweepCursors", opImport: "import", opRecount: "recount", opKinds: "kinds",
 	opDeleteComment: "deleteComment", opDeletePost: "deletePost", opEraseUser: "eraseUser", opEraseStep: "eraseStep",
 }
 
@@ -107,12 +109,10 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 	switch r := r.(type) {
 	case *createPostRec:
 		return &r.recHeader, opCreatePost, uint64(r.Post), 0
-	case *likeRec:
-		kind = opLike
-		if r.Undo {
-			kind = opUnlike
-		}
-		return &r.recHeader, kind, uint64(r.Post), 0
+	case *reactRec:
+		return &r.recHeader, opReact, uint64(r.Post), 0
+	case *unreactRec:
+		return &r.recHeader, opUnreact, uint64(r.Post), 0
 	case *favoriteRec:
 		kind = opFavorite
 		if r.Undo {
@@ -165,11 +165,13 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 		return &r.recHeader, opEraseStep, r.user, 0
 	case *recountRec:
 		return &r.recHeader, opRecount, 0, 0
+	case *kindsRec:
+		return &r.recHeader, opKinds, 0, 0
 	}
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 5, the only one this build reads or writes (a
+// Record format, version 6, the only one this build reads or writes (a
 // log of another version is refused whole, engine.FormatError):
 //
 //	byte 0   version (5)
@@ -188,7 +190,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 5
+const recordVersion = 6
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {
@@ -198,7 +200,9 @@ func appendRecord(dst []byte, r record) []byte {
 	switch r := r.(type) {
 	case *createPostRec:
 		return r.appendTo(dst)
-	case *likeRec:
+	case *reactRec:
+		return r.appendTo(dst)
+	case *unreactRec:
 		return r.appendTo(dst)
 	case *favoriteRec:
 		return r.appendTo(dst)
@@ -244,6 +248,8 @@ func appendRecord(dst []byte, r record) []byte {
 		return r.appendTo(dst)
 	case *recountRec:
 		return r.appendTo(dst)
+	case *kindsRec:
+		return r.appendTo(dst)
 	}
 	panic("embedded: unknown record type")
 }
@@ -260,7 +266,9 @@ func decodeRecord(rec []byte) (record, error) {
 // record per record. What decode returns is valid until its next call.
 type recordReader struct {
 	createPost       createPostRec
-	like             likeRec
+	react            reactRec
+	unreact          unreactRec
+	kinds            kindsRec
 	favorite         favoriteRec
 	comment          commentRec
 	repost           repostRec
@@ -306,10 +314,19 @@ func (rd *recordReader) decode(rec []byte) (record, error) {
 		*x = createPostRec{recHeader: h}
 		x.readFrom(&d)
 		r = x
-	case opLike, opUnlike:
-		x := &rd.like
-		*x = likeRec{recHeader: h}
-		x.Undo = kind == opUnlike
+	case opReact:
+		x := &rd.react
+		*x = reactRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opUnreact:
+		x := &rd.unreact
+		*x = unreactRec{recHeader: h}
+		x.readFrom(&d)
+		r = x
+	case opKinds:
+		x := &rd.kinds
+		*x = kindsRec{recHeader: h}
 		x.readFrom(&d)
 		r = x
 	case opFavorite, opUnfavorite:
@@ -616,4 +633,23 @@ func (d *decoder) idem(h *recHeader) {
 	case h.fp == 0:
 		d.fail("fingerprint is zero")
 	}
+}
+
+// kind reads a byte of at most counters.MaxKinds: a reaction kind id, or
+// a count of them.
+func (d *decoder) kind(what string) uint8 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail(what + " runs past the end")
+		return 0
+	}
+	v := d.b[0]
+	if v > counters.MaxKinds {
+		d.fail(what + " out of range")
+		return 0
+	}
+	d.b = d.b[1:]
+	return v
 }

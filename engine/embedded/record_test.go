@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
@@ -26,8 +27,11 @@ func sampleRecords() []record {
 		&createPostRec{h(0), ops.CreatePost{Viewer: 1, Post: 1}},
 		&createPostRec{idem, ops.CreatePost{Viewer: engine.UserID(big), Post: engine.PostID(big)}},
 		&createPostRec{h(now), ops.CreatePost{Viewer: 3, Post: 1 << 50}},
-		&likeRec{h(now), ops.Like{Viewer: 5, Post: 1 << 60}},
-		&likeRec{h(now), ops.Like{Viewer: 5, Post: 7, Undo: true}},
+		&reactRec{h(now), ops.ReactToPost{Viewer: 5, Post: 1 << 60, Kind: counters.Like}},
+		&reactRec{h(now), ops.ReactToPost{Viewer: 5, Post: 7, Kind: counters.MaxKinds}},
+		&unreactRec{h(now), ops.UnreactToPost{Viewer: 5, Post: 7, Only: counters.Like}},
+		&unreactRec{h(now), ops.UnreactToPost{Viewer: 5, Post: 7}},
+		&kindsRec{h(now), threeKinds()},
 		&favoriteRec{h(1), ops.Favorite{Viewer: 5, Post: 7}},
 		&favoriteRec{h(2), ops.Favorite{Viewer: 5, Post: 7, Undo: true}},
 		&commentRec{h(now), ops.Comment{Viewer: 2, Post: 9}},
@@ -102,7 +106,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 	}
 	// A like of today's ids takes about 25 bytes.
-	like := &likeRec{recHeader{time: time.Now().UnixNano()}, ops.Like{Viewer: 1 << 20, Post: 1 << 62}}
+	like := &reactRec{recHeader{time: time.Now().UnixNano()}, ops.ReactToPost{Viewer: 1 << 20, Post: 1 << 62, Kind: counters.Like}}
 	if n := len(appendRecord(nil, like)); n > 25 {
 		t.Fatalf("a like record takes %d bytes", n)
 	}
@@ -121,33 +125,41 @@ func TestRecordRejects(t *testing.T) {
 		t.Fatalf("a keyed record: %v", err)
 	}
 	for name, r := range map[string][]byte{
-		"empty":             {},
-		"kind 0":            rec(0, 1),
-		"unknown kind":      rec(byte(opKindEnd), 1),
-		"like of post 0":    rec(byte(opLike), 1, 5, 0),
-		"like by user 0":    rec(byte(opLike), 1, 0, 5),
-		"overlong viewer":   rec(byte(opLike), 1, 0x85, 0, 5),
-		"touch flag 2":      rec(byte(opTouch), 1, 5, 2),
-		"mark read kind 7":  rec(byte(opMarkRead), 1, 5, 7),
-		"views of none":     rec(byte(opViews), 1, 0),
-		"view of post 0":    rec(byte(opViews), 1, 1, 0),
-		"list past the end": rec(byte(opViews), 1, 100, 1),
-		"idem flag 2":       rec(byte(opCreatePost), 1, 5, 5, 2),
-		"zero idem key":     keyed(0, 1),
-		"zero fingerprint":  keyed(1, 0),
-		"key cut short":     rec(byte(opCreatePost), 1, 5, 5, 1, 7, 0, 0, 0, 0, 0, 0, 0),
-		"empty title":       rec(byte(opPublish), 1, 5, 0, 0, 0),
-		"import of none":    rec(byte(opImport), 1, 0),
-		"unknown check":     rec(byte(opRecount), 1, 99, 5, 1, 2),
-		"recount of id 0":   rec(byte(opRecount), 1, 1, 0, 1, 2),
-		"recount to itself": rec(byte(opRecount), 1, 1, 5, 2, 2),
+		"empty":               {},
+		"kind 0":              rec(0, 1),
+		"unknown kind":        rec(byte(opKindEnd), 1),
+		"like of post 0":      rec(byte(opReact), 1, 5, 0, 1),
+		"like by user 0":      rec(byte(opReact), 1, 0, 5, 1),
+		"overlong viewer":     rec(byte(opReact), 1, 0x85, 0, 5, 1),
+		"reaction of kind 0":  rec(byte(opReact), 1, 5, 5, 0),
+		"reaction of kind 17": rec(byte(opReact), 1, 5, 5, 17),
+		"reaction, no kind":   rec(byte(opReact), 1, 5, 5),
+		"unreact only 17":     rec(byte(opUnreact), 1, 5, 5, 17),
+		"kinds without like":  rec(byte(opKinds), 1, 1, 2, 4, 'l', 'o', 'v', 'e'),
+		"kinds out of order":  rec(byte(opKinds), 1, 2, 2, 4, 'l', 'o', 'v', 'e', 1, 4, 'l', 'i', 'k', 'e'),
+		"kind id past 16":     rec(byte(opKinds), 1, 2, 1, 4, 'l', 'i', 'k', 'e', 17, 1, 'x'),
+		"a kind name twice":   rec(byte(opKinds), 1, 2, 1, 4, 'l', 'i', 'k', 'e', 2, 4, 'l', 'i', 'k', 'e'),
+		"touch flag 2":        rec(byte(opTouch), 1, 5, 2),
+		"mark read kind 7":    rec(byte(opMarkRead), 1, 5, 7),
+		"views of none":       rec(byte(opViews), 1, 0),
+		"view of post 0":      rec(byte(opViews), 1, 1, 0),
+		"list past the end":   rec(byte(opViews), 1, 100, 1),
+		"idem flag 2":         rec(byte(opCreatePost), 1, 5, 5, 2),
+		"zero idem key":       keyed(0, 1),
+		"zero fingerprint":    keyed(1, 0),
+		"key cut short":       rec(byte(opCreatePost), 1, 5, 5, 1, 7, 0, 0, 0, 0, 0, 0, 0),
+		"empty title":         rec(byte(opPublish), 1, 5, 0, 0, 0),
+		"import of none":      rec(byte(opImport), 1, 0),
+		"unknown check":       rec(byte(opRecount), 1, 99, 5, 1, 2),
+		"recount of id 0":     rec(byte(opRecount), 1, 1, 0, 1, 2),
+		"recount to itself":   rec(byte(opRecount), 1, 1, 5, 2, 2),
 	} {
 		if got, err := decodeRecord(r); err == nil || !errors.Is(err, errBadRecord) {
 			t.Errorf("%s: decoded %v, %v", name, got, err)
 		}
 	}
 	for _, v := range []byte{0, 1, recordVersion - 1, recordVersion + 1, 0xff} {
-		_, err := decodeRecord([]byte{v, byte(opLike), 1, 1, 1})
+		_, err := decodeRecord([]byte{v, byte(opReact), 1, 1, 1})
 		var fe *engine.FormatError
 		if !errors.As(err, &fe) || fe.Found != uint64(v) || fe.Want != recordVersion || errors.Is(err, errBadRecord) {
 			t.Errorf("version %d: %v, want a format error", v, err)
@@ -205,4 +217,12 @@ func TestOpenRejectsGarbageRecord(t *testing.T) {
 	if err == nil || !errors.Is(err, errBadRecord) || !strings.Contains(err.Error(), "record 2") {
 		t.Fatalf("Open over a bad record: %v", err)
 	}
+}
+
+// threeKinds is a kinds table with ids that are not their display order.
+func threeKinds() counters.Kinds {
+	k := counters.NewKinds()
+	k.Put(2, "love")
+	k.Put(5, "sad")
+	return k
 }

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/table"
@@ -140,8 +141,10 @@ func (st *state) decide(r record, quiet bool) error {
 	switch r := r.(type) {
 	case *createPostRec:
 		return st.decideCreatePost(r)
-	case *likeRec:
-		return st.decideLike(r)
+	case *reactRec:
+		return st.decideReact(r)
+	case *unreactRec:
+		return st.decideUnreact(r)
 	case *favoriteRec:
 		return st.decideFavorite(r)
 	case *commentRec:
@@ -194,7 +197,7 @@ func alwaysLogged(r record) bool {
 // Effects (decide), rather than by a decision its record carries.
 func hasEffects(r record) bool {
 	switch r.(type) {
-	case *touchRec, *sweepRec, *importRec, *recountRec:
+	case *touchRec, *sweepRec, *importRec, *recountRec, *kindsRec:
 		return false
 	}
 	return true
@@ -224,8 +227,6 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 	}
 	// The record's own change, beside its effects.
 	switch r := r.(type) {
-	case *likeRec:
-		st.applyFlag(st.likes, r.Viewer, r.Post, r.Undo)
 	case *favoriteRec:
 		st.applyFlag(st.favs, r.Viewer, r.Post, r.Undo)
 	case *touchRec:
@@ -244,6 +245,8 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 		st.applyEraseStep(r)
 	case *recountRec:
 		st.applyRecount(r)
+	case *kindsRec:
+		st.posts.PutKinds(r.kinds)
 	}
 	if hasEffects(r) {
 		st.applyEffects(&st.eff, out)
@@ -258,11 +261,20 @@ func (st *state) apply(r record, out *[]engine.Event, decided bool) {
 // an operation's effects reach the state. With out set it appends eff's
 // events, and the fan-outs' own.
 func (st *state) applyEffects(eff *ops.Effects, out *[]engine.Event) {
+	for _, r := range eff.Reacts {
+		st.applyReact(r)
+	}
 	for _, c := range eff.Counts {
-		if len(st.erasing) > 0 {
-			st.settleErasures(c, eff.Removals)
+		if len(st.erasing) > 0 && (c.Field == counters.Likes || c.Field == counters.Favorites) {
+			st.settleErasures(c.Post, c.Field == counters.Favorites, eff.Removals)
 		}
 		st.addCount(c)
+	}
+	for _, c := range eff.ReactionCounts {
+		if len(st.erasing) > 0 {
+			st.settleErasures(c.Post, false, eff.Removals)
+		}
+		st.addReaction(c)
 	}
 	for _, r := range eff.Registers {
 		st.noteErr(st.posts.SetAuthor(uint64(r.Post), uint64(r.Author)))

@@ -18,7 +18,7 @@ import (
 	"github.com/tally-dev/tally/engine/usercounts"
 )
 
-// The state as snapshot sections, state version 6: one section per table,
+// The state as snapshot sections, state version 7: one section per table,
 // the only set this build reads or writes (a snapshot of another version
 // is refused whole, engine.FormatError). Each section is a sequence
 // of items; an item is one table entry unless said otherwise. Integers are
@@ -32,11 +32,13 @@ import (
 //	      u imported lo, u imported hi (the import span; 0, 0: none)
 //	PTBL  the post table (a post's author and counts): one body in
 //	      chunks, 8 bytes of the number of posts with a count, then the
-//	      table's image (engine/tier's snapshot format 4, a View's: cold
-//	      windows written as sealed ones, so the snapshot stands alone;
-//	      open windows' and deltas' entries in their tables' order)
-//	LKST  the like set: its image (engine/tier's snapshot format 4, a
-//	      View's, as PTBL's) in chunks
+//	      table's image (engine/tier's snapshot format 5, a View's: the
+//	      kinds table, then cold windows written as sealed ones, so the
+//	      snapshot stands alone; rows and blocks with reaction kinds; open
+//	      windows' and deltas' entries in their tables' order)
+//	LKST  the like set: its image (engine/tier's snapshot format 5, a
+//	      View's, as PTBL's, whose pairs may carry a reaction kind) in
+//	      chunks
 //	FVST  the favorite set, likewise
 //	PDEL  the deleted posts' set ((0, post) pairs), likewise
 //	CMNT  the counted comment ids' set ((comment, post) pairs), likewise
@@ -69,7 +71,7 @@ import (
 // oversized texts, zero values where the encoder leaves fields out,
 // notification ids out of order, group and message references that do
 // not resolve.
-const stateVersion = 6
+const stateVersion = 7
 
 var (
 	tagMeta      = snapshot.MakeTag("META")

@@ -49,7 +49,15 @@ func (c *Clock) Set(t time.Time) {
 type Config struct {
 	Now       func() time.Time // the backend's clock (Options.Now)
 	CursorTTL time.Duration    // Options.CursorTTL; 0 means engine.DefaultCursorTTL
+	// Reactions are the deployment's reaction kinds (-reactions; nil:
+	// like alone). The suites ask for ScriptKinds, or like alone of a
+	// backend that lists the known difference "reactions".
+	Reactions []string
 }
+
+// ScriptKinds are the reaction kinds the suites configure: the six of
+// API.md's example.
+var ScriptKinds = []string{"like", "love", "haha", "wow", "sad", "angry"}
 
 // Backend opens fresh stores for the clocked suites (the rule scripts and
 // the metamorphic test).
@@ -63,6 +71,14 @@ type Backend struct {
 	// Differs names entries of KnownDifferences that apply to this
 	// backend; the suites then avoid exercising that behaviour.
 	Differs []string
+}
+
+// reactionKinds are the kinds the suites configure b with.
+func (b Backend) reactionKinds() []string {
+	if b.differs("reactions") {
+		return []string{"like"}
+	}
+	return ScriptKinds
 }
 
 func (b Backend) differs(name string) bool {

@@ -69,12 +69,14 @@ func RunMetamorphic(t *testing.T, b Backend) {
 	seed, budget, maxOps := metamorphicBudget(t)
 	t.Logf("metamorphic %s: seed %d (replay: TALLY_MODEL_SEED=%d)", b.Name, seed, seed)
 	clk := NewClock()
-	store, restart := b.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL})
+	kinds := b.reactionKinds()
+	store, restart := b.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL, Reactions: kinds})
 	w := &workload{
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		clk:     clk,
 		backend: b,
-		model:   newSide(refmodel.New(clk.Now, metamorphicTTL)),
+		kinds:   kinds,
+		model:   newSide(refmodel.New(clk.Now, metamorphicTTL, kinds)),
 		store:   newSide(store),
 	}
 	deadline := time.Now().Add(budget)
@@ -150,8 +152,8 @@ func runOn(r recorded, model, store *side) (want, got string) {
 // reports whether any answer differs, with the log of the run.
 func (w *workload) replay(t *testing.T, ops []recorded) (bool, []string) {
 	clk := NewClock()
-	store, restart := w.backend.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL})
-	model, st := newSide(refmodel.New(clk.Now, metamorphicTTL)), newSide(store)
+	store, restart := w.backend.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL, Reactions: w.kinds})
+	model, st := newSide(refmodel.New(clk.Now, metamorphicTTL, w.kinds)), newSide(store)
 	var log []string
 	for _, r := range ops {
 		if r.restart {
@@ -246,6 +248,9 @@ type compared interface {
 	Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error
 	Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
 	Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error
+	ReactionKinds() []string
+	ReactToPost(ctx context.Context, viewer engine.UserID, post engine.PostID, kind string) error
+	UnreactToPost(ctx context.Context, viewer engine.UserID, post engine.PostID) error
 	Comment(ctx context.Context, viewer engine.UserID, post engine.PostID, comment engine.CommentID, mentions []engine.UserID, idemKey string) error
 	DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error
 	DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error
@@ -355,6 +360,7 @@ type workload struct {
 	rng          *rand.Rand
 	clk          *Clock
 	backend      Backend
+	kinds        []string // the reaction kinds both sides are configured with
 	model, store *side
 	tail         []string
 	ops          []recorded
@@ -565,8 +571,8 @@ func renderArgs(as []arg) string {
 }
 
 func (w *workload) gen() op {
-	r := w.rng.IntN(48)
-	if r >= 43 && !w.lifecycle() {
+	r := w.rng.IntN(51)
+	if r >= 43 && r <= 47 && !w.lifecycle() {
 		return w.gen()
 	}
 	switch r {
@@ -603,7 +609,8 @@ func (w *workload) gen() op {
 	case 4:
 		v := w.user()
 		ps := w.picks(kPost, 5)
-		want := engine.PageWant{Counts: w.rng.IntN(2) == 0, Liked: w.rng.IntN(2) == 0, Favorited: w.rng.IntN(2) == 0}
+		want := engine.PageWant{Counts: w.rng.IntN(2) == 0, Liked: w.rng.IntN(2) == 0, Favorited: w.rng.IntN(2) == 0,
+			Reactions: w.rng.IntN(2) == 0, ViewerReaction: w.rng.IntN(2) == 0}
 		return op{fmt.Sprintf("page u%d %s %+v", v, renderArgs(ps), want), func(sd *side) string {
 			out := make([]engine.PostView, len(ps))
 			if err := sd.s.Page(ctx, v, ids[engine.PostID](sd, ps), want, out); err != nil {
@@ -655,6 +662,33 @@ func (w *workload) gen() op {
 		}
 		return op{fmt.Sprintf("comment u%d %s #%d mentions=%v key=%q", v, p, c, ms, key), func(sd *side) string {
 			return errClass(sd.s.Comment(ctx, v, engine.PostID(p.id(sd)), engine.CommentID(c), ms, key))
+		}}
+	case 48, 49:
+		// Reactions: mostly a kind of the deployment, most often like,
+		// some switches (a user reacting again), now and then an unknown
+		// kind.
+		v := w.user()
+		p := w.pick(kPost)
+		kind := "like"
+		switch r := w.rng.IntN(20); {
+		case r == 0:
+			kind = "nope"
+		case r < 8:
+			kind = w.kinds[w.rng.IntN(len(w.kinds))]
+		}
+		return op{fmt.Sprintf("reactToPost u%d %s %s", v, p, kind), func(sd *side) string {
+			if err := sd.s.ReactToPost(ctx, v, engine.PostID(p.id(sd)), kind); err != nil {
+				return errClass(err)
+			}
+			out := make([]engine.PostView, 1)
+			err := sd.s.Page(ctx, v, []engine.PostID{engine.PostID(p.id(sd))}, engine.PageWant{Reactions: true, ViewerReaction: true}, out)
+			return errClass(err) + render(out[0].Reactions.Count[:len(sd.s.ReactionKinds())]) + " " + out[0].ViewerReaction
+		}}
+	case 50:
+		v := w.user()
+		p := w.pick(kPost)
+		return op{fmt.Sprintf("unreactToPost u%d %s", v, p), func(sd *side) string {
+			return errClass(sd.s.UnreactToPost(ctx, v, engine.PostID(p.id(sd))))
 		}}
 	case 43, 44:
 		a := engine.Actor{User: w.user(), Privileged: w.rng.IntN(4) == 0}

@@ -11,6 +11,6 @@ import (
 // that the model the metamorphic test trusts states API.md's rules too.
 func TestScriptsOnModel(t *testing.T) {
 	runScripts(t, Backend{Name: "model"}, func(t *testing.T, cfg Config) (compared, func() (engine.Store, error)) {
-		return refmodel.New(cfg.Now, cfg.CursorTTL), nil
+		return refmodel.New(cfg.Now, cfg.CursorTTL, cfg.Reactions), nil
 	})
 }

@@ -33,6 +33,9 @@ import (
 //	counts NAME...                                    post counters
 //	like|unlike|favorite|unfavorite user=U post=NAME
 //	flags user=U post=NAME                            viewerHasLiked / -Favorited
+//	react user=U post=NAME kind=K                     reactToPost (kinds: ScriptKinds)
+//	unreact user=U post=NAME                          unreactToPost
+//	reactions user=U NAME...                          Post.reactions and viewerReaction
 //	comment user=U post=NAME [cid=NAME|bad] [mentions=(U,...)] [key=K]
 //	                                                  cid names an app comment id,
 //	                                                  made on first use
@@ -62,15 +65,17 @@ import (
 //	advance DURATION                                  e.g. 31d, 25h, 1s
 //	restart                                           reopen a durable store (else nothing)
 
-// scriptNeeds names the KnownDifferences entry a script exercises: it is
-// skipped, with the reason, on a backend that lists that entry.
-var scriptNeeds = map[string]string{
-	"comment_ids":      "lifecycle",
-	"delete_comment":   "lifecycle",
-	"delete_post":      "lifecycle",
-	"erase_user":       "lifecycle",
-	"erase_groups":     "lifecycle",
-	"never_below_zero": "lifecycle",
+// scriptNeeds names the KnownDifferences entries a script exercises: it
+// is skipped, with the reason, on a backend that lists one of them.
+var scriptNeeds = map[string][]string{
+	"comment_ids":      {"lifecycle"},
+	"delete_comment":   {"lifecycle"},
+	"delete_post":      {"lifecycle"},
+	"erase_user":       {"lifecycle"},
+	"erase_groups":     {"lifecycle"},
+	"never_below_zero": {"lifecycle"},
+	"reactions":        {"reactions"},
+	"erase_reactions":  {"reactions", "lifecycle"},
 }
 
 func testdataDir() string {
@@ -88,11 +93,13 @@ func RunScripts(t *testing.T, b Backend) {
 func runScripts(t *testing.T, b Backend, open func(t *testing.T, cfg Config) (compared, func() (engine.Store, error))) {
 	datadriven.Walk(t, testdataDir(), func(t *testing.T, path string) {
 		name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-		if d, ok := scriptNeeds[name]; ok && b.differs(d) {
-			t.Skipf("known difference %s: %s", d, KnownDifferences[d])
+		for _, d := range scriptNeeds[name] {
+			if b.differs(d) {
+				t.Skipf("known difference %s: %s", d, KnownDifferences[d])
+			}
 		}
 		clk := NewClock()
-		s, restart := open(t, Config{Now: clk.Now})
+		s, restart := open(t, Config{Now: clk.Now, Reactions: b.reactionKinds()})
 		sc := &script{s: s, restart: restart, clk: clk, names: map[string]uint64{}, byID: map[uint64]string{}}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return sc.run(t, d)
@@ -362,6 +369,34 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 		fn := map[string]func(c ctxT, v engine.UserID, p engine.PostID) error{
 			"like": s.Like, "unlike": s.Unlike, "favorite": s.Favorite, "unfavorite": s.Unfavorite}[d.Cmd]
 		return result(fn(ctx, u, engine.PostID(sc.id(t, str(d, "post")))))
+	case "react":
+		return result(s.ReactToPost(ctx, u, engine.PostID(sc.id(t, str(d, "post"))), str(d, "kind")))
+	case "unreact":
+		return result(s.UnreactToPost(ctx, u, engine.PostID(sc.id(t, str(d, "post")))))
+	case "reactions":
+		var ps []uint64
+		for _, a := range d.CmdArgs {
+			if a.Key != "user" {
+				ps = append(ps, sc.id(t, a.Key))
+			}
+		}
+		out := make([]engine.PostView, len(ps))
+		if err := s.Page(ctx, u, convert[engine.PostID](ps), engine.PageWant{Reactions: true, ViewerReaction: true}, out); err != nil {
+			return errClass(err)
+		}
+		var b strings.Builder
+		for i, v := range out {
+			fmt.Fprintf(&b, "%s:", sc.name(ps[i]))
+			for j, k := range s.ReactionKinds() {
+				fmt.Fprintf(&b, " %s=%d", k, v.Reactions.Count[j])
+			}
+			viewer := v.ViewerReaction
+			if viewer == "" {
+				viewer = "none"
+			}
+			fmt.Fprintf(&b, " viewer=%s\n", viewer)
+		}
+		return b.String()
 	case "flags":
 		p := []engine.PostID{engine.PostID(sc.id(t, str(d, "post")))}
 		l, err := s.Liked(ctx, u, p)

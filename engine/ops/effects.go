@@ -50,7 +50,7 @@ type CommentMark struct {
 type SetKind uint8
 
 const (
-	LikeSet     SetKind = iota + 1 // (user, post): likes
+	LikeSet     SetKind = iota + 1 // (user, post): reactions, likes among them
 	FavoriteSet                    // (user, post): favorites
 	WriterSet                      // (user, comment): who wrote a counted comment
 )
@@ -62,6 +62,24 @@ type Removal struct {
 	Set  SetKind
 	User engine.UserID
 	Key  uint64
+}
+
+// ReactionSet makes Kind User's one reaction on Post (NoKind: none
+// left). The counts it moves are the CountDelta (like) and ReactionDelta
+// (the other kinds) of the same Effects, applied with it in one step.
+type ReactionSet struct {
+	Post engine.PostID
+	User engine.UserID
+	Kind counters.Kind
+}
+
+// ReactionDelta adds Delta to Post's count of Kind, a reaction kind
+// other than like (like's count is the post's likes, a CountDelta). A
+// backend clamps it at zero, as a CountDelta.
+type ReactionDelta struct {
+	Post  engine.PostID
+	Kind  counters.Kind
+	Delta int64
 }
 
 // Erasure starts (Done false) or ends an erasure of User. Starting (or
@@ -123,14 +141,18 @@ type Fanout struct {
 // A backend keeps one and Resets it between operations, so appending to
 // it does not allocate once warm.
 type Effects struct {
-	Counts    []CountDelta
-	Registers []Registration
-	Bumps     []Bump
-	Followers []FollowerDelta
-	Follows   []FollowEdge
-	Reads     []ReadMark
-	Fanouts   []Fanout
-	Clicks    []Click
+	Counts []CountDelta
+	// Reacts set users' reactions, ReactionCounts count the kinds other
+	// than like (ReactToPost, UnreactToPost, erasures).
+	Reacts         []ReactionSet
+	ReactionCounts []ReactionDelta
+	Registers      []Registration
+	Bumps          []Bump
+	Followers      []FollowerDelta
+	Follows        []FollowEdge
+	Reads          []ReadMark
+	Fanouts        []Fanout
+	Clicks         []Click
 	// Push is the new red-dot push stamp (0: no push).
 	Push int64
 	// Joins and Leaves change group membership: a new member takes the
@@ -170,6 +192,8 @@ type Effects struct {
 // Reset empties e, keeping its capacity.
 func (e *Effects) Reset() {
 	e.Counts = e.Counts[:0]
+	e.Reacts = e.Reacts[:0]
+	e.ReactionCounts = e.ReactionCounts[:0]
 	e.Registers = e.Registers[:0]
 	e.Bumps = e.Bumps[:0]
 	e.Followers = e.Followers[:0]
@@ -194,7 +218,7 @@ func (e *Effects) Reset() {
 
 // Empty reports whether e changes nothing and tells nobody.
 func (e *Effects) Empty() bool {
-	return len(e.Counts)+len(e.Registers)+len(e.Bumps)+len(e.Followers)+len(e.Follows)+
+	return len(e.Counts)+len(e.Reacts)+len(e.ReactionCounts)+len(e.Registers)+len(e.Bumps)+len(e.Followers)+len(e.Follows)+
 		len(e.Reads)+len(e.Fanouts)+len(e.Clicks)+len(e.Joins)+len(e.Leaves)+len(e.Receipts)+
 		len(e.Unregisters)+len(e.CommentMarks)+len(e.Erasures)+len(e.Removals)+len(e.Unauthors)+
 		len(e.GroupErasures)+len(e.SenderErasures)+

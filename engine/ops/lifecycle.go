@@ -134,12 +134,16 @@ func (op *EraseUser) Decide(erasing bool, eff *Effects) {
 	}
 }
 
-// FoundFlag is a like or favorite an erasure step found: its post,
-// whether the post still exists, and whether the flag is still set.
+// FoundFlag is a reaction (a like, or another kind) or a favorite an
+// erasure step found: its post, whether the post still exists, and
+// whether the flag is still set.
 type FoundFlag struct {
 	Post       engine.PostID
 	PostExists bool
 	Set        bool
+	// Kind is a found like's reaction kind (NoKind reads as like): a
+	// reaction of another kind counts under its kind.
+	Kind counters.Kind
 }
 
 // Edge is a follow edge, Viewer following Target.
@@ -181,7 +185,11 @@ func (op *ErasureStep) Decide(eff *Effects) {
 				continue
 			}
 			eff.Removals = append(eff.Removals, Removal{Set: set, User: op.User, Key: uint64(f.Post)})
-			if f.PostExists {
+			switch {
+			case !f.PostExists:
+			case set == LikeSet && f.Kind > counters.Like:
+				eff.reaction(f.Post, f.Kind, -1)
+			default:
 				eff.count(f.Post, field, -1)
 			}
 		}

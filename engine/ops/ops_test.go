@@ -375,6 +375,12 @@ func TestQuietDecidesTheSame(t *testing.T) {
 			(&Like{Viewer: alice, Post: post}).Decide(FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
 		},
 		func(e *Effects) {
+			(&ReactToPost{Viewer: alice, Post: post, Kind: 2}).Decide(ReactionFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
+		},
+		func(e *Effects) {
+			(&ReactToPost{Viewer: alice, Post: post, Kind: 3}).Decide(ReactionFacts{PostFacts: PostFacts{Exists: true, Author: bob}, Was: 1}, e)
+		},
+		func(e *Effects) {
 			(&Comment{Viewer: alice, Post: post, Mentions: []engine.UserID{carol}}).Decide(CommentFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
 		},
 		func(e *Effects) {
@@ -399,6 +405,7 @@ func TestQuietDecidesTheSame(t *testing.T) {
 		decide(&quiet)
 		if live.Empty() != quiet.Empty() || len(quiet.Events) != 0 ||
 			!slices.Equal(live.Counts, quiet.Counts) || !slices.Equal(live.Bumps, quiet.Bumps) ||
+			!slices.Equal(live.Reacts, quiet.Reacts) || !slices.Equal(live.ReactionCounts, quiet.ReactionCounts) ||
 			!slices.Equal(live.Registers, quiet.Registers) || !slices.Equal(live.Follows, quiet.Follows) ||
 			!slices.Equal(live.Receipts, quiet.Receipts) || !slices.Equal(live.Clicks, quiet.Clicks) {
 			t.Errorf("decision %d: live %+v, quiet %+v", i, live, quiet)

@@ -21,6 +21,8 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 		return fmt.Errorf("%w: page of %d ids read into %d views", engine.ErrInvalid, len(ids), len(out))
 	}
 	clear(out)
+	asked, want := want, engine.LikesWant(want)
+	defer engine.LikesAsReactions(asked, out)
 	if len(ids) == 0 {
 		return nil
 	}

@@ -1,6 +1,7 @@
 // Package tier owns the windowed tables of the embedded engine: the post
-// table (Posts: a post's author and five counts by post id) and the pair
-// sets (Set: who liked, or favorited, which post). Both are one table
+// table (Posts: a post's author, five counts and reaction counts by post
+// id) and the pair sets (Set: who reacted to, or favorited, which post,
+// with the reaction's kind). Both are one table
 // (table.go) of time windows cut by the post id (engine/snowflake.Windows,
 // so one window number names the same span of posts in every table, and
 // a post's counts and its likers seal and cool together), each window
@@ -10,10 +11,11 @@
 // A window is in one of three forms, its body:
 //   - open: the shape's pointer-free hash table — the post table's row table
 //     (rowtable.go: the id's offset and the record packed into 16 bytes,
-//     the rare wider record in an overflow map of pointer-free values), a
-//     set's pair table (pairtable.go: 12 or 16 bytes a pair, linear
-//     probing with backward-shift deletion, so likes and unlikes leave no
-//     tombstones);
+//     the rare wider record in an overflow map of pointer-free values,
+//     the counts of reaction kinds beyond like in a side table of the
+//     posts that have one), a set's pair table (pairtable.go: 12 or 16
+//     bytes a pair, the kind in bits the slot spares, linear probing with
+//     backward-shift deletion, so likes and unlikes leave no tombstones);
 //   - sealed: the window's image (image.go) in memory, in an arena
 //     (arena.go) that packs images without the heap's size-class slack;
 //   - cold: the same image in a file in Options.Dir, with only its block
@@ -34,16 +36,48 @@
 // a checksummed footer (image.go). A post block (postblock.go) holds up
 // to 256 posts: the ids as an Elias–Fano list of their varying bits, the
 // author column and the counts (only for posts that have one) packed per
-// block at the width their values need. A pair block (pairblock.go)
+// block at the width their values need, a column per reaction kind only
+// for the kinds the block's posts have. A pair block (pairblock.go)
 // holds up to 1024 (post, user) pairs as two Elias–Fano lists (both
 // blocks' lists: eflist.go; their bit-level reads and writes:
-// engine/bitpack). A snapshot (snapshot.go) lists each window's open
-// entries, image or file, then its delta. A View (view.go) is the table
-// as Capture found it, for a snapshot written while the table takes
-// writes: it shares the sealed and cold windows, which never change, and
-// holds every window as a rewriting job does (its delta frozen, writes
-// going to a fresh one) until Release; its image inlines the cold files,
-// so it stands alone.
+// engine/bitpack), and a kind column only when a pair's kind is not
+// like. A snapshot (snapshot.go) starts with the post table's kinds
+// table, then lists each window's open entries, image or file, then its
+// delta. A View (view.go) is the table as Capture found it, for a
+// snapshot written while the table takes writes: it shares the sealed and
+// cold windows, which never change, and holds every window as a rewriting
+// job does (its delta frozen, writes going to a fresh one) until Release;
+// its image inlines the cold files, so it stands alone.
+//
+// # Reactions
+//
+// A deployment's reaction kinds (counters.Kind: like is kind 1, always;
+// at most counters.MaxKinds) are counted in the post table and held, per
+// (user, post), by one set: a set of likes is a reaction set all of
+// whose pairs are likes, and costs what it did before kinds; a kind no
+// post has costs no post anything. What the engine calls, under its
+// lock (the read lock for reads):
+//   - Posts.SetKinds(kinds) after Load: the deployment's kinds
+//     (counters.ParseKinds) reconciled with the kinds table the image
+//     kept (new kinds get ids; a kind left out whose reactions are still
+//     counted is a *counters.KindInUseError naming it and its count).
+//     Posts.Kinds maps names to ids and back; Posts.KindTotals is the
+//     count of each kind over every post (for that refusal and for
+//     checks).
+//   - React: was := Set.React(user, post, kind), then, when was !=
+//     kind, Posts.MoveReaction(post, was, kind): one count moves from
+//     the old kind to the new (from NoKind for a first reaction, which is
+//     what counts toward the author's unread likes). Unreact: was :=
+//     Set.Unreact(user, post), then Posts.MoveReaction(post, was,
+//     NoKind) when was is not NoKind. Both calls under one write lock,
+//     so no reader sees a reaction counted twice or not at all.
+//   - A page: Posts.GetMany gives each post's counts with Post.Reactions
+//     (Post.Count(kind) reads any kind, like included) and Set.KindsOf
+//     the viewer's kind per post (NoKind: none), each one visit per
+//     window, without allocating.
+//   - Set.Add, Remove, Has and HasMany keep their meaning for a set of
+//     likes or favorites (a like, membership of any kind); RangeKinds and
+//     LoadReactions carry the kinds where Range and LoadPairs do not.
 //
 // Records also go away, for the engine's deletes and erasures:
 // Posts.Delete removes a post (an overlay keeps a deleted row until the
@@ -59,10 +93,11 @@
 //     and reload changes how records are kept, never what they read as
 //     (TestModel and TestSetModel check it against a map through all of
 //     them).
-//   - Posts.GetMany and Set.HasMany, a page's reads, visit each window
-//     once, each sealed or cold block once however many of the page's
-//     posts it holds, read each uncached cold block with one pread, and
-//     do not allocate (TestGetManyAllocs, TestSetHasManyAllocs).
+//   - Posts.GetMany and Set.KindsOf (and HasMany), a page's reads, visit
+//     each window once, each sealed or cold block once however many of
+//     the page's posts it holds, read each uncached cold block with one
+//     pread, and do not allocate (TestGetManyAllocs,
+//     TestSetHasManyAllocs).
 //   - One error contract: bytes that are not what a table wrote — a cold
 //     block failing its CRC or structure, a truncated file, a damaged
 //     snapshot — are an error wrapping ErrCorrupt (a *CorruptError with
@@ -89,12 +124,14 @@
 //
 // A table is not safe for concurrent use; the caller locks with a
 // sync.RWMutex:
-//   - readers (Get, GetMany, Has, HasMany, Range, Len, MemoryBytes,
-//     CacheBytes, DiskBytes, Stats, Files, VerifyFiles, WriteTo) may share
-//     the read lock;
-//   - writers (Put, AddCounts, SetAuthor, Import, Add, Remove, LoadPairs,
-//     Plan, Finish, Maintain, Load, Collect, Capture, Release, Close) need
-//     the write lock;
+//   - readers (Get, GetMany, Has, HasMany, KindOf, KindsOf, Range,
+//     RangeKinds, Kinds, KindTotals, Len, MemoryBytes, CacheBytes,
+//     DiskBytes, Stats, Files, VerifyFiles, WriteTo) may share the read
+//     lock;
+//   - writers (Put, AddCounts, MoveReaction, AddReaction, SetAuthor,
+//     SetKinds, PutKinds, Import, Add, Remove, React, Unreact, LoadPairs,
+//     LoadReactions, Plan, Finish, Maintain, Load, Collect, Capture,
+//     Release, Close) need the write lock;
 //   - View.WriteTo needs no lock: it reads only what Capture froze
 //     (TestViewConcurrent runs it beside writers under -race);
 //   - Job.Run needs no lock: it reads only what Plan froze (an open table

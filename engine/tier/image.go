@@ -12,12 +12,12 @@ import (
 // little-endian.
 //
 //	image   = header block* index footer
-//	header  = "TLYTIERW" | tag [4] | version uint32 (3)                        (16 bytes)
+//	header  = "TLYTIERW" | tag [4] | version uint32 (4)                        (16 bytes)
 //	block   = the shape's block | CRC32C(first key ‖ block) uint32
 //	index   = (first key | block offset uint64)*        one per block, in key order
 //	footer  = index offset uint64 | blocks uint64 | records uint64 |
 //	          min id uint64 | max id uint64 | CRC32C(index) uint32 |
-//	          version uint32 (3) | 0 uint32 | CRC32C of the 52 bytes before it uint32  (56 bytes)
+//	          version uint32 (4) | 0 uint32 | CRC32C of the 52 bytes before it uint32  (56 bytes)
 //
 // The tag names the table ("POST", "LIKE", "FAVS"): a table refuses an
 // image of another. A block's first key is its first record's, kept in
@@ -29,7 +29,7 @@ import (
 // key, so a block read at the wrong index entry fails it as damage does.
 const (
 	imageMagic   = "TLYTIERW"
-	imageVersion = 3
+	imageVersion = 5
 	headerSize   = 16
 	footerSize   = 56
 )

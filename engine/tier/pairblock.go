@@ -9,13 +9,17 @@ import (
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
+	"github.com/tally-dev/tally/engine/counters"
 )
 
-// pair is one (post, user) pair of a set: the post by its id in sealed
-// and cold windows, by its offset in its window in open tables and
-// deltas. Images keep pairs in (post, user) order, so that the likers of
-// one post are together.
-type pair struct{ post, user uint64 }
+// pair is one (post, user) pair of a set with its reaction kind: the
+// post by its id in sealed and cold windows, by its offset in its window
+// in open tables and deltas. Images keep pairs in (post, user) order, so
+// that the likers of one post are together.
+type pair struct {
+	post, user uint64
+	kind       counters.Kind
+}
 
 func comparePairs(a, b pair) int {
 	if c := cmp.Compare(a.post, b.post); c != 0 {
@@ -53,8 +57,17 @@ const (
 //	user bits  uint8    a user's squeezed value takes this many bits
 //	code lows  uint8    Elias–Fano low bits of the pairs' codes
 //	code highs uvarint  Elias–Fano high bits of the pairs' codes
-//	area       post lows (p-1) | post highs | code lows (n-1) | code highs,
-//	           LSB-first, zero-padded to a byte
+//	[kind w    uint8    when the flag is set: the kind column's plan, as a
+//	 kind xw   uint8    post block's value column's (postblock.go), over
+//	 kind nexc uvarint] the n pairs]
+//	area       post lows (p-1) | post highs | code lows (n-1) | code highs |
+//	           [kind column], LSB-first, zero-padded to a byte
+//
+// The flag is post top's high bit (top <= 64). It says that some pair of
+// the block has a reaction kind other than like: then the kind column
+// holds kind-1 of every pair in block order, at the width its kinds need,
+// the few kinds beyond the common one as exceptions — a block of likes
+// has no column, and a set of likes or favorites stores no kind at all.
 //
 // Post j > 0 of the block is pext(post_j, M) - pext(post_0, M) > 0 (pext
 // gathers the bits M selects: bits equal in every post of the block,
@@ -88,6 +101,8 @@ type pairBlock struct {
 	userHoles bool   // U is not contiguous: pext needs more than a mask
 	firstCode uint64 // the first pair's code
 	codes     efList // the pairs' codes less the first's
+	kinded    bool   // the block has a kind column
+	kinds     valueColumn
 }
 
 // squeeze returns user's squeezed value in the block, and false for a
@@ -129,7 +144,8 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 		return errBlock
 	}
 	b.firstUser, b.pairs, b.posts = firstUser, int(n1)+1, int(p1)+1
-	top := uint(h[p])
+	b.kinded = h[p]&blockKindsFlag != 0
+	top := uint(h[p] &^ blockKindsFlag)
 	holes, p := bitpack.Uvarint(h, p+1)
 	if p < 0 || p >= len(h) {
 		return errBlock
@@ -155,6 +171,17 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	if p < 0 || b.userBits > uint(bits.OnesCount64(mask)) || b.userBits+uint(bits.Len(uint(b.posts-1))) > 64 {
 		return errBlock // a squeezed user or a code would not fit
 	}
+	var kindExc uint64
+	if b.kinded {
+		if p+2 > len(h) {
+			return errBlock
+		}
+		b.kinds.w, b.kinds.xw = int(h[p]), int(h[p+1])
+		kindExc, p = bitpack.Uvarint(h, p+2)
+		if p < 0 || kindExc > uint64(b.pairs) || b.kinds.w+b.kinds.xw > 64 || (kindExc == 0) != (b.kinds.xw == 0) {
+			return errBlock
+		}
+	}
 	b.minUser, b.userMask, b.userHoles = minUser, mask, userHoles != 0
 	b.userBase = bitpack.Pext(minUser, mask)
 	b.userMax = bitpack.LowMask(b.userBits)
@@ -168,6 +195,17 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	if ok {
 		off, ok = b.codes.set(b.pairs-1, codeLowBits, codeHighLen, off, areaBits)
 	}
+	if ok && b.kinded {
+		c := &b.kinds
+		c.nexc = int(kindExc)
+		c.iw = positionBits(b.pairs)
+		c.imask = bitpack.LowMask(uint(c.iw))
+		c.wmask, c.xmask = bitpack.LowMask(uint(c.w)), bitpack.LowMask(uint(c.xw))
+		c.vals = off
+		c.idx = c.vals + b.pairs*c.w
+		c.exc = c.idx + c.nexc*c.iw
+		off = c.exc + c.nexc*c.xw
+	}
 	if !ok || (off+7)/8 != len(h)-p {
 		return errBlock
 	}
@@ -175,29 +213,40 @@ func (b *pairBlock) parse(firstPost, firstUser uint64, h []byte) error {
 	return nil
 }
 
-// has reports whether the block holds (post, user).
-func (b *pairBlock) has(post, user uint64) bool {
+// kindOf returns the kind of (post, user), counters.NoKind when the
+// block does not hold it.
+func (b *pairBlock) kindOf(post, user uint64) counters.Kind {
 	s, ok := b.squeeze(user)
 	if !ok {
-		return false
+		return counters.NoKind
 	}
 	i, ok := b.postIDs.find(b.area, post)
 	if !ok {
-		return false
+		return counters.NoKind
 	}
 	code := uint64(i)<<b.userBits | s
-	if code <= b.firstCode {
-		return code == b.firstCode
+	at := 0
+	if code < b.firstCode {
+		return counters.NoKind
 	}
-	_, ok = b.codes.find(b.area, code-b.firstCode)
-	return ok
+	if code > b.firstCode {
+		if at, ok = b.codes.find(b.area, code-b.firstCode); !ok {
+			return counters.NoKind
+		}
+	}
+	if !b.kinded {
+		return counters.Like
+	}
+	return counters.Kind(b.kinds.value(b.area, at)) + 1
 }
 
 // decode writes the block's pairs to out[:n] and returns n, checking
 // everything parse does not: that posts and pairs increase, that each
-// post has a pair and each pair a post, and that the post mask is
-// canonical. A block that decodes reads back, through has, exactly what
-// it decodes to. scratch must hold 2*maxBlockPairs values.
+// post has a pair and each pair a post, that the post mask is canonical,
+// and that the kind column is (every kind at most MaxKinds, one of them
+// not like, the exceptions canonical). A block that decodes reads back,
+// through kindOf, exactly what it decodes to. scratch must hold
+// 2*maxBlockPairs values.
 func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 	posts := scratch[:b.posts]
 	if err := b.postIDs.decode(b.area, posts); err != nil {
@@ -207,7 +256,7 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 	if _, err := b.codes.decode(b.area, b.firstCode, codes); err != nil {
 		return 0, err
 	}
-	out[0] = pair{post: posts[0], user: b.firstUser}
+	out[0] = pair{post: posts[0], user: b.firstUser, kind: counters.Like}
 	prev := 0
 	lowest, vary := b.firstUser, b.firstUser^b.minUser
 	for j, code := range codes {
@@ -222,7 +271,7 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 		}
 		u := b.unsqueeze(s)
 		lowest, vary = min(lowest, u), vary|(u^b.minUser)
-		out[j+1] = pair{post: posts[i], user: u}
+		out[j+1] = pair{post: posts[i], user: u, kind: counters.Like}
 	}
 	if prev != b.posts-1 {
 		return 0, errBlock
@@ -230,16 +279,34 @@ func (b *pairBlock) decode(out []pair, scratch []uint64) (int, error) {
 	if lowest != b.minUser || vary != b.userMask {
 		return 0, errBlock // non-canonical: min user or its mask not the users'
 	}
+	if b.kinded {
+		kinds := scratch[:b.pairs] // the posts and codes are done with
+		if err := b.kinds.decode(b.area, kinds); err != nil {
+			return 0, err
+		}
+		var any uint64
+		for j, k := range kinds {
+			if k >= counters.MaxKinds {
+				return 0, errBlock
+			}
+			any |= k
+			out[j].kind = counters.Kind(k) + 1
+		}
+		if any == 0 {
+			return 0, errBlock // a kind column of likes
+		}
+	}
 	return b.pairs, nil
 }
 
 // pairEncoder encodes one block from pairs given in (post, user) order.
 type pairEncoder struct {
-	pending             [maxBlockPairs]pair
-	posts, codes, diffs [maxBlockPairs]uint64
-	n, postCount        int
-	minUser, maxUser    uint64 // of the pending pairs
-	bw                  bitpack.Writer
+	pending                    [maxBlockPairs]pair
+	posts, codes, diffs, kinds [maxBlockPairs]uint64
+	n, postCount               int
+	minUser, maxUser           uint64 // of the pending pairs
+	kinded                     bool   // a pending pair has a kind other than like
+	bw                         bitpack.Writer
 }
 
 // fits reports whether the pending block may take (post, user) in its
@@ -259,14 +326,15 @@ func (e *pairEncoder) fits(post, user uint64, limit int) bool {
 }
 
 // add appends a pair that fits.
-func (e *pairEncoder) add(post, user uint64) {
+func (e *pairEncoder) add(q pair) {
 	if e.n == 0 {
-		e.postCount, e.minUser, e.maxUser = 1, user, user
-	} else if post != e.pending[e.n-1].post {
+		e.postCount, e.minUser, e.maxUser, e.kinded = 1, q.user, q.user, false
+	} else if q.post != e.pending[e.n-1].post {
 		e.postCount++
 	}
-	e.minUser, e.maxUser = min(e.minUser, user), max(e.maxUser, user)
-	e.pending[e.n] = pair{post: post, user: user}
+	e.minUser, e.maxUser = min(e.minUser, q.user), max(e.maxUser, q.user)
+	e.kinded = e.kinded || q.kind != counters.Like
+	e.pending[e.n] = q
 	e.n++
 }
 
@@ -289,9 +357,13 @@ func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 	userBase := bitpack.Pext(e.minUser, vary)
 	squeeze := func(u uint64) uint64 { return bitpack.Pext(u, vary) - userBase }
 	userBits := uint(bits.Len64(squeeze(e.maxUser)))
+	top := byte(idp.top)
+	if e.kinded {
+		top |= blockKindsFlag
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(ps)-1))
 	dst = binary.AppendUvarint(dst, uint64(len(posts)-1))
-	dst = append(dst, byte(idp.top))
+	dst = append(dst, top)
 	dst = binary.AppendUvarint(dst, idp.holes())
 	dst = append(dst, byte(idp.lowBits))
 	dst = binary.AppendUvarint(dst, uint64(idp.highLen))
@@ -314,9 +386,21 @@ func (e *pairEncoder) encode(dst []byte) ([]byte, pair) {
 	dst = binary.AppendUvarint(dst, bitpack.LowMask(uint(userTop))&^vary)
 	dst = append(dst, byte(userBits), byte(codeLowBits))
 	dst = binary.AppendUvarint(dst, uint64(codeHighLen))
+	kinds := e.kinds[:0]
+	var plan columnPlan
+	if e.kinded {
+		for _, q := range ps {
+			kinds = append(kinds, uint64(q.kind-1))
+		}
+		plan = planColumn(kinds)
+		dst = plan.appendHeader(dst)
+	}
 	e.bw.Buf = dst
 	idp.put(&e.bw, posts, e.diffs[:])
 	putEF(&e.bw, codes, codeLowBits)
+	if e.kinded {
+		plan.put(&e.bw, kinds)
+	}
 	dst = e.bw.Flush()
 	e.bw.Buf = nil
 	e.n = 0
@@ -400,8 +484,9 @@ func (x *blockIndex) findPairFrom(b int, post, user uint64) int {
 	return x.findPair(post, user)
 }
 
-// pairWriter encodes a set's window image from pairs given in strictly
-// increasing (post, user) order, streaming blocks to an io.Writer.
+// pairWriter encodes a set's window image from pairs (with their kinds)
+// given in strictly increasing (post, user) order, streaming blocks to an
+// io.Writer.
 type pairWriter struct {
 	imageWriter
 	enc   pairEncoder
@@ -418,20 +503,20 @@ func newPairWriter(w io.Writer, tag [4]byte, limit int) *pairWriter {
 	return pw
 }
 
-func (pw *pairWriter) add(post, user uint64) error {
+func (pw *pairWriter) add(q pair) error {
 	if pw.err != nil {
 		return pw.err
 	}
-	if pw.records > 0 && comparePairs(pair{post, user}, pw.last) <= 0 {
+	if pw.records > 0 && comparePairs(q, pw.last) <= 0 {
 		pw.err = errOrder
 		return pw.err
 	}
-	pw.last = pair{post, user}
-	pw.count(post)
-	if !pw.enc.fits(post, user, pw.limit) {
+	pw.last = q
+	pw.count(q.post)
+	if !pw.enc.fits(q.post, q.user, pw.limit) {
 		pw.endBlock()
 	}
-	pw.enc.add(post, user)
+	pw.enc.add(q)
 	return pw.err
 }
 

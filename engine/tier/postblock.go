@@ -9,6 +9,7 @@ import (
 	"math/bits"
 
 	"github.com/tally-dev/tally/engine/bitpack"
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // # Post block layout
@@ -17,9 +18,10 @@ import (
 // id order (postBlockRecords when written), its first id in the index.
 // All integers little-endian, uvarint encoding/binary's.
 //
-//	block   = n-1 uint8 | top uint8 | l uint8 | holes uvarint | hiLen uvarint |
-//	          k uvarint | 6 × (w uint8 | xw uint8 | nexc uvarint) | bit area
-//	bits    = ids | author column | presence bits | 5 count columns, LSB-first, unpadded
+//	block   = n-1 uint8 | flag<<7 | top uint8 | l uint8 | holes uvarint | hiLen uvarint |
+//	          k uvarint | [kinds uvarint] | (6 + popcount(kinds)) × (w uint8 | xw uint8 | nexc uvarint) |
+//	          bit area
+//	bits    = ids | author column | presence bits | 5 count columns | kind columns, LSB-first, unpadded
 //
 // Ids: squeezed to the bits that vary within the block, M = (2^top-1) &^
 // holes, an Elias–Fano list of n-1 differences from the first's with l
@@ -31,28 +33,43 @@ import (
 // so views and likes get different widths, a column that is zero in
 // every post costs its header, and a lone wide value costs one exception
 // instead of widening the column. The author column holds a value for
-// every post (count n); the five counts (likes, comments, reposts,
-// views, favorites) only for the k posts with a count that is not zero
-// (count k), preceded, when 0 < k < n, by n presence bits: a post with no
-// counts costs its id, its author and one bit.
+// every post (count n); the counts (likes, comments, reposts, views,
+// favorites, then the kind columns) only for the k posts with a count
+// that is not zero (count k), preceded, when 0 < k < n, by n presence
+// bits: a post with no counts costs its id, its author and one bit.
+//
+// Kinds: the counts of reaction kinds beyond like (counters.Reactions).
+// The flag (the top byte's high bit) says that some post of the block
+// has one; then kinds has bit k-2 set for each kind k that some post
+// has, and the block holds one column for each, in kind order. A block
+// whose posts have only likes has neither the kinds field nor a column:
+// a kind costs nothing where it is not used.
 //
 // Canonical, as decode checks: M's top bit is set and M is exactly the
 // bits that vary; l <= 63; w+xw <= 64; nexc = 0 exactly when xw = 0;
 // exception positions increase and their high bits are not zero; a post
-// has the counts exactly when one of them is not zero; the last high bit
-// is set; ids increase within and across blocks.
+// has the counts exactly when one of them is not zero; the flag is set
+// exactly when kinds is not zero, and a kind is in kinds exactly when
+// its column has a value that is not zero; the last high bit is set; ids
+// increase within and across blocks.
 const (
-	postCols        = 6 // the author, then likes, comments, reposts, views, favorites
-	authorCols      = 1 // columns stored for every post; the counts are stored for posts that have one
+	fixedCols       = 6                     // the author, then likes, comments, reposts, views, favorites
+	kindCols        = counters.MaxKinds - 1 // the counts of kinds 2..MaxKinds (counters.Reactions)
+	postCols        = fixedCols + kindCols  // a row's columns
+	authorCols      = 1                     // columns stored for every post; the counts are stored for posts that have one
 	maxPostsInBlock = 256
 	// postBlockRecords is how many posts a block gets when a window is
 	// written: twice as many would spend less on block headers and index
 	// entries for slower pages; half as many, the other way round. A
 	// block stays within one page of a cold file.
 	postBlockRecords = 256
+	// blockKindsFlag marks, in a block's top byte (top <= 64), a block
+	// with kind columns.
+	blockKindsFlag = 0x80
 )
 
-// postRow is a post as its columns: the author, then the five counts.
+// postRow is a post as its columns: the author, the five counts, then
+// the counts of kinds 2..MaxKinds.
 type postRow [postCols]uint64
 
 // postBlockCRC is the checksum stored after a post block's bytes b:
@@ -90,43 +107,65 @@ func (e *postEncoder) encode(dst []byte) []byte {
 	n := e.n
 	ids := e.ids[:n]
 	idp := planIDs(ids)
-	// The counts: which posts have one, and their columns squeezed to
-	// those posts.
+	// Which posts have a count, and which kinds some post has.
 	var present [maxPostsInBlock]bool
-	k := 0
+	var kinds uint64
 	for i := range n {
 		for f := authorCols; f < postCols; f++ {
 			if e.cols[f][i] != 0 {
 				present[i] = true
+				if f >= fixedCols {
+					kinds |= 1 << (f - fixedCols)
+				}
 			}
 		}
+	}
+	// The stored columns: the fixed ones, then the kinds some post has;
+	// the counts squeezed to the posts that have one.
+	var stored [postCols]int
+	ns := 0
+	for f := range postCols {
+		if f < fixedCols || kinds>>(f-fixedCols)&1 != 0 {
+			stored[ns] = f
+			ns++
+		}
+	}
+	k := 0
+	for i := range n {
 		if present[i] {
-			for f := authorCols; f < postCols; f++ {
+			for _, f := range stored[authorCols:ns] {
 				e.cols[f][k] = e.cols[f][i]
 			}
 			k++
 		}
 	}
 	var plans [postCols]columnPlan
-	for f := range postCols {
+	for j, f := range stored[:ns] {
 		c := n
 		if f >= authorCols {
 			c = k
 		}
-		plans[f] = planColumn(e.cols[f][:c])
+		plans[j] = planColumn(e.cols[f][:c])
+	}
+	top := byte(idp.top)
+	if kinds != 0 {
+		top |= blockKindsFlag
 	}
 	start := len(dst)
-	dst = append(dst, byte(n-1), byte(idp.top), byte(idp.lowBits))
+	dst = append(dst, byte(n-1), top, byte(idp.lowBits))
 	dst = binary.AppendUvarint(dst, idp.holes())
 	dst = binary.AppendUvarint(dst, uint64(idp.highLen))
 	dst = binary.AppendUvarint(dst, uint64(k))
-	for _, p := range plans {
+	if kinds != 0 {
+		dst = binary.AppendUvarint(dst, kinds)
+	}
+	for _, p := range plans[:ns] {
 		dst = p.appendHeader(dst)
 	}
 	e.bw.Buf = dst
 	bw := &e.bw
 	idp.put(bw, ids, e.diffs[:])
-	for f, p := range plans {
+	for j, f := range stored[:ns] {
 		c := n
 		if f >= authorCols {
 			c = k
@@ -140,7 +179,7 @@ func (e *postEncoder) encode(dst []byte) []byte {
 				}
 			}
 		}
-		p.put(bw, e.cols[f][:c])
+		plans[j].put(bw, e.cols[f][:c])
 	}
 	dst = bw.Flush()
 	bw.Buf = nil
@@ -164,7 +203,11 @@ type postBlock struct {
 	ids      squeezedIDs
 	counted  int // posts with the counts (k)
 	presence int // bit offset of the presence bits; -1 when k is 0 or n
-	cols     [postCols]valueColumn
+	kinds    int // the kind columns, after the fixed ones in cols
+	kindCol  [kindCols]uint8
+	// cols are the fixed columns, then the kind columns: cols[fixedCols+j]
+	// holds the counts of the row's column fixedCols+kindCol[j].
+	cols [postCols]valueColumn
 }
 
 // parse parses the header of block b (its bytes without the CRC, with
@@ -185,7 +228,7 @@ func (k *postBlock) parse(first uint64, b []byte) error {
 	if p < 0 {
 		return errBlock
 	}
-	off, ok := k.ids.set(first, uint(b[1]), holes, n-1, int(b[2]), highLen, 0, 8*len(b))
+	off, ok := k.ids.set(first, uint(b[1]&^blockKindsFlag), holes, n-1, int(b[2]), highLen, 0, 8*len(b))
 	if !ok {
 		return errBlock
 	}
@@ -194,11 +237,24 @@ func (k *postBlock) parse(first uint64, b []byte) error {
 		return errBlock
 	}
 	k.counted = int(counted)
+	k.kinds = 0
+	if b[1]&blockKindsFlag != 0 {
+		var kinds uint64
+		kinds, p = bitpack.Uvarint(b, p)
+		if p < 0 || kinds == 0 || kinds >= 1<<kindCols || counted == 0 {
+			return errBlock
+		}
+		for kinds != 0 {
+			k.kindCol[k.kinds] = uint8(bits.TrailingZeros64(kinds))
+			k.kinds++
+			kinds &= kinds - 1
+		}
+	}
 	k.presence = -1
 	count := n
 	iw := positionBits(count)
 	imask := bitpack.LowMask(uint(iw))
-	for j := range k.cols {
+	for j := range fixedCols + k.kinds {
 		if j == authorCols {
 			count = k.counted
 			iw = positionBits(count)
@@ -273,21 +329,26 @@ func (k *postBlock) row(i int, r *postRow) {
 		r[f] = k.cols[f].value(a, i)
 	}
 	j := k.countedPos(i)
-	for f := authorCols; f < postCols; f++ {
-		if j < 0 {
-			r[f] = 0
-		} else {
-			r[f] = k.cols[f].value(a, j)
-		}
+	if j < 0 {
+		*r = postRow{0: r[0]}
+		return
+	}
+	for f := authorCols; f < fixedCols; f++ {
+		r[f] = k.cols[f].value(a, j)
+	}
+	*(*kindRow)(r[fixedCols:]) = kindRow{}
+	for c := range k.kinds {
+		r[fixedCols+int(k.kindCol[c])] = k.cols[fixedCols+c].value(a, j)
 	}
 }
 
 // decode writes the block's ids and rows to ids[:len()] and rows[:len()],
 // checking what parse does not: that ids increase, that the declared
-// varying bits vary, that exceptions and presence bits are canonical (a
-// post has the counts exactly when one of them is not zero). A block that
-// decodes without error reads back exactly what it decodes to. With ids
-// and rows nil it only checks.
+// varying bits vary, that exceptions, presence bits and kind columns are
+// canonical (a post has the counts exactly when one of them is not zero,
+// a kind column has a value that is not zero). A block that decodes
+// without error reads back exactly what it decodes to. With ids and rows
+// nil it only checks.
 func (k *postBlock) decode(ids []uint64, rows []postRow) error {
 	n := k.n
 	a := k.area
@@ -315,28 +376,37 @@ func (k *postBlock) decode(ids []uint64, rows []postRow) error {
 		clear(rows)
 	}
 	var nonzero [maxPostsInBlock]uint64 // OR of each counted post's counts
-	for f := range postCols {
-		if f < authorCols {
-			if err := k.cols[f].decode(a, col[:n]); err != nil {
+	for j := range fixedCols + k.kinds {
+		if j < authorCols {
+			if err := k.cols[j].decode(a, col[:n]); err != nil {
 				return err
 			}
 			for i := range rows {
-				rows[i][f] = col[i]
+				rows[i][j] = col[i]
 			}
 			continue
 		}
 		// Stored for the counted posts only; spread to all n.
-		if err := k.cols[f].decode(a, col[:k.counted]); err != nil {
+		if err := k.cols[j].decode(a, col[:k.counted]); err != nil {
 			return err
 		}
+		var any uint64
 		for i, v := range col[:k.counted] {
 			nonzero[i] |= v
+			any |= v
 		}
-		j := 0
+		f := j
+		if j >= fixedCols {
+			if any == 0 {
+				return errBlock // a kind column of zeros
+			}
+			f = fixedCols + int(k.kindCol[j-fixedCols])
+		}
+		c := 0
 		for i := range rows {
 			if k.counted == n || k.presence >= 0 && bitpack.Bits(a, k.presence+i, 1, 1) == 1 {
-				rows[i][f] = col[j]
-				j++
+				rows[i][f] = col[c]
+				c++
 			}
 		}
 	}
@@ -496,7 +566,8 @@ func (c *valueColumn) value(a []byte, i int) uint64 {
 // both is twice the number of even lanes. For iw = 0 (a one-value column,
 // whose only position is 0 and i = 0) it is all zeros but lanes, and
 // counts none. 16 entries, so that indexing by iw&15 needs no bounds
-// check; iw <= 8.
+// check; iw <= 10 (the positions of a post block's 256 values, of a pair
+// block's 1024 kinds).
 type swarLanes struct {
 	even, guard, ones uint64
 	lanes, both       int
@@ -504,7 +575,7 @@ type swarLanes struct {
 
 var swar = func() (t [16]swarLanes) {
 	t[0].lanes = 56
-	for iw := 1; iw <= 8; iw++ {
+	for iw := 1; iw < len(t); iw++ {
 		s := &t[iw]
 		s.lanes = 56 / iw
 		for j := 0; j < s.lanes; j += 2 {

@@ -103,7 +103,8 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 			key := ids[i] - w.lo + 1
 			if (delta != nil && delta.get(key, &p.layout, &r)) || (frozen != nil && frozen.get(key, &p.layout, &r)) {
 				if !r.dead() {
-					out[i], found[i] = r.post(), true
+					r.toPost(&out[i])
+					found[i] = true
 				}
 				continue
 			}
@@ -118,7 +119,8 @@ func (p *Posts) getChunk(ids []uint64, out []Post, found []bool) error {
 		case *rowTable:
 			for j, id := range sub[:m] {
 				if b.get(id-w.lo+1, &p.layout, &r) {
-					out[pos[j]], found[pos[j]] = r.post(), true
+					r.toPost(&out[pos[j]])
+					found[pos[j]] = true
 				}
 			}
 		case *sealedWindow:
@@ -153,7 +155,8 @@ func getManySealed(s *sealedWindow, sub []uint64, pos []uint8, out []Post, found
 		}
 		if i, ok := k.find(sub[j]); ok {
 			k.row(i, &r)
-			out[pos[j]], found[pos[j]] = r.post(), true
+			r.toPost(&out[pos[j]])
+			found[pos[j]] = true
 		}
 	}
 }
@@ -183,7 +186,8 @@ func getManyCold(f *coldWindow, sub []uint64, pos []uint8, out []Post, found []b
 				j := key & 0xff
 				if i, ok := k.find(sub[j]); ok {
 					k.row(i, &r)
-					out[pos[j]], found[pos[j]] = r.post(), true
+					r.toPost(&out[pos[j]])
+					found[pos[j]] = true
 				}
 			}
 		})

@@ -10,21 +10,58 @@ import (
 )
 
 // Post is the record of the post table: who wrote the post (0 for a post
-// known without its author) and its five counts.
+// known without its author), its five counts and its counts of the
+// reaction kinds beyond like (like's is Counts.Likes).
 type Post struct {
-	Author uint64
-	Counts engine.Counts
+	Author    uint64
+	Counts    engine.Counts
+	Reactions counters.Reactions
+}
+
+// Count returns the post's count of reaction kind k (like: its likes).
+func (p *Post) Count(k counters.Kind) int64 {
+	if k == counters.Like {
+		return p.Counts.Likes
+	}
+	return p.Reactions.Get(k)
+}
+
+// HasCounts reports whether a count of the post, of any kind, is not
+// zero.
+func (p *Post) HasCounts() bool { return !p.Counts.IsZero() || !p.Reactions.IsZero() }
+
+// AddReaction adds d to the count of kind k within [counters.Floor,
+// counters.Ceiling].
+func (p *Post) AddReaction(k counters.Kind, d int64) {
+	if k == counters.Like {
+		p.Counts.Likes = counters.Add(p.Counts.Likes, d)
+	} else {
+		p.Reactions.Add(k, d)
+	}
 }
 
 func (p *Post) row() postRow {
 	c := &p.Counts
-	return postRow{p.Author, uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)}
+	r := postRow{p.Author, uint64(c.Likes), uint64(c.Comments), uint64(c.Reposts), uint64(c.Views), uint64(c.Favorites)}
+	for j, v := range p.Reactions {
+		r[fixedCols+j] = uint64(v)
+	}
+	return r
+}
+
+// toPost writes the row as a Post to p.
+func (r *postRow) toPost(p *Post) {
+	p.Author = r[0]
+	p.Counts = engine.Counts{Likes: int64(r[1]), Comments: int64(r[2]), Reposts: int64(r[3]), Views: int64(r[4]), Favorites: int64(r[5])}
+	for j := range p.Reactions {
+		p.Reactions[j] = int64(r[fixedCols+j])
+	}
 }
 
 func (r *postRow) post() Post {
-	return Post{Author: r[0], Counts: engine.Counts{
-		Likes: int64(r[1]), Comments: int64(r[2]), Reposts: int64(r[3]), Views: int64(r[4]), Favorites: int64(r[5]),
-	}}
+	var p Post
+	r.toPost(&p)
+	return p
 }
 
 // Posts is the post table: a Post by post id, one record a post, so that
@@ -35,13 +72,14 @@ func (r *postRow) post() Post {
 type Posts struct {
 	table
 	layout slotLayout
+	kinds  counters.Kinds // kept in the snapshot image (postshape.go)
 }
 
 var postTag = [4]byte{'P', 'O', 'S', 'T'}
 
 // NewPosts returns an empty post table.
 func NewPosts(opts Options) (*Posts, error) {
-	p := &Posts{}
+	p := &Posts{kinds: counters.NewKinds()}
 	if err := p.init(p, imageFormat{tag: postTag, entrySize: postEntrySize, perBlock: maxPostsInBlock}, opts); err != nil {
 		return nil, err
 	}
@@ -159,18 +197,62 @@ func (p *Posts) put(id uint64, post Post, known int) error {
 // exist). A post that does not exist is created (with author 0) only
 // when the result has a count that is not zero.
 func (p *Posts) AddCounts(id uint64, d engine.Counts) (was, is Post, err error) {
+	return p.update(id, func(c *Post) {
+		c.Counts.Likes = counters.Add(c.Counts.Likes, d.Likes)
+		c.Counts.Comments = counters.Add(c.Counts.Comments, d.Comments)
+		c.Counts.Reposts = counters.Add(c.Counts.Reposts, d.Reposts)
+		c.Counts.Views = counters.Add(c.Counts.Views, d.Views)
+		c.Counts.Favorites = counters.Add(c.Counts.Favorites, d.Favorites)
+	})
+}
+
+// MoveReaction moves one reaction of post id from kind from to kind to,
+// as AddCounts does a count: -1 on from and +1 on to, either of which
+// may be counters.NoKind (a first reaction, an unreaction), like being
+// the post's likes. It is Set.React's and Set.Unreact's count: the
+// caller moves the count the set's answer (the previous kind) says,
+// under the same lock, so that no reader sees a reaction counted under
+// both kinds or neither. A kind not in the table's kinds is an error.
+func (p *Posts) MoveReaction(id uint64, from, to counters.Kind) (was, is Post, err error) {
+	for _, k := range [2]counters.Kind{from, to} {
+		if k != counters.NoKind && !p.kinds.Has(k) {
+			return Post{}, Post{}, fmt.Errorf("tier: reaction kind id %d is not in the post table's kinds", k)
+		}
+	}
+	if from == to {
+		old, _, err := p.Get(id)
+		return old, old, err
+	}
+	return p.update(id, func(c *Post) {
+		if from != counters.NoKind {
+			c.AddReaction(from, -1)
+		}
+		if to != counters.NoKind {
+			c.AddReaction(to, 1)
+		}
+	})
+}
+
+// AddReaction adds d to post id's count of kind k (like: its likes)
+// within [counters.Floor, counters.Ceiling], as AddCounts does a count.
+// A kind not in the table's kinds is an error.
+func (p *Posts) AddReaction(id uint64, k counters.Kind, d int64) (was, is Post, err error) {
+	if k == counters.NoKind || !p.kinds.Has(k) {
+		return Post{}, Post{}, fmt.Errorf("tier: reaction kind id %d is not in the post table's kinds", k)
+	}
+	return p.update(id, func(c *Post) { c.AddReaction(k, d) })
+}
+
+// update applies change to the record of post id: the read-modify-write
+// of AddCounts and MoveReaction.
+func (p *Posts) update(id uint64, change func(*Post)) (was, is Post, err error) {
 	old, ok, err := p.Get(id)
 	if err != nil {
 		return Post{}, Post{}, err
 	}
 	n := old
-	c := &n.Counts
-	c.Likes = counters.Add(c.Likes, d.Likes)
-	c.Comments = counters.Add(c.Comments, d.Comments)
-	c.Reposts = counters.Add(c.Reposts, d.Reposts)
-	c.Views = counters.Add(c.Views, d.Views)
-	c.Favorites = counters.Add(c.Favorites, d.Favorites)
-	if n == old && (ok || n.Counts.IsZero()) {
+	change(&n)
+	if n == old && (ok || !n.HasCounts()) {
 		return old, old, nil
 	}
 	if err := p.put(id, n, knownFrom(ok)); err != nil {
@@ -211,12 +293,15 @@ func (p *Posts) Delete(id uint64) (bool, error) {
 	return true, nil
 }
 
-// deadRow is a deleted post's row in an overlay: every column all ones,
-// which no post's row is (counts fit an int64). It never fits a slot, so
-// it lives in the overlay's overflow map.
+// deadRow is a deleted post's row in an overlay: every fixed column all
+// ones, which no post's row is (counts fit an int64), and no kind
+// counts. It never fits a slot, so it lives in the overlay's overflow
+// map.
 var deadRow = postRow{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
 
-func (r *postRow) dead() bool { return *r == deadRow }
+func (r *postRow) dead() bool { return fixedRow(r[:fixedCols]).dead() }
+
+func (r fixedRow) dead() bool { return r == fixedRow(deadRow[:fixedCols]) }
 
 // SetAuthor records the author of post id, creating the post.
 func (p *Posts) SetAuthor(id, author uint64) error {
@@ -256,6 +341,7 @@ func (p *Posts) Range(fn func(id uint64, r Post) bool) error {
 // cold files, if it names any, must be in the table's Dir.
 func (p *Posts) LoadAnyWindow(r io.Reader, now time.Time) error {
 	return loadAnyWindow(&p.table, r, NewPosts, func(other *Posts) (err, rangeErr error) {
+		p.kinds = other.kinds
 		err = p.Import(func(yield func(uint64, Post) bool) { rangeErr = other.Range(yield) }, now)
 		return err, rangeErr
 	})

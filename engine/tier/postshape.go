@@ -174,10 +174,14 @@ func (p *Posts) compose(lower, upper overlay) overlay {
 // A post table's snapshot entries, the open table's and the overlay's
 // alike, are rows:
 //
-//	rows = count uvarint | (id - window start + 1 uvarint | 6 × column uvarint)*   in no order
+//	rows = count uvarint | row*                                          in no order
+//	row  = id - window start + 1 uvarint | 6 × column uvarint | kinds uvarint | popcount(kinds) × count uvarint
 //
 // in the order the tables hold them, so that writing an open window or a
-// delta takes no memory beyond the writer's buffer, however large it is.
+// delta takes no memory beyond the writer's buffer, however large it is;
+// a row's columns being the author and the five counts, kinds having bit
+// k-2 set for each reaction kind k beyond like whose count follows, in
+// kind order.
 
 func (p *Posts) writeOpen(sw *snapshotWriter, open body) error {
 	return p.writeRows(sw, open.(*rowTable), nil)
@@ -215,8 +219,20 @@ func (p *Posts) writeRows(sw *snapshotWriter, upper, lower *rowTable) error {
 	sw.uvarint(uint64(n))
 	return each(func(key uint64) error {
 		sw.uvarint(key)
-		for _, v := range r {
+		for _, v := range r[:fixedCols] {
 			sw.uvarint(v)
+		}
+		var kinds uint64
+		for j, v := range r[fixedCols:] {
+			if v != 0 {
+				kinds |= 1 << j
+			}
+		}
+		sw.uvarint(kinds)
+		for _, v := range r[fixedCols:] {
+			if v != 0 {
+				sw.uvarint(v)
+			}
 		}
 		return sw.spill()
 	})
@@ -282,8 +298,20 @@ func (p *Posts) readRows(sr *snapshotReader, w *window) *rowTable {
 	var r postRow
 	for range n {
 		key := sr.uvarint()
-		for f := range r {
+		for f := range fixedCols {
 			r[f] = sr.uvarint()
+		}
+		kinds := sr.uvarint()
+		if kinds >= 1<<kindCols {
+			sr.fail("window %d: row kinds %#x", w.num, kinds)
+		}
+		for j := range kindCols {
+			r[fixedCols+j] = 0
+			if kinds>>j&1 != 0 {
+				if r[fixedCols+j] = sr.uvarint(); r[fixedCols+j] == 0 && sr.err == nil {
+					sr.fail("window %d: a row's kind count of zero", w.num)
+				}
+			}
 		}
 		if sr.err != nil {
 			return nil

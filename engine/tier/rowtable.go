@@ -7,14 +7,16 @@ import (
 
 // slotLayout says how a row table's 16-byte slot holds a post: the key
 // (the id's offset in its window plus one; 0 marks an empty slot) in the
-// low keyBits+1 bits, an overflow flag in the next bit, then column f's
-// value in width[f] bits at bit shift[f]. A post with a value wider than
-// its column's width is kept in the table's overflow map instead.
+// low keyBits bits, then two flags — the fixed columns are in the
+// table's overflow map, the post has counts of kinds beyond like (in the
+// table's kind table) — then fixed column f's value in width[f] bits at
+// bit shift[f]. A post with a value wider than its column's width is kept
+// in the overflow map instead.
 type slotLayout struct {
 	keyBits uint // bits of the key field: the window's KeyBits + 1
 	keyMask uint64
-	width   [postCols]uint8
-	shift   [postCols]uint8
+	width   [fixedCols]uint8
+	shift   [fixedCols]uint8
 }
 
 // slotBits is the size of a slot.
@@ -26,8 +28,8 @@ func newSlotLayout(windowKeyBits uint) (slotLayout, bool) {
 	kb := windowKeyBits + 1
 	widths := slotWidths(valueBits(windowKeyBits))
 	l := slotLayout{keyBits: kb, keyMask: 1<<kb - 1, width: widths}
-	s := int(kb) + 1
-	for f := range postCols {
+	s := int(kb) + 2
+	for f := range fixedCols {
 		l.shift[f] = uint8(s)
 		s += int(widths[f])
 	}
@@ -35,24 +37,29 @@ func newSlotLayout(windowKeyBits uint) (slotLayout, bool) {
 }
 
 // slotWidths gives the columns their bits of a slot, given the bits the
-// key and the flag leave (77 for day windows, less for longer ones, at
-// least 62): in day windows 32 bits of author, 12 of likes, 8 of
+// key and the flags leave (76 for day windows, less for longer ones, at
+// least 69): in day windows 31 bits of author, 12 of likes, 8 of
 // comments, 6 of reposts, 14 of views and 5 of favorites, which all but
 // a few in a thousand of the benchmark set's posts fit; longer windows
 // take the bits from the author, shorter ones give them to it.
-func slotWidths(bits int) [postCols]uint8 {
-	author := min(64, max(0, 32+bits-77))
-	return [postCols]uint8{uint8(author), 12, 8, 6, 14, 5}
+func slotWidths(bits int) [fixedCols]uint8 {
+	author := min(64, max(0, 31+bits-76))
+	return [fixedCols]uint8{uint8(author), 12, 8, 6, 14, 5}
 }
 
 // valueBits is how many bits a slot leaves for the columns of a post
 // whose window has windowKeyBits key bits.
-func valueBits(windowKeyBits uint) int { return slotBits - int(windowKeyBits) - 2 }
+func valueBits(windowKeyBits uint) int { return slotBits - int(windowKeyBits) - 3 }
 
-// pack packs key and r into a slot, or reports that a value does not fit.
+// The flags of a slot, above its key.
+func (l *slotLayout) overflowFlag() uint64 { return 1 << l.keyBits }
+func (l *slotLayout) kindsFlag() uint64    { return 2 << l.keyBits }
+
+// pack packs key and r's fixed columns into a slot, or reports that a
+// value does not fit.
 func (l *slotLayout) pack(key uint64, r *postRow) (s rowSlot, ok bool) {
 	s.low = key
-	for f := range postCols {
+	for f := range fixedCols {
 		w, sh := uint(l.width[f]), uint(l.shift[f])
 		v := r[f]
 		if w < 64 && v>>w != 0 {
@@ -73,8 +80,9 @@ func (l *slotLayout) pack(key uint64, r *postRow) (s rowSlot, ok bool) {
 	return s, true
 }
 
+// unpack reads the fixed columns of slot s into r.
 func (l *slotLayout) unpack(s *rowSlot, r *postRow) {
-	for f := range postCols {
+	for f := range fixedCols {
 		w, sh := uint(l.width[f]), uint(l.shift[f])
 		var v uint64
 		if sh < 64 {
@@ -95,15 +103,21 @@ func (l *slotLayout) unpack(s *rowSlot, r *postRow) {
 // rowTable is a pointer-free open-addressing table (linear probing) of
 // key → post row for one window, 16 bytes a slot (slotLayout): a post
 // table's open window, and the delta over any of its windows (its rows
-// override the body's). The rare post that does not fit goes to the over
-// map (its slot carries the flag and the key only): a map of
-// pointer-free values, which the GC does not scan either.
+// override the body's). The rare post whose fixed columns do not fit
+// goes to the over map (its slot carries the flag and the key only): a
+// map of pointer-free values, which the GC does not scan either. The
+// counts of kinds beyond like, which most posts do not have, are in a
+// side table (kindTable), created with the first post that has one.
 type rowTable struct {
 	slots []rowSlot
 	n     int
 	shift uint // 64 - log2(len(slots))
-	over  map[uint64]postRow
+	over  map[uint64]fixedRow
+	kinds *kindTable
 }
+
+// fixedRow is a row's fixed columns, an overflowed post's value.
+type fixedRow [fixedCols]uint64
 
 // rowSlot is a slot's 128 bits, low word first.
 type rowSlot struct{ low, high uint64 }
@@ -137,8 +151,6 @@ func (t *rowTable) find(key uint64, l *slotLayout) (int, bool) {
 	}
 }
 
-func (t *rowTable) overflowed(s *rowSlot, l *slotLayout) bool { return s.low>>l.keyBits&1 != 0 }
-
 // get reads the record of key into r.
 func (t *rowTable) get(key uint64, l *slotLayout, r *postRow) bool {
 	i, ok := t.find(key, l)
@@ -146,11 +158,18 @@ func (t *rowTable) get(key uint64, l *slotLayout, r *postRow) bool {
 		return false
 	}
 	s := &t.slots[i]
-	if t.overflowed(s, l) {
-		*r = t.over[key]
-		return true
+	if s.low&l.overflowFlag() != 0 {
+		f := t.over[key]
+		copy(r[:fixedCols], f[:])
+	} else {
+		l.unpack(s, r)
 	}
-	l.unpack(s, r)
+	k := (*kindRow)(r[fixedCols:])
+	if s.low&l.kindsFlag() != 0 {
+		t.kinds.get(key, k)
+	} else {
+		*k = kindRow{}
+	}
 	return true
 }
 
@@ -166,18 +185,28 @@ func (t *rowTable) put(key uint64, l *slotLayout, r *postRow) bool {
 	}
 	i, found := t.find(key, l)
 	s := &t.slots[i]
-	if found && t.overflowed(s, l) {
+	if found && s.low&l.overflowFlag() != 0 {
 		delete(t.over, key)
 	}
-	if p, ok := l.pack(key, r); ok {
-		*s = p
-	} else {
+	hadKinds := found && s.low&l.kindsFlag() != 0
+	p, ok := l.pack(key, r)
+	if !ok {
 		if t.over == nil {
-			t.over = make(map[uint64]postRow)
+			t.over = make(map[uint64]fixedRow)
 		}
-		t.over[key] = *r
-		*s = rowSlot{low: key | 1<<l.keyBits}
+		t.over[key] = fixedRow(r[:fixedCols])
+		p = rowSlot{low: key | l.overflowFlag()}
 	}
+	if k := (*kindRow)(r[fixedCols:]); *k != (kindRow{}) {
+		if t.kinds == nil {
+			t.kinds = newKindTable()
+		}
+		t.kinds.put(key, k)
+		p.low |= l.kindsFlag()
+	} else if hadKinds {
+		t.kinds.remove(key)
+	}
+	*s = p
 	if !found {
 		t.n++
 	}
@@ -193,8 +222,11 @@ func (t *rowTable) remove(key uint64, l *slotLayout) bool {
 	if !found {
 		return false
 	}
-	if t.overflowed(&t.slots[i], l) {
+	if s := &t.slots[i]; s.low&l.overflowFlag() != 0 {
 		delete(t.over, key)
+	}
+	if s := &t.slots[i]; s.low&l.kindsFlag() != 0 {
+		t.kinds.remove(key)
 	}
 	mask := len(t.slots) - 1
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
@@ -264,10 +296,10 @@ func unionKeys(l *slotLayout, tables ...*rowTable) []uint64 {
 	return slices.Compact(keys)
 }
 
-// sizeBytes is the table's memory: its slots, and the overflow map at
-// about 80 bytes a post (key, row and the map's overhead).
+// sizeBytes is the table's memory: its slots, the overflow map at about
+// 80 bytes a post (key, row and the map's overhead) and the kind table.
 func (t *rowTable) sizeBytes() int {
-	return len(t.slots)*16 + len(t.over)*(8+8*postCols+24)
+	return len(t.slots)*16 + len(t.over)*(8+8*fixedCols+24) + t.kinds.sizeBytes()
 }
 
 // sizeFor returns the slots a table of n keys starts with after a load:
@@ -278,4 +310,168 @@ func sizeFor(n int) (int, uint) {
 		size *= 2
 	}
 	return size, uint(64 - bits.TrailingZeros(uint(size)))
+}
+
+// kindRow is a row's counts of the kinds beyond like, kind k at k-2.
+type kindRow [kindCols]uint64
+
+// kindTable holds, by a row table's key, the counts of kinds beyond like
+// of the posts that have one: such a post costs one 16-byte slot more,
+// every other post nothing. A slot is the key (0: empty) and a word: the
+// kinds the post has (bit k-2 for kind k, kindCols bits), then their
+// counts in kind order, each in the same share of the word's other bits
+// (kindShare). A post with a count wider than its share has the word's
+// overflow bit instead (the top one, above every share) and its counts
+// in the over map, of pointer-free values. Linear probing, backward-shift
+// deletion: a post whose last such reaction goes leaves no tombstone.
+type kindTable struct {
+	slots []kindSlot
+	live  int
+	shift uint // 64 - log2(len(slots))
+	over  map[uint64]kindRow
+}
+
+type kindSlot struct{ key, word uint64 }
+
+const (
+	kindsOverflow = uint64(1) << 63
+	kindBitsFree  = 63 - kindCols // the bits of a word the counts share
+)
+
+// kindShare is the bits each of n counts gets in a word.
+func kindShare(n int) uint { return uint(kindBitsFree / n) }
+
+func newKindTable() *kindTable {
+	return &kindTable{slots: make([]kindSlot, minSlots), shift: 64 - 4}
+}
+
+func (t *kindTable) home(key uint64) int {
+	return int((key * 0x9E3779B97F4A7C15) >> t.shift)
+}
+
+func (t *kindTable) find(key uint64) (int, bool) {
+	mask := len(t.slots) - 1
+	for i := t.home(key); ; i = (i + 1) & mask {
+		switch t.slots[i].key {
+		case key:
+			return i, true
+		case 0:
+			return i, false
+		}
+	}
+}
+
+// get reads the counts of key into k; a key the table does not have
+// reads as zeros.
+func (t *kindTable) get(key uint64, k *kindRow) {
+	*k = kindRow{}
+	if t == nil {
+		return
+	}
+	i, ok := t.find(key)
+	if !ok {
+		return
+	}
+	w := t.slots[i].word
+	if w&kindsOverflow != 0 {
+		*k = t.over[key]
+		return
+	}
+	mask := w & (1<<kindCols - 1)
+	share := kindShare(bits.OnesCount64(mask))
+	w >>= kindCols
+	for mask != 0 {
+		j := bits.TrailingZeros64(mask)
+		k[j] = w & (1<<share - 1)
+		w >>= share
+		mask &= mask - 1
+	}
+}
+
+// put stores k, which has a count that is not zero, under key.
+func (t *kindTable) put(key uint64, k *kindRow) {
+	if (t.live+1)*8 > len(t.slots)*7 {
+		t.grow()
+	}
+	i, found := t.find(key)
+	if found && t.slots[i].word&kindsOverflow != 0 {
+		delete(t.over, key)
+	}
+	var mask uint64
+	n := 0
+	for j, v := range k {
+		if v != 0 {
+			mask |= 1 << j
+			n++
+		}
+	}
+	share := kindShare(n)
+	w, at := mask, uint(kindCols)
+	for _, v := range k {
+		if v == 0 {
+			continue
+		}
+		if v>>share != 0 {
+			if t.over == nil {
+				t.over = make(map[uint64]kindRow)
+			}
+			t.over[key] = *k
+			w = kindsOverflow
+			break
+		}
+		w |= v << at
+		at += share
+	}
+	t.slots[i] = kindSlot{key: key, word: w}
+	if !found {
+		t.live++
+	}
+}
+
+// remove deletes key's counts; the slots after it in its run move back
+// when their probe sequence allows (as in pairTable.remove).
+func (t *kindTable) remove(key uint64) {
+	i, ok := t.find(key)
+	if !ok {
+		return
+	}
+	if t.slots[i].word&kindsOverflow != 0 {
+		delete(t.over, key)
+	}
+	mask := len(t.slots) - 1
+	for j := (i + 1) & mask; t.slots[j].key != 0; j = (j + 1) & mask {
+		h := t.home(t.slots[j].key)
+		// The slot at j may move to i unless its home lies cyclically in
+		// (i, j].
+		if i <= j && (h <= i || h > j) || i > j && h <= i && h > j {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = kindSlot{}
+	t.live--
+}
+
+func (t *kindTable) grow() {
+	old := t.slots
+	t.slots = make([]kindSlot, 2*len(old))
+	t.shift--
+	mask := len(t.slots) - 1
+	for _, s := range old {
+		if s.key == 0 {
+			continue
+		}
+		i := t.home(s.key)
+		for t.slots[i].key != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+func (t *kindTable) sizeBytes() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.slots)*16 + len(t.over)*(8+8*kindCols+24)
 }

@@ -1,6 +1,10 @@
 package tier
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/tally-dev/tally/engine/counters"
+)
 
 // A Scan looks for the records of one user in one window — a set's pairs
 // of user, the posts whose author is user — for a caller that must visit
@@ -172,7 +176,7 @@ func (p *Posts) PlanScan(user uint64, from Cursor, limit int) *Scan {
 func (s *Set) scanBody(b body, lo, last uint64, from Cursor, limit int, user uint64, found *[]uint64) (Cursor, error) {
 	end := Cursor{Post: last + 1}
 	if t, ok := b.(*pairTable); ok {
-		t.each(func(u, k uint64) bool {
+		t.each(func(u, k uint64, _ counters.Kind) bool {
 			if u == user && from.atOrBefore(lo+k, u) {
 				*found = append(*found, lo+k)
 			}
@@ -228,7 +232,7 @@ func (s *Set) scanBody(b body, lo, last uint64, from Cursor, limit int, user uin
 
 func (s *Set) scanOverlay(o overlay, lo, user uint64, found *[]uint64) {
 	if d := asPairs(o); d != nil {
-		d.added.each(func(u, k uint64) bool {
+		d.added.each(func(u, k uint64, _ counters.Kind) bool {
 			if u == user {
 				*found = append(*found, lo+k)
 			}

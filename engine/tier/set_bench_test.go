@@ -76,21 +76,34 @@ func setBenchOpts(b testing.TB, policy string) Options {
 	return o
 }
 
-// loadBenchSet builds a set under a policy: Add for "open", LoadPairs
-// and Maintain for the others.
-func loadBenchSet(b testing.TB, policy string, n int) *Set {
+// loadBenchSet builds a set under a policy: Add (or React) for "open",
+// LoadPairs (or LoadReactions) and Maintain for the others. kinds is 1
+// for a like set of benchLikes' pairs, more for a reaction set of
+// benchReactions' under the mix of that many kinds.
+func loadBenchSet(b testing.TB, policy string, n, kinds int) *Set {
 	s, err := NewSet("LIKE", setBenchOpts(b, policy))
 	if err != nil {
 		b.Fatal(err)
 	}
 	end := datagen.DefaultEnd
 	if policy == "open" {
-		for u, p := range benchLikes(n) {
-			s.Add(u, p)
+		if kinds == 1 {
+			for u, p := range benchLikes(n) {
+				s.Add(u, p)
+			}
+		} else {
+			for r := range benchReactions(n, kinds) {
+				s.React(r.User, r.Post, r.Kind)
+			}
 		}
 		return s
 	}
-	if err := s.LoadPairs(benchLikes(n), end); err != nil {
+	if kinds == 1 {
+		err = s.LoadPairs(benchLikes(n), end)
+	} else {
+		err = s.LoadReactions(benchReactions(n, kinds), end)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	if err := s.Maintain(end); err != nil {
@@ -99,37 +112,46 @@ func loadBenchSet(b testing.TB, policy string, n int) *Set {
 	return s
 }
 
-// BenchmarkSetMemory reports bytes per like: the live Go heap after GC
-// (heap-B/like), MemoryBytes (mem-B/like), the sealed windows' images
-// (sealed-B/like) and for cold windows the files (disk-B/like).
+// BenchmarkSetMemory reports bytes per like of the like set (set/...):
+// the live Go heap after GC (heap-B/like), MemoryBytes (mem-B/like), the
+// sealed windows' images (sealed-B/like) and for cold windows the files
+// (disk-B/like); and the same per reaction of reaction sets of 6 and 16
+// kinds under the mix (reactions6/..., reactions16/...: -B/reaction),
+// whose pairs are the like set's.
 func BenchmarkSetMemory(b *testing.B) {
 	n := benchutil.N()
-	for _, policy := range []string{"open", "default", "sealed", "cold"} {
-		b.Run("set/"+policy, func(b *testing.B) {
-			var s *Set
-			var h uint64
-			for b.Loop() {
-				if s != nil {
-					s.Close()
+	for _, kinds := range []int{1, 6, 16} {
+		name, unit := "set", "like"
+		if kinds > 1 {
+			name, unit = "reactions"+strconv.Itoa(kinds), "reaction"
+		}
+		for _, policy := range []string{"open", "default", "sealed", "cold"} {
+			b.Run(name+"/"+policy, func(b *testing.B) {
+				var s *Set
+				var h uint64
+				for b.Loop() {
+					if s != nil {
+						s.Close()
+					}
+					s = nil
+					h0 := benchutil.LiveHeap()
+					s = loadBenchSet(b, policy, n, kinds)
+					h = benchutil.LiveHeap() - h0
 				}
-				s = nil
-				h0 := benchutil.LiveHeap()
-				s = loadBenchSet(b, policy, n)
-				h = benchutil.LiveHeap() - h0
-			}
-			st := statsOf(s)
-			per := float64(h) / float64(s.Len())
-			b.ReportMetric(per, "heap-B/like")
-			b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "mem-B/like")
-			if st.sealedPairs > 0 {
-				b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/like")
-			}
-			if st.coldPairs > 0 {
-				b.ReportMetric(float64(s.DiskBytes())/float64(st.coldPairs), "disk-B/like")
-			}
-			b.ReportMetric(float64(s.Len()), "likes")
-			s.Close()
-		})
+				st := statsOf(s)
+				per := float64(h) / float64(s.Len())
+				b.ReportMetric(per, "heap-B/"+unit)
+				b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "mem-B/"+unit)
+				if st.sealedPairs > 0 {
+					b.ReportMetric(float64(st.sealedBytes)/float64(st.sealedPairs), "sealed-B/"+unit)
+				}
+				if st.coldPairs > 0 {
+					b.ReportMetric(float64(s.DiskBytes())/float64(st.coldPairs), "disk-B/"+unit)
+				}
+				b.ReportMetric(float64(s.Len()), unit+"s")
+				s.Close()
+			})
+		}
 	}
 }
 
@@ -181,7 +203,7 @@ func BenchmarkSetHasMany(b *testing.B) {
 	out := make([]bool, 50)
 	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
 		b.Run("set/"+policy, func(b *testing.B) {
-			s := loadBenchSet(b, policy, n)
+			s := loadBenchSet(b, policy, n, 1)
 			defer s.Close()
 			read := func(i int) {
 				if err := s.HasMany(viewers[i%setNumPages], pages[i%setNumPages], out); err != nil {
@@ -230,7 +252,7 @@ func BenchmarkSetBlockPairs(b *testing.B) {
 // it reports the image's bytes per like.
 func BenchmarkSetLoad(b *testing.B) {
 	n := benchutil.N()
-	s := loadBenchSet(b, "default", n)
+	s := loadBenchSet(b, "default", n, 1)
 	var img bytes.Buffer
 	if _, err := s.WriteTo(&img); err != nil {
 		b.Fatal(err)
@@ -268,7 +290,7 @@ func BenchmarkSetLoad(b *testing.B) {
 func BenchmarkSetLateLike(b *testing.B) {
 	n := benchutil.N()
 	pages, _ := benchPages(n)
-	s := loadBenchSet(b, "sealed", n)
+	s := loadBenchSet(b, "sealed", n, 1)
 	b.Run("set", func(b *testing.B) {
 		i := 0
 		for b.Loop() {

@@ -8,13 +8,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // TestSetConcurrentJobs runs a set's maintenance jobs (planned and
-// finished under the write lock, run outside it) while writers like and
-// unlike under the write lock and readers read pages and take snapshots
-// under the read lock. A reader checks that a pair only its own writer
-// touches reads as that writer left it; at the end the set is the
+// finished under the write lock, run outside it) while writers like,
+// react, switch kinds and unreact under the write lock, readers read
+// pages and take snapshots under the read lock, and a scanner looks for
+// one user's pairs with no lock. A reader checks that a pair only its own
+// writer touches reads as that writer left it; at the end the set is the
 // writers' model. Run with -race.
 func TestSetConcurrentJobs(t *testing.T) {
 	dir := t.TempDir()
@@ -28,7 +31,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 	for i := range posts {
 		posts[i] = randID(rng, nWin)
 	}
-	model := map[upair]bool{} // under mu
+	model := map[upair]counters.Kind{} // under mu
 	// A user no writer touches, whom a scanner looks for throughout.
 	const still = 1 << 40
 	var stillPosts []uint64
@@ -36,7 +39,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 		if added, err := s.Add(still, p); err != nil {
 			t.Fatal(err)
 		} else if added {
-			model[upair{still, p}] = true
+			model[upair{still, p}] = counters.Like
 			stillPosts = append(stillPosts, p)
 		}
 	}
@@ -59,12 +62,19 @@ func TestSetConcurrentJobs(t *testing.T) {
 				q := upair{uint64(w + 2*rng.IntN(50)), posts[rng.IntN(len(posts))]}
 				mu.Lock()
 				var err error
-				if rng.IntN(3) == 0 {
-					_, err = s.Remove(q.u, q.p)
+				switch rng.IntN(3) {
+				case 0:
+					_, err = s.Unreact(q.u, q.p)
 					delete(model, q)
-				} else {
+				case 1:
 					_, err = s.Add(q.u, q.p)
-					model[q] = true
+					if model[q] == counters.NoKind {
+						model[q] = counters.Like
+					}
+				default: // a reaction, or a switch of kind
+					kind := randKind(rng, 6)
+					_, err = s.React(q.u, q.p, kind)
+					model[q] = kind
 				}
 				mu.Unlock()
 				if err != nil {
@@ -77,7 +87,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 	for r := range 2 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(r), 2))
-			var out [50]bool
+			var out [50]counters.Kind
 			page := make([]uint64, 50)
 			for {
 				select {
@@ -92,8 +102,8 @@ func TestSetConcurrentJobs(t *testing.T) {
 				slices.Reverse(page)
 				user := uint64(rng.IntN(100))
 				mu.RLock()
-				err := s.HasMany(user, page, out[:])
-				want := make([]bool, len(page))
+				err := s.KindsOf(user, page, out[:])
+				want := make([]counters.Kind, len(page))
 				for i, p := range page {
 					want[i] = model[upair{user, p}]
 				}
@@ -110,7 +120,7 @@ func TestSetConcurrentJobs(t *testing.T) {
 					return
 				}
 				if !slices.Equal(out[:], want) {
-					t.Errorf("user %d: HasMany %v, model %v", user, out, want)
+					t.Errorf("user %d: KindsOf %v, model %v", user, out, want)
 					return
 				}
 				pages.Add(1)

@@ -60,10 +60,10 @@ func TestSetCorruptColdBlock(t *testing.T) {
 	}
 	var bad, good upair
 	for _, q := range pairs {
-		in := comparePairs(pair{q.p, q.u}, pair{bp, bu}) >= 0 && comparePairs(pair{q.p, q.u}, pair{np, nu}) < 0
+		in := comparePairs(pair{post: q.p, user: q.u}, pair{post: bp, user: bu}) >= 0 && comparePairs(pair{post: q.p, user: q.u}, pair{post: np, user: nu}) < 0
 		if in {
 			bad = q
-		} else if comparePairs(pair{q.p, q.u}, pair{np, nu}) >= 0 {
+		} else if comparePairs(pair{post: q.p, user: q.u}, pair{post: np, user: nu}) >= 0 {
 			good = q
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // seedSetImages returns snapshot images of small sets: open, sealed and
@@ -25,12 +27,18 @@ func seedSetImages(t testing.TB) [][]byte {
 		rng := rand.New(rand.NewPCG(uint64(n), 1))
 		hot := []uint64{randID(rng, 5)}
 		for range n {
-			s.Add(randUser(rng), randLikedPost(rng, hot, 5))
+			s.React(randUser(rng), randLikedPost(rng, hot, 5), randKind(rng, 6))
 		}
 		s.Maintain(testEpoch.Add(4 * time.Second))
 		for range n / 10 {
 			s.Add(randUser(rng), randLikedPost(rng, hot, 5))
+			s.React(randUser(rng), randLikedPost(rng, hot, 5), randKind(rng, 6))
 			s.Remove(randUser(rng), randLikedPost(rng, hot, 5))
+		}
+		var pairs []upair // some kinds switched in the deltas
+		s.Range(func(u, p uint64) bool { pairs = append(pairs, upair{u, p}); return len(pairs) < n/10 })
+		for _, q := range pairs {
+			s.React(q.u, q.p, randKind(rng, 6))
 		}
 		var buf bytes.Buffer
 		if _, err := s.WriteTo(&buf); err != nil {
@@ -42,8 +50,8 @@ func seedSetImages(t testing.TB) [][]byte {
 }
 
 // FuzzSetLoad feeds arbitrary images to a set's Load: it never panics,
-// and an image it accepts gives a set whose Range agrees with Len and
-// Has, that writes an image loading again to the same pairs, and whose
+// and an image it accepts gives a set whose RangeKinds agrees with Len
+// and KindOf, that writes an image loading again to the same pairs, and whose
 // windows seal without error.
 func FuzzSetLoad(f *testing.F) {
 	for _, s := range seedSetImages(f) {
@@ -61,10 +69,10 @@ func FuzzSetLoad(f *testing.F) {
 			return
 		}
 		n := 0
-		if err := s.Range(func(u, p uint64) bool {
+		if err := s.RangeKinds(func(u, p uint64, kind counters.Kind) bool {
 			n++
-			if has, err := s.Has(u, p); err != nil || !has {
-				t.Fatalf("Range yields (%d, %d), Has says %v %v", u, p, has, err)
+			if got, err := s.KindOf(u, p); err != nil || got != kind {
+				t.Fatalf("RangeKinds yields (%d, %d, %d), KindOf says %d %v", u, p, kind, got, err)
 			}
 			return true
 		}); err != nil {
@@ -108,41 +116,44 @@ func TestPairBlockCRC(t *testing.T) {
 
 // FuzzPairBlock feeds the pair block parser and decoder arbitrary bytes
 // and first pairs: they must never panic or read out of bounds, and a
-// block that decodes must answer has exactly as its decoded pairs say.
-// The corpus starts from the blocks of windows of random pairs.
+// block that decodes must answer kindOf exactly as its decoded pairs
+// say. The corpus starts from the blocks of windows of random pairs,
+// likes only and with a mix of kinds.
 func FuzzPairBlock(f *testing.F) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for seed, limit := range []int{3, 64, blockPairs, blockPairs} {
-		var buf bytes.Buffer
-		pw := newPairWriter(&buf, [4]byte{'L', 'I', 'K', 'E'}, limit)
-		post := uint64(1 << 40)
-		var ps []pair
-		for range 2000 {
-			post += rng.Uint64N(3) << rng.UintN(20)
-			user := randUser(rng)
-			if seed == 3 {
-				// Comment ids as users: bits they all share (node,
-				// sequence) are squeezed out.
-				user = snowflake.Make(1_700_000_000_000+rng.Int64N(1e9), rng.Uint64N(4), 0)
+	for _, kinds := range []int{1, 6, counters.MaxKinds} {
+		for seed, limit := range []int{3, 64, blockPairs, blockPairs} {
+			var buf bytes.Buffer
+			pw := newPairWriter(&buf, [4]byte{'L', 'I', 'K', 'E'}, limit)
+			post := uint64(1 << 40)
+			var ps []pair
+			for range 2000 {
+				post += rng.Uint64N(3) << rng.UintN(20)
+				user := randUser(rng)
+				if seed == 3 {
+					// Comment ids as users: bits they all share (node,
+					// sequence) are squeezed out.
+					user = snowflake.Make(1_700_000_000_000+rng.Int64N(1e9), rng.Uint64N(4), 0)
+				}
+				ps = append(ps, pair{post, user, randKind(rng, kinds)})
 			}
-			ps = append(ps, pair{post, user})
-		}
-		slices.SortFunc(ps, comparePairs)
-		for _, q := range slices.Compact(ps) {
-			if err := pw.add(q.post, q.user); err != nil {
+			slices.SortFunc(ps, comparePairs)
+			for _, q := range slices.CompactFunc(ps, func(a, b pair) bool { return comparePairs(a, b) == 0 }) {
+				if err := pw.add(q); err != nil {
+					f.Fatal(err)
+				}
+			}
+			pw.close()
+			data := buf.Bytes()
+			idx, err := parseImage(data, imageFormat{tag: [4]byte{'L', 'I', 'K', 'E'}, entrySize: pairEntrySize, perBlock: maxBlockPairs})
+			if err != nil {
 				f.Fatal(err)
 			}
-		}
-		pw.close()
-		data := buf.Bytes()
-		idx, err := parseImage(data, imageFormat{tag: [4]byte{'L', 'I', 'K', 'E'}, entrySize: pairEntrySize, perBlock: maxBlockPairs})
-		if err != nil {
-			f.Fatal(err)
-		}
-		for b := range min(idx.blocks, 4) {
-			p, u := idx.firstPair(b)
-			off, end := idx.span(b)
-			f.Add(data[off:end-4], p, u)
+			for b := range min(idx.blocks, 4) {
+				p, u := idx.firstPair(b)
+				off, end := idx.span(b)
+				f.Add(data[off:end-4], p, u)
+			}
 		}
 	}
 	sc := new(pairScratch)
@@ -153,7 +164,7 @@ func FuzzPairBlock(f *testing.F) {
 		if blk.parse(firstPost, firstUser, buf[:len(data)]) != nil {
 			return
 		}
-		probe := func(post, user uint64) bool { return blk.has(post, user) }
+		probe := func(post, user uint64) counters.Kind { return blk.kindOf(post, user) }
 		for i := range 64 {
 			probe(firstPost+uint64(i), firstUser+uint64(i))
 			probe(firstPost, firstUser-uint64(i))
@@ -163,20 +174,23 @@ func FuzzPairBlock(f *testing.F) {
 		if err != nil {
 			return
 		}
-		in := make(map[pair]bool, n)
+		in := make(map[pair]counters.Kind, n)
 		for j, q := range sc.pairs[:n] {
 			if j > 0 && comparePairs(sc.pairs[j-1], q) >= 0 {
 				t.Fatalf("decoded pairs out of order at %d", j)
 			}
-			in[q] = true
+			if q.kind == counters.NoKind || q.kind > counters.MaxKinds {
+				t.Fatalf("decoded kind %d", q.kind)
+			}
+			in[pair{post: q.post, user: q.user}] = q.kind
 		}
 		for _, q := range sc.pairs[:n] {
-			if !probe(q.post, q.user) {
-				t.Fatalf("decoded %v, has says absent", q)
+			if got := probe(q.post, q.user); got != q.kind {
+				t.Fatalf("decoded %v, kindOf says %d", q, got)
 			}
-			for _, x := range []pair{{q.post, q.user + 1}, {q.post, q.user - 1}, {q.post + 1, q.user}, {q.post - 1, q.user}} {
-				if probe(x.post, x.user) != in[x] {
-					t.Fatalf("has(%v) = %v, decoded set says %v", x, !in[x], in[x])
+			for _, x := range []pair{{post: q.post, user: q.user + 1}, {post: q.post, user: q.user - 1}, {post: q.post + 1, user: q.user}, {post: q.post - 1, user: q.user}} {
+				if got := probe(x.post, x.user); got != in[x] {
+					t.Fatalf("kindOf(%v) = %d, decoded set says %d", x, got, in[x])
 				}
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 func setOpts(dir string) Options {
@@ -80,28 +82,31 @@ func randLikedPost(rng *rand.Rand, hot []uint64, nWin int) uint64 {
 	return randID(rng, nWin)
 }
 
-// checkSet compares the set with the model: Len, Has of every pair and
-// of absent ones, HasMany pages, Range.
-func checkSet(t *testing.T, s *Set, model map[upair]bool, rng *rand.Rand, hot []uint64, nWin int, forgot bool) {
+// checkSet compares the set with the model: Len, KindOf and Has of every
+// pair and of absent ones, KindsOf and HasMany pages, RangeKinds. forgot
+// says that the set has forgotten posts, whose pairs count in Len until
+// their window's rewrite.
+func checkSet(t *testing.T, s *Set, model map[upair]counters.Kind, rng *rand.Rand, hot []uint64, nWin int, forgot bool) {
 	t.Helper()
 	// Forgotten pairs count until their window's rewrite drops them.
 	if s.Len() != len(model) && (!forgot || s.Len() < len(model)) {
 		t.Fatalf("Len %d, model %d", s.Len(), len(model))
 	}
 	var pairs []upair
-	for q := range model {
-		if has, err := s.Has(q.u, q.p); err != nil || !has {
-			t.Fatalf("Has(%d, %d) = %v %v, want true", q.u, q.p, has, err)
+	for q, want := range model {
+		if kind, err := s.KindOf(q.u, q.p); err != nil || kind != want {
+			t.Fatalf("KindOf(%d, %d) = %v %v, want %d", q.u, q.p, kind, err, want)
 		}
 		pairs = append(pairs, q)
 	}
 	for range 300 {
 		q := upair{randUser(rng), randLikedPost(rng, hot, nWin+2)}
-		if has, err := s.Has(q.u, q.p); err != nil || has != model[q] {
+		if has, err := s.Has(q.u, q.p); err != nil || has != (model[q] != counters.NoKind) {
 			t.Fatalf("Has(%d, %d) = %v %v, want %v", q.u, q.p, has, err, model[q])
 		}
 	}
-	var out [300]bool
+	var out [300]counters.Kind
+	var flags [300]bool
 	for range 30 {
 		user := randUser(rng)
 		if len(pairs) > 0 && rng.IntN(2) == 0 {
@@ -123,20 +128,24 @@ func checkSet(t *testing.T, s *Set, model map[upair]bool, rng *rand.Rand, hot []
 			slices.Sort(page)
 			slices.Reverse(page)
 		}
-		if err := s.HasMany(user, page, out[:n]); err != nil {
+		if err := s.KindsOf(user, page, out[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.HasMany(user, page, flags[:n]); err != nil {
 			t.Fatal(err)
 		}
 		for i, p := range page {
-			if out[i] != model[upair{user, p}] {
-				t.Fatalf("HasMany[%d] (%d, %d) = %v, want %v", i, user, p, out[i], !out[i])
+			want := model[upair{user, p}]
+			if out[i] != want || flags[i] != (want != counters.NoKind) {
+				t.Fatalf("KindsOf[%d] (%d, %d) = %d (HasMany %v), want %d", i, user, p, out[i], flags[i], want)
 			}
 		}
 	}
 	seen := map[upair]bool{}
-	if err := s.Range(func(u, p uint64) bool {
+	if err := s.RangeKinds(func(u, p uint64, kind counters.Kind) bool {
 		q := upair{u, p}
-		if seen[q] || !model[q] {
-			t.Fatalf("Range yields (%d, %d): seen %v, in model %v", u, p, seen[q], model[q])
+		if seen[q] || model[q] != kind {
+			t.Fatalf("RangeKinds yields (%d, %d, %d): seen %v, the model has %d", u, p, kind, seen[q], model[q])
 		}
 		seen[q] = true
 		return true
@@ -144,15 +153,18 @@ func checkSet(t *testing.T, s *Set, model map[upair]bool, rng *rand.Rand, hot []
 		t.Fatal(err)
 	}
 	if len(seen) != len(model) {
-		t.Fatalf("Range yields %d pairs, model %d", len(seen), len(model))
+		t.Fatalf("RangeKinds yields %d pairs, model %d", len(seen), len(model))
 	}
 }
 
-// TestSetModel drives a set and a map through random likes and unlikes,
-// clock steps with maintenance (sealing, cooling by age or by the memory
-// budget, compaction of sealed and cold windows, jobs whose windows take
-// writes while they run, failed jobs), snapshots reloaded into a new set
-// over the same cold files, LoadPairs and Collect, checking every answer.
+// TestSetModel drives a set and a map through random likes, reactions
+// of other kinds, switches between kinds and unreactions, clock steps
+// with maintenance (sealing, cooling by age or by the memory budget,
+// compaction of sealed and cold windows, jobs whose windows take writes
+// while they run, failed jobs), snapshots reloaded into a new set over
+// the same cold files, LoadReactions and Collect, checking every answer.
+// Seeds 0 and 1 are sets of likes (Add and Remove alone), the others
+// reaction sets of 6 and 16 kinds.
 func TestSetModel(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run("", func(t *testing.T) { runSetModel(t, seed, 4000) })
@@ -168,13 +180,23 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 		opts.ColdAge = 0
 	}
 	limit := []int{3, 8, 0, 40}[seed]
+	kinds := []int{1, 1, 6, counters.MaxKinds}[seed]
 	s := newTestSet(t, opts, limit)
-	model := map[upair]bool{}
+	model := map[upair]counters.Kind{}
 	const nWin = 30
 	hot := []uint64{randID(rng, nWin), randID(rng, nWin), randID(rng, 3)}
 	clock := testEpoch
 	var kept []string
 	var pending []*Job
+	pick := func() upair {
+		q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
+		if len(model) > 0 && rng.IntN(3) > 0 {
+			for k := range model {
+				return k
+			}
+		}
+		return q
+	}
 	forgot := map[uint64]bool{}
 	for step := range steps {
 		switch r := rng.IntN(110); {
@@ -208,7 +230,7 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 			checkScan(t, s, model, user, 1+rng.IntN(300))
-		case r < 55:
+		case r < 35:
 			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
 			if forgot[q.p] {
 				continue // a deleted post takes no more likes
@@ -217,24 +239,37 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if added == model[q] {
-				t.Fatalf("step %d: Add(%d, %d) = %v, model has it: %v", step, q.u, q.p, added, model[q])
+			if added != (model[q] == counters.NoKind) {
+				t.Fatalf("step %d: Add(%d, %d) = %v, the model has %d", step, q.u, q.p, added, model[q])
 			}
-			model[q] = true
-		case r < 75:
+			if added {
+				model[q] = counters.Like
+			}
+		case r < 55:
 			q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
-			if len(model) > 0 && rng.IntN(3) > 0 {
-				for k := range model {
-					q = k
-					break
-				}
+			if rng.IntN(2) == 0 {
+				q = pick() // a switch, mostly
 			}
-			removed, err := s.Remove(q.u, q.p)
+			if forgot[q.p] {
+				continue // a deleted post takes no more reactions
+			}
+			kind := randKind(rng, kinds)
+			was, err := s.React(q.u, q.p, kind)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if removed != model[q] {
-				t.Fatalf("step %d: Remove(%d, %d) = %v, model has it: %v", step, q.u, q.p, removed, model[q])
+			if was != model[q] {
+				t.Fatalf("step %d: React(%d, %d, %d) = %d, the model has %d", step, q.u, q.p, kind, was, model[q])
+			}
+			model[q] = kind
+		case r < 75:
+			q := pick()
+			was, err := s.Unreact(q.u, q.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if was != model[q] {
+				t.Fatalf("step %d: Unreact(%d, %d) = %d, the model has %d", step, q.u, q.p, was, model[q])
 			}
 			delete(model, q)
 		case r < 85:
@@ -285,9 +320,13 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("step %d: Load: %v", step, err)
 			}
 		case r < 96:
-			// A reload through LoadPairs, in Range's order or shuffled.
-			var all [][2]uint64
-			if err := s.Range(func(u, p uint64) bool { all = append(all, [2]uint64{u, p}); return true }); err != nil {
+			// A reload through LoadReactions, in RangeKinds' order or
+			// shuffled.
+			var all []Reaction
+			if err := s.RangeKinds(func(u, p uint64, kind counters.Kind) bool {
+				all = append(all, Reaction{User: u, Post: p, Kind: kind})
+				return true
+			}); err != nil {
 				t.Fatal(err)
 			}
 			if rng.IntN(2) == 0 {
@@ -300,9 +339,9 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 			pending = nil
 			s.Close()
 			s = newTestSet(t, opts, limit)
-			if err := s.LoadPairs(func(yield func(uint64, uint64) bool) {
+			if err := s.LoadReactions(func(yield func(Reaction) bool) {
 				for _, q := range all {
-					if !yield(q[0], q[1]) || !yield(q[0], q[1]) { // duplicates are ignored
+					if !yield(q) || !yield(q) { // duplicates are ignored
 						return
 					}
 				}
@@ -343,8 +382,9 @@ func runSetModel(t *testing.T, seed uint64, steps int) {
 	s.Close()
 }
 
-// TestSetHasManyAllocs: a page read allocates nothing, from open, sealed
-// and cold windows (cached or not) with deltas over them.
+// TestSetHasManyAllocs: a page read (HasMany, KindsOf) allocates
+// nothing, from open, sealed and cold windows (cached or not) with kinds
+// and deltas over them.
 func TestSetHasManyAllocs(t *testing.T) {
 	for _, policy := range []string{"open", "sealed", "cold", "cold-nocache"} {
 		opts := setOpts("")
@@ -364,7 +404,7 @@ func TestSetHasManyAllocs(t *testing.T) {
 		var posts []uint64
 		for range 20000 {
 			p := randID(rng, 3)
-			s.Add(rng.Uint64N(50), p)
+			s.React(rng.Uint64N(50), p, randKind(rng, 6))
 			posts = append(posts, p)
 		}
 		if err := s.Maintain(testEpoch.Add(time.Minute)); err != nil {
@@ -372,6 +412,7 @@ func TestSetHasManyAllocs(t *testing.T) {
 		}
 		for _, p := range posts[:20] { // a delta on sealed and cold windows
 			s.Add(3, p)
+			s.React(5, p, 4)
 			s.Remove(4, p)
 		}
 		page := slices.Clone(posts[100:150])
@@ -385,6 +426,14 @@ func TestSetHasManyAllocs(t *testing.T) {
 			}
 		}); n != 0 && !(raceOn && policy == "cold-nocache") {
 			t.Errorf("%s: HasMany allocates %v times a page", policy, n)
+		}
+		var kinds [50]counters.Kind
+		if n := testing.AllocsPerRun(50, func() {
+			if err := s.KindsOf(5, page, kinds[:]); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 && !(raceOn && policy == "cold-nocache") {
+			t.Errorf("%s: KindsOf allocates %v times a page", policy, n)
 		}
 		if n := testing.AllocsPerRun(50, func() {
 			if _, err := s.Has(3, page[7]); err != nil {
@@ -403,14 +452,14 @@ func TestSetHasManyAllocs(t *testing.T) {
 func TestSetLoadPairsMerge(t *testing.T) {
 	s := newTestSet(t, setOpts(""), 0)
 	rng := rand.New(rand.NewPCG(5, 5))
-	model := map[upair]bool{}
+	model := map[upair]counters.Kind{}
 	now := testEpoch.Add(time.Hour)
 	for part := range 6 {
 		var batch []upair
 		for range 30000 {
 			q := upair{rng.Uint64N(1 << 20), randID(rng, 40)}
 			batch = append(batch, q)
-			model[q] = true
+			model[q] = counters.Like
 		}
 		if err := s.LoadPairs(func(yield func(uint64, uint64) bool) {
 			for _, q := range batch {
@@ -447,12 +496,12 @@ func TestSetJobAcrossLoad(t *testing.T) {
 	opts.OpenAge, opts.ColdAge = -1, time.Nanosecond
 	s := newTestSet(t, opts, 8)
 	rng := rand.New(rand.NewPCG(10, 10))
-	model := map[upair]bool{}
+	model := map[upair]counters.Kind{}
 	hot := []uint64{randID(rng, 3)}
 	for range 500 {
 		q := upair{randUser(rng), randLikedPost(rng, hot, 3)}
 		s.Add(q.u, q.p)
-		model[q] = true
+		model[q] = counters.Like
 	}
 	var snap bytes.Buffer
 	s.WriteTo(&snap) // every window open
@@ -488,10 +537,83 @@ func TestSetJobAcrossLoad(t *testing.T) {
 	}
 }
 
+// randKind returns a reaction kind among the first kinds: mostly likes,
+// the others rarer the higher their id, as a deployment's mix is.
+func randKind(rng *rand.Rand, kinds int) counters.Kind {
+	if kinds <= 1 || rng.IntN(4) > 0 {
+		return counters.Like
+	}
+	return counters.Kind(2 + min(rng.IntN(kinds-1), rng.IntN(kinds-1)))
+}
+
+// TestPairTableKinds drives a pair table through inserts, kind changes
+// and removals of users narrow and wide and kinds that widen its kind
+// bits, against a map.
+func TestPairTableKinds(t *testing.T) {
+	for run := range 8 {
+		kinds := []int{1, 2, 6, counters.MaxKinds}[run%4]
+		rng := rand.New(rand.NewPCG(uint64(run), 9))
+		tb := newPairTable(32, 0)
+		model := map[upair]counters.Kind{}
+		for step := range 20000 {
+			q := upair{randUser(rng), rng.Uint64N(1 << 20)}
+			if run >= 4 {
+				// Users that fit a narrow slot until kind bits squeeze
+				// them out: the table must widen then.
+				q.u = rng.Uint64N(1000)
+				if rng.IntN(50) == 0 {
+					q.u = 1<<(96-33-rng.IntN(5)) - 1 - rng.Uint64N(3)
+				}
+			}
+			if len(model) > 0 && rng.IntN(2) == 0 {
+				for k := range model {
+					q = k
+					break
+				}
+			}
+			switch rng.IntN(3) {
+			case 0:
+				if was := tb.remove(q.u, q.p); was != model[q] {
+					t.Fatalf("kinds %d step %d: remove %v = %d, want %d", kinds, step, q, was, model[q])
+				}
+				delete(model, q)
+			default:
+				kind := randKind(rng, kinds)
+				if run >= 4 && rng.IntN(200) > 0 {
+					kind = counters.Like // kind bits grow late, over wide users
+				}
+				if was := tb.put(q.u, q.p, kind); was != model[q] {
+					t.Fatalf("kinds %d step %d: put %v = %d, want %d", kinds, step, q, was, model[q])
+				}
+				model[q] = kind
+			}
+			if tb.len() != len(model) {
+				t.Fatalf("kinds %d step %d: len %d, want %d", kinds, step, tb.len(), len(model))
+			}
+		}
+		for q, want := range model {
+			if got := tb.kindOf(q.u, q.p); got != want {
+				t.Fatalf("kinds %d: kindOf %v = %d, want %d (stride %d kb %d)", kinds, q, got, want, tb.stride, tb.kb)
+			}
+		}
+		n := 0
+		tb.each(func(u, k uint64, kind counters.Kind) bool {
+			if model[upair{u, k}] != kind {
+				t.Fatalf("kinds %d: each yields %d %d %d, the model has %d", kinds, u, k, kind, model[upair{u, k}])
+			}
+			n++
+			return true
+		})
+		if n != len(model) {
+			t.Fatalf("kinds %d: each yields %d, want %d", kinds, n, len(model))
+		}
+	}
+}
+
 // checkScan scans the whole set for user's pairs, limit pairs a step, as
 // an erasure does, and compares the candidates that hold (Has) with the
 // model.
-func checkScan(t *testing.T, s *Set, model map[upair]bool, user uint64, limit int) {
+func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64, limit int) {
 	t.Helper()
 	var got []uint64
 	var cur Cursor

@@ -5,27 +5,48 @@ import (
 	"iter"
 	"slices"
 	"time"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // loadFlushMin is how many pairs of one old window LoadPairs gathers at
 // least before it seals them.
 const loadFlushMin = 1 << 16
 
-// LoadPairs adds the pairs of seq (user, post), as reading an old
-// snapshot's pair list does, and leaves the set as Add for each pair
-// and then Maintain(now) would as far as sealing goes, but builds the
-// windows that ended more than OpenAge before now as sealed windows
-// directly, never as tables: pairs of such a window are gathered (16
-// bytes each), sorted and encoded when the input moves to another
-// window. Input in window order (what Range yields) thus builds each old
-// window once, holding one window's pairs at a time; input in any other
-// order is still right, and costs at most a logarithmic number of merges
-// per window. Windows past ColdAge or MemoryBudget move to files at the
-// next Plan. Duplicates are ignored. It needs the write lock and no
-// pending job.
+// Reaction is one pair of a set with its kind, as LoadReactions takes
+// them.
+type Reaction struct {
+	User, Post uint64
+	Kind       counters.Kind
+}
+
+// LoadPairs is LoadReactions of seq's pairs (user, post) as likes.
 func (s *Set) LoadPairs(seq iter.Seq2[uint64, uint64], now time.Time) error {
+	return s.LoadReactions(func(yield func(Reaction) bool) {
+		for user, post := range seq {
+			if !yield(Reaction{User: user, Post: post, Kind: counters.Like}) {
+				return
+			}
+		}
+	}, now)
+}
+
+// LoadReactions adds the reactions of seq, as reading an old snapshot's
+// pair list does, and leaves the set as React for each reaction in
+// seq's order (a pair given twice keeps the later kind) and then
+// Maintain(now) would as far as sealing goes, but builds the windows
+// that ended more than OpenAge before now as sealed windows directly,
+// never as tables: pairs of such a window are gathered (24 bytes each),
+// sorted and encoded when the input moves to another window. Input in
+// window order (what RangeKinds yields) thus builds each old window
+// once, holding one window's pairs at a time; input in any other order
+// is still right, and costs at most a logarithmic number of merges per
+// window. Windows past ColdAge or MemoryBudget move to files at the next
+// Plan. It needs the write lock, no pending job and no view out; a kind
+// outside [1, MaxKinds] is an error.
+func (s *Set) LoadReactions(seq iter.Seq[Reaction], now time.Time) error {
 	if s.jobs != 0 || s.view != nil {
-		return errors.New("tier: LoadPairs with jobs pending or a view out")
+		return errors.New("tier: LoadReactions with jobs pending or a view out")
 	}
 	ms := now.UnixMilli()
 	type buf struct {
@@ -40,12 +61,15 @@ func (s *Set) LoadPairs(seq iter.Seq2[uint64, uint64], now time.Time) error {
 		return err
 	}
 	curLo, curLast := uint64(1), uint64(0)
-	for user, post := range seq {
-		if post < curLo || post > curLast {
-			num, lo, last := s.win.Of(post)
+	for r := range seq {
+		if err := checkKind(r.Kind); err != nil {
+			return err
+		}
+		if r.Post < curLo || r.Post > curLast {
+			num, lo, last := s.win.Of(r.Post)
 			curLo, curLast = lo, last
 			if !s.sealDue(s.win.End(num), ms) {
-				cur = nil // an open window: Add
+				cur = nil // an open window: React
 			} else {
 				if cur != nil && len(cur.pairs) >= max(loadFlushMin, s.sealedPairs(cur.num)) {
 					if err := flush(cur); err != nil {
@@ -60,12 +84,12 @@ func (s *Set) LoadPairs(seq iter.Seq2[uint64, uint64], now time.Time) error {
 			}
 		}
 		if cur == nil {
-			if _, err := s.Add(user, post); err != nil {
+			if _, err := s.React(r.User, r.Post, r.Kind); err != nil {
 				return err
 			}
 			continue
 		}
-		cur.pairs = append(cur.pairs, pair{post: post, user: user})
+		cur.pairs = append(cur.pairs, pair{post: r.Post, user: r.User, kind: r.Kind})
 	}
 	for _, b := range parked {
 		if len(b.pairs) > 0 {
@@ -88,13 +112,25 @@ func (s *Set) sealedPairs(num int64) int {
 	return 0
 }
 
-// loadWindow adds pairs (post ids of window num) to the set: merged into
-// the window's sealed body, or by Add when the window is in another
-// state (open, cold, with deltas), which a load into a fresh set never
-// meets.
+// loadWindow adds pairs (post ids of window num, in input order) to the
+// set: merged into the window's sealed body, or by React when the window
+// is in another state (open, cold, with deltas), which a load into a
+// fresh set never meets.
 func (s *Set) loadWindow(num int64, ps []pair) error {
-	slices.SortFunc(ps, comparePairs)
-	ps = slices.Compact(ps)
+	// In (post, user) order, the last of a pair given twice kept.
+	slices.SortStableFunc(ps, comparePairs)
+	kept := ps[:0]
+	for _, q := range ps {
+		if n := len(kept); n > 0 && comparePairs(kept[n-1], q) == 0 {
+			kept[n-1] = q
+			continue
+		}
+		kept = append(kept, q)
+	}
+	ps = kept
+	if len(ps) == 0 {
+		return nil
+	}
 	lo := s.win.Start(num)
 	var w *window
 	var old *sealedWindow
@@ -103,33 +139,42 @@ func (s *Set) loadWindow(num int64, ps []pair) error {
 		b, ok := w.body.(*sealedWindow)
 		if !ok || w.delta != nil || w.job != nil {
 			for _, q := range ps {
-				if _, err := s.Add(q.user, q.post); err != nil {
+				if _, err := s.React(q.user, q.post, q.kind); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
 		old = b
-		// Drop pairs the window already has, so that merge gets new ones.
-		ps = slices.DeleteFunc(ps, func(q pair) bool { return sealedHas(old, q.post, q.user) })
-	}
-	if len(ps) == 0 {
-		return nil
 	}
 	var buf bytesBuffer
 	pw := newPairWriter(&buf, s.image.tag, s.blockLimit)
+	added := len(ps)
 	if old == nil {
 		for _, q := range ps {
-			if err := pw.add(q.post, q.user); err != nil {
+			if err := pw.add(q); err != nil {
 				return err
 			}
 		}
 	} else {
-		added := &pairDelta{added: newPairTable(s.keyBits, len(ps))}
+		// The pairs the window has with another kind change it; those it
+		// has with the same kind change nothing.
+		d := &pairDelta{}
 		for _, q := range ps {
-			added.added.add(q.user, q.post-lo)
+			switch was := sealedKind(old, q.post, q.user); {
+			case was == q.kind:
+				added--
+				continue
+			case was != counters.NoKind:
+				added--
+				s.tableOf(&d.removed).add(q.user, q.post-lo)
+			}
+			s.tableOf(&d.added).put(q.user, q.post-lo, q.kind)
 		}
-		if err := s.merge(old, lo, added, nil, pw.add); err != nil {
+		if d.added == nil {
+			return nil
+		}
+		if err := s.merge(old, lo, d, nil, pw.add); err != nil {
 			return err
 		}
 	}
@@ -146,6 +191,6 @@ func (s *Set) loadWindow(num int64, ps []pair) error {
 	if old != nil {
 		s.retire(old)
 	}
-	s.adjust(w, len(ps))
+	s.adjust(w, added)
 	return nil
 }

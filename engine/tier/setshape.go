@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // merge passes to add, in (post, user) order, the pairs of body b (whose
-// window starts at lo) overlaid by lower and upper over it (either may
-// be nil), which it does not change: a reader may share them.
-func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(post, user uint64) error) error {
+// window starts at lo) with their kinds, overlaid by lower and upper
+// over it (either may be nil), which it does not change: a reader may
+// share them.
+func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(q pair) error) error {
 	lw, up := asPairs(lower), asPairs(upper)
 	if lw == nil {
 		lw = &pairDelta{}
@@ -17,15 +20,15 @@ func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(post, user
 	if up == nil {
 		up = &pairDelta{}
 	}
-	// The overlays' additions are absent below them and their removals
-	// present, so the body's pairs they keep and the additions they keep
-	// are disjoint.
+	// The overlays' additions are absent below them once their removals
+	// are taken out, so the body's pairs they keep and the additions they
+	// keep are disjoint.
 	removed := func(u, k uint64) bool { return lw.removed.has(u, k) || up.removed.has(u, k) }
-	added := up.added.pairs(keepPairs(nil, lw.added, up.removed))
+	added := up.added.pairs(keepPairs(nil, lw.added, up.removed, up.added))
 	if t, ok := b.(*pairTable); ok { // an open table: its pairs are sorted with the additions
-		t.each(func(u, k uint64) bool {
+		t.each(func(u, k uint64, kind counters.Kind) bool {
 			if !removed(u, k) {
-				added = append(added, pair{k, u})
+				added = append(added, pair{k, u, kind})
 			}
 			return true
 		})
@@ -36,24 +39,24 @@ func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(post, user
 	}
 	slices.SortFunc(added, comparePairs)
 	if b != nil {
-		err := s.eachPair(b, func(post, u uint64) error {
-			for len(added) > 0 && comparePairs(added[0], pair{post, u}) < 0 {
-				if err := add(added[0].post, added[0].user); err != nil {
+		err := s.eachPair(b, func(q pair) error {
+			for len(added) > 0 && comparePairs(added[0], q) < 0 {
+				if err := add(added[0]); err != nil {
 					return err
 				}
 				added = added[1:]
 			}
-			if removed(u, post-lo) {
+			if removed(q.user, q.post-lo) {
 				return nil
 			}
-			return add(post, u)
+			return add(q)
 		})
 		if err != nil {
 			return err
 		}
 	}
 	for _, q := range added {
-		if err := add(q.post, q.user); err != nil {
+		if err := add(q); err != nil {
 			return err
 		}
 	}
@@ -61,22 +64,24 @@ func (s *Set) merge(b body, lo uint64, lower, upper overlay, add func(post, user
 }
 
 // keepPairs appends to dst the pairs of from (offsets in their window)
-// that unless does not hold.
-func keepPairs(dst []pair, from, unless *pairTable) []pair {
-	from.each(func(u, k uint64) bool {
-		if !unless.has(u, k) {
-			dst = append(dst, pair{k, u})
+// that none of unless holds.
+func keepPairs(dst []pair, from *pairTable, unless ...*pairTable) []pair {
+	from.each(func(u, k uint64, kind counters.Kind) bool {
+		for _, t := range unless {
+			if t.has(u, k) {
+				return true
+			}
 		}
+		dst = append(dst, pair{k, u, kind})
 		return true
 	})
 	return dst
 }
 
-// eachPair passes the pairs (post, user) of a sealed or cold body to fn
-// in order, checking every block in full (a cold one's read from its
+// eachPair passes the pairs of a sealed or cold body to fn in order, checking every block in full (a cold one's read from its
 // file, not through the cache), the pair order and the footer's totals;
 // with fn nil it only checks.
-func (s *Set) eachPair(b body, fn func(post, user uint64) error) error {
+func (s *Set) eachPair(b body, fn func(q pair) error) error {
 	sc := new(pairScratch)
 	var last pair
 	n := 0
@@ -102,7 +107,7 @@ func (s *Set) eachPair(b body, fn func(post, user uint64) error) error {
 		n += c
 		if fn != nil {
 			for _, q := range sc.pairs[:c] {
-				if err := fn(q.post, q.user); err != nil {
+				if err := fn(q); err != nil {
 					return err
 				}
 			}
@@ -132,11 +137,11 @@ func (s *Set) writeImage(w io.Writer, base body, lo uint64, fold overlay, drop [
 	pw := newPairWriter(w, s.image.tag, s.blockLimit)
 	add := pw.add
 	if len(drop) > 0 {
-		add = func(post, user uint64) error {
-			if _, gone := slices.BinarySearch(drop, post); gone {
+		add = func(q pair) error {
+			if _, gone := slices.BinarySearch(drop, q.post); gone {
 				return nil
 			}
-			return pw.add(post, user)
+			return pw.add(q)
 		}
 	}
 	if err := s.merge(base, lo, fold, nil, add); err != nil {
@@ -152,9 +157,9 @@ func (s *Set) dropped(w *window, drop []uint64) {
 	if d := asPairs(w.delta); d != nil {
 		for _, t := range [2]*pairTable{d.added, d.removed} {
 			var gone []pair
-			t.each(func(u, k uint64) bool {
+			t.each(func(u, k uint64, _ counters.Kind) bool {
 				if _, ok := slices.BinarySearch(drop, w.lo+k); ok {
-					gone = append(gone, pair{k, u})
+					gone = append(gone, pair{post: k, user: u})
 				}
 				return true
 			})
@@ -172,6 +177,9 @@ func (s *Set) dropped(w *window, drop []uint64) {
 
 func (s *Set) verifyBlocks(b body) error { return s.eachPair(b, nil) }
 
+func (s *Set) head() func(*snapshotWriter)     { return func(*snapshotWriter) {} }
+func (s *Set) readHead(*snapshotReader) func() { return nil }
+
 func (s *Set) checkBlock(x *blockIndex, i int, blk []byte) error {
 	post, user := x.firstPair(i)
 	return checkPairBlock(post, user, blk)
@@ -179,14 +187,19 @@ func (s *Set) checkBlock(x *blockIndex, i int, blk []byte) error {
 
 func (s *Set) foldInto(open body, o overlay) {
 	t, d := open.(*pairTable), o.(*pairDelta)
-	d.added.each(func(u, k uint64) bool { t.add(u, k); return true })
-	d.removed.each(func(u, k uint64) bool { t.remove(u, k); return true })
+	// Removals first: a pair in both tables changed its kind.
+	d.removed.each(func(u, k uint64, _ counters.Kind) bool { t.remove(u, k); return true })
+	d.added.each(func(u, k uint64, kind counters.Kind) bool { t.put(u, k, kind); return true })
 }
 
 // compose returns the delta over a body equal to lower over it with upper
 // over that (either may be nil), reusing the larger one's tables and
 // walking the smaller: what a failed job or a view's hold leaves of its
-// frozen delta and the writes since, or both as one.
+// frozen delta and the writes since, or both as one. Over the body, the
+// pairs removed are lower's and upper's that lower did not add; the pairs
+// added are lower's that upper did not remove and upper's. A pair both
+// removed and added is one whose kind changed (perhaps back to the
+// body's: the body's kind is not at hand, so the two are kept).
 func (s *Set) compose(lower, upper overlay) overlay {
 	lo, up := asPairs(lower), asPairs(upper)
 	switch {
@@ -198,35 +211,36 @@ func (s *Set) compose(lower, upper overlay) overlay {
 		return up
 	}
 	if up.len() < lo.len() {
-		up.added.each(func(u, k uint64) bool {
-			// Absent under upper: present in the body and removed by
-			// lower (the addition cancels that), or absent from both.
-			if !lo.removed.remove(u, k) {
-				s.tableOf(&lo.added).add(u, k)
-			}
-			return true
-		})
-		up.removed.each(func(u, k uint64) bool {
+		// Removals first, so that a pair whose kind upper changed takes
+		// its new kind below.
+		up.removed.each(func(u, k uint64, _ counters.Kind) bool {
 			// Present under upper: added by lower, or in the body.
-			if !lo.added.remove(u, k) {
+			if lo.added.remove(u, k) == counters.NoKind {
 				s.tableOf(&lo.removed).add(u, k)
 			}
 			return true
 		})
+		up.added.each(func(u, k uint64, kind counters.Kind) bool {
+			// Absent under upper (unless upper removed it first, which
+			// the loop above applied): lower's removal of it stays, as
+			// the body's pair is gone.
+			s.tableOf(&lo.added).put(u, k, kind)
+			return true
+		})
 		return lo
 	}
-	lo.added.each(func(u, k uint64) bool {
-		// Absent from the body: a later removal cancels it.
-		if !up.removed.remove(u, k) {
-			s.tableOf(&up.added).add(u, k)
+	lo.added.each(func(u, k uint64, kind counters.Kind) bool {
+		// Absent from the body unless lower removed it: upper's removal
+		// of it cancels the addition, and is itself not one of the
+		// body's pairs.
+		if up.removed.remove(u, k) == counters.NoKind && !up.added.has(u, k) {
+			s.tableOf(&up.added).put(u, k, kind)
 		}
 		return true
 	})
-	lo.removed.each(func(u, k uint64) bool {
-		// Present in the body: a later addition cancels it.
-		if !up.added.remove(u, k) {
-			s.tableOf(&up.removed).add(u, k)
-		}
+	lo.removed.each(func(u, k uint64, _ counters.Kind) bool {
+		// Present in the body: removed whatever upper did since.
+		s.tableOf(&up.removed).add(u, k)
 		return true
 	})
 	return up
@@ -236,20 +250,23 @@ func (s *Set) compose(lower, upper overlay) overlay {
 // delta's additions then its removals:
 //
 //	open    = pairs
-//	overlay = pairs (added, absent from the base) | pairs (removed, present in it)
-//	pairs   = count uvarint | (post id - window start uvarint | user uvarint)*  in no order
+//	overlay = pairs (added) | pairs (removed)
+//	pairs   = count uvarint | kinded uint8 | (post id - window start uvarint | user uvarint | [kind uint8])*   in no order
 //
 // in the order the tables hold them, so that writing an open window or a
 // delta takes no memory beyond the writer's buffer, however large it is.
+// kinded is 1 when the list carries each pair's kind (some pair of it has
+// a kind other than like), 0 when every pair is a like (a removal list's
+// pairs are likes). A pair both added and removed is one whose kind
+// changed.
 
 func (s *Set) writeOpen(sw *snapshotWriter, open body) error {
-	return writePairs(sw, open.(*pairTable), nil)
+	return writePairs(sw, pairList{from: open.(*pairTable)})
 }
 
 func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
-	// The two deltas as one, without changing either (a reader may share
-	// them): additions the newer one does not remove, then its own that
-	// do not undo a removal of the older; removals likewise.
+	// The two deltas as one (compose's), without changing either: a
+	// reader may share them.
 	fr, dl := asPairs(frozen), asPairs(delta)
 	if fr == nil {
 		fr = &pairDelta{}
@@ -257,27 +274,34 @@ func (s *Set) writeOverlay(sw *snapshotWriter, frozen, delta overlay) error {
 	if dl == nil {
 		dl = &pairDelta{}
 	}
-	if err := writePairs(sw, fr.added, dl.removed, dl.added, fr.removed); err != nil {
+	err := writePairs(sw,
+		pairList{from: fr.added, unless: [2]*pairTable{dl.removed, dl.added}},
+		pairList{from: dl.added})
+	if err != nil {
 		return err
 	}
-	return writePairs(sw, fr.removed, dl.added, dl.removed, fr.added)
+	return writePairs(sw,
+		pairList{from: fr.removed},
+		pairList{from: dl.removed, unless: [2]*pairTable{fr.added, fr.removed}})
 }
 
-// writePairs writes the pairs of each table of from (a nil one is empty)
-// that the table after it in unless does not hold, from and unless taken
-// two by two: (from[0], unless[0]), (from[1], unless[1])... It counts them
-// first, so the list costs two passes over the tables and no copy.
-func writePairs(sw *snapshotWriter, tables ...*pairTable) error {
-	each := func(fn func(u, k uint64) error) error {
-		for i := 0; i < len(tables); i += 2 {
-			from, unless := tables[i], (*pairTable)(nil)
-			if i+1 < len(tables) {
-				unless = tables[i+1]
-			}
+// pairList is the pairs of from (nil: none) that neither table of unless
+// holds.
+type pairList struct {
+	from   *pairTable
+	unless [2]*pairTable
+}
+
+// writePairs writes the pairs of lists as one pair list. It counts them
+// first (and sees whether any is not a like), so the list costs two passes
+// over the tables and no copy.
+func writePairs(sw *snapshotWriter, lists ...pairList) error {
+	each := func(fn func(u, k uint64, kind counters.Kind) error) error {
+		for _, l := range lists {
 			var err error
-			from.each(func(u, k uint64) bool {
-				if !unless.has(u, k) {
-					err = fn(u, k)
+			l.from.each(func(u, k uint64, kind counters.Kind) bool {
+				if !l.unless[0].has(u, k) && !l.unless[1].has(u, k) {
+					err = fn(u, k, kind)
 				}
 				return err == nil
 			})
@@ -287,12 +311,22 @@ func writePairs(sw *snapshotWriter, tables ...*pairTable) error {
 		}
 		return nil
 	}
-	n := 0
-	each(func(uint64, uint64) error { n++; return nil })
+	n, kinded := 0, byte(0)
+	each(func(_, _ uint64, kind counters.Kind) error {
+		n++
+		if kind != counters.Like {
+			kinded = 1
+		}
+		return nil
+	})
 	sw.uvarint(uint64(n))
-	return each(func(u, k uint64) error {
+	sw.buf = append(sw.buf, kinded)
+	return each(func(u, k uint64, kind counters.Kind) error {
 		sw.uvarint(k)
 		sw.uvarint(u)
+		if kinded != 0 {
+			sw.buf = append(sw.buf, byte(kind))
+		}
 		return sw.spill()
 	})
 }
@@ -304,29 +338,33 @@ func (s *Set) readOpen(sr *snapshotReader, w *window) body {
 	return newPairTable(s.keyBits, 0)
 }
 
-// readOverlay reads a window's delta, checking that every addition is
-// absent from its body and every removal present (which reads the cold
-// blocks they fall in), and counts the pairs of the window's view.
+// readOverlay reads a window's delta, checking that every removal is
+// present in its body and every addition absent unless also removed
+// (which reads the cold blocks they fall in), and counts the pairs of
+// the window's view.
 func (s *Set) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
 	added, removed := s.readPairs(sr, w), s.readPairs(sr, w)
 	if sr.err != nil {
 		return nil, 0, sr.err
 	}
 	var bad error
-	check := func(t *pairTable, want bool) {
-		t.each(func(u, k uint64) bool {
-			has, err := s.bodyHas(w, u, w.lo+k)
+	check := func(t *pairTable, want bool, unless *pairTable) {
+		t.each(func(u, k uint64, _ counters.Kind) bool {
+			if unless.has(u, k) {
+				return true
+			}
+			kind, err := s.bodyKind(w, u, w.lo+k)
 			switch {
 			case err != nil:
 				bad = err
-			case has != want:
+			case (kind != counters.NoKind) != want:
 				bad = fmt.Errorf("%w: snapshot: window %d: a delta pair contradicts its base", ErrCorrupt, w.num)
 			}
 			return bad == nil
 		})
 	}
-	if check(added, false); bad == nil {
-		check(removed, true)
+	if check(added, false, removed); bad == nil {
+		check(removed, true, nil)
 	}
 	if bad != nil {
 		return nil, 0, bad
@@ -339,23 +377,30 @@ func (s *Set) readOverlay(sr *snapshotReader, w *window) (overlay, int, error) {
 }
 
 // readPairs reads a pair list of window w into a table (nil when empty),
-// checking range and that no pair comes twice.
+// checking range and kinds and that no pair comes twice.
 func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
 	n := sr.count("pairs")
+	kinded := sr.byte()
+	if sr.err == nil && kinded > 1 {
+		sr.fail("window %d: pair list flag %d", w.num, kinded)
+	}
 	if sr.err != nil || n == 0 {
 		return nil
 	}
 	t := newPairTable(s.keyBits, int(n))
 	for range n {
-		post, user := sr.uvarint(), sr.uvarint()
+		post, user, kind := sr.uvarint(), sr.uvarint(), counters.Like
+		if kinded != 0 {
+			kind = counters.Kind(sr.byte())
+		}
 		if sr.err != nil {
 			return nil
 		}
-		if post > w.last-w.lo {
-			sr.fail("window %d: pair out of range", w.num)
+		if post > w.last-w.lo || checkKind(kind) != nil {
+			sr.fail("window %d: pair out of range or of no kind", w.num)
 			return nil
 		}
-		if !t.add(user, post) {
+		if t.insert(user, post, kind, false) != counters.NoKind {
 			sr.fail("window %d: pair (%d, %d) listed twice", w.num, w.lo+post, user)
 			return nil
 		}

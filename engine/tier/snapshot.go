@@ -21,7 +21,8 @@ import (
 //	header  = "TLYTIERS" | version uint32 (4) | 0 uint32 | body length uint64 |
 //	          window millis uint64 | next file generation uint64 |
 //	          CRC32C of the 40 bytes before it uint32                        (44 bytes)
-//	body    = tag [4] | windows uvarint | window*                            windows in time order
+//	body    = tag [4] | head | windows uvarint | window*                     windows in time order
+//	head    = the shape's own state: the post table's kinds, nothing for a set
 //	window  = num varint | records uvarint | kind uint8 | flags uint8 | forgot | base | overlay
 //	flags   = bit 0: the window waits for the rewrite Scrub asked for
 //	forgot  = count uvarint | (post id - window start, then the gap to the previous, uvarint)*
@@ -36,7 +37,7 @@ import (
 // cost a sorted copy of each open window to write).
 const (
 	snapMagic       = "TLYTIERS"
-	snapVersion     = 4
+	snapVersion     = 5
 	snapHeaderBytes = 44
 )
 
@@ -58,7 +59,7 @@ func (t *table) WriteTo(w io.Writer) (int64, error) {
 		wins[i] = windowImage{num: win.num, lo: win.lo, n: win.n, body: win.body, frozen: win.frozen(), delta: win.delta,
 			scrub: win.scrubbed(), forgot: win.forgot()}
 	}
-	return t.writeImageOf(w, wins, t.nextGen, false)
+	return t.writeImageOf(w, t.shape.head(), wins, t.nextGen, false)
 }
 
 // windowImage is what an image holds of one window: its number and
@@ -75,21 +76,21 @@ type windowImage struct {
 	forgot        []uint64
 }
 
-// writeImageOf writes the image of wins, windows of t in time order, with
-// nextGen as the next file generation. With inline, a cold window is
+// writeImageOf writes the image of head and wins, windows of t in time
+// order, with nextGen as the next file generation. With inline, a cold window is
 // written as a sealed one, its file's bytes copied in (and its blocks'
 // checksums checked on the way), so the image needs no file; otherwise by
 // its name. The body is written twice, once to count its bytes for the
 // header (a cold window's bytes are not read for that).
-func (t *table) writeImageOf(w io.Writer, wins []windowImage, nextGen uint64, inline bool) (int64, error) {
+func (t *table) writeImageOf(w io.Writer, head func(*snapshotWriter), wins []windowImage, nextGen uint64, inline bool) (int64, error) {
 	var cnt countWriter
-	if err := t.writeBody(&cnt, wins, inline, true); err != nil {
+	if err := t.writeBody(&cnt, head, wins, inline, true); err != nil {
 		return 0, err
 	}
 	out := &imageOut{w: bufio.NewWriterSize(w, 256<<10)}
 	out.write(appendSnapHeader(nil, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), nextGen}))
 	crc := crc32.New(castagnoli)
-	if err := t.writeBody(&teeWriter{out: out, h: crc}, wins, inline, false); err != nil && out.err == nil {
+	if err := t.writeBody(&teeWriter{out: out, h: crc}, head, wins, inline, false); err != nil && out.err == nil {
 		out.err = err
 	}
 	out.write(le.AppendUint32(nil, crc.Sum32()))
@@ -179,9 +180,10 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 // writeBody writes the body of the image of wins (see writeImageOf);
 // counting says w only counts bytes, so a cold window inlined need not be
 // read.
-func (t *table) writeBody(w io.Writer, wins []windowImage, inline, counting bool) error {
+func (t *table) writeBody(w io.Writer, head func(*snapshotWriter), wins []windowImage, inline, counting bool) error {
 	sw := &snapshotWriter{w: w, buf: make([]byte, 0, 64<<10)}
 	sw.buf = append(sw.buf, t.image.tag[:]...)
+	head(sw)
 	sw.uvarint(uint64(len(wins)))
 	for _, win := range wins {
 		sw.buf = binary.AppendVarint(sw.buf, win.num)
@@ -355,7 +357,7 @@ func (t *table) Load(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	wins, n, err := t.parse(data)
+	wins, n, install, err := t.parse(data)
 	if err != nil {
 		for _, w := range wins {
 			switch b := w.body.(type) {
@@ -377,6 +379,9 @@ func (t *table) Load(r io.Reader) error {
 		if s, ok := w.body.(*sealedWindow); ok {
 			s.installed = true
 		}
+	}
+	if install != nil {
+		install()
 	}
 	t.nextGen = max(t.nextGen, nextGen)
 	t.jobs = 0
@@ -437,24 +442,25 @@ func readBody(r io.Reader, n uint64) ([]byte, uint64, error) {
 	}
 }
 
-// parse decodes a snapshot body into windows and their record total. On
-// failure the windows it returns hold what it opened (files, arena
-// regions), for the caller to free.
-func (t *table) parse(data []byte) (wins []*window, total int, err error) {
+// parse decodes a snapshot body into windows, their record total and
+// what installs the shape's head. On failure the windows it returns hold
+// what it opened (files, arena regions), for the caller to free.
+func (t *table) parse(data []byte) (wins []*window, total int, install func(), err error) {
 	sr := &snapshotReader{b: data}
-	fail := func(format string, args ...any) ([]*window, int, error) {
-		return wins, 0, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	fail := func(format string, args ...any) ([]*window, int, func(), error) {
+		return wins, 0, nil, fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	if tag := sr.bytes(4); sr.err == nil && [4]byte(tag) != t.image.tag {
 		return fail("a table of %q, this one's is %q", tag, t.image.tag[:])
 	}
+	install = t.shape.readHead(sr)
 	nw := sr.count("windows")
 	lastNum := int64(-1)
 	for range nw {
 		num, n, kind := sr.varint(), sr.uvarint(), Kind(sr.byte())
 		switch {
 		case sr.err != nil:
-			return wins, 0, sr.err
+			return wins, 0, nil, sr.err
 		case lastNum >= 0 && num <= lastNum:
 			return fail("window %d after %d", num, lastNum)
 		case num < 0 || t.win.End(num) <= 0 || t.win.Start(num) > t.win.Last(num):
@@ -477,22 +483,22 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 			prev = p
 		}
 		if sr.err != nil {
-			return wins, 0, sr.err
+			return wins, 0, nil, sr.err
 		}
 		switch kind {
 		case Open:
 			w.body = t.shape.readOpen(sr, w)
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 		case Sealed:
 			raw := sr.bytes(sr.uvarint())
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 			s, err := t.newSealed(raw, true)
 			if err != nil {
-				return wins, 0, fmt.Errorf("snapshot: window %d: %w", num, err)
+				return wins, 0, nil, fmt.Errorf("snapshot: window %d: %w", num, err)
 			}
 			w.body = s
 			wins = append(wins, w) // freed on failure
@@ -504,7 +510,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 			name := string(sr.bytes(sr.uvarint()))
 			size := sr.uvarint()
 			if sr.err != nil {
-				return wins, 0, sr.err
+				return wins, 0, nil, sr.err
 			}
 			if fnum, _, ok := parseFileName(t.opts.Prefix, name); !ok || fnum != num {
 				return fail("window %d: file name %q", num, name)
@@ -514,7 +520,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 			}
 			f, err := t.openCold(name)
 			if err != nil {
-				return wins, 0, err
+				return wins, 0, nil, err
 			}
 			w.body = f
 			wins = append(wins, w) // closed on failure
@@ -531,7 +537,7 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		wins = append(wins, w)
 		o, records, err := t.shape.readOverlay(sr, w)
 		if err != nil {
-			return wins, 0, err
+			return wins, 0, nil, err
 		}
 		if uint64(records) != n {
 			return fail("window %d: %d records, the snapshot says %d", num, records, n)
@@ -546,13 +552,13 @@ func (t *table) parse(data []byte) (wins []*window, total int, err error) {
 		total += records
 	}
 	if sr.err != nil {
-		return wins, 0, sr.err
+		return wins, 0, nil, sr.err
 	}
 	if len(sr.b) != 0 {
 		return fail("%d bytes after the last window", len(sr.b))
 	}
 	slices.SortFunc(wins, func(a, b *window) int { return cmp.Compare(a.num, b.num) })
-	return wins, total, nil
+	return wins, total, install, nil
 }
 
 // loadAnyWindow is LoadAnyWindow for a table of either shape: an image

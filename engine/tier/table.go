@@ -136,6 +136,13 @@ type recordShape interface {
 	// (either may be nil), reusing their tables: what a failed job
 	// leaves of its frozen delta and the writes since.
 	compose(lower, upper overlay) overlay
+	// head returns what writes what the shape keeps besides its windows
+	// (the post table's kinds), as it is now, at the start of a snapshot
+	// image (a View takes it at Capture); readHead
+	// reads it back and returns what installs it, which Load calls once
+	// the whole image is sound (nil: nothing to install).
+	head() func(sw *snapshotWriter)
+	readHead(sr *snapshotReader) func()
 	// writeOpen and writeOverlay write a window's open table and its
 	// overlays (frozen, then delta over it; either may be nil) as
 	// snapshot entries; readOpen and readOverlay read them back into

@@ -49,14 +49,35 @@ func randPost(rng *rand.Rand) Post {
 		p.Author = 1 + rng.Uint64N(1_000_000)
 		p.Counts.Likes = rng.Int64N(100)
 		p.Counts.Views = rng.Int64N(100_000)
+		if rng.IntN(3) == 0 { // a few reactions beyond like
+			for range 1 + rng.IntN(3) {
+				p.Reactions[rng.IntN(len(p.Reactions))] = 1 + rng.Int64N(20)
+			}
+		}
 	case 2: // wide values: the open table's overflow, columns' exceptions
 		p.Author = rng.Uint64()
 		p.Counts = engine.Counts{Likes: math.MaxInt64, Comments: rng.Int64N(1 << 40), Reposts: 1, Views: rng.Int64(), Favorites: rng.Int64N(1 << 20)}
+		if rng.IntN(2) == 0 {
+			p.Reactions[rng.IntN(len(p.Reactions))] = rng.Int64N(math.MaxInt64)
+		}
 	case 3: // no author, counts
 		p.Counts.Comments = 1 + rng.Int64N(10)
 	}
 	return p
 }
+
+// testKinds are the kinds of the model tests' post tables: as many as
+// there may be, so that every kind id is written.
+var testKinds = []string{"like", "love", "haha", "wow", "sad", "angry", "care", "clap", "fire", "eyes", "rocket", "tada", "heart_eyes", "thinking", "pray", "hundred"}
+
+// testKindIDs are the ids SetKinds gives testKinds in a new table.
+var testKindIDs = func() map[string]counters.Kind {
+	m := map[string]counters.Kind{}
+	for i, name := range testKinds {
+		m[name] = counters.Kind(i + 1)
+	}
+	return m
+}()
 
 // check compares the table with the model: Len, Get of every model id and
 // of absent ids, GetMany of random pages.
@@ -128,6 +149,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := tr.SetKinds(testKinds); err != nil {
+		t.Fatal(err)
+	}
 	model := map[uint64]Post{}
 	const nWin = 30
 	clock := testEpoch
@@ -191,6 +215,44 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if got != want {
 				t.Fatalf("AddCounts = %+v, want %+v", got, want)
 			}
+		case r < 77:
+			// A reaction: a first one, a switch or an unreaction.
+			id := randID(rng, nWin)
+			if len(model) > 0 && rng.IntN(2) == 0 {
+				for k := range model {
+					id = k
+					break
+				}
+			}
+			from, to := randKind(rng, counters.MaxKinds), randKind(rng, counters.MaxKinds)
+			switch rng.IntN(3) {
+			case 0:
+				from = counters.NoKind
+			case 1:
+				to = counters.NoKind
+			}
+			was, got, err := tr.MoveReaction(id, from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if was != model[id] {
+				t.Fatalf("MoveReaction: was %+v, the model has %+v", was, model[id])
+			}
+			want, ok := model[id]
+			if from != to {
+				if from != counters.NoKind {
+					want.AddReaction(from, -1)
+				}
+				if to != counters.NoKind {
+					want.AddReaction(to, 1)
+				}
+			}
+			if ok || want.HasCounts() {
+				model[id] = want
+			}
+			if got != want {
+				t.Fatalf("MoveReaction(%d, %d) = %+v, want %+v", from, to, got, want)
+			}
 		case r < 80:
 			id := randID(rng, nWin)
 			a := rng.Uint64N(100)
@@ -240,6 +302,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 			if err := tr.Load(&buf); err != nil {
 				t.Fatalf("step %d: Load: %v", step, err)
+			}
+			if got := tr.Kinds(); got.Len() != len(testKinds) || got.ID("angry") != testKindIDs["angry"] {
+				t.Fatalf("step %d: kinds after Load: %v", step, got.IDs())
 			}
 		default:
 			if len(pending) == 0 {
@@ -535,8 +600,10 @@ func TestImport(t *testing.T) {
 }
 
 // TestSlotLayout: records round-trip through an open table's slots for
-// window lengths from 1 ms to 2^34 ms, at the largest key of the window,
-// and a value one bit too wide for its column goes to the overflow map.
+// window lengths from 1 ms to 2^34 ms, at the largest key of the window;
+// a value one bit too wide for its column goes to the overflow map; the
+// counts of kinds beyond like go to the kind table (its own overflow for
+// wide ones) and leave it when they go back to zero.
 func TestSlotLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	for _, ms := range []int64{1, 1000, 86_400_000, 1 << 34} {
@@ -553,8 +620,14 @@ func TestSlotLayout(t *testing.T) {
 			if i == 0 {
 				key = maxKey
 			}
+			if i%7 == 0 && len(want) > 0 {
+				for k := range want { // a post rewritten
+					key = k
+					break
+				}
+			}
 			var r postRow
-			for f := range postCols {
+			for f := range fixedCols {
 				w := int(l.width[f])
 				switch rng.IntN(3) {
 				case 0:
@@ -564,23 +637,46 @@ func TestSlotLayout(t *testing.T) {
 				}
 			}
 			if i%100 == 0 {
-				f := rng.IntN(postCols)
+				f := rng.IntN(fixedCols)
 				r[f] = 1 << l.width[f] // one bit too wide
+			}
+			if rng.IntN(3) == 0 { // some kinds beyond like
+				for range 1 + rng.IntN(kindCols) {
+					r[fixedCols+rng.IntN(kindCols)] = 1 + rng.Uint64N(1<<uint(rng.IntN(50)))
+				}
 			}
 			tb.put(key, &l, &r)
 			want[key] = r
 		}
-		if tb.n != len(want) || len(tb.over) == 0 {
+		if tb.n != len(want) || len(tb.over) == 0 || tb.kinds == nil || len(tb.kinds.over) == 0 {
 			t.Fatalf("%d ms: %d keys, %d overflowed", ms, tb.n, len(tb.over))
 		}
+		withKinds := 0
 		for key, r := range want {
 			var got postRow
 			if !tb.get(key, &l, &got) || got != r {
 				t.Fatalf("%d ms: key %d: %v, want %v", ms, key, got, r)
 			}
+			if *(*kindRow)(r[fixedCols:]) != (kindRow{}) {
+				withKinds++
+			}
+		}
+		if tb.kinds.live != withKinds {
+			t.Fatalf("%d ms: the kind table holds %d posts, %d have kinds", ms, tb.kinds.live, withKinds)
 		}
 		if keys := tb.sorted(&l); len(keys) != len(want) || keys[len(keys)-1] > maxKey {
 			t.Fatalf("%d ms: sorted keys", ms)
+		}
+		for key, r := range want { // every kind back to zero
+			*(*kindRow)(r[fixedCols:]) = kindRow{}
+			tb.put(key, &l, &r)
+			var got postRow
+			if !tb.get(key, &l, &got) || got != r {
+				t.Fatalf("%d ms: key %d: %v, want %v", ms, key, got, r)
+			}
+		}
+		if tb.kinds.live != 0 || len(tb.kinds.over) != 0 {
+			t.Fatalf("%d ms: %d posts left in the kind table", ms, tb.kinds.live)
 		}
 	}
 }

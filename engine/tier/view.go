@@ -27,7 +27,8 @@ import (
 type View struct {
 	t       *table
 	wins    []windowImage
-	held    []*window // the windows Capture held, in wins' order
+	held    []*window             // the windows Capture held, in wins' order
+	head    func(*snapshotWriter) // the shape's own state as Capture found it
 	nextGen uint64
 }
 
@@ -44,7 +45,8 @@ func (t *table) Capture() (*View, error) {
 	case t.view != nil:
 		return nil, errors.New("tier: Capture while a view is out")
 	}
-	v := &View{t: t, wins: make([]windowImage, len(t.wins)), held: make([]*window, len(t.wins)), nextGen: t.nextGen}
+	v := &View{t: t, wins: make([]windowImage, len(t.wins)), held: make([]*window, len(t.wins)),
+		head: t.shape.head(), nextGen: t.nextGen}
 	for i, w := range t.wins {
 		b := w.body
 		if s, ok := b.(*sealedWindow); ok {
@@ -69,7 +71,7 @@ func (t *table) Capture() (*View, error) {
 // block's checksum checked as it is copied): the image stands alone, and
 // Load needs no file. It needs no lock: it reads only what Capture froze.
 func (v *View) WriteTo(w io.Writer) (int64, error) {
-	return v.t.writeImageOf(w, v.wins, v.nextGen, true)
+	return v.t.writeImageOf(w, v.head, v.wins, v.nextGen, true)
 }
 
 // Len is the number of records the view holds.

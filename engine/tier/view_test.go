@@ -3,6 +3,7 @@ package tier
 import (
 	"bytes"
 	"errors"
+	"github.com/tally-dev/tally/engine/counters"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -129,7 +130,7 @@ func TestSetViewModel(t *testing.T) {
 		s := newTestSet(t, opts, 16)
 		const nWin = 40
 		hot := []uint64{randID(rng, nWin), randID(rng, nWin)}
-		model := map[upair]bool{}
+		model := map[upair]counters.Kind{}
 		writes := func(n int) {
 			for range n {
 				q := upair{randUser(rng), randLikedPost(rng, hot, nWin)}
@@ -140,10 +141,12 @@ func TestSetViewModel(t *testing.T) {
 					delete(model, q)
 					continue
 				}
-				if _, err := s.Add(q.u, q.p); err != nil {
+				// Kinds change too, so that a view's deltas carry them.
+				kind := counters.Kind(1 + rng.IntN(3))
+				if _, err := s.React(q.u, q.p, kind); err != nil {
 					t.Fatal(err)
 				}
-				model[q] = true
+				model[q] = kind
 			}
 		}
 		clock := testEpoch
@@ -395,7 +398,7 @@ func TestViewWithScans(t *testing.T) {
 		const nWin = 40
 		const user = 4242
 		hot := []uint64{randID(rng, nWin)}
-		model := map[upair]bool{}
+		model := map[upair]counters.Kind{}
 		gone := map[uint64]bool{} // posts forgotten
 		var target *window        // the open window scanned, which half the writes go to
 		var mu sync.Mutex
@@ -422,10 +425,11 @@ func TestViewWithScans(t *testing.T) {
 					q.u = user
 					fallthrough
 				default:
-					if _, err := s.Add(q.u, q.p); err != nil {
+					kind := counters.Kind(1 + rng.IntN(3))
+					if _, err := s.React(q.u, q.p, kind); err != nil {
 						t.Fatal(err)
 					}
-					model[q] = true
+					model[q] = kind
 				}
 			}
 		}
@@ -521,5 +525,48 @@ func TestViewWithScans(t *testing.T) {
 			checkSet(t, loaded, atCapture, rng, hot, nWin, true)
 		}
 		s.Close()
+	}
+}
+
+// TestViewKeepsKinds: a view's image holds the kinds table as Capture
+// found it, not one the live table took since (a kinds record replayed
+// while a snapshot is written).
+func TestViewKeepsKinds(t *testing.T) {
+	tr, err := NewPosts(testOpts(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.SetKinds([]string{"like", "love"}); err != nil {
+		t.Fatal(err)
+	}
+	atCapture := tr.Kinds()
+	v, err := tr.Capture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetKinds([]string{"like", "love", "haha"}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := v.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Release(v); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := NewPosts(Options{WindowMillis: testWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	if err := loaded.Load(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded.Kinds(); got != atCapture {
+		t.Fatalf("the view's image has kinds %v, want %v as at Capture", got.IDs(), atCapture.IDs())
+	}
+	if tr.Kinds() == atCapture {
+		t.Fatal("the live table's kinds did not change: the test shows nothing")
 	}
 }

@@ -19,6 +19,39 @@ type Post struct {
 	CountValues        engine.Counts
 	ViewerHasLiked     bool
 	ViewerHasFavorited bool
+	// Kinds are the deployment's reaction kinds (Store.ReactionKinds),
+	// ReactionValues their counts in that order (nil when not read: the
+	// page's own read, not a copy); ViewerKind is the viewer's reaction
+	// ("" none).
+	Kinds          []string
+	ReactionValues *engine.Reactions
+	ViewerKind     string
+}
+
+// ReactionCount is one reaction kind's count on a post.
+type ReactionCount struct {
+	Kind  string
+	Count int64
+}
+
+// Reactions are the post's count of every kind, in display order.
+func (p *Post) Reactions() []ReactionCount {
+	if p.ReactionValues == nil {
+		return nil
+	}
+	out := make([]ReactionCount, len(p.Kinds))
+	for i, k := range p.Kinds {
+		out[i] = ReactionCount{Kind: k, Count: p.ReactionValues.Count[i]}
+	}
+	return out
+}
+
+// ViewerReaction is the viewer's reaction kind, nil for none.
+func (p *Post) ViewerReaction() *string {
+	if p.ViewerKind == "" {
+		return nil
+	}
+	return &p.ViewerKind
 }
 
 func (p *Post) ID() string { return FormatID(p.PostID) }

@@ -150,6 +150,12 @@ const (
 	pCounts
 	pLiked
 	pFavorited
+	pReactions
+	pViewerReaction
+
+	// ReactionCount
+	aKind
+	aCount
 
 	// PostCounts
 	cID
@@ -185,8 +191,10 @@ const (
 // objects they lead to.
 var (
 	postFields = map[string]kind{"id": pID, "createdAt": pCreatedAt, "author": pAuthor, "counts": pCounts,
-		"viewerHasLiked": pLiked, "viewerHasFavorited": pFavorited}
-	countsFields = map[string]kind{"id": cID, "likes": cLikes, "comments": cComments, "reposts": cReposts,
+		"viewerHasLiked": pLiked, "viewerHasFavorited": pFavorited, "reactions": pReactions,
+		"viewerReaction": pViewerReaction}
+	reactionFields = map[string]kind{"kind": aKind, "count": aCount}
+	countsFields   = map[string]kind{"id": cID, "likes": cLikes, "comments": cComments, "reposts": cReposts,
 		"views": cViews, "favorites": cFavorites}
 	userFields = map[string]kind{"id": uID, "postCount": uPostCount, "followerCount": uFollowerCount,
 		"followingCount": uFollowingCount}
@@ -202,13 +210,14 @@ var objects = map[string]struct {
 	fields map[string]kind
 	child  map[kind]string
 }{
-	"Query":        {queryFields, map[kind]string{rPosts: "Post", rPost: "Post", rViewer: "Viewer", rUser: "User"}},
-	"Subscription": {subFields, map[kind]string{rUnreadChanged: "Viewer"}},
-	"Post":         {postFields, map[kind]string{pAuthor: "User", pCounts: "PostCounts"}},
-	"PostCounts":   {countsFields, nil},
-	"User":         {userFields, nil},
-	"Viewer":       {viewerFields, map[kind]string{vUser: "User", vUnread: "Unread"}},
-	"Unread":       {unreadFields, nil},
+	"Query":         {queryFields, map[kind]string{rPosts: "Post", rPost: "Post", rViewer: "Viewer", rUser: "User"}},
+	"Subscription":  {subFields, map[kind]string{rUnreadChanged: "Viewer"}},
+	"Post":          {postFields, map[kind]string{pAuthor: "User", pCounts: "PostCounts", pReactions: "ReactionCount"}},
+	"ReactionCount": {reactionFields, nil},
+	"PostCounts":    {countsFields, nil},
+	"User":          {userFields, nil},
+	"Viewer":        {viewerFields, map[kind]string{vUser: "User", vUnread: "Unread"}},
+	"Unread":        {unreadFields, nil},
 }
 
 // field is one compiled field: its key as written (with the comma before
@@ -325,6 +334,10 @@ func compileObject(opCtx *graphql.OperationContext, sel ast.SelectionSet, typ st
 			need.page.Liked = true
 		case pFavorited:
 			need.page.Favorited = true
+		case pReactions:
+			need.page.Reactions = true
+		case pViewerReaction:
+			need.page.ViewerReaction = true
 		case uPostCount, uFollowerCount, uFollowingCount:
 			need.userCounts = true
 		case vUnread, vRedDot:

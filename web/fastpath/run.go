@@ -22,6 +22,7 @@ type scratch struct {
 	users  []engine.UserID
 	counts []engine.UserCounts
 	unread engine.Unread
+	kinds  []string // the store's reaction kinds, in display order
 }
 
 // span is what one root field read: posts ids[lo:hi], or one user.
@@ -78,6 +79,7 @@ func WithResponseBuffer(ctx context.Context, buf *[]byte) context.Context {
 
 func (p *plan) read(ctx context.Context, sc *scratch, store engine.Store, vars map[string]any, viewer engine.UserID) bool {
 	sc.ids, sc.spans, sc.users = sc.ids[:0], sc.spans[:0], sc.users[:0]
+	sc.kinds = store.ReactionKinds()
 	wantUnread := false
 	for i := range p.root {
 		f := &p.root[i]
@@ -260,6 +262,38 @@ func writePost(buf []byte, fields []field, sc *scratch, id engine.PostID, v *eng
 			buf = strconv.AppendBool(buf, v.Liked)
 		case pFavorited:
 			buf = strconv.AppendBool(buf, v.Favorited)
+		case pReactions:
+			buf = append(buf, '[')
+			for k, name := range sc.kinds {
+				if k > 0 {
+					buf = append(buf, ',')
+				}
+				buf = writeReaction(buf, f.obj, name, v.Reactions.Count[k])
+			}
+			buf = append(buf, ']')
+		case pViewerReaction:
+			if v.ViewerReaction == "" {
+				buf = append(buf, "null"...)
+			} else {
+				buf = appendKind(buf, v.ViewerReaction)
+			}
+		}
+	}
+	return append(buf, '}')
+}
+
+func writeReaction(buf []byte, fields []field, kind string, count int64) []byte {
+	buf = append(buf, '{')
+	for i := range fields {
+		f := &fields[i]
+		buf = append(buf, f.key...)
+		switch f.kind {
+		case kTypename:
+			buf = append(buf, f.lit...)
+		case aKind:
+			buf = appendKind(buf, kind)
+		case aCount:
+			buf = strconv.AppendInt(buf, count, 10)
 		}
 	}
 	return append(buf, '}')
@@ -365,6 +399,14 @@ func writeUnread(buf []byte, fields []field, u *engine.Unread) []byte {
 		}
 	}
 	return append(buf, '}')
+}
+
+// appendKind writes a reaction kind's name as a JSON string. Names are
+// a-z, 0-9 and _ (counters.ParseKinds): nothing to escape.
+func appendKind(buf []byte, name string) []byte {
+	buf = append(buf, '"')
+	buf = append(buf, name...)
+	return append(buf, '"')
 }
 
 // appendID writes an id as the quoted decimal string GraphQL clients see

@@ -98,6 +98,16 @@ func (s *Store) Unlike(ctx context.Context, viewer engine.UserID, post engine.Po
 	return end(span, s.Store.Unlike(ctx, viewer, post))
 }
 
+func (s *Store) ReactToPost(ctx context.Context, viewer engine.UserID, post engine.PostID, kind string) error {
+	ctx, span := s.start(ctx, "engine.ReactToPost", -1, true)
+	return end(span, s.Store.ReactToPost(ctx, viewer, post, kind))
+}
+
+func (s *Store) UnreactToPost(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
+	ctx, span := s.start(ctx, "engine.UnreactToPost", -1, true)
+	return end(span, s.Store.UnreactToPost(ctx, viewer, post))
+}
+
 func (s *Store) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
 	ctx, span := s.start(ctx, "engine.Favorite", -1, true)
 	return end(span, s.Store.Favorite(ctx, viewer, post))

@@ -30,7 +30,8 @@ import (
 // The price of an operation, after @skip/@include with its variables:
 //   - every field costs 1 plus the price of its selection;
 //   - a list field multiplies its selection by the most it can return (the
-//     schema's complexity functions of setComplexity: ids given, page size);
+//     schema's complexity functions of setComplexity: ids given, page size,
+//     the deployment's reaction kinds);
 //   - every element of every list argument costs 1 more (posts(ids),
 //     recordViews(postIds), markMessagesRead(messageIds), createGroup's
 //     memberIds, addGroupMembers' userIds, mentions), across aliases;
@@ -493,8 +494,11 @@ func safeAdd(a, b int) int {
 
 // setComplexity makes list fields cost what they can return, so a deep or
 // wide query is refused before it runs.
-func setComplexity(gc *graph.Config) {
+// kinds is the deployment's number of reaction kinds (Post.reactions
+// returns one element each).
+func setComplexity(gc *graph.Config, kinds int) {
 	c := &gc.Complexity
+	c.Post.Reactions = func(child int) int { return 1 + child*max(kinds, 1) }
 	c.Query.Posts = func(child int, ids []string) int { return 1 + child*max(len(ids), 1) }
 	c.Query.SystemNotifications = func(child int, first *int, _ *string) int {
 		n := engine.DefaultNotificationPageSize

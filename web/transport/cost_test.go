@@ -20,7 +20,7 @@ import (
 func price(t *testing.T, c *costLimit, query string, vars map[string]any) (int, string, *graphql.OperationContext) {
 	t.Helper()
 	gc := resolvers.GraphConfig(nil, nil, resolvers.Policy{})
-	setComplexity(&gc)
+	setComplexity(&gc, 6)
 	if err := c.Validate(graph.NewExecutableSchema(gc)); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +61,11 @@ func TestCostCountsListArgumentsAcrossAliases(t *testing.T) {
 	page, _, _ := price(t, c, `{ posts(ids: ["1","2","3"]) { id counts { likes } } }`, nil)
 	if page != 1+3*(1+2)+3 {
 		t.Fatalf("posts(3 ids) costs %d, want %d", page, 1+3*3+3)
+	}
+	// Reactions: one element per kind of the deployment (six here).
+	reactions, _, _ := price(t, c, `{ posts(ids: ["1","2","3"]) { reactions { kind count } viewerReaction } }`, nil)
+	if want := 1 + 3*((1+6*2)+1) + 3; reactions != want {
+		t.Fatalf("posts(3 ids) with reactions costs %d, want %d", reactions, want)
 	}
 }
 

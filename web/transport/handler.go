@@ -106,7 +106,11 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Store = tracing.WrapStore(cfg.Store, cfg.Tracer)
 	}
 	gc := resolvers.GraphConfig(cfg.Store, cfg.Hub, resolvers.Policy{ContentWrites: cfg.ContentWrites})
-	setComplexity(&gc)
+	kinds := 1
+	if cfg.Store != nil {
+		kinds = len(cfg.Store.ReactionKinds())
+	}
+	setComplexity(&gc, kinds)
 
 	// Plain-data queries and unreadChanged pushes run as compiled plans
 	// inside gqlgen's pipeline (see web/fastpath).

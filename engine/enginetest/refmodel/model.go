@@ -39,7 +39,8 @@ type Model struct {
 	posts    map[engine.PostID]*post
 	deleted  map[engine.PostID]bool          // posts deleted: never known again
 	repostOf map[engine.PostID]engine.PostID // repost → original
-	likes    map[pair]bool
+	kinds    []string                        // the deployment's reaction kinds, like among them
+	reacts   map[pair]string                 // a user's reaction on a post, by kind name
 	favs     map[pair]bool
 	// comments are the counted comment ids of each post: true while
 	// counted, false once deleted (known, and never counted again).
@@ -67,6 +68,20 @@ type wrote struct {
 type post struct {
 	author engine.UserID
 	counts engine.Counts
+	kinds  map[string]int64 // counts of the reaction kinds other than like
+}
+
+// addReaction adds d to the post's count of kind, never below zero (an
+// import may have set likes below the reactions the model holds).
+func (p *post) addReaction(kind string, d int64) {
+	if kind == "like" {
+		p.counts.Likes = max(0, p.counts.Likes+d)
+		return
+	}
+	if p.kinds == nil {
+		p.kinds = map[string]int64{}
+	}
+	p.kinds[kind] = max(0, p.kinds[kind]+d)
 }
 
 // user holds posts, the posts the user has made, and deleted, those
@@ -110,19 +125,23 @@ type idemRec struct {
 	hasAny bool
 }
 
-// New returns an empty model reading time from now (nil: time.Now) and
-// dropping system cursors idle for cursorTTL (0: engine.DefaultCursorTTL).
-func New(now func() time.Time, cursorTTL time.Duration) *Model {
+// New returns an empty model reading time from now (nil: time.Now),
+// dropping system cursors idle for cursorTTL (0: engine.DefaultCursorTTL),
+// with the reaction kinds reactions (nil: like alone).
+func New(now func() time.Time, cursorTTL time.Duration, reactions []string) *Model {
 	if now == nil {
 		now = time.Now
 	}
 	if cursorTTL <= 0 {
 		cursorTTL = engine.DefaultCursorTTL
 	}
+	if reactions == nil {
+		reactions = []string{"like"}
+	}
 	return &Model{
-		now: now, cursorTTL: cursorTTL,
+		now: now, cursorTTL: cursorTTL, kinds: reactions, reacts: map[pair]string{},
 		posts: map[engine.PostID]*post{}, deleted: map[engine.PostID]bool{}, repostOf: map[engine.PostID]engine.PostID{},
-		likes: map[pair]bool{}, favs: map[pair]bool{},
+		favs:     map[pair]bool{},
 		comments: map[engine.PostID]map[engine.CommentID]bool{}, writers: map[wrote]bool{},
 		users: map[engine.UserID]*user{}, follows: map[engine.UserID]map[engine.UserID]int64{},
 		groups: map[engine.GroupID]*group{}, messages: map[engine.MessageID]*message{},
@@ -261,9 +280,21 @@ func (m *Model) Page(_ context.Context, viewer engine.UserID, ids []engine.PostI
 			if want.Counts {
 				v.Counts = p.counts
 			}
+			if want.Reactions {
+				for i, k := range m.kinds {
+					if k == "like" {
+						v.Reactions.Count[i] = p.counts.Likes
+					} else {
+						v.Reactions.Count[i] = p.kinds[k]
+					}
+				}
+			}
 		}
 		if viewer != 0 {
-			v.Liked = want.Liked && m.likes[pair{viewer, id}]
+			if want.ViewerReaction {
+				v.ViewerReaction = m.reacts[pair{viewer, id}]
+			}
+			v.Liked = want.Liked && m.reacts[pair{viewer, id}] == "like"
 			v.Favorited = want.Favorited && m.favs[pair{viewer, id}]
 		}
 		out[i] = v
@@ -302,7 +333,16 @@ func (m *Model) flags(viewer engine.UserID, ids []engine.PostID, set map[pair]bo
 
 // Liked implements engine.Store.
 func (m *Model) Liked(_ context.Context, viewer engine.UserID, ids []engine.PostID) ([]bool, error) {
-	return m.flags(viewer, ids, m.likes)
+	if err := engine.CheckIDs(ids); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]bool, len(ids))
+	for i, id := range ids {
+		out[i] = viewer != 0 && m.reacts[pair{viewer, id}] == "like"
+	}
+	return out, nil
 }
 
 // Favorited implements engine.Store.
@@ -332,29 +372,75 @@ func (m *Model) toggle(viewer engine.UserID, id engine.PostID, set map[pair]bool
 	return p, true, nil
 }
 
-// Like implements engine.Store.
-func (m *Model) Like(_ context.Context, viewer engine.UserID, id engine.PostID) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, changed, err := m.toggle(viewer, id, m.likes, true)
-	if changed {
-		p.counts.Likes++
-		if p.author != 0 && p.author != viewer {
-			m.user(p.author).likes++
-		}
-	}
-	return err
+// Like implements engine.Store: the reaction like.
+func (m *Model) Like(ctx context.Context, viewer engine.UserID, id engine.PostID) error {
+	return m.ReactToPost(ctx, viewer, id, "like")
 }
 
-// Unlike implements engine.Store.
+// Unlike implements engine.Store: it removes a like, not another kind.
 func (m *Model) Unlike(_ context.Context, viewer engine.UserID, id engine.PostID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, changed, err := m.toggle(viewer, id, m.likes, false)
-	if changed && p.counts.Likes > 0 { // an import may have set it below the set's size
-		p.counts.Likes--
+	return m.unreact(viewer, id, "like")
+}
+
+// ReactionKinds implements engine.Store.
+func (m *Model) ReactionKinds() []string { return m.kinds }
+
+// ReactToPost implements engine.Store.
+func (m *Model) ReactToPost(_ context.Context, viewer engine.UserID, id engine.PostID, kind string) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
 	}
-	return err
+	if !slices.Contains(m.kinds, kind) {
+		return invalid("unknown reaction kind %q", kind)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.posts[id]
+	if p == nil {
+		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	k := pair{viewer, id}
+	was := m.reacts[k]
+	if was == kind {
+		return nil
+	}
+	m.reacts[k] = kind
+	if was != "" {
+		p.addReaction(was, -1)
+	} else if p.author != 0 && p.author != viewer {
+		m.user(p.author).likes++
+	}
+	p.addReaction(kind, 1)
+	return nil
+}
+
+// UnreactToPost implements engine.Store.
+func (m *Model) UnreactToPost(_ context.Context, viewer engine.UserID, id engine.PostID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unreact(viewer, id, "")
+}
+
+// unreact removes viewer's reaction on id, when it is of kind only (""
+// any kind).
+func (m *Model) unreact(viewer engine.UserID, id engine.PostID, only string) error {
+	if err := engine.CheckViewer(viewer); err != nil {
+		return err
+	}
+	p := m.posts[id]
+	if p == nil {
+		return fmt.Errorf("%w: post %d", engine.ErrNotFound, id)
+	}
+	k := pair{viewer, id}
+	was := m.reacts[k]
+	if was == "" || (only != "" && was != only) {
+		return nil
+	}
+	delete(m.reacts, k)
+	p.addReaction(was, -1)
+	return nil
 }
 
 // Favorite implements engine.Store.
@@ -1141,9 +1227,9 @@ func (m *Model) DeletePost(_ context.Context, actor engine.Actor, id engine.Post
 			o.counts.Reposts--
 		}
 	}
-	for k := range m.likes {
+	for k := range m.reacts {
 		if k.p == id {
-			delete(m.likes, k)
+			delete(m.reacts, k)
 		}
 	}
 	for k := range m.favs {
@@ -1162,11 +1248,11 @@ func (m *Model) EraseUser(_ context.Context, u engine.UserID) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k := range m.likes {
+	for k, kind := range m.reacts {
 		if k.u == u {
-			delete(m.likes, k)
-			if p := m.posts[k.p]; p != nil && p.counts.Likes > 0 {
-				p.counts.Likes--
+			delete(m.reacts, k)
+			if p := m.posts[k.p]; p != nil {
+				p.addReaction(kind, -1)
 			}
 		}
 	}
