@@ -205,16 +205,9 @@ func (s *Set) scanBody(b body, lo, last uint64, from Cursor, limit int, user uin
 			next = Cursor{p, u}
 			return errStop
 		}
-		firstPost, firstUser := x.firstPair(i)
-		off, _ := x.span(i)
-		if err := checkPairBlock(firstPost, firstUser, blk); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
-		}
-		var k pairBlock
-		_ = k.parse(firstPost, firstUser, blk[:len(blk)-4])
-		c, err := k.decode(sc.pairs[:], sc.vals[:])
+		c, err := decodeCheckedPairBlock(x, file, i, blk, sc)
 		if err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
+			return err
 		}
 		read += c
 		for _, q := range sc.pairs[:c] {

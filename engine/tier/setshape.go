@@ -89,17 +89,11 @@ func (s *Set) eachPair(b body, fn func(q pair) error) error {
 	var file string
 	err := eachBlock(b, func(x *blockIndex, name string, i int, blk []byte) error {
 		idx, file = x, name
-		firstPost, firstUser := x.firstPair(i)
-		off, _ := x.span(i)
-		if err := checkPairBlock(firstPost, firstUser, blk); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
-		}
-		var k pairBlock
-		_ = k.parse(firstPost, firstUser, blk[:len(blk)-4])
-		c, err := k.decode(sc.pairs[:], sc.vals[:])
+		c, err := decodeCheckedPairBlock(x, file, i, blk, sc)
 		if err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
+			return err
 		}
+		off, _ := x.span(i)
 		if i > 0 && comparePairs(sc.pairs[0], last) <= 0 {
 			return corruptAt(file, int64(off), "block %d: pairs out of order", i)
 		}
@@ -406,4 +400,22 @@ func (s *Set) readPairs(sr *snapshotReader, w *window) *pairTable {
 		}
 	}
 	return t
+}
+
+// decodeCheckedPairBlock checks block i of x (its checksum and layout)
+// and decodes its pairs into sc, returning how many: a damaged block is an
+// error naming file and offset.
+func decodeCheckedPairBlock(x *blockIndex, file string, i int, blk []byte, sc *pairScratch) (int, error) {
+	firstPost, firstUser := x.firstPair(i)
+	off, _ := x.span(i)
+	if err := checkPairBlock(firstPost, firstUser, blk); err != nil {
+		return 0, corruptAt(file, int64(off), "block %d: %v", i, err)
+	}
+	var k pairBlock
+	_ = k.parse(firstPost, firstUser, blk[:len(blk)-4])
+	c, err := k.decode(sc.pairs[:], sc.vals[:])
+	if err != nil {
+		return 0, corruptAt(file, int64(off), "block %d: %v", i, err)
+	}
+	return c, nil
 }
