@@ -85,6 +85,24 @@ type Counts struct {
 // IsZero reports whether every counter is zero.
 func (c Counts) IsZero() bool { return c == Counts{} }
 
+// Field returns the counter f names, or nil for a field that is not one
+// of the five.
+func (c *Counts) Field(f counters.Field) *int64 {
+	switch f {
+	case counters.Likes:
+		return &c.Likes
+	case counters.Comments:
+		return &c.Comments
+	case counters.Reposts:
+		return &c.Reposts
+	case counters.Views:
+		return &c.Views
+	case counters.Favorites:
+		return &c.Favorites
+	}
+	return nil
+}
+
 // PostInfo is what the registry of posts knows about one post.
 type PostInfo struct {
 	Exists bool

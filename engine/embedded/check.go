@@ -475,17 +475,8 @@ func (st *state) recountUsers(ctx context.Context, c *userCheck, res *engine.Che
 }
 
 func countOf(c engine.Counts, f counters.Field) int64 {
-	switch f {
-	case counters.Likes:
-		return c.Likes
-	case counters.Comments:
-		return c.Comments
-	case counters.Reposts:
-		return c.Reposts
-	case counters.Views:
-		return c.Views
-	case counters.Favorites:
-		return c.Favorites
+	if v := c.Field(f); v != nil {
+		return *v
 	}
 	return 0
 }

@@ -303,17 +303,8 @@ func (st *state) postTaken(id uint64) bool {
 // addCount applies one count effect to the post table, keeping counted.
 func (st *state) addCount(c ops.CountDelta) {
 	var d engine.Counts
-	switch c.Field {
-	case counters.Likes:
-		d.Likes = c.Delta
-	case counters.Comments:
-		d.Comments = c.Delta
-	case counters.Reposts:
-		d.Reposts = c.Delta
-	case counters.Views:
-		d.Views = c.Delta
-	case counters.Favorites:
-		d.Favorites = c.Delta
+	if f := d.Field(c.Field); f != nil {
+		*f = c.Delta
 	}
 	was, is, err := st.posts.AddCounts(uint64(c.Post), d)
 	st.noteErr(err)
