@@ -2,17 +2,14 @@ package embedded
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -224,35 +221,14 @@ func TestKill9Lifecycle(t *testing.T) {
 	burst := lifeBurst()
 	tried, acked, resumed := -1, -1, 0
 	run := func(final bool, killAfter time.Duration) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKill9LifecycleChild$", "-test.count=1")
 		// The last operation tried and not acknowledged is tried again: a
 		// repeat changes nothing, whether or not it was applied.
-		cmd.Env = append(os.Environ(), "TALLY_KILL9L_DIR="+dir, "TALLY_KILL9L_WORLD="+worldFile,
-			"TALLY_KILL9L_FROM="+strconv.Itoa(acked+1))
+		env := []string{"TALLY_KILL9L_DIR=" + dir, "TALLY_KILL9L_WORLD=" + worldFile,
+			"TALLY_KILL9L_FROM=" + strconv.Itoa(acked+1)}
 		if final {
-			cmd.Env = append(cmd.Env, "TALLY_KILL9L_FINAL=1")
+			env = append(env, "TALLY_KILL9L_FINAL=1")
 		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		defer func() {
-			if stderr.Len() > 0 {
-				t.Logf("child's stderr:\n%s", stderr.String())
-			}
-		}()
-		stdout, err := cmd.StdoutPipe()
-		ok(t, err)
-		ok(t, cmd.Start())
-		if !final {
-			timer := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
-			defer timer.Stop()
-		}
-		rd := bufio.NewReader(stdout)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				break
-			}
-			f := strings.Fields(line)
+		runKill9Child(t, "TestKill9LifecycleChild", env, final, killAfter, func(_ string, f []string) {
 			switch {
 			case len(f) == 2 && (f[0] == "try" || f[0] == "ack"):
 				i, _ := strconv.Atoi(f[1])
@@ -263,14 +239,8 @@ func TestKill9Lifecycle(t *testing.T) {
 				}
 			case len(f) == 2 && f[0] == "resumed":
 				resumed++
-			case len(f) > 0 && (f[0] == "error" || f[0] == "open-error"):
-				t.Fatalf("child: %s", line)
 			}
-		}
-		err = cmd.Wait()
-		if final && err != nil {
-			t.Fatalf("final child: %v", err)
-		}
+		})
 	}
 	defer func() { t.Logf("%d restarts resumed an erasure the kill interrupted", resumed) }()
 	for r := 0; r < 16 && acked < len(burst)-1; r++ {

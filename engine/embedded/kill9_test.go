@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -111,31 +112,15 @@ func TestKill9DuringSnapshots(t *testing.T) {
 	ackedComments := map[string]bool{}
 	pending := map[string]bool{}
 	run := func(final bool, killAfter time.Duration) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1")
 		var retry []string
 		for k := range pending {
 			retry = append(retry, k)
 		}
-		cmd.Env = append(os.Environ(), "TALLY_KILL9_DIR="+dir, "TALLY_KILL9_RETRY="+strings.Join(retry, " "))
+		env := []string{"TALLY_KILL9_DIR=" + dir, "TALLY_KILL9_RETRY=" + strings.Join(retry, " ")}
 		if final {
-			cmd.Env = append(cmd.Env, "TALLY_KILL9_FINAL=1")
+			env = append(env, "TALLY_KILL9_FINAL=1")
 		}
-		stdout, err := cmd.StdoutPipe()
-		ok(t, err)
-		ok(t, cmd.Start())
-		if !final {
-			timer := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
-			defer timer.Stop()
-		}
-		// Only a line with its newline is complete: the kill can cut the
-		// last one short, and a cut "ack" line would name the wrong post.
-		rd := bufio.NewReader(stdout)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				break
-			}
-			f := strings.Fields(line)
+		runKill9Child(t, "TestKill9Child", env, final, killAfter, func(line string, f []string) {
 			switch {
 			case len(f) == 4 && f[1] == "like":
 				var l like
@@ -152,14 +137,8 @@ func TestKill9DuringSnapshots(t *testing.T) {
 				} else {
 					pending[f[2]] = true
 				}
-			case len(f) > 0 && (f[0] == "error" || f[0] == "open-error"):
-				t.Fatalf("child: %s", line)
 			}
-		}
-		err = cmd.Wait()
-		if final && err != nil {
-			t.Fatalf("final child: %v", err)
-		}
+		})
 	}
 	rounds := 6
 	for r := range rounds {
@@ -228,4 +207,46 @@ func names(entries []os.DirEntry) string {
 		out = append(out, filepath.Base(e.Name()))
 	}
 	return strings.Join(out, " ")
+}
+
+// runKill9Child runs the test named child in a child process with env
+// added, kills it with SIGKILL after killAfter unless final, and calls
+// line for every complete line it prints, with its fields. Only a line
+// with its newline is complete: the kill can cut the last one short, and
+// a cut "ack" line would name the wrong operation. An "error" or
+// "open-error" line fails the test, and so does a final child that does
+// not exit cleanly.
+func runKill9Child(t *testing.T, child string, env []string, final bool, killAfter time.Duration, line func(line string, fields []string)) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	defer func() {
+		if stderr.Len() > 0 {
+			t.Logf("child's stderr:\n%s", stderr.String())
+		}
+	}()
+	stdout, err := cmd.StdoutPipe()
+	ok(t, err)
+	ok(t, cmd.Start())
+	if !final {
+		timer := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
+		defer timer.Stop()
+	}
+	rd := bufio.NewReader(stdout)
+	for {
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			break
+		}
+		f := strings.Fields(l)
+		if len(f) > 0 && (f[0] == "error" || f[0] == "open-error") {
+			t.Fatalf("child: %s", l)
+		}
+		line(l, f)
+	}
+	if err := cmd.Wait(); final && err != nil {
+		t.Fatalf("final child: %v", err)
+	}
 }
