@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/tier"
 	"github.com/tally-dev/tally/engine/wal"
@@ -137,19 +138,7 @@ func TestCheckFindsAndRepairsEachDrift(t *testing.T) {
 		Reactions: []string{"like", "love", "haha"}}
 	e, err := Open(opts)
 	ok(t, err)
-	var posts []engine.PostID
-	for author := engine.UserID(1); author <= 3; author++ {
-		p, err := e.CreatePost(bg, author, 0, "")
-		ok(t, err)
-		posts = append(posts, p)
-	}
-	for u := engine.UserID(10); u < 15; u++ {
-		ok(t, e.Like(bg, u, posts[0]))
-		ok(t, e.Like(bg, u, posts[1]))
-		ok(t, e.Favorite(bg, u, posts[0]))
-		ok(t, e.Follow(bg, u, 1))
-		ok(t, e.Follow(bg, u, 2))
-	}
+	posts := enginetest.CheckWorld(t, e)
 	// Reactions of other kinds are not likes: each kind is recounted
 	// against its own pairs.
 	ok(t, e.ReactToPost(bg, 20, posts[2], "love"))

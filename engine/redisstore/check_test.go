@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/engine/snowflake"
@@ -121,19 +122,7 @@ func testCheckFindsAndRepairs(t *testing.T, addrs []string) {
 	opts := redisstore.Options{Addrs: addrs, KeyPrefix: p}
 	s := open(t, opts)
 	rdb := rawClient(t, addrs)
-	var posts []engine.PostID
-	for author := engine.UserID(1); author <= 3; author++ {
-		id, err := s.CreatePost(bg, author, 0, "")
-		must(t, err)
-		posts = append(posts, id)
-	}
-	for u := engine.UserID(10); u < 15; u++ {
-		must(t, s.Like(bg, u, posts[0]))
-		must(t, s.Like(bg, u, posts[1]))
-		must(t, s.Favorite(bg, u, posts[0]))
-		must(t, s.Follow(bg, u, 1))
-		must(t, s.Follow(bg, u, 2))
-	}
+	posts := enginetest.CheckWorld(t, s)
 	// A deleted post (a tombstone) counts for nothing.
 	gone, err := s.CreatePost(bg, 2, 0, "")
 	must(t, err)
