@@ -154,9 +154,10 @@ func TestSpawnRun(t *testing.T) {
 			t.Errorf("%s delivery: %+v", ph, d)
 		}
 	}
-	// (Goroutines are read, but an open subscription holds none: the
-	// count may not move.)
-	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.Processes != 3 || m.GoroutinesAfter <= 0 || m.GoroutinesPerSub < 0 || m.RSSAfter <= 0 {
+	// An open subscription holds no goroutine, so the count moves only by
+	// the server's own background work (it fell by one in a CI run): a
+	// goroutine per socket would show as 1 or more.
+	if m := res.Subscriptions["tally-embedded"]; m.Subs != 20 || m.Processes != 3 || m.GoroutinesAfter <= 0 || m.GoroutinesPerSub >= 1 || m.RSSAfter <= 0 {
 		t.Errorf("subscriptions: %+v", m)
 	}
 	if !res.SameBytes {
