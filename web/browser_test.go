@@ -630,11 +630,7 @@ func TestDemoTokenRefusedAfterDevRestart(t *testing.T) {
 	setup(t)
 	bin := filepath.Join(env.tmp, "tally")
 	data := filepath.Join(env.tmp, "restarted")
-	seed := exec.Command(bin, "demo-seed", "-data", data)
-	seed.Env = devEnv()
-	if out, err := seed.CombinedOutput(); err != nil {
-		t.Fatalf("tally demo-seed: %v\n%s", err, out)
-	}
+	seedData(t, data)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -684,6 +680,16 @@ func TestDemoTokenRefusedAfterDevRestart(t *testing.T) {
 	// Signing in again works with the new server's token.
 	p.click(`[data-testid="sign-in-as"][data-user="` + ana + `"]`)
 	p.waitFor("the demo to be live again", demoLive)
+}
+
+// seedData runs the test run's tally demo-seed on data with args.
+func seedData(t *testing.T, data string, args ...string) {
+	t.Helper()
+	seed := exec.Command(filepath.Join(env.tmp, "tally"), append([]string{"demo-seed", "-data", data}, args...)...)
+	seed.Env = devEnv()
+	if out, err := seed.CombinedOutput(); err != nil {
+		t.Fatalf("tally demo-seed %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 // commentOnMayasPost makes Maya's unread change through the public API.
@@ -747,11 +753,7 @@ func TestDemoReactions(t *testing.T) {
 	bin := filepath.Join(env.tmp, "tally")
 	data := filepath.Join(env.tmp, "reactions")
 	kinds := strings.Join(reactionKinds, ",")
-	seed := exec.Command(bin, "demo-seed", "-data", data, "-reactions", kinds)
-	seed.Env = devEnv()
-	if out, err := seed.CombinedOutput(); err != nil {
-		t.Fatalf("tally demo-seed -reactions %s: %v\n%s", kinds, err, out)
-	}
+	seedData(t, data, "-reactions", kinds)
 	// A mutation budget that does not refill within the test, and a
 	// burst the demo's own writes (views, marking read) stay under.
 	base, err := startServer(bin, data, filepath.Join(env.tmp, "reactions.log"),
