@@ -270,16 +270,6 @@ func (s *Store) flags(ctx context.Context, viewer engine.UserID, ids []engine.Po
 	return out, nil
 }
 
-// Like implements engine.Store.
-func (s *Store) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post}, viewer, post, false, likersKey, intentLike)
-}
-
-// Unlike implements engine.Store.
-func (s *Store) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, likersKey, 0)
-}
-
 // Favorite implements engine.Store.
 func (s *Store) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
 	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post}, viewer, post, false, favsKey, 0)
@@ -290,7 +280,7 @@ func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engin
 	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, favsKey, 0)
 }
 
-// flagOp is ops.Like or ops.Favorite.
+// flagOp is ops.Favorite (favorite and unfavorite).
 type flagOp interface {
 	Check() error
 	Decide(ops.FlagFacts, *ops.Effects) error
@@ -746,7 +736,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 					next = postHead(uint64(r.Author))
 				}
 				_, low := s.k.post(uint64(r.Post))
-				args = append(args, low, head, next+encodeCounts(r.Counts))
+				args = append(args, low, head, next+encodeCounts(r.Counts, nil))
 				heads[r.Post] = next
 				written[i] = append(written[i], row)
 				grows[i] = append(grows[i], authorPosts)

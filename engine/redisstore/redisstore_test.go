@@ -38,7 +38,7 @@ func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	}
 	s, err := redisstore.Open(bg, opts)
 	if err != nil {
-		t.Fatalf("open %v: %v", opts.Addrs, err)
+		t.Fatalf("open %v: %v (cause: %v)", opts.Addrs, err, redisstore.Cause(err))
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -63,10 +63,9 @@ func TestConformanceSingle(t *testing.T) {
 // a new Store (a replica restarting) on the same data.
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
-		Name:    name,
-		Differs: []string{"reactions"},
+		Name: name,
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
-			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
+			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL, Reactions: cfg.Reactions}
 			cur := open(t, opts)
 			return cur, func() (engine.Store, error) {
 				if err := cur.Close(); err != nil {

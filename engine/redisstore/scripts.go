@@ -43,6 +43,7 @@ import "github.com/redis/go-redis/v9"
 // the group's size.
 const prelude = `
 local TOMB = '\255'
+local KINDS = 7 -- pKind(2), the first reaction kind's count
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
   for i = from or 1, #s do
@@ -117,11 +118,11 @@ local function tr(before, after)
   if before ~= '' and after == '' then return -1 end
   return 0
 end
-local function recount(bucket, low, rec, from, lo, hi)
+local function recount(bucket, low, rec, from, lo, hi, last)
   local L = string.byte(rec, 1)
   local t, n = dec(rec, L + 2)
   local before = enc(t, n)
-  for i = from, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
+  for i = from, last or #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
   local after = enc(t, n)
   redis.call('HSET', bucket, low, string.sub(rec, 1, L + 1) .. after)
   return tr(before, after)
@@ -213,8 +214,52 @@ if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1`)
 
-	// Like/favorite: the viewer's flag changes (SADD, or SREM with ARGV[3]
-	// 'rem') and, only if the set changed (the fact ops.Like.Decide was
+	// A reaction (like and unlike among them): the viewer's kind on the
+	// post is read (the likers set, else the reactors hash; 0: none) and
+	// the row Go decided for that kind is applied: the membership moves
+	// to the row's kind (-1: nothing changes; 0: none), its (count index,
+	// delta) pairs are applied in the same step, and the intent is
+	// recorded when the row says so. KEYS bucket, likers, reactors,
+	// intents; ARGV floor, ceiling, low, user, intent id, intent, then
+	// rows (was, to, records the intent 0|1, pairs, then the pairs).
+	// {-1} unknown post; {-2, head, was} no row for the kind found;
+	// {0, head, was} nothing changed; {1, head, was, zero-transition}.
+	scPostReact = newScript(`
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rec = redis.call('HGET', KEYS[1], ARGV[3])
+if not rec or rec == TOMB then return {-1} end
+local L = string.byte(rec, 1)
+local head = string.sub(rec, 1, L + 1)
+local user = ARGV[4]
+local was = 0
+if redis.call('SISMEMBER', KEYS[2], user) == 1 then was = 1
+else was = tonumber(redis.call('HGET', KEYS[3], user) or '0') end
+local i = 7
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 3])
+  if tonumber(ARGV[i]) == was then
+    local to = tonumber(ARGV[i + 1])
+    if to < 0 then return {0, head, was} end
+    if was == 1 then redis.call('SREM', KEYS[2], user)
+    elseif was > 1 then redis.call('HDEL', KEYS[3], user) end
+    if to == 1 then redis.call('SADD', KEYS[2], user)
+    elseif to > 1 then redis.call('HSET', KEYS[3], user, to) end
+    if ARGV[i + 2] == '1' and ARGV[6] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[6]) end
+    return {1, head, was, recount(KEYS[1], ARGV[3], rec, i + 4, lo, hi, i + 3 + 2 * n)}
+  end
+  i = i + 4 + 2 * n
+end
+return {-2, head, was}`)
+
+	// Sets the kinds table KEYS[1] to ARGV[2] if it still holds ARGV[1]
+	// ('' = absent). 1 set, 0 not.
+	scKindsSet = newScript(`
+if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1`)
+
+	// Favorite: the viewer's flag changes (SADD, or SREM with ARGV[3]
+	// 'rem') and, only if the set changed (the fact ops.Favorite.Decide was
 	// given: the flag was not yet in the wanted state), the count deltas
 	// Go decided are applied with it, and the intent is recorded when Go
 	// passed one. KEYS bucket, set, intents; ARGV floor, ceiling, low,
@@ -719,6 +764,18 @@ for i = 1, #ARGV, 3 do
   if rec ~= '' then head = string.sub(rec, 1, string.byte(rec, 1) + 1) end
   if head ~= ARGV[i + 1] then return {(i - 1) / 3, counted} end
   local new = ARGV[i + 2]
+  if rec ~= '' and rec ~= TOMB then
+    -- The post's counts of reaction kinds other than like are its own,
+    -- not the row's: kept.
+    local old, n = dec(rec, #head + 1)
+    if n >= KINDS then
+      local L = string.byte(new, 1)
+      local t, m = dec(new, L + 2)
+      for j = m + 1, KINDS - 1 do t[j] = 0 end
+      for j = KINDS, n do t[j] = old[j] end
+      new = string.sub(new, 1, L + 1) .. enc(t, n)
+    end
+  end
   counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, string.byte(new, 1) + 2))
   redis.call('HSET', KEYS[1], ARGV[i], new)
 end
@@ -872,7 +929,7 @@ return 1`)
 )
 
 var allScripts = append([]*redis.Script{
-	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
+	scPostCreate, scPostReact, scKindsSet, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
 	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
 	scCheckPosts, scRecountPost, scCheckUserHash, scWidenSpan,
