@@ -34,7 +34,8 @@ import "github.com/redis/go-redis/v9"
 // applies the (count index, delta) pairs of ARGV from index from on to
 // post record rec, field low of bucket, within lo..hi, writes it, and
 // returns whether the post went from all-zero counts to some or back
-// (tr); sender8(U, body) is the packed uid of a message body's sender
+// (tr); bykind(reactors) counts a reactors hash's fields by kind id;
+// sender8(U, body) is the packed uid of a message body's sender
 // (codec.go).
 // current(U, Q, i, n, want) packs the uids of at most want current members
 // of a group of n mapids from mapid i+1 on: it reads the packed member
@@ -126,6 +127,11 @@ local function recount(bucket, low, rec, from, lo, hi, last)
   local after = enc(t, n)
   redis.call('HSET', bucket, low, string.sub(rec, 1, L + 1) .. after)
   return tr(before, after)
+end
+local function bykind(reactors)
+  local n = {}
+  for _, k in ipairs(redis.call('HVALS', reactors)) do n[k] = (n[k] or 0) + 1 end
+  return n
 end
 local function u32(x)
   return string.char(math.floor(x / 16777216) % 256, math.floor(x / 65536) % 256,
@@ -828,12 +834,13 @@ return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q, s,
 var (
 	// Recounts one post bucket's set-backed counts: each post's count
 	// field against SCARD of its set (the bucket, a part naming the set,
-	// the post's low bits: in the bucket's slot) plus a field of the
+	// the post's low bits: in the bucket's slot), or for a reaction kind
+	// the fields of that kind in its reactors hash, plus a field of the
 	// record (0: none), and tallies the posts' authors. Posts whose low
 	// bits are in [lo, hi] hold imported counts: their authors count,
 	// their sets are not compared. Deleted posts (tombstones) have neither
 	// author nor counts. KEYS bucket; ARGV lo, hi, then (count index, set
-	// part, plus index) per check. {{head, posts}..., {low, check number
+	// part, plus index, kind id or '') per check. {{head, posts}..., {low, check number
 	// (1-based), stored, recounted}..., checked, skipped}.
 	scCheckPosts = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -854,13 +861,20 @@ for i = 1, #all, 2 do
   else
     checked = checked + 1
     local t = dec(rec, L + 2)
-    for j = 3, #ARGV, 3 do
+    local kinds
+    for j = 3, #ARGV, 4 do
       local stored = t[tonumber(ARGV[j])] or 0
-      local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      local card
+      if ARGV[j + 3] == '' then
+        card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      else
+        if not kinds then kinds = bykind(KEYS[1] .. ARGV[j + 1] .. low) end
+        card = kinds[ARGV[j + 3]] or 0
+      end
       if ARGV[j + 2] ~= '0' then card = card + (t[tonumber(ARGV[j + 2])] or 0) end
       if stored ~= card then
         drifts[#drifts + 1] = low
-        drifts[#drifts + 1] = j / 3
+        drifts[#drifts + 1] = (j + 1) / 4
         drifts[#drifts + 1] = stored
         drifts[#drifts + 1] = card
       end
@@ -874,9 +888,10 @@ for head, n in pairs(authors) do
 end
 return {heads, drifts, checked, skipped}`)
 
-	// Sets one post's count to its set's cardinality plus a field of the
-	// record (0: none), both read here. KEYS bucket, set; ARGV low, count
-	// index, plus index. {-1} no such post; {0, stored, recounted} no
+	// Sets one post's count to its set's cardinality (a reactors hash's
+	// fields of kind ARGV[4], when not '') plus a field of the record (0:
+	// none), both read here. KEYS bucket, set; ARGV low, count index, plus
+	// index, kind. {-1} no such post; {0, stored, recounted} no
 	// drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
@@ -885,7 +900,9 @@ local L = string.byte(rec, 1)
 local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
-local card = redis.call('SCARD', KEYS[2])
+local card
+if ARGV[4] == '' then card = redis.call('SCARD', KEYS[2])
+else card = bykind(KEYS[2])[ARGV[4]] or 0 end
 if ARGV[3] ~= '0' then card = card + (t[tonumber(ARGV[3])] or 0) end
 if stored == card then return {0, stored, card} end
 local before = enc(t, n)
