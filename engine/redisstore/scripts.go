@@ -264,14 +264,13 @@ if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`)
 
-	// Favorite: the viewer's flag changes (SADD, or SREM with ARGV[3]
-	// 'rem') and, only if the set changed (the fact ops.Favorite.Decide was
-	// given: the flag was not yet in the wanted state), the count deltas
-	// Go decided are applied with it, and the intent is recorded when Go
-	// passed one. KEYS bucket, set, intents; ARGV floor, ceiling, low,
-	// user, 'add'|'rem', intent id, intent ('' = none), then (count index,
-	// delta) pairs. {-1} unknown post; {0, head, 0} the set did not
-	// change, nothing applied; {1, head, zero-transition}.
+	// Favorite: the viewer's flag changes (SADD, or SREM with ARGV[5]
+	// 'rem') and, only if the set changed (the fact ops.Favorite.Decide
+	// was given: the flag was not yet in the wanted state), the count
+	// deltas Go decided are applied with it. KEYS bucket, set; ARGV
+	// floor, ceiling, low, user, 'add'|'rem', then (count index, delta)
+	// pairs. {-1} unknown post; {0, head, 0} the set did not change,
+	// nothing applied; {1, head, zero-transition}.
 	scPostFlag = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
@@ -282,8 +281,7 @@ else changed = redis.call('SREM', KEYS[2], ARGV[4]) end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
-return {1, head, recount(KEYS[1], ARGV[3], rec, 8, lo, hi)}`)
+return {1, head, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 
 	// Count deltas Go decided on a post that exists (the fact its Decide
 	// was given), once per operation (its guard), and the intent of what
