@@ -285,7 +285,8 @@ func decodeKinds(raw string) (counters.Kinds, error) {
 }
 
 // kindTotals sums every post's count of each kind, walking the post
-// buckets of every master (SCAN, then one HVALS per bucket).
+// buckets of every master (SCAN, then the HVALS of the step's buckets in
+// one pipeline).
 func (s *Store) kindTotals(ctx context.Context) (counters.Totals, error) {
 	var mu sync.Mutex
 	var t counters.Totals
@@ -297,12 +298,18 @@ func (s *Store) kindTotals(ctx context.Context) (counters.Totals, error) {
 			if err != nil {
 				return err
 			}
-			for _, key := range keys {
-				recs, err := c.HVals(ctx, key).Result()
-				if err != nil {
+			p := c.Pipeline()
+			vals := make([]*redis.StringSliceCmd, len(keys))
+			for i, key := range keys {
+				vals[i] = p.HVals(ctx, key)
+			}
+			if len(keys) > 0 {
+				if _, err := p.Exec(ctx); err != nil {
 					return err
 				}
-				for _, rec := range recs {
+			}
+			for i, key := range keys {
+				for _, rec := range vals[i].Val() {
 					if exists, _ := recordState(rec); !exists {
 						continue
 					}
