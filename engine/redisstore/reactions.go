@@ -100,8 +100,10 @@ func (s *Store) react(ctx context.Context, viewer engine.UserID, post engine.Pos
 		someoneElse = viewer - 1
 	}
 	var rows []any
-	applied := map[counters.Kind][]any{}
-	recorded := map[counters.Kind]bool{} // the row records the intent
+	// By the kind found: the count arguments its row applies, and
+	// whether the row records the intent.
+	var applied [counters.MaxKinds + 1][]any
+	var recorded [counters.MaxKinds + 1]bool
 	beyondAny := false
 	for _, was := range append([]counters.Kind{counters.NoKind}, s.kinds.IDs()...) {
 		var eff ops.Effects
