@@ -176,7 +176,7 @@ func TestReactionsRedisKinds(t *testing.T) {
 	}
 	second.Close()
 
-	code, _, errs := runCLI(t, "-redis", addr, "-reactions", "like", "-addr", "127.0.0.1:0")
+	code, _, errs := runCLI(t, "-redis", addr, "-reactions", "like", "-addr", "127.0.0.1:0", "-data", t.TempDir())
 	if code == 0 || !strings.Contains(errs, `love`) || !strings.Contains(errs, "still counts 1 reactions") {
 		t.Fatalf("-reactions like over a keyspace with a love: exit %d, %s", code, errs)
 	}
