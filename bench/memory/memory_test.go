@@ -350,8 +350,8 @@ func TestWritesPhase(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
-	if !strings.Contains(s, "CPU/like") || strings.Count(s, " µs\n") != 2 || !strings.Contains(s, "likes/s with snapshots") {
-		t.Errorf("want both servers' ratio, likes/s and CPU per like:\n%s", s)
+	if !strings.Contains(s, "CPU/like") || strings.Count(s, " µs ") != 2 || strings.Count(s, "%\n") != 2 || !strings.Contains(s, "likes/s with snapshots") {
+		t.Errorf("want both servers' ratio, likes/s, CPU per like and the GC's share:\n%s", s)
 	}
 	for _, name := range []string{"A-round0-nosnapshots-settled", "A-round0-nosnapshots-likes", "A-round0-snapshots-settled", "A-round0-snapshots-likes"} {
 		if st, err := os.Stat(filepath.Join(profiles, name+".pb.gz")); err != nil || st.Size() == 0 {

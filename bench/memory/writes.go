@@ -50,6 +50,9 @@ type writeResult struct {
 	// CPUPerLike is the server's CPU (user and system) over the likes
 	// divided by the likes; 0 when unknown.
 	CPUPerLike time.Duration `json:"cpuPerLikeNs"`
+	// GCShare is the GC's share of that CPU (tally_gc_cpu_seconds_total);
+	// -1 when unknown.
+	GCShare float64 `json:"gcCpuShare"`
 	// Snapshots written during the likes and the time they took, from the
 	// server's log; the likes completed inside those intervals.
 	SnapshotsWritten int     `json:"snapshotsWritten"`
@@ -160,6 +163,14 @@ func writesServer(ctx context.Context, cfg config, bin, dir string, v variant, k
 		}
 	}
 	logStart, _ := os.Stat(p.log)
+	gcCPU := func() float64 {
+		m, err := benchutil.ScrapeMetrics(p.base)
+		if err != nil {
+			return -1
+		}
+		return m["tally_gc_cpu_seconds_total"]
+	}
+	gcStart := gcCPU()
 	cpuStart := benchutil.ProcCPU(p.pid())
 	start := time.Now()
 	buckets, likes, failed, rss, err := likeLoad(ctx, cfg, p, keys, ds.pool)
@@ -167,8 +178,12 @@ func writesServer(ctx context.Context, cfg config, bin, dir string, v variant, k
 	if err != nil {
 		return r, err
 	}
-	if cpu := benchutil.ProcCPU(p.pid()); cpuStart >= 0 && cpu >= 0 && likes > 0 {
+	r.GCShare = -1
+	if cpu := benchutil.ProcCPU(p.pid()); cpuStart >= 0 && cpu > cpuStart && likes > 0 {
 		r.CPUPerLike = (cpu - cpuStart) / time.Duration(likes)
+		if gc := gcCPU(); gcStart >= 0 && gc >= gcStart {
+			r.GCShare = (gc - gcStart) / (cpu - cpuStart).Seconds()
+		}
 	}
 	if profiles != "" {
 		if err := saveHeapProfile(p.pprof, profiles+"-likes.pb.gz"); err != nil {
@@ -354,7 +369,7 @@ func reportWrites(out io.Writer, label string, ws []writeResult) {
 		return
 	}
 	fmt.Fprintf(out, "\n== writes phase, server %s: likes with and without snapshots (RSS sampled while they run)\n", label)
-	fmt.Fprintf(out, "%-44s %10s %10s %7s %10s %9s %9s %7s %11s %9s\n", "server", "settled", "peak RSS", "ratio", "mean RSS", "likes/s", "failed", "snaps", "likes/s in", "CPU/like")
+	fmt.Fprintf(out, "%-44s %10s %10s %7s %10s %9s %9s %7s %11s %9s %7s\n", "server", "settled", "peak RSS", "ratio", "mean RSS", "likes/s", "failed", "snaps", "likes/s in", "CPU/like", "GC CPU")
 	for _, w := range ws {
 		in := "-"
 		if r := w.rateInSnapshots(); r >= 0 {
@@ -364,8 +379,12 @@ func reportWrites(out io.Writer, label string, ws []writeResult) {
 		if w.CPUPerLike > 0 {
 			cpu = fmt.Sprintf("%.0f µs", float64(w.CPUPerLike)/float64(time.Microsecond))
 		}
-		fmt.Fprintf(out, "%-44s %10s %10s %6.2f× %10s %9.0f %9d %7d %11s %9s\n", w.ServeArgs, mib(w.SettledRSS), mib(w.PeakRSS), w.ratio(),
-			mib(w.MeanRSS), w.rate(), w.Failed, w.SnapshotsWritten, in, cpu)
+		gc := "-"
+		if w.GCShare >= 0 {
+			gc = fmt.Sprintf("%.1f%%", 100*w.GCShare)
+		}
+		fmt.Fprintf(out, "%-44s %10s %10s %6.2f× %10s %9.0f %9d %7d %11s %9s %7s\n", w.ServeArgs, mib(w.SettledRSS), mib(w.PeakRSS), w.ratio(),
+			mib(w.MeanRSS), w.rate(), w.Failed, w.SnapshotsWritten, in, cpu, gc)
 	}
 	var with, without []writeResult
 	for _, w := range ws {
