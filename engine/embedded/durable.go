@@ -281,7 +281,7 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	if err != nil || c == nil {
 		return err
 	}
-	pc := newPacer(e.log.LastIndex, e.sleep)
+	pc := newPacer(e.log.LastIndex, func(d time.Duration) { e.sleep(ctx, d) })
 	path, size, werr := e.writeSnapshot(ctx, c, pc)
 	thawHeld := e.thaw(c)
 	if werr != nil {

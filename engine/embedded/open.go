@@ -144,9 +144,9 @@ type Engine struct {
 	snapAt    atomic.Int64 // unix ns the newest snapshot was written; 0: none
 	// createSnapshot is snapshot.Create; tests substitute failing files.
 	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
-	// sleep is time.Sleep, for the snapshot's pacer; tests substitute one
+	// sleep is sleepCtx, for the snapshot's pacer; tests substitute one
 	// that sees its pauses.
-	sleep  func(time.Duration)
+	sleep  func(context.Context, time.Duration)
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
@@ -234,7 +234,7 @@ func Open(opts Options) (*Engine, error) {
 		st:             newState(tc),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
-		sleep:          time.Sleep,
+		sleep:          sleepCtx,
 		eraseWake:      make(chan struct{}, 1),
 		erasedCh:       make(chan struct{}),
 	}

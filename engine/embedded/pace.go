@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"runtime"
 	"time"
 )
@@ -96,4 +97,15 @@ func (p *pacer) step() {
 		runtime.Gosched()
 	}
 	p.slice = now
+}
+
+// sleepCtx sleeps for d or until ctx is done: a snapshot being cancelled
+// (the engine closing) stops pausing at once.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -131,7 +131,7 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 	var crashAcked atomic.Int64
 	var pauses atomic.Int64
 	ctx, cancel := context.WithCancel(bg)
-	e.sleep = func(d time.Duration) {
+	e.sleep = func(ctx context.Context, d time.Duration) {
 		if pauses.Add(1) == 1 {
 			writing.Lock()
 			crashAcked.Store(int64(len(acked)))
@@ -140,7 +140,7 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 			ok(t, err)
 			cancel()
 		}
-		time.Sleep(d)
+		sleepCtx(ctx, d)
 	}
 	err := e.Snapshot(ctx)
 	close(stop)
@@ -165,7 +165,7 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 		t.Fatalf("the crash image holds %v, want the snapshot being written", m)
 	}
 	ok(t, e.Like(bg, 5, id(1)))
-	e.sleep = time.Sleep
+	e.sleep = sleepCtx
 	ok(t, e.Snapshot(bg))
 	if got := snapshots(t, dir); got[len(got)-1].Index <= before[len(before)-1].Index {
 		t.Fatalf("no snapshot after the cancelled one: %v", got)
