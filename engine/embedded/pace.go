@@ -24,9 +24,10 @@ import (
 //     log's fsyncs behind it.
 //
 // The bound: a snapshot sleeps at most paceRatio times the time it
-// worked, so a paced snapshot takes at most 1+paceRatio times as long as
-// the same snapshot unpaced, however busy the writers are — it always
-// finishes, and the log it lets grow meanwhile is bounded the same way.
+// worked (the wall time of its slices), so a paced snapshot takes at most
+// 1+paceRatio times its working time, however busy the writers are — it
+// always finishes, and the log it lets grow meanwhile is bounded the same
+// way.
 const (
 	paceSlice = 2 * time.Millisecond
 	paceRatio = 6
