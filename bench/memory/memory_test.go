@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,36 @@ func TestLoadTurnsAdd(t *testing.T) {
 	want := loadResult{Seconds: 4, Pages: 30, ServerCPU: 1.5, GCCPU: -1, GCCycles: 3, RSSPeak: 100, RSSMean: 75, HeapPeak: 60, HeapMean: 25}
 	if *l != want {
 		t.Errorf("sum %+v; want %+v", *l, want)
+	}
+}
+
+// TestLikesInSnapshots checks how the writes phase splits the likes
+// between the snapshots and the rest of the run: each 50 ms bucket by the
+// share of its time a snapshot covers, so that a short snapshot is not
+// credited with the likes of the whole buckets it touches.
+func TestLikesInSnapshots(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const every = 50 * time.Millisecond
+	buckets := []int64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	r := writeResult{Seconds: 0.5, Likes: 1000}
+	r.inSnapshots([]snapSpan{
+		{end: at(-10), took: 30 * time.Millisecond},  // before the run: not counted
+		{end: at(40), took: 20 * time.Millisecond},   // 20 ms of bucket 0
+		{end: at(175), took: 100 * time.Millisecond}, // buckets 1 (25 ms), 2 (whole), 3 (25 ms)
+		{end: at(520), took: 40 * time.Millisecond},  // 20 ms of bucket 9, 20 after the run
+	}, start, buckets, every)
+	if r.SnapshotsWritten != 3 {
+		t.Errorf("%d snapshots counted, want 3", r.SnapshotsWritten)
+	}
+	if want := 0.14; math.Abs(r.SnapshotSeconds-want) > 1e-9 {
+		t.Errorf("%.3f s in snapshots, want %.3f", r.SnapshotSeconds, want)
+	}
+	if want := int64(100*20/50 + 100*25/50 + 100 + 100*25/50 + 100*20/50); r.LikesInSnapshots != want {
+		t.Errorf("%d likes in snapshots, want %d", r.LikesInSnapshots, want)
+	}
+	if in, out := r.rateInSnapshots(), r.rateOutsideSnapshots(); math.Abs(in-2000) > 1e-6 || math.Abs(out-2000) > 1e-6 {
+		t.Errorf("likes/s in %.1f and outside %.1f snapshots, want 2000 both (an even load)", in, out)
 	}
 }
 

@@ -112,7 +112,7 @@ func TestLifecycleDuringSnapshot(t *testing.T) {
 		ok(t, e.EraseUser(bg, victim))
 		written := make(chan error, 1)
 		go func() {
-			_, _, err := e.writeSnapshot(bg, c)
+			_, _, err := e.writeSnapshot(bg, c, newPacer(e.log.LastIndex, time.Sleep))
 			written <- err
 		}()
 		for range 40 {

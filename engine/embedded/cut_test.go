@@ -198,7 +198,7 @@ func TestFollowsDuringSnapshot(t *testing.T) {
 		mutate(1500)
 		written := make(chan error, 1)
 		go func() {
-			_, _, err := e.writeSnapshot(bg, c)
+			_, _, err := e.writeSnapshot(bg, c, newPacer(e.log.LastIndex, time.Sleep))
 			written <- err
 		}()
 		mutate(1500)

@@ -100,13 +100,16 @@
 // writes going to an overlay until the thaw (the windowed tables hold
 // their windows as a rewriting job does, the per-user tables freeze their
 // arrays or overlays, a group or message changed meanwhile is changed in
-// a copy). The cut is written with no lock, paced (pacer), cold windows
+// a copy). The cut is written with no lock, paced against the writers
+// (pacer: it pauses after each slice of work in which the log took
+// records, at most paceRatio times as long as it worked), cold windows
 // copied from their files into the snapshot, which stands alone; it is
 // installed once every record it covers is durable, so a snapshot never
 // contains an effect whose record was not; then the cut is thawed a part
 // at a time, each part under the write lock for what was written to it
-// meanwhile. What a snapshot costs is one core while it writes and, in
-// memory, the writes made while it runs: never a second copy of the state.
+// meanwhile. What a snapshot costs is at most one core while it writes
+// and, in memory, the writes made while it runs: never a second copy of
+// the state.
 // No maintenance job may be pending when a cut is taken (maintMu); jobs
 // planned after it leave what it holds alone.
 //

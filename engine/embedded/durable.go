@@ -281,23 +281,24 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 	if err != nil || c == nil {
 		return err
 	}
-	path, size, werr := e.writeSnapshot(ctx, c)
+	pc := newPacer(e.log.LastIndex, func(d time.Duration) { e.sleep(ctx, d) })
+	path, size, werr := e.writeSnapshot(ctx, c, pc)
 	thawHeld := e.thaw(c)
 	if werr != nil {
 		return werr
 	}
 	e.snapIndex.Store(c.index)
 	e.snapAt.Store(time.Now().UnixNano())
-	e.afterSnapshot(c.index, c.scrubbing == 0)
+	e.afterSnapshot(c.index, c.scrubbing == 0, pc)
 	// After afterSnapshot: the log segments it removes shrink Size, and a
 	// base taken before would leave the -snapshot-log-bytes trigger (and
 	// SnapshotLag) that many bytes behind.
 	e.snapBase.Store(e.log.Size())
 	if e.metrics != nil {
-		e.metrics.SnapshotWritten(time.Since(start), size)
+		e.metrics.SnapshotWritten(time.Since(start), pc.slept, size)
 	}
 	e.logger.Info("embedded: snapshot written", "file", path, "index", c.index, "bytes", size,
-		"cut", held, "thaw", thawHeld, "took", time.Since(start))
+		"cut", held, "thaw", thawHeld, "paced", pc.slept, "took", time.Since(start))
 	return nil
 }
 
@@ -338,7 +339,7 @@ func (e *Engine) takeCut() (*cut, time.Duration, error) {
 // writeSnapshot writes the cut to a new snapshot file and installs it once
 // every record it covers is durable: a snapshot never vouches for a
 // record the log could still lose. It returns the file and its size.
-func (e *Engine) writeSnapshot(ctx context.Context, c *cut) (string, int64, error) {
+func (e *Engine) writeSnapshot(ctx context.Context, c *cut, pc *pacer) (string, int64, error) {
 	list, err := snapshot.List(e.dir)
 	if err != nil {
 		return "", 0, err
@@ -352,7 +353,7 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut) (string, int64, erro
 	if err != nil {
 		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
 	}
-	if err := writeCut(f.Writer, c, ctx.Err, &pacer{}); err != nil {
+	if err := writeCut(f.Writer, c, ctx.Err, pc); err != nil {
 		f.Abort()
 		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
 	}
@@ -369,6 +370,23 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut) (string, int64, erro
 		size = info.Size()
 	}
 	return path, size, nil
+}
+
+// verify checks every chunk's checksum of the snapshot r, as r.Verify
+// does, pacing itself after each chunk.
+func verify(r *snapshot.Reader, pc *pacer) error {
+	for _, s := range r.Sections() {
+		sr, _ := r.Section(s.Tag)
+		for {
+			if _, err := sr.Next(); err == io.EOF {
+				break
+			} else if err != nil {
+				return err
+			}
+			pc.step()
+		}
+	}
+	return nil
 }
 
 // thaw runs the cut's thaw steps, each under the write lock on its own,
@@ -403,13 +421,13 @@ func (e *Engine) thaw(c *cut) time.Duration {
 // (clean false: an erasure ended between Snapshot's maintenance pass and
 // the cut) names the user in that window's bytes, so it is not that
 // snapshot: the next one is.
-func (e *Engine) afterSnapshot(index uint64, clean bool) {
+func (e *Engine) afterSnapshot(index uint64, clean bool, pc *pacer) {
 	keep := keepSnapshots
 	erased := e.erasedAt.Load()
 	if erased != 0 && index >= erased && clean {
 		keep = 1
 	} else {
-		e.scrubPrevious()
+		e.scrubPrevious(pc)
 	}
 	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles)
 	if err != nil {
@@ -453,8 +471,9 @@ func (e *Engine) afterSnapshot(index uint64, clean bool) {
 // for: one that no longer verifies (bit rot since it was written) is
 // moved aside with an error logged while the one before it and the log
 // after it can still stand in for it, so that Prune keeps that one and
-// its log instead, and nothing is lost.
-func (e *Engine) scrubPrevious() {
+// its log instead, and nothing is lost. It reads the whole file, paced as
+// the snapshot was (pc).
+func (e *Engine) scrubPrevious(pc *pacer) {
 	list, err := snapshot.List(e.dir)
 	if err != nil || len(list) < 2 {
 		return
@@ -462,7 +481,7 @@ func (e *Engine) scrubPrevious() {
 	prev := list[len(list)-2]
 	fr, err := snapshot.Open(prev.Path)
 	if err == nil {
-		err = fr.Verify()
+		err = verify(fr.Reader, pc)
 		fr.Close()
 	}
 	var ce *snapshot.CorruptError

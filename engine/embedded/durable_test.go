@@ -351,10 +351,10 @@ func TestSnapshotLag(t *testing.T) {
 // countingMetrics counts what the engine reports to Options.Metrics.
 type countingMetrics struct{ written, failed atomic.Int64 }
 
-func (*countingMetrics) LogBatchWritten(records, bytes int)                {}
-func (*countingMetrics) LogSynced(took time.Duration)                      {}
-func (m *countingMetrics) SnapshotWritten(took time.Duration, bytes int64) { m.written.Add(1) }
-func (m *countingMetrics) SnapshotFailed()                                 { m.failed.Add(1) }
+func (*countingMetrics) LogBatchWritten(records, bytes int)                       {}
+func (*countingMetrics) LogSynced(took time.Duration)                             {}
+func (m *countingMetrics) SnapshotWritten(took, paced time.Duration, bytes int64) { m.written.Add(1) }
+func (m *countingMetrics) SnapshotFailed()                                        { m.failed.Add(1) }
 
 // TestSnapshotterReportsFailure: a periodic snapshot that fails is
 // reported to Options.Metrics (tally_snapshot_failures_total), and the

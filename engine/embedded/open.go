@@ -94,9 +94,10 @@ type Options struct {
 // never block.
 type Metrics interface {
 	wal.Observer
-	// SnapshotWritten reports a snapshot written: how long it took and
-	// the size of its file.
-	SnapshotWritten(took time.Duration, bytes int64)
+	// SnapshotWritten reports a snapshot written: how long it took, how
+	// much of that it paused for the writers (see pacer), and the size of
+	// its file.
+	SnapshotWritten(took, paced time.Duration, bytes int64)
 	// SnapshotFailed reports a periodic snapshot that failed (it will be
 	// retried; the engine logs the error).
 	SnapshotFailed()
@@ -143,8 +144,11 @@ type Engine struct {
 	snapAt    atomic.Int64 // unix ns the newest snapshot was written; 0: none
 	// createSnapshot is snapshot.Create; tests substitute failing files.
 	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
-	ctx            context.Context // cancelled by Close
-	cancel         context.CancelFunc
+	// sleep is sleepCtx, for the snapshot's pacer; tests substitute one
+	// that sees its pauses.
+	sleep  func(context.Context, time.Duration)
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
 
 	subsMu sync.Mutex
 	subs   atomic.Pointer[[]*subscriber]
@@ -230,6 +234,7 @@ func Open(opts Options) (*Engine, error) {
 		st:             newState(tc),
 		stop:           make(chan struct{}),
 		createSnapshot: snapshot.Create,
+		sleep:          sleepCtx,
 		eraseWake:      make(chan struct{}, 1),
 		erasedCh:       make(chan struct{}),
 	}

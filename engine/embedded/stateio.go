@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 
@@ -157,23 +156,6 @@ func laterID(a, b uint64) uint64 {
 	return a
 }
 
-// pacer makes a background snapshot yield its core every few thousand
-// items. Go has no goroutine priorities: a goroutine that never blocks
-// keeps its P for a whole 10 ms time slice, and a request handler woken
-// meanwhile (or one holding the state lock) waits in the run queue for
-// it. Yielding every ~4096 items bounds that wait to a fraction of a
-// millisecond for a cost too small to measure. Recovery, which has the
-// machine to itself, does not yield (nil pacer).
-type pacer struct{ n uint32 }
-
-func (p *pacer) tick() {
-	if p != nil {
-		if p.n++; p.n%4096 == 0 {
-			runtime.Gosched()
-		}
-	}
-}
-
 // enc appends encodings to the writer's chunk buffer.
 type enc struct {
 	w       *snapshot.Writer
@@ -183,7 +165,7 @@ type enc struct {
 }
 
 func (e *enc) start()         { e.b = e.w.Buf() }
-func (e *enc) end()           { e.w.Item(e.b) }
+func (e *enc) end()           { e.w.Item(e.b); e.p.tick() }
 func (e *enc) u(v uint64)     { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) v(v int64)      { e.b = binary.AppendVarint(e.b, v) }
 func (e *enc) fixed(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
@@ -603,8 +585,8 @@ func (c *chunkWriter) Write(b []byte) (int, error) {
 	for len(c.buf) >= snapshot.TargetChunkBytes {
 		c.w.Chunk(c.buf[:snapshot.TargetChunkBytes], 1)
 		c.buf = append(c.buf[:0], c.buf[snapshot.TargetChunkBytes:]...)
-		c.p.tick()
 	}
+	c.p.step()
 	return len(b), c.w.Err()
 }
 

@@ -232,26 +232,29 @@ func (f *File) Abort() {
 	os.Remove(f.tmp)
 }
 
-// syncWriter fsyncs every SyncEveryBytes, so that dirty pages never pile
-// up: a final fsync over gigabytes would hold the disk for seconds, and
-// the log's group-commit fsyncs on the same disk would queue behind it.
+// syncWriter has the file written back as it grows (writeback), so that
+// dirty pages never pile up: a final fsync over the whole file would hold
+// the disk for as long as it takes to write it, and the log's
+// group-commit fsyncs on the same disk would queue behind it.
 type syncWriter struct {
 	f       *os.File
 	sync    bool
-	pending int64
+	off     int64 // bytes written
+	flushed int64 // bytes whose writeback was started
+	wb      writeback
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
+	w.off += int64(n)
 	if err != nil || !w.sync {
 		return n, err
 	}
-	w.pending += int64(n)
-	if w.pending >= SyncEveryBytes {
-		w.pending = 0
-		if err := w.f.Sync(); err != nil {
-			return n, err
+	if w.off-w.flushed >= WritebackBytes {
+		if err := w.wb.step(w.f, w.flushed, w.off); err != nil {
+			return n, fmt.Errorf("snapshot: write back %s: %w", w.f.Name(), err)
 		}
+		w.flushed = w.off
 	}
 	return n, nil
 }

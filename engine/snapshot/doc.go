@@ -28,9 +28,10 @@
 //   - Chunks are bounded (MaxChunkBytes), so reading a damaged length never
 //     allocates more than that, and readers and writers hold one chunk in
 //     memory at a time per section, whatever the snapshot's size.
-//   - File writes are fsynced every SyncEveryBytes while a snapshot is
-//     written, so the final fsync is short and does not stall the log's
-//     fsyncs behind gigabytes of dirty pages on the same disk.
+//   - A File's writes are written back every WritebackBytes while the
+//     snapshot is written (sync_file_range on Linux, fdatasync elsewhere),
+//     so the final fsync is short and does not stall the log's fsyncs
+//     behind the whole file's dirty pages on the same disk.
 //
 // # File format
 //

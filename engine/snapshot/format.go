@@ -24,8 +24,9 @@ const (
 	// large enough that framing costs nothing, small enough that a reader
 	// holds little and a damaged chunk is pinned to a small range.
 	TargetChunkBytes = 1 << 20
-	// SyncEveryBytes is how much a File writes between fsyncs.
-	SyncEveryBytes = 16 << 20
+	// WritebackBytes is how much a File writes before it has the kernel
+	// write that range back (see writeback).
+	WritebackBytes = 1 << 20
 )
 
 // dirTag marks the directory chunk; it cannot be a section's tag.

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -365,4 +366,55 @@ func FuzzReader(f *testing.F) {
 			t.Fatalf("accepted input does not re-encode to itself")
 		}
 	})
+}
+
+// TestFileWrittenBack writes a file of several WritebackBytes ranges
+// (each written back as it goes, see writeback) and reads every item
+// back.
+func TestFileWrittenBack(t *testing.T) {
+	dir := t.TempDir()
+	f, err := Create(dir, 7, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := bytes.Repeat([]byte("x"), 4000)
+	const items = 5 * WritebackBytes / 4000
+	f.Begin(tagA)
+	for i := range items {
+		b := binary.AppendUvarint(f.Buf(), uint64(i))
+		f.Item(append(b, item...))
+	}
+	f.End()
+	path, err := f.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Close()
+	sr, _ := fr.Section(tagA)
+	var n uint64
+	for {
+		p, err := sr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(p) > 0 {
+			i, k := binary.Uvarint(p)
+			if i != n || !bytes.Equal(p[k:k+len(item)], item) {
+				t.Fatalf("item %d reads back as item %d", n, i)
+			}
+			p = p[k+len(item):]
+			n++
+		}
+	}
+	if n != items {
+		t.Fatalf("%d items read back, want %d", n, items)
+	}
+
 }

@@ -19,6 +19,7 @@ type EngineMetrics struct {
 	batchSize prometheus.Histogram
 	snapDur   prometheus.Histogram
 	snapSize  prometheus.Gauge
+	snapPaced prometheus.Counter
 	snapFail  prometheus.Counter
 	redisCmd  *prometheus.HistogramVec
 	redisErrs *prometheus.CounterVec
@@ -51,6 +52,10 @@ func NewEngineMetrics() *EngineMetrics {
 			Name: "tally_snapshot_bytes",
 			Help: "Size of the newest snapshot file written.",
 		}),
+		snapPaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_snapshot_paced_seconds_total",
+			Help: "Time snapshots spent paused for the writers (the snapshot writer's pacing): the part of tally_snapshot_seconds that is not work.",
+		}),
 		snapFail: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_snapshot_failures_total",
 			Help: "Periodic snapshots that failed (each is retried with backoff; the log is kept meanwhile, so restarts replay more).",
@@ -73,7 +78,7 @@ func NewEngineMetrics() *EngineMetrics {
 
 // Register adds the metrics to reg.
 func (m *EngineMetrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.snapFail, m.redisCmd, m.redisErrs, m.redisUp)
+	reg.MustRegister(m.fsync, m.batchRecs, m.batchSize, m.snapDur, m.snapSize, m.snapPaced, m.snapFail, m.redisCmd, m.redisErrs, m.redisUp)
 }
 
 func (m *EngineMetrics) LogBatchWritten(records, bytes int) {
@@ -83,8 +88,9 @@ func (m *EngineMetrics) LogBatchWritten(records, bytes int) {
 
 func (m *EngineMetrics) LogSynced(took time.Duration) { m.fsync.Observe(took.Seconds()) }
 
-func (m *EngineMetrics) SnapshotWritten(took time.Duration, bytes int64) {
+func (m *EngineMetrics) SnapshotWritten(took, paced time.Duration, bytes int64) {
 	m.snapDur.Observe(took.Seconds())
+	m.snapPaced.Add(paced.Seconds())
 	m.snapSize.Set(float64(bytes))
 }
 
