@@ -64,7 +64,10 @@ import (
 // Store holds the follow graph. Make one with New.
 type Store struct {
 	fwd pairs // (viewer, followee), snapshot
-	rev pairs // (followee, viewer), 0
+	rev pairs // (followee, viewer), 0; empty when cold is set
+	// cold, when set (NewCold), holds the reverse direction instead of
+	// rev: in a file with an overlay in memory (cold.go).
+	cold *coldRev
 	// empties holds the viewers whose lists are empty but who had one.
 	empties *table.Table[uint64, struct{}]
 	load    *loader // a bulk load under way (load.go), or nil
@@ -83,7 +86,11 @@ func (s *Store) Follow(viewer, target uint64, snap int64) bool {
 	if !s.fwd.insert(viewer, target, snap) {
 		return false
 	}
-	s.rev.insert(target, viewer, 0)
+	if s.cold != nil {
+		s.cold.insert(target, viewer)
+	} else {
+		s.rev.insert(target, viewer, 0)
+	}
 	s.empties.Delete(viewer)
 	return true
 }
@@ -106,6 +113,10 @@ func (s *Store) Unfollow(viewer, target uint64) bool {
 // unlink removes (a, b) from the reverse direction, where the forward
 // direction had (b, a).
 func (s *Store) unlink(a, b uint64) {
+	if s.cold != nil {
+		s.cold.remove(a, b) // the forward direction had the edge
+		return
+	}
 	if removed, _ := s.rev.remove(a, b); !removed {
 		panic(fmt.Sprintf("follows: edge %d -> %d missing from the reverse direction", b, a))
 	}
@@ -117,10 +128,14 @@ func (s *Store) Following(viewer uint64) int {
 	return s.fwd.runLen(viewer)
 }
 
-// FollowerCount returns the number of users following target.
-func (s *Store) FollowerCount(target uint64) int {
+// FollowerCount returns the number of users following target. Only a
+// cold store's read of its file fails.
+func (s *Store) FollowerCount(target uint64) (int, error) {
 	s.mustBeLoaded()
-	return s.rev.runLen(target)
+	if s.cold != nil {
+		return s.cold.runLen(target)
+	}
+	return s.rev.runLen(target), nil
 }
 
 // Has reports whether viewer ever had a list, even one now empty.
@@ -165,13 +180,18 @@ func (s *Store) FolloweesPage(viewer, from uint64, max int, dst []uint64) []uint
 // Followers appends to dst, in increasing order, up to max of the users
 // following target whose id is at least from: a caller pages through a
 // list of millions with from = the last id + 1, each page a bounded step.
-func (s *Store) Followers(target, from uint64, max int, dst []uint64) []uint64 {
+// Only a cold store's read of its file fails (a damaged block: the error
+// names the file).
+func (s *Store) Followers(target, from uint64, max int, dst []uint64) ([]uint64, error) {
 	s.mustBeLoaded()
 	if max <= 0 {
-		return dst
+		return dst, nil
+	}
+	if s.cold != nil {
+		return s.cold.appendRun(target, from, len(dst)+max, dst)
 	}
 	dst, _ = s.rev.appendRun(target, from, len(dst)+max, dst, nil, false)
-	return dst
+	return dst, nil
 }
 
 // SetSnaps sets the snapshots of viewer's list: fn gets the followees
@@ -203,7 +223,7 @@ func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uin
 		if len(ts) > 0 {
 			continue
 		}
-		fs := s.rev.takeRun(user, left, s.taken[:0])
+		fs := s.takeFollowers(user, left, s.taken[:0])
 		for _, f := range fs {
 			ok, more := s.fwd.remove(f, user)
 			if !ok {
@@ -219,11 +239,33 @@ func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uin
 			break
 		}
 	}
-	if s.fwd.has(user) || s.rev.has(user) {
+	if s.fwd.has(user) || s.hasFollowers(user) {
 		return false
 	}
 	s.empties.Delete(user)
 	return true
+}
+
+// takeFollowers is takeRun of the reverse direction, where it is. A
+// cold read that fails panics (RemoveUser has no error to return): the
+// erasure read the same followers from the file just before (Followers),
+// so a damaged block stops it there, with an error.
+func (s *Store) takeFollowers(user uint64, max int, dst []uint64) []uint64 {
+	if s.cold != nil {
+		dst, err := s.cold.takeRun(user, max, dst)
+		mustCold(err)
+		return dst
+	}
+	return s.rev.takeRun(user, max, dst)
+}
+
+func (s *Store) hasFollowers(user uint64) bool {
+	if s.cold != nil {
+		has, err := s.cold.has(user)
+		mustCold(err)
+		return has
+	}
+	return s.rev.has(user)
 }
 
 // Len returns the number of follow edges.
@@ -237,6 +279,9 @@ func (s *Store) MemoryBytes() int {
 	if s.load != nil {
 		n += s.load.memoryBytes()
 	}
+	if s.cold != nil {
+		n += s.cold.memoryBytes()
+	}
 	return n
 }
 
@@ -248,6 +293,9 @@ func (s *Store) Compact() {
 	s.loaded()
 	s.fwd.compact()
 	s.rev.compact()
+	if s.cold != nil {
+		s.cold.compact()
+	}
 }
 
 // Range calls fn for every viewer with a list, empty ones included, in
@@ -300,12 +348,19 @@ func (s *Store) Check() error {
 	if err := s.rev.check(); err != nil {
 		return fmt.Errorf("follows: followers: %w", err)
 	}
-	if s.fwd.n != s.rev.n {
-		return fmt.Errorf("follows: %d edges one way, %d the other", s.fwd.n, s.rev.n)
+	nR, sumR := s.rev.n, uint64(0)
+	if s.cold != nil {
+		var err error
+		if nR, sumR, err = s.cold.check(); err != nil {
+			return fmt.Errorf("follows: followers: %w", err)
+		}
+	}
+	if s.fwd.n != nR {
+		return fmt.Errorf("follows: %d edges one way, %d the other", s.fwd.n, nR)
 	}
 	// Each edge (v, t) of the forward direction must be in the reverse
 	// one: sum a hash of the edges both ways (the order differs).
-	var sumF, sumR uint64
+	var sumF uint64
 	for c := s.fwd.cursor(); c.valid(); c.i++ {
 		sumF += table.HashPair(c.e.a[c.i], c.e.b[c.i])
 	}
@@ -339,6 +394,6 @@ func (s *Store) mustBeLoaded() {
 // loaded finishes a bulk load, if one is under way, before a change.
 func (s *Store) loaded() {
 	if s.load != nil {
-		s.Loaded()
+		mustCold(s.Loaded())
 	}
 }
