@@ -48,6 +48,8 @@ type coldRev struct {
 	lower, top overlay
 	job        *mergeJob
 	retired    []*coldFile
+	// scrub: a merge is due whatever the overlay's size (Store.Scrub).
+	scrub bool
 
 	scratch sync.Pool // *coldScratch, for readers under the read lock
 }
@@ -360,11 +362,12 @@ func (c *coldRev) plan() *mergeJob {
 		if c.file != nil {
 			bound = max(bound, c.file.n/32)
 		}
-		if c.top.n() < bound {
+		if c.top.n() < bound && !(c.scrub && c.top.dels.n > 0) {
 			return nil
 		}
 		c.lower, c.top = c.top, newOverlay()
 	}
+	c.scrub = false
 	c.gen++
 	c.job = &mergeJob{c: c, from: c.file, lower: c.lower, path: c.path(c.gen)}
 	return c.job
@@ -456,6 +459,16 @@ func (m maintainer) Files() []string {
 }
 
 func (m maintainer) MemoryBytes() int64 { return int64(m.s.MemoryBytes()) }
+
+// Scrub makes a merge due at the next PlanWork, whatever the overlay's
+// size, if edges were removed since the file was written: an erasure
+// calls it once the user's edges are gone, so that no file keeps them
+// longer than a maintenance pass. A store New made ignores it.
+func (s *Store) Scrub() {
+	if s.cold != nil {
+		s.cold.scrub = true
+	}
+}
 
 // Close closes and deletes the cold files, if any; the store must not be
 // used after.
