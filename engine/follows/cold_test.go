@@ -132,15 +132,7 @@ func TestColdDamaged(t *testing.T) {
 	}
 	s := NewCold(dir)
 	defer s.Close()
-	src.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		if err := s.Load(v, ts, ss); err != nil {
-			t.Fatal(err)
-		}
-		return true
-	})
-	if err := s.Loaded(); err != nil {
-		t.Fatal(err)
-	}
+	loadFrom(t, s, src)
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
@@ -184,15 +176,7 @@ func TestColdRestart(t *testing.T) {
 	for merge = merge.step(t, s); merge != nil; merge = merge.step(t, s) {
 	}
 	l := NewCold(dir)
-	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		if err := l.Load(v, ts, ss); err != nil {
-			t.Fatal(err)
-		}
-		return true
-	})
-	if err := l.Loaded(); err != nil {
-		t.Fatal(err)
-	}
+	loadFrom(t, l, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

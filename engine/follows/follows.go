@@ -15,9 +15,18 @@
 // slot of their own, and one followed by millions pays for the gaps
 // between their followers' ids, which are narrow when the followers are
 // many. The bulk data holds no Go pointers, so the garbage collector has
-// nothing to scan however many edges are resident. Both directions are
-// wholly in memory: nothing here is tiered to disk (engine/tier's cold
-// windows hold posts and their like and favorite sets, not follows).
+// nothing to scan however many edges are resident.
+//
+// The followee lists are always in memory: the feed badge reads them. The
+// reverse direction is read only by an erasure (Followers, RemoveUser)
+// and Check, so a store made by NewCold keeps it cold: its blocks, in the
+// same format, in an immutable checksummed file, with only the file's
+// directory and an overlay of the changes since it was written in memory;
+// a merge job (Maintainer, planned, run with no lock and finished as
+// engine/tier's jobs are) writes a new file when the overlay passes a
+// bound (cold.go, coldfile.go). The file is derived data: Loaded rebuilds
+// it from the followee lists. A store made by New keeps both directions
+// in memory.
 //
 // It promises:
 //   - Lists are sets in increasing id order: List, Followers and Range
@@ -34,18 +43,23 @@
 //     the viewer's runs and the run headers of their blocks.
 //   - Following and FollowerCount read the run headers of a list's first
 //     and last blocks only: the blocks between count from the directory.
-//   - List, Contains, Following, Has and Followers do not allocate
-//     beyond the slices they are given; changes allocate only to grow the
+//   - List, Contains, Following, Has and, in memory, Followers do not
+//     allocate beyond the slices they are given (a cold read allocates its
+//     merge's small iterators); changes allocate only to grow the
 //     arena or the directory, or to compact the arena, which happens when
 //     freed slots exceed a sixteenth of it (O(1) amortised per word written).
 //   - A viewer who ever had a list keeps it (Has) after unfollowing
 //     everyone, until RemoveUser removes them.
 //   - Both directions always hold the same edges (Check verifies it).
+//   - A cold read never returns pairs from a damaged file: each block is
+//     checked against its checksum and directory entry, and Followers,
+//     FollowerCount and Check return an error naming the file.
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
 // read (List, Followees, FolloweesPage, Contains, Following, Has,
 // Followers, FollowerCount, Range, Len, MemoryBytes, Check) and a write
-// lock for the rest. The one exception is a frozen view (Freeze,
+// lock for the rest (a cold merge's Run needs no lock: it reads only what
+// nothing changes). The one exception is a frozen view (Freeze,
 // freeze.go): a snapshot ranges over it with no lock while the store takes
 // writes, and the store copies on write, a block and a directory page at
 // a time, until Thaw. Slices passed to callbacks alias the store's scratch
@@ -210,7 +224,8 @@ func (s *Store) SetSnaps(viewer uint64, fn func(targets []uint64, snaps []int64)
 // theirs, empty, as Unfollow leaves it. Each call costs O(max) block
 // changes, so an erasure of a user with millions of edges proceeds in
 // bounded steps; the order is a function of the state, so a replay of
-// the same steps removes the same edges.
+// the same steps removes the same edges. A cold store's read of its file
+// that fails here panics, naming the file (see takeFollowers).
 func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uint64)) (done bool) {
 	s.loaded()
 	for left := max; left > 0; {

@@ -245,6 +245,20 @@ func compare(t testing.TB, s *Store, m model) {
 	}
 }
 
+// loadFrom loads l with what s's Range yields, as a snapshot load does.
+func loadFrom(t testing.TB, l, s *Store) {
+	t.Helper()
+	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
+		if err := l.Load(v, ts, ss); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if err := l.Loaded(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // followers is Store.Followers, failing t on an error.
 func followers(t testing.TB, s *Store, u, from uint64, max int) []uint64 {
 	t.Helper()
