@@ -161,6 +161,20 @@ func BenchmarkMemory(b *testing.B) {
 				b.ReportMetric(float64(load.Milliseconds()), kind.name+"Load-ms")
 				if l.cold != nil {
 					b.ReportMetric(per(int(l.cold.file.size)), "coldFileB/edge")
+					// The most the overlay holds: changes up to the merge
+					// bound, half unfollows, half new follows.
+					rng := rand.New(rand.NewPCG(1, 1))
+					var ts []uint64
+					for changes := 0; changes < max(coldMergeMin, l.cold.file.n/32)-1; changes++ {
+						v := rng.Uint64N(uint64(c.w.viewers))
+						if ts = l.Followees(v, ts[:0]); changes%2 == 0 && len(ts) > 0 {
+							l.Unfollow(v, ts[rng.IntN(len(ts))])
+						} else {
+							l.Follow(v, rng.Uint64N(10_000_000), 0)
+						}
+					}
+					full, _ := heapFigures()
+					b.ReportMetric(float64(full-before)/float64(l.Len()), "coldFullHeapB/edge")
 				}
 				runtime.KeepAlive(l)
 				if err := l.Close(); err != nil {
@@ -423,7 +437,7 @@ func BenchmarkColdFollowers(b *testing.B) {
 	for _, kind := range []struct {
 		name string
 		make func() *Store
-	}{{"memory", New}, {"cold", func() *Store { return NewCold(b.TempDir()) }}} {
+	}{{"cold", func() *Store { return NewCold(b.TempDir()) }}, {"memory", New}} {
 		s := kind.make()
 		loadFrom(b, s, src)
 		b.Run(kind.name+"/UnfollowFollow", func(b *testing.B) {

@@ -199,13 +199,13 @@ func TestColdRestart(t *testing.T) {
 // FuzzColdRecord feeds decodeRecord damaged records: it must return an
 // error or a block that decodes, never panic.
 func FuzzColdRecord(f *testing.F) {
-	cw := &coldWriter{w: nil}
+	var enc encoder
 	var e entries
 	for i := range 40 {
 		e.a[i], e.b[i] = uint64(i/7), uint64(i*i)
 	}
 	e.n = 40
-	buf := cw.enc.encode(&e, 0, e.n)
+	buf := enc.encode(&e, 0, e.n)
 	rec := make([]byte, recHeader, recHeader+len(buf))
 	rec = append(rec, buf...)
 	f.Add(rec, uint8(39))
