@@ -49,6 +49,8 @@ func TestColdFollowers(t *testing.T) {
 	e.maintain()
 	if now := e.st.follows.Maintainer().Files(); len(now) != 1 || slices.Equal(now, files) {
 		t.Fatalf("the file after the erasure: %v, before %v", now, files)
+	} else if left, _ := filepath.Glob(filepath.Join(dir, "cold", "followers-*")); !slices.Equal(left, now) {
+		t.Fatalf("the cold directory holds %v, the store uses %v", left, now)
 	}
 	ok(t, e.st.follows.Check())
 	for _, f := range []engine.UserID{1, 2, fans} {
