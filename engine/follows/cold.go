@@ -686,8 +686,9 @@ func (f *fileAll) next() (uint64, uint64, bool) {
 	return e.a[f.k-1], e.b[f.k-1], true
 }
 
-// mustCold panics on a cold read's error where the Store's method has no
-// error to return; the message names the file.
+// mustCold panics on a cold file's error where the Store's method has no
+// error to return (a change that finishes a load itself, which the
+// engine never leaves to a change); the message names the file.
 func mustCold(err error) {
 	if err != nil {
 		panic(fmt.Sprintf("follows: the reverse direction's cold file: %v", err))

@@ -153,6 +153,17 @@ func TestColdDamaged(t *testing.T) {
 	if err := s.Check(); err == nil || !strings.Contains(err.Error(), cf.path) {
 		t.Fatalf("Check of a damaged file: %v", err)
 	}
+	// RemoveUser cannot read the followers: it removes none, and says
+	// it is not done.
+	n := s.Len()
+	removedFollowers := 0
+	if s.RemoveUser(d.a, 1000, func(viewer, target uint64) {
+		if target == d.a && viewer != d.a { // not its follow of itself
+			removedFollowers++
+		}
+	}) || removedFollowers != 0 || s.Len() < n-1 {
+		t.Fatalf("RemoveUser over a damaged block removed %d followers", removedFollowers)
+	}
 	// A block before the damaged one reads as before.
 	if fs := followers(t, s, 0, 0, 3); !slices.Equal(fs, []uint64{7, 14, 21}) {
 		t.Fatalf("Followers(0) = %v", fs)
