@@ -68,7 +68,12 @@ func (e *Engine) eraseStep() bool {
 		// Up to eraseBatch edges each way; the step removes them, and
 		// the phase ends with the step that finds fewer.
 		out := st.follows.FolloweesPage(x.user, 0, eraseBatch, nil)
-		ins := st.follows.Followers(x.user, 0, eraseBatch, nil)
+		ins, err := st.follows.Followers(x.user, 0, eraseBatch, nil)
+		if err != nil {
+			e.mu.RUnlock()
+			e.logger.Warn("embedded: an erasure step cannot read followers; retrying", "err", err)
+			return e.retryLater()
+		}
 		for _, t := range out {
 			r.keys = append(r.keys, x.user, t)
 		}

@@ -279,7 +279,9 @@ func readFollows(sr *snapshot.SectionReader, pc *pacer, st *state) error {
 			d.fail(err.Error())
 		}
 	})
-	st.follows.Loaded()
+	if err == nil {
+		err = st.follows.Loaded()
+	}
 	return err
 }
 

@@ -68,6 +68,14 @@ type Options struct {
 	// clears that directory and the maintenance loop rebuilds the cold
 	// tier from the recovered state.
 	Tables tier.Options
+	// FollowersInMemory keeps the follow graph's reverse direction (who
+	// follows each user) in memory. By default, with Dir set, it lives in
+	// the cold directory beside the cold windows: a file of packed blocks
+	// rebuilt from the followee lists at Open, with a directory and the
+	// changes since the file was written in memory, merged into a new
+	// file by the maintenance loop (engine/follows' cold.go). Only
+	// erasures and checks read it.
+	FollowersInMemory bool
 	// MaintainInterval is how often windows are sealed, moved to the cold
 	// tier and compacted; zero means DefaultMaintainInterval, negative never.
 	MaintainInterval time.Duration
@@ -293,7 +301,7 @@ func (e *Engine) openDir(opts Options) error {
 		}
 		return err
 	}
-	tc := tables{opts: opts.Tables, now: opts.Now}
+	tc := tables{opts: opts.Tables, now: opts.Now, followersInMemory: opts.FollowersInMemory}
 	tc.opts.Dir = filepath.Join(opts.Dir, "cold")
 	tc.opts.Cache = tier.NewCache(coldCacheBytes(opts.Tables.ColdCacheBytes))
 	if err := os.RemoveAll(tc.opts.Dir); err != nil { // derived data: rebuilt from the state below
@@ -418,7 +426,7 @@ func (e *Engine) Close() error {
 	e.subs.Store(nil)
 	e.subsMu.Unlock()
 	e.mu.Lock()
-	errs := []error{e.st.posts.Close()}
+	errs := []error{e.st.posts.Close(), e.st.follows.Close()}
 	for _, s := range e.st.sets() {
 		errs = append(errs, s.Close())
 	}
@@ -471,6 +479,7 @@ func (e *Engine) maintain() {
 	e.runTier("authors' deleted posts", func() tier.Maintainer { return e.st.unposted }, true)
 	e.runTier("reposts' originals", func() tier.Maintainer { return e.st.origins }, true)
 	e.runTier("follower counts", func() tier.Maintainer { return e.st.followers }, true)
+	e.runTier("follow graph's followers", func() tier.Maintainer { return e.st.follows.Maintainer() }, true)
 }
 
 // runTier runs a tier's jobs until none is due (or one fails, to be

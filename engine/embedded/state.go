@@ -116,7 +116,7 @@ func newState(tc tables) *state {
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    usercounts.New(1024),
 		followers: usercounts.New(8),
-		follows:   follows.New(),
+		follows:   tc.follows(),
 		groups:    table.New[uint64, uint32](hashU64, 64),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, 256),

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
 	"github.com/tally-dev/tally/engine/table"
@@ -408,7 +407,7 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
 		posted:    usercounts.New(items(tagProfiles)),
 		followers: usercounts.New(8),
-		follows:   follows.New(),
+		follows:   tc.follows(),
 		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
 		members:   table.New[pair, uint32](hashPair, 256),
 		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),

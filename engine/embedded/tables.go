@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tally-dev/tally/engine/follows"
 	"github.com/tally-dev/tally/engine/tier"
 )
 
@@ -14,6 +15,19 @@ import (
 type tables struct {
 	opts tier.Options
 	now  func() time.Time
+	// followersInMemory keeps the follow graph's reverse direction in
+	// memory even with a cold directory (Options.FollowersInMemory).
+	followersInMemory bool
+}
+
+// follows makes the follow graph: its reverse direction (who follows a
+// user, read by erasures and checks) cold in the cold directory when
+// there is one, in memory otherwise.
+func (tc tables) follows() *follows.Store {
+	if tc.opts.Dir != "" && !tc.followersInMemory {
+		return follows.NewCold(tc.opts.Dir)
+	}
+	return follows.New()
 }
 
 func (tc tables) loadTime() time.Time {

@@ -89,8 +89,9 @@ func skewed(nviewers int) workload {
 // is the store's own count, fwdB/edge and revB/edge its two halves), the
 // scannable heap and the time of a forced GC with the store resident;
 // then loads a second store from the first's Range, as a snapshot load
-// does, and reports its heap per edge and the load's time. Run with
-// -benchtime=1x.
+// does, and reports its heap per edge and the load's time (loaded*), and
+// the same into a store whose reverse direction is cold (cold*: both
+// directions counted, the file's size apart). Run with -benchtime=1x.
 //
 //	go test -run '^$' -bench Memory -benchtime 1x ./engine/follows
 func BenchmarkMemory(b *testing.B) {
@@ -142,21 +143,44 @@ func BenchmarkMemory(b *testing.B) {
 			b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
 			b.ReportMetric(float64(build.Nanoseconds())/float64(edges), "ns/follow")
 
-			l := New()
-			start = time.Now()
-			s.Range(func(v uint64, ts []uint64, ss []int64) bool {
-				if err := l.Load(v, ts, ss); err != nil {
+			// Loaded into a store of each kind, as a snapshot load does:
+			// the reverse direction built in memory, or written to a cold
+			// file with its directory in memory.
+			for _, kind := range []struct {
+				name string
+				make func() *Store
+			}{{"loaded", New}, {"cold", func() *Store { return NewCold(b.TempDir()) }}} {
+				before, _ := heapFigures()
+				start = time.Now()
+				l := kind.make()
+				loadFrom(b, l, s)
+				load := time.Since(start)
+				after, _ := heapFigures()
+				b.ReportMetric(per(int(after-before)), kind.name+"HeapB/edge")
+				b.ReportMetric(per(l.MemoryBytes()), kind.name+"MemB/edge")
+				b.ReportMetric(float64(load.Milliseconds()), kind.name+"Load-ms")
+				if l.cold != nil {
+					b.ReportMetric(per(int(l.cold.file.size)), "coldFileB/edge")
+					// The most the overlay holds: changes up to the merge
+					// bound, half unfollows, half new follows.
+					rng := rand.New(rand.NewPCG(1, 1))
+					var ts []uint64
+					for changes := 0; changes < max(coldMergeMin, l.cold.file.n/32)-1; changes++ {
+						v := rng.Uint64N(uint64(c.w.viewers))
+						if ts = l.Followees(v, ts[:0]); changes%2 == 0 && len(ts) > 0 {
+							l.Unfollow(v, ts[rng.IntN(len(ts))])
+						} else {
+							l.Follow(v, rng.Uint64N(10_000_000), 0)
+						}
+					}
+					full, _ := heapFigures()
+					b.ReportMetric(float64(full-before)/float64(l.Len()), "coldFullHeapB/edge")
+				}
+				runtime.KeepAlive(l)
+				if err := l.Close(); err != nil {
 					b.Fatal(err)
 				}
-				return true
-			})
-			l.Loaded()
-			load := time.Since(start)
-			s = nil
-			loaded, _ := heapFigures()
-			b.ReportMetric(per(int(loaded-base)), "loadedHeapB/edge")
-			b.ReportMetric(float64(load.Milliseconds()), "load-ms")
-			runtime.KeepAlive(l)
+			}
 		})
 	}
 }
@@ -387,5 +411,66 @@ func BenchmarkFreeze(b *testing.B) {
 		b.ReportMetric(float64(int64(after)-int64(before))/changes, "thawedHeapB/change")
 		b.ReportMetric(float64(thaw.Microseconds()), "thaw-us")
 		b.ReportMetric(float64(s.MemoryBytes())/float64(s.Len()), "memB/edge")
+	}
+}
+
+// BenchmarkColdFollowers compares a store whose reverse direction is in
+// memory with one whose reverse direction is cold, both loaded from the
+// same forward lists (200,000 viewers following 20 users each, and one
+// user followed by all): a member's Unfollow then Follow (each way: the
+// cold store's reverse change goes to its overlay), a page of 1,000 of
+// the star's followers from a random place (an erasure's read), and the
+// feed read of a viewer's list (the forward direction only, the same in
+// both).
+//
+//	go test -run '^$' -bench ColdFollowers ./engine/follows
+func BenchmarkColdFollowers(b *testing.B) {
+	const nview, k, star = 200_000, 20, 1 << 40
+	src := New()
+	rng := rand.New(rand.NewPCG(4, 4))
+	for v := range uint64(nview) {
+		src.Follow(v, star, 0)
+		for src.Following(v) < k {
+			src.Follow(v, rng.Uint64N(10_000_000), int64(rng.IntN(1000)))
+		}
+	}
+	for _, kind := range []struct {
+		name string
+		make func() *Store
+	}{{"cold", func() *Store { return NewCold(b.TempDir()) }}, {"memory", New}} {
+		s := kind.make()
+		loadFrom(b, s, src)
+		b.Run(kind.name+"/UnfollowFollow", func(b *testing.B) {
+			var ts []uint64
+			v := uint64(0)
+			loopCPU(b, func() {
+				ts = s.Followees(v, ts[:0])
+				u := ts[int(v)%len(ts)]
+				s.Unfollow(v, u)
+				s.Follow(v, u, 0)
+				v = (v + 7919) % nview
+			})
+		})
+		b.Run(kind.name+"/Followers1000", func(b *testing.B) {
+			var fs []uint64
+			loopCPU(b, func() {
+				var err error
+				if fs, err = s.Followers(star, rng.Uint64N(nview-1000), 1000, fs[:0]); err != nil || len(fs) != 1000 {
+					b.Fatalf("%d followers, %v", len(fs), err)
+				}
+			})
+		})
+		b.Run(kind.name+"/FeedList", func(b *testing.B) {
+			var ts []uint64
+			var ss []int64
+			v := uint64(0)
+			loopCPU(b, func() {
+				ts, ss = s.List(v, ts[:0], ss[:0])
+				v = (v + 7919) % nview
+			})
+		})
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -15,9 +15,18 @@
 // slot of their own, and one followed by millions pays for the gaps
 // between their followers' ids, which are narrow when the followers are
 // many. The bulk data holds no Go pointers, so the garbage collector has
-// nothing to scan however many edges are resident. Both directions are
-// wholly in memory: nothing here is tiered to disk (engine/tier's cold
-// windows hold posts and their like and favorite sets, not follows).
+// nothing to scan however many edges are resident.
+//
+// The followee lists are always in memory: the feed badge reads them. The
+// reverse direction is read only by an erasure (Followers, RemoveUser)
+// and Check, so a store made by NewCold keeps it cold: its blocks, in the
+// same format, in an immutable checksummed file, with only the file's
+// directory and an overlay of the changes since it was written in memory;
+// a merge job (Maintainer, planned, run with no lock and finished as
+// engine/tier's jobs are) writes a new file when the overlay passes a
+// bound (cold.go, coldfile.go). The file is derived data: Loaded rebuilds
+// it from the followee lists. A store made by New keeps both directions
+// in memory.
 //
 // It promises:
 //   - Lists are sets in increasing id order: List, Followers and Range
@@ -34,18 +43,23 @@
 //     the viewer's runs and the run headers of their blocks.
 //   - Following and FollowerCount read the run headers of a list's first
 //     and last blocks only: the blocks between count from the directory.
-//   - List, Contains, Following, Has and Followers do not allocate
-//     beyond the slices they are given; changes allocate only to grow the
+//   - List, Contains, Following, Has and, in memory, Followers do not
+//     allocate beyond the slices they are given (a cold read allocates its
+//     merge's small iterators); changes allocate only to grow the
 //     arena or the directory, or to compact the arena, which happens when
 //     freed slots exceed a sixteenth of it (O(1) amortised per word written).
 //   - A viewer who ever had a list keeps it (Has) after unfollowing
 //     everyone, until RemoveUser removes them.
 //   - Both directions always hold the same edges (Check verifies it).
+//   - A cold read never returns pairs from a damaged file: each block is
+//     checked against its checksum and directory entry, and Followers,
+//     FollowerCount and Check return an error naming the file.
 //
 // A Store is not safe for concurrent use: callers hold a read lock to
 // read (List, Followees, FolloweesPage, Contains, Following, Has,
 // Followers, FollowerCount, Range, Len, MemoryBytes, Check) and a write
-// lock for the rest. The one exception is a frozen view (Freeze,
+// lock for the rest (a cold merge's Run needs no lock: it reads only what
+// nothing changes). The one exception is a frozen view (Freeze,
 // freeze.go): a snapshot ranges over it with no lock while the store takes
 // writes, and the store copies on write, a block and a directory page at
 // a time, until Thaw. Slices passed to callbacks alias the store's scratch
@@ -64,7 +78,10 @@ import (
 // Store holds the follow graph. Make one with New.
 type Store struct {
 	fwd pairs // (viewer, followee), snapshot
-	rev pairs // (followee, viewer), 0
+	rev pairs // (followee, viewer), 0; empty when cold is set
+	// cold, when set (NewCold), holds the reverse direction instead of
+	// rev: in a file with an overlay in memory (cold.go).
+	cold *coldRev
 	// empties holds the viewers whose lists are empty but who had one.
 	empties *table.Table[uint64, struct{}]
 	load    *loader // a bulk load under way (load.go), or nil
@@ -83,7 +100,11 @@ func (s *Store) Follow(viewer, target uint64, snap int64) bool {
 	if !s.fwd.insert(viewer, target, snap) {
 		return false
 	}
-	s.rev.insert(target, viewer, 0)
+	if s.cold != nil {
+		s.cold.insert(target, viewer)
+	} else {
+		s.rev.insert(target, viewer, 0)
+	}
 	s.empties.Delete(viewer)
 	return true
 }
@@ -106,6 +127,10 @@ func (s *Store) Unfollow(viewer, target uint64) bool {
 // unlink removes (a, b) from the reverse direction, where the forward
 // direction had (b, a).
 func (s *Store) unlink(a, b uint64) {
+	if s.cold != nil {
+		s.cold.remove(a, b) // the forward direction had the edge
+		return
+	}
 	if removed, _ := s.rev.remove(a, b); !removed {
 		panic(fmt.Sprintf("follows: edge %d -> %d missing from the reverse direction", b, a))
 	}
@@ -117,10 +142,14 @@ func (s *Store) Following(viewer uint64) int {
 	return s.fwd.runLen(viewer)
 }
 
-// FollowerCount returns the number of users following target.
-func (s *Store) FollowerCount(target uint64) int {
+// FollowerCount returns the number of users following target. Only a
+// cold store's read of its file fails.
+func (s *Store) FollowerCount(target uint64) (int, error) {
 	s.mustBeLoaded()
-	return s.rev.runLen(target)
+	if s.cold != nil {
+		return s.cold.runLen(target)
+	}
+	return s.rev.runLen(target), nil
 }
 
 // Has reports whether viewer ever had a list, even one now empty.
@@ -165,13 +194,18 @@ func (s *Store) FolloweesPage(viewer, from uint64, max int, dst []uint64) []uint
 // Followers appends to dst, in increasing order, up to max of the users
 // following target whose id is at least from: a caller pages through a
 // list of millions with from = the last id + 1, each page a bounded step.
-func (s *Store) Followers(target, from uint64, max int, dst []uint64) []uint64 {
+// Only a cold store's read of its file fails (a damaged block: the error
+// names the file).
+func (s *Store) Followers(target, from uint64, max int, dst []uint64) ([]uint64, error) {
 	s.mustBeLoaded()
 	if max <= 0 {
-		return dst
+		return dst, nil
+	}
+	if s.cold != nil {
+		return s.cold.appendRun(target, from, len(dst)+max, dst)
 	}
 	dst, _ = s.rev.appendRun(target, from, len(dst)+max, dst, nil, false)
-	return dst
+	return dst, nil
 }
 
 // SetSnaps sets the snapshots of viewer's list: fn gets the followees
@@ -190,7 +224,9 @@ func (s *Store) SetSnaps(viewer uint64, fn func(targets []uint64, snaps []int64)
 // theirs, empty, as Unfollow leaves it. Each call costs O(max) block
 // changes, so an erasure of a user with millions of edges proceeds in
 // bounded steps; the order is a function of the state, so a replay of
-// the same steps removes the same edges.
+// the same steps removes the same edges. A cold store whose file cannot
+// be read removes none of the followers and reports false (Followers and
+// Check return the error).
 func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uint64)) (done bool) {
 	s.loaded()
 	for left := max; left > 0; {
@@ -203,7 +239,7 @@ func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uin
 		if len(ts) > 0 {
 			continue
 		}
-		fs := s.rev.takeRun(user, left, s.taken[:0])
+		fs := s.takeFollowers(user, left, s.taken[:0])
 		for _, f := range fs {
 			ok, more := s.fwd.remove(f, user)
 			if !ok {
@@ -219,11 +255,33 @@ func (s *Store) RemoveUser(user uint64, max int, removed func(viewer, target uin
 			break
 		}
 	}
-	if s.fwd.has(user) || s.rev.has(user) {
+	if s.fwd.has(user) || s.hasFollowers(user) {
 		return false
 	}
 	s.empties.Delete(user)
 	return true
+}
+
+// takeFollowers is takeRun of the reverse direction, where it is. A
+// cold read that fails takes nothing (RemoveUser has no error to return:
+// the erasure reads the same followers with Followers first, which
+// returns it).
+func (s *Store) takeFollowers(user uint64, max int, dst []uint64) []uint64 {
+	if s.cold != nil {
+		dst, _ = s.cold.takeRun(user, max, dst)
+		return dst
+	}
+	return s.rev.takeRun(user, max, dst)
+}
+
+// hasFollowers reports whether user has followers; true when a cold read
+// fails, since it cannot tell.
+func (s *Store) hasFollowers(user uint64) bool {
+	if s.cold != nil {
+		has, err := s.cold.has(user)
+		return has || err != nil
+	}
+	return s.rev.has(user)
 }
 
 // Len returns the number of follow edges.
@@ -237,6 +295,9 @@ func (s *Store) MemoryBytes() int {
 	if s.load != nil {
 		n += s.load.memoryBytes()
 	}
+	if s.cold != nil {
+		n += s.cold.memoryBytes()
+	}
 	return n
 }
 
@@ -248,6 +309,9 @@ func (s *Store) Compact() {
 	s.loaded()
 	s.fwd.compact()
 	s.rev.compact()
+	if s.cold != nil {
+		s.cold.compact()
+	}
 }
 
 // Range calls fn for every viewer with a list, empty ones included, in
@@ -300,12 +364,19 @@ func (s *Store) Check() error {
 	if err := s.rev.check(); err != nil {
 		return fmt.Errorf("follows: followers: %w", err)
 	}
-	if s.fwd.n != s.rev.n {
-		return fmt.Errorf("follows: %d edges one way, %d the other", s.fwd.n, s.rev.n)
+	nR, sumR := s.rev.n, uint64(0)
+	if s.cold != nil {
+		var err error
+		if nR, sumR, err = s.cold.check(); err != nil {
+			return fmt.Errorf("follows: followers: %w", err)
+		}
+	}
+	if s.fwd.n != nR {
+		return fmt.Errorf("follows: %d edges one way, %d the other", s.fwd.n, nR)
 	}
 	// Each edge (v, t) of the forward direction must be in the reverse
 	// one: sum a hash of the edges both ways (the order differs).
-	var sumF, sumR uint64
+	var sumF uint64
 	for c := s.fwd.cursor(); c.valid(); c.i++ {
 		sumF += table.HashPair(c.e.a[c.i], c.e.b[c.i])
 	}
@@ -339,6 +410,6 @@ func (s *Store) mustBeLoaded() {
 // loaded finishes a bulk load, if one is under way, before a change.
 func (s *Store) loaded() {
 	if s.load != nil {
-		s.Loaded()
+		mustCold(s.Loaded())
 	}
 }

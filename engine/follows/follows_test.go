@@ -42,7 +42,7 @@ func TestClasses(t *testing.T) {
 
 func TestBasics(t *testing.T) {
 	s := New()
-	if s.Has(1) || s.Following(1) != 0 || s.Contains(1, 2) || s.Unfollow(1, 2) || s.FollowerCount(2) != 0 {
+	if s.Has(1) || s.Following(1) != 0 || s.Contains(1, 2) || s.Unfollow(1, 2) || followerCount(t, s, 2) != 0 {
 		t.Fatal("empty store has state")
 	}
 	if !s.Follow(1, 2, 10) || s.Follow(1, 2, 11) || !s.Follow(1, 3, 20) || !s.Follow(4, 3, -5) {
@@ -55,7 +55,7 @@ func TestBasics(t *testing.T) {
 	if !slices.Equal(ts, []uint64{2, 3}) || !slices.Equal(ss, []int64{10, 20}) {
 		t.Fatalf("List = %v %v", ts, ss)
 	}
-	if fs := s.Followers(3, 0, 10, nil); !slices.Equal(fs, []uint64{1, 4}) || s.FollowerCount(3) != 2 {
+	if fs := followers(t, s, 3, 0, 10); !slices.Equal(fs, []uint64{1, 4}) || followerCount(t, s, 3) != 2 {
 		t.Fatalf("Followers(3) = %v", fs)
 	}
 	s.SetSnaps(1, func(us []uint64, snaps []int64) {
@@ -175,14 +175,14 @@ func compare(t testing.TB, s *Store, m model) {
 		}
 	}
 	for u, fs := range m.followers() {
-		if s.FollowerCount(u) != len(fs) {
-			t.Fatalf("FollowerCount(%d) = %d, want %d", u, s.FollowerCount(u), len(fs))
+		if n := followerCount(t, s, u); n != len(fs) {
+			t.Fatalf("FollowerCount(%d) = %d, want %d", u, n, len(fs))
 		}
 		// Page through in small steps from the middle on.
 		from := fs[len(fs)/2]
 		var got []uint64
 		for {
-			page := s.Followers(u, from, 7, nil)
+			page := followers(t, s, u, from, 7)
 			got = append(got, page...)
 			if len(page) < 7 {
 				break
@@ -212,24 +212,71 @@ func compare(t testing.TB, s *Store, m model) {
 		}
 		return true
 	})
-	l := New()
-	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
-		for first := true; first || len(ts) > 0; first = false {
-			n := min(len(ts), 50)
-			if err := l.Load(v, ts[:n], ss[:n]); err != nil {
-				t.Fatal(err)
+	// Loaded into a store of each kind: the reverse direction built in
+	// memory, and written to a cold file.
+	for _, l := range []*Store{New(), NewCold(t.TempDir())} {
+		s.Range(func(v uint64, ts []uint64, ss []int64) bool {
+			for first := true; first || len(ts) > 0; first = false {
+				n := min(len(ts), 50)
+				if err := l.Load(v, ts[:n], ss[:n]); err != nil {
+					t.Fatal(err)
+				}
+				ts, ss = ts[n:], ss[n:]
 			}
-			ts, ss = ts[n:], ss[n:]
+			return true
+		})
+		if err := l.Loaded(); err != nil {
+			t.Fatal(err)
+		}
+		if got := rangeOf(l); !slices.Equal(got, want) {
+			t.Fatal("a store loaded from Range ranges differently")
+		}
+		if err := l.Check(); err != nil {
+			t.Fatalf("loaded store: %v", err)
+		}
+		for u, fs := range m.followers() {
+			if got := followers(t, l, u, 0, len(fs)+1); !slices.Equal(got, fs) {
+				t.Fatalf("loaded store: Followers(%d) = %v, want %v", u, got, fs)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// loadFrom loads l with what s's Range yields, as a snapshot load does.
+func loadFrom(t testing.TB, l, s *Store) {
+	t.Helper()
+	s.Range(func(v uint64, ts []uint64, ss []int64) bool {
+		if err := l.Load(v, ts, ss); err != nil {
+			t.Fatal(err)
 		}
 		return true
 	})
-	l.Loaded()
-	if got := rangeOf(l); !slices.Equal(got, want) {
-		t.Fatal("a store loaded from Range ranges differently")
+	if err := l.Loaded(); err != nil {
+		t.Fatal(err)
 	}
-	if err := l.Check(); err != nil {
-		t.Fatalf("loaded store: %v", err)
+}
+
+// followers is Store.Followers, failing t on an error.
+func followers(t testing.TB, s *Store, u, from uint64, max int) []uint64 {
+	t.Helper()
+	fs, err := s.Followers(u, from, max, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return fs
+}
+
+// followerCount is Store.FollowerCount, failing t on an error.
+func followerCount(t testing.TB, s *Store, u uint64) int {
+	t.Helper()
+	n, err := s.FollowerCount(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // shape is a workload's id spaces.
@@ -256,7 +303,7 @@ func TestModel(t *testing.T) {
 	minGarbage = 64
 	for i, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
-			runModel(t, uint64(i), sh, 30_000, 3000, false)
+			runModel(t, uint64(i), sh, 30_000, 3000, false, false)
 		})
 	}
 }
@@ -270,7 +317,7 @@ func TestFreeze(t *testing.T) {
 	minGarbage = 64
 	for i, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
-			runModel(t, uint64(i), sh, 12_000, 1500, true)
+			runModel(t, uint64(i), sh, 12_000, 1500, true, false)
 		})
 	}
 }
@@ -319,11 +366,20 @@ func (f *frozen) thaw(t testing.TB, s *Store) {
 	s.Thaw()
 }
 
-func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze bool) {
+// runModel runs random operations against the maps. With freeze, a view
+// is out for half of every batch (TestFreeze); with cold, the reverse
+// direction is cold and merges run on a goroutine of their own while the
+// store takes changes (TestColdModel).
+func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold bool) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	s := New()
+	if cold {
+		s = NewCold(t.TempDir())
+		defer s.Close()
+	}
 	m := model{}
 	var view *frozen
+	var merge *merging
 	posts := func(u uint64) int64 {
 		if u>>sh.spread < uint64(sh.celebs) {
 			return 1<<40 + int64(u) // a wide value among narrow ones
@@ -396,6 +452,9 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze bool)
 		if freeze && op%batch == batch/2 {
 			view = freezeModel(s, m)
 		}
+		if cold && op%(batch/8) == 0 {
+			merge = merge.step(t, s)
+		}
 		if op%batch == batch-1 {
 			if view != nil {
 				view.thaw(t, s)
@@ -406,6 +465,12 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze bool)
 	}
 	if view != nil {
 		view.thaw(t, s)
+	}
+	for merge != nil {
+		merge = merge.step(t, s)
+	}
+	if cold && s.cold.gen < 2 {
+		t.Fatalf("%d cold files written, want merges", s.cold.gen)
 	}
 	compare(t, s, m)
 }
@@ -449,7 +514,7 @@ func removeUser(t testing.TB, s *Store, m model, u uint64, step int) {
 	for _, l := range m {
 		delete(l, u)
 	}
-	if s.Has(u) || s.FollowerCount(u) != 0 {
+	if s.Has(u) || followerCount(t, s, u) != 0 {
 		t.Fatalf("RemoveUser(%d) left a list", u)
 	}
 }
@@ -582,10 +647,10 @@ func TestAllocs(t *testing.T) {
 	for name, fn := range map[string]func(){
 		"Contains":      func() { _ = s.Contains(5, 999) },
 		"List":          func() { ts, ss = s.List(5, ts[:0], ss[:0]) },
-		"Followers":     func() { ts = s.Followers(13, 0, 1000, ts[:0]) },
+		"Followers":     func() { ts, _ = s.Followers(13, 0, 1000, ts[:0]) },
 		"SetSnaps":      func() { s.SetSnaps(5, set) },
 		"Following":     func() { sink += s.Following(5) },
-		"FollowerCount": func() { sink += s.FollowerCount(13) },
+		"FollowerCount": func() { n, _ := s.FollowerCount(13); sink += n },
 		"Has":           func() { _ = s.Has(5) },
 		// Steady state: the blocks' slots exist already.
 		"Follow/Unfollow": func() { s.Follow(5, 5000, 1); s.Unfollow(5, 5000) },

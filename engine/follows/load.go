@@ -166,15 +166,21 @@ func (lo *loader) cut() {
 
 // Loaded finishes a bulk load: the forward direction's last block is
 // written and the reverse direction is built. It does nothing when no
-// load is under way.
-func (s *Store) Loaded() {
+// load is under way. It fails only when a cold store (NewCold) cannot
+// write its file; the store then has no reverse direction and must be
+// discarded.
+func (s *Store) Loaded() error {
 	lo := s.load
 	if lo == nil {
-		return
+		return nil
 	}
 	lo.fwd.flush()
 	if len(lo.pending) > 0 {
 		lo.cut()
+	}
+	s.load = nil
+	if s.cold != nil {
+		return s.loadedCold(lo.runs)
 	}
 	runs := lo.runs
 	if s.rev.n > 0 {
@@ -184,15 +190,41 @@ func (s *Store) Loaded() {
 	case len(runs) == 1 && runs[0] != &s.rev:
 		s.rev = *runs[0]
 	case len(runs) > 1:
-		s.rev = *mergeRuns(runs)
+		out := &pairs{}
+		mergeRuns(runs, &builder{p: out})
+		s.rev = *out
 	}
-	s.load = nil
+	return nil
 }
 
-// mergeRuns merges sorted sets with no pair in common into one.
-func mergeRuns(runs []*pairs) *pairs {
-	out := &pairs{}
-	bd := &builder{p: out}
+// loadedCold builds the cold reverse direction from a load's runs: the
+// merge streams into a new file. Into a store that has pairs already,
+// the runs' pairs go to the overlay one at a time instead.
+func (s *Store) loadedCold(runs []*pairs) error {
+	c := s.cold
+	if c.n() == 0 {
+		if len(runs) == 0 {
+			return nil
+		}
+		return c.build(runs)
+	}
+	for _, r := range runs {
+		for cur := r.cursor(); cur.valid(); cur.i++ {
+			c.insert(cur.e.a[cur.i], cur.e.b[cur.i])
+		}
+	}
+	return nil
+}
+
+// sink takes pairs in increasing order: a builder (an in-memory set) or
+// a coldWriter (a cold file).
+type sink interface {
+	add(a, b uint64, v int64)
+	flush()
+}
+
+// mergeRuns merges sorted sets with no pair in common into bd.
+func mergeRuns(runs []*pairs, bd sink) {
 	h := make(cursors, 0, len(runs))
 	for _, r := range runs {
 		if c := r.cursor(); c.valid() {
@@ -211,7 +243,6 @@ func mergeRuns(runs []*pairs) *pairs {
 		}
 	}
 	bd.flush()
-	return out
 }
 
 // cursors is a heap of cursors by their current pair.
