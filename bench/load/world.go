@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,6 +29,50 @@ type world struct {
 	posts      []string
 	postIndex  map[string]int
 	ledger     *ledger
+	// kinds are the reaction kinds the server serves, in its order (asked
+	// once: Post.reactions lists every kind); like is always one, and a
+	// server without reactions is ["like"] with reacts false.
+	kinds  []string
+	reacts bool
+}
+
+// otherKind draws a reaction kind other than like, the earlier kinds of
+// the server's display order more often (the j-th other kind with weight
+// 1/j, as apps' pickers put the popular ones first); like when it has no
+// other.
+func (w *world) otherKind(rng *rand.Rand) int {
+	like := w.kindIndex("like")
+	var others []int
+	for i := range w.kinds {
+		if i != like {
+			others = append(others, i)
+		}
+	}
+	if len(others) == 0 {
+		return like
+	}
+	total := 0.0
+	for j := range others {
+		total += 1 / float64(j+1)
+	}
+	x := rng.Float64() * total
+	for j, k := range others {
+		x -= 1 / float64(j+1)
+		if x < 0 {
+			return k
+		}
+	}
+	return others[len(others)-1]
+}
+
+// kindIndex is the index of name in w.kinds, -1 when absent.
+func (w *world) kindIndex(name string) int {
+	for i, k := range w.kinds {
+		if k == name {
+			return i
+		}
+	}
+	return -1
 }
 
 type pair struct{ user, post uint64 }
@@ -34,8 +82,16 @@ type pair struct{ user, post uint64 }
 // answer is "ambiguous": it may or may not have been applied, so with
 // ambiguous writes the check becomes acked ≤ count ≤ acked + ambiguous.
 type ledger struct {
-	mu                    sync.Mutex
-	likes, favs           map[pair]bool // pair → acknowledged (false: ambiguous so far)
+	mu sync.Mutex
+	// reactions holds each (user, post)'s reaction as the set of states it
+	// may be in (reactState). likePost, reactToPost and unreactToPost each
+	// set the state whatever it was, so the last acknowledged write
+	// decides it, and writes of one user are never in flight together
+	// (userMu): the ledger's order is the server's.
+	reactions             map[pair]reactState
+	userMu                []sync.Mutex
+	recent                [][]int       // per user index: posts it reacted to lately, for switches and unreacts
+	favs                  map[pair]bool // pair → acknowledged (false: ambiguous so far)
 	comments, commentsAmb []int64
 	views, viewsAmb       []int64
 	follows               map[pair]bool // follower, followee (acknowledged only)
@@ -45,9 +101,65 @@ type ledger struct {
 	ambiguousPublish      int // broadcasts without a definite answer: delivery figures may be off by one
 }
 
-func newLedger() *ledger {
-	return &ledger{likes: map[pair]bool{}, favs: map[pair]bool{}, follows: map[pair]bool{},
-		postsBy: map[uint64]int64{}}
+func newLedger(users int) *ledger {
+	return &ledger{reactions: map[pair]reactState{}, favs: map[pair]bool{}, follows: map[pair]bool{},
+		postsBy: map[uint64]int64{}, userMu: make([]sync.Mutex, users), recent: make([][]int, users)}
+}
+
+// reactState is the set of reaction states a (user, post) may be in: bit
+// 0 none, bit k+1 the world's kind k. One bit is a definite state; more
+// come from writes without a definite answer.
+type reactState uint64
+
+const noReaction reactState = 1
+
+func stateOf(kind int) reactState { return 1 << (kind + 1) }
+
+// definite returns the kind of a state known for sure (-1: none) and
+// whether it is.
+func (s reactState) definite() (int, bool) {
+	if s&(s-1) != 0 {
+		return 0, false
+	}
+	return bits.TrailingZeros64(uint64(s)) - 1, true
+}
+
+// react records a write that sets p's reaction to kind (-1: none):
+// acknowledged, the state is kind; ambiguous, kind joins the states it
+// may be in.
+func (l *ledger) react(p pair, kind int, acked bool) {
+	l.mu.Lock()
+	if acked {
+		l.reactions[p] = stateOf(kind)
+	} else {
+		cur, ok := l.reactions[p]
+		if !ok {
+			cur = noReaction
+		}
+		l.reactions[p] = cur | stateOf(kind)
+	}
+	l.mu.Unlock()
+}
+
+// remember adds post to user's recent reactions (the last 8).
+func (l *ledger) remember(user, post int) {
+	l.mu.Lock()
+	r := l.recent[user]
+	if len(r) == 8 {
+		r = append(r[:0], r[1:]...)
+	}
+	l.recent[user] = append(r, post)
+	l.mu.Unlock()
+}
+
+// recentPost is one of user's recent reactions, -1 when it has none.
+func (l *ledger) recentPost(user int, rng *rand.Rand) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.recent[user]; len(r) > 0 {
+		return r[rng.IntN(len(r))]
+	}
+	return -1
 }
 
 func (l *ledger) sized(posts int) {
@@ -80,13 +192,18 @@ type seeder struct {
 	runID string
 }
 
-// do sends body as token until it gets a definite answer; retry says
-// whether a retry could apply the operation twice (then it is not retried
-// after an ambiguous failure).
+// do sends body as token until it gets a definite answer (send).
 func (s *seeder) do(ctx context.Context, token string, body []byte, retry bool) (reply, string) {
+	return send(ctx, s.g, token, body, retry)
+}
+
+// send sends body as token until it gets a definite answer, waiting out
+// rate limits; retry says whether a retry could apply the operation
+// twice (then it is not retried after an ambiguous failure).
+func send(ctx context.Context, g *gql, token string, body []byte, retry bool) (reply, string) {
 	var buf bytes.Buffer
 	for attempt := 0; ; attempt++ {
-		r := s.g.post(ctx, token, body, &buf)
+		r := g.post(ctx, token, body, &buf)
 		code := classify(r)
 		r.body = bytes.Clone(r.body)
 		switch {
@@ -178,6 +295,14 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 		w.postIndex[id] = i
 	}
 	l.sized(len(w.posts))
+	if err := probeKinds(ctx, g, w); err != nil {
+		return err
+	}
+	if w.reacts {
+		out.printf("reactions: the server serves %s (from Post.reactions)\n", strings.Join(w.kinds, ","))
+	} else {
+		out.printf("reactions: the server serves none (Post.reactions refused): likes only, the mix's react and unreact draws are likes\n")
+	}
 
 	// Follows: every user follows up to 5 authors.
 	type follow struct{ from, to int }
@@ -211,36 +336,56 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	})
 
 	// Likes (duplicates included on purpose: they must count once),
+	// reactions of the other kinds (some over a like: a switch),
 	// favorites, comments and views.
 	type write struct {
-		kind string
-		user int
-		post int
+		kind     string
+		user     int
+		post     int
+		reaction int // with "react": the kind's index in w.kinds
 	}
 	var writes []write
 	for range cfg.posts * 3 {
-		writes = append(writes, write{"like", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "like", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
+	}
+	reacts := 0
+	if len(w.kinds) > 1 {
+		reacts = cfg.posts / 2
+	}
+	for range reacts {
+		writes = append(writes, write{kind: "react", user: rng.IntN(len(w.users)), post: hot(cfg.posts), reaction: w.otherKind(rng)})
 	}
 	for range cfg.posts {
-		writes = append(writes, write{"fav", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "fav", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
 	}
 	for range cfg.posts / 2 {
-		writes = append(writes, write{"comment", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "comment", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
 	}
 	parallel(ctx, len(writes), 16, func(i int) {
 		wr := writes[i]
 		p := pair{w.users[wr.user], postID(w.posts[wr.post])}
 		switch wr.kind {
-		case "like", "fav":
-			q, m := likeMutation, l.likes
-			if wr.kind == "fav" {
-				q, m = favMutation, l.favs
+		case "like", "react":
+			kind, body := w.kindIndex("like"), request(likeMutation, map[string]any{"p": w.posts[wr.post]})
+			if wr.kind == "react" {
+				kind, body = wr.reaction, request(reactMutation, map[string]any{"p": w.posts[wr.post], "k": w.kinds[wr.reaction]})
 			}
-			r, code := s.do(ctx, w.userTokens[wr.user], request(q, map[string]any{"p": w.posts[wr.post]}), true)
+			l.userMu[wr.user].Lock()
+			r, code := s.do(ctx, w.userTokens[wr.user], body, true)
+			if code == "" || ambiguous(code) {
+				l.react(p, kind, code == "")
+				l.remember(wr.user, wr.post)
+			}
+			l.userMu[wr.user].Unlock()
+			if code != "" && !ambiguous(code) {
+				fail(wr.kind, r, code)
+			}
+		case "fav":
+			r, code := s.do(ctx, w.userTokens[wr.user], request(favMutation, map[string]any{"p": w.posts[wr.post]}), true)
 			if code == "" {
-				l.setPair(m, p, true)
+				l.setPair(l.favs, p, true)
 			} else if ambiguous(code) {
-				l.setPair(m, p, false)
+				l.setPair(l.favs, p, false)
 			} else {
 				fail(wr.kind, r, code)
 			}
@@ -297,8 +442,8 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	out.printf("seeded %d users (%d authors), %d posts, %d follows, %d likes, %d favorites, %d comments, %d view batches in %.1fs\n",
-		len(w.users), w.authors, len(w.posts), len(follows), cfg.posts*3, cfg.posts, cfg.posts/2, len(batches), time.Since(start).Seconds())
+	out.printf("seeded %d users (%d authors), %d posts, %d follows, %d likes, %d reactions of other kinds, %d favorites, %d comments, %d view batches in %.1fs\n",
+		len(w.users), w.authors, len(w.posts), len(follows), cfg.posts*3, reacts, cfg.posts, cfg.posts/2, len(batches), time.Since(start).Seconds())
 	return nil
 }
 
@@ -309,6 +454,39 @@ func postOf(body []byte) string {
 	}
 	json.Unmarshal(body, &resp)
 	return resp.Data.CreatePost.ID
+}
+
+// probeKinds asks the server which reaction kinds it serves, once:
+// Post.reactions lists every kind of its -reactions in display order. A
+// server that refuses the field (no reactions) serves likes alone.
+func probeKinds(ctx context.Context, g *gql, w *world) error {
+	r, code := send(ctx, g, w.adminToken, request(kindsQuery, map[string]any{"ids": w.posts[:1]}), true)
+	w.kinds, w.reacts = []string{"like"}, false
+	switch {
+	case ambiguous(code):
+		return fmt.Errorf("asking for the reaction kinds: %s: %s", code, errExample(r))
+	case code != "":
+		return nil
+	}
+	var resp struct {
+		Data struct {
+			Posts []struct {
+				Reactions []struct{ Kind string } `json:"reactions"`
+			} `json:"posts"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Data.Posts) != 1 {
+		return fmt.Errorf("asking for the reaction kinds: %v: %s", err, errExample(r))
+	}
+	var kinds []string
+	for _, k := range resp.Data.Posts[0].Reactions {
+		kinds = append(kinds, k.Kind)
+	}
+	if !slices.Contains(kinds, "like") || len(kinds) > 63 {
+		return fmt.Errorf("the server's reaction kinds %q: want like among them, at most 63", kinds)
+	}
+	w.kinds, w.reacts = kinds, true
+	return nil
 }
 
 // readback is one post as the server counts it.
@@ -327,16 +505,28 @@ type readback struct {
 		Views     int64 `json:"views"`
 		Favorites int64 `json:"favorites"`
 	} `json:"counts"`
+	Reactions []reactionCount `json:"reactions"`
 }
 
-// readAll reads every post of the world back, 100 per request.
+type reactionCount struct {
+	Kind  string `json:"kind"`
+	Count int64  `json:"count"`
+}
+
+// readAll reads every post of the world back, 100 per request, with
+// every kind's count when the server serves reactions.
 func readAll(ctx context.Context, g *gql, w *world) ([]*readback, error) {
+	q := readbackQuery
+	if w.reacts {
+		q = readbackReactionsQuery
+	}
 	var all []*readback
-	var buf bytes.Buffer
 	for i := 0; i < len(w.posts); i += 100 {
 		ids := w.posts[i:min(i+100, len(w.posts))]
-		r := g.post(ctx, w.adminToken, request(readbackQuery, map[string]any{"ids": ids}), &buf)
-		if code := classify(r); code != "" {
+		// Reads wait out the rate limit: a page of every kind's counts
+		// costs more than the limit allows a client each second.
+		r, code := send(ctx, g, w.adminToken, request(q, map[string]any{"ids": ids}), true)
+		if code != "" {
 			return nil, fmt.Errorf("reading the posts back: %s: %s", code, errExample(r))
 		}
 		var resp struct {
@@ -368,11 +558,27 @@ type exactness struct {
 	Comments   int64    `json:"acked_comments"`
 	Views      int64    `json:"acked_views"`
 	Favorites  int64    `json:"acked_favorites"`
+	// Reactions: the acknowledged reactions standing at the end, per kind
+	// (like's are Likes), when the server serves reactions.
+	Reactions map[string]int64 `json:"acked_reactions,omitempty"`
+	// Viewers: (user, post) pairs whose viewerReaction (viewerHasLiked on
+	// a server without reactions) was checked against the ledger.
+	Viewers int `json:"viewer_pairs_checked"`
 }
 
-// verify reads every post back and compares likes, favorites, comments
-// and views, and each author's postCount, followerCount and
-// followingCount, with what the server acknowledged.
+// mismatch records one value out of its bounds (at most 20 are kept).
+func (ex *exactness) mismatch(s string) {
+	if len(ex.Mismatches) < 20 {
+		ex.Mismatches = append(ex.Mismatches, s)
+	} else {
+		ex.Mismatches[19] = "… more"
+	}
+}
+
+// verify reads every post back and compares likes, every reaction kind's
+// count, favorites, comments and views, and each author's postCount,
+// followerCount and followingCount, with what the server acknowledged;
+// then asks as each user that reacted for its reaction on those posts.
 func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, error) {
 	posts, err := readAll(ctx, g, w)
 	if err != nil {
@@ -380,15 +586,27 @@ func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, erro
 	}
 	l := w.ledger
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	var ex exactness
-	likes, likesAmb := map[uint64]int64{}, map[uint64]int64{}
-	for p, acked := range l.likes {
-		if acked {
-			likes[p.post]++
-			ex.Likes++
-		} else {
-			likesAmb[p.post]++
+	// Per post and kind: reactions standing for sure, and those that may.
+	type tally struct{ sure, maybe []int64 }
+	reacted := map[uint64]*tally{}
+	for p, st := range l.reactions {
+		t := reacted[p.post]
+		if t == nil {
+			t = &tally{make([]int64, len(w.kinds)), make([]int64, len(w.kinds))}
+			reacted[p.post] = t
+		}
+		if k, ok := st.definite(); ok {
+			if k >= 0 {
+				t.sure[k]++
+			}
+			continue
+		}
+		ex.Ambiguous++
+		for k := range w.kinds {
+			if st&stateOf(k) != 0 {
+				t.maybe[k]++
+			}
 		}
 	}
 	favs, favsAmb := map[uint64]int64{}, map[uint64]int64{}
@@ -408,21 +626,40 @@ func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, erro
 	check := func(what string, got, want, amb int64) {
 		ex.Checked++
 		if got < want || got > want+amb {
-			if len(ex.Mismatches) < 20 {
-				s := fmt.Sprintf("%s: server %d, acknowledged %d", what, got, want)
-				if amb > 0 {
-					s += fmt.Sprintf(" (+ up to %d ambiguous)", amb)
-				}
-				ex.Mismatches = append(ex.Mismatches, s)
-			} else {
-				ex.Mismatches[19] = "… more"
+			s := fmt.Sprintf("%s: server %d, acknowledged %d", what, got, want)
+			if amb > 0 {
+				s += fmt.Sprintf(" (+ up to %d ambiguous)", amb)
 			}
+			ex.mismatch(s)
 		}
+	}
+	like := w.kindIndex("like")
+	none := &tally{make([]int64, len(w.kinds)), make([]int64, len(w.kinds))}
+	if w.reacts {
+		ex.Reactions = map[string]int64{}
 	}
 	authorsSeen := map[string]bool{}
 	for i, p := range posts {
 		id := postID(p.ID)
-		check("post "+p.ID+" likes", p.Counts.Likes, likes[id], likesAmb[id])
+		t := reacted[id]
+		if t == nil {
+			t = none
+		}
+		check("post "+p.ID+" likes", p.Counts.Likes, t.sure[like], t.maybe[like])
+		ex.Likes += t.sure[like]
+		if w.reacts {
+			if len(p.Reactions) != len(w.kinds) {
+				ex.mismatch(fmt.Sprintf("post %s: %d reaction kinds, the server serves %d", p.ID, len(p.Reactions), len(w.kinds)))
+			}
+			for k, rc := range p.Reactions[:min(len(p.Reactions), len(w.kinds))] {
+				if rc.Kind != w.kinds[k] {
+					ex.mismatch(fmt.Sprintf("post %s: reaction %d is %q, want %q", p.ID, k, rc.Kind, w.kinds[k]))
+					continue
+				}
+				check("post "+p.ID+" "+rc.Kind, rc.Count, t.sure[k], t.maybe[k])
+				ex.Reactions[rc.Kind] += t.sure[k]
+			}
+		}
 		check("post "+p.ID+" favorites", p.Counts.Favorites, favs[id], favsAmb[id])
 		check("post "+p.ID+" comments", p.Counts.Comments, l.comments[i], l.commentsAmb[i])
 		check("post "+p.ID+" views", p.Counts.Views, l.views[i], l.viewsAmb[i])
@@ -441,9 +678,6 @@ func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, erro
 		check("user "+p.Author.ID+" followerCount", p.Author.FollowerCount, followers[a], int64(l.ambiguousFollow))
 		check("user "+p.Author.ID+" followingCount", p.Author.FollowingCount, following[a], int64(l.ambiguousFollow))
 	}
-	for _, n := range likesAmb {
-		ex.Ambiguous += n
-	}
 	for _, n := range favsAmb {
 		ex.Ambiguous += n
 	}
@@ -451,6 +685,107 @@ func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, erro
 		ex.Ambiguous += l.commentsAmb[i] + l.viewsAmb[i]
 	}
 	ex.Ambiguous += int64(l.ambiguousCreate + l.ambiguousFollow)
+	byUser := map[uint64]map[string]reactState{}
+	for p, st := range l.reactions {
+		if byUser[p.user] == nil {
+			byUser[p.user] = map[string]reactState{}
+		}
+		byUser[p.user][strconv.FormatUint(p.post, 10)] = st
+	}
+	l.mu.Unlock()
+	if err := checkViewers(ctx, g, w, byUser, &ex); err != nil {
+		return ex, nil, err
+	}
 	ex.Exact = len(ex.Mismatches) == 0
 	return ex, posts, nil
+}
+
+// checkViewers asks, as each user in byUser, for its reaction on the
+// posts it reacted to (viewerReaction; viewerHasLiked on a server without
+// reactions), and checks each against the states the ledger allows.
+func checkViewers(ctx context.Context, g *gql, w *world, byUser map[uint64]map[string]reactState, ex *exactness) error {
+	index := make(map[uint64]int, len(w.users))
+	for i, u := range w.users {
+		index[u] = i
+	}
+	q := viewerLikedQuery
+	if w.reacts {
+		q = viewerReactionQuery
+	}
+	users := slices.Sorted(maps.Keys(byUser))
+	var mu sync.Mutex
+	var firstErr error
+	parallel(ctx, len(users), 4, func(i int) {
+		u := users[i]
+		ids := slices.Sorted(maps.Keys(byUser[u]))
+		for start := 0; start < len(ids); start += 100 {
+			chunk := ids[start:min(start+100, len(ids))]
+			r, code := send(ctx, g, w.userTokens[index[u]], request(q, map[string]any{"ids": chunk}), true)
+			var resp struct {
+				Data struct {
+					Posts []*struct {
+						ID             string  `json:"id"`
+						ViewerReaction *string `json:"viewerReaction"`
+						ViewerHasLiked bool    `json:"viewerHasLiked"`
+					} `json:"posts"`
+				} `json:"data"`
+			}
+			if code == "" && (json.Unmarshal(r.body, &resp) != nil || len(resp.Data.Posts) != len(chunk)) {
+				code = codeBadResponse
+			}
+			mu.Lock()
+			if code != "" {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("reading user %d's reactions: %s: %s", u, code, errExample(r))
+				}
+				mu.Unlock()
+				return
+			}
+			for k, p := range resp.Data.Posts {
+				got := -1
+				switch {
+				case p == nil || p.ID != chunk[k]:
+					ex.mismatch(fmt.Sprintf("user %d: post %s missing from its page", u, chunk[k]))
+					continue
+				case p.ViewerReaction != nil:
+					got = w.kindIndex(*p.ViewerReaction)
+					if got < 0 {
+						ex.mismatch(fmt.Sprintf("user %d post %s: viewerReaction %q is no kind the server serves", u, p.ID, *p.ViewerReaction))
+						continue
+					}
+				case p.ViewerHasLiked && !w.reacts:
+					got = w.kindIndex("like")
+				}
+				ex.Checked++
+				ex.Viewers++
+				if st := byUser[u][p.ID]; st&stateOf(got) == 0 {
+					ex.mismatch(fmt.Sprintf("user %d post %s viewer's reaction: server %s, acknowledged %s", u, p.ID, w.kindName(got), w.stateName(st)))
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// kindName is kind's name, "none" for -1.
+func (w *world) kindName(kind int) string {
+	if kind < 0 {
+		return "none"
+	}
+	return w.kinds[kind]
+}
+
+// stateName lists the states st allows, "like or none" for an ambiguous like.
+func (w *world) stateName(st reactState) string {
+	var names []string
+	for k := -1; k < len(w.kinds); k++ {
+		if st&stateOf(k) != 0 {
+			names = append(names, w.kindName(k))
+		}
+	}
+	return strings.Join(names, " or ")
 }
