@@ -32,7 +32,8 @@ const (
 )
 
 // Reactions. A feed that shows reactions asks for every kind's count and
-// the viewer's kind where it asked for viewerHasLiked.
+// the viewer's kind where it asked for viewerHasLiked; the comparison of
+// pages asks for either alone, as e2e's BenchmarkReactionPageHandler does.
 const (
 	reactMutation          = `mutation React($p: ID!, $k: String!) { reactToPost(postId: $p, kind: $k) { id viewerReaction } }`
 	unreactMutation        = `mutation Unreact($p: ID!) { unreactToPost(postId: $p) { id viewerReaction } }`
@@ -41,6 +42,8 @@ const (
 	readbackReactionsQuery = `query Readback($ids: [ID!]!) { posts(ids: $ids) { id author { id postCount followerCount followingCount } counts { likes comments reposts views favorites } reactions { kind count } } }`
 	viewerReactionQuery    = `query Mine($ids: [ID!]!) { posts(ids: $ids) { id viewerReaction } }`
 	viewerLikedQuery       = `query Mine($ids: [ID!]!) { posts(ids: $ids) { id viewerHasLiked } }`
+	countsPageQuery        = `query Page($ids: [ID!]!) { posts(ids: $ids) { id counts { likes comments reposts views favorites } viewerHasLiked } }`
+	reactionsPageQuery     = `query Page($ids: [ID!]!) { posts(ids: $ids) { id reactions { kind count } viewerReaction } }`
 )
 
 // gql sends GraphQL requests over HTTP to one server.
@@ -103,6 +106,8 @@ func request(query string, vars map[string]any) []byte {
 var (
 	feedPrefix          = idsPrefix(feedQuery)
 	feedReactionsPrefix = idsPrefix(feedReactionsQuery)
+	countsPagePrefix    = idsPrefix(countsPageQuery)
+	reactionsPagePrefix = idsPrefix(reactionsPageQuery)
 )
 
 func idsPrefix(query string) []byte {

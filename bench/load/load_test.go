@@ -68,7 +68,7 @@ func TestSpawnRun(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
 		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-subs-per-process", "8", "-broadcasts", "2",
-		"-broadcast-every", "500ms", "-mix", "feed=40,badge=20,like=10,react=10,unreact=5,comment=5,view=10", "-json", jsonPath)
+		"-broadcast-every", "500ms", "-react-compare", "1s", "-mix", "feed=40,badge=20,like=10,react=10,unreact=5,comment=5,view=10", "-json", jsonPath)
 	cmd.Args = append(cmd.Args, peers...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -108,8 +108,8 @@ func TestSpawnRun(t *testing.T) {
 			}
 		}
 	}
-	if rows < 10 { // eight kinds in the mixed phase, feed in each comparison
-		t.Errorf("%d table rows, want at least 10", rows)
+	if rows < 12 { // eight kinds in the mixed phase, feed in each comparison and in both reaction pages
+		t.Errorf("%d table rows, want at least 12", rows)
 	}
 	if !strings.Contains(text, "\nresult: ok\n") {
 		t.Errorf("the run did not end with result: ok")
@@ -125,13 +125,24 @@ func TestSpawnRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reactions: every kind counted exactly and every reacting viewer's
-	// kind as acknowledged.
+	// kind as acknowledged, and the two pages compared on each tally that
+	// serves kinds beyond like (shapes only: the ratio is a measurement).
 	kinds := []string{"like", "love", "haha", "wow", "sad", "angry"}
 	checkReactions := func(target string) {
 		ex, ok := res.Exactness[target]
 		if !ok || !ex.Exact || ex.Checked < 200*(4+len(kinds)) || ex.Likes == 0 || ex.Comments == 0 || ex.Views == 0 ||
 			len(ex.Reactions) != len(kinds) || ex.Reactions["like"] != ex.Likes || ex.Reactions["love"] == 0 || ex.Viewers == 0 {
 			t.Errorf("exactness on %s: %+v", target, ex)
+		}
+		rp, ok := res.ReactionPage[target]
+		if !ok || !slices.Equal(rp.Kinds, kinds) || rp.PagePosts != 50 || rp.Slices != 1 || rp.PostsWithOther == 0 ||
+			rp.CountsPages == 0 || rp.ReactionPages == 0 || rp.CPURatio <= 0 || rp.TimeRatio <= 0 {
+			t.Errorf("reaction page on %s: %+v", target, rp)
+		}
+		for _, p := range res.Phases {
+			if p.Target == target && (p.Phase == "counts-page" || p.Phase == "reactions-page") && len(p.Kinds["feed"].Errors) > 0 {
+				t.Errorf("%s on %s had errors: %v", p.Phase, target, p.Kinds["feed"].Errors)
+			}
 		}
 	}
 	checkReactions("tally-embedded")
@@ -191,6 +202,9 @@ func TestSpawnRun(t *testing.T) {
 		// kinds, starts with like alone, and says so when asked.
 		if ex := res.Exactness["tally-redis"]; !ex.Exact || ex.Viewers == 0 || len(ex.Reactions) != 1 || ex.Reactions["like"] != ex.Likes {
 			t.Errorf("exactness on Redis: %+v", ex)
+		}
+		if _, ok := res.ReactionPage["tally-redis"]; ok {
+			t.Errorf("a reaction page on tally-redis, which serves like alone")
 		}
 	}
 	if withPostgres {
@@ -362,6 +376,7 @@ func TestParseFlagsRefusesBadInput(t *testing.T) {
 		{"-replicas", "0"},
 		{"-postgres"},
 		{"-spawn", "-postgres", "-compare", "0"},
+		{"-react-compare", "-1s"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {

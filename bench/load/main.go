@@ -16,7 +16,9 @@
 // hand-written net/http + encoding/json reference server doing the same
 // work in its own process (-reference runs that server) and with
 // PostgreSQL under a gqlgen + dataloader + pgx server (-postgres,
-// bench/pgpeer; -pg-peer runs that server).
+// bench/pgpeer; -pg-peer runs that server), and on each tally serving
+// kinds beyond like, the page of reactions with the page of counts
+// (-react-compare).
 //
 // With -spawn it builds and starts everything itself on loopback (a tally
 // on a fresh data directory, optionally tallies on a redis-server it
@@ -84,6 +86,7 @@ type config struct {
 	jsonPath          string
 	profileDir        string
 	reactions         string
+	reactCompare      time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -129,6 +132,7 @@ Flags:
 	fs.IntVar(&c.clients, "clients", 16, "concurrent closed-loop clients")
 	mixFlag := fs.String("mix", "feed=50,badge=25,like=8,react=2,unreact=1,comment=5,view=9", "weights of the kinds in the mixed phase (react: reactToPost with a kind other than like, half the time over one of the user's recent reactions; unreact: unreactToPost of one; on a server without reactions both are likes)")
 	fs.StringVar(&c.reactions, "reactions", "like,love,haha,wow,sad,angry", "with -spawn: tally's -reactions (a tally that refuses them starts with its default, and the tool uses the kinds each server says it serves; empty: tally's default)")
+	fs.DurationVar(&c.reactCompare, "react-compare", 4*time.Second, "on each tally serving kinds beyond like: the -compare-page page with reactions { kind count } viewerReaction against the one with counts and viewerHasLiked, alternating in half-second slices for this long (0 skips it)")
 	pages := fs.String("page-size", "20-50", "posts per feed page in the mixed phase: N or MIN-MAX")
 	fs.IntVar(&c.subs, "subs", 0, "open unreadChanged subscriptions (one WebSocket per user) during the mixed phase and the broadcast check")
 	fs.IntVar(&c.subsPerProcess, "subs-per-process", 5000, "with -subs: subscriptions each subscriber process holds (a socket is an open file, and a process may have at most RLIMIT_NOFILE); process k dials from 127.0.k.1-4")
@@ -185,8 +189,8 @@ Flags:
 		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
 	case c.postgres && (!c.spawn || c.compare == 0):
 		return c, fmt.Errorf("-postgres compares feed pages: it needs -spawn and -compare above 0")
-	case c.duration < 0 || c.compare < 0:
-		return c, fmt.Errorf("-duration and -compare must not be negative")
+	case c.duration < 0 || c.compare < 0 || c.reactCompare < 0:
+		return c, fmt.Errorf("-duration, -compare and -react-compare must not be negative")
 	}
 	if c.spawn && c.secret == "" {
 		b := make([]byte, 24)
@@ -460,6 +464,9 @@ func run(cfg config, out *report) (bool, error) {
 		if firstPosts == nil {
 			firstPosts = posts
 		}
+		if cfg.reactCompare > 0 && len(w.kinds) > 1 {
+			out.reactionPage(compareReactionPage(g, w, t, cfg))
+		}
 	}
 
 	if cfg.compare > 0 {
@@ -505,11 +512,11 @@ func run(cfg config, out *report) (bool, error) {
 			m[kFeed] = 1
 			if cfg.warmup > 0 {
 				runPhase(g, worlds[t], phaseCfg{name: "warmup", duration: cfg.warmup, clients: cfg.clients, mix: m,
-					pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: feedPage{prefix: feedPrefix, counts: true}, seed: cfg.seed + 2}, t, nil)
+					pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: flagsPage, seed: cfg.seed + 2}, t, nil)
 			}
 			prof := profile(t, cfg, out)
 			res := runPhase(g, worlds[t], phaseCfg{name: "compare", duration: cfg.compare, clients: cfg.clients, mix: m,
-				pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: feedPage{prefix: feedPrefix, counts: true}, seed: cfg.seed + 1}, t, nil)
+				pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: flagsPage, seed: cfg.seed + 1}, t, nil)
 			<-prof
 			results = append(results, res)
 		}

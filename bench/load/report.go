@@ -20,6 +20,9 @@ type jsonReport struct {
 	// PostgresSameBytes: the PostgreSQL peer answered the same bytes as tally (-postgres).
 	PostgresSameBytes bool               `json:"postgres_same_bytes"`
 	Ratios            map[string]float64 `json:"ratios,omitempty"`
+	// ReactionPage: the reactions page against the counts page, per tally
+	// serving kinds beyond like (-react-compare).
+	ReactionPage map[string]jsonReactionPage `json:"reaction_page,omitempty"`
 }
 
 type jsonKind struct {
