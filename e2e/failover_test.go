@@ -273,8 +273,9 @@ func (c failoverCase) run(t *testing.T) {
 		}
 	}
 	// The deadline bounds the store's work; the rest of a request (HTTP,
-	// JSON, two busy cores) gets a margin.
-	if slowest > failoverDeadline+300*time.Millisecond {
+	// JSON, two busy cores shared with other test binaries in CI) gets a
+	// margin, still far from a request that waits out the failover.
+	if slowest > 2*failoverDeadline {
 		t.Errorf("a request took %v, past its %v deadline", slowest, failoverDeadline)
 	}
 	if n := notReady.Load(); n > 0 {

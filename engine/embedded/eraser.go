@@ -140,13 +140,14 @@ func (e *Engine) scanStep(x erasure, r *eraseStepRec) bool {
 		sc = e.st.posts.PlanScan(x.user, x.cursor, eraseBatch)
 	}
 	e.mu.Unlock()
-	runErr := sc.Run()
+	// Finish reports the run's error, except for a window replaced while
+	// the scan read it (a job installed a new body and Collect may have
+	// closed the file read): that window is read again from the same
+	// cursor, so its read error says nothing.
+	_ = sc.Run()
 	e.mu.Lock()
 	found, next, done, err := sc.Finish()
 	e.mu.Unlock()
-	if err == nil && runErr != nil && next == x.cursor {
-		err = runErr
-	}
 	if err != nil {
 		e.logger.Warn("embedded: an erasure's scan failed; retrying", "err", err)
 		return false

@@ -157,7 +157,10 @@ func TestStalledMasterHoldsNoCallPastItsDeadline(t *testing.T) {
 
 	node.Pause()
 	defer node.Resume()
-	const deadline = 300 * time.Millisecond
+	// Margins are wide for a loaded CI machine, still well apart from what
+	// they tell apart: a call that outlives its deadline, a write that
+	// waits for a silent master at all.
+	const deadline = 600 * time.Millisecond
 	like := func(user engine.UserID) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(bg, deadline)
 		defer cancel()
@@ -166,7 +169,7 @@ func TestStalledMasterHoldsNoCallPastItsDeadline(t *testing.T) {
 		return time.Since(start), err
 	}
 	first, err := like(2)
-	if !errors.Is(err, engine.ErrUnavailable) || first > deadline+100*time.Millisecond {
+	if !errors.Is(err, engine.ErrUnavailable) || first > deadline+400*time.Millisecond {
 		t.Fatalf("like on a stalled master: %v after %v; want ErrUnavailable within its %v deadline", err, first, deadline)
 	}
 	var fast time.Duration
@@ -180,7 +183,7 @@ func TestStalledMasterHoldsNoCallPastItsDeadline(t *testing.T) {
 			t.Fatalf("stalled master never kept from writes: last %v", redisstore.Cause(err))
 		}
 	}
-	if fast > 50*time.Millisecond {
+	if fast > deadline/3 {
 		t.Fatalf("write to a master known stalled took %v", fast)
 	}
 	t.Logf("first like on the stalled master failed after %v (deadline %v); once known stalled, after %v", first, deadline, fast)

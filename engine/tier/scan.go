@@ -107,8 +107,9 @@ func (sc *Scan) Run() error {
 // Finish ends the scan under the write lock: it returns the candidates
 // (sorted, each once), the cursor to plan the next scan from, and done
 // when no window holds ids at or after it. A scan of a window whose body
-// was replaced while it ran returns what it found and the same from: the
-// window is read again. An error (an unreadable cold block) is returned
+// was replaced while it ran returns what it found, the same from and no
+// error (the run may have read a file Collect closed): the window is read
+// again. An error (an unreadable cold block) is returned
 // with the same from, to be retried.
 func (sc *Scan) Finish() (found []uint64, next Cursor, done bool, err error) {
 	t, w := sc.t, sc.w

@@ -153,7 +153,10 @@ func TestSetConcurrentJobs(t *testing.T) {
 					}
 				}
 				mu.Unlock()
-				if err != nil || runErr != nil && next != cur {
+				// A run may fail reading a cold file that a job replaced
+				// and Collect closed meanwhile: Finish then reports no
+				// error and not done, to read the new body.
+				if err != nil || runErr != nil && d {
 					t.Error(err, runErr)
 					return
 				}
