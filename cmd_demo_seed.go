@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/tally-dev/tally/web/demoseed"
 )
@@ -31,6 +32,11 @@ func demoSeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "%s already holds the demo world (%s): nothing to do\n", filepath.Join(sf.data, demoseed.FileName), sum)
 		return nil
 	}
-	fmt.Fprintf(stdout, "seeded %s: %v\nstart the server with the same -data, then open /demo\n", backendName(sf), sum)
+	same := "-data"
+	if kinds := store.ReactionKinds(); len(kinds) > 1 {
+		// A start without them is refused: they have counts now.
+		same = "-data and -reactions " + strings.Join(kinds, ",")
+	}
+	fmt.Fprintf(stdout, "seeded %s: %v\nstart the server with the same %s, then open /demo\n", backendName(sf), sum, same)
 	return nil
 }

@@ -424,7 +424,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CostBurst:              *costBurst,
 		StoreTimeout:           storeTimeout,
 		Tracer:                 tracer,
-	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, GraphiQLCDN: *graphiqlCDN}})
+	}, DevToken: devToken, UI: web.Options{DataDir: sf.data, Reactions: store.ReactionKinds(), GraphiQLCDN: *graphiqlCDN}})
 
 	if *pprofAddr != "" {
 		stopPprof, err := startPprof(*pprofAddr)

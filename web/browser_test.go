@@ -630,11 +630,7 @@ func TestDemoTokenRefusedAfterDevRestart(t *testing.T) {
 	setup(t)
 	bin := filepath.Join(env.tmp, "tally")
 	data := filepath.Join(env.tmp, "restarted")
-	seed := exec.Command(bin, "demo-seed", "-data", data)
-	seed.Env = devEnv()
-	if out, err := seed.CombinedOutput(); err != nil {
-		t.Fatalf("tally demo-seed: %v\n%s", err, out)
-	}
+	seedData(t, data)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -686,6 +682,16 @@ func TestDemoTokenRefusedAfterDevRestart(t *testing.T) {
 	p.waitFor("the demo to be live again", demoLive)
 }
 
+// seedData runs the test run's tally demo-seed on data with args.
+func seedData(t *testing.T, data string, args ...string) {
+	t.Helper()
+	seed := exec.Command(filepath.Join(env.tmp, "tally"), append([]string{"demo-seed", "-data", data}, args...)...)
+	seed.Env = devEnv()
+	if out, err := seed.CombinedOutput(); err != nil {
+		t.Fatalf("tally demo-seed %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 // commentOnMayasPost makes Maya's unread change through the public API.
 func commentOnMayasPost(t *testing.T) {
 	t.Helper()
@@ -704,21 +710,8 @@ func commentOnMayasPost(t *testing.T) {
 	}
 	var tok struct{ Token string }
 	getJSON(t, env.base+"/demo/token?user=2", &tok)
-	body, _ := json.Marshal(map[string]any{
-		"query":     `mutation($p: ID!) { commentOnPost(postId: $p) { id } }`,
-		"variables": map[string]string{"p": post},
-	})
-	req, _ := http.NewRequest(http.MethodPost, env.base+"/query", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tok.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var res struct{ Errors []any }
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Errors) > 0 || resp.StatusCode != 200 {
-		t.Fatalf("commentOnPost: %d %v %v", resp.StatusCode, res.Errors, err)
+	if errs := graphQL(t, env.base, tok.Token, `mutation($p: ID!) { commentOnPost(postId: $p) { id } }`, map[string]any{"p": post}, nil); len(errs) > 0 {
+		t.Fatalf("commentOnPost: %v", errs)
 	}
 }
 
@@ -742,4 +735,256 @@ func fetchJSON(u string, v any) error {
 		return fmt.Errorf("GET %s: %v", u, err)
 	}
 	return nil
+}
+
+// reactionKinds are the kinds of the reactions test's server, in display
+// order.
+var reactionKinds = []string{"like", "love", "haha", "wow", "sad", "angry"}
+
+// TestDemoReactions: on a server with six reaction kinds, seeded with
+// them, every post's picker offers those kinds; Ana reacts to a post of
+// Maya's, switches and removes her reaction, and the counts on her
+// screen, in GraphQL and (for the first reaction, which bumps Maya's
+// badge) in Maya's window follow. A refused reaction (the server's
+// per-user mutation budget spent) shows the server's error and changes
+// nothing.
+func TestDemoReactions(t *testing.T) {
+	setup(t)
+	bin := filepath.Join(env.tmp, "tally")
+	data := filepath.Join(env.tmp, "reactions")
+	kinds := strings.Join(reactionKinds, ",")
+	seedData(t, data, "-reactions", kinds)
+	// A mutation budget that does not refill within the test, and a
+	// burst the demo's own writes (views, marking read) stay under.
+	base, err := startServer(bin, data, filepath.Join(env.tmp, "reactions.log"),
+		"-reactions", kinds, "-rate-limit", "0.001", "-rate-burst", "40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	author := openURL(t, "demo as user "+maya+" (reactions)", base+"/demo?user="+maya, false)
+	author.waitFor("Maya's demo to be live with a feed", demoLive)
+	reactor := openURL(t, "demo as user "+ana+" (reactions)", base+"/demo?user="+ana, false)
+	reactor.waitFor("Ana's demo to be live with a feed", demoLive)
+
+	// Every post offers the server's kinds, in order, as labelled buttons.
+	if got := eval[[]string](reactor, `[...new Set([...document.querySelectorAll('.post .reactions')].map(g =>
+		[...g.querySelectorAll('.react')].map(b => b.dataset.kind + ':' + b.getAttribute('aria-label') + ':' + b.getAttribute('aria-pressed')).join(' ')
+			.replace(/:true/g, ':false')))]`); len(got) != 1 ||
+		got[0] != "like:Like:false love:Love:false haha:Haha:false wow:Wow:false sad:Sad:false angry:Angry:false" {
+		t.Errorf("the pickers offer %q, want the six kinds, labelled, once", got)
+	}
+	// The seed reacted with several kinds, and Ana's own pick shows.
+	if n := eval[int](reactor, `[...document.querySelectorAll('.post .reactions')].filter(g =>
+		[...g.querySelectorAll('.react:not(.like) .n')].filter(n => n.dataset.count !== '0').length >= 3).length`); n == 0 {
+		t.Error("no post shows counts of three kinds besides like")
+	}
+	if !eval[bool](reactor, `!!document.querySelector('.react[data-kind="haha"][aria-pressed="true"]')`) {
+		t.Error("Ana's seeded haha does not show as her reaction")
+	}
+
+	card := eval[string](reactor, `(() => {
+		const li = [...document.querySelectorAll('.post[data-author="`+maya+`"]')]
+			.find(li => !li.querySelector('.react[aria-pressed="true"]'));
+		return li ? li.dataset.cardId : '';
+	})()`)
+	if card == "" {
+		t.Fatal("Ana's feed has no post by Maya she has not reacted to")
+	}
+	post := eval[string](reactor, `document.querySelector('.post[data-card-id="`+card+`"]').dataset.postId`)
+	onScreen := func(p *page) map[string]int {
+		got := map[string]int{}
+		for k, v := range eval[map[string]string](p, `Object.fromEntries([...document.querySelector('.post[data-post-id="`+post+`"] .reactions').querySelectorAll('.react')]
+			.map(b => [b.dataset.kind, b.querySelector('.n').dataset.count]))`) {
+			got[k] = atoi(p, v)
+		}
+		return got
+	}
+	before := onScreen(reactor)
+	var tok struct{ Token string }
+	getJSON(t, base+"/demo/token?user="+ana, &tok)
+	// check compares the screen, GraphQL and Ana's pick with before
+	// plus one reaction of kind (none: "").
+	check := func(step, kind string) {
+		t.Helper()
+		want := map[string]int{}
+		for k, n := range before {
+			want[k] = n
+		}
+		if kind != "" {
+			want[kind]++
+		}
+		pressed := `[...document.querySelectorAll('.post[data-card-id="` + card + `"] .react[aria-pressed="true"]')].map(b => b.dataset.kind).join(',')`
+		reactor.waitFor(step+": the picker to show "+strconv.Quote(kind)+" chosen", pressed+` === '`+kind+`'`)
+		if got := onScreen(reactor); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: Ana's screen shows %v, want %v", step, got, want)
+		}
+		var res struct {
+			Post struct {
+				Counts    struct{ Likes int }
+				Reactions []struct {
+					Kind  string
+					Count int
+				}
+				ViewerReaction *string
+			}
+		}
+		if errs := graphQL(t, base, tok.Token, `query($id: ID!) { post(id: $id) { counts { likes } reactions { kind count } viewerReaction } }`,
+			map[string]any{"id": post}, &res); len(errs) > 0 {
+			t.Fatalf("%s: post query: %v", step, errs)
+		}
+		var kindsGot []string
+		for _, r := range res.Post.Reactions {
+			kindsGot = append(kindsGot, r.Kind)
+			if r.Count != want[r.Kind] {
+				t.Errorf("%s: GraphQL says %d %s, want %d", step, r.Count, r.Kind, want[r.Kind])
+			}
+		}
+		if strings.Join(kindsGot, ",") != kinds || res.Post.Counts.Likes != want["like"] {
+			t.Errorf("%s: GraphQL reactions %v, likes %d", step, res.Post.Reactions, res.Post.Counts.Likes)
+		}
+		if got := deref(res.Post.ViewerReaction); got != kind {
+			t.Errorf("%s: viewerReaction = %q, want %q", step, got, kind)
+		}
+	}
+	button := func(kind string) string {
+		return `.post[data-card-id="` + card + `"] .react[data-kind="` + kind + `"]`
+	}
+	likesBadge := badge(author, "likes")
+
+	reactor.click(button("love"))
+	check("react love", "love")
+	// The first reaction bumps Maya's likes badge, which brings her
+	// window the post's new counts without a reload.
+	author.waitFor("Maya's likes badge and the post's love count to go up",
+		fmt.Sprintf(`document.querySelector('[data-testid="badge-likes"] .count').dataset.count === '%d'
+			&& document.querySelector('.post[data-post-id="%s"] .react[data-kind="love"] .n').dataset.count === '%d'`,
+			likesBadge+1, post, before["love"]+1))
+	reactor.screenshot("demo-reactions-love.png")
+
+	reactor.click(button("wow"))
+	check("switch to wow", "wow")
+	if got := badge(author, "likes"); got != likesBadge+1 {
+		t.Errorf("after the switch Maya's likes badge is %d, want %d (a switch bumps nobody)", got, likesBadge+1)
+	}
+	reactor.screenshot("demo-reactions-wow.png")
+
+	reactor.click(button("wow"))
+	check("remove", "")
+
+	// Spend the rest of Ana's mutation budget, then react: the demo shows
+	// the server's refusal and the picker stays as it is.
+	for i := 0; ; i++ {
+		errs := graphQL(t, base, tok.Token, `mutation($id: ID!) { unreactToPost(postId: $id) { id } }`, map[string]any{"id": post}, nil)
+		if len(errs) > 0 && errs[0].Extensions.Code == "RATE_LIMITED" {
+			break
+		}
+		if len(errs) > 0 || i == 100 {
+			t.Fatalf("spending Ana's budget: %v after %d mutations", errs, i)
+		}
+	}
+	eval[any](reactor, `document.getElementById('toast').hidden = true`)
+	reactor.click(button("sad"))
+	reactor.waitFor("the refusal in a toast", `!document.getElementById('toast').hidden
+		&& document.getElementById('toast').textContent.includes('too many mutations')`)
+	reactor.screenshot("demo-reactions-refused.png")
+	check("refused sad", "")
+}
+
+// On a like-only deployment (the default) the picker is the Like button:
+// one kind, like, which is the reaction GraphQL reports.
+func TestDemoReactionsLikeOnly(t *testing.T) {
+	setup(t)
+	p := openDemo(t, sam)
+	if got := eval[[]string](p, `[...new Set([...document.querySelectorAll('.post .reactions')].map(g => g.dataset.kinds + '/' + g.querySelectorAll('button').length))]`); len(got) != 1 || got[0] != "like/1" {
+		t.Fatalf("like-only pickers: %q, want the like button alone", got)
+	}
+	card := eval[string](p, `(() => {
+		const li = [...document.querySelectorAll('.post')].find(li => li.dataset.author !== '`+sam+`'
+			&& li.querySelector('[data-testid="like"]').getAttribute('aria-pressed') === 'false');
+		return li ? li.dataset.cardId : '';
+	})()`)
+	if card == "" {
+		t.Fatal("Sam's feed has no post of someone else's he has not liked")
+	}
+	post := eval[string](p, `document.querySelector('.post[data-card-id="`+card+`"]').dataset.postId`)
+	like := `.post[data-card-id="` + card + `"] [data-testid="like"]`
+	count := func() int {
+		return atoi(p, eval[string](p, `document.querySelector('`+like+` [data-testid="count-likes"]').dataset.count`))
+	}
+	before := count()
+	var tok struct{ Token string }
+	getJSON(t, env.base+"/demo/token?user="+sam, &tok)
+	viaGraphQL := func() (int, string) {
+		var res struct {
+			Post struct {
+				Reactions []struct {
+					Kind  string
+					Count int
+				}
+				ViewerReaction *string
+			}
+		}
+		if errs := graphQL(t, env.base, tok.Token, `query($id: ID!) { post(id: $id) { reactions { kind count } viewerReaction } }`,
+			map[string]any{"id": post}, &res); len(errs) > 0 || len(res.Post.Reactions) != 1 || res.Post.Reactions[0].Kind != "like" {
+			t.Fatalf("post query: %v %+v", errs, res)
+		}
+		return res.Post.Reactions[0].Count, deref(res.Post.ViewerReaction)
+	}
+
+	p.click(like)
+	p.waitFor("the like to show as chosen", `document.querySelector('`+like+`').getAttribute('aria-pressed') === 'true'`)
+	if got := count(); got != before+1 {
+		t.Errorf("the screen shows %d likes, want %d", got, before+1)
+	}
+	if n, mine := viaGraphQL(); n != before+1 || mine != "like" {
+		t.Errorf("GraphQL: %d likes, viewerReaction %q; want %d, like", n, mine, before+1)
+	}
+	p.screenshot("demo-reactions-like-only.png")
+	p.click(like)
+	p.waitFor("the like to go", `document.querySelector('`+like+`').getAttribute('aria-pressed') === 'false'`)
+	if n, mine := viaGraphQL(); n != before || mine != "" || count() != before {
+		t.Errorf("after removing: GraphQL %d likes, viewerReaction %q, screen %d; want %d, none", n, mine, count(), before)
+	}
+}
+
+// deref reads a nullable string ("" for null).
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// gqlError is one GraphQL error of a response.
+type gqlError struct {
+	Message    string
+	Extensions struct{ Code string }
+}
+
+// graphQL runs query as the bearer of token on the server at base,
+// decoding data into out (when not nil), and returns the errors.
+func graphQL(t *testing.T, base, token, query string, vars map[string]any, out any) []gqlError {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest(http.MethodPost, base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct {
+		Data   json.RawMessage
+		Errors []gqlError
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		t.Fatalf("%s: %s: %v", query, resp.Status, err)
+	}
+	if out != nil && len(res.Errors) == 0 {
+		if err := json.Unmarshal(res.Data, out); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+	}
+	return res.Errors
 }

@@ -37,6 +37,11 @@ type Options struct {
 	// (demoseed.FileName); reposts and messages made in the demo are saved
 	// back there. Empty: the demo world starts empty and lives in memory.
 	DataDir string
+	// Reactions are the deployment's reaction kinds (-reactions). The
+	// demo reads them from the posts; the seed command it shows before
+	// `tally demo-seed` names them, so that the seeded world has
+	// reactions of those kinds. Nil is like alone, the default.
+	Reactions []string
 	// GraphiQLCDN loads GraphiQL's scripts from unpkg (pinned versions,
 	// subresource integrity) instead of the copy built into the binary.
 	GraphiQLCDN bool

@@ -327,6 +327,14 @@ func TestWorldUnseeded(t *testing.T) {
 	if want := "tally demo-seed -data '" + dir + "'"; w.Seeded || w.SeedCommand != want {
 		t.Errorf("seeded=%v seedCommand=%q, want false and %q", w.Seeded, w.SeedCommand, want)
 	}
+	// A deployment with reaction kinds besides like seeds with them.
+	kinds := Handler(Options{GraphQLPath: "/query", DataDir: dir, DevToken: devToken, Reactions: []string{"like", "love", "wow"}})
+	if err := json.Unmarshal(get(t, kinds, "/demo/world").Body.Bytes(), &w); err != nil {
+		t.Fatal(err)
+	}
+	if want := "tally demo-seed -data '" + dir + "' -reactions like,love,wow"; w.SeedCommand != want {
+		t.Errorf("seedCommand with reaction kinds = %q, want %q", w.SeedCommand, want)
+	}
 	if got := post(t, h, "/demo/world/messages", `{"id":"1","group":"2"}`).Code; got != http.StatusNotFound {
 		t.Errorf("message to an unknown group = %d, want 404", got)
 	}

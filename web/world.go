@@ -93,15 +93,20 @@ func (h *handler) worldJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 // seedCommand is the command that seeds this server's demo world, in dev
-// mode.
+// mode: its data directory, and its reaction kinds when they are more
+// than like (demo-seed opens the store with them and reacts with each).
 func (h *handler) seedCommand() string {
 	if h.opts.DevToken == nil {
 		return ""
 	}
-	if h.opts.DataDir == "" {
-		return "tally demo-seed"
+	cmd := "tally demo-seed"
+	if h.opts.DataDir != "" {
+		cmd += " -data " + shellQuote(h.opts.DataDir)
 	}
-	return "tally demo-seed -data " + shellQuote(h.opts.DataDir)
+	if len(h.opts.Reactions) > 1 {
+		cmd += " -reactions " + shellQuote(strings.Join(h.opts.Reactions, ","))
+	}
+	return cmd
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

@@ -1,6 +1,6 @@
 // Package demoseed owns the demo world: a small, believable social app
-// (eight named users, follows, a feed of posts with long-tailed counts, a
-// group chat with history and read receipts, system notifications and a
+// (eight named users, follows, a feed of posts with long-tailed counts and
+// reactions of every kind the deployment has, a group chat with history and read receipts, system notifications and a
 // red-dot push) written into a store through engine.Store, so that
 // GraphiQL and the demo client have something to show at once.
 //
@@ -153,7 +153,7 @@ func Load(dir string) (Summary, error) {
 func Seed(ctx context.Context, s engine.Store) (Summary, error) {
 	now := time.Now()
 	w := seeder{ctx: ctx, s: s, now: now, run: strconv.FormatInt(now.UnixNano(), 36)}
-	steps := []func() error{w.users, w.follows, w.posts, w.reactions, w.group, w.broadcasts}
+	steps := []func() error{w.users, w.follows, w.posts, w.reactions, w.otherKinds, w.group, w.broadcasts}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return Summary{}, err
@@ -311,6 +311,51 @@ func (w *seeder) reactions() error {
 		w.sum.Posts = append(w.sum.Posts, Post{ID: ID(id), Author: ID(r.by), RepostOf: ID(w.ids[r.post])})
 	}
 	return w.views()
+}
+
+// otherKinds gives the posts reactions of the deployment's kinds other
+// than like (Store.ReactionKinds), so that the demo's reaction picker
+// shows counts of several kinds at once; a like-only deployment gets
+// none. They come from audience users past the post's likers, so every
+// like stays a like and counts.likes is the same whatever the kinds.
+func (w *seeder) otherKinds() error {
+	var others []string
+	for _, k := range w.s.ReactionKinds() {
+		if k != "like" {
+			others = append(others, k)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	var jobs []func() error
+	for i, p := range posts {
+		id := w.ids[i]
+		next := p.likes // the first audience user past the likers
+		for rank := range others {
+			n := otherKindCount(p.likes, rank)
+			// Which kind a post gets most of turns with the post, so
+			// the feed does not show one ranking everywhere.
+			kind := others[(rank+i)%len(others)]
+			for range n {
+				u := engine.UserID(audienceBase + next)
+				next++
+				jobs = append(jobs, func() error { return w.s.ReactToPost(w.ctx, u, id, kind) })
+			}
+		}
+	}
+	for _, r := range castReactions {
+		kind := others[r.rank%len(others)]
+		jobs = append(jobs, func() error { return w.s.ReactToPost(w.ctx, engine.UserID(r.by), w.ids[r.post], kind) })
+	}
+	return w.parallel(jobs)
+}
+
+// otherKindCount is how many reactions of the rank-th most common kind
+// but like a post with likes likes gets: a shrinking share, as people
+// like far more often than they pick anything else.
+func otherKindCount(likes, rank int) int {
+	return likes * 3 / (10 << rank)
 }
 
 // views records each post's views in rounds: every round is one

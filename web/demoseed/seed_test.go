@@ -142,6 +142,73 @@ func TestSeedWorld(t *testing.T) {
 	}
 }
 
+// On a deployment with several reaction kinds, posts get reactions of
+// several kinds (the demo's picker shows them), likes stay what the
+// like-only world has, and the cast's picks are theirs.
+func TestSeedReactionKinds(t *testing.T) {
+	ctx := context.Background()
+	kinds := []string{"like", "love", "haha", "wow", "sad", "angry"}
+	s, err := embedded.Open(embedded.Options{Reactions: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sum, err := Seed(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]engine.PostID, len(posts))
+	for i := range posts {
+		ids[i] = engine.PostID(sum.Posts[i].ID)
+	}
+	out := make([]engine.PostView, len(ids))
+	if err := s.Page(ctx, 1, ids, engine.PageWant{Counts: true, Reactions: true, ViewerReaction: true}, out); err != nil {
+		t.Fatal(err)
+	}
+	severalKinds := 0
+	for i, v := range out {
+		if v.Counts.Likes != int64(posts[i].likes) || v.Reactions.Count[0] != v.Counts.Likes {
+			t.Errorf("post %d: %d likes, reaction like %d, want %d", i, v.Counts.Likes, v.Reactions.Count[0], posts[i].likes)
+		}
+		var others int64
+		kindsUsed := 0
+		for k := 1; k < len(kinds); k++ {
+			others += v.Reactions.Count[k]
+			if v.Reactions.Count[k] > 0 {
+				kindsUsed++
+			}
+		}
+		want := int64(0)
+		for rank := range len(kinds) - 1 {
+			want += int64(otherKindCount(posts[i].likes, rank))
+		}
+		for _, r := range castReactions {
+			if r.post == i {
+				want++
+			}
+		}
+		if others != want {
+			t.Errorf("post %d: %d reactions of kinds but like, want %d", i, others, want)
+		}
+		if kindsUsed >= 3 {
+			severalKinds++
+		}
+	}
+	if severalKinds < 5 {
+		t.Errorf("only %d posts have reactions of three kinds or more", severalKinds)
+	}
+	for _, r := range castReactions {
+		one := make([]engine.PostView, 1)
+		if err := s.Page(ctx, engine.UserID(r.by), ids[r.post:r.post+1], engine.PageWant{ViewerReaction: true}, one); err != nil {
+			t.Fatal(err)
+		}
+		if want := kinds[1+r.rank]; one[0].ViewerReaction != want {
+			t.Errorf("user %d's reaction on post %d = %q, want %q", r.by, r.post, one[0].ViewerReaction, want)
+		}
+	}
+
+}
+
 // The README's flow: the first query wrote to the store (a post by the
 // admin, user 1, liked by user 2), then demo-seed runs on the same data
 // directory. The seed succeeds, leaves that post as it was, and a second

@@ -92,6 +92,19 @@ var castReposts = []struct {
 	{7, 12},
 }
 
+// castReactions are reactions of a kind other than like by the cast, on
+// deployments that have such kinds: (reactor, index into posts, rank
+// among the kinds but like), so a viewer sees their own pick in the
+// picker. The reactor does not like the post (castLikers).
+var castReactions = []struct {
+	by   uint64
+	post int
+	rank int
+}{
+	{1, 3, 0},
+	{3, 3, 1},
+}
+
 // commentMentions: comments that @-mention someone, as (commenter, index
 // into posts, mentioned users).
 var commentMentions = []struct {

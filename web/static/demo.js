@@ -6,7 +6,8 @@
 // demo tells it about the reposts and messages it makes. Live updates
 // arrive over our small graphql-transport-ws client (GraphQLSocket):
 // unreadChanged drives the badges, the red dot and a refresh of the
-// feed's counts; readReceiptsChanged drives "N read · M unread".
+// feed's counts and reactions; readReceiptsChanged drives "N read · M
+// unread".
 (function () {
   'use strict';
 
@@ -224,8 +225,11 @@
 
   var VIEWER = 'id redDot unread { mentions comments likes messages system feed total } ' +
     'user { id postCount followerCount followingCount }';
+  // reactions lists every kind of the deployment (-reactions), zeros
+  // included: the picker is built from it, so it offers what this server
+  // has and no more (like alone by default).
   var POST = 'id createdAt author { id } counts { likes comments reposts views favorites } ' +
-    'viewerHasLiked viewerHasFavorited';
+    'reactions { kind count } viewerReaction viewerHasFavorited';
   var RECEIPTS = 'readCount unreadCount readers { id } unreaders { id }';
 
   var state = {
@@ -360,7 +364,7 @@
         el('div', {}, el('strong', {}, p.name), el('span', { class: 'handle' }, ' @' + p.handle + ' · ' + ago(post.createdAt)))),
       el('p', { class: 'post-text' }, text),
       el('div', { class: 'actions' },
-        action('like', 'Like', function () { toggleLike(post.id); }),
+        picker(post),
         action('comment', 'Comment', function () { openComment(li, post.id); }),
         action('repost', 'Repost', function () { repostPost(post.id); }),
         action('favorite', 'Save', function () { toggleFavorite(post.id); }),
@@ -390,29 +394,69 @@
     return svg;
   }
 
+  // Reaction kinds the demo has a face for; any other kind of a
+  // deployment shows its name. Like keeps its heart icon.
+  var FACES = { love: '😍', haha: '😆', wow: '😮', sad: '😢', angry: '😠' };
+
+  function reactionLabel(kind) {
+    return kind.charAt(0).toUpperCase() + kind.slice(1);
+  }
+
+  // picker is the post's reaction buttons, one per kind of the deployment
+  // in its order: the viewer's kind is pressed; pressing another switches
+  // to it, pressing it again removes it. With like alone it is the Like
+  // button. Like's button keeps the testids of the like-only demo.
+  function picker(post) {
+    var kinds = post.reactions.map(function (r) { return r.kind; });
+    var group = el('div', { class: 'reactions' + (kinds.length > 1 ? ' many' : ''), role: 'group', 'aria-label': 'Reactions', 'data-kinds': kinds.join(',') });
+    kinds.forEach(function (kind) {
+      var like = kind === 'like';
+      var label = reactionLabel(kind);
+      group.append(el('button', {
+        type: 'button', class: 'act react' + (like ? ' like' : ''), 'data-kind': kind, 'data-testid': like ? 'like' : 'react',
+        'aria-label': label, 'aria-pressed': 'false', title: label,
+        onclick: function () { react(post.id, kind); },
+      }, like ? icon('like') : el('span', { class: 'face', 'aria-hidden': 'true' }, FACES[kind] || kind),
+      el('span', { class: 'n', 'data-testid': like ? 'count-likes' : 'reaction-count' })));
+    });
+    return group;
+  }
+
   function action(kind, label, onclick) {
     return el('button', { type: 'button', class: 'act ' + kind, 'data-testid': kind, 'aria-label': label, title: label, onclick: onclick },
       icon(kind), el('span', { class: 'n', 'data-testid': 'count-' + kindCount(kind) }));
   }
 
   function kindCount(kind) {
-    return { like: 'likes', comment: 'comments', repost: 'reposts', favorite: 'favorites' }[kind];
+    return { comment: 'comments', repost: 'reposts', favorite: 'favorites' }[kind];
+  }
+
+  function paintCount(n, count) {
+    if (n.dataset.count === String(count)) return;
+    if (n.dataset.count !== undefined) { n.classList.remove('bump'); void n.offsetWidth; n.classList.add('bump'); }
+    n.dataset.count = String(count);
+    n.textContent = compact(count);
   }
 
   function paintPost(li, post) {
     var c = post.counts;
-    [['likes', c.likes], ['comments', c.comments], ['reposts', c.reposts], ['favorites', c.favorites], ['views', c.views]]
-      .forEach(function (kv) {
-        var n = li.querySelector('[data-testid="count-' + kv[0] + '"]');
-        if (n.dataset.count !== String(kv[1])) {
-          if (n.dataset.count !== undefined) { n.classList.remove('bump'); void n.offsetWidth; n.classList.add('bump'); }
-          n.dataset.count = String(kv[1]);
-          n.textContent = compact(kv[1]);
-        }
-      });
-    var like = li.querySelector('[data-testid="like"]');
-    like.setAttribute('aria-pressed', String(post.viewerHasLiked));
-    like.title = post.viewerHasLiked ? 'Unlike' : 'Like';
+    [['comments', c.comments], ['reposts', c.reposts], ['favorites', c.favorites], ['views', c.views]]
+      .forEach(function (kv) { paintCount(li.querySelector('[data-testid="count-' + kv[0] + '"]'), kv[1]); });
+    // The kinds are the server's: a picker built for other kinds (a
+    // restart with another -reactions) is built again.
+    var group = li.querySelector('.reactions');
+    if (group.dataset.kinds !== post.reactions.map(function (r) { return r.kind; }).join(',')) {
+      var fresh = picker(post);
+      group.replaceWith(fresh);
+      group = fresh;
+    }
+    post.reactions.forEach(function (r) {
+      var b = group.querySelector('.react[data-kind="' + r.kind + '"]');
+      var mine = post.viewerReaction === r.kind;
+      b.setAttribute('aria-pressed', String(mine));
+      b.title = mine ? (r.kind === 'like' ? 'Unlike' : 'Remove your ' + reactionLabel(r.kind)) : reactionLabel(r.kind);
+      paintCount(b.querySelector('.n'), r.count);
+    });
     li.querySelector('[data-testid="favorite"]').setAttribute('aria-pressed', String(post.viewerHasFavorited));
   }
 
@@ -426,8 +470,15 @@
       .then(function (d) { updatePost(d[field]); });
   }
 
-  function toggleLike(id) {
-    mutatePost(state.posts.get(id).viewerHasLiked ? 'unlikePost' : 'likePost', id).catch(report);
+  // react makes kind the viewer's reaction, or removes it when it is
+  // already: the post comes back with its reactions, as the like-only
+  // demo's likePost did. A refusal (RATE_LIMITED, ...) is a toast, and
+  // the picker stays as the server has it.
+  function react(id, kind) {
+    if (state.posts.get(id).viewerReaction === kind) { mutatePost('unreactToPost', id).catch(report); return; }
+    gql('mutation($id: ID!, $kind: String!) { reactToPost(postId: $id, kind: $kind) { ' + POST + ' } }', { id: id, kind: kind })
+      .then(function (d) { updatePost(d.reactToPost); })
+      .catch(report);
   }
 
   function toggleFavorite(id) {
@@ -820,7 +871,8 @@
       if (document.visibilityState === 'visible') { markViewedRead(); refreshCounts(); }
     });
     // Counts move for reasons no badge reports (someone else's post got a
-    // like): re-read the page's counts every few seconds while in view.
+    // like, a reaction switched kind, which bumps nobody): re-read the
+    // page's counts and reactions every few seconds while in view.
     setInterval(function () { if (document.visibilityState === 'visible') refreshCounts(); }, 15000);
 
     loadWorld().then(function () {
