@@ -35,8 +35,11 @@ import (
 // two tally replicas on a redis-server (the subscriptions spread over
 // both: a broadcast sent to one reaches the other's subscribers through
 // Redis) and PostgreSQL under its gqlgen + dataloader + pgx server. The
-// output must parse, every kind must have succeeded, the exactness check
-// must pass and the reference and PostgreSQL must answer tally's bytes.
+// output must parse, every kind must have succeeded (likes, reactions of
+// other kinds and unreactions among them), the exactness check must pass
+// (every reaction kind's count, the viewers' kinds), the reactions page
+// must have been compared with the counts page, and the reference and
+// PostgreSQL must answer tally's bytes.
 func TestSpawnRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
