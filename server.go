@@ -118,9 +118,6 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("-reactions: %w", err)}
 	}
-	if f.redis != "" && len(reactions) > 1 {
-		return nil, usageError{errors.New("-reactions: the Redis backend keeps likes only for now: -reactions like")}
-	}
 	if f.redis != "" {
 		if f.redisTimeout < 0 || f.redisWaitTimeout < 0 {
 			return nil, usageError{errors.New("-redis-timeout and -redis-wait-timeout must not be negative")}
@@ -136,6 +133,7 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 			WaitReplicas: f.redisWait,
 			WaitTimeout:  f.redisWaitTimeout,
 			ReadTimeout:  f.redisTimeout,
+			Reactions:    reactions,
 		}
 		if f.metrics != nil {
 			opts.Observer = f.metrics
@@ -144,7 +142,8 @@ func (f *storeFlags) open(ctx context.Context) (engine.Store, error) {
 			opts.SweepInterval, opts.IntentSweepInterval = -1, -1
 		}
 		if f.checkJob {
-			opts.Node, opts.Existing = max(opts.Node, 1), true
+			// A check recounts the kinds the keyspace has.
+			opts.Node, opts.Existing, opts.Reactions = max(opts.Node, 1), true, nil
 		}
 		s, err := openRedis(ctx, opts, f.redisStartWait)
 		if rs, ok := s.(*redisstore.Store); ok && err == nil && f.metrics != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/web/transport"
 )
@@ -40,8 +41,23 @@ func reactionsOf(post any) string {
 	return b.String()
 }
 
+// TestReactionsGraphQL holds both backends to the same answers.
 func TestReactionsGraphQL(t *testing.T) {
-	s := reactionsServer(t, "like", "love", "haha")
+	t.Run("embedded", func(t *testing.T) { reactionsGraphQL(t, reactionsServer(t, "like", "love", "haha")) })
+	t.Run("redis", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts redis-server")
+		}
+		addr, _ := redistest.StartSingle(t)
+		store, err := redisstore.Open(t.Context(), redisstore.Options{Addrs: []string{addr}, Reactions: []string{"like", "love", "haha"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reactionsGraphQL(t, newTestServerWith(t, store, transport.Config{}))
+	})
+}
+
+func reactionsGraphQL(t *testing.T, s *testServer) {
 	const author, fan, other = 1, 2, 3
 	p := s.createPost(t, author)
 	react := func(user uint64, kind string) map[string]any {
@@ -126,32 +142,42 @@ func TestReactionsGraphQL(t *testing.T) {
 	check("after the refused calls", read(fan), "like=1 love=0 haha=1 viewer=like")
 }
 
-// TestReactionsRedisLikeOnly: the Redis backend keeps like alone for now
-// (docs/api.md): its Post.reactions is like's count, like works as a
-// reaction, any other kind is BAD_USER_INPUT, and -reactions beyond like
-// with -redis is a usage error.
-func TestReactionsRedisLikeOnly(t *testing.T) {
+// TestReactionsRedisKinds: on Redis, as on the embedded engine, a kind
+// added to -reactions works at the next start, and a start that leaves
+// out a kind still counted is refused with the kind and its count.
+func TestReactionsRedisKinds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
 	addr, _ := redistest.StartSingle(t)
-	s := newTestServerWith(t, openTestRedis(t, []string{addr}, ""), transport.Config{})
+	open := func(kinds ...string) (*redisstore.Store, error) {
+		return redisstore.Open(t.Context(), redisstore.Options{Addrs: []string{addr}, Reactions: kinds})
+	}
+	first, err := open("like")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerWith(t, first, transport.Config{})
 	p := s.createPost(t, 1)
 	const mut = `mutation($p: ID!, $k: String!) { reactToPost(postId: $p, kind: $k) { ` + reactionFields + ` } }`
-	got := s.q(t, 2, mut, map[string]any{"p": p, "k": "like"})["reactToPost"].(map[string]any)
-	if r := reactionsOf(got); r != "like=1 viewer=like" || get(got, "viewerHasLiked") != true {
-		t.Fatalf("a like on Redis reads %s %v", r, got)
-	}
 	if e := s.wantCode(t, 2, "BAD_USER_INPUT", mut, map[string]any{"p": p, "k": "love"}); !strings.Contains(e.Message, "love") {
 		t.Fatalf("the error does not name the kind: %q", e.Message)
 	}
-	got = s.q(t, 2, `mutation($p: ID!) { unreactToPost(postId: $p) { `+reactionFields+` } }`, map[string]any{"p": p})["unreactToPost"].(map[string]any)
-	if r := reactionsOf(got); r != "like=0 viewer=null" {
-		t.Fatalf("after unreact, Redis reads %s", r)
-	}
+	first.Close()
 
-	code, _, errs := runCLI(t, "-redis", addr, "-reactions", "like,love", "-addr", "127.0.0.1:0", "-data", t.TempDir())
-	if code != 2 || !strings.Contains(errs, "-reactions") {
-		t.Fatalf("-reactions like,love with -redis: exit %d, %s", code, errs)
+	second, err := open("like", "love")
+	if err != nil {
+		t.Fatalf("adding a kind at the next start: %v", err)
+	}
+	s = newTestServerWith(t, second, transport.Config{})
+	got := s.q(t, 2, mut, map[string]any{"p": p, "k": "love"})["reactToPost"].(map[string]any)
+	if r := reactionsOf(got); r != "like=0 love=1 viewer=love" {
+		t.Fatalf("a love on Redis reads %s", r)
+	}
+	second.Close()
+
+	code, _, errs := runCLI(t, "-redis", addr, "-reactions", "like", "-addr", "127.0.0.1:0", "-data", t.TempDir())
+	if code == 0 || !strings.Contains(errs, `love`) || !strings.Contains(errs, "still counts 1 reactions") {
+		t.Fatalf("-reactions like over a keyspace with a love: exit %d, %s", code, errs)
 	}
 }

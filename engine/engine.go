@@ -18,7 +18,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tally-dev/tally/engine/counters"
@@ -135,51 +134,6 @@ type PostView struct {
 // allocating.
 type Reactions struct {
 	Count [counters.MaxKinds]int64
-}
-
-// LikesAsReactions fills the reactions of a page read for want from its
-// likes, for a backend whose only reaction kind is like (ReactionKinds
-// ["like"]): the count of like is the likes, the viewer's reaction is like
-// when liked. The read was made with LikesWant(want); what want did not
-// ask for is cleared again.
-func LikesAsReactions(want PageWant, out []PostView) {
-	for i := range out {
-		v := &out[i]
-		if want.Reactions {
-			v.Reactions.Count[0] = v.Counts.Likes
-		}
-		if want.ViewerReaction && v.Liked {
-			v.ViewerReaction = "like"
-		}
-		if !want.Counts {
-			v.Counts = Counts{}
-		}
-		if !want.Liked {
-			v.Liked = false
-		}
-	}
-}
-
-// ReactAsLike is ReactToPost for a backend whose only reaction kind is
-// like: like is its Like, any other kind ErrInvalid (UnreactToPost is its
-// Unlike).
-func ReactAsLike(ctx context.Context, like func(context.Context, UserID, PostID) error, viewer UserID, post PostID, kind string) error {
-	if kind != "like" {
-		if err := CheckViewer(viewer); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: unknown reaction kind %q", ErrInvalid, kind)
-	}
-	return like(ctx, viewer, post)
-}
-
-// LikesWant returns the read want needs from a backend whose only
-// reaction kind is like: counts for the reactions, like flags for the
-// viewer's reaction.
-func LikesWant(want PageWant) PageWant {
-	want.Counts = want.Counts || want.Reactions
-	want.Liked = want.Liked || want.ViewerReaction
-	return want
 }
 
 // UserCounts are the per-user counters shown on a profile.

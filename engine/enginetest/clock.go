@@ -1,7 +1,6 @@
 package enginetest
 
 import (
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -50,8 +49,7 @@ type Config struct {
 	Now       func() time.Time // the backend's clock (Options.Now)
 	CursorTTL time.Duration    // Options.CursorTTL; 0 means engine.DefaultCursorTTL
 	// Reactions are the deployment's reaction kinds (-reactions; nil:
-	// like alone). The suites ask for ScriptKinds, or like alone of a
-	// backend that lists the known difference "reactions".
+	// like alone). The suites ask for ScriptKinds.
 	Reactions []string
 }
 
@@ -68,19 +66,4 @@ type Backend struct {
 	// opens the same data again as a new process would (the old store is
 	// not used after); it returns the new store.
 	Open func(t *testing.T, cfg Config) (s engine.Store, restart func() (engine.Store, error))
-	// Differs names entries of KnownDifferences that apply to this
-	// backend; the suites then avoid exercising that behaviour.
-	Differs []string
-}
-
-// reactionKinds are the kinds the suites configure b with.
-func (b Backend) reactionKinds() []string {
-	if b.differs("reactions") {
-		return []string{"like"}
-	}
-	return ScriptKinds
-}
-
-func (b Backend) differs(name string) bool {
-	return slices.Contains(b.Differs, name)
 }

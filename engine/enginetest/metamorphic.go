@@ -69,7 +69,7 @@ func RunMetamorphic(t *testing.T, b Backend) {
 	seed, budget, maxOps := metamorphicBudget(t)
 	t.Logf("metamorphic %s: seed %d (replay: TALLY_MODEL_SEED=%d)", b.Name, seed, seed)
 	clk := NewClock()
-	kinds := b.reactionKinds()
+	kinds := ScriptKinds
 	store, restart := b.Open(t, Config{Now: clk.Now, CursorTTL: metamorphicTTL, Reactions: kinds})
 	w := &workload{
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -388,9 +388,6 @@ func (w *workload) commentID() uint64 {
 	return w.comments[len(w.comments)-1-min(len(w.comments)-1, int(w.rng.ExpFloat64()*3))]
 }
 
-// lifecycle reports whether the backend takes the lifecycle operations.
-func (w *workload) lifecycle() bool { return !w.backend.differs("lifecycle") }
-
 var ctx = context.Background()
 
 func errClass(err error) string {
@@ -572,9 +569,6 @@ func renderArgs(as []arg) string {
 
 func (w *workload) gen() op {
 	r := w.rng.IntN(51)
-	if r >= 43 && r <= 47 && !w.lifecycle() {
-		return w.gen()
-	}
 	switch r {
 	case 0, 1, 2:
 		v := w.user()
@@ -656,10 +650,7 @@ func (w *workload) gen() op {
 		p := w.pick(kPost)
 		ms := w.users(3)
 		key := w.key()
-		var c uint64
-		if w.lifecycle() {
-			c = w.commentID()
-		}
+		c := w.commentID()
 		return op{fmt.Sprintf("comment u%d %s #%d mentions=%v key=%q", v, p, c, ms, key), func(sd *side) string {
 			return errClass(sd.s.Comment(ctx, v, engine.PostID(p.id(sd)), engine.CommentID(c), ms, key))
 		}}

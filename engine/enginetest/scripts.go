@@ -65,19 +65,6 @@ import (
 //	advance DURATION                                  e.g. 31d, 25h, 1s
 //	restart                                           reopen a durable store (else nothing)
 
-// scriptNeeds names the KnownDifferences entries a script exercises: it
-// is skipped, with the reason, on a backend that lists one of them.
-var scriptNeeds = map[string][]string{
-	"comment_ids":      {"lifecycle"},
-	"delete_comment":   {"lifecycle"},
-	"delete_post":      {"lifecycle"},
-	"erase_user":       {"lifecycle"},
-	"erase_groups":     {"lifecycle"},
-	"never_below_zero": {"lifecycle"},
-	"reactions":        {"reactions"},
-	"erase_reactions":  {"reactions", "lifecycle"},
-}
-
 func testdataDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "testdata")
@@ -92,14 +79,8 @@ func RunScripts(t *testing.T, b Backend) {
 
 func runScripts(t *testing.T, b Backend, open func(t *testing.T, cfg Config) (compared, func() (engine.Store, error))) {
 	datadriven.Walk(t, testdataDir(), func(t *testing.T, path string) {
-		name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-		for _, d := range scriptNeeds[name] {
-			if b.differs(d) {
-				t.Skipf("known difference %s: %s", d, KnownDifferences[d])
-			}
-		}
 		clk := NewClock()
-		s, restart := open(t, Config{Now: clk.Now, Reactions: b.reactionKinds()})
+		s, restart := open(t, Config{Now: clk.Now, Reactions: ScriptKinds})
 		sc := &script{s: s, restart: restart, clk: clk, names: map[string]uint64{}, byID: map[uint64]string{}}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return sc.run(t, d)

@@ -1,5 +1,5 @@
 // Package ops states Tally's product rules once. Each mutation of
-// engine.Store is a type here (Like, Comment, Repost, SendMessage,
+// engine.Store is a type here (ReactToPost, Comment, Repost, SendMessage,
 // MarkRead, ...) with two halves:
 //
 //   - Check validates and normalises the call's own input (ids, texts,

@@ -17,31 +17,38 @@ const (
 	post  engine.PostID = 100
 )
 
+// TestLike: likePost is ReactToPost{Kind: Like} and unlikePost
+// UnreactToPost{Only: Like}, with a like's rules: de-duplicated, and the
+// author's badge for a like of someone else's post.
 func TestLike(t *testing.T) {
+	like := func(viewer engine.UserID) func(ReactionFacts, *Effects) error {
+		return (&ReactToPost{Viewer: viewer, Post: post, Kind: counters.Like}).Decide
+	}
+	unlike := (&UnreactToPost{Viewer: alice, Post: post, Only: counters.Like}).Decide
+	on := func(author engine.UserID, was counters.Kind) ReactionFacts {
+		return ReactionFacts{PostFacts: PostFacts{Exists: true, Author: author}, Was: was}
+	}
 	cases := []struct {
 		name   string
-		op     Like
-		facts  FlagFacts
+		decide func(ReactionFacts, *Effects) error
+		facts  ReactionFacts
 		err    error
 		counts []CountDelta
 		bumps  []Bump
 	}{
-		{"unknown post", Like{Viewer: alice, Post: post}, FlagFacts{}, engine.ErrNotFound, nil, nil},
-		{"someone else's post", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}},
+		{"unknown post", like(alice), ReactionFacts{}, engine.ErrNotFound, nil, nil},
+		{"someone else's post", like(alice), on(bob, counters.NoKind),
 			nil, []CountDelta{{post, counters.Likes, 1}}, []Bump{{bob, engine.Likes}}},
-		{"own post", Like{Viewer: bob, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}},
-			nil, []CountDelta{{post, counters.Likes, 1}}, nil},
-		{"imported without author", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: 0}},
-			nil, []CountDelta{{post, counters.Likes, 1}}, nil},
-		{"repeat", Like{Viewer: alice, Post: post}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}, Set: true}, nil, nil, nil},
-		{"unlike", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}, Set: true},
-			nil, []CountDelta{{post, counters.Likes, -1}}, nil},
-		{"unlike of none", Like{Viewer: alice, Post: post, Undo: true}, FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, nil, nil, nil},
+		{"own post", like(bob), on(bob, counters.NoKind), nil, []CountDelta{{post, counters.Likes, 1}}, nil},
+		{"imported without author", like(alice), on(0, counters.NoKind), nil, []CountDelta{{post, counters.Likes, 1}}, nil},
+		{"repeat", like(alice), on(bob, counters.Like), nil, nil, nil},
+		{"unlike", unlike, on(bob, counters.Like), nil, []CountDelta{{post, counters.Likes, -1}}, nil},
+		{"unlike of none", unlike, on(bob, counters.NoKind), nil, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var eff Effects
-			err := c.op.Decide(c.facts, &eff)
+			err := c.decide(c.facts, &eff)
 			if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
 				t.Fatalf("err %v, want %v", err, c.err)
 			}
@@ -324,8 +331,8 @@ func TestMarkMessagesRead(t *testing.T) {
 
 func TestLikeDoesNotAllocateBeyondItsEvent(t *testing.T) {
 	var eff Effects
-	op := Like{Viewer: alice, Post: post}
-	facts := FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}
+	op := ReactToPost{Viewer: alice, Post: post, Kind: counters.Like}
+	facts := ReactionFacts{PostFacts: PostFacts{Exists: true, Author: bob}}
 	allocs := testing.AllocsPerRun(100, func() {
 		eff.Reset()
 		_ = op.Decide(facts, &eff)
@@ -372,7 +379,7 @@ func TestReadRules(t *testing.T) {
 func TestQuietDecidesTheSame(t *testing.T) {
 	decisions := []func(*Effects){
 		func(e *Effects) {
-			(&Like{Viewer: alice, Post: post}).Decide(FlagFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
+			(&ReactToPost{Viewer: alice, Post: post, Kind: counters.Like}).Decide(ReactionFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)
 		},
 		func(e *Effects) {
 			(&ReactToPost{Viewer: alice, Post: post, Kind: 2}).Decide(ReactionFacts{PostFacts: PostFacts{Exists: true, Author: bob}}, e)

@@ -64,44 +64,11 @@ func (op *CreatePost) Decide(taken bool, eff *Effects) error {
 	return nil
 }
 
-// FlagFacts are what a like or favorite reads: the post, and whether the
+// FlagFacts are what a favorite reads: the post, and whether the
 // viewer's flag on it is set already.
 type FlagFacts struct {
 	PostFacts
 	Set bool
-}
-
-// Like is like (Undo false) or unlike (Undo true).
-type Like struct {
-	Viewer engine.UserID
-	Post   engine.PostID
-	Undo   bool
-}
-
-// Check validates the call.
-func (op *Like) Check() error { return checkPostTarget(op.Viewer, op.Post) }
-
-// Decide: likes are de-duplicated per (user, post), so a like already
-// there (or an unlike of none) changes nothing. A new like of someone
-// else's post adds one to the author's unread likes; an unlike takes
-// the like back and leaves the author's badge alone.
-func (op *Like) Decide(f FlagFacts, eff *Effects) error {
-	if !f.Exists {
-		return errPostNotFound(op.Post)
-	}
-	if f.Set != op.Undo {
-		return nil
-	}
-	if op.Undo {
-		eff.count(op.Post, counters.Likes, -1)
-		return nil
-	}
-	eff.count(op.Post, counters.Likes, 1)
-	if f.Author != 0 && f.Author != op.Viewer {
-		eff.bump(f.Author, engine.Likes)
-		eff.wakeOne(f.Author)
-	}
-	return nil
 }
 
 // Favorite is favorite (Undo false) or unfavorite (Undo true).
@@ -114,7 +81,9 @@ type Favorite struct {
 // Check validates the call.
 func (op *Favorite) Check() error { return checkPostTarget(op.Viewer, op.Post) }
 
-// Decide: as Like, de-duplicated, without any badge.
+// Decide: favorites are de-duplicated per (user, post), so a favorite
+// already there (or an unfavorite of none) changes nothing; there is no
+// badge.
 func (op *Favorite) Decide(f FlagFacts, eff *Effects) error {
 	if !f.Exists {
 		return errPostNotFound(op.Post)

@@ -295,3 +295,84 @@ func BenchmarkImport(b *testing.B) {
 		})
 	}
 }
+
+// roundTrips counts the commands and pipelines a client sends: one round
+// trip each.
+type roundTrips struct{ n *atomic.Int64 }
+
+func (h roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// BenchmarkReactionSwitch compares, interleaved in one run on a single
+// node with six kinds, a switch of reaction kind (a user's reaction on a
+// post moving to another kind: one script call, no badge) with a like
+// (a new user's first reaction: the same script call, then the author's
+// badge, finished from the intent the call recorded) and with a first
+// reaction of another kind (love: the like's path). Each is 16
+// operations in a row, timed on the wall clock; reported are each one's
+// µs and round trips per operation and switch/like.
+func BenchmarkReactionSwitch(b *testing.B) {
+	addr, _ := redistest.StartSingle(b)
+	kinds := []string{"like", "love", "haha", "wow", "sad", "angry"}
+	s := open(b, redisstore.Options{Addrs: []string{addr}, KeyPrefix: prefix(), Reactions: kinds, IntentSweepInterval: -1})
+	var trips atomic.Int64
+	s.AddHook(roundTrips{&trips})
+	posts := make([]engine.PostID, 64)
+	for i := range posts {
+		p, err := s.CreatePost(bg, engine.UserID(1+i%4), 0, "")
+		must(b, err)
+		posts[i] = p
+	}
+	const switchers = 1024
+	for u := range switchers {
+		must(b, s.ReactToPost(bg, engine.UserID(100+u), posts[u%len(posts)], "like"))
+	}
+	var liker atomic.Int64
+	liker.Store(1 << 20)
+	var t [3]time.Duration
+	var rt [3]int64
+	ops := [3]func(i int) error{
+		func(i int) error { // switch
+			u := i % switchers
+			return s.ReactToPost(bg, engine.UserID(100+u), posts[u%len(posts)], kinds[1+(i/switchers)%5])
+		},
+		func(i int) error { // like
+			return s.Like(bg, engine.UserID(liker.Add(1)), posts[i%len(posts)])
+		},
+		func(i int) error { // first love
+			return s.ReactToPost(bg, engine.UserID(liker.Add(1)), posts[i%len(posts)], "love")
+		},
+	}
+	i := 0
+	for b.Loop() {
+		for k, op := range ops {
+			t0, r0 := time.Now(), trips.Load()
+			for j := range 16 {
+				if err := op(i + j); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t[k] += time.Since(t0)
+			rt[k] += trips.Load() - r0
+		}
+		i += 16
+	}
+	for k, name := range []string{"switch", "like", "love"} {
+		b.ReportMetric(float64(t[k].Microseconds())/float64(i), name+"-µs/op")
+		b.ReportMetric(float64(rt[k])/float64(i), name+"-roundtrips/op")
+	}
+	b.ReportMetric(float64(t[0])/float64(t[1]), "switch/like")
+}

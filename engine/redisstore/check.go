@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // Checking the derived counts of a live keyspace (`tally check -redis`,
@@ -23,7 +24,9 @@ import (
 //   - postSetChecks: a count in the post record ← the members of a set in
 //     the post's slot (likes ← the likers; comments ← the counted comment
 //     ids, plus those the record says came without one, so comments are
-//     recounted exactly too; deleted posts hold neither). A script per
+//     recounted exactly too; each reaction kind but like ← the fields of
+//     the reactors hash of that kind, one check per kind of the table;
+//     deleted posts hold none). A script per
 //     post bucket recounts the bucket's posts atomically (SCARD beside
 //     the record), so what it reports is a drift, never a race; a repair
 //     is a script per post that recounts and sets atomically.
@@ -64,6 +67,29 @@ type postSetCheck struct {
 	field int                             // Lua index in the post record
 	set   func(bucket, low string) string // the post's set key
 	plus  int                             // Lua index added to the set's size; 0 for none
+	// kind, for a reaction kind other than like, makes set the reactors
+	// hash, whose fields of that kind are counted.
+	kind counters.Kind
+}
+
+// postChecks are postSetChecks and a check per reaction kind of the
+// keyspace's table but like (whose count is the likes).
+func (s *Store) postChecks() []postSetCheck {
+	checks := slices.Clone(postSetChecks)
+	for _, id := range s.kinds.IDs() {
+		if id != counters.Like {
+			checks = append(checks, postSetCheck{name: engine.CheckReactions + s.kinds.Name(id), field: pKind(id), set: reactorsKey, kind: id})
+		}
+	}
+	return checks
+}
+
+// kindArg is a check's kind as its scripts take it (empty for a set).
+func (ch *postSetCheck) kindArg() string {
+	if ch.kind == counters.NoKind {
+		return ""
+	}
+	return strconv.Itoa(int(ch.kind))
 }
 
 var postSetChecks = []postSetCheck{
@@ -139,6 +165,8 @@ type checkRun struct {
 	s    *Store
 	opts engine.CheckOptions
 	span engine.ImportSpan
+	// posts are the post-set checks of this keyspace's kinds.
+	posts []postSetCheck
 
 	mu  sync.Mutex
 	res engine.CheckResult
@@ -178,8 +206,8 @@ func (r *checkRun) readErasing(ctx context.Context) error {
 
 // Check implements engine.Checker (see above).
 func (s *Store) Check(ctx context.Context, opts engine.CheckOptions) (engine.CheckResult, error) {
-	r := &checkRun{s: s, opts: opts, authored: map[uint64]int64{}, followed: map[uint64]int64{}, following: map[uint64]int64{}}
-	for _, c := range postSetChecks {
+	r := &checkRun{s: s, opts: opts, posts: s.postChecks(), authored: map[uint64]int64{}, followed: map[uint64]int64{}, following: map[uint64]int64{}}
+	for _, c := range r.posts {
 		r.res.Tally(c.name)
 	}
 	for _, c := range userHashChecks {
@@ -358,9 +386,9 @@ func (r *checkRun) scanSources(ctx context.Context, c *redis.Client) error {
 // nothing to compare: its authors are read without a script.
 func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []string) error {
 	var suffixes []any
-	for _, ch := range postSetChecks {
+	for _, ch := range r.posts {
 		// The set key is the bucket, a part naming the set, the low bits.
-		suffixes = append(suffixes, ch.field, ch.set("", ""), ch.plus)
+		suffixes = append(suffixes, ch.field, ch.set("", ""), ch.plus, ch.kindArg())
 	}
 	var calls, imported []*call
 	var windows []uint64
@@ -398,7 +426,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 			if author != 0 {
 				r.authored[author]++
 			}
-			for _, ch := range postSetChecks {
+			for _, ch := range r.posts {
 				r.res.Tally(ch.name).Skipped++
 			}
 		}
@@ -415,7 +443,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 			r.authored[author] += num(heads[j+1])
 		}
 		checked, skipped := num(at(a, 2)), num(at(a, 3))
-		for _, ch := range postSetChecks {
+		for _, ch := range r.posts {
 			t := r.res.Tally(ch.name)
 			t.Checked += checked
 			t.Skipped += skipped
@@ -429,14 +457,14 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 				return fmt.Errorf("%w: post bucket %s field %q", errCorrupt, cl.keys[0], low)
 			}
 			drifts = append(drifts, found{cl.keys[0], low, windows[i]<<r.s.k.winShift | n,
-				&postSetChecks[num(d[j+1])-1], num(d[j+2]), num(d[j+3])})
+				&r.posts[num(d[j+1])-1], num(d[j+2]), num(d[j+3])})
 		}
 	}
 	r.mu.Unlock()
 	for _, f := range drifts {
 		d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
 		if r.opts.Repair {
-			res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, f.check.plus)
+			res, err := r.s.one(ctx, scRecountPost, []string{f.bucket, f.check.set(f.bucket, f.low)}, f.low, f.check.field, f.check.plus, f.check.kindArg())
 			if err != nil {
 				return err
 			}

@@ -21,12 +21,14 @@ func TestCheckSingle(t *testing.T) {
 	addr, _ := redistest.StartSingle(t)
 	t.Run("FindsAndRepairs", func(t *testing.T) { testCheckFindsAndRepairs(t, []string{addr}) })
 	t.Run("Unsettled", func(t *testing.T) { testCheckUnsettled(t, []string{addr}) })
+	t.Run("Reactions", func(t *testing.T) { testCheckReactions(t, []string{addr}) })
 }
 
 func TestCheckCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	t.Run("FindsAndRepairs", func(t *testing.T) { testCheckFindsAndRepairs(t, c.Addrs()) })
 	t.Run("Unsettled", func(t *testing.T) { testCheckUnsettled(t, c.Addrs()) })
+	t.Run("Reactions", func(t *testing.T) { testCheckReactions(t, c.Addrs()) })
 }
 
 // rawClient talks to the Redis of addrs directly: a cluster client for
@@ -328,5 +330,45 @@ func TestCheckImportedBuckets(t *testing.T) {
 	setUserCounts(t, rdb, s, 5, engine.UserCounts{})
 	if lines, _ := checkLines(t, s, false); !slices.Equal(lines, []string{"user.posts 5 0->2 repaired=false unsettled=false"}) {
 		t.Fatalf("an imported author's count: %v", lines)
+	}
+}
+
+// testCheckReactions: every reaction kind of the keyspace's table is
+// recounted from the reactors hash, and repaired; a check opened without
+// kinds (tally check) takes the keyspace's.
+func testCheckReactions(t *testing.T, addrs []string) {
+	p := prefix()
+	s := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, Reactions: []string{"like", "love", "haha"}})
+	rdb := rawClient(t, addrs)
+	post, err := s.CreatePost(bg, 1, 0, "")
+	must(t, err)
+	for u, kind := range map[engine.UserID]string{10: "love", 11: "love", 12: "love", 13: "haha", 14: "like"} {
+		must(t, s.ReactToPost(bg, u, post, kind))
+	}
+	must(t, s.Close())
+	checker := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, Node: 1, Existing: true})
+	if got := checker.ReactionKinds(); !slices.Equal(got, []string{"like", "love", "haha"}) {
+		t.Fatalf("a check's kinds: %v", got)
+	}
+	lines, res := checkLines(t, checker, false)
+	if len(lines) != 0 || res.Tally("post.reactions.love").Checked != 1 || res.Tally("post.reactions.haha").Checked != 1 {
+		t.Fatalf("a fresh keyspace: %v %+v", lines, res)
+	}
+	// 12's love becomes a haha behind Tally's back.
+	must(t, rdb.HSet(bg, checker.ReactorsKey(post), "12", "3").Err())
+	want := []string{fmt.Sprintf("post.reactions.haha %d 1->2", post), fmt.Sprintf("post.reactions.love %d 3->2", post)}
+	if lines, _ := checkLines(t, checker, false); !slices.Equal(lines, []string{want[0] + " repaired=false unsettled=false", want[1] + " repaired=false unsettled=false"}) {
+		t.Fatalf("check found:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if lines, _ := checkLines(t, checker, true); len(lines) != 2 || !strings.HasSuffix(lines[0], "repaired=true unsettled=false") {
+		t.Fatalf("check -repair:\n%s", strings.Join(lines, "\n"))
+	}
+	if lines, _ := checkLines(t, checker, false); len(lines) != 0 {
+		t.Fatalf("drifts after repair:\n%s", strings.Join(lines, "\n"))
+	}
+	out := make([]engine.PostView, 1)
+	must(t, checker.Page(bg, 12, []engine.PostID{post}, engine.PageWant{Reactions: true, ViewerReaction: true}, out))
+	if [3]int64(out[0].Reactions.Count[:3]) != [3]int64{1, 2, 2} || out[0].ViewerReaction != "haha" {
+		t.Fatalf("after repair: %+v", out[0])
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
@@ -19,7 +20,11 @@ import (
 var errCorrupt = errors.New("redisstore: corrupt record")
 
 // Post record: [len][author big-endian, len bytes][varints views, likes,
-// comments, reposts, favorites, unidentified]. The author is kept as
+// comments, reposts, favorites, unidentified, then the counts of reaction
+// kinds 2 to counters.MaxKinds by kind id (like's is likes)]. Trailing
+// zeros are dropped, so a post without reactions other than likes is the
+// record it was before kinds existed, and one with a kind pays a byte per
+// kind id below it. The author is kept as
 // opaque bytes because a user id may need all 64 bits, which Lua numbers
 // cannot hold. Unidentified is not a count anyone reads: it is the part
 // of comments that was sent without a comment id, so that comments is
@@ -33,6 +38,13 @@ const (
 	pFavorites
 	pUnidentified
 )
+
+// pKind is the Lua index of the count of reaction kind k (2 to
+// counters.MaxKinds) in a post record.
+func pKind(k counters.Kind) int { return pUnidentified + int(k) - 1 }
+
+// postFields is the number of counts a post record holds at most.
+const postFields = pUnidentified + counters.MaxKinds - 1
 
 func postHead(author uint64) string {
 	var b [9]byte
@@ -84,20 +96,34 @@ func postFactsOf(rec string) (ops.PostFacts, error) {
 }
 
 func decodePost(rec string) (author uint64, c engine.Counts, err error) {
-	if author, err = decodeHead(rec); err != nil {
-		return 0, c, err
-	}
-	var v [5]int64
-	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
-		return 0, c, err
-	}
-	c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites = v[0], v[1], v[2], v[3], v[4]
-	return author, c, nil
+	author, c, _, err = decodeReactions(rec)
+	return author, c, err
 }
 
-// encodeCounts packs counts in record order, trailing zeros dropped.
-func encodeCounts(c engine.Counts) string {
-	v := []int64{c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites}
+// decodeReactions reads a post record's author, counts and counts of the
+// reaction kinds other than like.
+func decodeReactions(rec string) (author uint64, c engine.Counts, r counters.Reactions, err error) {
+	if author, err = decodeHead(rec); err != nil {
+		return 0, c, r, err
+	}
+	var v [postFields]int64
+	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
+		return 0, c, r, err
+	}
+	c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites = v[0], v[1], v[2], v[3], v[4]
+	copy(r[:], v[pUnidentified:])
+	return author, c, r, nil
+}
+
+// encodeCounts packs counts and the reactions of kinds other than like in
+// record order (no comment counted without an id), trailing zeros
+// dropped.
+func encodeCounts(c engine.Counts, r *counters.Reactions) string {
+	v := make([]int64, 0, postFields)
+	v = append(v, c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites, 0)
+	if r != nil {
+		v = append(v, r[:]...)
+	}
 	for len(v) > 0 && v[len(v)-1] == 0 {
 		v = v[:len(v)-1]
 	}

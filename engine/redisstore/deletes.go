@@ -128,7 +128,7 @@ func (s *Store) DeletePost(ctx context.Context, actor engine.Actor, post engine.
 			id, desc = newIntentID(), it.encode()
 		}
 		r, err := s.one(ctx, scPostDelete,
-			[]string{bucket, likersKey(bucket, low), favsKey(bucket, low), commentsKey(bucket, low), uncountedKey(bucket, low), repostsKey(bucket), intentsKey(bucket)},
+			[]string{bucket, likersKey(bucket, low), favsKey(bucket, low), commentsKey(bucket, low), uncountedKey(bucket, low), repostsKey(bucket), intentsKey(bucket), reactorsKey(bucket, low)},
 			low, postHead(uint64(pf.Author)), id, desc)
 		if err != nil {
 			return err

@@ -48,11 +48,16 @@
 //
 //	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
 //	                             [varint views likes comments reposts favorites
-//	                             unidentified (comments sent without an id)]
+//	                             unidentified (comments sent without an id),
+//	                             then reaction kinds 2..16 by kind id]
 //	                             trailing zero counts omitted: an uncounted post
-//	                             costs its author only (registry = counts);
+//	                             costs its author only (registry = counts), a
+//	                             post with likes only no byte for kinds;
 //	                             0xff alone: a deleted post (its id stays taken)
-//	P{p<w>.<s>}l<low>       set   likers of one post (intset)
+//	P{p<w>.<s>}l<low>       set   likers of one post (intset): the reaction like
+//	P{p<w>.<s>}k<low>       hash  uid -> kind id of the post's reactions of the
+//	                             other kinds (none for a post with likes only;
+//	                             a user is in l or k, never both)
 //	P{p<w>.<s>}f<low>       set   favoriters of one post
 //	P{p<w>.<s>}c<low>       set   the post's counted comment ids (intset):
 //	                             comments = its size + unidentified
@@ -91,6 +96,8 @@
 //	P{s}i:<key>            str   publish idempotency record (id + '@' +
 //	                             unix ns, as above; users.go)
 //	P{s}format             str   the keyspace's format version (format.go)
+//	P{s}kinds              str   reaction kinds table, "id=name,..." (absent:
+//	                             like alone; reactions.go)
 //	P{s}imported           hash  lo, hi: the span of post ids imports wrote
 //	                             counts for, as 20-digit decimals (check.go)
 //	P{s}node, P{s}st       str, hash: snowflake node allocation, stats
@@ -138,8 +145,8 @@
 // Every multi-key step is one Lua script over one slot (see scripts.go).
 // Reads of a page are one pipelined round trip each (go-redis splits a
 // pipeline per cluster node and runs the parts in parallel).
-// Operations that touch several slots (a like: the post, then the author's
-// badge) run their steps in an order where a crash in between can only
+// Operations that touch several slots (a like or other first reaction:
+// the post, then the author's badge) run their steps in an order where a crash in between can only
 // leave a later effect unapplied, never apply one twice. Steps of
 // an operation with an idempotency key are each guarded in their own slot
 // (the first by the key's record, the others by markers named by the

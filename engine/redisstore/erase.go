@@ -380,6 +380,7 @@ type found struct {
 // Scanned key kinds.
 const (
 	foundLike      = 'l'
+	foundReaction  = 'k' // a post's reactors hash (kinds other than like)
 	foundFavorite  = 'f'
 	foundBucket    = 'p' // a post bucket: posts by the user
 	foundFollowees = 'F' // another user's followee list
@@ -407,7 +408,7 @@ func (e *erasure) classify(key string) found {
 			return found{key: key, kind: foundBucket}
 		case suffix == "I":
 			return found{key: key, kind: foundIntents}
-		case suffix[0] == 'l' || suffix[0] == 'f':
+		case suffix[0] == 'l' || suffix[0] == 'f' || suffix[0] == 'k':
 			post, ok := k.postOf(inner, suffix[1:])
 			if !ok {
 				return found{}
@@ -464,6 +465,8 @@ func (e *erasure) scanStep(ctx context.Context, keys []string) error {
 			switch f.kind {
 			case foundLike, foundFavorite:
 				f.cmd = p.SIsMember(ctx, f.key, member)
+			case foundReaction:
+				f.cmd = p.HGet(ctx, f.key, member)
 			case foundFollowees, foundGroup:
 				f.cmd = p.HExists(ctx, f.key, member)
 			case foundIntents:
@@ -505,6 +508,10 @@ func (e *erasure) scanStep(ctx context.Context, keys []string) error {
 					step.Favorites = append(step.Favorites, flag)
 				}
 			}
+		case foundReaction:
+			if id, err := strconv.ParseUint(f.cmd.(*redis.StringCmd).Val(), 10, 8); err == nil {
+				step.Likes = append(step.Likes, ops.FoundFlag{Post: f.post, PostExists: true, Set: true, Kind: counters.Kind(id)})
+			}
 		case foundFollowees:
 			if f.cmd.(*redis.BoolCmd).Val() {
 				step.Edges = append(step.Edges, ops.Edge{Viewer: engine.UserID(f.uid), Target: engine.UserID(e.user)})
@@ -543,7 +550,7 @@ func (e *erasure) scanStep(ctx context.Context, keys []string) error {
 	}
 	var eff ops.Effects
 	step.Decide(&eff)
-	calls, err := e.apply(&eff, authored)
+	calls, err := e.apply(&eff, step.Likes, authored)
 	if err != nil {
 		return err
 	}
@@ -562,36 +569,59 @@ func (e *erasure) scanStep(ctx context.Context, keys []string) error {
 
 // apply turns what ops.ErasureStep decided on a scan step's facts into
 // scripts, each checking in its slot the fact it was decided on.
-// authored are the lows of the posts found by the user, per bucket.
-func (e *erasure) apply(eff *ops.Effects, authored map[string][]string) ([]*call, error) {
+// likes are the step's likes and reactions, in the order Decide made
+// their removals; authored the lows of the posts found by the user, per
+// bucket.
+func (e *erasure) apply(eff *ops.Effects, likes []ops.FoundFlag, authored map[string][]string) ([]*call, error) {
 	s := e.s
 	member := strconv.FormatUint(e.user, 10)
 	var calls []*call
+	nthLike := 0
 	for _, r := range eff.Removals {
-		var set func(b, low string) string
-		var field = counters.Likes
+		post := engine.PostID(r.Key)
+		bucket, low := s.k.post(uint64(post))
+		kind, set, field := counters.Like, likersKey, counters.Likes
 		switch r.Set {
 		case ops.LikeSet:
-			set = likersKey
+			if nthLike >= len(likes) || likes[nthLike].Post != post {
+				return nil, fmt.Errorf("%w: a scan step decided a removal %+v out of its likes' order", errBug, r)
+			}
+			if k := likes[nthLike].Kind; k > counters.Like {
+				kind, set = k, reactorsKey
+			}
+			nthLike++
 		case ops.FavoriteSet:
 			set, field = favsKey, counters.Favorites
 		default:
 			return nil, fmt.Errorf("%w: a scan step decided a removal %+v", errBug, r)
 		}
-		post := engine.PostID(r.Key)
 		var deltas []ops.CountDelta
-		for _, c := range eff.Counts {
-			if c.Post == post && c.Field == field {
-				deltas = append(deltas, c)
+		var reactions []ops.ReactionDelta
+		if kind == counters.Like {
+			for _, c := range eff.Counts {
+				if c.Post == post && c.Field == field {
+					deltas = append(deltas, c)
+				}
+			}
+		} else {
+			for _, c := range eff.ReactionCounts {
+				if c.Post == post && c.Kind == kind {
+					reactions = append(reactions, c)
+				}
 			}
 		}
-		args, err := countArgs(post, deltas)
+		args, err := reactionArgs(post, deltas, reactions)
 		if err != nil {
 			return nil, err
 		}
-		bucket, low := s.k.post(uint64(post))
+		// A like leaves its set; a reaction of another kind its hash,
+		// only if it is still of the kind found.
+		was := ""
+		if kind != counters.Like {
+			was = strconv.Itoa(int(kind))
+		}
 		calls = append(calls, script(scEraseFlag, []string{bucket, set(bucket, low)},
-			counting(append([]any{low, member}, args...)...)...))
+			counting(append([]any{low, member, was}, args...)...)...))
 	}
 	if len(eff.Followers) > 0 {
 		return nil, fmt.Errorf("%w: a scan step decided follower counts %+v", errBug, eff.Followers)

@@ -38,6 +38,9 @@ func (s *Store) PostField(id engine.PostID) (key, field string) { return s.k.pos
 // LikersKey is the key of a post's likers set.
 func (s *Store) LikersKey(id engine.PostID) string { return likersKey(s.k.post(uint64(id))) }
 
+// ReactorsKey is the key of a post's reactors hash (kinds other than like).
+func (s *Store) ReactorsKey(id engine.PostID) string { return reactorsKey(s.k.post(uint64(id))) }
+
 // UserField is a user's record: its bucket key and field.
 func (s *Store) UserField(u engine.UserID) (key, field string) { return s.k.user(uint64(u)) }
 

@@ -29,6 +29,7 @@ func TestIntentChild(t *testing.T) {
 	opts := redisstore.Options{
 		Addrs: strings.Split(os.Getenv("TALLY_INTENT_ADDRS"), ","), KeyPrefix: os.Getenv("TALLY_INTENT_PREFIX"),
 		SweepInterval: -1, IntentSweepInterval: -1, ReadTimeout: 5 * time.Second,
+		Reactions: []string{"like", "love"},
 	}
 	arg := func(name string) uint64 {
 		v, err := strconv.ParseUint(os.Getenv(name), 10, 64)
@@ -50,6 +51,8 @@ func TestIntentChild(t *testing.T) {
 	switch mode {
 	case "like":
 		err = s.Like(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")))
+	case "react":
+		err = s.ReactToPost(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), "love")
 	case "comment":
 		err = s.Comment(bg, viewer, engine.PostID(arg("TALLY_INTENT_POST")), 0, []engine.UserID{81, 82}, os.Getenv("TALLY_INTENT_KEY"))
 	case "post":
@@ -170,7 +173,7 @@ func runIntentKill9(t *testing.T, addrs []string) {
 
 	crash("like", "like", "TALLY_INTENT_VIEWER="+strconv.Itoa(liker), "TALLY_INTENT_POST="+pid)
 	// The author's own like leaves an intent too (the step does not know
-	// the author is the liker; ops.Like decides that): its finish bumps
+	// the author is the liker; ops.ReactToPost decides that): its finish bumps
 	// nobody.
 	crash("like", "like", "TALLY_INTENT_VIEWER="+strconv.Itoa(author), "TALLY_INTENT_POST="+pid)
 	crash("comment", "comment", "TALLY_INTENT_VIEWER="+strconv.Itoa(commenter), "TALLY_INTENT_POST="+pid)
@@ -273,7 +276,34 @@ func runIntentKill9(t *testing.T, addrs []string) {
 	if n := unread(81); n.Mentions != 3 {
 		t.Fatalf("mentions = %d, want 3", n.Mentions)
 	}
-	enginetest.CheckClean(t, s)
+
+	// A first reaction of another kind killed between its steps: the love
+	// is counted with its step, the author's badge by the sweeper, once;
+	// a switch to like after it moves the count and bumps nothing.
+	const reactor = 74
+	crash("react", "like", "TALLY_INTENT_VIEWER="+strconv.Itoa(reactor), "TALLY_INTENT_POST="+pid)
+	kinds := open(t, redisstore.Options{Addrs: addrs, KeyPrefix: p, IntentSweepInterval: -1, Reactions: []string{"like", "love"}})
+	reactions := func() string {
+		t.Helper()
+		out := make([]engine.PostView, 1)
+		must(t, kinds.Page(bg, reactor, []engine.PostID{post}, engine.PageWant{Reactions: true, ViewerReaction: true}, out))
+		return fmt.Sprintf("like=%d love=%d viewer=%s", out[0].Reactions.Count[0], out[0].Reactions.Count[1], out[0].ViewerReaction)
+	}
+	if got := reactions(); got != "like=2 love=1 viewer=love" || unread(author).Likes != 1 {
+		t.Fatalf("after the crashed reaction: %s, author's likes %d", got, unread(author).Likes)
+	}
+	must(t, kinds.ReactToPost(bg, reactor, post, "love")) // a retry finds itself counted
+	if out, _ := child(t, addrs, p, "sweep", "TALLY_INTENT_VIEWER=0"); !strings.Contains(out, "finished 1 intents") {
+		t.Fatalf("sweep after a crashed reaction:\n%s", out)
+	}
+	if n := unread(author); n.Likes != 2 {
+		t.Fatalf("author's likes = %d after the reaction's sweep, want 2", n.Likes)
+	}
+	must(t, kinds.Like(bg, reactor, post))
+	if got := reactions(); got != "like=3 love=0 viewer=like" || unread(author).Likes != 2 {
+		t.Fatalf("after the switch: %s, author's likes %d", got, unread(author).Likes)
+	}
+	enginetest.CheckClean(t, kinds)
 }
 
 // TestIntentSweepRacesLiveOperations: a sweeper whose clock is past every

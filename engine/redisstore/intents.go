@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/ops"
 )
 
@@ -228,10 +229,11 @@ func (s *Store) intentEffects(ctx context.Context, bucket string, in *intent, ef
 	var err error
 	switch in.kind {
 	case intentLike:
+		// A first reaction (its kind plays no part in the badge).
 		var f ops.PostFacts
 		if f, err = postFacts(); err == nil {
-			op := ops.Like{Viewer: viewer, Post: engine.PostID(in.post)}
-			err = op.Decide(ops.FlagFacts{PostFacts: f}, eff)
+			op := ops.ReactToPost{Viewer: viewer, Post: engine.PostID(in.post), Kind: counters.Like}
+			err = op.Decide(ops.ReactionFacts{PostFacts: f}, eff)
 		}
 	case intentComment:
 		var f ops.PostFacts

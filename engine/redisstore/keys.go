@@ -75,7 +75,13 @@ func (k keyspace) postOf(inner, low string) (engine.PostID, bool) {
 // and count change in one script.
 func (k keyspace) post(id uint64) (bucket, low string) { return k.idBucket('p', id) }
 func likersKey(bucket, low string) string              { return bucket + "l" + low }
-func favsKey(bucket, low string) string                { return bucket + "f" + low }
+
+// reactorsKey is a post's hash of the users whose reaction is a kind
+// other than like: uid -> kind id. Likes stay in the likers set (an
+// intset, the cheapest membership Redis has), so a post with likes only
+// has no such hash; a user is in at most one of the two.
+func reactorsKey(bucket, low string) string { return bucket + "k" + low }
+func favsKey(bucket, low string) string     { return bucket + "f" + low }
 
 // commentsKey is the set of a post's counted comment ids, and
 // uncountedKey the set of its deleted ones (known, and never counted
@@ -171,6 +177,9 @@ func (k keyspace) redDot() string     { return k.sys() + "r" }
 func (k keyspace) nodeSeq() string    { return k.sys() + "node" }
 func (k keyspace) stats() string      { return k.sys() + "st" }
 func (k keyspace) format() string     { return k.sys() + "format" }
+
+// kinds is the keyspace's reaction kinds table (reactions.go).
+func (k keyspace) kinds() string { return k.sys() + "kinds" }
 
 // imported holds the span of post ids imports wrote counts for (check.go).
 func (k keyspace) imported() string { return k.sys() + "imported" }

@@ -320,3 +320,70 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(time.Microsecond)
 }
+
+// TestMemoryPerReaction measures, on the posts of TestMemoryPerCommentID's
+// sizes, the bytes per reaction of a post's likers set and reactors hash
+// together (MEMORY USAGE of both keys, over the post's reactions): with
+// likes only, and with six kinds where each user's kind is drawn from a
+// deployment's mix (like 82%, love 10%, haha 4%, wow 2%, sad and angry 1%
+// each). TALLY_REDIS_MEMORY_COMMENTS sets the posts, as there.
+func TestMemoryPerReaction(t *testing.T) {
+	posts := envInt(t, "TALLY_REDIS_MEMORY_COMMENTS", 40)
+	addr, _ := redistest.StartSingle(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	kinds := []string{"like", "love", "haha", "wow", "sad", "angry"}
+	s := open(t, redisstore.Options{Addrs: []string{addr}, KeyPrefix: "m:", IntentSweepInterval: -1, Reactions: kinds})
+	rng := rand.New(rand.NewPCG(3, 4))
+	sizes := make([]int, posts)
+	for i := range sizes {
+		sizes[i] = perPost(rng)
+	}
+	t0 := time.Now().Add(-time.Hour).UnixMilli()
+	load := func(name string, node uint64, kindOf func(u int) string) float64 {
+		rows := make([]engine.ImportRow, posts)
+		for i := range rows {
+			rows[i] = engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i)*1000, node, 0)), Author: 1}
+		}
+		must(t, s.Import(bg, rows))
+		var jobs [][2]int
+		for p, n := range sizes {
+			for i := range n {
+				jobs = append(jobs, [2]int{p, i})
+			}
+		}
+		parallel(t, len(jobs), func(j int) error {
+			i := jobs[j][1]
+			return s.ReactToPost(bg, engine.UserID(1000+i), rows[jobs[j][0]].Post, kindOf(i))
+		})
+		var reactions, bytes int64
+		for p, n := range sizes {
+			reactions += int64(n)
+			for _, key := range []string{s.LikersKey(rows[p].Post), s.ReactorsKey(rows[p].Post)} {
+				bytes += c.MemoryUsage(bg, key, 0).Val()
+			}
+		}
+		per := float64(bytes) / float64(reactions)
+		t.Logf("%-10s %6.1f bytes/reaction (%d reactions on %d posts)", name, per, reactions, posts)
+		return per
+	}
+	likes := load("likes", 1, func(int) string { return "like" })
+	mix := load("six kinds", 2, func(u int) string {
+		switch h := (u * 7919) % 100; {
+		case h < 82:
+			return "like"
+		case h < 92:
+			return "love"
+		case h < 96:
+			return "haha"
+		case h < 98:
+			return "wow"
+		case h < 99:
+			return "sad"
+		}
+		return "angry"
+	})
+	if likes <= 0 || mix <= 0 {
+		t.Fatal("no memory measured")
+	}
+}

@@ -25,11 +25,13 @@ return {1, head, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
 
 	// The delete ops.DeletePost decided (an Unregistration): the record
 	// becomes a tombstone, so the id stays taken and reads as unknown, and
-	// its like, favorite and comment-id sets and its repost entry go —
+	// its like, favorite and comment-id sets, its reactors hash and its
+	// repost entry go —
 	// only if the record still has the head (author) Go decided on. The
 	// intent of what follows (the author's count, the original's
 	// reposts) is recorded with it. KEYS bucket, likers, favoriters,
-	// comment ids, deleted comment ids, reposts, intents; ARGV low, head, intent id, intent
+	// comment ids, deleted comment ids, reposts, intents, reactors; ARGV
+	// low, head, intent id, intent
 	// ('' = none). {-1} no post; {0} deleted already; {2, head} the head
 	// changed (Go decides again); {1, 1 if its counts were not all zero}.
 	scPostDelete = newScript(`
@@ -40,23 +42,31 @@ local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if head ~= ARGV[2] then return {2, head} end
 redis.call('HSET', KEYS[1], ARGV[1], TOMB)
-redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8])
 redis.call('HDEL', KEYS[6], ARGV[1])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[3], ARGV[4]) end
 if #rec > L + 1 then return {1, 1} end
 return {1, 0}`)
 
-	// An erasure step's removal of a like or favorite (ops.ErasureStep:
-	// a flag found set): the user leaves the set and, only if they were
-	// in it and the post exists, the count deltas Go decided are applied.
-	// KEYS bucket, set; ARGV floor, ceiling, low, user, then (count index,
+	// An erasure step's removal of a like, reaction or favorite
+	// (ops.ErasureStep: a flag found set): the user leaves the set (a
+	// reaction of a kind other than like, ARGV[5] its kind id: the
+	// reactors hash, if the reaction is still of that kind) and, only if
+	// they were in it and the post exists, the count deltas Go decided
+	// are applied. KEYS bucket, set or reactors hash; ARGV floor,
+	// ceiling, low, user, kind id ('' for a set), then (count index,
 	// delta) pairs. {removed, zero-transition}.
 	scEraseFlag = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
-if redis.call('SREM', KEYS[2], ARGV[4]) == 0 then return {0, 0} end
+if ARGV[5] == '' then
+  if redis.call('SREM', KEYS[2], ARGV[4]) == 0 then return {0, 0} end
+else
+  if redis.call('HGET', KEYS[2], ARGV[4]) ~= ARGV[5] then return {0, 0} end
+  redis.call('HDEL', KEYS[2], ARGV[4])
+end
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
 if not rec or rec == TOMB then return {1, 0} end
-return {1, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
+return {1, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 
 	// The posts of one bucket whose head is ARGV[1] (by that author):
 	// the facts of an erasure step (read only). KEYS bucket. Their lows.

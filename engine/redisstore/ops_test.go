@@ -386,7 +386,7 @@ func TestImportDecidesAgainWhenAPostAppears(t *testing.T) {
 	}
 	b, low := s.k.post(uint64(ids[1]))
 	race := &beforeHSETNX{fn: func() {
-		check(t, other.HSet(ctx, b, low, postHead(9)+encodeCounts(engine.Counts{Views: 4})).Err())
+		check(t, other.HSet(ctx, b, low, postHead(9)+encodeCounts(engine.Counts{Views: 4}, nil)).Err())
 	}}
 	s.wdb.AddHook(race)
 	before := s.Stats()

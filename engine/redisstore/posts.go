@@ -270,27 +270,17 @@ func (s *Store) flags(ctx context.Context, viewer engine.UserID, ids []engine.Po
 	return out, nil
 }
 
-// Like implements engine.Store.
-func (s *Store) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post}, viewer, post, false, likersKey, intentLike)
-}
-
-// Unlike implements engine.Store.
-func (s *Store) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Like{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, likersKey, 0)
-}
-
 // Favorite implements engine.Store.
 func (s *Store) Favorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post}, viewer, post, false, favsKey, 0)
+	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post}, viewer, post, false, favsKey)
 }
 
 // Unfavorite implements engine.Store.
 func (s *Store) Unfavorite(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, favsKey, 0)
+	return s.flag(ctx, &ops.Favorite{Viewer: viewer, Post: post, Undo: true}, viewer, post, true, favsKey)
 }
 
-// flagOp is ops.Like or ops.Favorite.
+// flagOp is ops.Favorite (favorite and unfavorite).
 type flagOp interface {
 	Check() error
 	Decide(ops.FlagFacts, *ops.Effects) error
@@ -340,15 +330,14 @@ func countArgs(post engine.PostID, counts []ops.CountDelta) ([]any, error) {
 	return args, nil
 }
 
-// flag is like/unlike/favorite/unfavorite. The post's slot de-duplicates
-// and counts in one step: the set change is the fact Decide's counts were
+// flag is favorite/unfavorite. The post's slot de-duplicates and counts
+// in one step: the set change is the fact Decide's counts were
 // speculated on, and they are applied only if it happens. Then Decide
 // runs on the facts the step returned (the author, whether the flag was
-// set); effects beyond the slot (a like's badge) were recorded as an
-// intent by the step and are finished in the users' slots, so a crash in
-// between can only delay a badge bump, never count a like twice: a
-// retried like finds itself already in the set and changes nothing.
-func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post engine.PostID, undo bool, set func(b, low string) string, kind byte) error {
+// set); a retried favorite finds itself already in the set and changes
+// nothing. A flag has no effect beyond the post's slot (a like, which
+// bumps its author's badge, is a reaction: reactions.go).
+func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post engine.PostID, undo bool, set func(b, low string) string) error {
 	if err := op.Check(); err != nil {
 		return err
 	}
@@ -358,23 +347,16 @@ func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post 
 	if err != nil {
 		return err
 	}
-	bucket, low := s.k.post(uint64(post))
-	var id, desc string
-	var in intent
 	if beyond {
-		if kind == 0 {
-			return fmt.Errorf("%w: %T has effects beyond the post's slot and no intent kind", errBug, op)
-		}
-		id = newIntentID()
-		in = intent{kind: kind, viewer: uint64(viewer), post: uint64(post), at: s.now().UnixMilli()}
-		desc = in.encode()
+		return fmt.Errorf("%w: %T has effects beyond the post's slot", errBug, op)
 	}
+	bucket, low := s.k.post(uint64(post))
 	verb := "add"
 	if undo {
 		verb = "rem"
 	}
-	args := append(counting(low, uint64(viewer), verb, id, desc), counts...)
-	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low), intentsKey(bucket)}, args...)
+	args := append(counting(low, uint64(viewer), verb), counts...)
+	r, err := s.one(ctx, scPostFlag, []string{bucket, set(bucket, low)}, args...)
 	if err != nil {
 		return err
 	}
@@ -399,13 +381,8 @@ func (s *Store) flag(ctx context.Context, op flagOp, viewer engine.UserID, post 
 	if err := sameCounts(post, eff.Counts, counts); err != nil {
 		return s.fail(err)
 	}
-	if !beyond {
-		s.emitAll(ctx, eff.Events)
-		return nil
-	}
-	maybeCrash(in.kind)
-	in.author, in.authorKnown = uint64(facts.Author), true
-	return s.finishIntent(ctx, bucket, id, desc, in, true)
+	s.emitAll(ctx, eff.Events)
+	return nil
 }
 
 // sameCounts checks that Decide on the real facts asks for the count
@@ -746,7 +723,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 					next = postHead(uint64(r.Author))
 				}
 				_, low := s.k.post(uint64(r.Post))
-				args = append(args, low, head, next+encodeCounts(r.Counts))
+				args = append(args, low, head, next+encodeCounts(r.Counts, nil))
 				heads[r.Post] = next
 				written[i] = append(written[i], row)
 				grows[i] = append(grows[i], authorPosts)

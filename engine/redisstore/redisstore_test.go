@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/enginetest"
 	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
@@ -38,7 +40,7 @@ func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	}
 	s, err := redisstore.Open(bg, opts)
 	if err != nil {
-		t.Fatalf("open %v: %v", opts.Addrs, err)
+		t.Fatalf("open %v: %v (cause: %v)", opts.Addrs, err, redisstore.Cause(err))
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -63,10 +65,9 @@ func TestConformanceSingle(t *testing.T) {
 // a new Store (a replica restarting) on the same data.
 func clockedBackend(name string, addrs []string) enginetest.Backend {
 	return enginetest.Backend{
-		Name:    name,
-		Differs: []string{"reactions"},
+		Name: name,
 		Open: func(t *testing.T, cfg enginetest.Config) (engine.Store, func() (engine.Store, error)) {
-			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL}
+			opts := redisstore.Options{Addrs: addrs, KeyPrefix: prefix(), Now: cfg.Now, CursorTTL: cfg.CursorTTL, Reactions: cfg.Reactions}
 			cur := open(t, opts)
 			return cur, func() (engine.Store, error) {
 				if err := cur.Close(); err != nil {
@@ -99,6 +100,8 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("Clocked", func(t *testing.T) { enginetest.RunClocked(t, clockedBackend("cluster", addrs)) })
+
+	t.Run("KindsReconcile", func(t *testing.T) { testKindsReconcile(t, addrs) })
 
 	t.Run("EventsAcrossReplicas", func(t *testing.T) {
 		p := prefix()
@@ -505,4 +508,54 @@ func checkUnreadMany(t *testing.T, addrs []string) {
 	if err := s.UnreadMany(bg, viewers, got[:1]); !errors.Is(err, engine.ErrInvalid) {
 		t.Errorf("out shorter than viewers: %v", err)
 	}
+}
+
+// testKindsReconcile: the keyspace's kinds table follows -reactions as
+// the embedded engine's does: a kind added at a start works; leaving out
+// a kind whose reactions are counted (on any master) is refused with the
+// kind and its count; once none is counted it may go, and its id is free.
+func testKindsReconcile(t *testing.T, addrs []string) {
+	p := prefix()
+	opts := func(kinds ...string) redisstore.Options {
+		return redisstore.Options{Addrs: addrs, KeyPrefix: p, Reactions: kinds}
+	}
+	s := open(t, opts("like"))
+	var posts []engine.PostID
+	for range 8 {
+		post, err := s.CreatePost(bg, 1, 0, "")
+		must(t, err)
+		posts = append(posts, post)
+	}
+	must(t, s.Close())
+	s = open(t, opts("like", "love", "haha"))
+	must(t, s.ReactToPost(bg, 2, posts[0], "love"))
+	must(t, s.ReactToPost(bg, 2, posts[7], "love"))
+	must(t, s.ReactToPost(bg, 3, posts[3], "haha"))
+	must(t, s.ReactToPost(bg, 3, posts[3], "like")) // haha counts nothing now
+	must(t, s.Close())
+
+	_, err := redisstore.Open(bg, opts("like"))
+	var inUse *counters.KindInUseError
+	if !errors.As(err, &inUse) || inUse.Name != "love" || inUse.Count != 2 || !strings.Contains(err.Error(), `"love" still counts 2 reactions`) {
+		t.Fatalf("leaving out love with 2 counted: %v", err)
+	}
+	// haha counts none: it may go, and sad takes its id.
+	s = open(t, opts("sad", "like", "love"))
+	if got := s.ReactionKinds(); !slices.Equal(got, []string{"sad", "like", "love"}) {
+		t.Fatalf("kinds %v", got)
+	}
+	must(t, s.ReactToPost(bg, 4, posts[0], "sad"))
+	out := make([]engine.PostView, 1)
+	must(t, s.Page(bg, 2, posts[:1], engine.PageWant{Reactions: true, ViewerReaction: true}, out))
+	if got := out[0].Reactions.Count[:3]; got[0] != 1 || got[1] != 0 || got[2] != 1 || out[0].ViewerReaction != "love" {
+		t.Fatalf("after the change of kinds: %v %q", got, out[0].ViewerReaction)
+	}
+	if raw, err := rawClient(t, addrs).Get(bg, p+"{s}kinds").Result(); err != nil || raw != "1=like,2=love,3=sad" {
+		t.Fatalf("kinds table %q (%v)", raw, err)
+	}
+}
+
+func TestKindsReconcileSingle(t *testing.T) {
+	addr, _ := redistest.StartSingle(t)
+	testKindsReconcile(t, []string{addr})
 }

@@ -183,7 +183,9 @@ func TestLikeRetryNeverDoubleCounts(t *testing.T) {
 	post, err := s.CreatePost(ctx, 1, 0, "")
 	check(t, err)
 	b, low := s.k.post(uint64(post))
-	_, err = s.one(ctx, scPostFlag, []string{b, likersKey(b, low), intentsKey(b)}, counting(low, uint64(2), "add", "", "", pLikes, 1)...)
+	// The like's step alone (row: no reaction -> like, one like counted).
+	_, err = s.one(ctx, scPostReact, []string{b, likersKey(b, low), reactorsKey(b, low), intentsKey(b)},
+		counting(low, uint64(2), "", "", 0, 1, 0, 1, pLikes, 1)...)
 	check(t, err)
 	check(t, s.Like(ctx, 2, post))
 	cs, err := s.Counts(ctx, []engine.PostID{post})

@@ -34,7 +34,8 @@ import "github.com/redis/go-redis/v9"
 // applies the (count index, delta) pairs of ARGV from index from on to
 // post record rec, field low of bucket, within lo..hi, writes it, and
 // returns whether the post went from all-zero counts to some or back
-// (tr); sender8(U, body) is the packed uid of a message body's sender
+// (tr); bykind(reactors) counts a reactors hash's fields by kind id;
+// sender8(U, body) is the packed uid of a message body's sender
 // (codec.go).
 // current(U, Q, i, n, want) packs the uids of at most want current members
 // of a group of n mapids from mapid i+1 on: it reads the packed member
@@ -43,6 +44,7 @@ import "github.com/redis/go-redis/v9"
 // the group's size.
 const prelude = `
 local TOMB = '\255'
+local KINDS = 7 -- pKind(2), the first reaction kind's count
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
   for i = from or 1, #s do
@@ -117,14 +119,19 @@ local function tr(before, after)
   if before ~= '' and after == '' then return -1 end
   return 0
 end
-local function recount(bucket, low, rec, from, lo, hi)
+local function recount(bucket, low, rec, from, lo, hi, last)
   local L = string.byte(rec, 1)
   local t, n = dec(rec, L + 2)
   local before = enc(t, n)
-  for i = from, #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
+  for i = from, last or #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
   local after = enc(t, n)
   redis.call('HSET', bucket, low, string.sub(rec, 1, L + 1) .. after)
   return tr(before, after)
+end
+local function bykind(reactors)
+  local n = {}
+  for _, k in ipairs(redis.call('HVALS', reactors)) do n[k] = (n[k] or 0) + 1 end
+  return n
 end
 local function u32(x)
   return string.char(math.floor(x / 16777216) % 256, math.floor(x / 65536) % 256,
@@ -213,14 +220,57 @@ if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1`)
 
-	// Like/favorite: the viewer's flag changes (SADD, or SREM with ARGV[3]
-	// 'rem') and, only if the set changed (the fact ops.Like.Decide was
-	// given: the flag was not yet in the wanted state), the count deltas
-	// Go decided are applied with it, and the intent is recorded when Go
-	// passed one. KEYS bucket, set, intents; ARGV floor, ceiling, low,
-	// user, 'add'|'rem', intent id, intent ('' = none), then (count index,
-	// delta) pairs. {-1} unknown post; {0, head, 0} the set did not
-	// change, nothing applied; {1, head, zero-transition}.
+	// A reaction (like and unlike among them): the viewer's kind on the
+	// post is read (the likers set, else the reactors hash; 0: none) and
+	// the row Go decided for that kind is applied: the membership moves
+	// to the row's kind (-1: nothing changes; 0: none), its (count index,
+	// delta) pairs are applied in the same step, and the intent is
+	// recorded when the row says so. KEYS bucket, likers, reactors,
+	// intents; ARGV floor, ceiling, low, user, intent id, intent, then
+	// rows (was, to, records the intent 0|1, pairs, then the pairs).
+	// {-1} unknown post; {-2, head, was} no row for the kind found;
+	// {0, head, was} nothing changed; {1, head, was, zero-transition}.
+	scPostReact = newScript(`
+local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rec = redis.call('HGET', KEYS[1], ARGV[3])
+if not rec or rec == TOMB then return {-1} end
+local L = string.byte(rec, 1)
+local head = string.sub(rec, 1, L + 1)
+local user = ARGV[4]
+local was = 0
+if redis.call('SISMEMBER', KEYS[2], user) == 1 then was = 1
+else was = tonumber(redis.call('HGET', KEYS[3], user) or '0') end
+local i = 7
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 3])
+  if tonumber(ARGV[i]) == was then
+    local to = tonumber(ARGV[i + 1])
+    if to < 0 then return {0, head, was} end
+    if was == 1 then redis.call('SREM', KEYS[2], user)
+    elseif was > 1 then redis.call('HDEL', KEYS[3], user) end
+    if to == 1 then redis.call('SADD', KEYS[2], user)
+    elseif to > 1 then redis.call('HSET', KEYS[3], user, to) end
+    if ARGV[i + 2] == '1' and ARGV[6] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[6]) end
+    return {1, head, was, recount(KEYS[1], ARGV[3], rec, i + 4, lo, hi, i + 3 + 2 * n)}
+  end
+  i = i + 4 + 2 * n
+end
+return {-2, head, was}`)
+
+	// Sets the kinds table KEYS[1] to ARGV[2] if it still holds ARGV[1]
+	// ('' = absent). 1 set, 0 not.
+	scKindsSet = newScript(`
+if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1`)
+
+	// Favorite: the viewer's flag changes (SADD, or SREM with ARGV[5]
+	// 'rem') and, only if the set changed (the fact ops.Favorite.Decide
+	// was given: the flag was not yet in the wanted state), the count
+	// deltas Go decided are applied with it. KEYS bucket, set; ARGV
+	// floor, ceiling, low, user, 'add'|'rem', then (count index, delta)
+	// pairs. {-1} unknown post; {0, head, 0} the set did not change,
+	// nothing applied; {1, head, zero-transition}.
 	scPostFlag = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
@@ -231,8 +281,7 @@ else changed = redis.call('SREM', KEYS[2], ARGV[4]) end
 local L = string.byte(rec, 1)
 local head = string.sub(rec, 1, L + 1)
 if changed == 0 then return {0, head, 0} end
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
-return {1, head, recount(KEYS[1], ARGV[3], rec, 8, lo, hi)}`)
+return {1, head, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 
 	// Count deltas Go decided on a post that exists (the fact its Decide
 	// was given), once per operation (its guard), and the intent of what
@@ -719,6 +768,18 @@ for i = 1, #ARGV, 3 do
   if rec ~= '' then head = string.sub(rec, 1, string.byte(rec, 1) + 1) end
   if head ~= ARGV[i + 1] then return {(i - 1) / 3, counted} end
   local new = ARGV[i + 2]
+  if rec ~= '' and rec ~= TOMB then
+    -- The post's counts of reaction kinds other than like are its own,
+    -- not the row's: kept.
+    local old, n = dec(rec, #head + 1)
+    if n >= KINDS then
+      local L = string.byte(new, 1)
+      local t, m = dec(new, L + 2)
+      for j = m + 1, KINDS - 1 do t[j] = 0 end
+      for j = KINDS, n do t[j] = old[j] end
+      new = string.sub(new, 1, L + 1) .. enc(t, n)
+    end
+  end
   counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, string.byte(new, 1) + 2))
   redis.call('HSET', KEYS[1], ARGV[i], new)
 end
@@ -771,12 +832,13 @@ return {body or false, blob or false, redis.call('GET', KEYS[5]), from, m, q, s,
 var (
 	// Recounts one post bucket's set-backed counts: each post's count
 	// field against SCARD of its set (the bucket, a part naming the set,
-	// the post's low bits: in the bucket's slot) plus a field of the
+	// the post's low bits: in the bucket's slot), or for a reaction kind
+	// the fields of that kind in its reactors hash, plus a field of the
 	// record (0: none), and tallies the posts' authors. Posts whose low
 	// bits are in [lo, hi] hold imported counts: their authors count,
 	// their sets are not compared. Deleted posts (tombstones) have neither
 	// author nor counts. KEYS bucket; ARGV lo, hi, then (count index, set
-	// part, plus index) per check. {{head, posts}..., {low, check number
+	// part, plus index, kind id or '') per check. {{head, posts}..., {low, check number
 	// (1-based), stored, recounted}..., checked, skipped}.
 	scCheckPosts = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -797,13 +859,20 @@ for i = 1, #all, 2 do
   else
     checked = checked + 1
     local t = dec(rec, L + 2)
-    for j = 3, #ARGV, 3 do
+    local kinds
+    for j = 3, #ARGV, 4 do
       local stored = t[tonumber(ARGV[j])] or 0
-      local card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      local card
+      if ARGV[j + 3] == '' then
+        card = redis.call('SCARD', KEYS[1] .. ARGV[j + 1] .. low)
+      else
+        if not kinds then kinds = bykind(KEYS[1] .. ARGV[j + 1] .. low) end
+        card = kinds[ARGV[j + 3]] or 0
+      end
       if ARGV[j + 2] ~= '0' then card = card + (t[tonumber(ARGV[j + 2])] or 0) end
       if stored ~= card then
         drifts[#drifts + 1] = low
-        drifts[#drifts + 1] = j / 3
+        drifts[#drifts + 1] = (j + 1) / 4
         drifts[#drifts + 1] = stored
         drifts[#drifts + 1] = card
       end
@@ -817,9 +886,10 @@ for head, n in pairs(authors) do
 end
 return {heads, drifts, checked, skipped}`)
 
-	// Sets one post's count to its set's cardinality plus a field of the
-	// record (0: none), both read here. KEYS bucket, set; ARGV low, count
-	// index, plus index. {-1} no such post; {0, stored, recounted} no
+	// Sets one post's count to its set's cardinality (a reactors hash's
+	// fields of kind ARGV[4], when not '') plus a field of the record (0:
+	// none), both read here. KEYS bucket, set; ARGV low, count index, plus
+	// index, kind. {-1} no such post; {0, stored, recounted} no
 	// drift now; {1, stored, recounted, zero-transition}.
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
@@ -828,7 +898,9 @@ local L = string.byte(rec, 1)
 local t, n = dec(rec, L + 2)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
-local card = redis.call('SCARD', KEYS[2])
+local card
+if ARGV[4] == '' then card = redis.call('SCARD', KEYS[2])
+else card = bykind(KEYS[2])[ARGV[4]] or 0 end
 if ARGV[3] ~= '0' then card = card + (t[tonumber(ARGV[3])] or 0) end
 if stored == card then return {0, stored, card} end
 local before = enc(t, n)
@@ -872,7 +944,7 @@ return 1`)
 )
 
 var allScripts = append([]*redis.Script{
-	scPostCreate, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
+	scPostCreate, scPostReact, scKindsSet, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
 	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
 	scCheckPosts, scRecountPost, scCheckUserHash, scWidenSpan,

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -76,6 +77,11 @@ type Options struct {
 	// EventShards: number of (sharded) pub/sub channels events spread
 	// over. Default 8. Every Store subscribes to all of them.
 	EventShards int
+	// Reactions are the deployment's reaction kinds in display order
+	// (counters.ParseKinds' result; nil: like alone, or, with Existing,
+	// the keyspace's kinds as they stand), reconciled with the keyspace's
+	// kinds table at Open (reactions.go).
+	Reactions []string
 	// Existing makes Open refuse a keyspace that holds no format marker
 	// instead of marking an empty one: for tools that only read and
 	// repair (tally check), to which an empty keyspace means a wrong
@@ -106,6 +112,13 @@ type Store struct {
 	wsingle  *redis.Client        // writes; nil on a cluster
 	sharded  bool                 // SPUBLISH/SSUBSCRIBE available
 	gen      snowflake.Generator
+
+	// kinds is the keyspace's reaction kinds table as Open reconciled it,
+	// display the deployment's kinds in display order and order their
+	// ids in that order (reactions.go).
+	kinds   counters.Kinds
+	display []string
+	order   [counters.MaxKinds]counters.Kind
 
 	bus    *bus
 	stats  statCounters
@@ -248,6 +261,21 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, unavailable(err)
 	}
 	if err := s.checkFormat(ctx); err != nil {
+		closeClients()
+		return nil, err
+	}
+	reactions := opts.Reactions
+	if reactions == nil && !opts.Existing {
+		reactions = []string{"like"}
+	}
+	if reactions != nil {
+		var err error
+		if reactions, err = counters.ParseKinds(strings.Join(reactions, ",")); err != nil {
+			closeClients()
+			return nil, fmt.Errorf("redisstore: -reactions: %w", err)
+		}
+	}
+	if err := s.setKinds(ctx, reactions); err != nil {
 		closeClients()
 		return nil, err
 	}

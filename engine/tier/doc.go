@@ -65,12 +65,13 @@
 //     count of each kind over every post (for that refusal and for
 //     checks).
 //   - React: was := Set.React(user, post, kind), then, when was !=
-//     kind, Posts.MoveReaction(post, was, kind): one count moves from
-//     the old kind to the new (from NoKind for a first reaction, which is
-//     what counts toward the author's unread likes). Unreact: was :=
-//     Set.Unreact(user, post), then Posts.MoveReaction(post, was,
-//     NoKind) when was is not NoKind. Both calls under one write lock,
-//     so no reader sees a reaction counted twice or not at all.
+//     kind, Posts.AddReaction(post, was, -1) (unless was is NoKind: a
+//     first reaction, which is what counts toward the author's unread
+//     likes) and Posts.AddReaction(post, kind, 1): one count moves from
+//     the old kind to the new. Unreact: was := Set.Unreact(user, post),
+//     then Posts.AddReaction(post, was, -1) when was is not NoKind. All
+//     under one write lock, so no reader sees a reaction counted twice
+//     or not at all.
 //   - A page: Posts.GetMany gives each post's counts with Post.Reactions
 //     (Post.Count(kind) reads any kind, like included) and Set.KindsOf
 //     the viewer's kind per post (NoKind: none), each one visit per
@@ -128,7 +129,7 @@
 //     RangeKinds, Kinds, KindTotals, Len, MemoryBytes, CacheBytes,
 //     DiskBytes, Stats, Files, VerifyFiles, WriteTo) may share the read
 //     lock;
-//   - writers (Put, AddCounts, MoveReaction, AddReaction, SetAuthor,
+//   - writers (Put, AddCounts, AddReaction, SetAuthor,
 //     SetKinds, PutKinds, Import, Add, Remove, React, Unreact, LoadPairs,
 //     LoadReactions, Plan, Finish, Maintain, Load, Collect, Capture,
 //     Release, Close) need the write lock;

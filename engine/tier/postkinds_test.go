@@ -28,21 +28,21 @@ func TestPostKinds(t *testing.T) {
 		snowflake.Make(testEpoch.UnixMilli()+12_500, 1, 0), // sealed
 		snowflake.Make(testEpoch.UnixMilli()+20_000, 1, 0), // open
 	}
-	if _, _, err := tr.MoveReaction(ids[0], counters.NoKind, 7); err == nil {
+	if _, _, err := moveReaction(tr, ids[0], counters.NoKind, 7); err == nil {
 		t.Fatal("a reaction of a kind not in the table")
 	}
 	for i, id := range ids {
 		tr.Put(id, Post{Author: 9})
 		for range i + 1 {
-			if _, _, err := tr.MoveReaction(id, counters.NoKind, love); err != nil {
+			if _, _, err := moveReaction(tr, id, counters.NoKind, love); err != nil {
 				t.Fatal(err)
 			}
 		}
-		was, is, err := tr.MoveReaction(id, love, haha) // a switch
+		was, is, err := moveReaction(tr, id, love, haha) // a switch
 		if err != nil || was.Count(love) != int64(i+1) || is.Count(love) != int64(i) || is.Count(haha) != 1 {
 			t.Fatalf("switch: %+v -> %+v %v", was, is, err)
 		}
-		if _, is, _ := tr.MoveReaction(id, counters.NoKind, counters.Like); is.Counts.Likes != 1 {
+		if _, is, _ := moveReaction(tr, id, counters.NoKind, counters.Like); is.Counts.Likes != 1 {
 			t.Fatalf("a like: %+v", is)
 		}
 	}
@@ -99,7 +99,7 @@ func TestPostKinds(t *testing.T) {
 	// Every love gone: love may be left out, its id freed.
 	for i, id := range ids[1:] {
 		for range i + 1 {
-			again.MoveReaction(id, love, counters.NoKind)
+			moveReaction(again, id, love, counters.NoKind)
 		}
 	}
 	if err := again.SetKinds([]string{"like", "haha", "sad"}); err != nil {

@@ -206,33 +206,6 @@ func (p *Posts) AddCounts(id uint64, d engine.Counts) (was, is Post, err error) 
 	})
 }
 
-// MoveReaction moves one reaction of post id from kind from to kind to,
-// as AddCounts does a count: -1 on from and +1 on to, either of which
-// may be counters.NoKind (a first reaction, an unreaction), like being
-// the post's likes. It is Set.React's and Set.Unreact's count: the
-// caller moves the count the set's answer (the previous kind) says,
-// under the same lock, so that no reader sees a reaction counted under
-// both kinds or neither. A kind not in the table's kinds is an error.
-func (p *Posts) MoveReaction(id uint64, from, to counters.Kind) (was, is Post, err error) {
-	for _, k := range [2]counters.Kind{from, to} {
-		if k != counters.NoKind && !p.kinds.Has(k) {
-			return Post{}, Post{}, fmt.Errorf("tier: reaction kind id %d is not in the post table's kinds", k)
-		}
-	}
-	if from == to {
-		old, _, err := p.Get(id)
-		return old, old, err
-	}
-	return p.update(id, func(c *Post) {
-		if from != counters.NoKind {
-			c.AddReaction(from, -1)
-		}
-		if to != counters.NoKind {
-			c.AddReaction(to, 1)
-		}
-	})
-}
-
 // AddReaction adds d to post id's count of kind k (like: its likes)
 // within [counters.Floor, counters.Ceiling], as AddCounts does a count.
 // A kind not in the table's kinds is an error.
@@ -244,7 +217,7 @@ func (p *Posts) AddReaction(id uint64, k counters.Kind, d int64) (was, is Post, 
 }
 
 // update applies change to the record of post id: the read-modify-write
-// of AddCounts and MoveReaction.
+// of AddCounts and AddReaction.
 func (p *Posts) update(id uint64, change func(*Post)) (was, is Post, err error) {
 	old, ok, err := p.Get(id)
 	if err != nil {

@@ -390,7 +390,7 @@ func BenchmarkLikePage(b *testing.B) {
 // each a set write and its count under one lock as the engine does them,
 // interleaved: a like is Set.Add of a new user and Posts.AddCounts of one
 // like; a switch is Set.React of a pair that has a kind to another and
-// Posts.MoveReaction of its count. Posts of the sealed days (late writes:
+// Posts.AddReaction on its old kind and its new one. Posts of the sealed days (late writes:
 // both go to deltas, folded back by Maintain every 4096 writes of each
 // kind) and of the open days. switch-cpu-ns/op and like-cpu-ns/op are one write's
 // CPU, switch/like their ratio.
@@ -459,7 +459,7 @@ func BenchmarkReactionWrite(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, _, err := r.kindPosts.MoveReaction(q.Post, was, to); err != nil {
+				if _, _, err := moveReaction(r.kindPosts, q.Post, was, to); err != nil {
 					b.Fatal(err)
 				}
 				q.Kind = to

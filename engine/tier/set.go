@@ -135,7 +135,7 @@ func checkKind(kind counters.Kind) error {
 // React sets the kind of (user, post) — the user's one reaction to the
 // post — adding the pair when absent, and returns the kind it had
 // (counters.NoKind when it was absent): the caller moves one count from
-// that kind to the new one (Posts.MoveReaction) under the same lock. A
+// that kind to the new one (Posts.AddReaction on each) under the same lock. A
 // write to an open window is one probe and a store; to a sealed or cold
 // window (or one being sealed) it goes to the window's delta and reads
 // the body first, since the delta records only changes: a cold block
