@@ -205,14 +205,7 @@ func TestSpawnRun(t *testing.T) {
 			bc.Phases["like"].Delivered != 20 || bc.Stray != 0 || len(bc.Codes) != 0 {
 			t.Errorf("broadcast over the replicas: %+v", bc)
 		}
-		// Redis keeps likes only for now: tally-redis refuses the six
-		// kinds, starts with like alone, and says so when asked.
-		if ex := res.Exactness["tally-redis"]; !ex.Exact || ex.Viewers == 0 || len(ex.Reactions) != 1 || ex.Reactions["like"] != ex.Likes {
-			t.Errorf("exactness on Redis: %+v", ex)
-		}
-		if _, ok := res.ReactionPage["tally-redis"]; ok {
-			t.Errorf("a reaction page on tally-redis, which serves like alone")
-		}
+		checkReactions("tally-redis")
 	}
 	if withPostgres {
 		if !res.PostgresSameBytes {
