@@ -77,6 +77,7 @@ type config struct {
 	writeRounds    int
 	writeSnapEvery time.Duration
 	rssEvery       time.Duration
+	writeProfiles  string
 }
 
 // The stores measured beside the embedded engine.
@@ -138,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.writeRounds, "write-rounds", 1, "rounds of the writes phase, each a server without snapshots then one with")
 	fs.DurationVar(&c.writeSnapEvery, "write-snapshot-interval", 10*time.Second, "-snapshot-interval of the writes phase's server that takes snapshots")
 	fs.DurationVar(&c.rssEvery, "rss-every", 50*time.Millisecond, "how often the writes phase samples RSS")
+	fs.StringVar(&c.writeProfiles, "write-profiles", "", "save each writes-phase server's heap profile, settled and after the likes, in this directory (for go tool pprof -diff_base)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data directories")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	if err := fs.Parse(args); err != nil {

@@ -324,3 +324,38 @@ func TestBucketCheckCatchesAWrongLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesPhase runs the writes phase on a small data set: a server
+// without snapshots and one taking them, likes from many users, their
+// RSS, CPU per like and heap profiles saved settled and after the likes.
+func TestWritesPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts tally")
+	}
+	work := t.TempDir()
+	profiles := filepath.Join(work, "profiles")
+	if err := os.Mkdir(profiles, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "200", "-authors", "with", "-work", work, "-repo", "../..",
+		"-after-gc", "0", "-load", "0", "-writes", "2s", "-write-users", "500", "-write-clients", "4",
+		"-write-snapshot-interval", "1s", "-write-profiles", profiles}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, cfg, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "CPU/like") || strings.Count(s, " µs ") != 2 || strings.Count(s, "%\n") != 2 || !strings.Contains(s, "likes/s with snapshots") {
+		t.Errorf("want both servers' ratio, likes/s, CPU per like and the GC's share:\n%s", s)
+	}
+	for _, name := range []string{"A-round0-nosnapshots-settled", "A-round0-nosnapshots-likes", "A-round0-snapshots-settled", "A-round0-snapshots-likes"} {
+		if st, err := os.Stat(filepath.Join(profiles, name+".pb.gz")); err != nil || st.Size() == 0 {
+			t.Errorf("heap profile %s: %v", name, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +47,12 @@ type writeResult struct {
 	Seconds     float64 `json:"seconds"`
 	Likes       int64   `json:"likes"`
 	Failed      int64   `json:"failed"`
+	// CPUPerLike is the server's CPU (user and system) over the likes
+	// divided by the likes; 0 when unknown.
+	CPUPerLike time.Duration `json:"cpuPerLikeNs"`
+	// GCShare is the GC's share of that CPU (tally_gc_cpu_seconds_total);
+	// -1 when unknown.
+	GCShare float64 `json:"gcCpuShare"`
 	// Snapshots written during the likes and the time they took, from the
 	// server's log; the likes completed inside those intervals.
 	SnapshotsWritten int     `json:"snapshotsWritten"`
@@ -70,7 +78,8 @@ const likeQuery = `mutation($p: ID!) { likePost(postId: $p) { id } }`
 // writesPhase runs the writes phase of one variant on the imported data
 // directory data (left unchanged: each server runs on a copy).
 func writesPhase(ctx context.Context, cfg config, bin, data string, v variant, ds *data, out io.Writer) ([]writeResult, error) {
-	secret := auth.RandomSecret()
+	// Hex: the secret travels in the environment, which cannot hold a NUL.
+	secret := []byte(hex.EncodeToString(auth.RandomSecret()))
 	keys, err := auth.NewKeys(secret)
 	if err != nil {
 		return nil, err
@@ -103,7 +112,11 @@ func writesPhase(ctx context.Context, cfg config, bin, data string, v variant, d
 			if o, err := exec.Command("cp", "-a", base, copyDir).CombinedOutput(); err != nil {
 				return results, fmt.Errorf("copying the data directory: %v %s", err, o)
 			}
-			r, err := writesServer(ctx, cfg, bin, copyDir, variant{label: v.label, args: args, env: env}, keys, ds, out)
+			profiles := ""
+			if cfg.writeProfiles != "" {
+				profiles = filepath.Join(cfg.writeProfiles, fmt.Sprintf("%s-round%d-%s", v.label, round, map[bool]string{true: "snapshots", false: "nosnapshots"}[snaps]))
+			}
+			r, err := writesServer(ctx, cfg, bin, copyDir, variant{label: v.label, args: args, env: env}, keys, ds, profiles, out)
 			if !cfg.keep {
 				os.RemoveAll(copyDir)
 				os.Remove(copyDir + ".log")
@@ -118,7 +131,11 @@ func writesPhase(ctx context.Context, cfg config, bin, data string, v variant, d
 	return results, nil
 }
 
-func writesServer(ctx context.Context, cfg config, bin, dir string, v variant, keys *auth.Keys, ds *data, out io.Writer) (writeResult, error) {
+// writesServer measures one server of the writes phase; with profiles
+// set it also saves the server's heap profiles there, settled
+// (profiles-settled.pb.gz) and at the end of the likes
+// (profiles-likes.pb.gz), for go tool pprof -diff_base.
+func writesServer(ctx context.Context, cfg config, bin, dir string, v variant, keys *auth.Keys, ds *data, profiles string, out io.Writer) (writeResult, error) {
 	r := writeResult{ServeArgs: strings.Join(v.args, " ")}
 	p, err := startServer(bin, dir, v)
 	if err != nil {
@@ -140,12 +157,38 @@ func writesServer(ctx context.Context, cfg config, bin, dir string, v variant, k
 		return r, err
 	}
 	r.SettledRSS, r.SettledLive = idle.RSS, idle.HeapLive
+	if profiles != "" {
+		if err := saveHeapProfile(p.pprof, profiles+"-settled.pb.gz"); err != nil {
+			return r, err
+		}
+	}
 	logStart, _ := os.Stat(p.log)
+	gcCPU := func() float64 {
+		m, err := benchutil.ScrapeMetrics(p.base)
+		if err != nil {
+			return -1
+		}
+		return m["tally_gc_cpu_seconds_total"]
+	}
+	gcStart := gcCPU()
+	cpuStart := benchutil.ProcCPU(p.pid())
 	start := time.Now()
 	buckets, likes, failed, rss, err := likeLoad(ctx, cfg, p, keys, ds.pool)
 	r.Seconds = time.Since(start).Seconds()
 	if err != nil {
 		return r, err
+	}
+	r.GCShare = -1
+	if cpu := benchutil.ProcCPU(p.pid()); cpuStart >= 0 && cpu > cpuStart && likes > 0 {
+		r.CPUPerLike = (cpu - cpuStart) / time.Duration(likes)
+		if gc := gcCPU(); gcStart >= 0 && gc >= gcStart {
+			r.GCShare = (gc - gcStart) / (cpu - cpuStart).Seconds()
+		}
+	}
+	if profiles != "" {
+		if err := saveHeapProfile(p.pprof, profiles+"-likes.pb.gz"); err != nil {
+			return r, err
+		}
 	}
 	r.Likes, r.Failed = likes, failed
 	var sum int64
@@ -266,6 +309,24 @@ func likeLoad(ctx context.Context, cfg config, p *proc, keys *auth.Keys, pool []
 	return buckets, nLikes.Load(), nFailed.Load(), rss, nil
 }
 
+// saveHeapProfile writes the server's heap profile (as of its last
+// collection, none forced) to path.
+func saveHeapProfile(pprof, path string) error {
+	resp, err := http.Get(pprof + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("pprof heap: HTTP %d", resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // snapSpan is one snapshot from the server's log: when it was written and
 // how long it took.
 type snapSpan struct {
@@ -308,14 +369,22 @@ func reportWrites(out io.Writer, label string, ws []writeResult) {
 		return
 	}
 	fmt.Fprintf(out, "\n== writes phase, server %s: likes with and without snapshots (RSS sampled while they run)\n", label)
-	fmt.Fprintf(out, "%-44s %10s %10s %7s %10s %9s %9s %7s %11s\n", "server", "settled", "peak RSS", "ratio", "mean RSS", "likes/s", "failed", "snaps", "likes/s in")
+	fmt.Fprintf(out, "%-44s %10s %10s %7s %10s %9s %9s %7s %11s %9s %7s\n", "server", "settled", "peak RSS", "ratio", "mean RSS", "likes/s", "failed", "snaps", "likes/s in", "CPU/like", "GC CPU")
 	for _, w := range ws {
 		in := "-"
 		if r := w.rateInSnapshots(); r >= 0 {
 			in = fmt.Sprintf("%.0f", r)
 		}
-		fmt.Fprintf(out, "%-44s %10s %10s %6.2f× %10s %9.0f %9d %7d %11s\n", w.ServeArgs, mib(w.SettledRSS), mib(w.PeakRSS), w.ratio(),
-			mib(w.MeanRSS), w.rate(), w.Failed, w.SnapshotsWritten, in)
+		cpu := "-"
+		if w.CPUPerLike > 0 {
+			cpu = fmt.Sprintf("%.0f µs", float64(w.CPUPerLike)/float64(time.Microsecond))
+		}
+		gc := "-"
+		if w.GCShare >= 0 {
+			gc = fmt.Sprintf("%.1f%%", 100*w.GCShare)
+		}
+		fmt.Fprintf(out, "%-44s %10s %10s %6.2f× %10s %9.0f %9d %7d %11s %9s %7s\n", w.ServeArgs, mib(w.SettledRSS), mib(w.PeakRSS), w.ratio(),
+			mib(w.MeanRSS), w.rate(), w.Failed, w.SnapshotsWritten, in, cpu, gc)
 	}
 	var with, without []writeResult
 	for _, w := range ws {

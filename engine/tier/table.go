@@ -19,7 +19,7 @@ const (
 	DefaultWindowMillis   = 86_400_000
 	DefaultOpenAge        = 7 * 24 * time.Hour
 	DefaultCompactMin     = 1024
-	DefaultColdCacheBytes = 16 << 20
+	DefaultColdCacheBytes = 4 << 20
 )
 
 // Options configure a table, the post table or a pair set alike; the zero

@@ -43,14 +43,14 @@ func TestTokenCacheAnswersAsKeys(t *testing.T) {
 	}
 	// A kept token whose exp has passed is verified again (and refused).
 	h := "Bearer " + expired
-	c.m[h] = verifiedToken{p: auth.Principal{User: 6}, exp: time.Now().Unix() - 1}
+	c.m[c.hash(h)] = verifiedToken{p: auth.Principal{User: 6}, exp: time.Now().Unix() - 1}
 	if _, _, err := c.fromHeader(h); err == nil {
 		t.Fatal("an expired token was answered from the cache")
 	}
-	if v := c.m["Bearer "+good]; v.exp <= time.Now().Unix() || v.exp > time.Now().Add(time.Hour).Unix() {
+	if v := c.m[c.hash("Bearer "+good)]; v.exp <= time.Now().Unix() || v.exp > time.Now().Add(time.Hour).Unix() {
 		t.Fatalf("kept until %d", v.exp)
 	}
-	if v := c.m["Bearer "+forever]; v.exp != 0 || v.p.User != 4 {
+	if v := c.m[c.hash("Bearer "+forever)]; v.exp != 0 || v.p.User != 4 {
 		t.Fatalf("token without exp kept as %+v", v)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/gqlerror"
-	"golang.org/x/time/rate"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/resolvers"
@@ -53,53 +53,79 @@ func (s sharedLimiter) Take(ctx context.Context, user engine.UserID, n int) (boo
 // waiting would not make it acceptable — it must be split.
 const DefaultMaxMutationsPerRequest = 20
 
-// buckets is a token bucket per key in this process. Buckets that have
-// refilled are dropped by a sweep, so memory follows the number of
-// recently active keys.
+// buckets is a token bucket per key in this process, kept as GCRA (the
+// generic cell rate algorithm): a key's whole state is one time, when its
+// bucket will be full again (the theoretical arrival time). Spending n
+// tokens moves it n intervals later, starting from now when it lies in the
+// past; a spend is refused when that would put it more than the burst's
+// worth of intervals ahead of now. This is the token bucket of
+// x/time/rate to the nanosecond, in eight bytes a key instead of a
+// Limiter and a pointer each: for integer keys the map holds no pointers,
+// so however many users are active the GC has nothing to scan in it. A
+// key whose bucket is full again holds nothing a new bucket would not, so
+// a sweep drops those, and memory follows the number of recently active
+// keys.
 type buckets[K comparable] struct {
-	limit rate.Limit
-	burst int
-	mu    sync.Mutex
-	m     map[K]*rate.Limiter
-	swept time.Time
+	interval  float64 // nanoseconds per token
+	tolerance int64   // burst × interval: how far a full time may run ahead of now
+	burst     int
+	clock     func() int64 // monotonic nanoseconds
+	mu        sync.Mutex
+	full      map[K]int64 // when each key's bucket is full again; absent: full now
+	swept     int64
+	// held is the most keys the map held since it was last rebuilt: Go's
+	// maps do not shrink, so after a crowd has gone the sweep copies the
+	// few keys left into a map of their size.
+	held int
 }
 
 func newBuckets[K comparable](perSecond float64, burst int) *buckets[K] {
-	return &buckets[K]{limit: rate.Limit(perSecond), burst: burst, m: map[K]*rate.Limiter{}}
+	epoch := time.Now()
+	return newBucketsClock[K](perSecond, burst, func() int64 { return int64(time.Since(epoch)) })
 }
 
-// bucket returns k's bucket, made full when k has none; b.mu is held.
-func (b *buckets[K]) bucket(k K, now time.Time) *rate.Limiter {
-	if now.Sub(b.swept) > time.Minute {
-		for key, lim := range b.m {
-			if lim.TokensAt(now) >= float64(b.burst) {
-				delete(b.m, key)
-			}
+func newBucketsClock[K comparable](perSecond float64, burst int, clock func() int64) *buckets[K] {
+	interval := float64(time.Second) / perSecond
+	return &buckets[K]{interval: interval, tolerance: int64(math.Round(float64(burst) * interval)), burst: burst,
+		clock: clock, full: map[K]int64{}}
+}
+
+// sweepEvery is how often full buckets are dropped.
+const sweepEvery = int64(time.Minute)
+
+// fullAt returns when k's bucket is full again, no earlier than now, and
+// drops the full buckets of every key once a sweepEvery; b.mu is held.
+func (b *buckets[K]) fullAt(k K, now int64) int64 {
+	if now-b.swept > sweepEvery {
+		b.held = max(b.held, len(b.full))
+		maps.DeleteFunc(b.full, func(_ K, full int64) bool { return full <= now })
+		if len(b.full) < b.held/4 {
+			kept := make(map[K]int64, len(b.full))
+			maps.Copy(kept, b.full)
+			b.full, b.held = kept, len(kept)
 		}
 		b.swept = now
 	}
-	lim := b.m[k]
-	if lim == nil {
-		lim = rate.NewLimiter(b.limit, b.burst)
-		b.m[k] = lim
-	}
-	return lim
+	return max(b.full[k], now)
 }
+
+// cost is how far n tokens move a full time.
+func (b *buckets[K]) cost(n int) int64 { return int64(math.Round(float64(n) * b.interval)) }
 
 // take spends n tokens of k's bucket, all or none; when it refuses,
 // retryAfter is how long until n tokens will be there.
 func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	r := b.bucket(k, now).ReserveN(now, n)
-	if !r.OK() {
+	if n > b.burst {
 		return false, 0, fmt.Errorf("%d tokens asked of a burst of %d", n, b.burst)
 	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now) // refused whole: give the tokens back
-		return false, d, nil
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock()
+	full := b.fullAt(k, now) + b.cost(n)
+	if ahead := full - now; ahead > b.tolerance {
+		return false, time.Duration(ahead - b.tolerance), nil
 	}
+	b.full[k] = full
 	return true, 0, nil
 }
 
@@ -108,8 +134,8 @@ func (b *buckets[K]) take(k K, n int) (ok bool, retryAfter time.Duration, err er
 func (b *buckets[K]) owe(k K, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
-	b.bucket(k, now).ReserveN(now, min(n, b.burst))
+	now := b.clock()
+	b.full[k] = b.fullAt(k, now) + b.cost(min(n, b.burst))
 }
 
 // empty reports whether k's bucket holds less than one token, and how
@@ -117,15 +143,15 @@ func (b *buckets[K]) owe(k K, n int) {
 func (b *buckets[K]) empty(k K) (bool, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
-	lim, ok := b.m[k]
-	if !ok || lim.TokensAt(now) >= 1 {
+	now := b.clock()
+	full, ok := b.full[k]
+	if !ok {
 		return false, 0
 	}
-	r := lim.ReserveN(now, 1)
-	d := r.DelayFrom(now)
-	r.CancelAt(now)
-	return true, d
+	if ahead := full - now - (b.tolerance - b.cost(1)); ahead > 0 {
+		return true, time.Duration(ahead)
+	}
+	return false, 0
 }
 
 // localLimiter is the in-process RateLimiter: a bucket per user.

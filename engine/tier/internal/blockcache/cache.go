@@ -109,11 +109,12 @@ func NewCache(capacityBytes int) *Cache {
 	if capacityBytes < 64<<10 {
 		return c
 	}
-	// One shard per 4 MiB, at most 16, a power of two: enough to spread
-	// the locks of two dozen cores, few enough that each shard's segments
-	// stay large.
+	// One shard per MiB, at most 16, a power of two: enough to spread the
+	// locks of two dozen cores from a few MiB on (a small cache is the
+	// default: a miss is one pread), few enough that each shard's
+	// segments stay large beside its blocks.
 	nshards := 1
-	for nshards < 16 && capacityBytes/(nshards*2) >= 4<<20 {
+	for nshards < 16 && capacityBytes/(nshards*2) >= 1<<20 {
 		nshards *= 2
 	}
 	c.shift = uint(64 - bits.TrailingZeros(uint(nshards)))
