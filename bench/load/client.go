@@ -31,6 +31,21 @@ const (
 	subscription  = `subscription Badges { unreadChanged { unread { mentions comments likes messages system feed total } redDot } }`
 )
 
+// Reactions. A feed that shows reactions asks for every kind's count and
+// the viewer's kind where it asked for viewerHasLiked; the comparison of
+// pages asks for either alone, as e2e's BenchmarkReactionPageHandler does.
+const (
+	reactMutation          = `mutation React($p: ID!, $k: String!) { reactToPost(postId: $p, kind: $k) { id viewerReaction } }`
+	unreactMutation        = `mutation Unreact($p: ID!) { unreactToPost(postId: $p) { id viewerReaction } }`
+	kindsQuery             = `query Kinds($ids: [ID!]!) { posts(ids: $ids) { reactions { kind } } }`
+	feedReactionsQuery     = `query Feed($ids: [ID!]!) { posts(ids: $ids) { id author { id postCount followerCount followingCount } counts { likes comments reposts views favorites } reactions { kind count } viewerReaction viewerHasFavorited } }`
+	readbackReactionsQuery = `query Readback($ids: [ID!]!) { posts(ids: $ids) { id author { id postCount followerCount followingCount } counts { likes comments reposts views favorites } reactions { kind count } } }`
+	viewerReactionQuery    = `query Mine($ids: [ID!]!) { posts(ids: $ids) { id viewerReaction } }`
+	viewerLikedQuery       = `query Mine($ids: [ID!]!) { posts(ids: $ids) { id viewerHasLiked } }`
+	countsPageQuery        = `query Page($ids: [ID!]!) { posts(ids: $ids) { id counts { likes comments reposts views favorites } viewerHasLiked } }`
+	reactionsPageQuery     = `query Page($ids: [ID!]!) { posts(ids: $ids) { id reactions { kind count } viewerReaction } }`
+)
+
 // gql sends GraphQL requests over HTTP to one server.
 type gql struct {
 	http *http.Client
@@ -87,10 +102,18 @@ func request(query string, vars map[string]any) []byte {
 	return b
 }
 
-var feedPrefix = func() []byte {
-	q, _ := json.Marshal(feedQuery)
+// The request bodies of the pages up to their ids (appendIDsRequest).
+var (
+	feedPrefix          = idsPrefix(feedQuery)
+	feedReactionsPrefix = idsPrefix(feedReactionsQuery)
+	countsPagePrefix    = idsPrefix(countsPageQuery)
+	reactionsPagePrefix = idsPrefix(reactionsPageQuery)
+)
+
+func idsPrefix(query string) []byte {
+	q, _ := json.Marshal(query)
 	return append(append([]byte(`{"query":`), q...), `,"variables":{"ids":[`...)
-}()
+}
 
 // appendIDsRequest builds {"query": q, "variables": {"ids": [...]}} with
 // prefix holding everything up to the ids; ids are decimal, so they need no

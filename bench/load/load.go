@@ -19,13 +19,15 @@ const (
 	kFeed kind = iota
 	kBadge
 	kLike
+	kReact   // reactToPost: another kind than like, often over the user's like (a switch)
+	kUnreact // unreactToPost: one of the user's recent reactions removed
 	kComment
 	kView
 	kBroadcast // not drawn from the mix: sent every -broadcast-every by its own sender
 	nKinds
 )
 
-var kindNames = [nKinds]string{"feed", "badge", "like", "comment", "view", "broadcast"}
+var kindNames = [nKinds]string{"feed", "badge", "like", "react", "unreact", "comment", "view", "broadcast"}
 
 // mix is the weights of the kinds each client draws from.
 type mix [nKinds]int
@@ -46,7 +48,7 @@ func parseMix(s string) (mix, error) {
 			}
 		}
 		if k < 0 {
-			return m, fmt.Errorf("-mix: unknown kind %q (feed, badge, like, comment, view; broadcasts come from -broadcast-every)", name)
+			return m, fmt.Errorf("-mix: unknown kind %q (feed, badge, like, react, unreact, comment, view; broadcasts come from -broadcast-every)", name)
 		}
 		m[k] = n
 		total += n
@@ -65,6 +67,33 @@ func (m mix) String() string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// forLikesOnly is m for a server without reactions: its react and
+// unreact draws are likes.
+func (m mix) forLikesOnly() mix {
+	m[kLike] += m[kReact] + m[kUnreact]
+	m[kReact], m[kUnreact] = 0, 0
+	return m
+}
+
+// feedPage is what a feed draw asks for: the request body up to the ids,
+// whether the posts carry counts, and how many reaction kinds each lists
+// (0: none asked).
+type feedPage struct {
+	prefix    []byte
+	counts    bool
+	reactions int
+}
+
+// mixedPage is the mixed phase's feed page on w's server: where it has
+// kinds beyond like, a reaction-showing app's page (every kind's count and
+// the viewer's kind in place of viewerHasLiked); else counts and flags.
+func mixedPage(w *world) feedPage {
+	if len(w.kinds) > 1 {
+		return feedPage{prefix: feedReactionsPrefix, counts: true, reactions: len(w.kinds)}
+	}
+	return feedPage{prefix: feedPrefix, counts: true}
 }
 
 func (m mix) pick(rng *rand.Rand) kind {
@@ -89,6 +118,7 @@ type phaseCfg struct {
 	mix            mix
 	pageMin        int
 	pageMax        int
+	page           feedPage
 	broadcastEvery time.Duration
 	seed           uint64
 	runID          string
@@ -179,13 +209,13 @@ func (c *loadClient) run(deadline time.Time) {
 	for n := 0; time.Now().Before(deadline); n++ {
 		u := c.rng.IntN(len(c.w.users))
 		tok := c.w.userTokens[u]
-		switch c.cfg.mix.pick(c.rng) {
+		switch k := c.cfg.mix.pick(c.rng); k {
 		case kFeed:
 			size := c.cfg.pageMin + c.rng.IntN(c.cfg.pageMax-c.cfg.pageMin+1)
 			ids := c.samplePosts(size)
-			c.body = appendIDsRequest(c.body, feedPrefix, ids)
+			c.body = appendIDsRequest(c.body, c.cfg.page.prefix, ids)
 			r, code := c.timed(kFeed, tok, c.body)
-			if code == "" && !c.validPage(r.body, ids, n%64 == 0) {
+			if code == "" && !c.cfg.page.valid(r.body, ids, n%64 == 0) {
 				c.kinds[kFeed].ok--
 				c.kinds[kFeed].fail(codeBadResponse, errExample(r))
 			}
@@ -196,22 +226,8 @@ func (c *loadClient) run(deadline time.Time) {
 				c.kinds[kBadge].ok--
 				c.kinds[kBadge].fail(codeBadResponse, errExample(r))
 			}
-		case kLike:
-			p := c.hotPost()
-			body := request(likeMutation, map[string]any{"p": c.w.posts[p]})
-			r, code := c.timed(kLike, tok, body)
-			if code == "" && !bytes.Contains(r.body, []byte(`"viewerHasLiked":true`)) {
-				c.kinds[kLike].ok--
-				c.kinds[kLike].fail(codeBadResponse, errExample(r))
-				code = codeBadResponse
-			}
-			code = c.retry(tok, body, code)
-			pr := pair{c.w.users[u], postID(c.w.posts[p])}
-			if code == "" {
-				l.setPair(l.likes, pr, true)
-			} else if ambiguous(code) {
-				l.setPair(l.likes, pr, false)
-			}
+		case kLike, kReact, kUnreact:
+			c.reaction(k, u)
 		case kComment:
 			p := c.hotPost()
 			c.seq++
@@ -246,13 +262,60 @@ func (c *loadClient) run(deadline time.Time) {
 	}
 }
 
+// reaction likes a hot post as user u, reacts to one with another kind
+// (half the time one of u's recent reactions, so that it switches kinds)
+// or removes one of u's recent reactions, and records the outcome. u's
+// lock is held throughout: the ledger sees u's writes in the server's
+// order.
+func (c *loadClient) reaction(k kind, u int) {
+	l := c.w.ledger
+	l.userMu[u].Lock()
+	defer l.userMu[u].Unlock()
+	p := -1
+	if k == kUnreact || (k == kReact && c.rng.IntN(2) == 0) {
+		p = l.recentPost(u, c.rng)
+	}
+	if p < 0 {
+		p = c.hotPost()
+	}
+	post := c.w.posts[p]
+	var body, want []byte
+	kindIdx := -1
+	switch k {
+	case kLike:
+		kindIdx = c.w.kindIndex("like")
+		body, want = request(likeMutation, map[string]any{"p": post}), []byte(`"viewerHasLiked":true`)
+	case kReact:
+		kindIdx = c.w.otherKind(c.rng)
+		body = request(reactMutation, map[string]any{"p": post, "k": c.w.kinds[kindIdx]})
+		want = []byte(`"viewerReaction":"` + c.w.kinds[kindIdx] + `"`)
+	case kUnreact:
+		body, want = request(unreactMutation, map[string]any{"p": post}), []byte(`"viewerReaction":null`)
+	}
+	tok := c.w.userTokens[u]
+	r, code := c.timed(k, tok, body)
+	if code == "" && !bytes.Contains(r.body, want) {
+		c.kinds[k].ok--
+		c.kinds[k].fail(codeBadResponse, errExample(r))
+		code = codeBadResponse
+	}
+	code = c.retry(tok, body, code)
+	if code == "" || ambiguous(code) {
+		l.react(pair{c.w.users[u], postID(post)}, kindIdx, code == "")
+		if kindIdx >= 0 {
+			l.remember(u, p)
+		}
+	}
+}
+
 var badgeBody = request(badgeQuery, nil)
 
 var pagePrefix = []byte(`{"data":{"posts":[`)
 
-// validPage checks a feed page: cheaply always (the response starts as a
-// page), fully when deep (every post present, in order, with its counts).
-func (c *loadClient) validPage(body []byte, ids []string, deep bool) bool {
+// valid checks a feed page: cheaply always (the response starts as a
+// page), fully when deep (every post present, in order, with its counts
+// and every reaction kind when asked for).
+func (pg feedPage) valid(body []byte, ids []string, deep bool) bool {
 	if !bytes.HasPrefix(body, pagePrefix) {
 		return false
 	}
@@ -262,8 +325,9 @@ func (c *loadClient) validPage(body []byte, ids []string, deep bool) bool {
 	var resp struct {
 		Data struct {
 			Posts []*struct {
-				ID     string          `json:"id"`
-				Counts json.RawMessage `json:"counts"`
+				ID        string            `json:"id"`
+				Counts    json.RawMessage   `json:"counts"`
+				Reactions []json.RawMessage `json:"reactions"`
 			} `json:"posts"`
 		} `json:"data"`
 	}
@@ -271,7 +335,7 @@ func (c *loadClient) validPage(body []byte, ids []string, deep bool) bool {
 		return false
 	}
 	for i, p := range resp.Data.Posts {
-		if p == nil || p.ID != ids[i] || len(p.Counts) < 10 {
+		if p == nil || p.ID != ids[i] || (pg.counts && len(p.Counts) < 10) || len(p.Reactions) != pg.reactions {
 			return false
 		}
 	}

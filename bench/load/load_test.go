@@ -21,8 +21,12 @@ import (
 
 	"github.com/tally-dev/tally/bench/benchutil"
 	"github.com/tally-dev/tally/bench/pgpeer"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/embedded"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/web/auth"
+	"github.com/tally-dev/tally/web/hub"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 // TestSpawnRun builds the tool and runs it the way the README does, for a
@@ -31,8 +35,11 @@ import (
 // two tally replicas on a redis-server (the subscriptions spread over
 // both: a broadcast sent to one reaches the other's subscribers through
 // Redis) and PostgreSQL under its gqlgen + dataloader + pgx server. The
-// output must parse, every kind must have succeeded, the exactness check
-// must pass and the reference and PostgreSQL must answer tally's bytes.
+// output must parse, every kind must have succeeded (likes, reactions of
+// other kinds and unreactions among them), the exactness check must pass
+// (every reaction kind's count, the viewers' kinds), the reactions page
+// must have been compared with the counts page, and the reference and
+// PostgreSQL must answer tally's bytes.
 func TestSpawnRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts tally")
@@ -64,7 +71,11 @@ func TestSpawnRun(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "-spawn", "-repo", "../..", "-duration", "1500ms", "-compare", "1s",
 		"-clients", "4", "-users", "300", "-posts", "200", "-warmup", "200ms", "-subs", "20", "-subs-per-process", "8", "-broadcasts", "2",
-		"-broadcast-every", "500ms", "-json", jsonPath)
+		"-broadcast-every", "500ms", "-react-compare", "1s", "-mix", "feed=40,badge=20,like=10,react=10,unreact=5,comment=5,view=10", "-json", jsonPath)
+	// The feed-only phases of 300 users at full speed can pass a user's
+	// cost budget (-cost-rate) on a fast machine; the run's shapes, not
+	// the limit, are under test.
+	cmd.Args = append(cmd.Args, "-tally-args", "-cost-rate 0")
 	cmd.Args = append(cmd.Args, peers...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -104,8 +115,8 @@ func TestSpawnRun(t *testing.T) {
 			}
 		}
 	}
-	if rows < 8 { // six kinds in the mixed phase, feed in each comparison
-		t.Errorf("%d table rows, want at least 8", rows)
+	if rows < 12 { // eight kinds in the mixed phase, feed in each comparison and in both reaction pages
+		t.Errorf("%d table rows, want at least 12", rows)
 	}
 	if !strings.Contains(text, "\nresult: ok\n") {
 		t.Errorf("the run did not end with result: ok")
@@ -120,10 +131,28 @@ func TestSpawnRun(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	ex, ok := res.Exactness["tally-embedded"]
-	if !ok || !ex.Exact || ex.Checked < 200*4 || ex.Likes == 0 || ex.Comments == 0 || ex.Views == 0 {
-		t.Errorf("exactness: %+v", ex)
+	// Reactions: every kind counted exactly and every reacting viewer's
+	// kind as acknowledged, and the two pages compared on each tally that
+	// serves kinds beyond like (shapes only: the ratio is a measurement).
+	kinds := []string{"like", "love", "haha", "wow", "sad", "angry"}
+	checkReactions := func(target string) {
+		ex, ok := res.Exactness[target]
+		if !ok || !ex.Exact || ex.Checked < 200*(4+len(kinds)) || ex.Likes == 0 || ex.Comments == 0 || ex.Views == 0 ||
+			len(ex.Reactions) != len(kinds) || ex.Reactions["like"] != ex.Likes || ex.Reactions["love"] == 0 || ex.Viewers == 0 {
+			t.Errorf("exactness on %s: %+v", target, ex)
+		}
+		rp, ok := res.ReactionPage[target]
+		if !ok || !slices.Equal(rp.Kinds, kinds) || rp.PagePosts != 50 || rp.Slices != 1 || rp.PostsWithOther == 0 ||
+			rp.CountsPages == 0 || rp.ReactionPages == 0 || rp.CPURatio <= 0 || rp.TimeRatio <= 0 {
+			t.Errorf("reaction page on %s: %+v", target, rp)
+		}
+		for _, p := range res.Phases {
+			if p.Target == target && (p.Phase == "counts-page" || p.Phase == "reactions-page") && len(p.Kinds["feed"].Errors) > 0 {
+				t.Errorf("%s on %s had errors: %v", p.Phase, target, p.Kinds["feed"].Errors)
+			}
+		}
 	}
+	checkReactions("tally-embedded")
 	var mixed *jsonPhase
 	for i, p := range res.Phases {
 		if p.Phase == "mixed" && p.Target == "tally-embedded" {
@@ -176,9 +205,7 @@ func TestSpawnRun(t *testing.T) {
 			bc.Phases["like"].Delivered != 20 || bc.Stray != 0 || len(bc.Codes) != 0 {
 			t.Errorf("broadcast over the replicas: %+v", bc)
 		}
-		if ex := res.Exactness["tally-redis"]; !ex.Exact {
-			t.Errorf("exactness on Redis: %+v", ex)
-		}
+		checkReactions("tally-redis")
 	}
 	if withPostgres {
 		if !res.PostgresSameBytes {
@@ -207,7 +234,8 @@ func TestSpawnRun(t *testing.T) {
 // (an acknowledged write lost) must both be reported; with ambiguous
 // writes, a count within acked..acked+ambiguous passes.
 func TestVerifyCatchesMiscount(t *testing.T) {
-	ref := &refServer{}
+	keys, _ := auth.NewKeys([]byte("test-secret-0123456789"))
+	ref := &refServer{keys: keys}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/load" {
 			ref.load(w, r)
@@ -216,15 +244,18 @@ func TestVerifyCatchesMiscount(t *testing.T) {
 		ref.query(w, r)
 	}))
 	defer srv.Close()
-	keys, _ := auth.NewKeys([]byte("test-secret-0123456789"))
 	admin, _ := keys.Sign(1, true, 0)
 	g := newGQL(srv.URL, 1)
 
-	mk := func(likes, comments int64) *world {
-		w := &world{adminToken: admin, posts: []string{"100", "200"}, ledger: newLedger()}
+	mk := func(likes, comments int64, viewerLost bool) *world {
+		w := &world{adminToken: admin, posts: []string{"100", "200"}, users: []uint64{7, 8, 9}, ledger: newLedger(3), kinds: []string{"like"}}
+		for _, u := range w.users {
+			tok, _ := keys.Sign(engine.UserID(u), false, 0)
+			w.userTokens = append(w.userTokens, tok)
+		}
 		w.ledger.sized(2)
-		w.ledger.likes[pair{7, 100}] = true
-		w.ledger.likes[pair{8, 100}] = true
+		w.ledger.react(pair{7, 100}, 0, true)
+		w.ledger.react(pair{8, 100}, 0, true)
 		w.ledger.comments[1] = 3
 		w.ledger.postsBy[5] = 2
 		author := &refUser{ID: "5", PostCount: 2}
@@ -244,7 +275,11 @@ func TestVerifyCatchesMiscount(t *testing.T) {
 			}
 			posts = append(posts, p)
 		}
-		if err := loadReference(&server{base: srv.URL}, referenceWorld(w, posts)); err != nil {
+		rw := referenceWorld(w, posts)
+		if viewerLost {
+			rw.Likes = rw.Likes[:1]
+		}
+		if err := loadReference(&server{base: srv.URL}, rw); err != nil {
 			t.Fatal(err)
 		}
 		return w
@@ -253,20 +288,22 @@ func TestVerifyCatchesMiscount(t *testing.T) {
 		name            string
 		likes, comments int64
 		ambiguousLike   bool
+		viewerLost      bool
 		exact           bool
 	}{
-		{"equal", 2, 3, false, true},
-		{"a like applied twice", 3, 3, false, false},
-		{"an acknowledged like lost", 1, 3, false, false},
-		{"an acknowledged comment lost", 2, 2, false, false},
-		{"an ambiguous like applied", 3, 3, true, true},
-		{"an ambiguous like not applied", 2, 3, true, true},
-		{"beyond the ambiguous like", 4, 3, true, false},
+		{"equal", 2, 3, false, false, true},
+		{"a like applied twice", 3, 3, false, false, false},
+		{"an acknowledged like lost", 1, 3, false, false, false},
+		{"an acknowledged comment lost", 2, 2, false, false, false},
+		{"an ambiguous like applied", 3, 3, true, false, true},
+		{"an ambiguous like not applied", 2, 3, true, false, true},
+		{"beyond the ambiguous like", 4, 3, true, false, false},
+		{"a viewer's like not shown", 2, 3, false, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := mk(c.likes, c.comments)
+			w := mk(c.likes, c.comments, c.viewerLost)
 			if c.ambiguousLike {
-				w.ledger.likes[pair{9, 100}] = false
+				w.ledger.react(pair{9, 100}, 0, false)
 			}
 			ex, _, err := verify(context.Background(), g, w)
 			if err != nil {
@@ -339,6 +376,7 @@ func TestParseFlagsRefusesBadInput(t *testing.T) {
 		{"-replicas", "0"},
 		{"-postgres"},
 		{"-spawn", "-postgres", "-compare", "0"},
+		{"-react-compare", "-1s"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(append([]string{"-secret", "s-0123456789abcdef"}, args...), io.Discard); err == nil {
@@ -375,5 +413,90 @@ func TestClassify(t *testing.T) {
 		if got := classify(c.r); got != c.code || ambiguous(got) != c.amb {
 			t.Errorf("%s: %q (ambiguous %v), want %q (%v)", c.r.body, got, ambiguous(got), c.code, c.amb)
 		}
+	}
+}
+
+// TestVerifyReactions seeds a tally in this process (the embedded engine
+// with three kinds behind the real handler) through the tool, runs a
+// short phase of likes, reactions and unreactions, and checks that the
+// exactness check passes; then that it fails on a switch the ledger
+// missed, on a reaction the server counts but nobody acknowledged, and
+// passes again when the missed switch is a write without a definite
+// answer.
+func TestVerifyReactions(t *testing.T) {
+	store, err := embedded.Open(embedded.Options{Reactions: []string{"like", "love", "haha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := auth.NewKeys([]byte("test-secret-0123456789"))
+	h := hub.New(store)
+	srv := httptest.NewServer(transport.NewServerHandler(transport.ServerConfig{Config: transport.Config{Store: store, Hub: h, Keys: keys}}))
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+		store.Close()
+	})
+	cfg := config{users: 20, posts: 30, seed: 1, userBase: 1000, secret: "test-secret-0123456789"}
+	tok := &tokens{cache: map[uint64]string{}}
+	if err := tok.setup(cfg.secret, ""); err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWorld(cfg, tok, "verify-reactions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGQL(srv.URL, 4)
+	var out bytes.Buffer
+	if err := seed(t.Context(), g, w, cfg, &report{w: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if !w.reacts || !slices.Equal(w.kinds, []string{"like", "love", "haha"}) {
+		t.Fatalf("kinds %q (reactions %v); output %s", w.kinds, w.reacts, out.String())
+	}
+	m := mix{}
+	m[kLike], m[kReact], m[kUnreact], m[kFeed] = 2, 2, 1, 1
+	res := runPhase(g, w, phaseCfg{name: "mixed", duration: 300 * time.Millisecond, clients: 4, mix: m, pageMin: 5, pageMax: 5,
+		page: mixedPage(w), seed: 1, runID: w.runID}, &server{name: "in-process"}, nil)
+	for _, k := range []kind{kFeed, kLike, kReact, kUnreact} {
+		if c := res.Kinds[k]; c.failed() > 0 {
+			t.Errorf("%s failed: %v", kindNames[k], c.errEx)
+		}
+	}
+	ex, _, err := verify(t.Context(), g, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.Exact || ex.Reactions["love"]+ex.Reactions["haha"] == 0 || ex.Reactions["like"] != ex.Likes || ex.Viewers == 0 {
+		t.Fatalf("exactness: %+v", ex)
+	}
+
+	// A love the ledger takes for a like: love's count, like's, and the
+	// viewer's kind disagree.
+	love := stateOf(w.kindIndex("love"))
+	var switched pair
+	for p, st := range w.ledger.reactions {
+		if st == love {
+			switched = p
+			break
+		}
+	}
+	if switched == (pair{}) {
+		t.Fatal("no love standing")
+	}
+	w.ledger.react(switched, w.kindIndex("like"), true)
+	if ex, _, _ := verify(t.Context(), g, w); ex.Exact || len(ex.Mismatches) != 4 {
+		t.Errorf("a missed switch: %+v", ex)
+	}
+	// The switch to love without a definite answer: either is consistent.
+	w.ledger.react(switched, w.kindIndex("love"), false)
+	if ex, _, _ := verify(t.Context(), g, w); !ex.Exact || ex.Ambiguous != 1 {
+		t.Errorf("an ambiguous switch: %+v", ex)
+	}
+	// A reaction nobody acknowledged.
+	if err := store.ReactToPost(t.Context(), engine.UserID(w.users[0]), engine.PostID(postID(w.posts[len(w.posts)-1])), "haha"); err != nil {
+		t.Fatal(err)
+	}
+	if ex, _, _ := verify(t.Context(), g, w); ex.Exact {
+		t.Errorf("a reaction not acknowledged: %+v", ex)
 	}
 }

@@ -1,18 +1,24 @@
 // Command load drives a running Tally with a realistic mix of client
 // traffic for a bounded time and reports what it sustained: feed pages of
 // 20–50 posts (counts, the viewer's like and favorite flags, the authors'
-// counts), likes, comments, views, badge polls, N open unreadChanged
+// counts; on a server with reaction kinds beyond like, every kind's count
+// and the viewer's kind in place of the like flag), likes, reactions of
+// other kinds and switches between them, unreactions, comments, views,
+// badge polls, N open unreadChanged
 // subscriptions over graphql-transport-ws (held by subscriber processes,
 // subchild.go), and admin broadcasts. It prints throughput and
 // p50/p99/p999 latency per kind and errors per kind with their codes,
-// checks at the end that every acknowledged write is counted exactly,
+// checks at the end that every acknowledged write is counted exactly
+// (every reaction kind's count, and each reacting viewer's kind),
 // measures delivery of broadcasts (red dot, system notifications) to every
 // subscriber and of a like to its post's owner, the server CPU per push
 // and the memory per open subscription, and compares a feed page with a
 // hand-written net/http + encoding/json reference server doing the same
 // work in its own process (-reference runs that server) and with
 // PostgreSQL under a gqlgen + dataloader + pgx server (-postgres,
-// bench/pgpeer; -pg-peer runs that server).
+// bench/pgpeer; -pg-peer runs that server), and on each tally serving
+// kinds beyond like, the page of reactions with the page of counts
+// (-react-compare).
 //
 // With -spawn it builds and starts everything itself on loopback (a tally
 // on a fresh data directory, optionally tallies on a redis-server it
@@ -79,6 +85,8 @@ type config struct {
 	userBase          uint64
 	jsonPath          string
 	profileDir        string
+	reactions         string
+	reactCompare      time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -122,7 +130,9 @@ Flags:
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load on each server before its comparison phase")
 	fs.IntVar(&c.comparePage, "compare-page", 50, "posts per page in the comparison phase")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent closed-loop clients")
-	mixFlag := fs.String("mix", "feed=50,badge=25,like=10,comment=5,view=10", "weights of the kinds in the mixed phase")
+	mixFlag := fs.String("mix", "feed=50,badge=25,like=8,react=2,unreact=1,comment=5,view=9", "weights of the kinds in the mixed phase (react: reactToPost with a kind other than like, half the time over one of the user's recent reactions; unreact: unreactToPost of one; on a server without reactions both are likes)")
+	fs.StringVar(&c.reactions, "reactions", "like,love,haha,wow,sad,angry", "with -spawn: tally's -reactions (a tally that refuses them starts with its default, and the tool uses the kinds each server says it serves; empty: tally's default)")
+	fs.DurationVar(&c.reactCompare, "react-compare", 4*time.Second, "on each tally serving kinds beyond like: the -compare-page page with reactions { kind count } viewerReaction against the one with counts and viewerHasLiked, alternating in half-second slices for this long (0 skips it)")
 	pages := fs.String("page-size", "20-50", "posts per feed page in the mixed phase: N or MIN-MAX")
 	fs.IntVar(&c.subs, "subs", 0, "open unreadChanged subscriptions (one WebSocket per user) during the mixed phase and the broadcast check")
 	fs.IntVar(&c.subsPerProcess, "subs-per-process", 5000, "with -subs: subscriptions each subscriber process holds (a socket is an open file, and a process may have at most RLIMIT_NOFILE); process k dials from 127.0.k.1-4")
@@ -179,8 +189,8 @@ Flags:
 		return c, fmt.Errorf("-replicas must be at least 1, and more than 1 only with -spawn -redis")
 	case c.postgres && (!c.spawn || c.compare == 0):
 		return c, fmt.Errorf("-postgres compares feed pages: it needs -spawn and -compare above 0")
-	case c.duration < 0 || c.compare < 0:
-		return c, fmt.Errorf("-duration and -compare must not be negative")
+	case c.duration < 0 || c.compare < 0 || c.reactCompare < 0:
+		return c, fmt.Errorf("-duration, -compare and -react-compare must not be negative")
 	}
 	if c.spawn && c.secret == "" {
 		b := make([]byte, 24)
@@ -249,13 +259,14 @@ func (r *report) printf(format string, a ...any) { fmt.Fprintf(r.w, format, a...
 
 // newWorld makes the users and their tokens (the posts come from seeding).
 func newWorld(cfg config, tok *tokens, runID string) (*world, error) {
-	w := &world{runID: runID, admin: cfg.userBase, ledger: newLedger()}
+	w := &world{runID: runID, admin: cfg.userBase}
 	if cfg.secret == "" {
 		// One token for everything: the admin is the only user.
 		w.adminToken = cfg.adminToken
 		w.users = []uint64{subjectOf(cfg.adminToken)}
 		w.userTokens = []string{cfg.adminToken}
 		w.authors = 1
+		w.ledger = newLedger(1)
 		return w, nil
 	}
 	var err error
@@ -268,6 +279,7 @@ func newWorld(cfg config, tok *tokens, runID string) (*world, error) {
 		w.userTokens = append(w.userTokens, tok.user(u))
 	}
 	w.authors = max(cfg.users/5, 1)
+	w.ledger = newLedger(len(w.users))
 	return w, nil
 }
 
@@ -339,7 +351,7 @@ func run(cfg config, out *report) (bool, error) {
 				s.stop()
 			}
 		}()
-		emb, err := startTally("tally-embedded", bin, dir, cfg.serverCPUs, cfg.secret, "", extra)
+		emb, err := startTally("tally-embedded", bin, dir, cfg.serverCPUs, cfg.secret, "", cfg.reactions, extra)
 		if err != nil {
 			return false, err
 		}
@@ -351,7 +363,7 @@ func run(cfg config, out *report) (bool, error) {
 				return false, err
 			}
 			stops = append(stops, rs)
-			tr, err := startTally("tally-redis", bin, dir, cfg.serverCPUs, cfg.secret, addr, extra)
+			tr, err := startTally("tally-redis", bin, dir, cfg.serverCPUs, cfg.secret, addr, cfg.reactions, extra)
 			if err != nil {
 				return false, err
 			}
@@ -359,7 +371,7 @@ func run(cfg config, out *report) (bool, error) {
 			stops = append(stops, tr)
 			targets = append(targets, tr)
 			for r := 1; r < cfg.replicas; r++ {
-				rep, err := startTally(fmt.Sprintf("tally-redis-%d", r+1), bin, dir, cfg.serverCPUs, cfg.secret, addr, append([]string{"-node", strconv.Itoa(r)}, extra...))
+				rep, err := startTally(fmt.Sprintf("tally-redis-%d", r+1), bin, dir, cfg.serverCPUs, cfg.secret, addr, cfg.reactions, append([]string{"-node", strconv.Itoa(r)}, extra...))
 				if err != nil {
 					return false, err
 				}
@@ -375,6 +387,9 @@ func run(cfg config, out *report) (bool, error) {
 		}
 		for _, s := range stops {
 			out.printf("started %s pid %d %s\n", s.name, s.pid, s.base)
+			if s.note != "" {
+				out.printf("  %s %s\n", s.name, s.note)
+			}
 		}
 		if cfg.serverCPUs != "" {
 			out.printf("servers pinned with taskset -c %s\n", cfg.serverCPUs)
@@ -413,8 +428,12 @@ func run(cfg config, out *report) (bool, error) {
 			}
 		}
 		if cfg.duration > 0 {
-			res := runPhase(g, w, phaseCfg{name: "mixed", duration: cfg.duration, clients: cfg.clients, mix: cfg.mix,
-				pageMin: cfg.pageMin, pageMax: cfg.pageMax, broadcastEvery: cfg.broadcastEvery, seed: cfg.seed, runID: w.runID}, t, subs)
+			m := cfg.mix
+			if !w.reacts {
+				m = m.forLikesOnly()
+			}
+			res := runPhase(g, w, phaseCfg{name: "mixed", duration: cfg.duration, clients: cfg.clients, mix: m,
+				pageMin: cfg.pageMin, pageMax: cfg.pageMax, page: mixedPage(w), broadcastEvery: cfg.broadcastEvery, seed: cfg.seed, runID: w.runID}, t, subs)
 			out.phase(res)
 		}
 		if subs != nil {
@@ -444,6 +463,9 @@ func run(cfg config, out *report) (bool, error) {
 		}
 		if firstPosts == nil {
 			firstPosts = posts
+		}
+		if cfg.reactCompare > 0 && len(w.kinds) > 1 {
+			out.reactionPage(compareReactionPage(g, w, t, cfg))
 		}
 	}
 
@@ -490,11 +512,11 @@ func run(cfg config, out *report) (bool, error) {
 			m[kFeed] = 1
 			if cfg.warmup > 0 {
 				runPhase(g, worlds[t], phaseCfg{name: "warmup", duration: cfg.warmup, clients: cfg.clients, mix: m,
-					pageMin: cfg.comparePage, pageMax: cfg.comparePage, seed: cfg.seed + 2}, t, nil)
+					pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: flagsPage, seed: cfg.seed + 2}, t, nil)
 			}
 			prof := profile(t, cfg, out)
 			res := runPhase(g, worlds[t], phaseCfg{name: "compare", duration: cfg.compare, clients: cfg.clients, mix: m,
-				pageMin: cfg.comparePage, pageMax: cfg.comparePage, seed: cfg.seed + 1}, t, nil)
+				pageMin: cfg.comparePage, pageMax: cfg.comparePage, page: flagsPage, seed: cfg.seed + 1}, t, nil)
 			<-prof
 			results = append(results, res)
 		}
@@ -657,7 +679,8 @@ func fetchTo(url, path string) error {
 }
 
 // referenceWorld is what a peer is loaded with: the posts as tally
-// counted them and the like and favorite pairs tally acknowledged.
+// counted them and the like and favorite pairs tally acknowledged (a
+// reaction of another kind is no like: the peers serve counts and flags).
 func referenceWorld(w *world, posts []*readback) refWorld {
 	var rw refWorld
 	for _, p := range posts {
@@ -667,9 +690,10 @@ func referenceWorld(w *world, posts []*readback) refWorld {
 		}
 		rw.Posts = append(rw.Posts, rp)
 	}
+	like := stateOf(w.kindIndex("like"))
 	w.ledger.mu.Lock()
-	for p, acked := range w.ledger.likes {
-		if acked {
+	for p, st := range w.ledger.reactions {
+		if st == like {
 			rw.Likes = append(rw.Likes, [2]uint64{p.user, p.post})
 		}
 	}
@@ -703,13 +727,14 @@ func loadReference(ref *server, rw refWorld) error {
 func parity(t, ref *server, w *world, size int) (bool, string, error) {
 	ids := w.posts[:size]
 	viewer := 0
+	like := stateOf(w.kindIndex("like"))
 	w.ledger.mu.Lock()
 	best := -1
 	for u := range w.users {
 		n := 0
 		for _, id := range ids {
 			p := pair{w.users[u], postID(id)}
-			if w.ledger.likes[p] {
+			if w.ledger.reactions[p] == like {
 				n++
 			}
 			if w.ledger.favs[p] {

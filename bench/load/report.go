@@ -20,6 +20,9 @@ type jsonReport struct {
 	// PostgresSameBytes: the PostgreSQL peer answered the same bytes as tally (-postgres).
 	PostgresSameBytes bool               `json:"postgres_same_bytes"`
 	Ratios            map[string]float64 `json:"ratios,omitempty"`
+	// ReactionPage: the reactions page against the counts page, per tally
+	// serving kinds beyond like (-react-compare).
+	ReactionPage map[string]jsonReactionPage `json:"reaction_page,omitempty"`
 }
 
 type jsonKind struct {
@@ -229,6 +232,15 @@ func (r *report) exactness(target string, ex exactness) {
 	}
 	r.printf("exactness: %s — %d values checked (likes, favorites, comments, views per post; authors' posts, followers, followings) against %d acknowledged likes, %d favorites, %d comments, %d views\n",
 		state, ex.Checked, ex.Likes, ex.Favorites, ex.Comments, ex.Views)
+	if ex.Reactions != nil {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(ex.Reactions)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, ex.Reactions[k]))
+		}
+		r.printf("  every kind's count per post against the reactions standing (%s), and the viewer's kind on %d (user, post) pairs\n", strings.Join(parts, ", "), ex.Viewers)
+	} else {
+		r.printf("  viewerHasLiked on %d (user, post) pairs (the server serves no reactions)\n", ex.Viewers)
+	}
 	for _, m := range ex.Mismatches {
 		r.printf("  %s\n", m)
 	}

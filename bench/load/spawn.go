@@ -37,6 +37,7 @@ type server struct {
 	// replicas are the other tally processes on the same backend (-replicas),
 	// which the subscriptions are spread over.
 	replicas []*server
+	note     string // what the start had to change (flags refused)
 }
 
 // all is s and its replicas.
@@ -263,8 +264,28 @@ func startRedis(dir, cpus string) (*server, string, error) {
 }
 
 // startTally starts a tally binary on a free port with a fresh data
-// directory (or on redisAddr).
-func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) (*server, error) {
+// directory (or on redisAddr), with -reactions reactions when it has the
+// flag. A tally that refuses the kinds at start (a backend without them)
+// is started again without the flag, and the server's note says so: the
+// tool asks each server which kinds it serves rather than knowing which
+// backend has which.
+func startTally(name, bin, dir, cpus, secret, redisAddr, reactions string, extra []string) (*server, error) {
+	help, _ := exec.Command(bin, "-h").CombinedOutput()
+	if reactions == "" || !bytes.Contains(help, []byte("-reactions")) {
+		return launchTally(name, bin, dir, cpus, secret, redisAddr, help, extra)
+	}
+	s, err := launchTally(name, bin, dir, cpus, secret, redisAddr, help, append([]string{"-reactions", reactions}, extra...))
+	if err == nil || !strings.Contains(err.Error(), "-reactions") {
+		return s, err
+	}
+	if s, err = launchTally(name, bin, dir, cpus, secret, redisAddr, help, extra); err == nil {
+		s.note = fmt.Sprintf("refused -reactions %s, started with its default", reactions)
+	}
+	return s, err
+}
+
+// launchTally starts bin with args for tally's -h output help.
+func launchTally(name, bin, dir, cpus, secret, redisAddr string, help []byte, extra []string) (*server, error) {
 	port, err := benchutil.FreePort()
 	if err != nil {
 		return nil, err
@@ -273,7 +294,6 @@ func startTally(name, bin, dir, cpus, secret, redisAddr string, extra []string) 
 	args := []string{"-addr", addr, "-data", filepath.Join(dir, name+"-data")}
 	// Older tally binaries (an earlier commit, for a before/after) may
 	// lack -pprof or -log-level.
-	help, _ := exec.Command(bin, "-h").CombinedOutput()
 	if bytes.Contains(help, []byte("-log-level")) {
 		args = append(args, "-log-level", "warn")
 	}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,45 +27,50 @@ type world struct {
 	posts      []string
 	postIndex  map[string]int
 	ledger     *ledger
+	// kinds are the reaction kinds the server serves, in its order (asked
+	// once: Post.reactions lists every kind); like is always one, and a
+	// server without reactions is ["like"] with reacts false.
+	kinds  []string
+	reacts bool
 }
 
-type pair struct{ user, post uint64 }
-
-// ledger is the tool's own account of acknowledged writes, which the
-// server's counts must equal at the end. A write that got no definite
-// answer is "ambiguous": it may or may not have been applied, so with
-// ambiguous writes the check becomes acked ≤ count ≤ acked + ambiguous.
-type ledger struct {
-	mu                    sync.Mutex
-	likes, favs           map[pair]bool // pair → acknowledged (false: ambiguous so far)
-	comments, commentsAmb []int64
-	views, viewsAmb       []int64
-	follows               map[pair]bool // follower, followee (acknowledged only)
-	postsBy               map[uint64]int64
-	ambiguousCreate       int
-	ambiguousFollow       int
-	ambiguousPublish      int // broadcasts without a definite answer: delivery figures may be off by one
-}
-
-func newLedger() *ledger {
-	return &ledger{likes: map[pair]bool{}, favs: map[pair]bool{}, follows: map[pair]bool{},
-		postsBy: map[uint64]int64{}}
-}
-
-func (l *ledger) sized(posts int) {
-	l.comments, l.commentsAmb = make([]int64, posts), make([]int64, posts)
-	l.views, l.viewsAmb = make([]int64, posts), make([]int64, posts)
-}
-
-// setPair records a like or favorite: acknowledged wins over ambiguous.
-func (l *ledger) setPair(m map[pair]bool, p pair, acked bool) {
-	l.mu.Lock()
-	if acked {
-		m[p] = true
-	} else if _, ok := m[p]; !ok {
-		m[p] = false
+// otherKind draws a reaction kind other than like, the earlier kinds of
+// the server's display order more often (the j-th other kind with weight
+// 1/j, as apps' pickers put the popular ones first); like when it has no
+// other.
+func (w *world) otherKind(rng *rand.Rand) int {
+	like := w.kindIndex("like")
+	var others []int
+	for i := range w.kinds {
+		if i != like {
+			others = append(others, i)
+		}
 	}
-	l.mu.Unlock()
+	if len(others) == 0 {
+		return like
+	}
+	total := 0.0
+	for j := range others {
+		total += 1 / float64(j+1)
+	}
+	x := rng.Float64() * total
+	for j, k := range others {
+		x -= 1 / float64(j+1)
+		if x < 0 {
+			return k
+		}
+	}
+	return others[len(others)-1]
+}
+
+// kindIndex is the index of name in w.kinds, -1 when absent.
+func (w *world) kindIndex(name string) int {
+	for i, k := range w.kinds {
+		if k == name {
+			return i
+		}
+	}
+	return -1
 }
 
 func postID(s string) uint64 {
@@ -80,13 +87,18 @@ type seeder struct {
 	runID string
 }
 
-// do sends body as token until it gets a definite answer; retry says
-// whether a retry could apply the operation twice (then it is not retried
-// after an ambiguous failure).
+// do sends body as token until it gets a definite answer (send).
 func (s *seeder) do(ctx context.Context, token string, body []byte, retry bool) (reply, string) {
+	return send(ctx, s.g, token, body, retry)
+}
+
+// send sends body as token until it gets a definite answer, waiting out
+// rate limits; retry says whether a retry could apply the operation
+// twice (then it is not retried after an ambiguous failure).
+func send(ctx context.Context, g *gql, token string, body []byte, retry bool) (reply, string) {
 	var buf bytes.Buffer
 	for attempt := 0; ; attempt++ {
-		r := s.g.post(ctx, token, body, &buf)
+		r := g.post(ctx, token, body, &buf)
 		code := classify(r)
 		r.body = bytes.Clone(r.body)
 		switch {
@@ -178,6 +190,14 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 		w.postIndex[id] = i
 	}
 	l.sized(len(w.posts))
+	if err := probeKinds(ctx, g, w); err != nil {
+		return err
+	}
+	if w.reacts {
+		out.printf("reactions: the server serves %s (from Post.reactions)\n", strings.Join(w.kinds, ","))
+	} else {
+		out.printf("reactions: the server serves none (Post.reactions refused): likes only, the mix's react and unreact draws are likes\n")
+	}
 
 	// Follows: every user follows up to 5 authors.
 	type follow struct{ from, to int }
@@ -211,36 +231,56 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	})
 
 	// Likes (duplicates included on purpose: they must count once),
+	// reactions of the other kinds (some over a like: a switch),
 	// favorites, comments and views.
 	type write struct {
-		kind string
-		user int
-		post int
+		kind     string
+		user     int
+		post     int
+		reaction int // with "react": the kind's index in w.kinds
 	}
 	var writes []write
 	for range cfg.posts * 3 {
-		writes = append(writes, write{"like", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "like", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
+	}
+	reacts := 0
+	if len(w.kinds) > 1 {
+		reacts = cfg.posts / 2
+	}
+	for range reacts {
+		writes = append(writes, write{kind: "react", user: rng.IntN(len(w.users)), post: hot(cfg.posts), reaction: w.otherKind(rng)})
 	}
 	for range cfg.posts {
-		writes = append(writes, write{"fav", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "fav", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
 	}
 	for range cfg.posts / 2 {
-		writes = append(writes, write{"comment", rng.IntN(len(w.users)), hot(cfg.posts)})
+		writes = append(writes, write{kind: "comment", user: rng.IntN(len(w.users)), post: hot(cfg.posts)})
 	}
 	parallel(ctx, len(writes), 16, func(i int) {
 		wr := writes[i]
 		p := pair{w.users[wr.user], postID(w.posts[wr.post])}
 		switch wr.kind {
-		case "like", "fav":
-			q, m := likeMutation, l.likes
-			if wr.kind == "fav" {
-				q, m = favMutation, l.favs
+		case "like", "react":
+			kind, body := w.kindIndex("like"), request(likeMutation, map[string]any{"p": w.posts[wr.post]})
+			if wr.kind == "react" {
+				kind, body = wr.reaction, request(reactMutation, map[string]any{"p": w.posts[wr.post], "k": w.kinds[wr.reaction]})
 			}
-			r, code := s.do(ctx, w.userTokens[wr.user], request(q, map[string]any{"p": w.posts[wr.post]}), true)
+			l.userMu[wr.user].Lock()
+			r, code := s.do(ctx, w.userTokens[wr.user], body, true)
+			if code == "" || ambiguous(code) {
+				l.react(p, kind, code == "")
+				l.remember(wr.user, wr.post)
+			}
+			l.userMu[wr.user].Unlock()
+			if code != "" && !ambiguous(code) {
+				fail(wr.kind, r, code)
+			}
+		case "fav":
+			r, code := s.do(ctx, w.userTokens[wr.user], request(favMutation, map[string]any{"p": w.posts[wr.post]}), true)
 			if code == "" {
-				l.setPair(m, p, true)
+				l.setPair(l.favs, p, true)
 			} else if ambiguous(code) {
-				l.setPair(m, p, false)
+				l.setPair(l.favs, p, false)
 			} else {
 				fail(wr.kind, r, code)
 			}
@@ -297,8 +337,8 @@ func seed(ctx context.Context, g *gql, w *world, cfg config, out *report) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	out.printf("seeded %d users (%d authors), %d posts, %d follows, %d likes, %d favorites, %d comments, %d view batches in %.1fs\n",
-		len(w.users), w.authors, len(w.posts), len(follows), cfg.posts*3, cfg.posts, cfg.posts/2, len(batches), time.Since(start).Seconds())
+	out.printf("seeded %d users (%d authors), %d posts, %d follows, %d likes, %d reactions of other kinds, %d favorites, %d comments, %d view batches in %.1fs\n",
+		len(w.users), w.authors, len(w.posts), len(follows), cfg.posts*3, reacts, cfg.posts, cfg.posts/2, len(batches), time.Since(start).Seconds())
 	return nil
 }
 
@@ -311,146 +351,35 @@ func postOf(body []byte) string {
 	return resp.Data.CreatePost.ID
 }
 
-// readback is one post as the server counts it.
-type readback struct {
-	ID     string `json:"id"`
-	Author *struct {
-		ID             string `json:"id"`
-		PostCount      int64  `json:"postCount"`
-		FollowerCount  int64  `json:"followerCount"`
-		FollowingCount int64  `json:"followingCount"`
-	} `json:"author"`
-	Counts struct {
-		Likes     int64 `json:"likes"`
-		Comments  int64 `json:"comments"`
-		Reposts   int64 `json:"reposts"`
-		Views     int64 `json:"views"`
-		Favorites int64 `json:"favorites"`
-	} `json:"counts"`
-}
-
-// readAll reads every post of the world back, 100 per request.
-func readAll(ctx context.Context, g *gql, w *world) ([]*readback, error) {
-	var all []*readback
-	var buf bytes.Buffer
-	for i := 0; i < len(w.posts); i += 100 {
-		ids := w.posts[i:min(i+100, len(w.posts))]
-		r := g.post(ctx, w.adminToken, request(readbackQuery, map[string]any{"ids": ids}), &buf)
-		if code := classify(r); code != "" {
-			return nil, fmt.Errorf("reading the posts back: %s: %s", code, errExample(r))
-		}
-		var resp struct {
-			Data struct {
-				Posts []*readback `json:"posts"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Data.Posts) != len(ids) {
-			return nil, fmt.Errorf("reading the posts back: %d posts for %d ids (%v)", len(resp.Data.Posts), len(ids), err)
-		}
-		for k, p := range resp.Data.Posts {
-			if p == nil || p.ID != ids[k] {
-				return nil, fmt.Errorf("reading the posts back: post %s is missing or out of order", ids[k])
-			}
-		}
-		all = append(all, resp.Data.Posts...)
+// probeKinds asks the server which reaction kinds it serves, once:
+// Post.reactions lists every kind of its -reactions in display order. A
+// server that refuses the field (no reactions) serves likes alone.
+func probeKinds(ctx context.Context, g *gql, w *world) error {
+	r, code := send(ctx, g, w.adminToken, request(kindsQuery, map[string]any{"ids": w.posts[:1]}), true)
+	w.kinds, w.reacts = []string{"like"}, false
+	switch {
+	case ambiguous(code):
+		return fmt.Errorf("asking for the reaction kinds: %s: %s", code, errExample(r))
+	case code != "":
+		return nil
 	}
-	return all, nil
-}
-
-// exactness is the outcome of comparing the server's counts with the
-// ledger.
-type exactness struct {
-	Checked    int      `json:"checked_values"`
-	Mismatches []string `json:"mismatches"`
-	Ambiguous  int64    `json:"ambiguous_writes"`
-	Exact      bool     `json:"exact"`
-	Likes      int64    `json:"acked_likes"`
-	Comments   int64    `json:"acked_comments"`
-	Views      int64    `json:"acked_views"`
-	Favorites  int64    `json:"acked_favorites"`
-}
-
-// verify reads every post back and compares likes, favorites, comments
-// and views, and each author's postCount, followerCount and
-// followingCount, with what the server acknowledged.
-func verify(ctx context.Context, g *gql, w *world) (exactness, []*readback, error) {
-	posts, err := readAll(ctx, g, w)
-	if err != nil {
-		return exactness{}, nil, err
+	var resp struct {
+		Data struct {
+			Posts []struct {
+				Reactions []struct{ Kind string } `json:"reactions"`
+			} `json:"posts"`
+		} `json:"data"`
 	}
-	l := w.ledger
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var ex exactness
-	likes, likesAmb := map[uint64]int64{}, map[uint64]int64{}
-	for p, acked := range l.likes {
-		if acked {
-			likes[p.post]++
-			ex.Likes++
-		} else {
-			likesAmb[p.post]++
-		}
+	if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Data.Posts) != 1 {
+		return fmt.Errorf("asking for the reaction kinds: %v: %s", err, errExample(r))
 	}
-	favs, favsAmb := map[uint64]int64{}, map[uint64]int64{}
-	for p, acked := range l.favs {
-		if acked {
-			favs[p.post]++
-			ex.Favorites++
-		} else {
-			favsAmb[p.post]++
-		}
+	var kinds []string
+	for _, k := range resp.Data.Posts[0].Reactions {
+		kinds = append(kinds, k.Kind)
 	}
-	followers, following := map[uint64]int64{}, map[uint64]int64{}
-	for p := range l.follows {
-		following[p.user]++
-		followers[p.post]++
+	if !slices.Contains(kinds, "like") || len(kinds) > 63 {
+		return fmt.Errorf("the server's reaction kinds %q: want like among them, at most 63", kinds)
 	}
-	check := func(what string, got, want, amb int64) {
-		ex.Checked++
-		if got < want || got > want+amb {
-			if len(ex.Mismatches) < 20 {
-				s := fmt.Sprintf("%s: server %d, acknowledged %d", what, got, want)
-				if amb > 0 {
-					s += fmt.Sprintf(" (+ up to %d ambiguous)", amb)
-				}
-				ex.Mismatches = append(ex.Mismatches, s)
-			} else {
-				ex.Mismatches[19] = "… more"
-			}
-		}
-	}
-	authorsSeen := map[string]bool{}
-	for i, p := range posts {
-		id := postID(p.ID)
-		check("post "+p.ID+" likes", p.Counts.Likes, likes[id], likesAmb[id])
-		check("post "+p.ID+" favorites", p.Counts.Favorites, favs[id], favsAmb[id])
-		check("post "+p.ID+" comments", p.Counts.Comments, l.comments[i], l.commentsAmb[i])
-		check("post "+p.ID+" views", p.Counts.Views, l.views[i], l.viewsAmb[i])
-		ex.Comments += l.comments[i]
-		ex.Views += l.views[i]
-		if p.Author == nil {
-			check("post "+p.ID+" has an author", 0, 1, 0)
-			continue
-		}
-		if authorsSeen[p.Author.ID] {
-			continue
-		}
-		authorsSeen[p.Author.ID] = true
-		a := postID(p.Author.ID)
-		check("user "+p.Author.ID+" postCount", p.Author.PostCount, l.postsBy[a], int64(l.ambiguousCreate))
-		check("user "+p.Author.ID+" followerCount", p.Author.FollowerCount, followers[a], int64(l.ambiguousFollow))
-		check("user "+p.Author.ID+" followingCount", p.Author.FollowingCount, following[a], int64(l.ambiguousFollow))
-	}
-	for _, n := range likesAmb {
-		ex.Ambiguous += n
-	}
-	for _, n := range favsAmb {
-		ex.Ambiguous += n
-	}
-	for i := range l.commentsAmb {
-		ex.Ambiguous += l.commentsAmb[i] + l.viewsAmb[i]
-	}
-	ex.Ambiguous += int64(l.ambiguousCreate + l.ambiguousFollow)
-	ex.Exact = len(ex.Mismatches) == 0
-	return ex, posts, nil
+	w.kinds, w.reacts = kinds, true
+	return nil
 }
