@@ -156,8 +156,10 @@ func NewReader(r io.Reader, file string, format Format, kinds *counters.Kinds) (
 	return rd, nil
 }
 
-// ignore notes that column name was ignored.
+// ignore notes that column name was ignored (its first characters: a key
+// may be most of a long line).
 func (r *Reader) ignore(name string) {
+	name = truncate(name)
 	if len(r.ignored) < maxIgnored && !slices.ContainsFunc(r.ignored, func(n string) bool { return strings.EqualFold(n, name) }) {
 		r.ignored = append(r.ignored, name)
 	}
