@@ -52,6 +52,12 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !ok {
 		return errors.New("this backend cannot import")
 	}
+	// The columns of reaction kinds are those of the store's kinds table:
+	// the store opened as a server start would, reconciling -reactions
+	// with the data's table (a new kind is added, one left out that still
+	// has counts refused), so the import and the next server cannot
+	// disagree on what a kind's id is.
+	kinds := imp.ImportKinds()
 	var total, rejected int
 	progress := importProgress{useBar: isTerminal(stderr) && fs.Lookup("log-format").Value.String() == "text"}
 	start := time.Now()
@@ -87,12 +93,21 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 		in = &countingReader{r: in, n: &progress.done}
-		r, err := importfile.NewReader(in, name, importfile.FormatOf(name))
+		r, err := importfile.NewReader(in, name, importfile.FormatOf(name), &kinds)
 		if err != nil {
 			return err
 		}
+		reported := 0 // ignored columns reported so far
 		for {
 			row, err := r.Next()
+			// Each ignored column is reported once, as it is first seen
+			// (a CSV's with its header), so that a misspelt count column
+			// is not silently imported as zeros.
+			if ignored := r.Ignored(); len(ignored) > reported {
+				progress.log(stderr, slog.LevelWarn, "import: columns ignored (no such count or reaction kind)",
+					"file", name, "columns", strings.Join(ignored[reported:], ","), "reactions", strings.Join(store.ReactionKinds(), ","))
+				reported = len(ignored)
+			}
 			if err == io.EOF {
 				break
 			}

@@ -16,7 +16,9 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/redisstore"
 	"github.com/tally-dev/tally/engine/redisstore/redistest"
+	"github.com/tally-dev/tally/web/transport"
 )
 
 func TestImportCommand(t *testing.T) {
@@ -163,5 +165,78 @@ func TestImportNamesWhyRedisWentAway(t *testing.T) {
 	}
 	if code == 0 || !regexp.MustCompile(`import stopped after [01] rows: the store is unavailable \(cause: `).MatchString(errs) {
 		t.Fatalf("exit %d; stderr:\n%s", code, errs)
+	}
+}
+
+// TestImportReactions: `tally import` reads the <kind>_count and <kind>s
+// columns of the kinds its -reactions gives the store (reconciled as a
+// server start reconciles them), names the columns it ignored, rejects a
+// bad count with its file and line; the page then shows the imported
+// counts, `tally check` agrees, and an import that leaves out a kind now
+// counted is refused as a server start would be.
+func TestImportReactions(t *testing.T) {
+	for _, backend := range []string{"embedded", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == "redis" && testing.Short() {
+				t.Skip("starts redis-server")
+			}
+			dir := t.TempDir()
+			csv := filepath.Join(dir, "counts.csv")
+			os.WriteFile(csv, []byte("post_id,author_id,like_count,LOVE_COUNT,hahas,lovee_count\n"+
+				"1589000000000000001,7,10,4,2,99\n"+
+				"1589000000000000002,7,1,-3,0,0\n"+ // rejected: a negative count
+				"1589000000000000003,,0,0,5,0\n"), 0o644) // known by its haha count alone
+			kinds := []string{"like", "love", "haha"}
+			where := []string{"-data", filepath.Join(dir, "data")}
+			open := func() (engine.Store, error) {
+				return embedded.Open(embedded.Options{Dir: where[1], Reactions: kinds})
+			}
+			if backend == "redis" {
+				addr, _ := redistest.StartSingle(t)
+				where = []string{"-redis", addr}
+				open = func() (engine.Store, error) {
+					return redisstore.Open(t.Context(), redisstore.Options{Addrs: []string{addr}, Reactions: kinds})
+				}
+			}
+			cli := func(args ...string) (int, string, string) {
+				return runCLI(t, append(append(args[:1:1], where...), args[1:]...)...)
+			}
+			code, out, errs := cli("import", "-reactions", strings.Join(kinds, ","), csv)
+			if code != 1 || !strings.Contains(out, "imported 2 rows") ||
+				!regexp.MustCompile(`counts.csv:3: column LOVE_COUNT: .*-3.* is not a non-negative integer`).MatchString(errs) ||
+				!regexp.MustCompile(`columns ignored.*columns=lovee_count `).MatchString(errs) {
+				t.Fatalf("import: exit %d\nstdout %s\nstderr %s", code, out, errs)
+			}
+
+			t.Run("page", func(t *testing.T) {
+				store, err := open()
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := newTestServerWith(t, store, transport.Config{})
+				page := s.q(t, 2, `query($ids: [ID!]!) { posts(ids: $ids) { `+reactionFields+` } }`,
+					map[string]any{"ids": []string{"1589000000000000001", "1589000000000000002", "1589000000000000003"}})["posts"].([]any)
+				want := []string{"like=10 love=4 haha=2 viewer=null", "", "like=0 love=0 haha=5 viewer=null"}
+				for i, p := range page {
+					got := ""
+					if p != nil {
+						got = reactionsOf(p)
+					}
+					if got != want[i] {
+						t.Errorf("post %d reads %q, want %q", i+1, got, want[i])
+					}
+				}
+			})
+
+			code, out, errs = cli("check")
+			if code != 0 || !strings.Contains(out, "0 drifts") || !strings.Contains(out, "post.reactions.haha") {
+				t.Fatalf("check after the import: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+			}
+			// -reactions like would drop love, which now counts 4.
+			code, _, errs = cli("import", csv)
+			if code == 0 || !regexp.MustCompile(`love.* still counts 4 reactions`).MatchString(errs) {
+				t.Fatalf("import leaving out love: exit %d\n%s", code, errs)
+			}
+		})
 	}
 }

@@ -443,14 +443,30 @@ type ImportRow struct {
 	Post   PostID
 	Author UserID // 0 when the source has no author column
 	Counts Counts
+	// Reactions are the post's counts of the reaction kinds other than
+	// like (like's is Counts.Likes), by the kind ids of the importer's
+	// kinds table (Importer.ImportKinds): a fixed array, so that a batch
+	// of rows is one allocation whatever the kinds.
+	Reactions counters.Reactions
 }
+
+// HasCounts reports whether the row carries a non-zero count, of the five
+// or of a reaction kind.
+func (r *ImportRow) HasCounts() bool { return !r.Counts.IsZero() || !r.Reactions.IsZero() }
 
 // Importer is implemented by backends that can bulk-load existing counts.
 // Import registers each post (with its author, or with none when Author is 0
 // and a count is non-zero; a row with neither is skipped) and replaces —
-// does not add to — its five counts. A post newly registered with an author
-// adds one to that author's post count (a re-import does not). Import is
-// durable when it returns.
+// does not add to — its five counts and its count of every reaction kind
+// (a kind the row has no count for reads 0 afterwards, as a missing count
+// column does). Like sets and reactions are not imported: counts only. A
+// post newly registered with an author adds one to that author's post
+// count (a re-import does not). Import is durable when it returns.
 type Importer interface {
+	// ImportKinds is the kinds table the rows' Reactions are by: the
+	// store's, as its configuration (-reactions) was reconciled with
+	// what it holds at open. A count of a kind it does not have is
+	// ErrInvalid.
+	ImportKinds() counters.Kinds
 	Import(ctx context.Context, rows []ImportRow) error
 }

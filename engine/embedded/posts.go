@@ -241,7 +241,7 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 	if len(rows) > MaxImportBatch {
 		return fmt.Errorf("%w: at most %d rows per import batch", engine.ErrInvalid, MaxImportBatch)
 	}
-	if err := ops.CheckImport(rows); err != nil {
+	if err := ops.CheckImport(rows, &e.kinds); err != nil {
 		return err
 	}
 	if len(rows) == 0 {
@@ -265,6 +265,10 @@ func (e *Engine) Import(ctx context.Context, rows []engine.ImportRow) error {
 	}
 	return nil
 }
+
+// ImportKinds implements engine.Importer: the kinds table Open
+// reconciled.
+func (e *Engine) ImportKinds() counters.Kinds { return e.kinds }
 
 // importFoldMin is the fewest waiting users an import's fold takes.
 const importFoldMin = 1 << 16
@@ -428,7 +432,7 @@ func (st *state) importRows(rows []engine.ImportRow, at int64) {
 		if authorPosts {
 			st.addPosts(uint64(row.Author), 1)
 		}
-		cur.is.Counts = row.Counts
+		cur.is.Counts, cur.is.Reactions = row.Counts, row.Reactions
 		if seen {
 			recs[i] = cur
 		} else {
@@ -554,7 +558,11 @@ func (r *viewsRec) appendTo(b []byte) []byte { return appendIDs(b, r.Posts) }
 
 func (r *viewsRec) readFrom(d *decoder) { r.Posts = readIDs(d, r.Posts, true, "post") }
 
-// An import row is its post, its author (0: none) and its five counts.
+// An import row is its post, its author (0: none), its five counts, then
+// its counts of the reaction kinds other than like: a uvarint mask of the
+// kind ids with a non-zero count (bit k for kind k, 2 <= k <= MaxKinds)
+// and those counts in id order, so that a row of a deployment with likes
+// alone carries one byte more.
 func (r *importRec) appendTo(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.rows)))
 	for _, row := range r.rows {
@@ -563,9 +571,24 @@ func (r *importRec) appendTo(b []byte) []byte {
 		for _, v := range [...]int64{c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites} {
 			b = binary.AppendUvarint(b, uint64(v))
 		}
+		var mask uint64
+		for j, v := range row.Reactions {
+			if v != 0 {
+				mask |= 1 << (j + 2)
+			}
+		}
+		b = binary.AppendUvarint(b, mask)
+		for _, v := range row.Reactions {
+			if v != 0 {
+				b = binary.AppendUvarint(b, uint64(v))
+			}
+		}
 	}
 	return b
 }
+
+// importKindBits are the bits an import row's kinds mask may set.
+const importKindBits = (1<<(counters.MaxKinds+1) - 1) &^ (1<<(counters.Like+1) - 1)
 
 func (r *importRec) readFrom(d *decoder) {
 	n := d.uvarint("row count")
@@ -575,7 +598,7 @@ func (r *importRec) readFrom(d *decoder) {
 	case n == 0:
 		d.fail("no rows")
 		return
-	case n > maxImportRows || n > uint64(len(d.b)/7):
+	case n > maxImportRows || n > uint64(len(d.b)/8):
 		d.fail("too many rows")
 		return
 	}
@@ -584,6 +607,21 @@ func (r *importRec) readFrom(d *decoder) {
 		c := &row.Counts
 		c.Likes, c.Comments, c.Reposts = d.count("likes"), d.count("comments"), d.count("reposts")
 		c.Views, c.Favorites = d.count("views"), d.count("favorites")
+		mask := d.uvarint("reaction kinds")
+		if mask&^importKindBits != 0 {
+			d.fail("reaction kinds mask names no kind beyond like")
+			return
+		}
+		for j := range row.Reactions {
+			if mask&(1<<(j+2)) != 0 {
+				if row.Reactions[j] = d.count("reaction count"); row.Reactions[j] == 0 && d.err == nil {
+					d.fail("a zero reaction count")
+				}
+			}
+		}
+		if d.err != nil {
+			return
+		}
 		r.rows = append(r.rows, row)
 	}
 }

@@ -171,10 +171,10 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 	panic("embedded: unknown record type")
 }
 
-// Record format, version 6, the only one this build reads or writes (a
+// Record format, version 7, the only one this build reads or writes (a
 // log of another version is refused whole, engine.FormatError):
 //
-//	byte 0   version (5)
+//	byte 0   version (7)
 //	byte 1   kind
 //	uvarint  time (Unix ns, non-negative)
 //	...      the kind's own fields, in the order its appendTo writes them
@@ -190,7 +190,7 @@ func recordInfo(r record) (h *recHeader, kind opKind, result, newID uint64) {
 // flag bit, a list or string too long, truncation, trailing bytes. Its
 // bounds are the format's own, not the product's limits, so that raising
 // or lowering a limit never makes a log unreadable.
-const recordVersion = 6
+const recordVersion = 7
 
 // appendRecord appends r's encoding to dst.
 func appendRecord(dst []byte, r record) []byte {

@@ -958,9 +958,12 @@ func (w *workload) gen() op {
 			return render(r)
 		}}
 	default:
-		// Import: replace counts of known and new posts.
+		// Import: replace counts of known and new posts, reaction kinds'
+		// included. A row's reaction counts are by kind name here, and
+		// by each side's own kind ids (ImportKinds) when applied.
 		rows := make([]engine.ImportRow, 1+w.rng.IntN(3))
 		posts := make([]arg, len(rows))
+		reactions := make([]map[string]int64, len(rows))
 		for i := range rows {
 			if w.rng.IntN(2) == 0 {
 				posts[i] = w.pick(kPost)
@@ -973,15 +976,27 @@ func (w *workload) gen() op {
 			if w.rng.IntN(3) != 0 {
 				rows[i].Counts = engine.Counts{Likes: int64(w.rng.IntN(5)), Comments: int64(w.rng.IntN(3)), Views: int64(w.rng.IntN(100))}
 			}
+			if w.rng.IntN(2) == 0 {
+				reactions[i] = map[string]int64{}
+				for range 1 + w.rng.IntN(2) {
+					if kind := w.kinds[w.rng.IntN(len(w.kinds))]; kind != "like" {
+						reactions[i][kind] = int64(w.rng.IntN(4))
+					}
+				}
+			}
 		}
-		return op{fmt.Sprintf("import %s %+v", renderArgs(posts), rows), func(sd *side) string {
+		return op{fmt.Sprintf("import %s %+v %v", renderArgs(posts), rows, reactions), func(sd *side) string {
 			im, ok := sd.s.(engine.Importer)
 			if !ok {
 				return "no importer"
 			}
+			kinds := im.ImportKinds()
 			rs := slices.Clone(rows)
 			for i := range rs {
 				rs[i].Post = engine.PostID(posts[i].id(sd))
+				for kind, n := range reactions[i] {
+					rs[i].Reactions[kinds.ID(kind)-2] = n
+				}
 			}
 			if err := im.Import(ctx, rs); err != nil {
 				return errClass(err)
@@ -989,7 +1004,7 @@ func (w *workload) gen() op {
 			// Imported ids the workload made up become handles, so
 			// later ops pick them; known ones keep theirs.
 			for _, r := range rs {
-				if r.Author != 0 || !r.Counts.IsZero() {
+				if r.Author != 0 || r.HasCounts() {
 					sd.ref(kPost, uint64(r.Post))
 				}
 			}

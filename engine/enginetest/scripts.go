@@ -28,7 +28,10 @@ import (
 //
 //	post user=1 as=p1 [id=client|bad|NAME] [key=K]   create a post
 //	post user=1 n=N                                   create N posts
-//	import post=NAME [author=U] [likes=N] [comments=N] [reposts=N] [views=N] [favorites=N]
+//	import post=NAME [author=U] [likes=N] [comments=N] [reposts=N] [views=N] [favorites=N] [KIND=N]...
+//	                                                  KIND: a reaction kind but like (the
+//	                                                  store's ids, ImportKinds); an id of
+//	                                                  none with kind-id=K count=N
 //	exists NAME...                                    registry entries
 //	counts NAME...                                    post counters
 //	like|unlike|favorite|unfavorite user=U post=NAME
@@ -310,6 +313,15 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) string {
 		im, ok := s.(engine.Importer)
 		if !ok {
 			t.Fatal("the backend has no Import")
+		}
+		kinds := im.ImportKinds()
+		for _, name := range ScriptKinds {
+			if v := num(t, d, name, 0); v != 0 && name != "like" {
+				row.Reactions[kinds.ID(name)-2] = v
+			}
+		}
+		if k := num(t, d, "kind-id", 0); k != 0 {
+			row.Reactions[k-2] = num(t, d, "count", 0)
 		}
 		if err := im.Import(ctx, []engine.ImportRow{row}); err != nil {
 			return errClass(err)

@@ -1,9 +1,11 @@
 // Package importfile reads existing post counts for `tally import`: CSV
 // with a header row, or NDJSON (one JSON object per line). It owns the
 // column vocabulary of API.md (post_id/id/msg_id, user_id/author_id,
-// likes/like_count, ...; case-insensitive; other columns ignored; missing
-// counts 0) and promises that every row is either returned whole or
-// rejected with its file and line — never half-read.
+// likes/like_count, ..., and <kind>_count or <kind>s for each reaction
+// kind of the deployment but like; case-insensitive; other columns
+// ignored, and listed by Ignored; missing counts 0) and promises that
+// every row is either returned whole or rejected with its file and line —
+// never half-read.
 package importfile
 
 import (
@@ -14,11 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // Format of an input file.
@@ -48,7 +53,8 @@ type RowError struct {
 
 func (e *RowError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
 
-// column roles, by lower-cased name.
+// column roles, by lower-cased name: colKind+k is the count of reaction
+// kind k (not like, whose count is colLikes).
 const (
 	colIgnore = iota
 	colPost
@@ -58,9 +64,13 @@ const (
 	colReposts
 	colViews
 	colFavorites
+	colKind
 )
 
-var columns = map[string]int{
+// fixedColumns are the columns of every deployment. A reaction kind whose
+// column would take one of their names (a kind named "view") is read from
+// neither: the fixed count keeps its name.
+var fixedColumns = map[string]int{
 	"post_id": colPost, "id": colPost, "msg_id": colPost,
 	"user_id": colAuthor, "author_id": colAuthor,
 	"likes": colLikes, "like_count": colLikes,
@@ -70,10 +80,37 @@ var columns = map[string]int{
 	"favorites": colFavorites, "favor_count": colFavorites,
 }
 
+// columnsOf returns the column roles of a deployment with the reaction
+// kinds of kinds (nil: like alone): the fixed columns, then <kind>_count
+// and <kind>s for each kind but like.
+func columnsOf(kinds *counters.Kinds) map[string]int {
+	cols := maps.Clone(fixedColumns)
+	if kinds == nil {
+		return cols
+	}
+	for _, id := range kinds.IDs() {
+		if id == counters.Like {
+			continue
+		}
+		for _, name := range [...]string{kinds.Name(id) + "_count", kinds.Name(id) + "s"} {
+			if _, taken := cols[name]; !taken {
+				cols[name] = colKind + int(id)
+			}
+		}
+	}
+	return cols
+}
+
+// maxIgnored bounds the ignored column names a reader remembers: NDJSON
+// rows may each bring new keys.
+const maxIgnored = 32
+
 // Reader yields rows from one file.
 type Reader struct {
-	file   string
-	format Format
+	file    string
+	format  Format
+	columns map[string]int // role by lower-cased name
+	ignored []string       // names of the ignored columns seen, as first written
 	// CSV
 	csv   *csv.Reader
 	cols  []int
@@ -83,10 +120,12 @@ type Reader struct {
 	line  int
 }
 
-// NewReader reads r, named file in errors. For CSV it reads the header now
-// and fails if it names no post-id column.
-func NewReader(r io.Reader, file string, format Format) (*Reader, error) {
-	rd := &Reader{file: file, format: format}
+// NewReader reads r, named file in errors, with the columns of a
+// deployment whose reaction kinds are kinds (the store's kinds table,
+// engine.Importer.ImportKinds; nil: like alone). For CSV it reads the
+// header now and fails if it names no post-id column.
+func NewReader(r io.Reader, file string, format Format, kinds *counters.Kinds) (*Reader, error) {
+	rd := &Reader{file: file, format: format, columns: columnsOf(kinds)}
 	if format == NDJSON {
 		rd.lines = bufio.NewScanner(r)
 		rd.lines.Buffer(make([]byte, 64<<10), 1<<20)
@@ -105,7 +144,10 @@ func NewReader(r io.Reader, file string, format Format) (*Reader, error) {
 	for i, h := range header {
 		rd.names[i] = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
 		h = strings.ToLower(rd.names[i])
-		rd.cols[i] = columns[h]
+		rd.cols[i] = rd.columns[h]
+		if rd.cols[i] == colIgnore {
+			rd.ignore(rd.names[i])
+		}
 		hasPost = hasPost || rd.cols[i] == colPost
 	}
 	if !hasPost {
@@ -113,6 +155,21 @@ func NewReader(r io.Reader, file string, format Format) (*Reader, error) {
 	}
 	return rd, nil
 }
+
+// ignore notes that column name was ignored (its first characters: a key
+// may be most of a long line).
+func (r *Reader) ignore(name string) {
+	name = truncate(name)
+	if len(r.ignored) < maxIgnored && !slices.ContainsFunc(r.ignored, func(n string) bool { return strings.EqualFold(n, name) }) {
+		r.ignored = append(r.ignored, name)
+	}
+}
+
+// Ignored returns the names of the columns (CSV header names, NDJSON
+// keys) read so far that name nothing imported, at most maxIgnored of
+// them: an operator sees a misspelt count column (lovee_count) that would
+// otherwise import as zeros.
+func (r *Reader) Ignored() []string { return r.ignored }
 
 // Next returns the next row. A bad row returns a *RowError and the reader
 // can go on; io.EOF ends the file; any other error is fatal.
@@ -162,7 +219,7 @@ func (r *Reader) nextJSON() (engine.ImportRow, error) {
 		if len(b) == 0 {
 			continue
 		}
-		row, err := parseJSON(b)
+		row, err := r.parseJSON(b)
 		if err != nil {
 			return engine.ImportRow{}, &RowError{r.file, r.line, err}
 		}
@@ -177,7 +234,7 @@ func (r *Reader) nextJSON() (engine.ImportRow, error) {
 	return engine.ImportRow{}, io.EOF
 }
 
-func parseJSON(b []byte) (engine.ImportRow, error) {
+func (r *Reader) parseJSON(b []byte) (engine.ImportRow, error) {
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -187,8 +244,9 @@ func parseJSON(b []byte) (engine.ImportRow, error) {
 	var row engine.ImportRow
 	var seenPost bool
 	for k, raw := range obj {
-		col := columns[strings.ToLower(k)]
+		col := r.columns[strings.ToLower(k)]
 		if col == colIgnore {
+			r.ignore(k)
 			continue
 		}
 		v := strings.TrimSpace(string(raw))
@@ -238,6 +296,8 @@ func set(row *engine.ImportRow, col int, v string, seenPost *bool) error {
 			row.Counts.Views = c
 		case colFavorites:
 			row.Counts.Favorites = c
+		default:
+			row.Reactions[col-colKind-2] = c
 		}
 	}
 	return nil

@@ -365,11 +365,21 @@ func TestReadRules(t *testing.T) {
 	if ViewReceipts(1, true, true, cur) != nil || ViewMessage(1, true, cur) != nil {
 		t.Fatal("a current member is refused")
 	}
-	if err := CheckImport([]ImportRow{{Post: 1}, {Post: 0}}); !errors.Is(err, engine.ErrInvalid) {
+	kinds, _ := counters.NewKinds().Reconcile([]string{"like", "love"}, nil)
+	if err := CheckImport([]ImportRow{{Post: 1}, {Post: 0}}, &kinds); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatal(err)
 	}
-	if err := CheckImport([]ImportRow{{Post: 1, Counts: engine.Counts{Views: -1}}}); !errors.Is(err, engine.ErrInvalid) {
+	if err := CheckImport([]ImportRow{{Post: 1, Counts: engine.Counts{Views: -1}}}, &kinds); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatal(err)
+	}
+	// love is kind 2; kind 3 is no kind of the table.
+	if err := CheckImport([]ImportRow{{Post: 1, Reactions: counters.Reactions{0: 4}}}, &kinds); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []counters.Reactions{{0: -1}, {1: 1}} {
+		if err := CheckImport([]ImportRow{{Post: 1, Reactions: r}}, &kinds); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("reactions %v: %v", r, err)
+		}
 	}
 }
 

@@ -252,14 +252,16 @@ type ImportRow = engine.ImportRow
 // skipped); a post unknown so far is registered when the row has an
 // author or a non-zero count (a row with neither is skipped); a post
 // known without an author takes the row's author; the counts always
-// replace the post's. register says the row (re)enters the
-// registry with row.Author; authorPosts says that author's post count
-// grows by one (a re-import of a known author does not).
+// replace the post's, the five and every reaction kind's (a kind the row
+// has no count for becomes 0, as a missing count column does). register
+// says the row (re)enters the registry with row.Author; authorPosts says
+// that author's post count grows by one (a re-import of a known author
+// does not).
 func DecideImport(row ImportRow, known PostFacts) (skip, register, authorPosts bool) {
 	switch {
 	case known.Deleted:
 		return true, false, false
-	case !known.Exists && row.Author == 0 && row.Counts.IsZero():
+	case !known.Exists && row.Author == 0 && !row.HasCounts():
 		return true, false, false
 	case !known.Exists:
 		return false, true, row.Author != 0

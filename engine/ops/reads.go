@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 )
 
 // Reads that depend on stored state are product rules too: who may see a
@@ -50,9 +51,11 @@ func errMessageNotFound(id engine.MessageID) error {
 	return fmt.Errorf("%w: message %d", engine.ErrNotFound, uint64(id))
 }
 
-// CheckImport validates the rows of one import call (engine.Importer):
-// no post id 0, no negative count. Row numbers in errors count from 1.
-func CheckImport(rows []ImportRow) error {
+// CheckImport validates the rows of one import call (engine.Importer)
+// against the store's kinds table: no post id 0, no negative count, no
+// count of a reaction kind the table does not have (it would be stored
+// under an id that names nothing). Row numbers in errors count from 1.
+func CheckImport(rows []ImportRow, kinds *counters.Kinds) error {
 	for i, r := range rows {
 		c := r.Counts
 		if r.Post == 0 {
@@ -60,6 +63,15 @@ func CheckImport(rows []ImportRow) error {
 		}
 		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
 			return fmt.Errorf("%w: post %d has a negative count", engine.ErrInvalid, uint64(r.Post))
+		}
+		for j, v := range r.Reactions {
+			k := counters.Kind(j + 2)
+			switch {
+			case v < 0:
+				return fmt.Errorf("%w: post %d has a negative count of reaction kind %q", engine.ErrInvalid, uint64(r.Post), kinds.Name(k))
+			case v > 0 && !kinds.Has(k):
+				return fmt.Errorf("%w: post %d has a count of reaction kind id %d, which the store has no kind for", engine.ErrInvalid, uint64(r.Post), k)
+			}
 		}
 	}
 	return nil

@@ -616,13 +616,18 @@ func (s *Store) RecordViews(ctx context.Context, ids []engine.PostID) error {
 
 var _ engine.Importer = (*Store)(nil)
 
+// ImportKinds implements engine.Importer: the kinds table Open
+// reconciled.
+func (s *Store) ImportKinds() counters.Kinds { return s.kinds }
+
 // importChunk bounds one pipelined round trip of Import.
 const importChunk = 5000
 
 // Import implements engine.Importer: ops.CheckImport validates the rows;
 // ops.DecideImport judges each row against the post's record (an unknown
 // post is registered when it has an author or a non-zero count, a known
-// one without an author takes the row's; the counts replace the post's). Rows go per bucket: one
+// one without an author takes the row's; the counts replace the post's,
+// every reaction kind's included: the row's record is written whole). Rows go per bucket: one
 // pipelined round trip reads the records of importChunk rows, one writes
 // them (compare-and-set on each post's head; a post changed in between
 // is read and decided again). A bucket whose rows all create posts not
@@ -636,7 +641,7 @@ const importChunk = 5000
 // durable when it returns as far as Redis's persistence and WaitReplicas
 // make it (docs/redis-durability.md).
 func (s *Store) Import(ctx context.Context, rows []engine.ImportRow) error {
-	if err := ops.CheckImport(rows); err != nil {
+	if err := ops.CheckImport(rows, &s.kinds); err != nil {
 		return err
 	}
 	for len(rows) > 0 {
@@ -723,7 +728,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 					next = postHead(uint64(r.Author))
 				}
 				_, low := s.k.post(uint64(r.Post))
-				args = append(args, low, head, next+encodeCounts(r.Counts, nil))
+				args = append(args, low, head, next+encodeCounts(r.Counts, &r.Reactions))
 				heads[r.Post] = next
 				written[i] = append(written[i], row)
 				grows[i] = append(grows[i], authorPosts)
@@ -767,7 +772,7 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 						continue
 					}
 					s.stats.posts.Add(1)
-					if !row.Counts.IsZero() {
+					if row.HasCounts() {
 						s.stats.counted.Add(1)
 					}
 					if grows[i][j] {

@@ -44,7 +44,6 @@ import "github.com/redis/go-redis/v9"
 // the group's size.
 const prelude = `
 local TOMB = '\255'
-local KINDS = 7 -- pKind(2), the first reaction kind's count
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
   for i = from or 1, #s do
@@ -759,7 +758,8 @@ return out`)
 	// author) is still the one Go read, and stops at the first row whose
 	// post changed meanwhile (Go reads and decides the rest again). KEYS
 	// bucket; ARGV (low, expected head or '' for no record, new record)
-	// triples. {rows written, counted-posts delta}.
+	// triples, the new record whole (its counts of every reaction kind
+	// replace the post's). {rows written, counted-posts delta}.
 	scImportRows = newScript(`
 local counted = 0
 for i = 1, #ARGV, 3 do
@@ -768,18 +768,6 @@ for i = 1, #ARGV, 3 do
   if rec ~= '' then head = string.sub(rec, 1, string.byte(rec, 1) + 1) end
   if head ~= ARGV[i + 1] then return {(i - 1) / 3, counted} end
   local new = ARGV[i + 2]
-  if rec ~= '' and rec ~= TOMB then
-    -- The post's counts of reaction kinds other than like are its own,
-    -- not the row's: kept.
-    local old, n = dec(rec, #head + 1)
-    if n >= KINDS then
-      local L = string.byte(new, 1)
-      local t, m = dec(new, L + 2)
-      for j = m + 1, KINDS - 1 do t[j] = 0 end
-      for j = KINDS, n do t[j] = old[j] end
-      new = string.sub(new, 1, L + 1) .. enc(t, n)
-    end
-  end
   counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, string.byte(new, 1) + 2))
   redis.call('HSET', KEYS[1], ARGV[i], new)
 end

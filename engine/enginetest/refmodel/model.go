@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/counters"
 	"github.com/tally-dev/tally/engine/snowflake"
 )
 
@@ -40,6 +41,7 @@ type Model struct {
 	deleted  map[engine.PostID]bool          // posts deleted: never known again
 	repostOf map[engine.PostID]engine.PostID // repost → original
 	kinds    []string                        // the deployment's reaction kinds, like among them
+	kindIDs  counters.Kinds                  // their ids, for import rows (ImportKinds)
 	reacts   map[pair]string                 // a user's reaction on a post, by kind name
 	favs     map[pair]bool
 	// comments are the counted comment ids of each post: true while
@@ -138,8 +140,15 @@ func New(now func() time.Time, cursorTTL time.Duration, reactions []string) *Mod
 	if reactions == nil {
 		reactions = []string{"like"}
 	}
+	// A fresh table reconciled with the kinds: ids given in order, as a
+	// new store gives them. Nothing is left out of it, so nothing is
+	// totalled.
+	ids, err := counters.NewKinds().Reconcile(reactions, nil)
+	if err != nil {
+		panic(fmt.Sprintf("refmodel: reaction kinds %q: %v", reactions, err))
+	}
 	return &Model{
-		now: now, cursorTTL: cursorTTL, kinds: reactions, reacts: map[pair]string{},
+		now: now, cursorTTL: cursorTTL, kinds: reactions, kindIDs: ids, reacts: map[pair]string{},
 		posts: map[engine.PostID]*post{}, deleted: map[engine.PostID]bool{}, repostOf: map[engine.PostID]engine.PostID{},
 		favs:     map[pair]bool{},
 		comments: map[engine.PostID]map[engine.CommentID]bool{}, writers: map[wrote]bool{},
@@ -1113,9 +1122,14 @@ func (m *Model) Receipts(_ context.Context, viewer engine.UserID, id engine.Mess
 	return r, nil
 }
 
+// ImportKinds implements engine.Importer.
+func (m *Model) ImportKinds() counters.Kinds { return m.kindIDs }
+
 // Import implements engine.Importer: a row registers an unknown post when
-// it has an author or a non-zero count, and replaces the counts of every
-// post it names (a known post imported with zeros reads zeros).
+// it has an author or a non-zero count (a reaction kind's too), and
+// replaces the counts of every post it names, each reaction kind's
+// included (a known post imported with zeros reads zeros). Reactions
+// themselves are not imported: who reacted stays as it was.
 func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -1127,6 +1141,11 @@ func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
 		if min(c.Likes, c.Comments, c.Reposts, c.Views, c.Favorites) < 0 {
 			return invalid("post %d has a negative count", row.Post)
 		}
+		for j, v := range row.Reactions {
+			if v < 0 || v > 0 && m.kindIDs.Name(counters.Kind(j+2)) == "" {
+				return invalid("post %d: count %d of reaction kind id %d", row.Post, v, j+2)
+			}
+		}
 	}
 	for _, row := range rows {
 		if m.deleted[row.Post] {
@@ -1134,7 +1153,7 @@ func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
 		}
 		p := m.posts[row.Post]
 		if p == nil {
-			if row.Author == 0 && row.Counts.IsZero() {
+			if row.Author == 0 && row.Counts.IsZero() && row.Reactions.IsZero() {
 				continue // nothing says this post exists
 			}
 			p = &post{}
@@ -1147,6 +1166,12 @@ func (m *Model) Import(_ context.Context, rows []engine.ImportRow) error {
 			m.user(row.Author).posts++
 		}
 		p.counts = row.Counts
+		p.kinds = nil
+		for j, v := range row.Reactions {
+			if v != 0 {
+				p.addReaction(m.kindIDs.Name(counters.Kind(j+2)), v)
+			}
+		}
 	}
 	return nil
 }
