@@ -361,6 +361,13 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut, pc *pacer) (string, 
 		f.Abort()
 		return "", 0, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
 	}
+	// A cancel during the last slice's pause comes after writeCut's last
+	// look at ctx: a snapshot cancelled before its install is not
+	// installed.
+	if err := ctx.Err(); err != nil {
+		f.Abort()
+		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
+	}
 	path, err := f.Commit()
 	if err != nil {
 		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
