@@ -379,23 +379,6 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut, pc *pacer) (string, 
 	return path, size, nil
 }
 
-// verify checks every chunk's checksum of the snapshot r, as r.Verify
-// does, pacing itself after each chunk.
-func verify(r *snapshot.Reader, pc *pacer) error {
-	for _, s := range r.Sections() {
-		sr, _ := r.Section(s.Tag)
-		for {
-			if _, err := sr.Next(); err == io.EOF {
-				break
-			} else if err != nil {
-				return err
-			}
-			pc.step()
-		}
-	}
-	return nil
-}
-
 // thaw runs the cut's thaw steps, each under the write lock on its own,
 // and returns the longest hold. A step that fails is a bug (the cut's
 // views were given out by these very tables); it is logged and the
@@ -488,7 +471,7 @@ func (e *Engine) scrubPrevious(pc *pacer) {
 	prev := list[len(list)-2]
 	fr, err := snapshot.Open(prev.Path)
 	if err == nil {
-		err = verify(fr.Reader, pc)
+		err = fr.Reader.Verify(pc.step)
 		fr.Close()
 	}
 	var ce *snapshot.CorruptError
@@ -793,7 +776,7 @@ func Restore(file, dir string) error {
 	}
 	copied, err := snapshot.Open(tmp)
 	if err == nil {
-		err = copied.Verify()
+		err = copied.Verify(nil)
 		copied.Close()
 	}
 	if err != nil {

@@ -95,8 +95,10 @@ func (r *Reader) Section(tag Tag) (*SectionReader, bool) {
 	return nil, false
 }
 
-// Verify reads and checks every chunk of every section.
-func (r *Reader) Verify() error {
+// Verify reads and checks every chunk of every section, calling
+// afterChunk (when not nil) after each: a caller that shares the machine
+// with writers paces itself there.
+func (r *Reader) Verify(afterChunk func()) error {
 	for _, s := range r.secs {
 		sr, _ := r.Section(s.Tag)
 		for {
@@ -104,6 +106,9 @@ func (r *Reader) Verify() error {
 				break
 			} else if err != nil {
 				return err
+			}
+			if afterChunk != nil {
+				afterChunk()
 			}
 		}
 	}

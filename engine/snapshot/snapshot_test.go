@@ -107,7 +107,7 @@ func TestRoundTrip(t *testing.T) {
 	if s := r.Sections()[0]; s.Items != 3 || s.Chunks != 1 {
 		t.Fatalf("section A: %+v", s)
 	}
-	if err := r.Verify(); err != nil {
+	if err := r.Verify(nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -287,7 +287,7 @@ func TestFileCommitAndList(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fr.Index() != in.Index || fr.Verify() != nil {
+		if fr.Index() != in.Index || fr.Verify(nil) != nil {
 			t.Fatalf("%s: index %d", in.Path, fr.Index())
 		}
 		fr.Close()
