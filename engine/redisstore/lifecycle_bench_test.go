@@ -75,17 +75,7 @@ func TestMemoryPerCommentID(t *testing.T) {
 	// Each kind's posts are made by their own snowflake node, so the two
 	// loads never share a post; set is the set's key letter.
 	load := func(name string, node uint64, set string, add func(p int, post engine.PostID, i int) error) {
-		rows := make([]engine.ImportRow, posts)
-		for i := range rows {
-			rows[i] = engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i)*1000, node, 0)), Author: 1}
-		}
-		must(t, s.Import(bg, rows))
-		var jobs [][2]int
-		for p, n := range sizes {
-			for i := range n {
-				jobs = append(jobs, [2]int{p, i})
-			}
-		}
+		rows, jobs := importSized(t, s, sizes, t0, node)
 		parallel(t, len(jobs), func(j int) error { return add(jobs[j][0], rows[jobs[j][0]].Post, jobs[j][1]) })
 		var members, bytes, small, smallBytes int64
 		encodings := map[string]int{}
@@ -341,17 +331,7 @@ func TestMemoryPerReaction(t *testing.T) {
 	}
 	t0 := time.Now().Add(-time.Hour).UnixMilli()
 	load := func(name string, node uint64, kindOf func(u int) string) float64 {
-		rows := make([]engine.ImportRow, posts)
-		for i := range rows {
-			rows[i] = engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i)*1000, node, 0)), Author: 1}
-		}
-		must(t, s.Import(bg, rows))
-		var jobs [][2]int
-		for p, n := range sizes {
-			for i := range n {
-				jobs = append(jobs, [2]int{p, i})
-			}
-		}
+		rows, jobs := importSized(t, s, sizes, t0, node)
 		parallel(t, len(jobs), func(j int) error {
 			i := jobs[j][1]
 			return s.ReactToPost(bg, engine.UserID(1000+i), rows[jobs[j][0]].Post, kindOf(i))
@@ -386,4 +366,22 @@ func TestMemoryPerReaction(t *testing.T) {
 	if likes <= 0 || mix <= 0 {
 		t.Fatal("no memory measured")
 	}
+}
+
+// importSized imports one post per entry of sizes, made by snowflake node
+// at a second apart from t0, and returns the rows and the (post index,
+// member index) jobs that fill post p with sizes[p] members.
+func importSized(t testing.TB, s *redisstore.Store, sizes []int, t0 int64, node uint64) ([]engine.ImportRow, [][2]int) {
+	rows := make([]engine.ImportRow, len(sizes))
+	for i := range rows {
+		rows[i] = engine.ImportRow{Post: engine.PostID(snowflake.Make(t0+int64(i)*1000, node, 0)), Author: 1}
+	}
+	must(t, s.Import(bg, rows))
+	var jobs [][2]int
+	for p, n := range sizes {
+		for i := range n {
+			jobs = append(jobs, [2]int{p, i})
+		}
+	}
+	return rows, jobs
 }
