@@ -115,9 +115,9 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 }
 
 // pageKeys names the page's per-post likers and favoriters sets (those
-// asked for, nil the others) in id order, from the
-// buckets groupPosts placed the ids in: the names are cut from one string
-// built once, as the page's hot path allocates a key per read otherwise.
+// asked for, nil the others) in id order, from the buckets groupPosts
+// placed the ids in: the names are cut from one string built once, as the
+// page's hot path would otherwise allocate a key per read.
 func pageKeys(groups map[string]*bucketed, order []string, n int, likers, favs bool) (likerKeys, favKeys []string) {
 	var suffixes []byte
 	for _, on := range []struct {
