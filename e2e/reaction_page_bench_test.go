@@ -12,6 +12,8 @@ import (
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/embedded"
+	"github.com/tally-dev/tally/engine/redisstore"
+	"github.com/tally-dev/tally/engine/redisstore/redistest"
 	"github.com/tally-dev/tally/web/hub"
 	"github.com/tally-dev/tally/web/transport"
 )
@@ -24,10 +26,28 @@ import (
 // page at most 1.3× the counts page; compare the sub-benchmarks' ns/op in
 // one run, for the fast path and for gqlgen's executor.
 func BenchmarkReactionPageHandler(b *testing.B) {
-	store, err := embedded.Open(embedded.Options{Reactions: []string{"like", "love", "haha", "wow", "sad", "angry"}})
+	store, err := embedded.Open(embedded.Options{Reactions: pageKinds})
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchReactionPage(b, store)
+}
+
+// BenchmarkReactionPageHandlerRedis is BenchmarkReactionPageHandler on the
+// Redis backend (a single redis-server started for the run), where the
+// viewer's kind is a read of its own beside the like flag.
+func BenchmarkReactionPageHandlerRedis(b *testing.B) {
+	addr, _ := redistest.StartSingle(b) // stopped by b.Cleanup, after the store closes
+	store, err := redisstore.Open(b.Context(), redisstore.Options{Addrs: []string{addr}, KeyPrefix: "bench", Reactions: pageKinds})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchReactionPage(b, store)
+}
+
+var pageKinds = []string{"like", "love", "haha", "wow", "sad", "angry"}
+
+func benchReactionPage(b *testing.B, store engine.Store) {
 	ts := newTestServerWith(b, store, transport.Config{})
 	ids := seedPage(b, store)
 	// Reactions of other kinds on a third of the posts, the viewer's among

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,11 +12,18 @@ import (
 	"github.com/tally-dev/tally/engine/counters"
 )
 
-// Page implements engine.Store in one round trip: the page's post records
-// (one HMGET per bucket, every kind's count in the record) and the
-// viewer's like and favorite flags (one SISMEMBER per post and set) and
-// reaction (the like flag, and one HGET of the reactors hash per post) go
-// out in one pipeline.
+// Page implements engine.Store in one round trip, or two when the viewer's
+// reaction is asked for and may be of a kind other than like. The first
+// pipeline reads the page's post records (one HMGET per bucket, every
+// kind's count in the record) and the viewer's like and favorite flags
+// (one SISMEMBER per post and set): what a page of counts reads. The
+// viewer's reaction is the like flag, or else a kind in the post's
+// reactors hash, which only a post whose record counts a kind other than
+// like has; the second pipeline reads the viewer's field of those hashes
+// (one HGET per such post the viewer has not liked), so a page of posts
+// with likes only costs what the counts page costs. A reaction switched
+// between the two reads may show as none (as it could between the flag
+// and the hash read of one pipeline, which is not a transaction either).
 func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.PostID, want engine.PageWant, out []engine.PostView) error {
 	if err := engine.CheckIDs(ids); err != nil {
 		return err
@@ -30,35 +38,35 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 	groups, order := s.groupPosts(ids, s.k.post)
 	records := make([]*redis.SliceCmd, len(order))
 	var liked, favorited []*redis.BoolCmd
-	var reacted []*redis.StringCmd
 	member := strconv.FormatUint(uint64(viewer), 10)
-	flags := func(p redis.Pipeliner, set func(b, low string) string) []*redis.BoolCmd {
-		cmds := make([]*redis.BoolCmd, len(ids))
-		for i, id := range ids {
-			b, low := s.k.post(uint64(id))
-			cmds[i] = p.SIsMember(ctx, set(b, low), member)
-		}
-		return cmds
+	var likers, favs []string
+	if viewer != 0 {
+		likers, favs = pageKeys(groups, order, len(ids), want.Liked || want.ViewerReaction, want.Favorited)
 	}
 	if err := s.read(ctx, func(p redis.Pipeliner) {
 		for i, b := range order {
 			records[i] = p.HMGet(ctx, b, groups[b].lows...)
 		}
-		if viewer != 0 && (want.Liked || want.ViewerReaction) {
-			liked = flags(p, likersKey)
-		}
-		if viewer != 0 && want.ViewerReaction {
-			reacted = make([]*redis.StringCmd, len(ids))
-			for i, id := range ids {
-				b, low := s.k.post(uint64(id))
-				reacted[i] = p.HGet(ctx, reactorsKey(b, low), member)
+		if likers != nil {
+			liked = make([]*redis.BoolCmd, len(ids))
+			for i, key := range likers {
+				liked[i] = p.SIsMember(ctx, key, member)
 			}
 		}
-		if viewer != 0 && want.Favorited {
-			favorited = flags(p, favsKey)
+		if favs != nil {
+			favorited = make([]*redis.BoolCmd, len(ids))
+			for i, key := range favs {
+				favorited[i] = p.SIsMember(ctx, key, member)
+			}
 		}
 	}); err != nil {
 		return err
+	}
+	// mayReact marks the posts whose reactors hash may hold the viewer:
+	// those whose record counts a kind other than like.
+	var mayReact []bool
+	if viewer != 0 && want.ViewerReaction {
+		mayReact = make([]bool, len(ids))
 	}
 	for i, b := range order {
 		for j, v := range records[i].Val() {
@@ -78,25 +86,115 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 			if want.Reactions {
 				s.reactionCounts(counts.Likes, &reactions, &view.Reactions)
 			}
+			if mayReact != nil && reactions != (counters.Reactions{}) {
+				mayReact[groups[b].pos[j]] = true
+			}
 		}
 	}
+	var others []int
 	for i, c := range liked {
-		if c.Val() {
+		switch {
+		case c.Val():
 			out[i].Liked = want.Liked
 			if want.ViewerReaction {
 				out[i].ViewerReaction = "like"
 			}
+		case mayReact != nil && mayReact[i]:
+			others = append(others, i)
 		}
 	}
-	for i, c := range reacted {
-		if id, err := strconv.ParseUint(c.Val(), 10, 8); err == nil && out[i].ViewerReaction == "" {
-			// A kind this replica's table lacks (another replica's new
-			// kind) reads as none.
-			out[i].ViewerReaction = s.kinds.Name(counters.Kind(id))
+	if len(others) > 0 {
+		if err := s.viewerKinds(ctx, member, ids, others, out); err != nil {
+			return err
 		}
 	}
 	for i, c := range favorited {
 		out[i].Favorited = c.Val()
+	}
+	return nil
+}
+
+// pageKeys names the page's per-post likers and favoriters sets (those
+// asked for, nil the others) in id order, from the buckets groupPosts
+// placed the ids in: the names are cut from one string built once, as the
+// page's hot path would otherwise allocate a key per read.
+func pageKeys(groups map[string]*bucketed, order []string, n int, likers, favs bool) (likerKeys, favKeys []string) {
+	var suffixes []byte
+	for _, on := range []struct {
+		want   bool
+		suffix byte
+	}{{likers, 'l'}, {favs, 'f'}} {
+		if on.want {
+			suffixes = append(suffixes, on.suffix)
+		}
+	}
+	if len(suffixes) == 0 {
+		return nil, nil
+	}
+	size := 0
+	for _, b := range order {
+		for _, low := range groups[b].lows {
+			size += len(suffixes) * (len(b) + 1 + len(low))
+		}
+	}
+	var all strings.Builder
+	all.Grow(size)
+	ends := make([]int, 0, n*len(suffixes))
+	at := make([]int, n) // the index in ends of each id's first key
+	for _, b := range order {
+		g := groups[b]
+		for j, low := range g.lows {
+			at[g.pos[j]] = len(ends)
+			for _, suffix := range suffixes {
+				all.WriteString(b)
+				all.WriteByte(suffix)
+				all.WriteString(low)
+				ends = append(ends, all.Len())
+			}
+		}
+	}
+	names := all.String()
+	keys := make([]string, n*len(suffixes))
+	for i, first := range at {
+		for k := range suffixes {
+			end, start := ends[first+k], 0
+			if first+k > 0 {
+				start = ends[first+k-1]
+			}
+			keys[k*n+i] = names[start:end]
+		}
+	}
+	next := func(want bool) []string {
+		if !want {
+			return nil
+		}
+		part := keys[:n:n]
+		keys = keys[n:]
+		return part
+	}
+	likerKeys = next(likers)
+	favKeys = next(favs)
+	return likerKeys, favKeys
+}
+
+// viewerKinds reads the viewer's kind on the posts at positions at of ids
+// from their reactors hashes, in one pipeline.
+func (s *Store) viewerKinds(ctx context.Context, member string, ids []engine.PostID, at []int, out []engine.PostView) error {
+	reacted := make([]*redis.StringCmd, len(at))
+	if err := s.read(ctx, func(p redis.Pipeliner) {
+		for j, i := range at {
+			b, low := s.k.post(uint64(ids[i]))
+			reacted[j] = p.HGet(ctx, reactorsKey(b, low), member)
+		}
+	}); err != nil {
+		return err
+	}
+	for j, c := range reacted {
+		if id, err := strconv.ParseUint(c.Val(), 10, 8); err == nil {
+			// A kind this replica's table lacks (another replica's new
+			// kind) reads as none.
+			out[at[j]].ViewerReaction = s.kinds.Name(counters.Kind(id))
+		}
 	}
 	return nil
 }
