@@ -361,7 +361,7 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut, pc *pacer) (string, 
 		f.Abort()
 		return "", 0, fmt.Errorf("embedded: snapshot: the log failed, nothing more can be made durable: %w", err)
 	}
-	path, err := f.Commit()
+	path, err := f.Commit(pc.step)
 	if err != nil {
 		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
 	}
@@ -429,7 +429,7 @@ func (e *Engine) afterSnapshot(index uint64, clean bool, pc *pacer) {
 	} else {
 		e.scrubPrevious(pc)
 	}
-	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles)
+	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles, e.pruneStepBytes, pc.step)
 	if err != nil {
 		e.logger.Warn("embedded: pruning old snapshots failed", "err", err)
 	}
