@@ -166,8 +166,12 @@ func TestKilledDuringPacedPrune(t *testing.T) {
 	oldest := snapshots(t, dir)[0]
 	info, err := os.Stat(oldest.Path)
 	ok(t, err)
-	// Several steps in the oldest snapshot, however small it is.
-	e.pruneStepBytes = info.Size()/4 + 1
+	// Steps small enough that freeing the file takes several of the
+	// pacer's slices: it pauses only once a slice has lasted paceSlice.
+	e.pruneStepBytes = 4096
+	if info.Size() < 100*e.pruneStepBytes {
+		t.Fatalf("the oldest snapshot is %d bytes, too small for a prune of many steps", info.Size())
+	}
 
 	ld := startLikes(e, id, n, 1)
 	crash := filepath.Join(t.TempDir(), "crash")
