@@ -98,7 +98,7 @@ func buildDirs(b *testing.B, snapDir, logDir string, n int) (time.Duration, int6
 	if err := writeImage(f.Writer, &image{st: st, index: index, lastTime: int64(index)}, func() error { return nil }, nil); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := f.Commit(); err != nil {
+	if _, err := f.Commit(nil); err != nil {
 		b.Fatal(err)
 	}
 	return time.Since(start), int64(mem)

@@ -364,11 +364,7 @@ func (e *Engine) writeSnapshot(ctx context.Context, c *cut, pc *pacer) (string, 
 	// A cancel during the last slice's pause comes after writeCut's last
 	// look at ctx: a snapshot cancelled before its install is not
 	// installed.
-	if err := ctx.Err(); err != nil {
-		f.Abort()
-		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
-	}
-	path, err := f.Commit()
+	path, err := f.Commit(func() error { pc.step(); return ctx.Err() })
 	if err != nil {
 		return "", 0, fmt.Errorf("embedded: snapshot: %w", err)
 	}
@@ -419,7 +415,7 @@ func (e *Engine) afterSnapshot(index uint64, clean bool, pc *pacer) {
 	} else {
 		e.scrubPrevious(pc)
 	}
-	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles)
+	removed, err := snapshot.Prune(e.dir, keep, e.syncFiles, e.pruneStepBytes, pc.step)
 	if err != nil {
 		e.logger.Warn("embedded: pruning old snapshots failed", "err", err)
 	}

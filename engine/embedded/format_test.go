@@ -79,7 +79,7 @@ func TestOlderFormatsRefused(t *testing.T) {
 			f.Begin(snapshot.MakeTag("PREG"))
 			f.Item(append(f.Buf(), 1))
 			f.End()
-			_, err = f.Commit()
+			_, err = f.Commit(nil)
 			ok(t, err)
 			return dir
 		}},

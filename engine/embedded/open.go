@@ -154,9 +154,13 @@ type Engine struct {
 	createSnapshot func(dir string, index uint64, sync bool) (*snapshot.File, error)
 	// sleep is sleepCtx, for the snapshot's pacer; tests substitute one
 	// that sees its pauses.
-	sleep  func(context.Context, time.Duration)
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
+	sleep func(context.Context, time.Duration)
+	// pruneStepBytes is how much of an old snapshot a prune frees between
+	// two pacing steps (snapshot.PruneStepBytes when zero); tests shrink
+	// it to pause inside a small file's prune.
+	pruneStepBytes int64
+	ctx            context.Context // cancelled by Close
+	cancel         context.CancelFunc
 
 	subsMu sync.Mutex
 	subs   atomic.Pointer[[]*subscriber]

@@ -87,45 +87,9 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 	ok(t, e.Snapshot(bg))
 	before := snapshots(t, dir)
 
-	type like struct {
-		user engine.UserID
-		post engine.PostID
-	}
-	var mu sync.Mutex
-	var acked []like
-	// Writers hold writing to like; the crash image is copied with no
-	// like in flight, a file at a time.
-	var writing sync.RWMutex
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l := like{engine.UserID(1<<40 + w<<32 + i), id((i*7919 + w) % n)}
-				writing.RLock()
-				err := e.Like(bg, l.user, l.post)
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, l)
-					mu.Unlock()
-				}
-				writing.RUnlock()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
+	ld := startLikes(e, id, n, 2)
 	for started := false; !started; time.Sleep(time.Millisecond) {
-		mu.Lock()
-		started = len(acked) >= 100
-		mu.Unlock()
+		started = ld.count() >= 100
 	}
 	crash := filepath.Join(t.TempDir(), "crash")
 	var crashAcked atomic.Int64
@@ -136,18 +100,17 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 		// one this test interrupts: the check of the older snapshot after
 		// the install is paced too.
 		if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(m) > 0 && pauses.Add(1) == 1 {
-			writing.Lock()
-			crashAcked.Store(int64(len(acked)))
+			ld.writing.Lock()
+			crashAcked.Store(int64(ld.count()))
 			err := os.CopyFS(crash, os.DirFS(dir))
-			writing.Unlock()
+			ld.writing.Unlock()
 			ok(t, err)
 			cancel()
 		}
 		sleepCtx(ctx, d)
 	}
 	err := e.Snapshot(ctx)
-	close(stop)
-	wg.Wait()
+	acked := ld.stop(t)
 	if pauses.Load() == 0 {
 		t.Fatal("the snapshot never paused for the writers")
 	}
@@ -174,22 +137,160 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 		t.Fatalf("no snapshot after the cancelled one: %v", got)
 	}
 
-	check := func(name string, e *Engine, likes []like) {
-		t.Helper()
-		for _, l := range likes {
-			got, err := e.Liked(bg, l.user, []engine.PostID{l.post})
-			ok(t, err)
-			if !got[0] {
-				t.Fatalf("%s: the acknowledged like of %d on %d is lost", name, l.user, l.post)
-			}
-		}
-	}
 	c := openE(t, Options{Dir: crash, Sync: wal.SyncNone, SweepInterval: -1, Logger: quiet,
 		SnapshotInterval: -1, SnapshotLogBytes: -1})
-	check("crash mid-pacing", c, acked[:crashAcked.Load()])
+	checkLikes(t, "crash mid-pacing", c, acked[:crashAcked.Load()])
 	if m := tmps(crash); len(m) != 0 {
 		t.Fatalf("the half-written snapshot was not removed at start: %v", m)
 	}
 	ok(t, e.Close())
-	check("reopened", openE(t, opts), acked)
+	checkLikes(t, "reopened", openE(t, opts), acked)
+}
+
+// TestKilledDuringPacedPrune takes a crash image while a snapshot's prune
+// pauses for the writers halfway through freeing the oldest snapshot, and
+// checks that the image loads with every acknowledged like, its
+// shortened file set aside under a name no one loads and deleted at
+// start.
+func TestKilledDuringPacedPrune(t *testing.T) {
+	if testing.Short() {
+		t.Skip("imports 100,000 posts")
+	}
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: quiet,
+		SnapshotInterval: -1, SnapshotLogBytes: -1}
+	e := openE(t, opts)
+	const n = 100_000
+	id := importPosts(t, e, n)
+	ok(t, e.Snapshot(bg))
+	ok(t, e.Like(bg, 1, id(0)))
+	ok(t, e.Snapshot(bg))
+	ok(t, e.Like(bg, 2, id(1)))
+	oldest := snapshots(t, dir)[0]
+	info, err := os.Stat(oldest.Path)
+	ok(t, err)
+	// Steps small enough that freeing the file takes several of the
+	// pacer's slices: it pauses only once a slice has lasted paceSlice.
+	e.pruneStepBytes = 4096
+	if info.Size() < 100*e.pruneStepBytes {
+		t.Fatalf("the oldest snapshot is %d bytes, too small for a prune of many steps", info.Size())
+	}
+
+	ld := startLikes(e, id, n, 1)
+	crash := filepath.Join(t.TempDir(), "crash")
+	var crashAcked int
+	var crashed bool
+	pruning := oldest.Path + ".prune"
+	e.sleep = func(ctx context.Context, d time.Duration) {
+		if got, err := os.Stat(pruning); !crashed && err == nil && got.Size() < info.Size() {
+			crashed = true
+			ld.writing.Lock()
+			crashAcked = ld.count()
+			ok(t, os.CopyFS(crash, os.DirFS(dir)))
+			ld.writing.Unlock()
+		}
+		sleepCtx(ctx, d)
+	}
+	err = e.Snapshot(bg)
+	acked := ld.stop(t)
+	ok(t, err)
+	if !crashed {
+		t.Fatal("the prune never paused for the writers with the oldest snapshot shortened")
+	}
+	if got := snapshots(t, dir); len(got) != keepSnapshots || got[0].Index == oldest.Index {
+		t.Fatalf("snapshots after the prune: %v", got)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.prune")); len(m) != 0 {
+		t.Fatalf("the prune left %v", m)
+	}
+	if got := snapshots(t, crash); len(got) != keepSnapshots {
+		t.Fatalf("the crash image lists %v, want the two newest snapshots only", got)
+	}
+
+	c := openE(t, Options{Dir: crash, Sync: wal.SyncNone, SweepInterval: -1, Logger: quiet,
+		SnapshotInterval: -1, SnapshotLogBytes: -1})
+	checkLikes(t, "crash mid-prune", c, append(acked[:crashAcked:crashAcked], ackedLike{1, id(0)}, ackedLike{2, id(1)}))
+	if m, _ := filepath.Glob(filepath.Join(crash, "*.prune")); len(m) != 0 {
+		t.Fatalf("the shortened snapshot was not removed at start: %v", m)
+	}
+
+}
+
+// ackedLike is a like its writer saw acknowledged.
+type ackedLike struct {
+	user engine.UserID
+	post engine.PostID
+}
+
+// likeLoad is writers liking posts until stopped, each like made with
+// writing read-held, so that a test holding it takes a crash image with
+// no like in flight.
+type likeLoad struct {
+	writing sync.RWMutex
+	mu      sync.Mutex
+	acked   []ackedLike
+	done    chan struct{}
+	wg      sync.WaitGroup
+	err     atomic.Pointer[error]
+}
+
+// startLikes starts writers goroutines liking posts id(0..n-1) as new
+// users.
+func startLikes(e *Engine, id func(int) engine.PostID, n, writers int) *likeLoad {
+	ld := &likeLoad{done: make(chan struct{})}
+	for w := range writers {
+		ld.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-ld.done:
+					return
+				default:
+				}
+				l := ackedLike{engine.UserID(1<<40 + w<<32 + i), id((i*7919 + w) % n)}
+				ld.writing.RLock()
+				err := e.Like(bg, l.user, l.post)
+				if err == nil {
+					ld.mu.Lock()
+					ld.acked = append(ld.acked, l)
+					ld.mu.Unlock()
+				}
+				ld.writing.RUnlock()
+				if err != nil {
+					ld.err.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	return ld
+}
+
+// count returns how many likes were acknowledged so far.
+func (ld *likeLoad) count() int {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return len(ld.acked)
+}
+
+// stop stops the writers and returns the likes acknowledged, in order.
+func (ld *likeLoad) stop(t *testing.T) []ackedLike {
+	t.Helper()
+	close(ld.done)
+	ld.wg.Wait()
+	if err := ld.err.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	return ld.acked
+}
+
+// checkLikes fails unless e has every like of likes.
+func checkLikes(t *testing.T, name string, e *Engine, likes []ackedLike) {
+	t.Helper()
+	for _, l := range likes {
+		got, err := e.Liked(bg, l.user, []engine.PostID{l.post})
+		ok(t, err)
+		if !got[0] {
+			t.Fatalf("%s: the acknowledged like of %d on %d is lost", name, l.user, l.post)
+		}
+	}
 }

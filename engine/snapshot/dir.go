@@ -15,6 +15,7 @@ const (
 	nameSuffix    = ".snap"
 	tmpSuffix     = ".tmp"
 	corruptSuffix = ".corrupt"
+	pruneSuffix   = ".prune"
 )
 
 // FileName returns the name of the snapshot covering records up to index.
@@ -75,8 +76,9 @@ func List(dir string) ([]Info, error) {
 	return out, nil
 }
 
-// RemoveTemp deletes snapshots whose writing never finished: they never
-// got their final name, so nothing depends on them.
+// RemoveTemp deletes snapshots whose writing never finished (.tmp: they
+// never got their final name) and snapshots a prune had begun to delete
+// (.prune): nothing depends on either.
 func RemoveTemp(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -84,36 +86,92 @@ func RemoveTemp(dir string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := ParseName(strings.TrimSuffix(name, tmpSuffix)); ok && strings.HasSuffix(name, tmpSuffix) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("snapshot: %w", err)
-			}
+		if !isGarbage(name) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
 	return nil
 }
 
+// isGarbage reports whether name is a snapshot's .tmp or .prune file.
+func isGarbage(name string) bool {
+	for _, suffix := range []string{tmpSuffix, pruneSuffix} {
+		if _, ok := ParseName(strings.TrimSuffix(name, suffix)); ok && strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// PruneStepBytes is how much of a pruned snapshot's file Prune frees at a
+// time by default.
+const PruneStepBytes = 4 << 20
+
 // Prune deletes all but the newest keep snapshots of dir and returns the
-// paths it deleted.
-func Prune(dir string, keep int, sync bool) ([]string, error) {
+// paths it deleted, calling step (when not nil) between the steps of the
+// deletion so that the caller can pace it against other users of the
+// disk. Unlinking a large file frees all its extents in one filesystem
+// transaction, and a log's fsync on the same filesystem waits for it; so
+// each file is first renamed to <name>.prune (never loaded, deleted by
+// RemoveTemp at the next start) and, with sync, the directory fsynced
+// once for all of them, then shrunk from its end a step at a time and
+// unlinked (stepBytes at a time; PruneStepBytes when stepBytes is
+// zero). A crash at any point leaves each file whole under its
+// name or a .prune file, never a shortened snapshot under a snapshot's
+// name. The unlinks are not fsynced here: a .prune file that comes back
+// after a crash is garbage either way.
+func Prune(dir string, keep int, sync bool, stepBytes int64, step func()) ([]string, error) {
+	if stepBytes <= 0 {
+		stepBytes = PruneStepBytes
+	}
 	list, err := List(dir)
-	if err != nil {
+	if err != nil || len(list) <= keep {
 		return nil, err
 	}
-	var removed []string
-	for len(list) > keep {
-		if err := os.Remove(list[0].Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("snapshot: prune: %w", err)
+	victims := list[:len(list)-keep]
+	var renamed []string
+	for _, v := range victims {
+		if err := os.Rename(v.Path, v.Path+pruneSuffix); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("snapshot: prune: %w", err)
 		}
-		removed = append(removed, list[0].Path)
-		list = list[1:]
+		renamed = append(renamed, v.Path)
 	}
-	if len(removed) > 0 && sync {
+	if len(renamed) > 0 && sync {
 		if err := SyncDir(dir); err != nil {
-			return removed, err
+			return nil, fmt.Errorf("snapshot: prune: %w", err)
 		}
 	}
-	return removed, nil
+	for i, path := range renamed {
+		if err := removeInSteps(path+pruneSuffix, stepBytes, step); err != nil {
+			return renamed[:i], fmt.Errorf("snapshot: prune: %w", err)
+		}
+	}
+	return renamed, nil
+}
+
+// removeInSteps shrinks the file at path stepBytes at a time from its
+// end, calling step after each, then unlinks it.
+func removeInSteps(path string, stepBytes int64, step func()) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	for size := info.Size(); size > stepBytes; {
+		size -= stepBytes
+		if err := os.Truncate(path, size); err != nil {
+			return err
+		}
+		if step != nil {
+			step()
+		}
+	}
+	return os.Remove(path)
 }
 
 // MoveAside renames a snapshot to <name>.corrupt (or .corrupt.N if that is
@@ -186,9 +244,16 @@ func Create(dir string, index uint64, sync bool) (*File, error) {
 }
 
 // Commit finishes the snapshot, fsyncs it, renames it to its final name
-// and fsyncs the directory. It returns the final path. On error the
-// temporary file is deleted and no snapshot was added.
-func (f *File) Commit() (string, error) {
+// and fsyncs the directory, calling step (when not nil) between these so
+// that the caller can pace them against other users of the disk. A step
+// before the rename that returns an error (the caller gave up meanwhile)
+// abandons the snapshot; after the rename the snapshot is in place and
+// step only paces. It returns the final path. On error the temporary file
+// is deleted and no snapshot was added.
+func (f *File) Commit(step func() error) (string, error) {
+	if step == nil {
+		step = func() error { return nil }
+	}
 	if f.done {
 		return "", errors.New("snapshot: Commit after Commit or Abort")
 	}
@@ -201,8 +266,14 @@ func (f *File) Commit() (string, error) {
 	if _, err := f.Finish(); err != nil {
 		return fail(err)
 	}
+	if err := step(); err != nil {
+		return fail(err)
+	}
 	if f.sync {
 		if err := f.f.Sync(); err != nil {
+			return fail(err)
+		}
+		if err := step(); err != nil {
 			return fail(err)
 		}
 	}
@@ -214,6 +285,7 @@ func (f *File) Commit() (string, error) {
 		os.Remove(f.tmp)
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
+	_ = step()
 	if f.sync {
 		if err := SyncDir(f.dir); err != nil {
 			return f.final, err

@@ -1,8 +1,8 @@
 // Package snapshot owns the snapshot files of the embedded engine's data
 // directory: their byte format, how they are written (atomically, with
 // checksums), read back (verifying every byte), listed, pruned and moved
-// aside. It owns the files named snap-*.snap, snap-*.snap.tmp and
-// snap-*.snap.corrupt in a directory and nothing else in it, so the log's
+// aside. It owns the files named snap-*.snap, snap-*.snap.tmp,
+// snap-*.snap.prune and snap-*.snap.corrupt in a directory and nothing else in it, so the log's
 // segments (package wal) live beside them.
 //
 // The payload of a snapshot is opaque here: the engine writes named
@@ -16,6 +16,10 @@
 //     before it got that name (write to .tmp, fsync, rename, fsync the
 //     directory), so a crash never leaves a partial snapshot under a final
 //     name; leftover .tmp files are garbage that RemoveTemp deletes.
+//   - Prune never leaves a shortened snapshot under a snapshot's name: a
+//     file is renamed to .prune (and the directory fsynced) before it is
+//     freed a step at a time, and a leftover .prune file is garbage that
+//     RemoveTemp deletes.
 //   - Every byte of a snapshot is covered by a CRC32C checksum: the
 //     header, each chunk (payload, framing and the snapshot's index), the
 //     section directory and the footer. A file that is truncated, has a

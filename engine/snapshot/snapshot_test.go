@@ -264,7 +264,7 @@ func TestFileCommitAndList(t *testing.T) {
 		f.Begin(tagA)
 		f.Item(append(f.Buf(), fmt.Sprint(idx)...))
 		f.End()
-		if _, err := f.Commit(); err != nil {
+		if _, err := f.Commit(nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -301,7 +301,7 @@ func TestFileCommitAndList(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, FileName(100)+tmpSuffix)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("temporary file survived RemoveTemp")
 	}
-	removed, err := Prune(dir, 2, true)
+	removed, err := Prune(dir, 2, true, 0, nil)
 	if err != nil || len(removed) != 1 || removed[0] != list[0].Path {
 		t.Fatalf("Prune: %v %v", removed, err)
 	}
@@ -385,7 +385,7 @@ func TestFileWrittenBack(t *testing.T) {
 		f.Item(append(b, item...))
 	}
 	f.End()
-	path, err := f.Commit()
+	path, err := f.Commit(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,4 +417,66 @@ func TestFileWrittenBack(t *testing.T) {
 		t.Fatalf("%d items read back, want %d", n, items)
 	}
 
+}
+
+// TestPruneInSteps checks that Prune takes a snapshot off its name before
+// freeing any of it, frees it a step at a time, and that RemoveTemp
+// deletes what a prune interrupted by a crash left.
+func TestPruneInSteps(t *testing.T) {
+	dir := t.TempDir()
+	for _, idx := range []uint64{3, 4, 5} {
+		f, err := Create(dir, idx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Begin(tagA)
+		for i := range 1000 {
+			f.Item(append(f.Buf(), fmt.Sprintf("item %d of %d", i, idx)...))
+		}
+		f.End()
+		if _, err := f.Commit(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldest := filepath.Join(dir, FileName(3))
+	info, err := os.Stat(oldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int64
+	step := func() {
+		if _, err := os.Stat(oldest); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a step with the pruned snapshot still under its name: %v", err)
+		}
+		got, err := os.Stat(oldest + pruneSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, got.Size())
+	}
+	const stepBytes = 1000
+	removed, err := Prune(dir, 2, true, stepBytes, step)
+	if err != nil || !slices.Equal(removed, []string{oldest}) {
+		t.Fatalf("Prune: %v %v", removed, err)
+	}
+	if want := int((info.Size() - 1) / stepBytes); len(sizes) != want || sizes[0] != info.Size()-stepBytes {
+		t.Fatalf("steps at sizes %v of a %d-byte file, want %d steps of %d", sizes, info.Size(), want, stepBytes)
+	}
+	if _, err := os.Stat(oldest + pruneSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the pruned file survived: %v", err)
+	}
+	// What a crash mid-prune leaves: a shortened file off the list.
+	left := filepath.Join(dir, FileName(4)) + pruneSuffix
+	if err := os.WriteFile(left, []byte("SNAP half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := List(dir); err != nil || len(list) != 2 {
+		t.Fatalf("List with a .prune file: %v %v", list, err)
+	}
+	if err := RemoveTemp(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("an interrupted prune's file survived RemoveTemp")
+	}
 }
