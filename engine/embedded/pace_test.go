@@ -78,13 +78,8 @@ func TestSnapshotInterruptedWhilePaced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports 300,000 posts")
 	}
-	dir := t.TempDir()
-	opts := Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: quiet,
-		SnapshotInterval: -1, SnapshotLogBytes: -1}
-	e := openE(t, opts)
 	const n = 300_000
-	id := importPosts(t, e, n)
-	ok(t, e.Snapshot(bg))
+	e, dir, opts, id := snapshottedEngine(t, n)
 	before := snapshots(t, dir)
 
 	ld := startLikes(e, id, n, 2)
@@ -156,13 +151,8 @@ func TestKilledDuringPacedPrune(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports 100,000 posts")
 	}
-	dir := t.TempDir()
-	opts := Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: quiet,
-		SnapshotInterval: -1, SnapshotLogBytes: -1}
-	e := openE(t, opts)
 	const n = 100_000
-	id := importPosts(t, e, n)
-	ok(t, e.Snapshot(bg))
+	e, dir, _, id := snapshottedEngine(t, n)
 	ok(t, e.Like(bg, 1, id(0)))
 	ok(t, e.Snapshot(bg))
 	ok(t, e.Like(bg, 2, id(1)))
@@ -293,4 +283,17 @@ func checkLikes(t *testing.T, name string, e *Engine, likes []ackedLike) {
 			t.Fatalf("%s: the acknowledged like of %d on %d is lost", name, l.user, l.post)
 		}
 	}
+}
+
+// snapshottedEngine opens an engine on a new data directory that syncs
+// every write and snapshots only when told, imports n posts and takes a
+// first snapshot of them.
+func snapshottedEngine(t *testing.T, n int) (e *Engine, dir string, opts Options, id func(int) engine.PostID) {
+	dir = t.TempDir()
+	opts = Options{Dir: dir, Sync: wal.SyncAlways, SweepInterval: -1, Logger: quiet,
+		SnapshotInterval: -1, SnapshotLogBytes: -1}
+	e = openE(t, opts)
+	id = importPosts(t, e, n)
+	ok(t, e.Snapshot(bg))
+	return e, dir, opts, id
 }
