@@ -72,17 +72,7 @@ func BenchmarkEnginePage(b *testing.B) {
 	heap := float64(after.HeapAlloc-before.HeapAlloc) - float64(cap(ids)*8)
 	table, authors := float64(e.st.posts.MemoryBytes()), float64(e.st.posted.MemoryBytes())
 	slices.Sort(ids)
-	openFrom := engine.PostID(snowflake.Make(datagen.DefaultEnd.Add(-7*24*time.Hour).UnixMilli(), 0, 0))
-	var sealed, open [][]engine.PostID
-	for i := 0; i+50 <= len(ids); i += 50 * 97 { // spread over the set
-		page := ids[i : i+50]
-		switch {
-		case page[49] < openFrom:
-			sealed = append(sealed, page)
-		case page[0] >= openFrom:
-			open = append(open, page)
-		}
-	}
+	sealed, open := sealedAndOpenPages(ids, 97) // spread over the set
 	out := make([]engine.PostView, 50)
 	for _, c := range []struct {
 		name  string
@@ -138,4 +128,22 @@ func BenchmarkEnginePage(b *testing.B) {
 			reportCPU(b, start)
 		})
 	}
+}
+
+// sealedAndOpenPages cuts sorted ids into 50-post pages, every stride-th
+// page, and splits them into those wholly older than the data set's last
+// week (sealed windows under the default policy) and those wholly within
+// it (open windows).
+func sealedAndOpenPages(ids []engine.PostID, stride int) (sealed, open [][]engine.PostID) {
+	openFrom := engine.PostID(snowflake.Make(datagen.DefaultEnd.Add(-7*24*time.Hour).UnixMilli(), 0, 0))
+	for i := 0; i+50 <= len(ids); i += 50 * stride {
+		page := ids[i : i+50]
+		switch {
+		case page[49] < openFrom:
+			sealed = append(sealed, page)
+		case page[0] >= openFrom:
+			open = append(open, page)
+		}
+	}
+	return sealed, open
 }

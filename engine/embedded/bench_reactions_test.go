@@ -8,7 +8,6 @@ import (
 
 	"github.com/tally-dev/tally/bench/datagen"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/snowflake"
 )
 
 // BenchmarkReactionPage reads the same 50-post pages through Engine.Page
@@ -70,17 +69,7 @@ func BenchmarkReactionPage(b *testing.B) {
 		}
 	}
 	e.maintain()
-	openFrom := engine.PostID(snowflake.Make(datagen.DefaultEnd.Add(-7*24*time.Hour).UnixMilli(), 0, 0))
-	var sealed, open [][]engine.PostID
-	for i := 0; i+50 <= len(ids); i += 50 * 7 {
-		page := ids[i : i+50]
-		switch {
-		case page[49] < openFrom:
-			sealed = append(sealed, page)
-		case page[0] >= openFrom:
-			open = append(open, page)
-		}
-	}
+	sealed, open := sealedAndOpenPages(ids, 7)
 	out := make([]engine.PostView, 50)
 	for _, c := range []struct {
 		name  string
