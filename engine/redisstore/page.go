@@ -120,13 +120,11 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 // page's hot path would otherwise allocate a key per read.
 func pageKeys(groups map[string]*bucketed, order []string, n int, likers, favs bool) (likerKeys, favKeys []string) {
 	var suffixes []byte
-	for _, on := range []struct {
-		want   bool
-		suffix byte
-	}{{likers, 'l'}, {favs, 'f'}} {
-		if on.want {
-			suffixes = append(suffixes, on.suffix)
-		}
+	if likers {
+		suffixes = append(suffixes, 'l')
+	}
+	if favs {
+		suffixes = append(suffixes, 'f')
 	}
 	if len(suffixes) == 0 {
 		return nil, nil
@@ -139,41 +137,31 @@ func pageKeys(groups map[string]*bucketed, order []string, n int, likers, favs b
 	}
 	var all strings.Builder
 	all.Grow(size)
-	ends := make([]int, 0, n*len(suffixes))
-	at := make([]int, n) // the index in ends of each id's first key
+	// spans[k*n+i] is where the k-th asked set's key of id i lies in all.
+	spans := make([][2]int, len(suffixes)*n)
 	for _, b := range order {
 		g := groups[b]
 		for j, low := range g.lows {
-			at[g.pos[j]] = len(ends)
-			for _, suffix := range suffixes {
+			for k, suffix := range suffixes {
+				start := all.Len()
 				all.WriteString(b)
 				all.WriteByte(suffix)
 				all.WriteString(low)
-				ends = append(ends, all.Len())
+				spans[k*n+g.pos[j]] = [2]int{start, all.Len()}
 			}
 		}
 	}
 	names := all.String()
-	keys := make([]string, n*len(suffixes))
-	for i, first := range at {
-		for k := range suffixes {
-			end, start := ends[first+k], 0
-			if first+k > 0 {
-				start = ends[first+k-1]
-			}
-			keys[k*n+i] = names[start:end]
-		}
+	keys := make([]string, len(spans))
+	for i, sp := range spans {
+		keys[i] = names[sp[0]:sp[1]]
 	}
-	next := func(want bool) []string {
-		if !want {
-			return nil
-		}
-		part := keys[:n:n]
-		keys = keys[n:]
-		return part
+	if likers {
+		likerKeys, keys = keys[:n:n], keys[n:]
 	}
-	likerKeys = next(likers)
-	favKeys = next(favs)
+	if favs {
+		favKeys = keys[:n:n]
+	}
 	return likerKeys, favKeys
 }
 
