@@ -610,10 +610,11 @@ func TestPairTableKinds(t *testing.T) {
 	}
 }
 
-// checkScan scans the whole set for user's pairs, limit pairs a step, as
-// an erasure does, and compares the candidates that hold (Has) with the
-// model.
-func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64, limit int) {
+// scanAll runs the scans plan makes from the start of a table to its end,
+// as an erasure does, checking that the cursor only moves forward, and
+// returns the candidates that holds (checked under no lock: the tests
+// run one goroutine).
+func scanAll(t *testing.T, plan func(Cursor) *Scan, holds func(id uint64) bool) []uint64 {
 	t.Helper()
 	var got []uint64
 	var cur Cursor
@@ -621,7 +622,7 @@ func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64,
 		if steps > 1<<20 {
 			t.Fatal("the scan makes no progress")
 		}
-		sc := s.PlanScan(user, cur, limit)
+		sc := plan(cur)
 		if err := sc.Run(); err != nil {
 			t.Fatal(err)
 		}
@@ -632,18 +633,30 @@ func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64,
 		if next.Post < cur.Post || (next.Post == cur.Post && next.User < cur.User) {
 			t.Fatalf("the scan went back from %+v to %+v", cur, next)
 		}
-		for _, p := range found {
-			if has, err := s.Has(user, p); err != nil {
-				t.Fatal(err)
-			} else if has {
-				got = append(got, p)
+		for _, id := range found {
+			if holds(id) {
+				got = append(got, id)
 			}
 		}
 		cur = next
 		if done {
-			break
+			return got
 		}
 	}
+}
+
+// checkScan scans the whole set for user's pairs, limit pairs a step, as
+// an erasure does, and compares the candidates that hold (Has) with the
+// model.
+func checkScan(t *testing.T, s *Set, model map[upair]counters.Kind, user uint64, limit int) {
+	t.Helper()
+	got := scanAll(t, func(cur Cursor) *Scan { return s.PlanScan(user, cur, limit) }, func(p uint64) bool {
+		has, err := s.Has(user, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return has
+	})
 	slices.Sort(got)
 	got = slices.Compact(got)
 	var want []uint64

@@ -864,32 +864,13 @@ func TestArenaPending(t *testing.T) {
 // and compares the candidates that hold with the model.
 func checkAuthorScan(t *testing.T, tr *Posts, model map[uint64]Post, user uint64, limit int) {
 	t.Helper()
-	var got []uint64
-	var cur Cursor
-	for steps := 0; ; steps++ {
-		if steps > 1<<20 {
-			t.Fatal("the scan makes no progress")
-		}
-		sc := tr.PlanScan(user, cur, limit)
-		if err := sc.Run(); err != nil {
-			t.Fatal(err)
-		}
-		found, next, done, err := sc.Finish()
+	got := scanAll(t, func(cur Cursor) *Scan { return tr.PlanScan(user, cur, limit) }, func(id uint64) bool {
+		p, ok, err := tr.Get(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, id := range found {
-			if p, ok, err := tr.Get(id); err != nil {
-				t.Fatal(err)
-			} else if ok && p.Author == user {
-				got = append(got, id)
-			}
-		}
-		cur = next
-		if done {
-			break
-		}
-	}
+		return ok && p.Author == user
+	})
 	var want []uint64
 	for id, p := range model {
 		if p.Author == user {
