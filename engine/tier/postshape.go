@@ -78,13 +78,9 @@ func (p *Posts) eachRow(b body, lo uint64, fn func(id uint64, r *postRow) error)
 		idx, file = x, name
 		first := x.firstID(i)
 		off, _ := x.span(i)
-		if err := checkPostBlock(first, blk); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
-		}
-		var k postBlock
-		_ = k.parse(first, blk[:len(blk)-4])
-		if err := k.decode(ids, rs); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		k, err := decodeCheckedPostBlock(x, file, i, blk, ids, rs)
+		if err != nil {
+			return err
 		}
 		if i > 0 && first <= last {
 			return corruptAt(file, int64(off), "block %d starts at id %d, not above %d", i, first, last)
@@ -326,4 +322,22 @@ func (p *Posts) readRows(sr *snapshotReader, w *window) *rowTable {
 		}
 	}
 	return t
+}
+
+// decodeCheckedPostBlock checks block i of a sealed or cold body (its
+// bytes with the CRC, as eachBlock gives them) and decodes its posts into
+// ids and rs, which hold maxPostsInBlock; damage is a *CorruptError
+// naming file.
+func decodeCheckedPostBlock(x *blockIndex, file string, i int, blk []byte, ids []uint64, rs []postRow) (postBlock, error) {
+	first := x.firstID(i)
+	off, _ := x.span(i)
+	var k postBlock
+	if err := checkPostBlock(first, blk); err != nil {
+		return k, corruptAt(file, int64(off), "block %d: %v", i, err)
+	}
+	_ = k.parse(first, blk[:len(blk)-4])
+	if err := k.decode(ids, rs); err != nil {
+		return k, corruptAt(file, int64(off), "block %d: %v", i, err)
+	}
+	return k, nil
 }

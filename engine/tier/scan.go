@@ -270,15 +270,9 @@ func (p *Posts) scanBody(b body, lo, last uint64, from Cursor, limit int, user u
 			next = Cursor{Post: x.firstID(i)}
 			return errStop
 		}
-		first := x.firstID(i)
-		off, _ := x.span(i)
-		if err := checkPostBlock(first, blk); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
-		}
-		var k postBlock
-		_ = k.parse(first, blk[:len(blk)-4])
-		if err := k.decode(ids, rs); err != nil {
-			return corruptAt(file, int64(off), "block %d: %v", i, err)
+		k, err := decodeCheckedPostBlock(x, file, i, blk, ids, rs)
+		if err != nil {
+			return err
 		}
 		read += k.len()
 		for j := range k.len() {
