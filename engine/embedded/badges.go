@@ -310,27 +310,13 @@ type pushRec struct {
 
 // MarkRead implements engine.Store.
 func (e *Engine) MarkRead(ctx context.Context, viewer engine.UserID, kind engine.UnreadKind) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &markReadRec{MarkRead: ops.MarkRead{Viewer: viewer, Kind: kind}}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &markReadRec{MarkRead: ops.MarkRead{Viewer: viewer, Kind: kind}})
 	return err
 }
 
 // ClickRedDot implements engine.Store.
 func (e *Engine) ClickRedDot(ctx context.Context, viewer engine.UserID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &clickRec{ClickRedDot: ops.ClickRedDot{Viewer: viewer}}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &clickRec{ClickRedDot: ops.ClickRedDot{Viewer: viewer}})
 	return err
 }
 

@@ -41,6 +41,24 @@ func (e *Engine) commit(r record) (uint64, error) {
 	return e.commitCtx(context.Background(), r)
 }
 
+// checkedRecord is a record whose operation validates its call.
+type checkedRecord interface {
+	record
+	Check() error
+}
+
+// commitChecked commits r (commitCtx) once ctx is still live and r's call
+// is valid: what every write call does before its record may be logged.
+func (e *Engine) commitChecked(ctx context.Context, r checkedRecord) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := r.Check(); err != nil {
+		return 0, err
+	}
+	return e.commitCtx(ctx, r)
+}
+
 // commitCtx is commit for a write made with ctx: the events it makes carry
 // ctx's engine.Cause (the traced request that made the write).
 func (e *Engine) commitCtx(ctx context.Context, r record) (uint64, error) {

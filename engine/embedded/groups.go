@@ -201,27 +201,13 @@ type leaveGroupRec struct {
 
 // CreateGroup implements engine.Store.
 func (e *Engine) CreateGroup(ctx context.Context, viewer engine.UserID, members []engine.UserID) (engine.GroupID, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	r := &createGroupRec{CreateGroup: ops.CreateGroup{Viewer: viewer, Members: members}}
-	if err := r.Check(); err != nil {
-		return 0, err
-	}
-	id, err := e.commitCtx(ctx, r)
+	id, err := e.commitChecked(ctx, &createGroupRec{CreateGroup: ops.CreateGroup{Viewer: viewer, Members: members}})
 	return engine.GroupID(id), err
 }
 
 // AddGroupMembers implements engine.Store.
 func (e *Engine) AddGroupMembers(ctx context.Context, viewer engine.UserID, g engine.GroupID, us []engine.UserID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &addMembersRec{AddMembers: ops.AddMembers{Viewer: viewer, Group: g, Users: us}}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &addMembersRec{AddMembers: ops.AddMembers{Viewer: viewer, Group: g, Users: us}})
 	return err
 }
 

@@ -157,27 +157,13 @@ type eraseStepRec struct {
 
 // DeleteComment implements engine.Store.
 func (e *Engine) DeleteComment(ctx context.Context, actor engine.Actor, post engine.PostID, comment engine.CommentID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &deleteCommentRec{DeleteComment: ops.DeleteComment{Actor: actor, Post: post, Comment: comment}}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &deleteCommentRec{DeleteComment: ops.DeleteComment{Actor: actor, Post: post, Comment: comment}})
 	return err
 }
 
 // DeletePost implements engine.Store.
 func (e *Engine) DeletePost(ctx context.Context, actor engine.Actor, post engine.PostID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &deletePostRec{DeletePost: ops.DeletePost{Actor: actor, Post: post}}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &deletePostRec{DeletePost: ops.DeletePost{Actor: actor, Post: post}})
 	return err
 }
 

@@ -138,12 +138,14 @@ type favoriteRec struct {
 
 // Like implements engine.Store: the reaction like.
 func (e *Engine) Like(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.react(ctx, &reactRec{ReactToPost: ops.ReactToPost{Viewer: viewer, Post: post, Kind: counters.Like}})
+	_, err := e.commitChecked(ctx, &reactRec{ReactToPost: ops.ReactToPost{Viewer: viewer, Post: post, Kind: counters.Like}})
+	return err
 }
 
 // Unlike implements engine.Store: it removes a like, not another kind.
 func (e *Engine) Unlike(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.unreact(ctx, &unreactRec{UnreactToPost: ops.UnreactToPost{Viewer: viewer, Post: post, Only: counters.Like}})
+	_, err := e.commitChecked(ctx, &unreactRec{UnreactToPost: ops.UnreactToPost{Viewer: viewer, Post: post, Only: counters.Like}})
+	return err
 }
 
 // Favorite implements engine.Store.

@@ -46,33 +46,13 @@ func (e *Engine) ReactToPost(ctx context.Context, viewer engine.UserID, post eng
 	if err != nil {
 		return err
 	}
-	return e.react(ctx, &reactRec{ReactToPost: ops.ReactToPost{Viewer: viewer, Post: post, Kind: id}})
+	_, err = e.commitChecked(ctx, &reactRec{ReactToPost: ops.ReactToPost{Viewer: viewer, Post: post, Kind: id}})
+	return err
 }
 
 // UnreactToPost implements engine.Store.
 func (e *Engine) UnreactToPost(ctx context.Context, viewer engine.UserID, post engine.PostID) error {
-	return e.unreact(ctx, &unreactRec{UnreactToPost: ops.UnreactToPost{Viewer: viewer, Post: post}})
-}
-
-func (e *Engine) react(ctx context.Context, r *reactRec) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
-	return err
-}
-
-func (e *Engine) unreact(ctx context.Context, r *unreactRec) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := r.Check(); err != nil {
-		return err
-	}
-	_, err := e.commitCtx(ctx, r)
+	_, err := e.commitChecked(ctx, &unreactRec{UnreactToPost: ops.UnreactToPost{Viewer: viewer, Post: post}})
 	return err
 }
 
