@@ -100,6 +100,18 @@ type state struct {
 // newState makes an empty state whose time-windowed tables are kept as tc
 // says.
 func newState(tc tables) *state {
+	return newSizedState(tc, stateSizes{origins: 8, users: 1024, posted: 1024, groups: 64, msgs: 256, idem: 256})
+}
+
+// stateSizes are the initial sizes of a state's hashed tables that a
+// snapshot's sections tell ahead of reading them.
+type stateSizes struct {
+	origins, users, posted, groups, msgs, idem int
+}
+
+// newSizedState makes an empty state with its hashed tables sized as
+// sizes says.
+func newSizedState(tc tables, sizes stateSizes) *state {
 	return &state{
 		posts:     newPosts(tc),
 		likes:     newSet(tc, "LIKE"),
@@ -108,19 +120,19 @@ func newState(tc tables) *state {
 		comments:  newSet(tc, "CMNT"),
 		uncounted: newSet(tc, "CMDL"),
 		writers:   newSet(tc, "CMWR"),
-		origins:   usercounts.New(8),
+		origins:   usercounts.New(sizes.origins),
 		unposted:  usercounts.New(8),
-		badges:    table.New[userKey, badgeRec](hashUserKey, 1024),
-		seens:     table.New[userKey, seenRec](hashUserKey, 1024),
+		badges:    table.New[userKey, badgeRec](hashUserKey, sizes.users),
+		seens:     table.New[userKey, seenRec](hashUserKey, sizes.users),
 		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
 		wide:      table.New[uint64, [4]int64](hashU64, 8),
-		posted:    usercounts.New(1024),
+		posted:    usercounts.New(sizes.posted),
 		followers: usercounts.New(8),
 		follows:   tc.follows(),
-		groups:    table.New[uint64, uint32](hashU64, 64),
+		groups:    table.New[uint64, uint32](hashU64, sizes.groups),
 		members:   table.New[pair, uint32](hashPair, 256),
-		msgs:      table.New[uint64, uint32](hashU64, 256),
-		idem:      table.New[idemKey, idemVal](hashIdem, 256),
+		msgs:      table.New[uint64, uint32](hashU64, sizes.msgs),
+		idem:      table.New[idemKey, idemVal](hashIdem, sizes.idem),
 	}
 }
 

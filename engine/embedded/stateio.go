@@ -12,8 +12,6 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/snapshot"
 	"github.com/tally-dev/tally/engine/snowflake"
-	"github.com/tally-dev/tally/engine/table"
-	"github.com/tally-dev/tally/engine/usercounts"
 )
 
 // The state as snapshot sections, state version 7: one section per table,
@@ -386,34 +384,12 @@ func readImage(r *snapshot.Reader, parallel bool, tc tables) (*image, error) {
 		// must hold at least one byte per item; cap the size hint.
 		return int(min(secs[tag].Info().Items, 1<<40))
 	}
-	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: &state{
-		push:      m.push,
-		nusers:    m.nusers,
-		imported:  m.imported,
-		posts:     newPosts(tc),
-		likes:     newSet(tc, "LIKE"),
-		favs:      newSet(tc, "FAVS"),
-		deleted:   newSet(tc, "PDEL"),
-		comments:  newSet(tc, "CMNT"),
-		uncounted: newSet(tc, "CMDL"),
-		writers:   newSet(tc, "CMWR"),
-		origins:   usercounts.New(items(tagOrigins)),
-		unposted:  usercounts.New(8),
-		// USER's items split between badges, seens and clicks by what
-		// they hold, so all three grow as replay grows them.
-		badges:    table.New[userKey, badgeRec](hashUserKey, 8),
-		seens:     table.New[userKey, seenRec](hashUserKey, 8),
-		clicks:    table.New[userKey, [2]uint32](hashUserKey, 8),
-		wide:      table.New[uint64, [4]int64](hashU64, 8),
-		posted:    usercounts.New(items(tagProfiles)),
-		followers: usercounts.New(8),
-		follows:   tc.follows(),
-		groups:    table.New[uint64, uint32](hashU64, items(tagGroups)),
-		members:   table.New[pair, uint32](hashPair, 256),
-		msgs:      table.New[uint64, uint32](hashU64, items(tagMsgs)),
-		idem:      table.New[idemKey, idemVal](hashIdem, items(tagIdem)),
-	}}
-	st := im.st
+	// USER's items split between badges, seens and clicks by what they
+	// hold, so those start small and grow as replay grows them.
+	st := newSizedState(tc, stateSizes{origins: items(tagOrigins), users: 8, posted: items(tagProfiles),
+		groups: items(tagGroups), msgs: items(tagMsgs), idem: items(tagIdem)})
+	st.push, st.nusers, st.imported = m.push, m.nusers, m.imported
+	im := &image{index: r.Index(), lastTime: m.lastTime, genHigh: m.genHigh, st: st}
 	jobs := [][]func() error{
 		{func() error { return readPostTable(secs[tagPostTable], pc, st, tc) }},
 		{func() error { return readSet(secs[tagLikeSet], pc, st.likes, tc) }},
