@@ -228,15 +228,7 @@ func (t *pairTable) remove(u, k uint64) counters.Kind {
 		}
 		hu, hk, _ := t.unpack(lo, hi)
 		h := t.home(hu, hk)
-		// The entry at j may move to i unless its home lies cyclically in
-		// (i, j]: then i is before its probe sequence starts.
-		var stays bool
-		if i <= j {
-			stays = i < h && h <= j
-		} else {
-			stays = i < h || h <= j
-		}
-		if !stays {
+		if !homeBetween(i, h, j) {
 			t.setSlot(i, lo, hi)
 			i = j
 		}

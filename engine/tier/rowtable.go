@@ -234,16 +234,8 @@ func (t *rowTable) remove(key uint64, l *slotLayout) bool {
 		if k == 0 {
 			break
 		}
-		// The entry at j may move to i unless its home lies cyclically
-		// in (i, j]: then i is before its probe sequence starts.
 		h := t.home(k)
-		var stays bool
-		if i <= j {
-			stays = i < h && h <= j
-		} else {
-			stays = i < h || h <= j
-		}
-		if !stays {
+		if !homeBetween(i, h, j) {
 			t.slots[i] = t.slots[j]
 			i = j
 		}
@@ -474,4 +466,14 @@ func (t *kindTable) sizeBytes() int {
 		return 0
 	}
 	return len(t.slots)*16 + len(t.over)*(8+8*kindCols+24)
+}
+
+// homeBetween reports whether home h lies cyclically in (i, j] of a
+// table's slots: an entry at j whose home is there may not move back to i
+// when i's entry is removed, since i is before its probe sequence starts.
+func homeBetween(i, h, j int) bool {
+	if i <= j {
+		return i < h && h <= j
+	}
+	return i < h || h <= j
 }
