@@ -544,25 +544,18 @@ func (c *chunkReader) load(fn func(io.Reader) error, corrupt error) error {
 }
 
 // chunkWriter streams a section whose body is a format of its own into
-// chunks of about snapshot.TargetChunkBytes, an item each.
+// the snapshot (snapshot.Writer's byte stream, a chunk an item), pacing
+// the writer as it goes.
 type chunkWriter struct {
 	w   *snapshot.Writer
 	p   *pacer
-	buf []byte
 	err error
 }
 
 func (c *chunkWriter) Write(b []byte) (int, error) {
-	if err := c.w.Err(); err != nil {
-		return 0, err
-	}
-	c.buf = append(c.buf, b...)
-	for len(c.buf) >= snapshot.TargetChunkBytes {
-		c.w.Chunk(c.buf[:snapshot.TargetChunkBytes], 1)
-		c.buf = append(c.buf[:0], c.buf[snapshot.TargetChunkBytes:]...)
-	}
+	n, err := c.w.Write(b)
 	c.p.step()
-	return len(b), c.w.Err()
+	return n, err
 }
 
 // fail records an error of the body's own writer; close reports it.
@@ -571,10 +564,6 @@ func (c *chunkWriter) fail(err error) { c.err = err }
 func (c *chunkWriter) close() {
 	if c.err != nil {
 		c.w.Fail(c.err)
-		return
-	}
-	if len(c.buf) > 0 {
-		c.w.Chunk(c.buf, 1)
 	}
 }
 

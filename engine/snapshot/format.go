@@ -23,7 +23,7 @@ const (
 	// TargetChunkBytes is the size past which the writer ends a chunk:
 	// large enough that framing costs nothing, small enough that a reader
 	// holds little and a damaged chunk is pinned to a small range.
-	TargetChunkBytes = 1 << 20
+	TargetChunkBytes = 256 << 10
 	// WritebackBytes is how much a File writes before it has the kernel
 	// write that range back (see writeback).
 	WritebackBytes = 1 << 20

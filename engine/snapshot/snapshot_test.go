@@ -151,6 +151,75 @@ func TestLargeSection(t *testing.T) {
 	}
 }
 
+// TestStreamSection writes a section as a byte stream in writes of every
+// size, one across several chunks: the chunks hold the stream in order,
+// each full but the last, one item each, and the writer's buffer never
+// grows past one chunk.
+func TestStreamSection(t *testing.T) {
+	var want []byte
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Begin(tagA)
+	w.Item(append(w.Buf(), "an item"...))
+	w.End()
+	w.Begin(tagB)
+	for i := range 3000 {
+		p := bytes.Repeat([]byte{byte(i)}, i%1000+1)
+		if i == 1500 {
+			p = bytes.Repeat([]byte("S"), 2*TargetChunkBytes+17)
+		}
+		want = append(want, p...)
+		if n, err := w.Write(p); n != len(p) || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+		if c := cap(w.Buf()); c > TargetChunkBytes {
+			t.Fatalf("the buffer grew to %d bytes", c)
+		}
+	}
+	w.End()
+	w.Begin(tagC) // an empty stream: no chunk
+	w.Write(nil)
+	w.End()
+	if _, err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+	sr, _ := r.Section(tagB)
+	var got []byte
+	for {
+		p, err := sr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got)+len(p) < len(want) && len(p) != TargetChunkBytes {
+			t.Fatalf("chunk of %d bytes before the last", len(p))
+		}
+		got = append(got, p...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("stream read back: %d bytes, wrote %d", len(got), len(want))
+	}
+	info := sr.Info()
+	if wantChunks := (len(want) + TargetChunkBytes - 1) / TargetChunkBytes; info.Items != uint64(wantChunks) || info.Chunks != uint32(wantChunks) {
+		t.Fatalf("section B: %+v, want %d chunks", info, wantChunks)
+	}
+	if s, _ := r.Section(tagC); s.Info().Items != 0 || s.Info().Chunks != 0 {
+		t.Fatalf("empty stream: %+v", s.Info())
+	}
+}
+
 func TestWriterMisuse(t *testing.T) {
 	for name, fn := range map[string]func(w *Writer){
 		"item outside":  func(w *Writer) { w.Item(append(w.Buf(), 1)) },
@@ -160,6 +229,20 @@ func TestWriterMisuse(t *testing.T) {
 		"not ended":     func(w *Writer) { w.Begin(tagA) },
 		"reserved":      func(w *Writer) { w.Begin(dirTag); w.End() },
 		"too large":     func(w *Writer) { w.Begin(tagA); w.Item(make([]byte, MaxChunkBytes+1)) },
+		"write outside": func(w *Writer) { w.Write([]byte("x")) },
+		"item then write": func(w *Writer) {
+			w.Begin(tagA)
+			w.Item(append(w.Buf(), 1))
+			w.Write([]byte("x"))
+			w.End()
+		},
+		"write then item": func(w *Writer) {
+			w.Begin(tagA)
+			w.Write([]byte("x"))
+			w.Item(append(w.Buf(), 1))
+			w.End()
+		},
+		"write then chunk": func(w *Writer) { w.Begin(tagA); w.Write([]byte("x")); w.Chunk([]byte("y"), 1); w.End() },
 	} {
 		w, _ := NewWriter(io.Discard, 1)
 		fn(w)

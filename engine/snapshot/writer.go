@@ -21,6 +21,13 @@ import (
 //	...
 //	w.Finish()
 //
+// A section whose body is a format of its own (a table's image) is
+// written as a byte stream instead: Begin, then Write (a Writer is an
+// io.Writer) as often as needed, then End. The stream is cut into chunks
+// of TargetChunkBytes in the same buffer, each counted as one item, so
+// that streaming a section holds one chunk's bytes however large the
+// section is. A section is items or a stream, never both.
+//
 // The first error sticks: every later call is a no-op and Finish returns
 // it. A Writer is not safe for concurrent use.
 type Writer struct {
@@ -32,9 +39,11 @@ type Writer struct {
 	seq   uint32
 	buf   []byte
 	open  bool
-	cur   SectionInfo
-	secs  []SectionInfo
-	err   error
+	// stream marks the open section a byte stream (Write).
+	stream bool
+	cur    SectionInfo
+	secs   []SectionInfo
+	err    error
 }
 
 var errItemTooLarge = errors.New("snapshot: item larger than MaxChunkBytes")
@@ -73,8 +82,44 @@ func (w *Writer) Begin(tag Tag) {
 		w.err = fmt.Errorf("snapshot: %s is reserved", tag)
 		return
 	}
-	w.open = true
+	w.open, w.stream = true, false
 	w.cur = SectionInfo{Tag: tag, Offset: w.off}
+}
+
+var errMixed = errors.New("snapshot: a section is items or a byte stream, not both")
+
+// Write appends p to the open section's byte stream (see Writer). It
+// returns the first error met, as every call does.
+func (w *Writer) Write(p []byte) (int, error) {
+	switch {
+	case w.err != nil:
+		return 0, w.err
+	case !w.open:
+		w.err = errors.New("snapshot: Write outside a section")
+		return 0, w.err
+	case !w.stream && (w.cur.Items > 0 || len(w.buf) > 0):
+		w.err = errMixed
+		return 0, w.err
+	}
+	w.stream = true
+	if cap(w.buf) < TargetChunkBytes {
+		// Sized once: growing by append would overshoot the chunk.
+		w.buf = append(make([]byte, 0, TargetChunkBytes), w.buf...)
+	}
+	n := len(p)
+	for len(p) > 0 && w.err == nil {
+		take := min(TargetChunkBytes-len(w.buf), len(p))
+		w.buf = append(w.buf, p[:take]...)
+		p = p[take:]
+		if len(w.buf) == TargetChunkBytes {
+			w.cur.Items++
+			w.flush()
+		}
+	}
+	if w.err != nil {
+		return n - len(p), w.err
+	}
+	return n, nil
 }
 
 // Buf returns the chunk buffer to append the next item to.
@@ -89,6 +134,10 @@ func (w *Writer) Item(b []byte) {
 	}
 	if !w.open {
 		w.err = errors.New("snapshot: Item outside a section")
+		return
+	}
+	if w.stream {
+		w.err = errMixed
 		return
 	}
 	if len(b) <= len(w.buf) {
@@ -120,14 +169,15 @@ func (w *Writer) Chunk(payload []byte, items uint64) {
 		w.err = fmt.Errorf("snapshot: chunk of %d bytes cannot hold %d items", len(payload), items)
 	case len(payload) > MaxChunkBytes:
 		w.err = errItemTooLarge
+	case w.stream:
+		w.err = errMixed
 	}
 	if w.err != nil {
 		return
 	}
 	w.flush()
-	w.buf = append(w.buf, payload...)
 	w.cur.Items += items
-	w.flush()
+	w.writeChunk(payload)
 }
 
 // Items returns how many items the open section holds so far.
@@ -137,13 +187,18 @@ func (w *Writer) flush() {
 	if len(w.buf) == 0 || w.err != nil {
 		return
 	}
-	putChunkHeader(w.hdr, w.cur.Tag, w.buf, w.seq, w.idx)
+	w.writeChunk(w.buf)
+	w.buf = w.buf[:0]
+}
+
+// writeChunk writes payload as the open section's next chunk.
+func (w *Writer) writeChunk(payload []byte) {
+	putChunkHeader(w.hdr, w.cur.Tag, payload, w.seq, w.idx)
 	w.write(w.hdr)
-	w.write(w.buf)
+	w.write(payload)
 	w.seq++
 	w.cur.Chunks++
-	w.cur.Bytes += chunkHeaderSize + int64(len(w.buf))
-	w.buf = w.buf[:0]
+	w.cur.Bytes += chunkHeaderSize + int64(len(payload))
 }
 
 func (w *Writer) write(p []byte) {
@@ -166,6 +221,9 @@ func (w *Writer) End() {
 	if !w.open {
 		w.err = errors.New("snapshot: End outside a section")
 		return
+	}
+	if w.stream && len(w.buf) > 0 {
+		w.cur.Items++ // the stream's last chunk
 	}
 	w.flush()
 	w.secs = append(w.secs, w.cur)

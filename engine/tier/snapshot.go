@@ -87,7 +87,10 @@ func (t *table) writeImageOf(w io.Writer, head func(*snapshotWriter), wins []win
 	if err := t.writeBody(&cnt, head, wins, inline, true); err != nil {
 		return 0, err
 	}
-	out := &imageOut{w: bufio.NewWriterSize(w, 256<<10)}
+	// The body comes in pieces of tens of KiB and more, which a bufio
+	// writes through; it only gathers the small ones (header, window
+	// headers between blocks).
+	out := &imageOut{w: bufio.NewWriterSize(w, 16<<10)}
 	out.write(appendSnapHeader(nil, [3]uint64{uint64(cnt.n), uint64(t.opts.WindowMillis), nextGen}))
 	crc := crc32.New(castagnoli)
 	if err := t.writeBody(&teeWriter{out: out, h: crc}, head, wins, inline, false); err != nil && out.err == nil {
