@@ -21,15 +21,16 @@ import (
 // A user's badge state is kept in three packed tables (no pointers), so
 // that each user pays for what they use: a user who only reads their
 // badges has a visit record (seenRec: 12 bytes, a 21-byte slot), a user
-// with unread counts a badge record (badgeRec: 16 bytes, a 25-byte slot),
+// with unread counts a badge record (badgeRec: 8 bytes, a 17-byte slot),
 // a user who clicked the red dot a click stamp (state.clicks: 8 bytes, a
 // 17-byte slot), and a user who does none of these has none. The four
-// unread counters are 32-bit: nearly every user's are small, but a
-// celebrity's unread likes can pass 2^32 in a day and the badge must stay
-// exact, so a counter at wideMark holds its value in state.wide instead
-// (seed 003's narrow field with an escape to an overflow table).
+// unread counters are 16-bit: nearly every user's are small (a badge is
+// read and cleared), but a celebrity's unread likes pass 65,534 in an
+// hour and the badge must stay exact, so a counter at wideMark holds its
+// value in state.wide instead (seed 003's narrow field with an escape to
+// an overflow table), which costs such a user 32 bytes more.
 type badgeRec struct {
-	n [4]uint32 // unread mentions, comments, likes, messages (nMentions...)
+	n [4]uint16 // unread mentions, comments, likes, messages (nMentions...)
 }
 
 // seenRec is a user's last visit and system cursor.
@@ -41,7 +42,7 @@ type seenRec struct {
 // userRec is a user's badge state as one record: what the three tables
 // hold of them together, as snapshots (USER) and tests see it.
 type userRec struct {
-	n      [4]uint32
+	n      [4]uint16
 	day    uint32
 	flags  uint32
 	click  int64
@@ -57,7 +58,7 @@ const (
 )
 
 // wideMark in badgeRec.n says the counter's value is in state.wide.
-const wideMark = math.MaxUint32
+const wideMark = math.MaxUint16
 
 // flagCursor: the user has a system cursor. Without one the user is new
 // (or was idle long enough to be forgotten) and reads 0 system unread.
@@ -109,7 +110,7 @@ func (st *state) setCounter(u uint64, r *badgeRec, k int, v int64) {
 		}
 	}
 	if v < wideMark {
-		r.n[k] = uint32(v)
+		r.n[k] = uint16(v)
 		return
 	}
 	r.n[k] = wideMark
