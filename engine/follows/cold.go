@@ -1,6 +1,7 @@
 package follows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -48,7 +49,10 @@ import (
 // the file's end, and the superseded records' bytes are punched out at
 // the next Collect. Its cost is those blocks, not the file: one user's
 // followers' run and a block for each user they followed. The space it
-// leaves behind counts toward the next merge (coldFile.dead).
+// leaves behind counts toward the next merge (coldFile.dead), which is
+// due once a quarter of the file is dead: superseded records take no
+// disk once punched, but the appended ones are out of key order, which
+// a merge restores.
 type coldRev struct {
 	dir  string
 	id   uint64 // names this store's files apart from another's
@@ -473,8 +477,14 @@ func (m maintainer) Collect([]string) error {
 		return nil
 	}
 	var errs []error
+	// Adjacent records (a run of a user's followers) go in one call.
+	slices.SortFunc(c.punch, func(x, y extent) int { return cmp.Compare(x.off, y.off) })
 	left := c.punch[:0]
-	for _, x := range c.punch {
+	for i := 0; i < len(c.punch); {
+		x := c.punch[i]
+		for i++; i < len(c.punch) && c.punch[i].off == x.off+x.size && c.punch[i].cf == x.cf; i++ {
+			x.size += c.punch[i].size
+		}
 		if x.cf != c.file {
 			continue // retired: deleted below
 		}

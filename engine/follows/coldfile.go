@@ -317,12 +317,17 @@ var coldWriteAt = (*os.File).WriteAt
 // the file system can, else zeros written over them. Nothing syncs them:
 // a crash leaves a file that no start reads (the engine clears the cold
 // directory at Open).
-func (cf *coldFile) destroy(off int64, n int) error {
-	if punchHole(cf.f, off, int64(n)) == nil {
+func (cf *coldFile) destroy(off, n int64) error {
+	if punchHole(cf.f, off, n) == nil {
 		return nil
 	}
-	if _, err := coldWriteAt(cf.f, make([]byte, n), off); err != nil {
-		return fmt.Errorf("follows: %s: zeroing a superseded record: %w", cf.path, err)
+	zeros := make([]byte, min(n, 1<<16))
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := coldWriteAt(cf.f, zeros[:k], off); err != nil {
+			return fmt.Errorf("follows: %s: zeroing superseded records: %w", cf.path, err)
+		}
+		off, n = off+k, n-k
 	}
 	return nil
 }

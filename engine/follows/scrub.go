@@ -53,7 +53,7 @@ type rewritten struct {
 type extent struct {
 	cf   *coldFile
 	off  int64
-	size int
+	size int64
 }
 
 // planScrub returns the scrub due, or nil. A scrub with no pair to take
@@ -189,7 +189,7 @@ func (j *scrubJob) Finish() error {
 	emptied := false
 	for _, r := range j.news {
 		d := &cf.dir[r.i]
-		c.punch = append(c.punch, extent{cf: cf, off: d.off(), size: d.size()})
+		c.punch = append(c.punch, extent{cf: cf, off: d.off(), size: int64(d.size())})
 		cf.dead += int64(d.size())
 		*d = r.to
 		emptied = emptied || r.to.loc == 0
