@@ -543,3 +543,73 @@ func TestColdRecordLimits(t *testing.T) {
 		t.Fatal("a record past the file limit")
 	}
 }
+
+// TestPairsRemoveAll removes sorted lists of pairs, some not in the set,
+// from sets of many blocks, against a map.
+func TestPairsRemoveAll(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	for round := range 200 {
+		var p pairs
+		in := map[pair]bool{}
+		for range rng.IntN(5000) {
+			x := pair{rng.Uint64N(20), rng.Uint64N(400)}
+			p.insert(x.a, x.b, 0)
+			in[x] = true
+		}
+		var gone, want []pair
+		for a := range uint64(21) {
+			for b := range uint64(401) {
+				if rng.IntN(1+round%7) == 0 {
+					gone = append(gone, pair{a, b})
+					if !in[pair{a, b}] {
+						want = append(want, pair{a, b})
+					}
+					delete(in, pair{a, b})
+				}
+			}
+		}
+		if missing := p.removeAll(gone, nil); !slices.Equal(missing, want) {
+			t.Fatalf("round %d: missing %d pairs, want %d", round, len(missing), len(want))
+		}
+		if err := p.check(); err != nil {
+			t.Fatal(err)
+		}
+		if p.n != len(in) {
+			t.Fatalf("round %d: %d pairs, want %d", round, p.n, len(in))
+		}
+		for cur := p.cursor(); cur.valid(); cur.i++ {
+			if !in[pair{cur.e.a[cur.i], cur.e.b[cur.i]}] {
+				t.Fatalf("round %d: (%d, %d) left", round, cur.e.a[cur.i], cur.e.b[cur.i])
+			}
+		}
+	}
+}
+
+// TestColdScrubFollowedAgain follows a user the scrub takes out again
+// while its Run runs: the pair leaves the file but stays in the store.
+func TestColdScrubFollowedAgain(t *testing.T) {
+	s, m := scrubFixture(t, 3000)
+	defer s.Close()
+	eraseStar(t, s, m)
+	mt := s.Maintainer()
+	job := mt.PlanWork(time.Time{})[0]
+	done := make(chan error)
+	go func() { done <- job.Run() }()
+	for _, v := range []uint64{7, 70, 700} {
+		s.Follow(v, scrubStar, 5)
+		m.follow(v, scrubStar, 5)
+	}
+	s.Unfollow(70, scrubStar)
+	delete(m[70], scrubStar)
+	if err := errors.Join(<-done, job.Finish(), mt.Collect(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := job.(*scrubJob); !ok {
+		t.Fatalf("the pass ran %s", job.What())
+	}
+	checkScrubbed(t, s, isStarPair)
+	compareSome(t, s, m)
+	if got := followers(t, s, scrubStar, 0, 10); !slices.Equal(got, []uint64{7, 700}) {
+		t.Fatalf("the star's followers: %v", got)
+	}
+}

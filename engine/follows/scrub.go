@@ -21,9 +21,9 @@ import (
 // Finish, under the write lock, points the directory entries at the new
 // records (an emptied block's entry goes), queues the old records' bytes
 // for Collect to punch out, and takes the pairs out of the top overlay's
-// dels: the file no longer holds them. A pair followed again while Run
-// ran is no longer in the dels but must still be there, so it goes to
-// the adds instead. A Run that fails (a write, a damaged block) truncates
+// dels, a block of them at a time (pairs.removeAll): the file no longer
+// holds them. A pair followed again while Run ran is no longer in the
+// dels but must still be there, so it goes to the adds instead. A Run that fails (a write, a damaged block) truncates
 // what it appended; the users wait for the next pass.
 //
 // Walking the dels costs O(overlay) of memory reads, which the bound on
@@ -199,10 +199,8 @@ func (j *scrubJob) Finish() error {
 	}
 	cf.n -= len(j.gone)
 	cf.size = j.end
-	for _, p := range j.gone {
-		if removed, _ := c.top.dels.remove(p.a, p.b); !removed {
-			c.top.adds.insert(p.a, p.b, 0)
-		}
+	for _, p := range c.top.dels.removeAll(j.gone, nil) {
+		c.top.adds.insert(p.a, p.b, 0) // followed again meanwhile
 	}
 	return nil
 }
