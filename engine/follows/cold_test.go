@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -332,26 +333,34 @@ func pass(s *Store) (tier.Work, error) {
 // users spread over the whole file, loaded into a cold store; and its
 // model.
 func scrubFixture(t testing.TB, fans int) (*Store, model) {
-	src := New()
 	m := model{}
 	rng := rand.New(rand.NewPCG(11, 11))
 	for v := uint64(1); v <= 30_000; v++ {
 		for range 8 {
-			u := 1 + rng.Uint64N(30_000)
-			src.Follow(v, u, 0)
-			m.follow(v, u, 0)
+			m.follow(v, 1+rng.Uint64N(30_000), 0)
 		}
 		if v <= uint64(fans) {
-			src.Follow(v*7, scrubStar, 0)
 			m.follow(v*7, scrubStar, 0)
 		}
 		if v%300 == 0 {
-			src.Follow(scrubStar, v, 1)
 			m.follow(scrubStar, v, 1)
 		}
 	}
+	// Loaded as a start loads a snapshot: the lists in Range's order.
 	s := NewCold(t.TempDir())
-	loadFrom(t, s, src)
+	for _, v := range slices.Sorted(maps.Keys(m)) {
+		ts := slices.Sorted(maps.Keys(m[v]))
+		ss := make([]int64, len(ts))
+		for i, u := range ts {
+			ss[i] = m[v][u]
+		}
+		if err := s.Load(v, ts, ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Loaded(); err != nil {
+		t.Fatal(err)
+	}
 	return s, m
 }
 
