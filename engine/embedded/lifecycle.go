@@ -301,7 +301,7 @@ func (st *state) applyErasure(x ops.Erasure) {
 func (st *state) forgetIfUnknown(u uint64) {
 	known := st.known(u)
 	st.follows.RemoveUser(u, 0, func(uint64, uint64) {})
-	st.follows.Scrub() // the cold followers' file drops u at the next pass
+	st.follows.Scrub(u) // the cold followers' file drops u at the next pass
 	if known && !st.known(u) {
 		st.nusers--
 	}

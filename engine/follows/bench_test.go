@@ -1,6 +1,8 @@
 package follows
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
@@ -472,5 +474,106 @@ func BenchmarkColdFollowers(b *testing.B) {
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkColdScrub is the pass after an erasure of a user followed by
+// 1,000 (or 30,000) of 200,000 viewers (who follow 15 users each, 3.0M
+// edges) and
+// following 20, with 40,000 other changes in the overlay: the scrub,
+// which rewrites the blocks that held the user,
+// against the merge that rewrote the whole file before it, each from the
+// same state, in turns. Reported: each pass's wall time (plan, Run,
+// Finish and Collect, as the maintenance loop runs them), the ratio, the
+// part under the write lock (all but Run) and the bytes it wrote.
+//
+//	go test -run '^$' -bench ColdScrub -benchtime 5x ./engine/follows
+func BenchmarkColdScrub(b *testing.B) {
+	const nview, k, star = 200_000, 15, 1 << 40
+	src := New()
+	rng := rand.New(rand.NewPCG(6, 6))
+	for v := range uint64(nview) {
+		for src.Following(v) < k {
+			src.Follow(v, rng.Uint64N(10_000_000), int64(rng.IntN(1000)))
+		}
+	}
+	s := NewCold(b.TempDir())
+	defer s.Close()
+	loadFrom(b, s, src)
+	for _, fans := range []uint64{1000, 30_000} {
+		b.Run(fmt.Sprintf("fans=%d", fans), func(b *testing.B) {
+			b.StopTimer()
+			c := s.cold
+			// erased puts the star's edges in the file (a merge, not timed), then
+			// erases the star, as an erasure ends.
+			erased := func() {
+				for f := range fans {
+					s.Follow(f*(nview/fans), star, 0)
+				}
+				for u := range uint64(20) {
+					s.Follow(star, u*(nview/20), 0)
+				}
+				c.file.dead = c.file.size // a merge, whatever the overlay's size
+				if _, err := pass(s); err != nil {
+					b.Fatal(err)
+				}
+				// Other changes since: 20,000 unfollows and as many follows, the
+				// overlay under half its bound.
+				var ts []uint64
+				for range 20_000 {
+					v := rng.Uint64N(nview)
+					ts = s.Followees(v, ts[:0])
+					s.Unfollow(v, ts[rng.IntN(len(ts))])
+					s.Follow(v, rng.Uint64N(10_000_000), 0)
+				}
+				if !s.RemoveUser(star, 2*int(fans), func(uint64, uint64) {}) {
+					b.Fatal("the star is not erased")
+				}
+				s.Scrub(star)
+			}
+			// timed runs the pass and returns its time, the part of it under the
+			// write lock (plan, Finish, Collect) and the bytes it wrote.
+			mt := s.Maintainer()
+			timed := func(merge bool) (took, locked time.Duration, written int64) {
+				erased()
+				if merge {
+					c.file.dead = c.file.size
+				}
+				size := c.file.size
+				b.StartTimer()
+				start := time.Now()
+				job := mt.PlanWork(time.Time{})[0]
+				planned := time.Now()
+				err := job.Run()
+				ran := time.Now()
+				err = errors.Join(err, job.Finish(), mt.Collect(nil))
+				took = time.Since(start)
+				b.StopTimer()
+				if _, scrub := job.(*scrubJob); err != nil || scrub == merge {
+					b.Fatalf("%v: %v", job.What(), err)
+				}
+				if written = c.file.size; !merge {
+					written -= size
+				}
+				return took, took - ran.Sub(planned), written
+			}
+			var scrubT, mergeT, scrubL, mergeL time.Duration
+			var scrubB, mergeB int64
+			for range b.N {
+				t, l, n := timed(false)
+				scrubT, scrubL, scrubB = scrubT+t, scrubL+l, scrubB+n
+				t, l, n = timed(true)
+				mergeT, mergeL, mergeB = mergeT+t, mergeL+l, mergeB+n
+			}
+			per := func(x int64) float64 { return float64(x) / float64(b.N) }
+			b.ReportMetric(per(scrubT.Microseconds())/1000, "scrub-ms")
+			b.ReportMetric(per(mergeT.Microseconds())/1000, "merge-ms")
+			b.ReportMetric(float64(mergeT)/float64(scrubT), "merge/scrub")
+			b.ReportMetric(per(scrubL.Microseconds()), "scrubLocked-us")
+			b.ReportMetric(per(mergeL.Microseconds()), "mergeLocked-us")
+			b.ReportMetric(per(scrubB), "scrubB")
+			b.ReportMetric(per(mergeB), "mergeB")
+			b.ReportMetric(float64(s.Len()), "edges")
+		})
 	}
 }

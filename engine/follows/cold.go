@@ -1,10 +1,12 @@
 package follows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,18 @@ import (
 // then. A merge that fails leaves the lower overlay in place and is
 // planned again. The file is derived data: a start rebuilds it from the
 // forward lists (Loaded), and it needs no crash safety beyond that.
+//
+// An erasure must leave no file holding the user's pairs, and a merge
+// rewrites the whole file, so the erasure's Scrub plans a scrub instead
+// (scrub.go): it rewrites only the blocks that hold a pair of the users
+// scrubbed that the top overlay removes, appending the new records at
+// the file's end, and the superseded records' bytes are punched out at
+// the next Collect. Its cost is those blocks, not the file: one user's
+// followers' run and a block for each user they followed. The space it
+// leaves behind counts toward the next merge (coldFile.dead), which is
+// due once a quarter of the file is dead: superseded records take no
+// disk once punched, but the appended ones are out of key order, which
+// a merge restores.
 type coldRev struct {
 	dir  string
 	id   uint64 // names this store's files apart from another's
@@ -46,10 +60,13 @@ type coldRev struct {
 	file *coldFile // nil: no pairs written yet
 
 	lower, top overlay
-	job        *mergeJob
+	job        tier.Work // the merge or scrub under way, or nil
 	retired    []*coldFile
-	// scrub: a merge is due whatever the overlay's size (Store.Scrub).
-	scrub bool
+	// scrubs are the users whose removed pairs must leave the file at
+	// the next pass (Store.Scrub).
+	scrubs []uint64
+	// punch is the superseded records Collect destroys.
+	punch []extent
 
 	scratch sync.Pool // *coldScratch, for readers under the read lock
 }
@@ -265,6 +282,9 @@ func (c *coldRev) check() (n int, sum uint64, err error) {
 		if n != cf.n {
 			return 0, 0, fmt.Errorf("%s: %d pairs, counted %d", cf.path, cf.n, n)
 		}
+		if err := cf.checkLayout(); err != nil {
+			return 0, 0, err
+		}
 	}
 	// Each overlay's adds must not be under it, its dels must.
 	under := func(a, b uint64, lower bool) (bool, error) {
@@ -318,7 +338,7 @@ func (c *coldRev) close() error {
 			errs = append(errs, cf.remove())
 		}
 	}
-	c.retired, c.file = nil, nil
+	c.retired, c.file, c.punch = nil, nil, nil
 	return errors.Join(errs...)
 }
 
@@ -352,25 +372,36 @@ type mergeJob struct {
 	err   error
 }
 
-// plan returns the merge due, or nil.
-func (c *coldRev) plan() *mergeJob {
+// plan returns the job due, or nil: a merge when the top overlay passes
+// its bound, when a quarter of the file is dead or when the last merge
+// failed; else a scrub, when users wait for one (Store.Scrub).
+func (c *coldRev) plan() tier.Work {
 	if c.job != nil {
 		return nil
 	}
 	if c.lower.adds == nil {
 		bound := coldMergeMin
+		dead := false
 		if c.file != nil {
 			bound = max(bound, c.file.n/32)
+			dead = c.file.dead*4 > c.file.size
 		}
-		if c.top.n() < bound && !(c.scrub && c.top.dels.n > 0) {
+		if c.top.n() < bound && !dead {
+			if j := c.planScrub(); j != nil {
+				return j
+			}
 			return nil
 		}
 		c.lower, c.top = c.top, newOverlay()
+		// The merge leaves out every pair the overlay removes, the
+		// scrubbed users' among them. (A merge planned again after a
+		// failure does not: top has had changes since.)
+		c.scrubs = c.scrubs[:0]
 	}
-	c.scrub = false
 	c.gen++
-	c.job = &mergeJob{c: c, from: c.file, lower: c.lower, path: c.path(c.gen)}
-	return c.job
+	job := &mergeJob{c: c, from: c.file, lower: c.lower, path: c.path(c.gen)}
+	c.job = job
+	return job
 }
 
 // Run writes the merge with no lock: it reads only the old file and the
@@ -436,14 +467,33 @@ func (m maintainer) PlanWork(time.Time) []tier.Work {
 	return nil
 }
 
-// Collect closes and deletes the files merges replaced. keep is unused:
-// snapshots never name these files.
+// Collect destroys the records scrubs superseded and closes and deletes
+// the files merges replaced: a reader holds the read lock, so none is
+// reading them by then. keep is unused: snapshots never name these
+// files. A record it could not destroy is tried again at the next.
 func (m maintainer) Collect([]string) error {
 	c := m.s.cold
 	if c == nil {
 		return nil
 	}
 	var errs []error
+	// Adjacent records (a run of a user's followers) go in one call.
+	slices.SortFunc(c.punch, func(x, y extent) int { return cmp.Compare(x.off, y.off) })
+	left := c.punch[:0]
+	for i := 0; i < len(c.punch); {
+		x := c.punch[i]
+		for i++; i < len(c.punch) && c.punch[i].off == x.off+x.size && c.punch[i].cf == x.cf; i++ {
+			x.size += c.punch[i].size
+		}
+		if x.cf != c.file {
+			continue // retired: deleted below
+		}
+		if err := x.cf.destroy(x.off, x.size); err != nil {
+			errs = append(errs, err)
+			left = append(left, x)
+		}
+	}
+	c.punch = left
 	for _, cf := range c.retired {
 		errs = append(errs, cf.remove())
 	}
@@ -460,13 +510,14 @@ func (m maintainer) Files() []string {
 
 func (m maintainer) MemoryBytes() int64 { return int64(m.s.MemoryBytes()) }
 
-// Scrub makes a merge due at the next PlanWork, whatever the overlay's
-// size, if edges were removed since the file was written: an erasure
-// calls it once the user's edges are gone, so that no file keeps them
-// longer than a maintenance pass. A store New made ignores it.
-func (s *Store) Scrub() {
-	if s.cold != nil {
-		s.cold.scrub = true
+// Scrub makes the next PlanWork take user's removed edges out of the
+// file's bytes: an erasure calls it once the user's edges are gone, so
+// that no file keeps them past the next maintenance pass (and its
+// Collect). The pass rewrites the blocks that held them, not the file
+// (scrub.go). A store New made ignores it.
+func (s *Store) Scrub(user uint64) {
+	if c := s.cold; c != nil && !slices.Contains(c.scrubs, user) {
+		c.scrubs = append(c.scrubs, user)
 	}
 }
 

@@ -24,11 +24,14 @@ import (
 //
 // The process that writes a file is the only one that reads it (a start
 // rebuilds it from the forward lists), so the file has no index: the
-// writer keeps the directory, each block's first pair, count and offset,
-// in memory. A record repeats its first pair and count so that it is
-// checked against the directory entry that found it as well as by its
-// checksum: a damaged record is an error naming the file, never wrong
-// pairs.
+// writer keeps the directory, each block's first pair, count, offset and
+// length, in memory. A merge writes the records in key order; a scrub
+// (cold.go) appends rewritten records at the end and the directory then
+// points there, the superseded records' bytes being punched out (zeros),
+// so the records are in key order only through the directory. A record
+// repeats its first pair and count so that it is checked against the
+// directory entry that found it as well as by its checksum: a damaged
+// record is an error naming the file, never wrong pairs.
 const (
 	coldMagic   = "TALLYFRV"
 	coldVersion = 1
@@ -42,14 +45,38 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 var errCold = errors.New("follows: damaged cold file")
 
 // coldEntry locates a record: its block's first pair, and loc, the
-// record's byte offset (top 56 bits) and the block's n-1.
+// record's byte offset (top 42 bits), its length in bytes (14 bits) and
+// the block's n-1 (8 bits). The length is in the entry because records
+// are not in file order (a scrub appends), so the next entry's offset
+// does not end a record; a read is still one pread.
 type coldEntry struct {
 	a, b uint64
 	loc  uint64
 }
 
-func (d *coldEntry) off() int64 { return int64(d.loc >> 8) }
+const (
+	locOffBits  = 42
+	locSizeBits = 14
+	// maxColdFile is the largest file the directory can address; a
+	// record of the widest block (every field 64 bits) is well under
+	// maxColdRecord (TestColdRecordLimits).
+	maxColdFile   = 1 << locOffBits
+	maxColdRecord = 1<<locSizeBits - 1
+)
+
+func (d *coldEntry) off() int64 { return int64(d.loc >> (64 - locOffBits)) }
+func (d *coldEntry) size() int  { return int(d.loc>>8) & maxColdRecord }
 func (d *coldEntry) n() int     { return int(d.loc&0xff) + 1 }
+
+// coldLoc packs a record's place for a coldEntry, failing for a file or
+// a record past what the entry can say.
+func coldLoc(path string, off int64, size, n int) (uint64, error) {
+	if off+int64(size) > maxColdFile || size > maxColdRecord {
+		return 0, fmt.Errorf("follows: %s: a record of %d bytes at byte %d is past the cold file's limits (%d-byte records, %d-byte files)",
+			path, size, off, maxColdRecord, int64(maxColdFile))
+	}
+	return uint64(off)<<(64-locOffBits) | uint64(size)<<8 | uint64(n-1), nil
+}
 
 // coldFile is a written cold file, open for reading. Its reads may run
 // concurrently (ReadAt).
@@ -59,6 +86,10 @@ type coldFile struct {
 	dir  []coldEntry
 	n    int   // pairs
 	size int64 // bytes
+	// dead is the bytes of records a scrub superseded (punched out, or
+	// waiting for Collect to punch them): a merge is due when they pass
+	// a quarter of the file (cold.go, plan).
+	dead int64
 }
 
 // coldScratch is a reader's buffers: a record, and a block decoded.
@@ -79,11 +110,7 @@ func (cf *coldFile) seek(a, b uint64) int {
 // sc's until the next read.
 func (cf *coldFile) read(i int, sc *coldScratch, blk *block) error {
 	d := &cf.dir[i]
-	end := cf.size
-	if i+1 < len(cf.dir) {
-		end = cf.dir[i+1].off()
-	}
-	size := int(end - d.off())
+	size := d.size()
 	if cap(sc.buf) < size+bitpack.Slack {
 		sc.buf = make([]byte, size+bitpack.Slack)
 	}
@@ -187,22 +214,35 @@ func (cw *coldWriter) add(a, b uint64, v int64) {
 
 func (cw *coldWriter) flush() {
 	e := &cw.e
-	if e.n == 0 {
+	if e.n == 0 || cw.err != nil {
+		e.n = 0
 		return
 	}
-	buf := cw.enc.encode(e, 0, e.n)
-	rec := append(cw.rec[:0], make([]byte, recHeader)...)
-	put32(rec[4:], uint32(len(buf)))
-	binary.LittleEndian.PutUint64(rec[8:], e.a[0])
-	binary.LittleEndian.PutUint64(rec[16:], e.b[0])
-	rec[24] = uint8(e.n - 1)
-	rec = append(rec, buf...)
-	put32(rec, crcOf(rec[4:]))
-	cw.rec = rec
-	cw.dir = append(cw.dir, coldEntry{a: e.a[0], b: e.b[0], loc: uint64(cw.off)<<8 | uint64(e.n-1)})
+	cw.rec = appendRecord(cw.rec[:0], &cw.enc, e)
+	loc, err := coldLoc(cw.path, cw.off, len(cw.rec), e.n)
+	if err != nil {
+		cw.err = err
+		return
+	}
+	cw.dir = append(cw.dir, coldEntry{a: e.a[0], b: e.b[0], loc: loc})
 	cw.n += e.n
-	cw.put(rec)
+	cw.put(cw.rec)
 	e.n = 0
+}
+
+// appendRecord appends e's pairs as a record to rec: a merge's and a
+// scrub's, which write the same records.
+func appendRecord(rec []byte, enc *encoder, e *entries) []byte {
+	buf := enc.encode(e, 0, e.n)
+	k := len(rec)
+	rec = append(rec, make([]byte, recHeader)...)
+	put32(rec[k+4:], uint32(len(buf)))
+	binary.LittleEndian.PutUint64(rec[k+8:], e.a[0])
+	binary.LittleEndian.PutUint64(rec[k+16:], e.b[0])
+	rec[k+24] = uint8(e.n - 1)
+	rec = append(rec, buf...)
+	put32(rec[k:], crcOf(rec[k+4:]))
+	return rec
 }
 
 // finish writes what is buffered and returns the file, open for reading,
@@ -240,6 +280,54 @@ func (cf *coldFile) checkHeader() error {
 	}
 	if v := binary.LittleEndian.Uint32(h[8:]); v != coldVersion {
 		return fmt.Errorf("%w: %s has format version %d; this build reads %d", errCold, cf.path, v, coldVersion)
+	}
+	return nil
+}
+
+// checkLayout verifies that the records the directory locates lie after
+// the header and within the file, none over another, and that with the
+// dead bytes they account for the whole file.
+func (cf *coldFile) checkLayout() error {
+	recs := make([]coldEntry, len(cf.dir))
+	copy(recs, cf.dir)
+	slices.SortFunc(recs, func(x, y coldEntry) int { return int(x.off() - y.off()) })
+	end, live := int64(coldHeader), int64(coldHeader)
+	for _, d := range recs {
+		if d.off() < end {
+			return fmt.Errorf("%s: a record at byte %d overlaps the one before, which ends at %d", cf.path, d.off(), end)
+		}
+		end = d.off() + int64(d.size())
+		live += int64(d.size())
+	}
+	if end > cf.size || live+cf.dead != cf.size {
+		return fmt.Errorf("%s: records up to byte %d, %d bytes of them and %d dead, in a file of %d", cf.path, end, live, cf.dead, cf.size)
+	}
+	return nil
+}
+
+// punchHole is punchHoleOS; a variable so that a test takes the path of
+// a file system that cannot punch.
+var punchHole = punchHoleOS
+
+// coldWriteAt writes a scrub's records and zeros; a variable so that a
+// test fails a write part of the way through.
+var coldWriteAt = (*os.File).WriteAt
+
+// destroy makes the n bytes at off read as zeros: a hole punched where
+// the file system can, else zeros written over them. Nothing syncs them:
+// a crash leaves a file that no start reads (the engine clears the cold
+// directory at Open).
+func (cf *coldFile) destroy(off, n int64) error {
+	if punchHole(cf.f, off, n) == nil {
+		return nil
+	}
+	zeros := make([]byte, min(n, 1<<16))
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := coldWriteAt(cf.f, zeros[:k], off); err != nil {
+			return fmt.Errorf("follows: %s: zeroing superseded records: %w", cf.path, err)
+		}
+		off, n = off+k, n-k
 	}
 	return nil
 }

@@ -24,7 +24,9 @@
 // directory and an overlay of the changes since it was written in memory;
 // a merge job (Maintainer, planned, run with no lock and finished as
 // engine/tier's jobs are) writes a new file when the overlay passes a
-// bound (cold.go, coldfile.go). The file is derived data: Loaded rebuilds
+// bound (cold.go, coldfile.go), and after an erasure (Scrub) a scrub job
+// rewrites only the blocks that held the user and punches the old
+// records out of the file (scrub.go). The file is derived data: Loaded rebuilds
 // it from the followee lists. A store made by New keeps both directions
 // in memory.
 //

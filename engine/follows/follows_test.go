@@ -370,7 +370,7 @@ func (f *frozen) thaw(t testing.TB, s *Store) {
 // is out for half of every batch (TestFreeze); with cold, the reverse
 // direction is cold and merges run on a goroutine of their own while the
 // store takes changes (TestColdModel).
-func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold bool) {
+func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold bool) (scrubs int) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	s := New()
 	if cold {
@@ -380,6 +380,24 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold
 	m := model{}
 	var view *frozen
 	var merge *merging
+	// erased holds the reverse pairs an erasure (or an unfollow of
+	// everyone) removed and Scrub was told of, each with the op that
+	// removed it; planned, those of them when the job under way was
+	// planned, which its pass must leave in no byte of the file.
+	erased, planned := map[pair]int{}, map[pair]int{}
+	scrub := func(op int, u uint64) {
+		if !cold {
+			return
+		}
+		for t := range m[u] {
+			erased[pair{t, u}] = op
+		}
+		for v, l := range m {
+			if _, ok := l[u]; ok {
+				erased[pair{u, v}] = op
+			}
+		}
+	}
 	posts := func(u uint64) int64 {
 		if u>>sh.spread < uint64(sh.celebs) {
 			return 1<<40 + int64(u) // a wide value among narrow ones
@@ -404,6 +422,7 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold
 			if s.Follow(v, u, snap) != m.follow(v, u, snap) {
 				t.Fatalf("op %d: Follow(%d, %d) disagrees", op, v, u)
 			}
+			delete(erased, pair{u, v})
 		case r < 85:
 			if l := m[v]; len(l) > 0 && rng.IntN(4) > 0 {
 				u = slices.Collect(maps.Keys(l))[rng.IntN(len(l))]
@@ -423,14 +442,24 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold
 				m[v][u] = posts(u)
 			}
 		case r < 93 && sh.removeUser:
+			scrub(op, v)
 			removeUser(t, s, m, v, 1+rng.IntN(40))
+			s.Scrub(v)
 		case r < 94:
-			// Unfollow everyone: blocks shrink, merge and vanish.
+			// Unfollow everyone: blocks shrink, merge and vanish. A
+			// scrub of v then takes v's pairs out of the file's bytes.
+			scrubbed := cold && rng.IntN(2) == 0
 			for u := range m[v] {
 				if !s.Unfollow(v, u) {
 					t.Fatalf("op %d: mass Unfollow(%d, %d) = false", op, v, u)
 				}
 				delete(m[v], u)
+				if scrubbed {
+					erased[pair{u, v}] = op
+				}
+			}
+			if scrubbed {
+				s.Scrub(v)
 			}
 		default:
 			_, in := m[v][u]
@@ -453,7 +482,22 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold
 			view = freezeModel(s, m)
 		}
 		if cold && op%(batch/8) == 0 {
-			merge = merge.step(t, s)
+			if merge == nil {
+				merge = merge.step(t, s)
+				if merge != nil {
+					planned = maps.Clone(erased)
+					if _, ok := merge.job.(*scrubJob); ok {
+						scrubs++
+					}
+				}
+			} else {
+				merge = merge.step(t, s)
+				checkScrubbed(t, s, func(a, b uint64) bool {
+					at, ok := planned[pair{a, b}]
+					return ok && erased[pair{a, b}] == at
+				})
+				maps.DeleteFunc(erased, func(p pair, at int) bool { return planned[p] == at })
+			}
 		}
 		if op%batch == batch-1 {
 			if view != nil {
@@ -473,6 +517,7 @@ func runModel(t testing.TB, seed uint64, sh shape, nops, batch int, freeze, cold
 		t.Fatalf("%d cold files written, want merges", s.cold.gen)
 	}
 	compare(t, s, m)
+	return scrubs
 }
 
 // removeUser erases u from s in steps of at most step edges, checking

@@ -382,6 +382,44 @@ func (p *pairs) takeRun(a uint64, max int, bs []uint64) []uint64 {
 	return bs
 }
 
+// removeAll removes the pairs of gone, which is sorted, a block at a time
+// (one decode and one rewrite for all of gone's pairs in a block), and
+// appends those it does not hold to missing.
+func (p *pairs) removeAll(gone, missing []pair) []pair {
+	e := &p.e
+	for g := 0; g < len(gone); {
+		if len(p.pages) == 0 {
+			return append(missing, gone[g:]...)
+		}
+		at := p.seek(gone[g].a, gone[g].b)
+		var end pair // the next block's first pair; gone's pairs below it are this block's
+		nx, more := p.next(at)
+		if more {
+			end = pair{p.entry(nx).a, p.entry(nx).b}
+		}
+		x := p.locate(at, gone[g].a, gone[g].b)
+		w := x // e's pairs before w are kept, those from x on not yet seen
+		for ; g < len(gone) && (!more || less(gone[g].a, gone[g].b, end.a, end.b)); g++ {
+			for x < e.n && less(e.a[x], e.b[x], gone[g].a, gone[g].b) {
+				e.a[w], e.b[w], e.v[w] = e.a[x], e.b[x], e.v[x]
+				w, x = w+1, x+1
+			}
+			if x < e.n && e.a[x] == gone[g].a && e.b[x] == gone[g].b {
+				x++
+			} else {
+				missing = append(missing, gone[g])
+			}
+		}
+		if x == w {
+			continue // none of them here
+		}
+		e.shift(x, w-x)
+		p.n -= x - w
+		p.rewrite(at, false)
+	}
+	return missing
+}
+
 // shift moves e's pairs [i, n) by d places (d < 0: left, over the pairs
 // before i), adjusting n.
 func (e *entries) shift(i, d int) {
