@@ -190,8 +190,11 @@ type Engine struct {
 }
 
 // DefaultMaintainInterval is how often the time-windowed tables are
-// maintained.
-const DefaultMaintainInterval = time.Minute
+// maintained. A pass plans in O(windows) under the write lock and does
+// nothing more when no job is due; what is due between passes waits in
+// memory (a delta past its fold point, a window past its age), so passes
+// are frequent.
+const DefaultMaintainInterval = 10 * time.Second
 
 var _ engine.Store = (*Engine)(nil)
 var _ engine.Importer = (*Engine)(nil)
@@ -307,6 +310,7 @@ func (e *Engine) openDir(opts Options) error {
 	}
 	tc := tables{opts: opts.Tables, now: opts.Now, followersInMemory: opts.FollowersInMemory}
 	tc.opts.Dir = filepath.Join(opts.Dir, "cold")
+	tc.opts.Derived = true // cleared below, rebuilt from the snapshot and the log
 	tc.opts.Cache = tier.NewCache(coldCacheBytes(opts.Tables.ColdCacheBytes))
 	if err := os.RemoveAll(tc.opts.Dir); err != nil { // derived data: rebuilt from the state below
 		unlock()

@@ -311,12 +311,13 @@ func tempBase(name string) string {
 }
 
 // createFile writes a file at path with the bytes write produces, so that
-// path holds either nothing or the complete new bytes, whatever happens
-// (kill -9, power loss): the bytes go to a temporary file in the same
-// directory, which is fsynced, renamed to path, and the directory
-// fsynced. A crash leaves at most a temporary file, which the next table
-// of the prefix removes (openStore).
-func createFile(path string, write func(io.Writer) error) (err error) {
+// path holds either nothing or the complete new bytes: the bytes go to a
+// temporary file in the same directory, which is renamed to path. With
+// sync (a table whose files are not Derived) the file is fsynced before
+// the rename and the directory after it, so that this holds whatever
+// happens (kill -9, power loss). A crash leaves at most a temporary file,
+// which the next table of the prefix removes (openStore).
+func createFile(path string, sync bool, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -331,21 +332,26 @@ func createFile(path string, write func(io.Writer) error) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	bw := bufio.NewWriterSize(tmp, 256<<10)
+	bw := bufio.NewWriterSize(tmp, 64<<10)
 	if err := write(bw); err != nil {
 		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("tier: write %s: %w", tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("tier: fsync %s: %w", tmp.Name(), err)
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("tier: fsync %s: %w", tmp.Name(), err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("tier: close %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("tier: rename %s: %w", tmp.Name(), err)
+	}
+	if !sync {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {

@@ -23,9 +23,11 @@ const (
 
 // writeGeneration writes window 0's file at path with generation g: every
 // post's likes are g, so a file mixing two generations, or a partial
-// one, is detectable.
+// one, is detectable. It writes as a Derived table does, with no fsync:
+// a kill leaves the page cache, so the rename alone must keep every name
+// whole (what the fsyncs add is for power loss, which a kill is not).
 func writeGeneration(path string, g int) error {
-	return createFile(path, func(w io.Writer) error {
+	return createFile(path, false, func(w io.Writer) error {
 		pw := newPostWriter(w)
 		for i := range crashPosts {
 			p := Post{Author: uint64(i + 1), Counts: engine.Counts{Likes: int64(g), Views: int64(i + 1)}}

@@ -154,7 +154,7 @@ func (j *Job) Run() error {
 		}
 		return j.err
 	}
-	j.err = createFile(filepath.Join(t.opts.Dir, j.name), write)
+	j.err = createFile(filepath.Join(t.opts.Dir, j.name), !t.opts.Derived, write)
 	if j.err == nil {
 		j.file, j.err = t.openCold(j.name)
 	}

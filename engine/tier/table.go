@@ -18,7 +18,7 @@ import (
 const (
 	DefaultWindowMillis   = 86_400_000
 	DefaultOpenAge        = 7 * 24 * time.Hour
-	DefaultCompactMin     = 1024
+	DefaultCompactMin     = 256
 	DefaultColdCacheBytes = 4 << 20
 )
 
@@ -33,11 +33,22 @@ type Options struct {
 	OpenAge time.Duration
 	// CompactMin: a sealed or cold window's delta is folded back once it
 	// holds CompactMin records and an eighth as many as the window; 0
-	// means DefaultCompactMin.
+	// means DefaultCompactMin. The eighth is what bounds a large window's
+	// rewrites; CompactMin bounds a small window's, whose rewrite is a few
+	// KiB, so it is small: a delta is a hash table, several times the
+	// bytes of the blocks it folds into.
 	CompactMin int
 	// Dir holds the cold files (<Prefix>-<window>-<generation>.tier).
 	// Empty means no cold tier (ColdAge and MemoryBudget are ignored).
 	Dir string
+	// Derived says the caller clears Dir at every start and rebuilds its
+	// files from its own durable state, so a file need not survive a
+	// crash: a job writes its file with no fsync (of the file or of the
+	// directory), which would only hold the caller's own fsyncs (a log's)
+	// behind it on the same disk. A file is still complete under its name
+	// or absent (written under a temporary name, then renamed), and every
+	// block is checked when read.
+	Derived bool
 	// Prefix names this table's files in Dir, which other tables may
 	// share under other prefixes. Empty means the table's tag.
 	Prefix string

@@ -732,7 +732,7 @@ func TestNewCleansOwnTemp(t *testing.T) {
 // even a temporary one.
 func TestCreateFailureLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
-	if err := createFile(filepath.Join(dir, "post-1-1.tier"), func(io.Writer) error { return errors.New("boom") }); err == nil {
+	if err := createFile(filepath.Join(dir, "post-1-1.tier"), true, func(io.Writer) error { return errors.New("boom") }); err == nil {
 		t.Fatal("createFile swallowed the write error")
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
