@@ -47,6 +47,21 @@ func build(t testing.TB, index uint64, secs map[Tag][][]byte, order ...Tag) []by
 
 // readAll returns every chunk payload of every section, concatenated per
 // section, or the first error.
+// eachChunk calls fn with each chunk of the section in turn (valid until
+// fn returns), and returns the first error reading them.
+func eachChunk(sr *SectionReader, fn func(p []byte)) error {
+	for {
+		p, err := sr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(p)
+	}
+}
+
 func readAll(data []byte) (uint64, map[Tag][]byte, error) {
 	r, err := NewReader(bytes.NewReader(data), int64(len(data)), "snap")
 	if err != nil {
@@ -56,15 +71,8 @@ func readAll(data []byte) (uint64, map[Tag][]byte, error) {
 	for _, s := range r.Sections() {
 		sr, _ := r.Section(s.Tag)
 		var all []byte
-		for {
-			p, err := sr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return 0, nil, err
-			}
-			all = append(all, p...)
+		if err := eachChunk(sr, func(p []byte) { all = append(all, p...) }); err != nil {
+			return 0, nil, err
 		}
 		out[s.Tag] = all
 	}
@@ -130,14 +138,7 @@ func TestLargeSection(t *testing.T) {
 	}
 	sr, _ := r.Section(tagA)
 	next := 0 // the item the next chunk must start with
-	for {
-		p, err := sr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	err = eachChunk(sr, func(p []byte) {
 		for len(p) > 0 {
 			if next == len(items) || !bytes.HasPrefix(p, items[next]) {
 				t.Fatalf("chunk does not continue with whole item %d", next)
@@ -145,6 +146,9 @@ func TestLargeSection(t *testing.T) {
 			p = p[len(items[next]):]
 			next++
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if next != len(items) {
 		t.Fatalf("%d of %d items read", next, len(items))
@@ -414,15 +418,8 @@ func FuzzReader(f *testing.F) {
 		for _, s := range r.Sections() {
 			sr, _ := r.Section(s.Tag)
 			w.Begin(s.Tag)
-			for {
-				p, err := sr.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					return
-				}
-				w.Chunk(p, 1)
+			if err := eachChunk(sr, func(p []byte) { w.Chunk(p, 1) }); err != nil {
+				return
 			}
 			w.cur.Items = s.Items
 			w.End()
@@ -464,14 +461,7 @@ func TestFileWrittenBack(t *testing.T) {
 	defer fr.Close()
 	sr, _ := fr.Section(tagA)
 	var n uint64
-	for {
-		p, err := sr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	err = eachChunk(sr, func(p []byte) {
 		for len(p) > 0 {
 			i, k := binary.Uvarint(p)
 			if i != n || !bytes.Equal(p[k:k+len(item)], item) {
@@ -480,11 +470,13 @@ func TestFileWrittenBack(t *testing.T) {
 			p = p[k+len(item):]
 			n++
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if n != items {
 		t.Fatalf("%d items read back, want %d", n, items)
 	}
-
 }
 
 // TestPruneInSteps checks that Prune takes a snapshot off its name before
