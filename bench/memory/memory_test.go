@@ -137,15 +137,7 @@ exec %[2]q "$@"
 	} else {
 		t.Log("PostgreSQL is not installed (apt-get install -y postgresql): the run goes without it")
 	}
-	cfg, err := parseFlags(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := run(ctx, cfg, &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	s := out.String()
+	s := runTool(t, ctx, args)
 	for _, want := range []string{
 		"known posts 20000, with counts", "20000 posts verified exactly through GraphQL", // every post, with its author
 		"posts verified exactly", "idle, after a forced GC", "under load, mean (heap incl. garbage)", "redis-server CPU during the import", "GOGC 100", "B (-gc-pacing heap) against A",
@@ -370,17 +362,9 @@ func TestWritesPhase(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg, err := parseFlags([]string{"-posts", "20000", "-users", "3000", "-verify", "200", "-authors", "with", "-work", work, "-repo", "../..",
+	s := runTool(t, ctx, []string{"-posts", "20000", "-users", "3000", "-verify", "200", "-authors", "with", "-work", work, "-repo", "../..",
 		"-after-gc", "0", "-load", "0", "-writes", "2s", "-write-users", "500", "-write-clients", "4",
-		"-write-snapshot-interval", "1s", "-write-profiles", profiles}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := run(ctx, cfg, &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	s := out.String()
+		"-write-snapshot-interval", "1s", "-write-profiles", profiles})
 	if !strings.Contains(s, "CPU/like") || strings.Count(s, " µs ") != 2 || strings.Count(s, "%\n") != 2 || !strings.Contains(s, "likes/s with snapshots") {
 		t.Errorf("want both servers' ratio, likes/s, CPU per like and the GC's share:\n%s", s)
 	}
@@ -389,4 +373,18 @@ func TestWritesPhase(t *testing.T) {
 			t.Errorf("heap profile %s: %v", name, err)
 		}
 	}
+}
+
+// runTool runs the tool with args and returns what it printed.
+func runTool(t *testing.T, ctx context.Context, args []string) string {
+	t.Helper()
+	cfg, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, cfg, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	return out.String()
 }
