@@ -33,6 +33,11 @@ const (
 	CheckFollowers = "user.followers" // ← the follow edges to the user
 	CheckFollowing = "user.following" // ← the follow edges from the user
 	CheckPosts     = "user.posts"     // ← the posts registered with the user as author
+	// CheckReacted is the mark a backend keeps on a post that may have
+	// reactions of a kind other than like, so that a page reads who
+	// reacted only there (Redis: the record's reacted bit), 1 or 0 ←
+	// whether the post has such reactions (Redis: its reactors hash).
+	CheckReacted = "post.reacted"
 )
 
 // CheckOptions say what a check does besides counting.

@@ -29,7 +29,13 @@ import (
 //     deleted posts hold none). A script per
 //     post bucket recounts the bucket's posts atomically (SCARD beside
 //     the record), so what it reports is a drift, never a race; a repair
-//     is a script per post that recounts and sets atomically.
+//     is a script per post that recounts and sets atomically. The same
+//     walk checks each post's reactedBit against its reactors hash
+//     (engine.CheckReacted): the bucket's script lists a bit without a
+//     hash (harmless: a page reads a field that is not there), and every
+//     reactors hash the walk meets is checked to have its bit (a hash
+//     without it is a reaction no page shows); a repair sets the bit to
+//     whether the hash exists, atomically.
 //   - userHashChecks: a field of the user record ← the length of a hash
 //     in the user's slot (following ← the followee hash). The scans find
 //     candidates; a script per user compares (and with Repair sets)
@@ -210,6 +216,7 @@ func (s *Store) Check(ctx context.Context, opts engine.CheckOptions) (engine.Che
 	for _, c := range r.posts {
 		r.res.Tally(c.name)
 	}
+	r.res.Tally(engine.CheckReacted)
 	for _, c := range userHashChecks {
 		r.res.Tally(c.name)
 	}
@@ -360,25 +367,83 @@ func (r *checkRun) readUsersBefore(ctx context.Context, c *redis.Client) error {
 }
 
 // scanSources walks the hashes of c once for what the counts are
-// recounted from: the post buckets (checkPosts) and the followee hashes
-// (checkFollowees). One walk, not one per kind: a SCAN costs Redis time
-// for every key of the node, whatever the pattern keeps.
+// recounted from: the post buckets (checkPosts), the reactors hashes
+// (checkReacted) and the followee hashes (checkFollowees). One walk, not
+// one per kind: a SCAN costs Redis time for every key of the node,
+// whatever the pattern keeps.
 func (r *checkRun) scanSources(ctx context.Context, c *redis.Client) error {
 	return scan(ctx, c, globEscape(r.s.k.p)+"{*", "hash", func(keys []string) error {
 		var posts, followees []string
+		reactors := map[string][]any{} // bucket -> lows
 		for _, k := range keys {
 			switch {
 			case r.s.k.isPostBucket(k):
 				posts = append(posts, k)
 			case r.s.k.isFollowees(k):
 				followees = append(followees, k)
+			default:
+				if bucket, low, ok := r.s.k.reactorsOf(k); ok {
+					reactors[bucket] = append(reactors[bucket], low)
+				}
 			}
 		}
 		if err := r.checkPosts(ctx, c, posts); err != nil {
 			return err
 		}
+		if err := r.checkReacted(ctx, c, reactors); err != nil {
+			return err
+		}
 		return r.checkFollowees(ctx, c, followees)
 	})
+}
+
+// checkReacted reports the posts among the reactors hashes found (by
+// bucket, their lows) whose record lacks reactedBit.
+func (r *checkRun) checkReacted(ctx context.Context, c *redis.Client, reactors map[string][]any) error {
+	var calls []*call
+	for bucket, lows := range reactors {
+		calls = append(calls, script(scCheckReacted, []string{bucket}, append([]any{reactorsKey("", "")}, lows...)...))
+	}
+	if err := r.run(ctx, c, calls); err != nil {
+		return err
+	}
+	for _, cl := range calls {
+		for _, low := range vals(cl.res.Val()) {
+			if err := r.reactedDrift(ctx, cl.keys[0], str(low), 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reactedDrift reports (and with Repair sets) the reactedBit of the post
+// at low of bucket, found stored (0 or 1) while its reactors hash says
+// otherwise.
+func (r *checkRun) reactedDrift(ctx context.Context, bucket, low string, stored int64) error {
+	w, _ := r.s.k.postBucketWindow(bucket)
+	n, err := strconv.ParseUint(low, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: post bucket %s field %q", errCorrupt, bucket, low)
+	}
+	d := engine.Drift{Count: engine.CheckReacted, ID: w<<r.s.k.winShift | n, Stored: stored, Recounted: 1 - stored}
+	if r.opts.Repair {
+		res, err := r.s.one(ctx, scSetReacted, []string{bucket, reactorsKey(bucket, low)}, low)
+		if err != nil {
+			return err
+		}
+		a := vals(res)
+		switch num(at(a, 0)) {
+		case 1:
+			d.Recounted, d.Repaired = num(at(a, 1)), true
+		default: // the post is gone, or a reaction set it right meanwhile
+			d.Unsettled = true
+		}
+	}
+	r.mu.Lock()
+	r.report(d)
+	r.mu.Unlock()
+	return nil
 }
 
 // checkPosts runs the post-set checks over post buckets of c and tallies
@@ -399,7 +464,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 			imported = append(imported, raw("HVALS", k))
 			continue
 		}
-		calls = append(calls, script(scCheckPosts, []string{k}, append([]any{lo, hi}, suffixes...)...))
+		calls = append(calls, script(scCheckPosts, []string{k}, append([]any{lo, hi, reactorsKey("", "")}, suffixes...)...))
 		windows = append(windows, w)
 	}
 	if err := r.run(ctx, c, append(calls, imported...)); err != nil {
@@ -429,8 +494,11 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 			for _, ch := range r.posts {
 				r.res.Tally(ch.name).Skipped++
 			}
+			// The bit is checked from the hashes alone here.
+			r.res.Tally(engine.CheckReacted).Skipped++
 		}
 	}
+	var unreacted [][2]string // bucket, low
 	for i, cl := range calls {
 		a := vals(cl.res.Val())
 		heads := vals(at(a, 0))
@@ -448,6 +516,10 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 			t.Checked += checked
 			t.Skipped += skipped
 		}
+		r.res.Tally(engine.CheckReacted).Checked += checked + skipped
+		for _, low := range vals(at(a, 4)) {
+			unreacted = append(unreacted, [2]string{cl.keys[0], str(low)})
+		}
 		d := vals(at(a, 1))
 		for j := 0; j+3 < len(d); j += 4 {
 			low := str(d[j])
@@ -461,6 +533,11 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 		}
 	}
 	r.mu.Unlock()
+	for _, u := range unreacted {
+		if err := r.reactedDrift(ctx, u[0], u[1], 1); err != nil {
+			return err
+		}
+	}
 	for _, f := range drifts {
 		d := engine.Drift{Count: f.check.name, ID: f.id, Stored: f.stored, Recounted: f.got}
 		if r.opts.Repair {
@@ -748,6 +825,20 @@ func spanArg(id uint64) string { return fmt.Sprintf("%020d", id) }
 func (k keyspace) isPostBucket(key string) bool {
 	_, ok := k.postBucketWindow(key)
 	return ok
+}
+
+// reactorsOf parses a post's reactors hash key (reactorsKey: its bucket,
+// "k", its low bits) into the bucket and the low bits.
+func (k keyspace) reactorsOf(key string) (bucket, low string, ok bool) {
+	i := strings.LastIndex(key, "}k")
+	if i < 0 || !k.isPostBucket(key[:i+1]) {
+		return "", "", false
+	}
+	bucket, low = key[:i+1], key[i+2:]
+	if _, err := strconv.ParseUint(low, 10, 64); err != nil {
+		return "", "", false
+	}
+	return bucket, low, true
 }
 
 // isFollowees reports whether key is a followee hash's (keyspace.followees:

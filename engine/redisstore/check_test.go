@@ -22,6 +22,7 @@ func TestCheckSingle(t *testing.T) {
 	t.Run("FindsAndRepairs", func(t *testing.T) { testCheckFindsAndRepairs(t, []string{addr}) })
 	t.Run("Unsettled", func(t *testing.T) { testCheckUnsettled(t, []string{addr}) })
 	t.Run("Reactions", func(t *testing.T) { testCheckReactions(t, []string{addr}) })
+	t.Run("Reacted", func(t *testing.T) { testCheckReacted(t, []string{addr}) })
 }
 
 func TestCheckCluster(t *testing.T) {
@@ -29,6 +30,7 @@ func TestCheckCluster(t *testing.T) {
 	t.Run("FindsAndRepairs", func(t *testing.T) { testCheckFindsAndRepairs(t, c.Addrs()) })
 	t.Run("Unsettled", func(t *testing.T) { testCheckUnsettled(t, c.Addrs()) })
 	t.Run("Reactions", func(t *testing.T) { testCheckReactions(t, c.Addrs()) })
+	t.Run("Reacted", func(t *testing.T) { testCheckReacted(t, c.Addrs()) })
 }
 
 // rawClient talks to the Redis of addrs directly: a cluster client for
@@ -320,8 +322,10 @@ func TestCheckImportedBuckets(t *testing.T) {
 	}
 	must(t, s.Import(bg, rows))
 	lines, res := checkLines(t, s, false)
-	// Checked: the two authors' post counts and following counts.
-	if tot := res.Totals(); len(lines) != 0 || tot.Skipped != 9 || tot.Checked != 4 {
+	// Checked: the two authors' post counts and following counts, and
+	// the reacted bits of the two posts a script read; skipped: the
+	// three posts' three counts, and the bit of the post read by HVALS.
+	if tot := res.Totals(); len(lines) != 0 || tot.Skipped != 10 || tot.Checked != 6 {
 		t.Fatalf("an imported keyspace: %v %+v", lines, tot)
 	}
 	if stats, err := rdb.Info(bg, "commandstats").Result(); err != nil || !strings.Contains(stats, "cmdstat_hvals:calls=1,") {

@@ -19,7 +19,7 @@ import (
 
 var errCorrupt = errors.New("redisstore: corrupt record")
 
-// Post record: [len][author big-endian, len bytes][varints views, likes,
+// Post record: [len|reacted][author big-endian, len bytes][varints views, likes,
 // comments, reposts, favorites, unidentified, then the counts of reaction
 // kinds 2 to counters.MaxKinds by kind id (like's is likes)]. Trailing
 // zeros are dropped, so a post without reactions other than likes is the
@@ -29,7 +29,9 @@ var errCorrupt = errors.New("redisstore: corrupt record")
 // cannot hold. Unidentified is not a count anyone reads: it is the part
 // of comments that was sent without a comment id, so that comments is
 // exactly the post's counted ids plus it (what tally check recounts);
-// it costs nothing on a post whose comments all have ids.
+// it costs nothing on a post whose comments all have ids. The first
+// byte's top bit (reactedBit) says whether the post's reactors hash may
+// exist (below).
 const (
 	pViews = iota + 1 // Lua (1-based) indexes of the counts
 	pLikes
@@ -59,13 +61,41 @@ func postHead(author uint64) string {
 	return string(b[:1+n])
 }
 
-// decodeHead reads the author from a record head (as returned by scripts).
+// reactedBit, set in a post record's first byte beside the author's
+// length, says that the post's reactors hash may exist: a page reads the
+// viewer's field of that hash only on a post whose record has it, so a
+// page of posts no one gave a kind other than like costs what a page of
+// counts costs. The reaction scripts set it when they write a field of
+// the hash and clear it when the hash's last field goes; every script
+// that rewrites a record keeps it, an import (which replaces the counts,
+// not who reacted) included. The counts cannot stand in for it: an
+// import may leave a post counting no kind but like while its hash still
+// holds reactions.
+const reactedBit = 0x80
+
+// headLen is the length of a (non-tombstone) post record's head.
+func headLen(rec string) int { return 1 + int(rec[0]&^reactedBit) }
+
+// reacted reports whether a post record (not a tombstone) has reactedBit.
+func reacted(rec string) bool { return rec[0]&reactedBit != 0 }
+
+// authorHead is a post record's head without reactedBit: the head
+// postHead makes of its author, which the scripts compare heads with.
+func authorHead(rec string) string {
+	if !reacted(rec) {
+		return rec[:headLen(rec)]
+	}
+	return string([]byte{rec[0] &^ reactedBit}) + rec[1:headLen(rec)]
+}
+
+// decodeHead reads the author from a record head (as returned by scripts)
+// or a whole record.
 func decodeHead(h string) (uint64, error) {
-	if len(h) == 0 || int(h[0])+1 > len(h) || h[0] > 8 {
+	if len(h) == 0 || h[0]&^reactedBit > 8 || headLen(h) > len(h) {
 		return 0, errCorrupt
 	}
 	var a uint64
-	for i := 1; i <= int(h[0]); i++ {
+	for i := 1; i < headLen(h); i++ {
 		a = a<<8 | uint64(h[i])
 	}
 	return a, nil
@@ -73,7 +103,7 @@ func decodeHead(h string) (uint64, error) {
 
 // tombstone is the record of a deleted post (DeletePost): its id stays
 // taken, and every read and script treats it as no post. A record's first
-// byte is otherwise its author's length, at most 8.
+// byte is otherwise its author's length, at most 8, with reactedBit.
 const tombstone = "\xff"
 
 // recordState reads what a post record (as HGET returns it; "" for none)
@@ -107,7 +137,7 @@ func decodeReactions(rec string) (author uint64, c engine.Counts, r counters.Rea
 		return 0, c, r, err
 	}
 	var v [postFields]int64
-	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
+	if err := decodeVarints(rec[headLen(rec):], v[:]); err != nil {
 		return 0, c, r, err
 	}
 	c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites = v[0], v[1], v[2], v[3], v[4]

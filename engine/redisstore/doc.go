@@ -46,7 +46,8 @@
 // uid>>UserBucketBits, field uid mod 2^UserBucketBits (Instagram's
 // technique, docs/seeds.md#seed-001).
 //
-//	P{p<w>.<s>}            hash  low -> post record: [n][author, n bytes BE]
+//	P{p<w>.<s>}            hash  low -> post record: [n|0x80 if the post's
+//	                             k<low> hash may exist][author, n bytes BE]
 //	                             [varint views likes comments reposts favorites
 //	                             unidentified (comments sent without an id),
 //	                             then reaction kinds 2..16 by kind id]
@@ -57,7 +58,8 @@
 //	P{p<w>.<s>}l<low>       set   likers of one post (intset): the reaction like
 //	P{p<w>.<s>}k<low>       hash  uid -> kind id of the post's reactions of the
 //	                             other kinds (none for a post with likes only;
-//	                             a user is in l or k, never both)
+//	                             a user is in l or k, never both); a page
+//	                             reads it only where the record has 0x80
 //	P{p<w>.<s>}f<low>       set   favoriters of one post
 //	P{p<w>.<s>}c<low>       set   the post's counted comment ids (intset):
 //	                             comments = its size + unidentified

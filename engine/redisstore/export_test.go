@@ -41,6 +41,10 @@ func (s *Store) LikersKey(id engine.PostID) string { return likersKey(s.k.post(u
 // ReactorsKey is the key of a post's reactors hash (kinds other than like).
 func (s *Store) ReactorsKey(id engine.PostID) string { return reactorsKey(s.k.post(uint64(id))) }
 
+// ReactedBit is the bit of a post record's first byte that says its
+// reactors hash may exist.
+const ReactedBit = reactedBit
+
 // UserField is a user's record: its bucket key and field.
 func (s *Store) UserField(u engine.UserID) (key, field string) { return s.k.user(uint64(u)) }
 
@@ -51,14 +55,14 @@ func (s *Store) FolloweesKey(u engine.UserID) string { return s.k.followees(uint
 // (the comments sent without an id kept).
 func WithPostCounts(rec string, c engine.Counts) string {
 	var v [pUnidentified]int64
-	if err := decodeVarints(rec[1+int(rec[0]):], v[:]); err != nil {
+	if err := decodeVarints(rec[headLen(rec):], v[:]); err != nil {
 		panic(err)
 	}
 	out := []int64{c.Views, c.Likes, c.Comments, c.Reposts, c.Favorites, v[pUnidentified-1]}
 	for len(out) > 0 && out[len(out)-1] == 0 {
 		out = out[:len(out)-1]
 	}
-	b := []byte(rec[:1+int(rec[0])])
+	b := []byte(rec[:headLen(rec)])
 	for _, x := range out {
 		b = binary.AppendUvarint(b, uint64(x))
 	}

@@ -19,7 +19,7 @@ import (
 // been released, so no keyspace exists that a build must carry forward:
 // a keyspace of another version is refused at Open with an
 // *engine.FormatError, never converted. Any change to the layout bumps it.
-const keyspaceFormat = 3
+const keyspaceFormat = 4
 
 // checkFormat judges the keyspace's format marker at Open. A marker of
 // this build's version is the keyspace it reads; any other is refused. A

@@ -32,8 +32,8 @@ func TestKeyspaceFormat(t *testing.T) {
 	must(t, s.Close())
 	marker, err := rdb.Get(bg, fresh+"{s}format").Result()
 	must(t, err)
-	if marker != "3" {
-		t.Fatalf("marker %q after the first Open, want 3", marker)
+	if marker != "4" {
+		t.Fatalf("marker %q after the first Open, want 4", marker)
 	}
 	open(t, opts(fresh)) // its own keys and marker: opens
 
@@ -47,7 +47,9 @@ func TestKeyspaceFormat(t *testing.T) {
 			[]string{"older development build of Tally", "start from an empty keyspace"}},
 		{"likes-only marker", func(p string) error { return rdb.Set(bg, p+"{s}format", 2, 0).Err() }, "format 2",
 			[]string{"older development build of Tally", "start from an empty keyspace"}},
-		{"newer marker", func(p string) error { return rdb.Set(bg, p+"{s}format", 4, 0).Err() }, "format 4",
+		{"marker before the reacted bit", func(p string) error { return rdb.Set(bg, p+"{s}format", 3, 0).Err() }, "format 3",
+			[]string{"older development build of Tally", "start from an empty keyspace"}},
+		{"newer marker", func(p string) error { return rdb.Set(bg, p+"{s}format", 5, 0).Err() }, "format 5",
 			[]string{"newer build of Tally", "run the newer build"}},
 		{"keys without a marker", func(p string) error { return rdb.HSet(bg, p+"{u0}", "7", "x").Err() }, "format 0",
 			[]string{"older development build of Tally"}},
@@ -67,7 +69,7 @@ func TestKeyspaceFormat(t *testing.T) {
 				t.Fatalf("Open: %v, want a format error", err)
 			}
 			want := append([]string{`key prefix "` + p + `"`, "(Redis keyspace " + c.found + ")",
-				"this build reads Redis keyspace format 3"}, c.phrase...)
+				"this build reads Redis keyspace format 4"}, c.phrase...)
 			for _, w := range want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("Open's error does not say %q:\n%v", w, err)

@@ -17,8 +17,7 @@ var (
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
 if not rec or rec == TOMB then return {-1} end
-local L = string.byte(rec, 1)
-local head = string.sub(rec, 1, L + 1)
+local head = author(rec)
 if redis.call('SREM', KEYS[2], ARGV[4]) == 0 then return {0, head} end
 redis.call('SADD', KEYS[3], ARGV[4])
 return {1, head, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
@@ -38,14 +37,13 @@ return {1, head, recount(KEYS[1], ARGV[3], rec, 5, lo, hi)}`)
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return {-1} end
 if rec == TOMB then return {0} end
-local L = string.byte(rec, 1)
-local head = string.sub(rec, 1, L + 1)
+local head = author(rec)
 if head ~= ARGV[2] then return {2, head} end
 redis.call('HSET', KEYS[1], ARGV[1], TOMB)
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8])
 redis.call('HDEL', KEYS[6], ARGV[1])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[3], ARGV[4]) end
-if #rec > L + 1 then return {1, 1} end
+if #rec > #head then return {1, 1} end
 return {1, 0}`)
 
 	// An erasure step's removal of a like, reaction or favorite
@@ -53,7 +51,8 @@ return {1, 0}`)
 	// reaction of a kind other than like, ARGV[5] its kind id: the
 	// reactors hash, if the reaction is still of that kind) and, only if
 	// they were in it and the post exists, the count deltas Go decided
-	// are applied. KEYS bucket, set or reactors hash; ARGV floor,
+	// are applied (the record's REACTED cleared when the reactors hash's
+	// last field went). KEYS bucket, set or reactors hash; ARGV floor,
 	// ceiling, low, user, kind id ('' for a set), then (count index,
 	// delta) pairs. {removed, zero-transition}.
 	scEraseFlag = newScript(`
@@ -66,6 +65,7 @@ else
 end
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
 if not rec or rec == TOMB then return {1, 0} end
+if ARGV[5] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then rec = withReacted(rec, false) end
 return {1, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 
 	// The posts of one bucket whose head is ARGV[1] (by that author):
@@ -75,21 +75,21 @@ local out = {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local rec = all[i + 1]
-  if rec ~= TOMB and string.sub(rec, 1, string.byte(rec, 1) + 1) == ARGV[1] then out[#out + 1] = all[i] end
+  if rec ~= TOMB and author(rec) == ARGV[1] then out[#out + 1] = all[i] end
 end
 return out`)
 
 	// The posts ops.ErasureStep decided lose their author (Unauthors):
-	// each record whose head is still ARGV[1] gets head ARGV[2]. KEYS
+	// each record whose head is still ARGV[1] gets head ARGV[2] (its
+	// REACTED kept). KEYS
 	// bucket; ARGV old head, new head, lows. Returns how many changed.
 	scUnauthor = newScript(`
 local n = 0
 for i = 3, #ARGV do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
   if rec and rec ~= TOMB then
-    local L = string.byte(rec, 1)
-    if string.sub(rec, 1, L + 1) == ARGV[1] then
-      redis.call('HSET', KEYS[1], ARGV[i], ARGV[2] .. string.sub(rec, L + 2))
+    if author(rec) == ARGV[1] then
+      redis.call('HSET', KEYS[1], ARGV[i], withReacted(ARGV[2] .. string.sub(rec, hlen(rec) + 1), reacted(rec)))
       n = n + 1
     end
   end

@@ -18,12 +18,13 @@ import (
 // kind's count in the record) and the viewer's like and favorite flags
 // (one SISMEMBER per post and set): what a page of counts reads. The
 // viewer's reaction is the like flag, or else a kind in the post's
-// reactors hash; the second pipeline reads the viewer's field of those
-// hashes (one HGET per existing post the viewer has not liked). The
-// record's counts cannot stand in for the hash: an import replaces a
-// post's counts and leaves who reacted as it was, so a post whose
-// record counts no kind but like may still hold the viewer's reaction
-// (TestClockedSingle's seed 1795765568445543411). A reaction switched
+// reactors hash, which only a post whose record has reactedBit may have;
+// the second pipeline reads the viewer's field of those hashes (one HGET
+// per such post the viewer has not liked), so a page of posts with likes
+// only costs what a page of counts costs. The record's counts of kinds
+// cannot stand in for the bit: an import replaces a post's counts and
+// leaves who reacted as it was (TestClockedSingle's seed
+// 1795765568445543411, TestImportKeepsReacted). A reaction switched
 // between the two reads may show as none (as it could between the flag
 // and the hash read of one pipeline, which is not a transaction either).
 func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.PostID, want engine.PageWant, out []engine.PostView) error {
@@ -65,7 +66,7 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 		return err
 	}
 	// mayReact marks the posts whose reactors hash may hold the viewer:
-	// every post that exists (see Page's comment).
+	// those whose record has reactedBit.
 	var mayReact []bool
 	if viewer != 0 && want.ViewerReaction {
 		mayReact = make([]bool, len(ids))
@@ -88,7 +89,7 @@ func (s *Store) Page(ctx context.Context, viewer engine.UserID, ids []engine.Pos
 			if want.Reactions {
 				s.reactionCounts(counts.Likes, &reactions, &view.Reactions)
 			}
-			if mayReact != nil {
+			if mayReact != nil && reacted(rec) {
 				mayReact[groups[b].pos[j]] = true
 			}
 		}

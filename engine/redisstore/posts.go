@@ -709,10 +709,10 @@ func (s *Store) importChunk(ctx context.Context, rows []engine.ImportRow) error 
 					rec, _ := reads[i].Val()[j].(string)
 					head = rec
 					if exists, _ := recordState(rec); exists {
-						if len(rec) < 1+int(rec[0]) {
+						if len(rec) < headLen(rec) {
 							return s.fail(errCorrupt)
 						}
-						head = rec[:1+int(rec[0])]
+						head = authorHead(rec) // scImportRows keeps reactedBit
 					}
 				}
 				known, err := postFactsOf(head) // a deleted post's head is its tombstone

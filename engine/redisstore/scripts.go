@@ -30,7 +30,13 @@ import "github.com/redis/go-redis/v9"
 // prelude is shared by all scripts: the varint record codec (the same
 // format as codec.go; Lua numbers are doubles, exact to 2^53) and helpers.
 // TOMB is a deleted post's record (codec.go's tombstone), which every
-// script reads as no post; recount(bucket, low, rec, from, lo, hi)
+// script reads as no post. A post record's first byte is its author's
+// length plus REACTED when its reactors hash may exist (codec.go's
+// reactedBit): hlen(rec) is the length of its head, author(rec) the head
+// without REACTED (what postHead makes, which heads are compared with),
+// reacted(rec) whether it has REACTED and withReacted(rec, on) the record
+// with it set or cleared; every script that rewrites a record keeps the
+// bit unless it changes the reactors hash. recount(bucket, low, rec, from, lo, hi)
 // applies the (count index, delta) pairs of ARGV from index from on to
 // post record rec, field low of bucket, within lo..hi, writes it, and
 // returns whether the post went from all-zero counts to some or back
@@ -44,6 +50,18 @@ import "github.com/redis/go-redis/v9"
 // the group's size.
 const prelude = `
 local TOMB = '\255'
+local REACTED = 128
+local function hlen(rec) return string.byte(rec, 1) % REACTED + 1 end
+local function author(rec)
+  local L = hlen(rec)
+  return string.char(L - 1) .. string.sub(rec, 2, L)
+end
+local function reacted(rec) return string.byte(rec, 1) >= REACTED end
+local function withReacted(rec, on)
+  local b = string.byte(rec, 1) % REACTED
+  if on then b = b + REACTED end
+  return string.char(b) .. string.sub(rec, 2)
+end
 local function dec(s, from)
   local t, n, v, m = {}, 0, 0, 1
   for i = from or 1, #s do
@@ -119,12 +137,12 @@ local function tr(before, after)
   return 0
 end
 local function recount(bucket, low, rec, from, lo, hi, last)
-  local L = string.byte(rec, 1)
-  local t, n = dec(rec, L + 2)
+  local L = hlen(rec)
+  local t, n = dec(rec, L + 1)
   local before = enc(t, n)
   for i = from, last or #ARGV, 2 do n = add(t, n, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), lo, hi) end
   local after = enc(t, n)
-  redis.call('HSET', bucket, low, string.sub(rec, 1, L + 1) .. after)
+  redis.call('HSET', bucket, low, string.sub(rec, 1, L) .. after)
   return tr(before, after)
 end
 local function bykind(reactors)
@@ -224,7 +242,9 @@ return 1`)
 	// the row Go decided for that kind is applied: the membership moves
 	// to the row's kind (-1: nothing changes; 0: none), its (count index,
 	// delta) pairs are applied in the same step, and the intent is
-	// recorded when the row says so. KEYS bucket, likers, reactors,
+	// recorded when the row says so. The record's REACTED is set when the
+	// viewer's kind goes into the reactors hash and cleared when the
+	// hash's last field leaves it. KEYS bucket, likers, reactors,
 	// intents; ARGV floor, ceiling, low, user, intent id, intent, then
 	// rows (was, to, records the intent 0|1, pairs, then the pairs).
 	// {-1} unknown post; {-2, head, was} no row for the kind found;
@@ -233,8 +253,7 @@ return 1`)
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[3])
 if not rec or rec == TOMB then return {-1} end
-local L = string.byte(rec, 1)
-local head = string.sub(rec, 1, L + 1)
+local head = author(rec)
 local user = ARGV[4]
 local was = 0
 if redis.call('SISMEMBER', KEYS[2], user) == 1 then was = 1
@@ -249,6 +268,8 @@ while i <= #ARGV do
     elseif was > 1 then redis.call('HDEL', KEYS[3], user) end
     if to == 1 then redis.call('SADD', KEYS[2], user)
     elseif to > 1 then redis.call('HSET', KEYS[3], user, to) end
+    if to > 1 then rec = withReacted(rec, true)
+    elseif was > 1 and redis.call('EXISTS', KEYS[3]) == 0 then rec = withReacted(rec, false) end
     if ARGV[i + 2] == '1' and ARGV[6] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[6]) end
     return {1, head, was, recount(KEYS[1], ARGV[3], rec, i + 4, lo, hi, i + 3 + 2 * n)}
   end
@@ -277,8 +298,7 @@ if not rec or rec == TOMB then return {-1} end
 local changed
 if ARGV[5] == 'add' then changed = redis.call('SADD', KEYS[2], ARGV[4])
 else changed = redis.call('SREM', KEYS[2], ARGV[4]) end
-local L = string.byte(rec, 1)
-local head = string.sub(rec, 1, L + 1)
+local head = author(rec)
 if changed == 0 then return {0, head, 0} end
 return {1, head, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 
@@ -298,8 +318,7 @@ return {1, head, recount(KEYS[1], ARGV[3], rec, 6, lo, hi)}`)
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rec = redis.call('HGET', KEYS[1], ARGV[6])
 if not rec or rec == TOMB then return {-1} end
-local L = string.byte(rec, 1)
-local head = string.sub(rec, 1, L + 1)
+local head = author(rec)
 local found = guarded(KEYS[2], 3)
 if found then return {0, head, 0, found} end
 if ARGV[9] ~= '' then
@@ -323,13 +342,13 @@ local trs = 0
 for i = 3, #ARGV, 3 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
   if rec and rec ~= TOMB then
-    local L = string.byte(rec, 1)
-    local t, n = dec(rec, L + 2)
+    local L = hlen(rec)
+    local t, n = dec(rec, L + 1)
     local before = enc(t, n)
     n = add(t, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), lo, hi)
     local after = enc(t, n)
     trs = trs + tr(before, after)
-    redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L + 1) .. after)
+    redis.call('HSET', KEYS[1], ARGV[i], string.sub(rec, 1, L) .. after)
   end
 end
 return trs`)
@@ -758,17 +777,20 @@ return out`)
 	// author) is still the one Go read, and stops at the first row whose
 	// post changed meanwhile (Go reads and decides the rest again). KEYS
 	// bucket; ARGV (low, expected head or '' for no record, new record)
-	// triples, the new record whole (its counts of every reaction kind
-	// replace the post's). {rows written, counted-posts delta}.
+	// triples, the head compared and the new record's made without
+	// REACTED, which is kept as the record has it: an import replaces a
+	// post's counts (its counts of every reaction kind included), not who
+	// reacted. {rows written, counted-posts delta}.
 	scImportRows = newScript(`
 local counted = 0
 for i = 1, #ARGV, 3 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i]) or ''
-  local head = ''
-  if rec ~= '' then head = string.sub(rec, 1, string.byte(rec, 1) + 1) end
+  local head, keep = rec, false
+  if rec ~= '' and rec ~= TOMB then head, keep = author(rec), reacted(rec) end
   if head ~= ARGV[i + 1] then return {(i - 1) / 3, counted} end
   local new = ARGV[i + 2]
-  counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, string.byte(new, 1) + 2))
+  counted = counted + tr(string.sub(rec, #head + 1), string.sub(new, hlen(new) + 1))
+  if keep then new = withReacted(new, true) end
   redis.call('HSET', KEYS[1], ARGV[i], new)
 end
 return {#ARGV / 3, counted}`)
@@ -825,20 +847,26 @@ var (
 	// record (0: none), and tallies the posts' authors. Posts whose low
 	// bits are in [lo, hi] hold imported counts: their authors count,
 	// their sets are not compared. Deleted posts (tombstones) have neither
-	// author nor counts. KEYS bucket; ARGV lo, hi, then (count index, set
-	// part, plus index, kind id or '') per check. {{head, posts}..., {low, check number
-	// (1-based), stored, recounted}..., checked, skipped}.
+	// author nor counts. Every post's REACTED is checked against its
+	// reactors hash (ARGV[3] the part naming it) where the bit is set: a
+	// bit without a hash is listed (one hash without the bit is found
+	// from the hash, scCheckReacted). KEYS bucket; ARGV lo, hi, reactors
+	// part, then (count index, set part, plus index, kind id or '') per
+	// check. {{head, posts}..., {low, check number (1-based), stored,
+	// recounted}..., checked, skipped, {low of a bit without a hash}...}.
 	scCheckPosts = newScript(`
 local lo, hi = tonumber(ARGV[1]), tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
-local authors, drifts = {}, {}
+local authors, drifts, unreacted = {}, {}, {}
 local checked, skipped = 0, 0
 for i = 1, #all, 2 do
   local low, rec = all[i], all[i + 1]
-  local L = string.byte(rec, 1)
-  if L > 0 and rec ~= TOMB then
-    local head = string.sub(rec, 1, L + 1)
-    authors[head] = (authors[head] or 0) + 1
+  if rec ~= TOMB then
+    local head = author(rec)
+    if #head > 1 then authors[head] = (authors[head] or 0) + 1 end
+    if reacted(rec) and redis.call('EXISTS', KEYS[1] .. ARGV[3] .. low) == 0 then
+      unreacted[#unreacted + 1] = low
+    end
   end
   local n = tonumber(low)
   if rec == TOMB then
@@ -846,9 +874,9 @@ for i = 1, #all, 2 do
     skipped = skipped + 1
   else
     checked = checked + 1
-    local t = dec(rec, L + 2)
+    local t = dec(rec, hlen(rec) + 1)
     local kinds
-    for j = 3, #ARGV, 4 do
+    for j = 4, #ARGV, 4 do
       local stored = t[tonumber(ARGV[j])] or 0
       local card
       if ARGV[j + 3] == '' then
@@ -860,7 +888,7 @@ for i = 1, #all, 2 do
       if ARGV[j + 2] ~= '0' then card = card + (t[tonumber(ARGV[j + 2])] or 0) end
       if stored ~= card then
         drifts[#drifts + 1] = low
-        drifts[#drifts + 1] = (j + 1) / 4
+        drifts[#drifts + 1] = j / 4
         drifts[#drifts + 1] = stored
         drifts[#drifts + 1] = card
       end
@@ -872,7 +900,7 @@ for head, n in pairs(authors) do
   heads[#heads + 1] = head
   heads[#heads + 1] = n
 end
-return {heads, drifts, checked, skipped}`)
+return {heads, drifts, checked, skipped, unreacted}`)
 
 	// Sets one post's count to its set's cardinality (a reactors hash's
 	// fields of kind ARGV[4], when not '') plus a field of the record (0:
@@ -882,8 +910,8 @@ return {heads, drifts, checked, skipped}`)
 	scRecountPost = newScript(`
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec or rec == TOMB then return {-1} end
-local L = string.byte(rec, 1)
-local t, n = dec(rec, L + 2)
+local L = hlen(rec)
+local t, n = dec(rec, L + 1)
 local idx = tonumber(ARGV[2])
 local stored = t[idx] or 0
 local card
@@ -896,8 +924,33 @@ for i = n + 1, idx do t[i] = 0 end
 if idx > n then n = idx end
 t[idx] = card
 local after = enc(t, n)
-redis.call('HSET', KEYS[1], ARGV[1], string.sub(rec, 1, L + 1) .. after)
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(rec, 1, L) .. after)
 return {1, stored, card, tr(before, after)}`)
+
+	// The posts of one bucket among lows whose reactors hash (ARGV[1] the
+	// part naming it) exists while their record lacks REACTED: a page
+	// would not read the viewer's reaction there. KEYS bucket; ARGV part,
+	// lows. Their lows.
+	scCheckReacted = newScript(`
+local out = {}
+for i = 2, #ARGV do
+  local rec = redis.call('HGET', KEYS[1], ARGV[i])
+  if rec and rec ~= TOMB and not reacted(rec) and redis.call('EXISTS', KEYS[1] .. ARGV[1] .. ARGV[i]) == 1 then
+    out[#out + 1] = ARGV[i]
+  end
+end
+return out`)
+
+	// Sets a post's REACTED to whether its reactors hash exists, both read
+	// here (a check's repair). KEYS bucket, reactors; ARGV low. {-1} no
+	// such post; {0, exists} right now; {1, exists} set.
+	scSetReacted = newScript(`
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec or rec == TOMB then return {-1} end
+local has = redis.call('EXISTS', KEYS[2])
+if reacted(rec) == (has == 1) then return {0, has} end
+redis.call('HSET', KEYS[1], ARGV[1], withReacted(rec, has == 1))
+return {1, has}`)
 
 	// Compares a user-record field with the length of a hash in the
 	// user's slot and, with ARGV repair '1', sets it to that length. KEYS
@@ -935,5 +988,5 @@ var allScripts = append([]*redis.Script{
 	scPostCreate, scPostReact, scKindsSet, scPostFlag, scPostCount, scPostCounts, scUserBump, scFollow, scUserCAS,
 	scSetField, scSnapshot, scPush, scIdemBegin, scIntentDone, scIntentClaim, scPublish, scNotifs, scGroupCreate, scGroupFacts, scGroupJoin,
 	scGroupLeave, scGroupPage, scSend, scReceiptFacts, scReceiptRead, scMsgGet, scRcptGet, scImportRows,
-	scCheckPosts, scRecountPost, scCheckUserHash, scWidenSpan,
+	scCheckPosts, scRecountPost, scCheckReacted, scSetReacted, scCheckUserHash, scWidenSpan,
 }, lifecycleScripts...)
