@@ -36,7 +36,8 @@ import "github.com/redis/go-redis/v9"
 // without REACTED (what postHead makes, which heads are compared with),
 // reacted(rec) whether it has REACTED and withReacted(rec, on) the record
 // with it set or cleared; every script that rewrites a record keeps the
-// bit unless it changes the reactors hash. recount(bucket, low, rec, from, lo, hi)
+// bit unless it changes the reactors hash.
+// recount(bucket, low, rec, from, lo, hi)
 // applies the (count index, delta) pairs of ARGV from index from on to
 // post record rec, field low of bucket, within lo..hi, writes it, and
 // returns whether the post went from all-zero counts to some or back
@@ -847,10 +848,10 @@ var (
 	// record (0: none), and tallies the posts' authors. Posts whose low
 	// bits are in [lo, hi] hold imported counts: their authors count,
 	// their sets are not compared. Deleted posts (tombstones) have neither
-	// author nor counts. Every post's REACTED is checked against its
-	// reactors hash (ARGV[3] the part naming it) where the bit is set: a
-	// bit without a hash is listed (one hash without the bit is found
-	// from the hash, scCheckReacted). KEYS bucket; ARGV lo, hi, reactors
+	// author nor counts. A post whose record has REACTED is checked to
+	// have its reactors hash (ARGV[3] the part naming it), and listed if
+	// not (a hash without the bit is found from the hash:
+	// scCheckReacted). KEYS bucket; ARGV lo, hi, reactors
 	// part, then (count index, set part, plus index, kind id or '') per
 	// check. {{head, posts}..., {low, check number (1-based), stored,
 	// recounted}..., checked, skipped, {low of a bit without a hash}...}.
