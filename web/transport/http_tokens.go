@@ -12,7 +12,7 @@ import (
 
 // tokenCache remembers Authorization headers that verified, so a client's
 // next request with the same token skips the HMAC, the base64 and the
-// JSON of the claims (a seventh of a plan-served page's CPU). A header is
+// JSON of the claims, a large share of a cheap request's CPU. A header is
 // known by a 128-bit keyed hash of all its bytes (two maphash seeds, made
 // for this process, so a client can neither predict nor aim at another
 // header's key), so a different signature or claim is a miss; only
