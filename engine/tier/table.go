@@ -18,7 +18,7 @@ import (
 const (
 	DefaultWindowMillis   = 86_400_000
 	DefaultOpenAge        = 7 * 24 * time.Hour
-	DefaultCompactMin     = 256
+	DefaultCompactMin     = 64
 	DefaultColdCacheBytes = 4 << 20
 )
 
@@ -36,7 +36,9 @@ type Options struct {
 	// means DefaultCompactMin. The eighth is what bounds a large window's
 	// rewrites; CompactMin bounds a small window's, whose rewrite is a few
 	// KiB, so it is small: a delta is a hash table, several times the
-	// bytes of the blocks it folds into.
+	// bytes of the blocks it folds into, and writes spread over many
+	// windows (likes on old posts of a mostly cold server) hold a delta
+	// in every one of them.
 	CompactMin int
 	// Dir holds the cold files (<Prefix>-<window>-<generation>.tier).
 	// Empty means no cold tier (ColdAge and MemoryBudget are ignored).

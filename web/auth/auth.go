@@ -206,18 +206,29 @@ func (k *Keys) key(t *jwt.Token) (any, error) {
 // Verify checks a token (without the "Bearer " prefix). Its errors are
 // TokenErrors.
 func (k *Keys) Verify(token string) (Principal, error) {
+	p, _, err := k.verify(token)
+	return p, err
+}
+
+// verify is Verify that also returns the token's exp claim as the
+// verification read it (zero: the token has none).
+func (k *Keys) verify(token string) (Principal, time.Time, error) {
 	c := jwt.MapClaims{}
 	if _, err := k.parser.ParseWithClaims(token, c, k.key); err != nil {
-		return Principal{}, k.explain(token, err)
+		return Principal{}, time.Time{}, k.explain(token, err)
 	}
 	sub, _ := c["sub"].(string)
 	id, err := strconv.ParseUint(sub, 10, 64)
 	if err != nil || id == 0 {
-		return Principal{}, refuse("token claim sub must be the user id as a positive decimal string, got %s", describeClaim(c["sub"]))
+		return Principal{}, time.Time{}, refuse("token claim sub must be the user id as a positive decimal string, got %s", describeClaim(c["sub"]))
 	}
 	p := Principal{User: engine.UserID(id)}
 	p.Admin, p.Service = roleOf(c, k.roleClaim)
-	return p, nil
+	var exp time.Time
+	if e, err := c.GetExpirationTime(); err == nil && e != nil {
+		exp = e.Time
+	}
+	return p, exp, nil
 }
 
 // roleOf reads the role claim: a top-level claim named by the whole path
@@ -349,23 +360,31 @@ func describeClaim(v any) string {
 // FromHeader verifies an Authorization header value. An empty header is
 // anonymous (ok, no error); anything else must be a valid bearer token.
 func (k *Keys) FromHeader(h string) (p Principal, present bool, err error) {
+	p, present, _, err = k.FromHeaderExpiry(h)
+	return p, present, err
+}
+
+// FromHeaderExpiry is FromHeader that also returns a verified token's exp
+// claim (zero when it has none), read by the same parse: what a cache of
+// verified headers keeps them until.
+func (k *Keys) FromHeaderExpiry(h string) (p Principal, present bool, exp time.Time, err error) {
 	h = strings.TrimSpace(h)
 	if h == "" {
-		return Principal{}, false, nil
+		return Principal{}, false, time.Time{}, nil
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		if strings.Count(h, ".") == 2 && !strings.Contains(h, " ") {
-			return Principal{}, true, refuse(`the Authorization header must be "Bearer <token>": this one has the token without "Bearer "`)
+			return Principal{}, true, time.Time{}, refuse(`the Authorization header must be "Bearer <token>": this one has the token without "Bearer "`)
 		}
-		return Principal{}, true, refuse(`the Authorization header must be "Bearer <token>"`)
+		return Principal{}, true, time.Time{}, refuse(`the Authorization header must be "Bearer <token>"`)
 	}
 	token = strings.TrimSpace(token)
 	if token == "" {
-		return Principal{}, true, refuse(`the Authorization header must be "Bearer <token>": the token is missing`)
+		return Principal{}, true, time.Time{}, refuse(`the Authorization header must be "Bearer <token>": the token is missing`)
 	}
-	p, err = k.Verify(token)
-	return p, true, err
+	p, exp, err = k.verify(token)
+	return p, true, exp, err
 }
 
 type ctxKey struct{}

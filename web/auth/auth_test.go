@@ -108,6 +108,33 @@ func TestFromHeader(t *testing.T) {
 
 // TestRoleClaim: the role is read at -jwt-role-claim's path, from a
 // string or an array, and Sign writes it where Verify reads it.
+// TestFromHeaderExpiry: the exp a verified header carries, read by the
+// verification's own parse; none for a token without exp or a refusal.
+func TestFromHeaderExpiry(t *testing.T) {
+	k, _ := NewKeys([]byte("0123456789abcdef"))
+	tok, _ := k.Sign(3, false, time.Hour)
+	p, present, exp, err := k.FromHeaderExpiry("Bearer " + tok)
+	if err != nil || !present || p.User != 3 {
+		t.Fatalf("%+v %v %v", p, present, err)
+	}
+	if d := time.Until(exp); d < 59*time.Minute || d > time.Hour+time.Second {
+		t.Fatalf("exp in %v", d)
+	}
+	forever, _ := k.Sign(3, false, 0)
+	if _, _, exp, err := k.FromHeaderExpiry("Bearer " + forever); err != nil || !exp.IsZero() {
+		t.Fatalf("a token without exp: exp %v, %v", exp, err)
+	}
+	expired, _ := k.Sign(3, false, -time.Hour)
+	for _, h := range []string{"Bearer garbage", "Bearer " + expired, "Basic x"} {
+		if _, present, exp, err := k.FromHeaderExpiry(h); err == nil || !present || !exp.IsZero() {
+			t.Fatalf("%q: present %v, exp %v, err %v", h, present, exp, err)
+		}
+	}
+	if _, present, exp, err := k.FromHeaderExpiry(""); err != nil || present || !exp.IsZero() {
+		t.Fatalf("no header: present %v, exp %v, err %v", present, exp, err)
+	}
+}
+
 func TestRoleClaim(t *testing.T) {
 	secret := []byte("0123456789abcdef")
 	for _, c := range []struct {

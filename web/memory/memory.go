@@ -43,7 +43,7 @@ const (
 // defaultMinHeadroom is -gc-min-headroom's default: each halving of it
 // roughly doubles the GC's CPU for a little less RSS under load
 // (bench/memory; the trade-off's figures are in docs/). A heap under four
-// times it gets a quarter of its live heap (scanPercent).
+// times it gets a sixth of its live heap (scanPercent).
 const defaultMinHeadroom = 16 << 20
 
 // minMemoryLimit is the smallest -memory-limit accepted: below it the GC
@@ -64,7 +64,7 @@ func (m *Settings) Register(fs *flag.FlagSet) {
 	m.minHeadroom = defaultMinHeadroom
 	fs.Var(&limitFlag{m}, "memory-limit", "soft limit on the Go runtime's memory (heap, stacks, runtime metadata), e.g. 3GiB: the GC works harder and the runtime returns free memory to stay under it; a backstop below a container's limit, not a cap on the data (off: none; default: GOMEMLIMIT when set, else none). At least 64MiB and three times -memory-budget")
 	fs.StringVar(&m.pacing, "gc-pacing", pacingScan, "how far the heap may grow between collections: scan (by GOGC% of what the GC scans — pointerful objects, stacks, globals — and at least -gc-min-headroom: the big pointer-free tables cost nothing to collect, so they get no headroom) or heap (by GOGC% of the whole live heap, Go's default, which keeps up to twice the live heap in RSS)")
-	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB; more headroom, fewer collections, more RSS); a heap under four times it gets a quarter of its live heap instead, at least 4MiB")
+	fs.Var(&m.minHeadroom, "gc-min-headroom", "with -gc-pacing scan: the least the heap may grow between collections, e.g. 32MiB (at least 4MiB; more headroom, fewer collections, more RSS); a heap under six times it gets a sixth of its live heap instead (times GOGC/100), at least 3MiB")
 	fs.DurationVar(&m.idleRelease, "gc-idle-release", defaultIdleRelease, "how often to check whether the process went quiet (over the interval it allocated less than a quarter of the heap memory it could give back — free heap plus what it allocated since the last collection — and that is at least 4MiB); when it has, collect and return the free heap to the OS, so an idle server's RSS comes down to its live heap (0: never; the runtime then keeps the pacing's headroom)")
 }
 
@@ -310,19 +310,19 @@ func (p *scanPacer) arm() {
 }
 
 // smallHeapShare and smallHeapFloor shape the headroom of a heap too
-// small for -gc-min-headroom: a floor of a quarter of GOGC's headroom (but
+// small for -gc-min-headroom: a floor of a sixth of GOGC's headroom (but
 // never below smallHeapFloor) instead. A fixed floor would let a heap of
 // a few MiB more than double between collections, which is what RSS peaks
 // at; a small heap is cheap to collect (what the GC scans is small too),
 // so the more frequent collections cost little CPU.
 const (
-	smallHeapShare = 4
-	smallHeapFloor = 4 << 20
+	smallHeapShare = 6
+	smallHeapFloor = 3 << 20
 )
 
 // scanPercent returns the GOGC that gives a heap of live bytes, whose GC scans
 // scan bytes of heap objects and stackGlobals of stacks and globals, a
-// headroom of max(min(minHeadroom, max(live × base% / 4, 4 MiB)), scan ×
+// headroom of max(min(minHeadroom, max(live × base% / 6, 3 MiB)), scan ×
 // base%). Go's
 // goal is live + (live + stacks + globals) × GOGC/100.
 func scanPercent(base int, minHeadroom, live, scanHeap, stackGlobals uint64) int {

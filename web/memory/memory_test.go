@@ -143,19 +143,19 @@ func TestScanPercent(t *testing.T) {
 	}{
 		// 1 GiB of pointer-free tables, 10 MiB to scan: 32 MiB headroom.
 		{"tables", 100, 32 * mib, 1024 * mib, 9 * mib, 1 * mib, 3},
-		// A small heap gets a quarter of its live heap, not the floor
-		// (which would more than double it), and what it scans above that.
-		{"small heap", 100, 32 * mib, 40 * mib, 4 * mib, 1 * mib, 24},
+		// A small heap gets a sixth of its live heap, not the floor
+		// (which would nearly double it), and what it scans above that.
+		{"small heap", 100, 32 * mib, 40 * mib, 4 * mib, 1 * mib, 16},
 		{"small heap scanning more", 100, 32 * mib, 10 * mib, 8 * mib, 1 * mib, 81},
-		// ... and at least 4 MiB, however small.
-		{"tiny heap", 100, 16 * mib, 8 * mib, 1 * mib, 0, 50},
+		// ... and at least 3 MiB, however small.
+		{"tiny heap", 100, 16 * mib, 8 * mib, 1 * mib, 0, 37},
 		// A heap of pointers paces as GOGC says.
 		{"all pointers", 100, 32 * mib, 1024 * mib, 1024 * mib, 4 * mib, 100},
 		// Half scannable: headroom is half of GOGC's.
 		{"half", 100, 32 * mib, 1000 * mib, 500 * mib, 0, 50},
 		// The operator's GOGC scales the headroom and caps the result.
 		{"GOGC=50", 50, 32 * mib, 1000 * mib, 500 * mib, 0, 25},
-		{"GOGC=200 small", 200, 32 * mib, 10 * mib, 1 * mib, 0, 50},
+		{"GOGC=200 small", 200, 32 * mib, 10 * mib, 1 * mib, 0, 33},
 		// Never below 1: GOGC=0 would collect continuously.
 		{"huge heap", 100, 4 * mib, 1 << 40, 0, 0, 1},
 		{"empty", 100, 32 * mib, 0, 0, 0, 100},

@@ -17,7 +17,6 @@ import (
 	"weak"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/golang-jwt/jwt/v5"
 	nbws "github.com/lesismal/nbio/nbhttp/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -536,10 +535,8 @@ func (c *wsConn) init(payload json.RawMessage) {
 		c.closeWith(closeForbidden, "Forbidden: Authorization must be a string")
 		return
 	}
-	pr, _, err := c.t.keys.FromHeader(header)
-	var exp time.Time
+	pr, _, exp, err := c.t.keys.FromHeaderExpiry(header)
 	if err == nil && pr.User != 0 {
-		exp = tokenExpiry(header)
 		if !exp.IsZero() && !time.Now().Before(exp) {
 			err = &auth.TokenError{Reason: "token expired"} // within the HTTP path's leeway, but a socket would close at once
 		}
@@ -953,17 +950,6 @@ func authorizationOf(p map[string]any) (string, bool) {
 		}
 	}
 	return "", true
-}
-
-// tokenExpiry reads exp from a bearer token that auth.Keys has already
-// verified (zero when it has none).
-func tokenExpiry(header string) time.Time {
-	_, tok, _ := strings.Cut(strings.TrimSpace(header), " ")
-	var c jwt.RegisteredClaims
-	if _, _, err := jwt.NewParser().ParseUnverified(strings.TrimSpace(tok), &c); err != nil || c.ExpiresAt == nil {
-		return time.Time{}
-	}
-	return c.ExpiresAt.Time
 }
 
 func truncateReason(s string) string {

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/web/auth"
 )
 
 func TestSubscribeParams(t *testing.T) {
@@ -73,22 +70,6 @@ func TestAuthorizationOf(t *testing.T) {
 		if h != c.header || ok != c.ok {
 			t.Errorf("%v: %q %v", c.p, h, ok)
 		}
-	}
-}
-
-func TestTokenExpiry(t *testing.T) {
-	k, _ := auth.NewKeys([]byte("0123456789abcdef"))
-	tok, _ := k.Sign(engine.UserID(3), false, time.Hour)
-	exp := tokenExpiry("Bearer " + tok)
-	if d := time.Until(exp); d < 59*time.Minute || d > time.Hour+time.Second {
-		t.Fatalf("exp in %v", d)
-	}
-	forever, _ := k.Sign(engine.UserID(3), false, 0)
-	if !tokenExpiry("Bearer " + forever).IsZero() {
-		t.Fatal("a token without exp has an expiry")
-	}
-	if !tokenExpiry("Bearer garbage").IsZero() {
-		t.Fatal("garbage has an expiry")
 	}
 }
 
