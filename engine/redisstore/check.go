@@ -269,8 +269,10 @@ func (r *checkRun) note(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-// report tallies d and hands it to opts.Drift; caller holds mu.
+// report tallies d and hands it to opts.Drift, under mu.
 func (r *checkRun) report(d engine.Drift) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	t := r.res.Tally(d.Count)
 	switch {
 	case d.Unsettled:
@@ -440,9 +442,7 @@ func (r *checkRun) reactedDrift(ctx context.Context, bucket, low string, stored 
 			d.Unsettled = true
 		}
 	}
-	r.mu.Lock()
 	r.report(d)
-	r.mu.Unlock()
 	return nil
 }
 
@@ -554,9 +554,7 @@ func (r *checkRun) checkPosts(ctx context.Context, c *redis.Client, keys []strin
 				d.Unsettled = true
 			}
 		}
-		r.mu.Lock()
 		r.report(d)
-		r.mu.Unlock()
 	}
 	return nil
 }
@@ -786,9 +784,7 @@ func (r *checkRun) settle(ctx context.Context) error {
 				d.Unsettled = true
 			}
 		}
-		r.mu.Lock()
 		r.report(d)
-		r.mu.Unlock()
 	}
 	return nil
 }
